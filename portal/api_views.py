@@ -1,0 +1,86 @@
+"""API endpoints of the portal itself: the caller's own notifications and API tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import BaseRouter
+
+from portal import notifications as notification_services
+from portal import tokens as token_services
+from portal.models import ApiToken, Notification
+
+
+class NotificationSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Notification
+        fields = ["id", "created_at", "message", "url", "read_at"]
+        read_only_fields = fields
+
+
+class NotificationViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = NotificationSerializer
+
+    def get_queryset(self) -> Any:
+        notes = Notification.objects.for_user(self.request.user)
+        if self.request.query_params.get("unread") in {"1", "true"}:
+            notes = notes.unread()
+        return notes
+
+    @extend_schema(request=None, responses={200: NotificationSerializer})
+    @action(detail=True, methods=["post"])
+    def read(self, request: Request, pk: str | None = None) -> Response:
+        note = self.get_object()
+        notification_services.notifications_mark_read(user=request.user, notification_id=note.pk)
+        note.refresh_from_db()
+        return Response(self.get_serializer(note).data)
+
+    @extend_schema(request=None, responses={200: serializers.DictField()})
+    @action(detail=False, methods=["post"], url_path="read-all")
+    def read_all(self, request: Request) -> Response:
+        return Response({"marked_read": notification_services.notifications_mark_read(user=request.user)})
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    expires_in_days = serializers.IntegerField(write_only=True, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
+    secret = serializers.CharField(read_only=True, help_text="Shown once, in the answer to create.")
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "status",
+                  "expires_in_days", "secret"]
+        read_only_fields = ["id", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "status"]
+
+
+class ApiTokenViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    serializer_class = ApiTokenSerializer
+
+    def get_queryset(self) -> Any:
+        return ApiToken.objects.filter(user=self.request.user)
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, secret = token_services.api_token_create(
+            user=request.user, name=serializer.validated_data["name"],
+            expires_in_days=serializer.validated_data["expires_in_days"],
+        )
+        data = dict(self.get_serializer(token).data, secret=secret)
+        return Response(data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: ApiTokenSerializer})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk: str | None = None) -> Response:
+        token = token_services.api_token_revoke(token=self.get_object(), actor=request.user)
+        return Response(self.get_serializer(token).data)
+
+
+def register(router: BaseRouter) -> None:
+    router.register("notifications", NotificationViewSet, basename="notification")
+    router.register("tokens", ApiTokenViewSet, basename="api-token")

@@ -1,0 +1,23 @@
+"""Errors a service raises when a request cannot be carried out as asked.
+
+`DomainError` carries a sentence meant for the person who asked: the pages show it inline and
+the API returns it as JSON with status 400 (or 409 for a state conflict).
+"""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    status_code = 400
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class StateConflict(DomainError):
+    """The object is no longer in a state that allows this (someone else acted first)."""
+
+    status_code = 409
+

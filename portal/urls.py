@@ -1,0 +1,36 @@
+"""The composition root: the one module that knows every app's URLs."""
+
+from django.conf import settings
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from portal import api_views, views
+from tenants import api as tenants_api
+
+router = DefaultRouter()
+api_views.register(router)
+tenants_api.register(router)
+
+urlpatterns = [
+    path("", include("tenants.urls")),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("tokens/", views.api_tokens, name="api-tokens"),
+    path("tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),
+    path("notifications/", views.notification_list, name="notifications"),
+    path("notifications/read/", views.notifications_read, name="notifications-read"),
+    path("notifications/<int:pk>/", views.notification_open, name="notification-open"),
+    path("healthz", views.healthz, name="healthz"),
+    path("metrics", views.metrics, name="metrics"),
+    path("admin/", admin.site.urls),
+    path("api/", include(router.urls)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+]
+
+if settings.OIDC_ENABLED:
+    urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))

@@ -1,0 +1,90 @@
+"""Pages every app shares: health, metrics, API tokens, notifications."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import HttpResponseClientRefresh
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from portal import notifications as notification_services
+from portal import tokens as token_services
+from portal.errors import DomainError
+from portal.forms import ApiTokenForm
+from portal.models import ApiToken, Notification
+
+
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness and readiness in one: the process answers and the database does too."""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as error:  # noqa: BLE001 - any database failure means not ready
+        return JsonResponse({"status": "unavailable", "database": str(error)}, status=503)
+    return JsonResponse({"status": "ok", "database": "ok"})
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
+
+
+@login_required
+def api_tokens(request: HttpRequest) -> HttpResponse:
+    form = ApiTokenForm(request.POST or None)
+    secret = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            token, secret = token_services.api_token_create(
+                user=request.user, name=form.cleaned_data["name"], expires_in_days=form.cleaned_data["expires_in_days"]
+            )
+        except DomainError as error:
+            form.add_error(error.field if error.field in form.fields else None, error.message)
+        else:
+            form = ApiTokenForm()
+            messages.success(request, f"Token “{token.name}” created. Copy it now: it is not shown again.")
+    tokens = Paginator(ApiToken.objects.filter(user=request.user), 25).get_page(request.GET.get("page"))
+    return render(request, "portal/api_tokens.html", {"form": form, "tokens": tokens, "secret": secret})
+
+
+@login_required
+@require_POST
+def api_token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken.objects.filter(user=request.user), pk=pk)
+    try:
+        token_services.api_token_revoke(token=token, actor=request.user)
+    except DomainError as error:
+        messages.error(request, error.message)
+    if request.htmx:
+        return render(request, "portal/api_tokens.html#token-row", {"token": token})
+    return redirect("api-tokens")
+
+
+@login_required
+def notification_list(request: HttpRequest) -> HttpResponse:
+    notes = Paginator(Notification.objects.for_user(request.user), 25).get_page(request.GET.get("page"))
+    template = "portal/notifications.html#notification-list" if request.htmx else "portal/notifications.html"
+    return render(request, template, {"notes": notes})
+
+
+@login_required
+@require_POST
+def notifications_read(request: HttpRequest) -> HttpResponse:
+    pk = request.POST.get("id")
+    notification_services.notifications_mark_read(user=request.user, notification_id=int(pk) if pk and pk.isdigit() else None)
+    if request.htmx:
+        return HttpResponseClientRefresh()
+    return redirect("notifications")
+
+
+@login_required
+def notification_open(request: HttpRequest, pk: int) -> HttpResponse:
+    note = get_object_or_404(Notification.objects.for_user(request.user), pk=pk)
+    notification_services.notifications_mark_read(user=request.user, notification_id=note.pk)
+    return redirect(note.url or "notifications")

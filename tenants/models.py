@@ -1,0 +1,262 @@
+"""Teams, memberships, the GPU flavor catalog, quota requests and the grants they give."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.models import User
+
+DNS_LABEL_HELP = (
+    "Lowercase letters, digits and hyphens, starting and ending with a letter or digit, "
+    "at most 63 characters (a Kubernetes DNS-1123 label: it becomes the team's namespace)."
+)
+RESERVED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"}
+
+
+def validate_dns_label(value: str) -> None:
+    RegexValidator(
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        message=f"“{value}” is not a valid name. {DNS_LABEL_HELP}",
+    )(value)
+    if len(value) > 63:
+        raise ValidationError(f"“{value}” is {len(value)} characters long. {DNS_LABEL_HELP}")
+    if value in RESERVED_NAMESPACES or value.startswith("kube-"):
+        raise ValidationError(f"“{value}” is reserved by Kubernetes; choose another name.")
+
+
+def user_team_roles(user: Any) -> dict[int, str]:
+    """The user's teams and role in each, read once per request and cached on the user."""
+    if not getattr(user, "is_authenticated", False):
+        return {}
+    cached = getattr(user, "_team_roles", None)
+    if cached is None:
+        cached = dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
+        user._team_roles = cached
+    return cached
+
+
+def forget_team_roles(user: Any) -> None:
+    user.__dict__.pop("_team_roles", None)
+
+
+class TeamQuerySet(models.QuerySet["Team"]):
+    def for_user(self, user: Any) -> TeamQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.sees_all_teams:
+            return self
+        return self.filter(pk__in=list(user_team_roles(user)))
+
+
+class Team(models.Model):
+    slug = models.CharField(
+        max_length=63, unique=True, validators=[validate_dns_label], help_text=DNS_LABEL_HELP
+    )
+    name = models.CharField(max_length=120)
+    cost_center = models.CharField(max_length=60, blank=True)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    members = models.ManyToManyField(User, through="Membership", related_name="teams")
+
+    objects = TeamQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def namespace(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        MEMBER = "member", "Member"
+        LEAD = "lead", "Team lead"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="one_membership_per_team")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.get_role_display()})"
+
+
+class Flavor(models.Model):
+    """One kind of GPU capacity: a Kubernetes extended resource on labelled nodes."""
+
+    class SharingMode(models.TextChoices):
+        EXCLUSIVE = "exclusive", "Exclusive (whole GPU)"
+        MIG = "mig", "MIG slice"
+        TIME_SLICED = "time-sliced", "Time-sliced"
+        MPS = "mps", "MPS"
+
+    name = models.CharField(max_length=60, unique=True, help_text="What people call it, e.g. “H100 80GB”.")
+    slug = models.CharField(
+        max_length=63,
+        unique=True,
+        validators=[RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "Lowercase letters, digits and hyphens.")],
+        help_text="The Kueue ResourceFlavor name, e.g. “h100-80gb”.",
+    )
+    resource_name = models.CharField(
+        max_length=120,
+        validators=[
+            RegexValidator(
+                r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+                "An extended resource name with a domain, e.g. nvidia.com/gpu or nvidia.com/mig-1g.10gb.",
+            )
+        ],
+        help_text="The Kubernetes resource pods request, e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb.",
+    )
+    sharing_mode = models.CharField(max_length=12, choices=SharingMode.choices, default=SharingMode.EXCLUSIVE)
+    gpu_model = models.CharField(max_length=60, help_text="e.g. NVIDIA H100 80GB HBM3")
+    fraction_numerator = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
+    fraction_denominator = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(64)],
+        help_text="One unit is numerator/denominator of a physical GPU: 1/1 whole, 1/7 a 1g MIG slice, 1/4 a GPU shared four ways.",
+    )
+    capacity_units = models.PositiveIntegerField(help_text="How many units the cluster has.")
+    node_labels = models.JSONField(default=dict, blank=True, help_text="Labels of the nodes that carry it.")
+    tolerations = models.JSONField(default=list, blank=True, help_text="Tolerations for the taints of those nodes.")
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def fraction(self) -> Fraction:
+        return Fraction(self.fraction_numerator, self.fraction_denominator)
+
+    @property
+    def fraction_display(self) -> str:
+        return "1 GPU" if self.fraction == 1 else f"{self.fraction} GPU"
+
+    def clean(self) -> None:
+        if self.fraction > 1:
+            raise ValidationError({"fraction_numerator": "One unit cannot be more than one physical GPU."})
+        if not isinstance(self.node_labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in self.node_labels.items()
+        ):
+            raise ValidationError({"node_labels": 'Node labels are an object of strings, e.g. {"gpu": "h100"}.'})
+        if not isinstance(self.tolerations, list) or not all(isinstance(t, dict) for t in self.tolerations):
+            raise ValidationError({"tolerations": 'Tolerations are a list of objects, e.g. [{"key": "gpu", "operator": "Exists"}].'})
+
+
+class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
+    def for_user(self, user: Any) -> QuotaRequestQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.sees_all_teams:
+            return self
+        return self.filter(team_id__in=list(user_team_roles(user)))
+
+
+class QuotaRequest(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        CANCELLED = "cancelled", "Cancelled"
+        EXPIRED = "expired", "Expired"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quota_requests")
+    requester = models.ForeignKey(User, on_delete=models.PROTECT, related_name="quota_requests")
+    justification = models.TextField()
+    ends_on = models.DateField(null=True, blank=True, help_text="Last day of temporary quota; empty for permanent.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    decided_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
+
+    objects = QuotaRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "status"])]
+
+    def __str__(self) -> str:
+        return f"request #{self.pk}"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == self.Status.PENDING
+
+
+class QuotaRequestLine(models.Model):
+    """A change to one flavor: positive to add units, negative to give them back."""
+
+    request = models.ForeignKey(QuotaRequest, on_delete=models.CASCADE, related_name="lines")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    units = models.IntegerField()
+
+    class Meta:
+        ordering = ["flavor__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["request", "flavor"], name="one_line_per_flavor"),
+            models.CheckConstraint(condition=~Q(units=0), name="line_units_not_zero"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.units:+d} {self.flavor}"
+
+
+class QuotaGrantQuerySet(models.QuerySet["QuotaGrant"]):
+    def for_user(self, user: Any) -> QuotaGrantQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.sees_all_teams:
+            return self
+        return self.filter(team_id__in=list(user_team_roles(user)))
+
+    def active(self, at: Any = None) -> QuotaGrantQuerySet:
+        at = at or timezone.now()
+        return self.filter(ended_at__isnull=True, valid_from__lte=at).filter(
+            Q(valid_until__isnull=True) | Q(valid_until__gt=at)
+        )
+
+
+class QuotaGrant(models.Model):
+    """What an approved request line gives a team. A team's guarantee is the sum of active ones."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="grants")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="grants")
+    units = models.IntegerField()
+    request = models.ForeignKey(QuotaRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="grants")
+    valid_from = models.DateTimeField(default=timezone.now)
+    valid_until = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True, help_text="When the portal recorded its end.")
+    ending_notice_sent_at = models.DateTimeField(null=True, blank=True)
+
+    objects = QuotaGrantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-valid_from", "-id"]
+        indexes = [models.Index(fields=["flavor", "ended_at"]), models.Index(fields=["team", "ended_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.units:+d} {self.flavor} for {self.team}"
+
+    @property
+    def is_active(self) -> bool:
+        now = timezone.now()
+        return self.ended_at is None and self.valid_from <= now and (self.valid_until is None or self.valid_until > now)

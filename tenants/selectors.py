@@ -1,0 +1,184 @@
+"""Reads about teams and quota. Each returns plain data or a queryset scoped by the caller."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, Prefetch, Q, QuerySet, Sum
+from django.utils import timezone
+
+from portal.models import AuditEvent
+from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team, user_team_roles
+
+
+def guarantees_by_flavor(*, team_ids: list[int] | None = None, permanent_only: bool = False) -> dict[tuple[int, int], int]:
+    """Active guaranteed units keyed by (team id, flavor id)."""
+    grants = QuotaGrant.objects.active()
+    if team_ids is not None:
+        grants = grants.filter(team_id__in=team_ids)
+    if permanent_only:
+        grants = grants.filter(valid_until__isnull=True)
+    rows = grants.values("team_id", "flavor_id").annotate(units=Sum("units"))
+    return {(row["team_id"], row["flavor_id"]): row["units"] for row in rows}
+
+
+def team_guarantees(*, team: Team, permanent_only: bool = False) -> dict[int, int]:
+    """The team's guaranteed units per flavor id."""
+    return {
+        flavor_id: units
+        for (_, flavor_id), units in guarantees_by_flavor(team_ids=[team.pk], permanent_only=permanent_only).items()
+    }
+
+
+def flavor_guaranteed_totals() -> dict[int, int]:
+    """Guaranteed units per flavor id, summed over every team."""
+    rows = QuotaGrant.objects.active().values("flavor_id").annotate(units=Sum("units"))
+    return {row["flavor_id"]: row["units"] or 0 for row in rows}
+
+
+@dataclass(frozen=True)
+class FlavorCapacity:
+    flavor: Flavor
+    capacity: int
+    guaranteed: int
+    team_guaranteed: int | None = None
+
+    @property
+    def free(self) -> int:
+        return max(self.capacity - self.guaranteed, 0)
+
+    @property
+    def percent(self) -> int:
+        return min(round(100 * self.guaranteed / self.capacity), 100) if self.capacity else 0
+
+    @property
+    def team_percent(self) -> int:
+        if not self.capacity or not self.team_guaranteed:
+            return 0
+        return min(round(100 * self.team_guaranteed / self.capacity), 100)
+
+
+def flavor_capacities(*, team: Team | None = None) -> list[FlavorCapacity]:
+    totals = flavor_guaranteed_totals()
+    mine = team_guarantees(team=team) if team else {}
+    return [
+        FlavorCapacity(
+            flavor=flavor,
+            capacity=flavor.capacity_units,
+            guaranteed=totals.get(flavor.pk, 0),
+            team_guaranteed=mine.get(flavor.pk, 0) if team else None,
+        )
+        for flavor in Flavor.objects.filter(is_active=True)
+    ]
+
+
+def quota_requests_with_lines(queryset: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
+    return queryset.select_related("team", "requester", "decided_by").prefetch_related(
+        Prefetch("lines", queryset=QuotaRequestLine.objects.select_related("flavor"))
+    )
+
+
+def quota_requests_for_user(*, user: Any, status: str | None = None, team: Team | None = None) -> QuerySet[QuotaRequest]:
+    requests = QuotaRequest.objects.for_user(user)
+    if status:
+        requests = requests.filter(status=status)
+    if team is not None:
+        requests = requests.filter(team=team)
+    return quota_requests_with_lines(requests)
+
+
+def approvals_inbox(*, user: Any) -> QuerySet[QuotaRequest]:
+    """Pending requests this user may decide: their led teams, or every team for an admin."""
+    pending = QuotaRequest.objects.filter(status=QuotaRequest.Status.PENDING)
+    if not (user.is_platform_admin or user.is_superuser):
+        led = [team_id for team_id, role in user_team_roles(user).items() if role == Membership.Role.LEAD]
+        pending = pending.filter(team_id__in=led)
+    return quota_requests_with_lines(pending).order_by("created_at", "id")
+
+
+def teams_for_user(*, user: Any) -> QuerySet[Team]:
+    return Team.objects.for_user(user).annotate(
+        member_count=Count("memberships", distinct=True),
+        pending_count=Count("quota_requests", filter=Q(quota_requests__status=QuotaRequest.Status.PENDING), distinct=True),
+    )
+
+
+def team_members(*, team: Team) -> QuerySet[Membership]:
+    return team.memberships.select_related("user").order_by("-role", "user__username")
+
+
+def team_active_grants(*, team: Team) -> QuerySet[QuotaGrant]:
+    return team.grants.active().select_related("flavor", "request").order_by("flavor__name", "valid_until")
+
+
+def team_guarantee_rows(*, team: Team) -> list[tuple[Flavor, int]]:
+    guarantees = team_guarantees(team=team)
+    flavors = Flavor.objects.filter(pk__in=guarantees).order_by("name")
+    return [(flavor, guarantees[flavor.pk]) for flavor in flavors]
+
+
+def audit_events_for_user(*, user: Any, team: Team | None = None) -> QuerySet[AuditEvent]:
+    events = AuditEvent.objects.select_related("actor")
+    if team is not None:
+        return events.filter(team_id=team.pk)
+    if not getattr(user, "is_authenticated", False):
+        return events.none()
+    if user.sees_all_teams:
+        return events
+    return events.filter(Q(team_id__in=list(user_team_roles(user))) | Q(actor=user))
+
+
+@dataclass(frozen=True)
+class QuotaPreview:
+    """What the request form shows as the user types: where this flavor stands for the team."""
+
+    flavor: Flavor
+    capacity: int
+    guaranteed_all_teams: int
+    team_guaranteed: int
+    team_permanent: int
+    units: int
+
+    @property
+    def free(self) -> int:
+        return max(self.capacity - self.guaranteed_all_teams, 0)
+
+    @property
+    def team_after(self) -> int:
+        return self.team_guaranteed + self.units
+
+    @property
+    def fits(self) -> bool:
+        if self.units < 0:
+            return self.team_permanent + self.units >= 0
+        return self.units <= self.free
+
+
+def quota_preview(*, team: Team, flavor: Flavor, units: int) -> QuotaPreview:
+    guarantees = team_guarantees(team=team)
+    permanent = team_guarantees(team=team, permanent_only=True)
+    return QuotaPreview(
+        flavor=flavor,
+        capacity=flavor.capacity_units,
+        guaranteed_all_teams=flavor_guaranteed_totals().get(flavor.pk, 0),
+        team_guaranteed=guarantees.get(flavor.pk, 0),
+        team_permanent=permanent.get(flavor.pk, 0),
+        units=units,
+    )
+
+
+def grants_ending_between(*, start: Any, end: Any) -> QuerySet[QuotaGrant]:
+    return QuotaGrant.objects.filter(ended_at__isnull=True, valid_until__gt=start, valid_until__lte=end)
+
+
+def grants_past_end(*, now: Any = None) -> QuerySet[QuotaGrant]:
+    return QuotaGrant.objects.filter(ended_at__isnull=True, valid_until__lte=now or timezone.now())
+
+
+def team_leads(*, team_ids: list[int]) -> dict[int, list[Any]]:
+    leads: dict[int, list[Any]] = defaultdict(list)
+    for membership in Membership.objects.filter(team_id__in=team_ids, role=Membership.Role.LEAD).select_related("user"):
+        leads[membership.team_id].append(membership.user)
+    return leads

@@ -1,0 +1,451 @@
+"""Every write about teams and quota. Each checks who asks and the state it changes, runs in a
+transaction, writes the audit event and notifications, and queues cluster work after commit."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from portal.audit import audit_record
+from portal.errors import DomainError, StateConflict
+from portal.models import User
+from portal.notifications import notify
+from tenants import rules, selectors
+from tenants.models import (
+    Flavor,
+    Membership,
+    QuotaGrant,
+    QuotaRequest,
+    QuotaRequestLine,
+    Team,
+    forget_team_roles,
+)
+
+GRANT_ENDING_NOTICE = dt.timedelta(days=3)
+TEAM_FIELDS = ("name", "cost_center", "description")
+
+
+def _require(allowed: bool) -> None:
+    if not allowed:
+        raise PermissionDenied
+
+
+def _on_team_change(team_id: int) -> None:
+    """Everything that changes what a team should have in the cluster ends here."""
+    from tenants import tasks
+
+    transaction.on_commit(lambda: tasks.team_reconcile.delay(team_id))
+
+
+# --- Teams and memberships ------------------------------------------------------------------
+
+
+@transaction.atomic
+def team_create(*, actor: User, slug: str, name: str, cost_center: str = "", description: str = "") -> Team:
+    _require(actor.has_perm("tenants.manage_teams"))
+    team = Team(slug=slug.strip(), name=name.strip(), cost_center=cost_center.strip(), description=description.strip())
+    team.full_clean()
+    team.save()
+    audit_record(actor=actor, action="team.created", obj=team, team_id=team.pk,
+                 message=f"{actor.username} created team {team.slug} ({team.name})")
+    _on_team_change(team.pk)
+    return team
+
+
+@transaction.atomic
+def team_update(*, actor: User, team: Team, **changes: str) -> Team:
+    _require(actor.has_perm("tenants.manage_members", team))
+    unknown = set(changes) - set(TEAM_FIELDS)
+    if unknown:
+        raise DomainError(f"These team fields cannot be changed here: {', '.join(sorted(unknown))}.")
+    changed = {field: value for field, value in changes.items() if getattr(team, field) != value}
+    if not changed:
+        return team
+    for field, value in changed.items():
+        setattr(team, field, value)
+    team.full_clean()
+    team.save(update_fields=list(changed))
+    audit_record(actor=actor, action="team.updated", obj=team, team_id=team.pk, data=changed,
+                 message=f"{actor.username} changed {', '.join(sorted(changed))} of team {team.slug}")
+    _on_team_change(team.pk)
+    return team
+
+
+def _last_lead(membership: Membership) -> bool:
+    return (
+        membership.role == Membership.Role.LEAD
+        and not Membership.objects.filter(team_id=membership.team_id, role=Membership.Role.LEAD)
+        .exclude(pk=membership.pk)
+        .exists()
+    )
+
+
+@transaction.atomic
+def membership_add(*, actor: User, team: Team, user: User, role: str = Membership.Role.MEMBER) -> Membership:
+    _require(actor.has_perm("tenants.manage_members", team))
+    if role not in Membership.Role.values:
+        raise DomainError(f"“{role}” is not a role; choose member or lead.", field="role")
+    if not user.is_active:
+        raise DomainError(f"{user.username} is deactivated and cannot join a team.", field="user")
+    if Membership.objects.filter(team=team, user=user).exists():
+        raise DomainError(f"{user.username} is already in {team.slug}.", field="user")
+    membership = Membership.objects.create(team=team, user=user, role=role)
+    forget_team_roles(user)
+    audit_record(actor=actor, action="membership.added", obj=membership, team_id=team.pk,
+                 message=f"{actor.username} added {user.username} to {team.slug} as {membership.get_role_display().lower()}")
+    notify(recipients=[user], message=f"{actor.username} added you to team {team.name}.",
+           url=reverse("tenants:team-detail", args=[team.slug]))
+    _on_team_change(team.pk)
+    return membership
+
+
+@transaction.atomic
+def membership_set_role(*, actor: User, membership: Membership, role: str) -> Membership:
+    _require(actor.has_perm("tenants.manage_members", membership.team))
+    if role not in Membership.Role.values:
+        raise DomainError(f"“{role}” is not a role; choose member or lead.", field="role")
+    membership = Membership.objects.select_for_update().get(pk=membership.pk)
+    if membership.role == role:
+        return membership
+    if _last_lead(membership):
+        raise DomainError(f"{membership.user.username} is the only lead of {membership.team.slug}; make someone else lead first.")
+    membership.role = role
+    membership.save(update_fields=["role"])
+    forget_team_roles(membership.user)
+    audit_record(actor=actor, action="membership.role_changed", obj=membership, team_id=membership.team_id,
+                 message=f"{actor.username} made {membership.user.username} {membership.get_role_display().lower()} of {membership.team.slug}")
+    _on_team_change(membership.team_id)
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, actor: User, membership: Membership) -> None:
+    _require(actor.has_perm("tenants.manage_members", membership.team))
+    if _last_lead(membership):
+        raise DomainError(f"{membership.user.username} is the only lead of {membership.team.slug}; make someone else lead first.")
+    team, user = membership.team, membership.user
+    audit_record(actor=actor, action="membership.removed", obj=membership, team_id=team.pk,
+                 message=f"{actor.username} removed {user.username} from {team.slug}")
+    membership.delete()
+    forget_team_roles(user)
+    _on_team_change(team.pk)
+
+
+# --- Flavors --------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def flavor_save(*, actor: User, flavor: Flavor) -> Flavor:
+    """Creates or updates a flavor. Capacity may not drop below what teams are guaranteed."""
+    _require(actor.has_perm("tenants.manage_flavors"))
+    flavor.full_clean()
+    created = flavor.pk is None
+    if not created:
+        guaranteed = selectors.flavor_guaranteed_totals().get(flavor.pk, 0)
+        if flavor.capacity_units < guaranteed:
+            raise DomainError(
+                f"{flavor.name}: teams are guaranteed {guaranteed} units, so capacity cannot drop to "
+                f"{flavor.capacity_units}. Lower their grants first.",
+                field="capacity_units",
+            )
+    flavor.save()
+    audit_record(actor=actor, action="flavor.created" if created else "flavor.updated", obj=flavor,
+                 message=f"{actor.username} {'added' if created else 'updated'} flavor {flavor.name} "
+                 f"({flavor.capacity_units} × {flavor.resource_name})")
+    team_ids = set(QuotaGrant.objects.active().filter(flavor=flavor).values_list("team_id", flat=True))
+    for team_id in team_ids:
+        _on_team_change(team_id)
+    return flavor
+
+
+# --- Quota requests -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LineInput:
+    flavor: Flavor
+    units: int
+
+
+def describe_lines(lines: Iterable[Any]) -> str:
+    return ", ".join(f"{line.units:+d} {line.flavor.name}" for line in lines)
+
+
+def _until(ends_on: dt.date | None) -> str:
+    return f" until {ends_on.isoformat()}" if ends_on else ""
+
+
+def _end_of_day(day: dt.date) -> dt.datetime:
+    """Temporary quota lasts through its last day, in the site's time zone."""
+    zone = ZoneInfo(settings.TIME_ZONE)
+    return dt.datetime.combine(day + dt.timedelta(days=1), dt.time.min, tzinfo=zone)
+
+
+def _check_lines(*, team: Team, lines: Sequence[LineInput], ends_on: dt.date | None) -> None:
+    if not lines:
+        raise DomainError("Add at least one flavor with a number of units.", field="lines")
+    seen: set[int] = set()
+    for line in lines:
+        if line.flavor.pk in seen:
+            raise DomainError(f"{line.flavor.name} appears twice; put all its units on one line.", field="lines")
+        seen.add(line.flavor.pk)
+        if line.units == 0:
+            raise DomainError(f"{line.flavor.name}: ask for a number of units other than 0.", field="lines")
+        if not line.flavor.is_active:
+            raise DomainError(f"{line.flavor.name} is retired and cannot be requested.", field="lines")
+        if ends_on and line.units < 0:
+            raise DomainError("Quota can only be lowered permanently; leave the end date empty to give units back.",
+                              field="ends_on")
+    preview_for = {line.flavor.pk: selectors.quota_preview(team=team, flavor=line.flavor, units=line.units) for line in lines}
+    for line in lines:
+        preview = preview_for[line.flavor.pk]
+        if line.units < 0 and not preview.fits:
+            raise DomainError(
+                f"{line.flavor.name}: {team.slug} holds {preview.team_permanent} permanent units, "
+                f"so it can give back at most {preview.team_permanent}; temporary grants end on their own.",
+                field="lines",
+            )
+        if line.units > 0 and preview.team_guaranteed + line.units > preview.capacity:
+            raise DomainError(
+                f"{line.flavor.name}: the cluster has {preview.capacity} units in all and {team.slug} already holds "
+                f"{preview.team_guaranteed}, so at most {preview.capacity - preview.team_guaranteed} more can ever be granted.",
+                field="lines",
+            )
+
+
+@transaction.atomic
+def quota_request_create(
+    *, requester: User, team: Team, lines: Sequence[LineInput], justification: str, ends_on: dt.date | None = None
+) -> QuotaRequest:
+    _require(requester.has_perm("tenants.request_quota", team))
+    justification = justification.strip()
+    if not justification:
+        raise DomainError("Say why the team needs this: the lead decides on it.", field="justification")
+    if ends_on is not None and ends_on <= timezone.localdate():
+        raise DomainError("The end date must be after today.", field="ends_on")
+    _check_lines(team=team, lines=lines, ends_on=ends_on)
+    quota_request = QuotaRequest.objects.create(team=team, requester=requester, justification=justification, ends_on=ends_on)
+    QuotaRequestLine.objects.bulk_create(
+        [QuotaRequestLine(request=quota_request, flavor=line.flavor, units=line.units) for line in lines]
+    )
+    summary = f"{describe_lines(lines)} for {team.slug}{_until(ends_on)}"
+    audit_record(actor=requester, action="quota_request.created", obj=quota_request, team_id=team.pk,
+                 message=f"{requester.username} requested {summary} (request #{quota_request.pk})")
+    leads = selectors.team_leads(team_ids=[team.pk])[team.pk]
+    notify(recipients=[lead for lead in leads if lead.pk != requester.pk],
+           message=f"{requester.username} asks for {summary} (request #{quota_request.pk}).",
+           url=reverse("tenants:approvals"))
+    return quota_request
+
+
+def _locked_pending(quota_request: QuotaRequest, verb: str) -> QuotaRequest:
+    locked = QuotaRequest.objects.select_for_update().select_related("team", "requester").get(pk=quota_request.pk)
+    if locked.status != QuotaRequest.Status.PENDING:
+        raise StateConflict(f"Request #{locked.pk} is {locked.get_status_display().lower()}; only a pending request can be {verb}.")
+    return locked
+
+
+def _sync_caller_copy(original: QuotaRequest, locked: QuotaRequest) -> QuotaRequest:
+    for field in ("status", "decided_by_id", "decided_at", "decision_note"):
+        setattr(original, field, getattr(locked, field))
+    return locked
+
+
+@transaction.atomic
+def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: str = "") -> QuotaRequest:
+    _require(approver.has_perm("tenants.decide_quotarequest", quota_request))
+    locked = _locked_pending(quota_request, "approved")
+    lines = list(locked.lines.select_related("flavor"))
+    # Lock the flavors (in id order, so two approvals cannot deadlock) before reading the totals:
+    # two leads approving at once must not overcommit a flavor between them.
+    flavors = {f.pk: f for f in Flavor.objects.select_for_update().filter(pk__in=[l.flavor_id for l in lines]).order_by("pk")}
+    totals = selectors.flavor_guaranteed_totals()
+    permanent = selectors.team_guarantees(team=locked.team, permanent_only=True)
+    problems = []
+    for line in lines:
+        flavor = flavors[line.flavor_id]
+        if line.units > 0:
+            held = totals.get(flavor.pk, 0)
+            if held + line.units > flavor.capacity_units:
+                room = max(flavor.capacity_units - held, 0)
+                problems.append(
+                    f"{flavor.name} has {flavor.capacity_units} units and teams already hold {held}; "
+                    f"+{line.units} would make {held + line.units}, so at most {room} more can be approved"
+                )
+        elif permanent.get(flavor.pk, 0) + line.units < 0:
+            problems.append(
+                f"{locked.team.slug} now holds {permanent.get(flavor.pk, 0)} permanent {flavor.name}, "
+                f"so {line.units} would go below zero"
+            )
+    if problems:
+        raise DomainError(f"Cannot approve request #{locked.pk}: " + "; ".join(problems) + ".")
+    now = timezone.now()
+    valid_until = _end_of_day(locked.ends_on) if locked.ends_on else None
+    QuotaGrant.objects.bulk_create(
+        [QuotaGrant(team=locked.team, flavor=line.flavor, units=line.units, request=locked, valid_from=now, valid_until=valid_until)
+         for line in lines]
+    )
+    locked.status = QuotaRequest.Status.APPROVED
+    locked.decided_by, locked.decided_at, locked.decision_note = approver, now, note.strip()
+    locked.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
+    summary = f"{describe_lines(lines)} for {locked.team.slug}{_until(locked.ends_on)}"
+    audit_record(actor=approver, action="quota_request.approved", obj=locked, team_id=locked.team_id,
+                 data={"note": locked.decision_note},
+                 message=f"{approver.username} approved request #{locked.pk}: {summary}")
+    notify(recipients=[locked.requester],
+           message=f"{approver.username} approved your request #{locked.pk}: {summary}."
+           + (f" Note: {locked.decision_note}" if locked.decision_note else ""),
+           url=reverse("tenants:team-detail", args=[locked.team.slug]))
+    _on_team_change(locked.team_id)
+    return _sync_caller_copy(quota_request, locked)
+
+
+@transaction.atomic
+def quota_request_reject(*, quota_request: QuotaRequest, approver: User, note: str = "") -> QuotaRequest:
+    _require(approver.has_perm("tenants.decide_quotarequest", quota_request))
+    locked = _locked_pending(quota_request, "rejected")
+    locked.status = QuotaRequest.Status.REJECTED
+    locked.decided_by, locked.decided_at, locked.decision_note = approver, timezone.now(), note.strip()
+    locked.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
+    reason = f": {locked.decision_note}" if locked.decision_note else ""
+    audit_record(actor=approver, action="quota_request.rejected", obj=locked, team_id=locked.team_id,
+                 data={"note": locked.decision_note},
+                 message=f"{approver.username} rejected request #{locked.pk} for {locked.team.slug}{reason}")
+    notify(recipients=[locked.requester],
+           message=f"{approver.username} rejected your request #{locked.pk}{reason}.",
+           url=reverse("tenants:team-detail", args=[locked.team.slug]))
+    return _sync_caller_copy(quota_request, locked)
+
+
+@transaction.atomic
+def quota_request_cancel(*, quota_request: QuotaRequest, actor: User) -> QuotaRequest:
+    _require(actor.has_perm("tenants.cancel_quotarequest", quota_request))
+    locked = _locked_pending(quota_request, "cancelled")
+    locked.status = QuotaRequest.Status.CANCELLED
+    locked.decided_by, locked.decided_at = actor, timezone.now()
+    locked.save(update_fields=["status", "decided_by", "decided_at"])
+    audit_record(actor=actor, action="quota_request.cancelled", obj=locked, team_id=locked.team_id,
+                 message=f"{actor.username} cancelled request #{locked.pk} for {locked.team.slug}")
+    return _sync_caller_copy(quota_request, locked)
+
+
+# --- Expiry ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExpiryResult:
+    ended: int
+    warned: int
+
+
+@transaction.atomic
+def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
+    """Ends grants whose time is up and warns about those ending within three days.
+
+    Safe to run at any time and more than once: rows are locked and each grant ends once.
+    """
+    now = now or timezone.now()
+    due = list(selectors.grants_past_end(now=now).select_for_update(skip_locked=True).select_related("team", "flavor", "request"))
+    for grant in due:
+        grant.ended_at = now
+    QuotaGrant.objects.bulk_update(due, ["ended_at"])
+    leads = selectors.team_leads(team_ids=[g.team_id for g in due])
+    for grant in due:
+        audit_record(actor=None, action="quota_grant.ended", obj=grant, team_id=grant.team_id,
+                     message=f"Temporary grant of {grant.units:+d} {grant.flavor.name} for {grant.team.slug} ended"
+                     + (f" (request #{grant.request_id})" if grant.request_id else ""))
+        recipients = list(leads[grant.team_id]) + ([grant.request.requester] if grant.request else [])
+        notify(recipients=recipients,
+               message=f"The temporary grant of {grant.units:+d} {grant.flavor.name} for {grant.team.name} has ended.",
+               url=reverse("tenants:team-detail", args=[grant.team.slug]))
+        _on_team_change(grant.team_id)
+    ended_requests = {g.request_id for g in due if g.request_id}
+    if ended_requests:
+        still_running = set(
+            QuotaGrant.objects.filter(request_id__in=ended_requests, ended_at__isnull=True).values_list("request_id", flat=True)
+        )
+        QuotaRequest.objects.filter(pk__in=ended_requests - still_running, status=QuotaRequest.Status.APPROVED).update(
+            status=QuotaRequest.Status.EXPIRED
+        )
+
+    ending = list(
+        selectors.grants_ending_between(start=now, end=now + GRANT_ENDING_NOTICE)
+        .filter(ending_notice_sent_at__isnull=True)
+        .select_for_update(skip_locked=True)
+        .select_related("team", "flavor", "request__requester")
+    )
+    leads = selectors.team_leads(team_ids=[g.team_id for g in ending])
+    for grant in ending:
+        grant.ending_notice_sent_at = now
+        last_day = timezone.localtime(grant.valid_until - dt.timedelta(seconds=1)).date()  # type: ignore[operator]
+        recipients = list(leads[grant.team_id]) + ([grant.request.requester] if grant.request else [])
+        notify(recipients=recipients,
+               message=f"The temporary grant of {grant.units:+d} {grant.flavor.name} for {grant.team.name} ends after {last_day.isoformat()}.",
+               url=reverse("tenants:team-detail", args=[grant.team.slug]))
+    QuotaGrant.objects.bulk_update(ending, ["ending_notice_sent_at"])
+    return ExpiryResult(ended=len(due), warned=len(ending))
+
+
+def parse_units(value: Any, *, flavor: Flavor) -> int:
+    try:
+        units = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise DomainError(f"{flavor.name}: “{value}” is not a whole number of units.", field="lines") from None
+    return units
+
+
+def validation_message(error: ValidationError) -> str:
+    if hasattr(error, "message_dict"):
+        return " ".join(f"{msg}" for msgs in error.message_dict.values() for msg in msgs)
+    return " ".join(error.messages)
+
+
+@transaction.atomic
+def memberships_sync_from_groups(*, user: User, groups: Sequence[str]) -> None:
+    """Makes the user's memberships match the identity provider's team groups.
+
+    "<prefix><slug>" makes a member and "<prefix><slug><lead suffix>" a lead. Teams the claims
+    name but the portal does not have are ignored: a platform admin creates teams.
+    """
+    prefix, lead_suffix = settings.OIDC_TEAM_GROUP_PREFIX, settings.OIDC_TEAM_LEAD_SUFFIX
+    wanted: dict[str, str] = {}
+    for group in groups:
+        if not group.startswith(prefix):
+            continue
+        name = group[len(prefix):]
+        if lead_suffix and name.endswith(lead_suffix):
+            wanted[name[: -len(lead_suffix)]] = Membership.Role.LEAD
+        else:
+            wanted.setdefault(name, Membership.Role.MEMBER)
+    teams = {team.slug: team for team in Team.objects.filter(slug__in=wanted)}
+    current = {m.team.slug: m for m in Membership.objects.filter(user=user).select_related("team")}
+    for slug, membership in current.items():
+        if slug not in teams:
+            audit_record(actor=None, action="membership.removed", obj=membership, team_id=membership.team_id,
+                         message=f"{user.username} left {slug}: the identity provider no longer lists the group")
+            membership.delete()
+            _on_team_change(membership.team_id)
+    for slug, team in teams.items():
+        role = wanted[slug]
+        membership = current.get(slug)
+        if membership is None:
+            membership = Membership.objects.create(team=team, user=user, role=role)
+            audit_record(actor=None, action="membership.added", obj=membership, team_id=team.pk,
+                         message=f"{user.username} joined {slug} as {membership.get_role_display().lower()} through single sign-on")
+            _on_team_change(team.pk)
+        elif membership.role != role:
+            membership.role = role
+            membership.save(update_fields=["role"])
+            audit_record(actor=None, action="membership.role_changed", obj=membership, team_id=team.pk,
+                         message=f"{user.username} is now {membership.get_role_display().lower()} of {slug} through single sign-on")
+            _on_team_change(team.pk)
+    forget_team_roles(user)
