@@ -146,9 +146,9 @@ STORAGES = {
     },
 }
 
-LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "dashboard"
-LOGOUT_REDIRECT_URL = "login"
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
 
 # --- Security (production) ---------------------------------------------------------------
 if PRODUCTION:
@@ -180,6 +180,7 @@ if OIDC_ENABLED:
     OIDC_OP_TOKEN_ENDPOINT = env("OIDC_OP_TOKEN_ENDPOINT")
     OIDC_OP_USER_ENDPOINT = env("OIDC_OP_USER_ENDPOINT")
     OIDC_OP_JWKS_ENDPOINT = env("OIDC_OP_JWKS_ENDPOINT")
+    OIDC_OP_ISSUER = env("OIDC_OP_ISSUER")
     OIDC_OP_LOGOUT_URL_METHOD = ""
 # Group claims map to roles: a group in OIDC_ADMIN_GROUPS makes a platform admin, one in
 # OIDC_FINANCE_GROUPS finance; "<prefix><slug>" a team member and "<prefix><slug><lead suffix>"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import SuspiciousOperation
 from django.db import transaction
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
@@ -13,6 +14,18 @@ from tenants.services import memberships_sync_from_groups
 
 
 class PortalOIDCBackend(OIDCAuthenticationBackend):
+    def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
+        payload = super().verify_token(token, **kwargs)
+        # The library checks the signature and nonce but not who the token was issued for.
+        audience = payload.get("aud")
+        audiences = audience if isinstance(audience, list) else [audience]
+        if settings.OIDC_RP_CLIENT_ID not in audiences:
+            raise SuspiciousOperation("The ID token was issued for another client.")
+        issuer = getattr(settings, "OIDC_OP_ISSUER", "")
+        if issuer and payload.get("iss") != issuer:
+            raise SuspiciousOperation("The ID token comes from an unexpected issuer.")
+        return payload
+
     def filter_users_by_claims(self, claims: dict[str, Any]) -> Any:
         username = claims.get("preferred_username") or claims.get("sub")
         return self.UserModel.objects.filter(username=username)

@@ -1,0 +1,101 @@
+"""What every deployment relies on: settings from the environment, health, metrics, logs, tokens."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from portal import tokens
+from portal.errors import DomainError
+from portal.models import ApiToken
+from portal.observability import RequestIdFilter, request_id_var
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "ALLOWED_HOSTS"}}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("missing", ["SECRET_KEY", "DATABASE_URL", "REDIS_URL", "SITE_URL"])
+def test_production_refuses_to_start_and_names_the_missing_value(missing, tmp_path):
+    env = {
+        "PORTAL_PRODUCTION": "1", "PORTAL_VAR_DIR": str(tmp_path), "SECRET_KEY": "x" * 60,
+        "DATABASE_URL": "postgres://u@127.0.0.1:1/db", "REDIS_URL": "redis://127.0.0.1:1/0",
+        "SITE_URL": "https://portal.example.com", "ALLOWED_HOSTS": "portal.example.com",
+    }
+    del env[missing]
+    result = run_check(env)
+    assert result.returncode != 0
+    assert f"{missing} is not set" in result.stderr
+
+
+def test_embedded_defaults_need_no_environment(tmp_path):
+    result = run_check({"PORTAL_VAR_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+
+
+def test_health_answers_with_the_database_state(client, db):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok"}
+
+
+def test_metrics_count_requests_by_route_not_by_path(client, db):
+    client.get("/healthz")
+    body = client.get("/metrics").content.decode()
+    assert 'portal_http_requests_total{method="GET",route="healthz",status="2xx"}' in body
+    assert "portal_http_request_duration_seconds_bucket" in body
+
+
+def test_every_response_carries_a_request_id_and_keeps_a_sane_incoming_one(client, db):
+    assert len(client.get("/healthz")["X-Request-ID"]) == 32
+    assert client.get("/healthz", HTTP_X_REQUEST_ID="abc-123")["X-Request-ID"] == "abc-123"
+    assert client.get("/healthz", HTTP_X_REQUEST_ID="bad id\n")["X-Request-ID"] != "bad id\n"
+
+
+def test_production_logs_are_one_json_object_per_line_with_the_request_id(settings):
+    from pythonjsonlogger.json import JsonFormatter
+
+    config = settings.LOGGING["formatters"]["json"]
+    formatter = JsonFormatter(config["fmt"], rename_fields=config["rename_fields"])
+    record = logging.LogRecord("tenants", logging.INFO, __file__, 1, "approved %s", ("#12",), None)
+    token = request_id_var.set("req-1")
+    try:
+        RequestIdFilter().filter(record)
+    finally:
+        request_id_var.reset(token)
+    line = formatter.format(record)
+
+    assert "\n" not in line
+    parsed = json.loads(line)
+    assert (parsed["level"], parsed["logger"], parsed["message"], parsed["request_id"]) == ("INFO", "tenants", "approved #12", "req-1")
+
+
+@pytest.mark.django_db
+def test_api_tokens_are_shown_once_stored_hashed_and_expire(member):
+    token, secret = tokens.api_token_create(user=member, name="laptop", expires_in_days=30)
+    assert secret.startswith("gpp_") and secret not in token.digest
+    assert ApiToken.objects.usable().get() == token
+    token.expires_at = timezone.now() - dt.timedelta(seconds=1)
+    token.save()
+    assert not ApiToken.objects.usable().exists()
+    assert token.status == "expired"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("name", "days", "message"), [("", 30, "Give the token a name"), ("x", 0, "1 to 365 days"), ("x", 400, "1 to 365 days")])
+def test_api_tokens_need_a_name_and_a_bounded_expiry(member, name, days, message):
+    with pytest.raises(DomainError, match=message):
+        tokens.api_token_create(user=member, name=name, expires_in_days=days)
