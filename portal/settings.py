@@ -246,6 +246,8 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "quota-grants-expire": {"task": "tenants.tasks.quota_grants_expire", "schedule": 60.0},
+    "cluster-reconcile": {"task": "tenants.tasks.cluster_reconcile", "schedule": 120.0},
+    "simulated-cluster-tick": {"task": "portal.tasks.simulated_cluster_tick", "schedule": 5.0},
 }
 
 # --- Email ---------------------------------------------------------------------------------
@@ -281,3 +283,15 @@ LOGGING = {
 
 # --- The cluster gateway ---------------------------------------------------------------------
 PORTAL_CLUSTER = env("PORTAL_CLUSTER", "simulated")  # "simulated" or "kubernetes"
+KUBECONFIG = env("KUBECONFIG")
+KUBE_CONTEXT = env("KUBE_CONTEXT")
+KUBE_IN_CLUSTER = env_bool("KUBE_IN_CLUSTER", False)
+KUBE_QPS = float(env("KUBE_QPS", "50"))
+KUBE_BURST = int(env("KUBE_BURST", "100"))
+# The Kueue cohort every team's ClusterQueue joins, so idle quota can be borrowed across teams.
+PORTAL_COHORT = env("PORTAL_COHORT", "gpu-portal")
+# Namespace of the ingress controller: the only outside source a team's NetworkPolicy admits.
+PORTAL_INGRESS_NAMESPACE = env("PORTAL_INGRESS_NAMESPACE", "ingress-nginx")
+# How the cluster names people who log in with OIDC (the apiserver's --oidc-username-prefix);
+# the team RoleBinding grants members read access to their pods and logs under that name.
+PORTAL_CLUSTER_USER_PREFIX = env("PORTAL_CLUSTER_USER_PREFIX", "oidc:")

@@ -65,6 +65,20 @@ class Team(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     members = models.ManyToManyField(User, through="Membership", related_name="teams")
 
+    # Sharing policy: by default a team borrows idle capacity of the cohort and lends its own.
+    may_borrow = models.BooleanField(default=True, help_text="May run on other teams' idle quota (preemptible).")
+    lends_idle = models.BooleanField(default=True, help_text="Lets other teams use its idle quota until it needs it back.")
+    cpu_limit_cores = models.PositiveIntegerField(default=64, help_text="Backstop: CPU cores all pods may request.")
+    memory_limit_gib = models.PositiveIntegerField(default=512, help_text="Backstop: memory (GiB) all pods may request.")
+    pod_limit = models.PositiveIntegerField(default=100, help_text="Backstop: pods at once.")
+
+    # Cluster sync: every change bumps config_version; a reconcile that applied everything it
+    # read at version N records N. In sync means applied_version == config_version.
+    config_version = models.PositiveBigIntegerField(default=1)
+    applied_version = models.PositiveBigIntegerField(default=0)
+    synced_at = models.DateTimeField(null=True, blank=True)
+    sync_error = models.TextField(blank=True)
+
     objects = TeamQuerySet.as_manager()
 
     class Meta:
@@ -76,6 +90,23 @@ class Team(models.Model):
     @property
     def namespace(self) -> str:
         return self.slug
+
+    class SyncState(models.TextChoices):
+        IN_SYNC = "in_sync", "In sync"
+        APPLYING = "applying", "Applying"
+        ERROR = "error", "Error"
+
+    @property
+    def sync_state(self) -> str:
+        if self.sync_error:
+            return self.SyncState.ERROR
+        if self.applied_version < self.config_version:
+            return self.SyncState.APPLYING
+        return self.SyncState.IN_SYNC
+
+    @property
+    def sync_state_display(self) -> str:
+        return self.SyncState(self.sync_state).label
 
 
 class Membership(models.Model):

@@ -1,11 +1,311 @@
-"""Level-triggered reconcile of a team to the cluster."""
+"""Level-triggered reconcile of teams to the cluster.
+
+The database says what each team should have; the builders in tenants/manifests.py turn that
+into objects; this module makes the cluster hold them. It never asks what event woke it, so
+running it twice, concurrently, late or after a crash ends in the same state.
+
+- `team_reconcile` (after every change of a team): server-side apply of the team's objects.
+- `cluster_reconcile` (periodic): one list per kind of everything the portal owns, compared
+  with what is wanted; only what differs is applied, and what is no longer wanted is deleted.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db.models import F
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from portal.kube import KubeError, ObjectRef, gateway, ref_of
+from portal.kube.simulated import SimulatedGateway
+from tenants import manifests, selectors
+from tenants.models import Flavor, Membership, Team
 
 log = logging.getLogger(__name__)
 
+MANAGED = {manifests.MANAGED_BY_LABEL: manifests.MANAGER}
+# Every kind the portal owns, in the order objects are created (and the reverse for deletion).
+OWNED_KINDS: tuple[tuple[str, str], ...] = (
+    (manifests.KUEUE, "ResourceFlavor"),
+    (manifests.KUEUE, "WorkloadPriorityClass"),
+    ("scheduling.k8s.io/v1", "PriorityClass"),
+    ("v1", "Namespace"),
+    ("v1", "ResourceQuota"),
+    ("v1", "LimitRange"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    (manifests.KUEUE, "ClusterQueue"),
+    (manifests.KUEUE, "LocalQueue"),
+)
 
-def team_reconcile(*, team_id: int) -> None:
-    log.info("team %s: nothing to reconcile until the cluster gateway exists", team_id)
+
+def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
+    return manifests.FlavorSpec(
+        name=flavor.slug, resource_name=flavor.resource_name, capacity=flavor.capacity_units,
+        node_labels=dict(flavor.node_labels), tolerations=tuple(flavor.tolerations),
+    )
+
+
+def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, manifests.TeamSpec]]:
+    """The desired state of the given teams (all when None), read in four queries."""
+    teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=list(team_ids))
+    teams_by_id = {team.pk: team for team in teams}
+    flavors = [flavor_spec(f) for f in Flavor.objects.filter(is_active=True).order_by("pk")]
+    flavor_ids = dict(Flavor.objects.filter(is_active=True).values_list("slug", "pk"))
+    guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
+    members: dict[int, list[str]] = defaultdict(list)
+    for team_id, username in Membership.objects.filter(team_id__in=list(teams_by_id)).values_list("team_id", "user__username"):
+        members[team_id].append(username)
+    specs = {}
+    for team in teams_by_id.values():
+        specs[team.pk] = (team, manifests.TeamSpec(
+            slug=team.slug,
+            quotas=tuple(
+                manifests.FlavorQuota(flavor=f, nominal=max(guarantees.get((team.pk, flavor_ids[f.name]), 0), 0))
+                for f in flavors
+            ),
+            members=tuple(sorted(members[team.pk])),
+            policy=manifests.TeamPolicy(
+                may_borrow=team.may_borrow, lends_idle=team.lends_idle, cpu=str(team.cpu_limit_cores),
+                memory=f"{team.memory_limit_gib}Gi", pods=team.pod_limit,
+            ),
+            cohort=settings.PORTAL_COHORT,
+            ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,
+            user_prefix=settings.PORTAL_CLUSTER_USER_PREFIX,
+        ))
+    return specs
+
+
+def platform_objects() -> list[dict[str, Any]]:
+    return manifests.make_platform_objects(
+        flavors=tuple(flavor_spec(f) for f in Flavor.objects.filter(is_active=True).order_by("pk"))
+    )
+
+
+def _mark_applied(team_id: int, version: int) -> None:
+    Team.objects.filter(pk=team_id).update(
+        applied_version=Greatest(F("applied_version"), version), synced_at=timezone.now(), sync_error=""
+    )
+
+
+def _mark_failed(team_id: int, error: Exception) -> None:
+    Team.objects.filter(pk=team_id).update(sync_error=str(error)[:2000])
+
+
+def team_reconcile(*, team_id: int) -> bool:
+    """Applies the team's objects. Returns False when the team no longer exists."""
+    specs = team_specs([team_id])
+    if team_id not in specs:
+        return False
+    team, spec = specs[team_id]
+    cluster = gateway()
+    try:
+        for obj in manifests.make_team_objects(team=spec):
+            cluster.apply(obj)
+    except KubeError as error:
+        _mark_failed(team_id, error)
+        raise
+    _mark_applied(team_id, team.config_version)
+    return True
+
+
+GPUS_PER_SIMULATED_NODE = 8
+
+
+def simulated_nodes() -> list[dict[str, Any]]:
+    """The simulated cluster's nodes, made from the catalog: 8 physical GPUs a node, each
+    split into as many units as the flavor's fraction says (7 MIG slices, 4 shared...)."""
+    nodes = []
+    for flavor in Flavor.objects.filter(is_active=True).order_by("pk"):
+        per_node = GPUS_PER_SIMULATED_NODE * flavor.fraction_denominator // flavor.fraction_numerator
+        count = -(-flavor.capacity_units // per_node)
+        for index in range(count):
+            units = min(per_node, flavor.capacity_units - index * per_node)
+            nodes.append({
+                "name": f"sim-{flavor.slug}-{index}",
+                "labels": dict(flavor.node_labels),
+                "allocatable": {flavor.resource_name: units},
+            })
+    return nodes
+
+
+def platform_reconcile() -> None:
+    cluster = gateway()
+    for obj in platform_objects():
+        cluster.apply(obj)
+    if isinstance(cluster, SimulatedGateway):
+        # A real cluster has its own GPU nodes; the simulated one gets them from the catalog.
+        cluster.sync_nodes(simulated_nodes())
+
+
+def team_teardown(*, slug: str) -> bool:
+    """Removes what a deleted team had. True once nothing is left (namespaces take a while)."""
+    if Team.objects.filter(slug=slug).exists():
+        return True  # re-created meanwhile: the team's reconcile owns it again
+    cluster = gateway()
+    namespace = ObjectRef("v1", "Namespace", slug)
+    queue = ObjectRef(manifests.KUEUE, "ClusterQueue", slug)
+    # The namespace first: it takes the workloads with it, then the queue can go.
+    cluster.delete(namespace)
+    cluster.delete(queue)
+    return cluster.get(namespace) is None and cluster.get(queue) is None
+
+
+# --- The periodic pass ------------------------------------------------------------------------------
+
+
+def contains(live: Any, wanted: Any) -> bool:
+    """Whether the live object holds every field we want (others may add their own)."""
+    if isinstance(wanted, dict):
+        if not isinstance(live, dict):
+            return not wanted and live is None
+        return all(contains(live.get(key), value) for key, value in wanted.items())
+    if isinstance(wanted, list):
+        live = live or []
+        return isinstance(live, list) and len(live) == len(wanted) and all(contains(l, w) for l, w in zip(live, wanted, strict=True))
+    if live is None:
+        return wanted in ("", False, 0) or wanted == {}
+    return live == wanted or str(live) == str(wanted)
+
+
+@dataclass
+class PassResult:
+    applied: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    reads: int = 0
+
+    @property
+    def writes(self) -> int:
+        return len(self.applied) + len(self.deleted)
+
+
+def live_objects() -> dict[ObjectRef, dict[str, Any]]:
+    cluster = gateway()
+    live: dict[ObjectRef, dict[str, Any]] = {}
+    for api_version, kind in OWNED_KINDS:
+        items, _ = cluster.list(api_version, kind, labels=MANAGED)
+        for item in items:
+            live[ref_of(item)] = item
+    return live
+
+
+def cluster_reconcile() -> PassResult:
+    """Repairs drift and prunes what the portal owns but no longer wants, writing only the difference."""
+    result = PassResult()
+    cluster = gateway()
+    calls_before = cluster.calls
+    live = live_objects()
+    specs = team_specs()
+    result.reads = cluster.calls - calls_before
+
+    wanted: dict[ObjectRef, dict[str, Any]] = {}
+    for obj in platform_objects():
+        _converge(obj, live, result, team_id=None)
+        wanted[ref_of(obj)] = obj
+    for team_id, (team, spec) in specs.items():
+        failed = False
+        for obj in manifests.make_team_objects(team=spec):
+            wanted[ref_of(obj)] = obj
+            if failed:
+                continue
+            try:
+                _converge(obj, live, result, team_id=team_id)
+            except KubeError as error:
+                failed = True
+                result.errors[team.slug] = str(error)
+                _mark_failed(team_id, error)
+        if not failed and (team.applied_version < team.config_version or team.sync_error):
+            _mark_applied(team_id, team.config_version)
+
+    unwanted = [ref for ref in live if ref not in wanted]
+    gone_namespaces = {ref.name for ref in unwanted if ref.kind == "Namespace"}
+    for ref in sorted(unwanted, key=lambda r: -[k for _, k in OWNED_KINDS].index(r.kind)):
+        if ref.namespace in gone_namespaces:
+            continue  # deleting the namespace takes these with it
+        if live[ref].get("metadata", {}).get("deletionTimestamp"):
+            continue
+        try:
+            cluster.delete(ref)
+            result.deleted.append(str(ref))
+        except KubeError as error:
+            result.errors[str(ref)] = str(error)
+    if result.writes:
+        log.info("cluster reconcile: applied %d, deleted %d objects", len(result.applied), len(result.deleted))
+    return result
+
+
+def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result: PassResult, *, team_id: int | None) -> None:
+    ref = ref_of(obj)
+    current = live.get(ref)
+    if current is not None and contains(current, obj):
+        return
+    gateway().apply(obj)
+    result.applied.append(str(ref))
+
+
+# --- The live quota picture ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueUsage:
+    flavor: str
+    resource: str
+    guaranteed: int
+    in_use: int
+    borrowed: int
+    lent: int
+
+
+def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
+    """Per team: what its ClusterQueue is guaranteed, uses, borrows and lends, per flavor.
+
+    Kueue reports usage and borrowing per queue; what a queue lends is not reported, so it is
+    the cohort's borrowing shared among the lenders by their idle guarantee.
+    """
+    items, _ = gateway().list(manifests.KUEUE, "ClusterQueue", labels=MANAGED)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for cq in items:
+        name = cq["metadata"]["name"]
+        usage = {
+            (f["name"], r["name"]): r for f in (cq.get("status") or {}).get("flavorsUsage", []) for r in f.get("resources", [])
+        }
+        for group in cq["spec"].get("resourceGroups", []):
+            for fq in group.get("flavors", []):
+                for r in fq.get("resources", []):
+                    used = usage.get((fq["name"], r["name"]), {})
+                    nominal = int(float(r.get("nominalQuota", 0)))
+                    lendable = nominal if "lendingLimit" not in r else min(nominal, int(float(r["lendingLimit"])))
+                    rows.setdefault(name, []).append({
+                        "flavor": fq["name"], "resource": r["name"], "guaranteed": nominal,
+                        "in_use": int(float(used.get("total", 0) or 0)), "borrowed": int(float(used.get("borrowed", 0) or 0)),
+                        "lendable": lendable,
+                    })
+    borrowed_by_flavor: dict[str, int] = defaultdict(int)
+    idle_by_flavor: dict[str, int] = defaultdict(int)
+    for queue_rows in rows.values():
+        for row in queue_rows:
+            borrowed_by_flavor[row["flavor"]] += row["borrowed"]
+            row["idle"] = max(min(row["lendable"], row["guaranteed"] - row["in_use"]), 0)
+            idle_by_flavor[row["flavor"]] += row["idle"]
+    wanted = set(slugs) if slugs is not None else None
+    result: dict[str, list[QueueUsage]] = {}
+    for name, queue_rows in rows.items():
+        if wanted is not None and name not in wanted:
+            continue
+        result[name] = [
+            QueueUsage(
+                flavor=row["flavor"], resource=row["resource"], guaranteed=row["guaranteed"], in_use=row["in_use"],
+                borrowed=row["borrowed"],
+                lent=round(borrowed_by_flavor[row["flavor"]] * row["idle"] / idle_by_flavor[row["flavor"]])
+                if idle_by_flavor[row["flavor"]] else 0,
+            )
+            for row in queue_rows
+        ]
+    return result

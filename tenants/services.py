@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.urls import reverse
+from django.db.models import F
 from django.utils import timezone
 
 from portal.audit import audit_record
@@ -40,9 +41,11 @@ def _require(allowed: bool) -> None:
 
 
 def _on_team_change(team_id: int) -> None:
-    """Everything that changes what a team should have in the cluster ends here."""
+    """Everything that changes what a team should have in the cluster ends here: the team is
+    "applying" until a reconcile that read this version has applied it."""
     from tenants import tasks
 
+    Team.objects.filter(pk=team_id).update(config_version=F("config_version") + 1)
     transaction.on_commit(lambda: tasks.team_reconcile.delay(team_id))
 
 
@@ -78,6 +81,19 @@ def team_update(*, actor: User, team: Team, **changes: str) -> Team:
                  message=f"{actor.username} changed {', '.join(sorted(changed))} of team {team.slug}")
     _on_team_change(team.pk)
     return team
+
+
+@transaction.atomic
+def team_delete(*, actor: User, team: Team) -> None:
+    """Deletes the team; its cluster objects (and the workloads in them) go after commit."""
+    _require(actor.has_perm("tenants.manage_teams"))
+    from tenants import tasks
+
+    slug = team.slug
+    audit_record(actor=actor, action="team.deleted", obj=team, team_id=team.pk,
+                 message=f"{actor.username} deleted team {slug} and its namespace")
+    team.delete()
+    transaction.on_commit(lambda: tasks.team_teardown.delay(slug))
 
 
 def _last_lead(membership: Membership) -> bool:
@@ -161,8 +177,11 @@ def flavor_save(*, actor: User, flavor: Flavor) -> Flavor:
     audit_record(actor=actor, action="flavor.created" if created else "flavor.updated", obj=flavor,
                  message=f"{actor.username} {'added' if created else 'updated'} flavor {flavor.name} "
                  f"({flavor.capacity_units} × {flavor.resource_name})")
-    team_ids = set(QuotaGrant.objects.active().filter(flavor=flavor).values_list("team_id", flat=True))
-    for team_id in team_ids:
+    from tenants import tasks
+
+    # Every team's queue lists every flavor, so a flavor change reaches all of them.
+    transaction.on_commit(tasks.platform_reconcile.delay)
+    for team_id in Team.objects.values_list("pk", flat=True):
         _on_team_change(team_id)
     return flavor
 

@@ -1,0 +1,147 @@
+"""The gateway interface, the kinds the portal uses, and errors that say which object and why."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+FIELD_MANAGER = "gpu-portal"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-portal"}
+
+
+@dataclass(frozen=True)
+class KindInfo:
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def group(self) -> str:
+        return self.api_version.rpartition("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.rpartition("/")[2]
+
+    def collection_path(self, namespace: str | None = None) -> str:
+        base = f"/apis/{self.api_version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            return f"{base}/namespaces/{namespace}/{self.plural}"
+        return f"{base}/{self.plural}"
+
+    def object_path(self, name: str, namespace: str | None = None) -> str:
+        return f"{self.collection_path(namespace)}/{name}"
+
+
+# Every kind the portal reads or writes. A static table, so no discovery calls are spent.
+KINDS: dict[tuple[str, str], KindInfo] = {
+    (info.api_version, info.kind): info
+    for info in [
+        KindInfo("v1", "Namespace", "namespaces", False),
+        KindInfo("v1", "ResourceQuota", "resourcequotas", True),
+        KindInfo("v1", "LimitRange", "limitranges", True),
+        KindInfo("v1", "Pod", "pods", True),
+        KindInfo("v1", "Service", "services", True),
+        KindInfo("v1", "Event", "events", True),
+        KindInfo("v1", "Node", "nodes", False),
+        KindInfo("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True),
+        KindInfo("networking.k8s.io/v1", "Ingress", "ingresses", True),
+        KindInfo("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
+        KindInfo("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False),
+        KindInfo("batch/v1", "Job", "jobs", True),
+        KindInfo("apps/v1", "Deployment", "deployments", True),
+        KindInfo("apps/v1", "StatefulSet", "statefulsets", True),
+        KindInfo("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "resourceflavors", False),
+        KindInfo("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses", False),
+        KindInfo("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", False),
+        KindInfo("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues", True),
+        KindInfo("kueue.x-k8s.io/v1beta2", "Workload", "workloads", True),
+    ]
+}
+
+
+def kind_info(api_version: str, kind: str) -> KindInfo:
+    try:
+        return KINDS[(api_version, kind)]
+    except KeyError:
+        raise KubeError(f"the portal does not know the kind {kind} ({api_version})") from None
+
+
+@dataclass(frozen=True, order=True)
+class ObjectRef:
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/" if self.namespace else ""
+        return f"{self.kind} {where}{self.name}"
+
+    @property
+    def info(self) -> KindInfo:
+        return kind_info(self.api_version, self.kind)
+
+
+def ref_of(obj: dict[str, Any]) -> ObjectRef:
+    meta = obj.get("metadata") or {}
+    info = kind_info(obj["apiVersion"], obj["kind"])
+    return ObjectRef(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace") if info.namespaced else None)
+
+
+class KubeError(Exception):
+    """A cluster call failed. The message names the object and says why in words."""
+
+    def __init__(self, message: str, *, ref: ObjectRef | None = None, status: int | None = None, reason: str = "") -> None:
+        super().__init__(f"{ref}: {message}" if ref else message)
+        self.ref, self.status, self.reason = ref, status, reason
+
+    @property
+    def retriable(self) -> bool:
+        return self.status is None or self.status == 429 or self.status >= 500
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, or RELISTED (the watch expired and a fresh list follows)
+    object: dict[str, Any]
+
+
+class Gateway(Protocol):
+    """What the portal may do with a cluster."""
+
+    calls: int  # API calls made so far: the benchmarks read it
+
+    def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
+        """Server-side apply. Idempotent: the same object twice changes nothing the second time."""
+
+    def delete(self, ref: ObjectRef) -> None:
+        """Deletes the object; one that is already gone counts as deleted."""
+
+    def get(self, ref: ObjectRef) -> dict[str, Any] | None: ...
+
+    def list(
+        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        """The matching objects and the resourceVersion to watch from."""
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        """Changes after resource_version. When the server has forgotten that version (410), it
+        yields RELISTED followed by ADDED for every current object, then goes on watching."""
+
+    def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str: ...
+
+
+def label_selector(labels: dict[str, str] | None) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted((labels or {}).items()))

@@ -1,0 +1,287 @@
+"""The gateway to a real cluster.
+
+The `kubernetes` client loads the configuration (in-cluster, or a kubeconfig and context) and
+keeps the TLS connection pool; requests go straight to the REST paths with plain dict bodies.
+The generated model classes are avoided on purpose: in the 37.x client they drop the fraction
+of high-precision timestamps, which the server then rejects, and their discovery costs calls.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+import urllib3
+from django.conf import settings
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from portal.kube.base import FIELD_MANAGER, KubeError, ObjectRef, WatchEvent, kind_info, label_selector, ref_of
+
+log = logging.getLogger(__name__)
+
+RETRIABLE_STATUS = {429, 500, 502, 503, 504}
+
+
+class TokenBucket:
+    """The client-side rate limit the Python client lacks: `qps` on average, `burst` at once."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps, self.burst = qps, burst
+        self.tokens = float(burst)
+        self.updated = time.monotonic()
+        self.lock = threading.Lock()
+
+    def take(self) -> None:
+        with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.qps)
+            self.updated = now
+            if self.tokens >= 1:
+                self.tokens -= 1
+                return
+            wait = (1 - self.tokens) / self.qps
+            self.tokens = 0
+            self.updated = now + wait
+        time.sleep(wait)
+
+
+def _status_message(status: int, body: bytes) -> tuple[str, str]:
+    """The API server's Status, turned into a sentence: which fields are wrong and why."""
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError):
+        text = body.decode(errors="replace")[:300] if body else ""
+        return (text or f"HTTP {status}"), ""
+    reason = data.get("reason", "")
+    causes = (data.get("details") or {}).get("causes") or []
+    if status == 422 and causes:
+        message = "; ".join(f"{c.get('field', '')}: {c.get('message', '')}".lstrip(": ") for c in causes)
+        return f"rejected as invalid: {message}", reason
+    if status == 409:
+        return f"conflict: {data.get('message', '')}", reason
+    return data.get("message") or f"HTTP {status}", reason
+
+
+class KubernetesGateway:
+    def __init__(
+        self,
+        configuration: k8s_client.Configuration,
+        *,
+        qps: float = 50,
+        burst: int = 100,
+        timeout: float = 30,
+        max_attempts: int = 5,
+    ) -> None:
+        self.configuration = configuration
+        self.api_client = k8s_client.ApiClient(configuration)
+        self.pool = self.api_client.rest_client.pool_manager
+        self.limiter = TokenBucket(qps, burst)
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.calls = 0
+        self._calls_lock = threading.Lock()
+
+    @classmethod
+    def from_settings(cls) -> KubernetesGateway:
+        configuration = k8s_client.Configuration()
+        if settings.KUBE_IN_CLUSTER:
+            k8s_config.load_incluster_config(client_configuration=configuration)
+        else:
+            k8s_config.load_kube_config(
+                config_file=settings.KUBECONFIG or None, context=settings.KUBE_CONTEXT or None,
+                client_configuration=configuration,
+            )
+        return cls(configuration, qps=settings.KUBE_QPS, burst=settings.KUBE_BURST)
+
+    @classmethod
+    def from_kubeconfig(cls, path: str, **kwargs: Any) -> KubernetesGateway:
+        configuration = k8s_client.Configuration()
+        k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+        return cls(configuration, **kwargs)
+
+    # --- HTTP -------------------------------------------------------------------------------
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "gpu-portal"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        token = self.configuration.get_api_key_with_prefix("BearerToken") or self.configuration.get_api_key_with_prefix("authorization")
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        ref: ObjectRef | None = None,
+        ok_statuses: tuple[int, ...] = (),
+        stream: bool = False,
+        timeout: float | None = None,
+    ) -> tuple[int, Any]:
+        url = self.configuration.host + path + (f"?{urlencode(query)}" if query else "")
+        payload = json.dumps(body).encode() if body is not None else None
+        for attempt in range(1, self.max_attempts + 1):
+            self.limiter.take()
+            with self._calls_lock:
+                self.calls += 1
+            try:
+                response = self.pool.request(
+                    method, url, body=payload, headers=self._headers(content_type), preload_content=not stream,
+                    timeout=urllib3.Timeout(connect=5, read=timeout or self.timeout), retries=False,
+                )
+            except (urllib3.exceptions.HTTPError, OSError) as error:
+                if attempt == self.max_attempts:
+                    raise KubeError(f"the API server did not answer ({error.__class__.__name__}: {error})", ref=ref) from error
+                self._backoff(attempt, None)
+                continue
+            status = response.status
+            if status < 400 or status in ok_statuses:
+                if stream:
+                    return status, response
+                return status, json.loads(response.data) if response.data else None
+            data = response.data if not stream else response.read()
+            if stream:
+                response.release_conn()
+            if status in RETRIABLE_STATUS and attempt < self.max_attempts:
+                self._backoff(attempt, response.headers.get("Retry-After"))
+                continue
+            message, reason = _status_message(status, data)
+            raise KubeError(message, ref=ref, status=status, reason=reason)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _backoff(attempt: int, retry_after: str | None) -> None:
+        if retry_after and retry_after.isdigit():
+            delay = min(float(retry_after), 10.0)
+        else:
+            delay = min(0.1 * 2 ** (attempt - 1), 5.0)
+        time.sleep(delay * (0.5 + random.random()))  # noqa: S311 - jitter, not security
+
+    # --- The gateway ----------------------------------------------------------------------------
+
+    def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
+        ref = ref_of(obj)
+        _, data = self._request(
+            "PATCH", ref.info.object_path(ref.name, ref.namespace),
+            query={"fieldManager": field_manager, "force": "true" if force else "false"},
+            body=obj, content_type="application/apply-patch+yaml", ref=ref,
+        )
+        return data
+
+    def delete(self, ref: ObjectRef) -> None:
+        self._request(
+            "DELETE", ref.info.object_path(ref.name, ref.namespace), query={"propagationPolicy": "Background"},
+            ref=ref, ok_statuses=(404,),
+        )
+
+    def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        status, data = self._request("GET", ref.info.object_path(ref.name, ref.namespace), ref=ref, ok_statuses=(404,))
+        return None if status == 404 else data
+
+    def list(
+        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        info = kind_info(api_version, kind)
+        query = {"labelSelector": label_selector(labels)} if labels else {}
+        items: list[dict[str, Any]] = []
+        while True:
+            _, data = self._request("GET", info.collection_path(namespace), query={**query, "limit": 500})
+            for item in data.get("items", []):
+                # List items come without apiVersion and kind; put them back so refs work.
+                item.setdefault("apiVersion", api_version)
+                item.setdefault("kind", kind)
+                items.append(item)
+            token = (data.get("metadata") or {}).get("continue")
+            if not token:
+                return items, (data.get("metadata") or {}).get("resourceVersion", "")
+            query["continue"] = token
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        info = kind_info(api_version, kind)
+        deadline = time.monotonic() + timeout_seconds
+        if not resource_version:
+            items, resource_version = self.list(api_version, kind, namespace=namespace, labels=labels)
+            yield WatchEvent("RELISTED", {})
+            for item in items:
+                yield WatchEvent("ADDED", item)
+        while (remaining := int(deadline - time.monotonic())) > 0:
+            query: dict[str, Any] = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+                                     "timeoutSeconds": remaining}
+            if labels:
+                query["labelSelector"] = label_selector(labels)
+            status, response = self._request("GET", info.collection_path(namespace), query=query, stream=True,
+                                             ok_statuses=(410,), timeout=remaining + 5)
+            expired = status == 410
+            if not expired:
+                try:
+                    for event in _json_lines(response):
+                        kind_of = event.get("type")
+                        obj = event.get("object") or {}
+                        if kind_of == "ERROR":
+                            if obj.get("code") == 410:
+                                expired = True
+                                break
+                            raise KubeError(f"watch of {kind} failed: {obj.get('message', obj)}", status=obj.get("code"))
+                        resource_version = (obj.get("metadata") or {}).get("resourceVersion", resource_version)
+                        if kind_of == "BOOKMARK":
+                            continue
+                        obj.setdefault("apiVersion", api_version)
+                        obj.setdefault("kind", kind)
+                        yield WatchEvent(kind_of, obj)
+                finally:
+                    response.release_conn()
+            if expired:
+                # The server no longer has our version: start again from a fresh list.
+                items, resource_version = self.list(api_version, kind, namespace=namespace, labels=labels)
+                yield WatchEvent("RELISTED", {})
+                for item in items:
+                    yield WatchEvent("ADDED", item)
+
+    def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
+        ref = ObjectRef("v1", "Pod", name, namespace)
+        status, response = self._request(
+            "GET", ref.info.object_path(name, namespace) + "/log", query={"tailLines": tail_lines},
+            ref=ref, stream=True, ok_statuses=(400, 404),
+        )
+        try:
+            text = response.read().decode(errors="replace")
+        finally:
+            response.release_conn()
+        if status == 404:
+            return ""
+        if status == 400:
+            raise KubeError(_status_message(status, text.encode())[0], ref=ref, status=status)
+        return text
+
+
+def _json_lines(response: Any) -> Iterator[dict[str, Any]]:
+    buffer = b""
+    for chunk in response.stream(64 * 1024, decode_content=True):
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if line.strip():
+                yield json.loads(line)
+    if buffer.strip():
+        yield json.loads(buffer)

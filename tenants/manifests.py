@@ -1,0 +1,258 @@
+"""What a team and the GPU catalog become in the cluster: pure functions of plain data.
+
+Nothing here imports Django or talks to a cluster; tests compare whole manifests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGER = "gpu-portal"
+TEAM_LABEL = "gpu-portal.io/team"
+ROLE_LABEL = "gpu-portal.io/role"
+QUEUE_NAME = "default"
+
+
+@dataclass(frozen=True)
+class PriorityTier:
+    name: str
+    value: int
+    description: str
+
+    @property
+    def object_name(self) -> str:
+        return f"gpu-portal-{self.name}"
+
+
+PRIORITY_TIERS = (
+    PriorityTier("low", 100, "Preemptible: runs on idle capacity and gives way to everything else."),
+    PriorityTier("normal", 1000, "The default for training and notebooks."),
+    PriorityTier("high", 10000, "Deadlines and serving: may preempt lower tiers inside the team."),
+)
+
+
+@dataclass(frozen=True)
+class FlavorSpec:
+    name: str  # the ResourceFlavor name (the flavor's slug)
+    resource_name: str
+    capacity: int
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class FlavorQuota:
+    flavor: FlavorSpec
+    nominal: int
+
+
+@dataclass(frozen=True)
+class TeamPolicy:
+    may_borrow: bool = True
+    lends_idle: bool = True
+    cpu: str = "64"
+    memory: str = "512Gi"
+    pods: int = 100
+
+
+@dataclass(frozen=True)
+class TeamSpec:
+    slug: str
+    quotas: tuple[FlavorQuota, ...]  # every active flavor, nominal 0 where the team has no grant
+    members: tuple[str, ...] = ()
+    policy: TeamPolicy = TeamPolicy()
+    cohort: str = "gpu-portal"
+    ingress_namespace: str = "ingress-nginx"
+    user_prefix: str = "oidc:"
+
+    @property
+    def namespace(self) -> str:
+        return self.slug
+
+    @property
+    def cluster_queue(self) -> str:
+        return self.slug
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {MANAGED_BY_LABEL: MANAGER, TEAM_LABEL: self.slug}
+
+
+def platform_labels(role: str) -> dict[str, str]:
+    return {MANAGED_BY_LABEL: MANAGER, ROLE_LABEL: role}
+
+
+def _meta(name: str, labels: Mapping[str, str], namespace: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(labels)
+    return meta
+
+
+# --- What every team shares --------------------------------------------------------------------
+
+
+def make_resource_flavor(*, flavor: FlavorSpec) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeLabels": dict(flavor.node_labels)}
+    if flavor.tolerations:
+        spec["tolerations"] = [dict(t) for t in flavor.tolerations]
+    return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": _meta(flavor.name, platform_labels("flavor")), "spec": spec}
+
+
+def make_workload_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE, "kind": "WorkloadPriorityClass",
+        "metadata": _meta(tier.object_name, platform_labels("priority")),
+        "value": tier.value, "description": tier.description,
+    }
+
+
+def make_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": _meta(tier.object_name, platform_labels("priority")),
+        "value": tier.value, "globalDefault": False, "description": tier.description,
+        "preemptionPolicy": "PreemptLowerPriority",
+    }
+
+
+def make_platform_objects(*, flavors: tuple[FlavorSpec, ...]) -> list[dict[str, Any]]:
+    return [
+        *(make_resource_flavor(flavor=flavor) for flavor in flavors),
+        *(make_workload_priority_class(tier=tier) for tier in PRIORITY_TIERS),
+        *(make_priority_class(tier=tier) for tier in PRIORITY_TIERS),
+    ]
+
+
+# --- A team's objects ----------------------------------------------------------------------------
+
+
+def make_namespace(*, team: TeamSpec) -> dict[str, Any]:
+    labels = {
+        **team.labels,
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+        "pod-security.kubernetes.io/warn": "restricted",
+    }
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(team.namespace, labels)}
+
+
+def backstop_limits(*, team: TeamSpec) -> dict[str, int]:
+    """GPU units the ResourceQuota allows per resource name: the guarantee plus whatever the
+    team may borrow, so the backstop never refuses a pod that Kueue admitted."""
+    limits: dict[str, int] = {}
+    for quota in team.quotas:
+        ceiling = max(quota.flavor.capacity, quota.nominal) if team.policy.may_borrow else quota.nominal
+        limits[quota.flavor.resource_name] = limits.get(quota.flavor.resource_name, 0) + ceiling
+    return limits
+
+
+def make_resource_quota(*, team: TeamSpec) -> dict[str, Any]:
+    hard = {
+        "requests.cpu": team.policy.cpu,
+        "requests.memory": team.policy.memory,
+        "pods": str(team.policy.pods),
+    }
+    for resource, units in sorted(backstop_limits(team=team).items()):
+        hard[f"requests.{resource}"] = str(units)
+    return {
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": _meta("gpu-portal", team.labels, team.namespace),
+        "spec": {"hard": hard},
+    }
+
+
+def make_limit_range(*, team: TeamSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "LimitRange",
+        "metadata": _meta("gpu-portal", team.labels, team.namespace),
+        "spec": {"limits": [{
+            "type": "Container",
+            "default": {"cpu": "2", "memory": "8Gi"},
+            "defaultRequest": {"cpu": "500m", "memory": "1Gi"},
+        }]},
+    }
+
+
+def make_network_policy(*, team: TeamSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": _meta("gpu-portal-default-deny-ingress", team.labels, team.namespace),
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [
+                {"podSelector": {}},
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.ingress_namespace}}},
+            ]}],
+        },
+    }
+
+
+def make_role_binding(*, team: TeamSpec) -> dict[str, Any]:
+    """Members read their pods and logs with their own credentials (the built-in `view` role)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": _meta("gpu-portal-members", team.labels, team.namespace),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"{team.user_prefix}{username}"}
+            for username in sorted(team.members)
+        ],
+    }
+
+
+def make_cluster_queue(*, team: TeamSpec) -> dict[str, Any]:
+    # One resource group per GPU resource name: flavors that share a resource (two models of
+    # whole GPUs) are alternatives Kueue tries in order; different resources never mix.
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for quota in team.quotas:
+        limits: dict[str, Any] = {"name": quota.flavor.resource_name, "nominalQuota": str(quota.nominal)}
+        if not team.policy.may_borrow:
+            limits["borrowingLimit"] = "0"
+        if not team.policy.lends_idle:
+            limits["lendingLimit"] = "0"
+        groups.setdefault(quota.flavor.resource_name, []).append({"name": quota.flavor.name, "resources": [limits]})
+    return {
+        "apiVersion": KUEUE, "kind": "ClusterQueue",
+        "metadata": _meta(team.cluster_queue, team.labels),
+        "spec": {
+            "cohortName": team.cohort,
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [
+                {"coveredResources": [resource], "flavors": flavors} for resource, flavors in groups.items()
+            ],
+            "preemption": {
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "Never"},
+                "withinClusterQueue": "LowerPriority",
+            },
+        },
+    }
+
+
+def make_local_queue(*, team: TeamSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE, "kind": "LocalQueue",
+        "metadata": _meta(QUEUE_NAME, team.labels, team.namespace),
+        "spec": {"clusterQueue": team.cluster_queue},
+    }
+
+
+def make_team_objects(*, team: TeamSpec) -> list[dict[str, Any]]:
+    """Everything a team has in the cluster, in the order to create it."""
+    return [
+        make_namespace(team=team),
+        make_resource_quota(team=team),
+        make_limit_range(team=team),
+        make_network_policy(team=team),
+        make_role_binding(team=team),
+        make_cluster_queue(team=team),
+        make_local_queue(team=team),
+    ]

@@ -1,0 +1,182 @@
+"""The builders, compared as whole manifests, and validated offline against the schemas of the
+pinned Kubernetes (kubernetes-validate) and Kueue (the CRDs in deploy/kueue/crds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from tenants import manifests as m
+
+KUBERNETES_VERSION = "1.36.0"
+CRDS = Path(__file__).resolve().parent.parent / "deploy" / "kueue" / "crds"
+
+H100 = m.FlavorSpec(
+    name="h100-80gb", resource_name="nvidia.com/gpu", capacity=32,
+    node_labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},),
+)
+MIG = m.FlavorSpec(name="a100-1g-10gb", resource_name="nvidia.com/mig-1g.10gb", capacity=56,
+                   node_labels={"nvidia.com/mig.config": "all-1g.10gb"})
+A100 = m.FlavorSpec(name="a100-80gb", resource_name="nvidia.com/gpu", capacity=16, node_labels={"gpu": "a100"})
+
+TEAM = m.TeamSpec(
+    slug="vision",
+    quotas=(m.FlavorQuota(flavor=H100, nominal=8), m.FlavorQuota(flavor=MIG, nominal=0), m.FlavorQuota(flavor=A100, nominal=2)),
+    members=("bob", "alice"),
+)
+LABELS = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/team": "vision"}
+
+
+def test_a_team_gets_seven_objects_in_creation_order():
+    assert [(o["kind"], o["metadata"]["name"]) for o in m.make_team_objects(team=TEAM)] == [
+        ("Namespace", "vision"), ("ResourceQuota", "gpu-portal"), ("LimitRange", "gpu-portal"),
+        ("NetworkPolicy", "gpu-portal-default-deny-ingress"), ("RoleBinding", "gpu-portal-members"),
+        ("ClusterQueue", "vision"), ("LocalQueue", "default"),
+    ]
+
+
+def test_the_namespace_enforces_restricted_pod_security():
+    assert m.make_namespace(team=TEAM) == {
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "vision", "labels": {
+            **LABELS,
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+            "pod-security.kubernetes.io/warn": "restricted",
+        }},
+    }
+
+
+def test_the_cluster_queue_guarantees_the_grants_and_groups_flavors_by_resource():
+    assert m.make_cluster_queue(team=TEAM) == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": "vision", "labels": LABELS},
+        "spec": {
+            "cohortName": "gpu-portal",
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "vision"}},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [
+                {"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                    {"name": "h100-80gb", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]},
+                    {"name": "a100-80gb", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "2"}]},
+                ]},
+                {"coveredResources": ["nvidia.com/mig-1g.10gb"], "flavors": [
+                    {"name": "a100-1g-10gb", "resources": [{"name": "nvidia.com/mig-1g.10gb", "nominalQuota": "0"}]},
+                ]},
+            ],
+            "preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"}, "withinClusterQueue": "LowerPriority"},
+        },
+    }
+
+
+def test_a_team_that_may_not_borrow_or_lend_gets_zero_limits_and_a_tight_backstop():
+    team = m.TeamSpec(slug="vision", quotas=(m.FlavorQuota(flavor=H100, nominal=8),),
+                      policy=m.TeamPolicy(may_borrow=False, lends_idle=False))
+    resources = m.make_cluster_queue(team=team)["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert resources == [{"name": "nvidia.com/gpu", "nominalQuota": "8", "borrowingLimit": "0", "lendingLimit": "0"}]
+    assert m.make_resource_quota(team=team)["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
+
+
+def test_the_backstop_quota_never_blocks_what_kueue_may_admit():
+    assert m.make_resource_quota(team=TEAM) == {
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "gpu-portal", "namespace": "vision", "labels": LABELS},
+        "spec": {"hard": {
+            "requests.cpu": "64", "requests.memory": "512Gi", "pods": "100",
+            # may borrow: up to the whole flavor capacity, summed over flavors of one resource
+            "requests.nvidia.com/gpu": "48",
+            "requests.nvidia.com/mig-1g.10gb": "56",
+        }},
+    }
+
+
+def test_network_policy_denies_ingress_but_the_namespace_and_the_ingress_controller():
+    assert m.make_network_policy(team=TEAM)["spec"] == {
+        "podSelector": {}, "policyTypes": ["Ingress"],
+        "ingress": [{"from": [
+            {"podSelector": {}},
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
+        ]}],
+    }
+
+
+def test_members_may_read_their_pods_with_their_own_credentials():
+    binding = m.make_role_binding(team=TEAM)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}
+    assert [s["name"] for s in binding["subjects"]] == ["oidc:alice", "oidc:bob"]
+
+
+def test_the_local_queue_points_at_the_team_queue():
+    assert m.make_local_queue(team=TEAM) == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "default", "namespace": "vision", "labels": LABELS},
+        "spec": {"clusterQueue": "vision"},
+    }
+
+
+def test_flavors_become_resource_flavors_with_their_placement():
+    assert m.make_resource_flavor(flavor=H100) == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": "h100-80gb", "labels": {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/role": "flavor"}},
+        "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+    }
+
+
+def test_priority_tiers_exist_for_kueue_and_for_pods():
+    objects = m.make_platform_objects(flavors=(H100,))
+    names = [(o["kind"], o["metadata"]["name"], o.get("value")) for o in objects]
+    assert names == [
+        ("ResourceFlavor", "h100-80gb", None),
+        ("WorkloadPriorityClass", "gpu-portal-low", 100), ("WorkloadPriorityClass", "gpu-portal-normal", 1000),
+        ("WorkloadPriorityClass", "gpu-portal-high", 10000),
+        ("PriorityClass", "gpu-portal-low", 100), ("PriorityClass", "gpu-portal-normal", 1000),
+        ("PriorityClass", "gpu-portal-high", 10000),
+    ]
+
+
+def _crd_schema(kind: str) -> dict:
+    for path in CRDS.glob("*.yaml"):
+        crd = yaml.safe_load(path.read_text())
+        if crd["spec"]["names"]["kind"] == kind:
+            version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1beta2")
+            return version["schema"]["openAPIV3Schema"]
+    raise AssertionError(f"no CRD for {kind}")
+
+
+def _strict(schema: dict) -> dict:
+    """CRD schemas allow unknown fields only where they say so; make that explicit for jsonschema."""
+    if isinstance(schema, dict):
+        schema = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes")}
+        if schema.get("type") == "object" and "properties" in schema and "additionalProperties" not in schema:
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [_strict(v) for v in schema]
+    return schema
+
+
+ALL_OBJECTS = [*m.make_team_objects(team=TEAM), *m.make_platform_objects(flavors=(H100, MIG, A100))]
+
+
+@pytest.mark.parametrize("obj", ALL_OBJECTS, ids=lambda o: f"{o['kind']}-{o['metadata']['name']}")
+def test_every_object_validates_against_the_pinned_schemas(obj):
+    if obj["apiVersion"].startswith("kueue.x-k8s.io/"):
+        schema = _strict(_crd_schema(obj["kind"]))
+        schema["properties"]["metadata"] = {"type": "object"}
+        jsonschema.validate(obj, schema)
+    else:
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_schema_validation_can_fail():
+    broken = m.make_cluster_queue(team=TEAM)
+    broken["spec"]["cohort"] = "v1beta1-spelling"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, _strict(_crd_schema("ClusterQueue")) | {})
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate({**m.make_namespace(team=TEAM), "spec": {"finalizers": "x"}}, KUBERNETES_VERSION, strict=True)
