@@ -6,11 +6,23 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework import exceptions, pagination, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from portal.errors import DomainError
+
+
+class TokenScheme(OpenApiAuthenticationExtension):
+    """Documents portal.tokens.TokenAuthentication in the OpenAPI schema."""
+
+    target_class = "portal.tokens.TokenAuthentication"
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Token")
 
 
 class Pagination(pagination.PageNumberPagination):

@@ -23,6 +23,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from portal.kube import KubeError, ObjectRef, gateway, ref_of
+from portal.kube.base import quantity
 from portal.kube.simulated import SimulatedGateway
 from tenants import manifests, selectors
 from tenants.models import Flavor, Membership, Team
@@ -171,7 +172,12 @@ def contains(live: Any, wanted: Any) -> bool:
         return isinstance(live, list) and len(live) == len(wanted) and all(contains(l, w) for l, w in zip(live, wanted, strict=True))
     if live is None:
         return wanted in ("", False, 0) or wanted == {}
-    return live == wanted or str(live) == str(wanted)
+    if live == wanted or str(live) == str(wanted):
+        return True
+    # The API server writes quantities in canonical form: "10000" comes back as "10k".
+    if isinstance(wanted, str) and isinstance(live, str):
+        return quantity(live) is not None and quantity(live) == quantity(wanted)
+    return False
 
 
 @dataclass

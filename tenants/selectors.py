@@ -102,7 +102,7 @@ def teams_for_user(*, user: Any) -> QuerySet[Team]:
     return Team.objects.for_user(user).annotate(
         member_count=Count("memberships", distinct=True),
         pending_count=Count("quota_requests", filter=Q(quota_requests__status=QuotaRequest.Status.PENDING), distinct=True),
-    )
+    ).order_by("name", "pk")
 
 
 def team_members(*, team: Team) -> QuerySet[Membership]:
@@ -120,11 +120,13 @@ def team_guarantee_rows(*, team: Team) -> list[tuple[Flavor, int]]:
 
 
 def audit_events_for_user(*, user: Any, team: Team | None = None) -> QuerySet[AuditEvent]:
+    """Events of the user's teams (all teams for finance and admins) and their own; with a
+    team, that team's trail, and nothing when the user may not see the team."""
     events = AuditEvent.objects.select_related("actor")
-    if team is not None:
-        return events.filter(team_id=team.pk)
     if not getattr(user, "is_authenticated", False):
         return events.none()
+    if team is not None:
+        return events.filter(team_id=team.pk) if user.sees_all_teams or team.pk in user_team_roles(user) else events.none()
     if user.sees_all_teams:
         return events
     return events.filter(Q(team_id__in=list(user_team_roles(user))) | Q(actor=user))
@@ -182,3 +184,31 @@ def team_leads(*, team_ids: list[int]) -> dict[int, list[Any]]:
     for membership in Membership.objects.filter(team_id__in=team_ids, role=Membership.Role.LEAD).select_related("user"):
         leads[membership.team_id].append(membership.user)
     return leads
+
+
+# --- Reads for the REST API (tenants/api.py) -------------------------------------------------
+
+
+def memberships_for_user(*, user: Any) -> QuerySet[Membership]:
+    """Memberships of every team the user can see."""
+    return Membership.objects.filter(team__in=Team.objects.for_user(user)).select_related("team", "user")
+
+
+def guarantee_rows_by_team(*, team_ids: list[int]) -> dict[int, list[tuple[Flavor, int]]]:
+    """Each team's guaranteed units per flavor, by flavor name; two queries for any number of teams."""
+    guarantees = guarantees_by_flavor(team_ids=team_ids)
+    flavors = Flavor.objects.in_bulk({flavor_id for _, flavor_id in guarantees})
+    rows: dict[int, list[tuple[Flavor, int]]] = defaultdict(list)
+    for (team_id, flavor_id), units in guarantees.items():
+        rows[team_id].append((flavors[flavor_id], units))
+    return {team_id: sorted(team_rows, key=lambda row: row[0].name) for team_id, team_rows in rows.items()}
+
+
+def flavor_capacity(*, flavor: Flavor, team: Team | None = None) -> FlavorCapacity:
+    """Where one flavor stands, retired or not; with a team, also what that team holds of it."""
+    return FlavorCapacity(
+        flavor=flavor,
+        capacity=flavor.capacity_units,
+        guaranteed=flavor_guaranteed_totals().get(flavor.pk, 0),
+        team_guaranteed=team_guarantees(team=team).get(flavor.pk, 0) if team else None,
+    )

@@ -136,7 +136,9 @@ def membership_set_role(*, actor: User, membership: Membership, role: str) -> Me
         raise DomainError(f"{membership.user.username} is the only lead of {membership.team.slug}; make someone else lead first.")
     membership.role = role
     membership.save(update_fields=["role"])
+    # The actor may be the same person through another object (a lead demoting themselves).
     forget_team_roles(membership.user)
+    forget_team_roles(actor)
     audit_record(actor=actor, action="membership.role_changed", obj=membership, team_id=membership.team_id,
                  message=f"{actor.username} made {membership.user.username} {membership.get_role_display().lower()} of {membership.team.slug}")
     _on_team_change(membership.team_id)
@@ -153,6 +155,7 @@ def membership_remove(*, actor: User, membership: Membership) -> None:
                  message=f"{actor.username} removed {user.username} from {team.slug}")
     membership.delete()
     forget_team_roles(user)
+    forget_team_roles(actor)
     _on_team_change(team.pk)
 
 

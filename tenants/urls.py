@@ -1,4 +1,24 @@
-from django.urls import path
+from django.urls import URLPattern, path
+
+from tenants import views
 
 app_name = "tenants"
-urlpatterns: list = []
+urlpatterns: list[URLPattern] = [
+    path("", views.dashboard, name="dashboard"),
+    path("teams/", views.team_list, name="team-list"),
+    path("teams/<slug:slug>/", views.team_detail, name="team-detail"),
+    path("teams/<slug:slug>/requests/", views.team_requests, name="team-requests"),
+    path("teams/<slug:slug>/audit/", views.team_audit, name="team-audit"),
+    path("teams/<slug:slug>/members/add/", views.membership_add, name="membership-add"),
+    path("teams/<slug:slug>/members/<int:pk>/role/", views.membership_role, name="membership-role"),
+    path("teams/<slug:slug>/members/<int:pk>/remove/", views.membership_remove, name="membership-remove"),
+    path("requests/", views.quota_request_list, name="quota-request-list"),
+    path("requests/new/", views.quota_request_create, name="quota-request-create"),
+    path("requests/preview/", views.quota_preview, name="quota-preview"),
+    path("requests/<int:pk>/", views.quota_request_detail, name="quota-request-detail"),
+    path("requests/<int:pk>/approve/", views.quota_request_approve, name="quota-request-approve"),
+    path("requests/<int:pk>/reject/", views.quota_request_reject, name="quota-request-reject"),
+    path("requests/<int:pk>/cancel/", views.quota_request_cancel, name="quota-request-cancel"),
+    path("approvals/", views.approvals, name="approvals"),
+    path("audit/", views.audit, name="audit"),
+]

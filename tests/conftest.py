@@ -14,6 +14,12 @@ def _eager_celery(settings):
     settings.CELERY_TASK_ALWAYS_EAGER = True
 
 
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    # PBKDF2's deliberate slowness would make the suite ten times longer; hashing is not under test.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def flavor(db):
     return FlavorFactory(name="H100 80GB", slug="h100-80gb", resource_name="nvidia.com/gpu", capacity_units=16)

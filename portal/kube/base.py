@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from fractions import Fraction
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -141,6 +143,24 @@ class Gateway(Protocol):
         yields RELISTED followed by ADDED for every current object, then goes on watching."""
 
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str: ...
+
+
+_QUANTITY = re.compile(r"^([+-]?[0-9.]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_SUFFIXES = {
+    None: 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+
+
+def quantity(value: Any) -> Fraction | None:
+    """A Kubernetes quantity as an exact number ("10k" == "10000"), or None if it is not one."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        return None
+    try:
+        return Fraction(match.group(1)) * _SUFFIXES[match.group(2)]
+    except (ValueError, ZeroDivisionError):
+        return None
 
 
 def label_selector(labels: dict[str, str] | None) -> str:

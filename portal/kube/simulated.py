@@ -31,7 +31,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max, Min
 
-from portal.kube.base import FIELD_MANAGER, KubeError, ObjectRef, WatchEvent, kind_info, ref_of
+from portal.kube.base import FIELD_MANAGER, KubeError, ObjectRef, WatchEvent, kind_info, quantity, ref_of
 from portal.models import SimulatedEvent, SimulatedObject
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -50,13 +50,10 @@ def _now_iso(at: float) -> str:
 
 
 def _quantity(value: Any) -> float:
-    """Enough of Kubernetes quantities for GPU counts, cpu and memory."""
-    text = str(value)
-    suffixes = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
-    for suffix in sorted(suffixes, key=len, reverse=True):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * suffixes[suffix]
-    return float(text)
+    parsed = quantity(value)
+    if parsed is None:
+        raise KubeError(f"quantities must match the regular expression of Kubernetes quantities, not {value!r}", status=422)
+    return float(parsed)
 
 
 def _units(value: float) -> str:

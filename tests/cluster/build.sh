@@ -2,10 +2,10 @@
 # Build (or reuse) the binaries of the local Kubernetes control plane used by the
 # cluster tests: kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
 # (k8s.io/kubernetes), the Kueue manager plus its CRDs/webhook manifests, and KWOK
-# plus its stage definitions. etcd and openssl come from Debian packages.
+# plus its stage definitions, and etcd. openssl comes from Debian.
 #
 # Output: ${GPU_PORTAL_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-portal/controlplane}/<key>/
-#   bin/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kueue,kwok}
+#   bin/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,kueue,kwok}
 #   kueue/crd/{bases/*.yaml,kustomization.yaml,patches/}  kueue/webhook/manifests.yaml  kwok/stage/...  versions.txt  .complete
 # <key> encodes every pinned version from versions.env, so changing one rebuilds.
 # A complete build is reused immediately.
@@ -21,7 +21,7 @@ main() {
   # shellcheck source=versions.env
   source "$HERE/versions.env"
 
-  KEY="k8s-${KUBERNETES_VERSION}_kueue-${KUEUE_VERSION}_kwok-${KWOK_VERSION}_r${HARNESS_BUILD_REVISION}"
+  KEY="k8s-${KUBERNETES_VERSION}_kueue-${KUEUE_VERSION}_kwok-${KWOK_VERSION}_etcd-${ETCD_VERSION}_r${HARNESS_BUILD_REVISION}"
   CACHE_ROOT=${GPU_PORTAL_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-portal/controlplane}
   OUT="$CACHE_ROOT/$KEY"
 
@@ -38,7 +38,6 @@ main() {
 
   ensure_debian_packages() {
     local missing=()
-    command -v etcd >/dev/null 2>&1 || [[ -x /usr/bin/etcd ]] || missing+=(etcd-server)
     command -v openssl >/dev/null 2>&1 || missing+=(openssl)
     if ((${#missing[@]})); then
       log "installing Debian packages: ${missing[*]}"
@@ -72,7 +71,6 @@ main() {
   export CGO_ENABLED=0
   export GOMAXPROCS=${GOMAXPROCS:-$(nproc)}
   export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
-  export GONOSUMDB=${GONOSUMDB:-}
   t_start=$(date +%s)
 
   WORK="$OUT.partial"
@@ -127,7 +125,7 @@ main() {
     (cd "$BUILD_MOD" && go mod tidy)
   }
   mkdir -p "$BUILD_MOD"
-  if ! grep -Eq "^(require)?\s*k8s\.io/kubernetes $KUBERNETES_VERSION\$" "$BUILD_MOD/go.mod" 2>/dev/null \
+  if ! grep -Eq "^(require)?\s*k8s\.io/kubernetes $KUBERNETES_VERSION( // indirect)?\$" "$BUILD_MOD/go.mod" 2>/dev/null \
      || ! grep -q "=> k8s.io/api $K8S_MINOR_TAG\$" "$BUILD_MOD/go.mod" 2>/dev/null; then
     generate_k8sbuild_module
   fi
@@ -151,11 +149,15 @@ main() {
   # --- 2. Kueue ----------------------------------------------------------------------
   log "building kueue $KUEUE_VERSION"
   t0=$(date +%s)
-  GOBIN="$WORK/bin" go install -trimpath \
+  # Not `go install ...@version`: that needs the module's version list (for deprecation
+  # notices), which the proxy refuses for kueue. Build inside the downloaded module instead,
+  # which also honours kueue's own go.mod/go.sum exactly.
+  KUEUE_DIR=$(cd / && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+  [[ -d $KUEUE_DIR ]] || { log "ERROR: could not download sigs.k8s.io/kueue@$KUEUE_VERSION"; exit 1; }
+  (cd "$KUEUE_DIR" && GOFLAGS="$GOFLAGS -mod=readonly" go build -trimpath \
     -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION -X sigs.k8s.io/kueue/pkg/version.BuildDate=$BUILD_DATE" \
-    "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+    -o "$WORK/bin/kueue" ./cmd/kueue)
   t_kueue=$(( $(date +%s) - t0 ))
-  KUEUE_DIR=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
   cp -r "$KUEUE_DIR"/config/components/crd/. "$WORK/kueue/crd/"
   cp "$KUEUE_DIR"/config/components/webhook/manifests.yaml "$WORK/kueue/webhook/manifests.yaml"
   log "kueue built in ${t_kueue}s"
@@ -163,28 +165,66 @@ main() {
   # --- 3. KWOK -----------------------------------------------------------------------
   log "building kwok $KWOK_VERSION"
   t0=$(date +%s)
-  GOBIN="$WORK/bin" go install -trimpath \
+  KWOK_DIR=$(cd / && go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+  [[ -d $KWOK_DIR ]] || { log "ERROR: could not download sigs.k8s.io/kwok@$KWOK_VERSION"; exit 1; }
+  (cd "$KWOK_DIR" && GOFLAGS="$GOFLAGS -mod=readonly" go build -trimpath \
     -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=$KUBERNETES_VERSION" \
-    "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+    -o "$WORK/bin/kwok" ./cmd/kwok)
   t_kwok=$(( $(date +%s) - t0 ))
-  KWOK_DIR=$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
   cp -r "$KWOK_DIR/kustomize/stage" "$WORK/kwok/stage"
   log "kwok built in ${t_kwok}s"
+
+  # --- 4. etcd -----------------------------------------------------------------------
+  # go.etcd.io/etcd/server/v3 replaces its sibling modules with ../ paths, so (like
+  # kubernetes) it is built through a tiny generated module: tests/cluster/etcdbuild.
+  log "building etcd $ETCD_VERSION"
+  t0=$(date +%s)
+  ETCD_MOD="$HERE/etcdbuild"
+  mkdir -p "$ETCD_MOD"
+  if ! grep -Eq "^(require)?\s*go\.etcd\.io/etcd/server/v3 $ETCD_VERSION( // indirect)?\$" "$ETCD_MOD/go.mod" 2>/dev/null; then
+    log "generating $ETCD_MOD/go.mod for etcd $ETCD_VERSION"
+    {
+      echo "// Generated by tests/cluster/build.sh from versions.env -- do not edit by hand."
+      echo "// Builds etcd $ETCD_VERSION (go.etcd.io/etcd/server/v3 is the etcd main package)."
+      echo "module gpu-portal/tests/cluster/etcdbuild"
+      echo
+      echo "go 1.26.0"
+      echo
+      echo "tool go.etcd.io/etcd/server/v3"
+      echo
+      echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+      echo
+      echo "replace ("
+      local m
+      for m in go.etcd.io/etcd/api/v3 go.etcd.io/etcd/client/pkg/v3 go.etcd.io/etcd/client/v3 go.etcd.io/etcd/pkg/v3; do
+        echo "	$m => $m $ETCD_VERSION"
+      done
+      echo ")"
+    } >"$ETCD_MOD/go.mod"
+    rm -f "$ETCD_MOD/go.sum"
+    (cd "$ETCD_MOD" && go mod tidy)
+  fi
+  (cd "$ETCD_MOD" && GOFLAGS="$GOFLAGS -mod=mod" go build -trimpath -ldflags "-s -w" -o "$WORK/bin/etcd" go.etcd.io/etcd/server/v3)
+  t_etcd=$(( $(date +%s) - t0 ))
+  log "etcd built in ${t_etcd}s"
 
   chmod -R u+w "$WORK"
   {
     echo "KUBERNETES_VERSION=$KUBERNETES_VERSION"
     echo "KUEUE_VERSION=$KUEUE_VERSION"
     echo "KWOK_VERSION=$KWOK_VERSION"
+    echo "ETCD_VERSION=$ETCD_VERSION"
     echo "HARNESS_BUILD_REVISION=$HARNESS_BUILD_REVISION"
     echo "GO_VERSION=$(go env GOVERSION)"
     echo "BUILD_DATE=$BUILD_DATE"
     echo "BUILD_SECONDS_KUBERNETES=$t_k8s"
     echo "BUILD_SECONDS_KUEUE=$t_kueue"
     echo "BUILD_SECONDS_KWOK=$t_kwok"
+    echo "BUILD_SECONDS_ETCD=$t_etcd"
     echo "BUILD_SECONDS_TOTAL=$(( $(date +%s) - t_start ))"
   } >"$WORK/versions.txt"
   "$WORK/bin/kube-apiserver" --version >&2
+  "$WORK/bin/etcd" --version | head -1 >&2
   touch "$WORK/.complete"
   rm -rf "$OUT"
   mv "$WORK" "$OUT"

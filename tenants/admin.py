@@ -1,0 +1,182 @@
+"""Django admin for the platform admin: flavors, teams and their members, requests and grants.
+
+Every write goes through a service, so the admin writes the same audit events, checks the same
+rules and queues the same cluster work as the pages and the API. A service's refusal is shown
+as an error message and nothing is saved.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Model
+from django.forms import BaseInlineFormSet, ModelForm
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+
+from portal.errors import DomainError
+from tenants import services
+from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team
+
+
+class PlatformAdminOnly:
+    """Model permissions follow the portal's rules: platform admins manage the catalog and teams."""
+
+    manage_perm = "tenants.manage_teams"
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(self.manage_perm)
+
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return request.user.has_perm(self.manage_perm)
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return request.user.has_perm(self.manage_perm)
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return request.user.has_perm(self.manage_perm)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        # No service deletes these; retire a flavor with is_active instead.
+        return False
+
+
+class RefusalAsMessage(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Turns a DomainError raised while saving into an error message on the same form.
+
+    The admin saves inside one transaction, so letting the error leave it rolls everything back.
+    """
+
+    def changeform_view(self, request: HttpRequest, object_id: str | None = None, form_url: str = "",
+                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except DomainError as error:
+            self.message_user(request, f"Not saved: {error.message}", messages.ERROR)
+            return HttpResponseRedirect(request.get_full_path())
+
+
+@admin.register(Flavor)
+class FlavorAdmin(PlatformAdminOnly, RefusalAsMessage):
+    manage_perm = "tenants.manage_flavors"
+    list_display = ("name", "slug", "resource_name", "sharing_mode", "fraction_display", "capacity_units", "is_active")
+    list_filter = ("sharing_mode", "is_active")
+    search_fields = ("name", "slug", "resource_name", "gpu_model")
+
+    def save_model(self, request: HttpRequest, obj: Flavor, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+        services.flavor_save(actor=request.user, flavor=obj)  # type: ignore[arg-type]
+
+
+class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = Membership
+    extra = 1
+    raw_id_fields = ("user",)
+    fields = ("user", "role", "created_at")
+    readonly_fields = ("created_at",)
+
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return obj is not None and request.user.has_perm("tenants.manage_members", obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return obj is not None and request.user.has_perm("tenants.manage_members", obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return obj is not None and request.user.has_perm("tenants.manage_members", obj)
+
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return request.user.has_perm("tenants.manage_teams")
+
+
+@admin.register(Team)
+class TeamAdmin(PlatformAdminOnly, RefusalAsMessage):
+    list_display = ("name", "slug", "cost_center", "sync_state_display", "created_at")
+    search_fields = ("name", "slug", "cost_center")
+    inlines = (MembershipInline,)
+    # Only these go through a service (team_create / team_update); the rest is shown, not edited.
+    editable_fields = ("slug", "name", "cost_center", "description")
+    policy_fields = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit")
+    sync_fields = ("config_version", "applied_version", "synced_at", "sync_error")
+
+    def get_fields(self, request: HttpRequest, obj: Team | None = None) -> tuple[str, ...]:  # type: ignore[override]
+        if obj is None:
+            return self.editable_fields
+        return self.editable_fields + self.policy_fields + self.sync_fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Team | None = None) -> tuple[str, ...]:  # type: ignore[override]
+        if obj is None:
+            return ()
+        return ("slug",) + self.policy_fields + self.sync_fields
+
+    def get_inlines(self, request: HttpRequest, obj: Team | None) -> tuple[type[MembershipInline], ...]:  # type: ignore[override]
+        return self.inlines if obj is not None else ()
+
+    def save_model(self, request: HttpRequest, obj: Team, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+        data = {field: form.cleaned_data[field] for field in ("name", "cost_center", "description")}
+        if change:
+            # The form has already copied the new values onto obj; the service compares against the stored team.
+            services.team_update(actor=request.user, team=Team.objects.get(pk=obj.pk), **data)  # type: ignore[arg-type]
+        else:
+            obj.pk = services.team_create(actor=request.user, slug=form.cleaned_data["slug"], **data).pk  # type: ignore[arg-type]
+        obj.refresh_from_db()
+
+    def save_formset(self, request: HttpRequest, form: ModelForm, formset: BaseInlineFormSet, change: bool) -> None:  # type: ignore[type-arg]
+        if formset.model is not Membership:
+            super().save_formset(request, form, formset, change)
+            return
+        team: Team = form.instance
+        formset.save(commit=False)
+        actor = request.user
+        for membership in formset.deleted_objects:
+            services.membership_remove(actor=actor, membership=membership)  # type: ignore[arg-type]
+        for membership, changed in formset.changed_objects:
+            if "user" in changed:
+                raise DomainError("To put someone else in a member's place, remove the member and add the other person.")
+            if "role" in changed:
+                services.membership_set_role(actor=actor, membership=membership, role=membership.role)  # type: ignore[arg-type]
+        for membership in formset.new_objects:
+            services.membership_add(actor=actor, team=team, user=membership.user, role=membership.role)  # type: ignore[arg-type]
+
+
+class QuotaRequestLineInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = QuotaRequestLine
+    fields = ("flavor", "units")
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return request.user.has_perm("tenants.manage_teams")
+
+
+class ReadOnlyAdmin(PlatformAdminOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+    """Requests and grants change only through their lifecycle (the pages, the API, expiry)."""
+
+    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+@admin.register(QuotaRequest)
+class QuotaRequestAdmin(ReadOnlyAdmin):
+    list_display = ("__str__", "team", "requester", "status", "created_at", "decided_by", "decided_at")
+    list_filter = ("status", "team")
+    search_fields = ("team__slug", "requester__username", "justification")
+    list_select_related = ("team", "requester", "decided_by")
+    inlines = (QuotaRequestLineInline,)
+    date_hierarchy = "created_at"
+
+
+@admin.register(QuotaGrant)
+class QuotaGrantAdmin(ReadOnlyAdmin):
+    list_display = ("__str__", "team", "flavor", "units", "valid_from", "valid_until", "ended_at")
+    list_filter = ("flavor", "team")
+    search_fields = ("team__slug", "flavor__name")
+    list_select_related = ("team", "flavor")

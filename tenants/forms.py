@@ -1,0 +1,121 @@
+"""Forms for the team and quota pages. They parse input; the rules live in the services."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django import forms
+from django.http import QueryDict
+
+from portal.errors import DomainError
+from portal.models import User
+from tenants import services
+from tenants.models import Flavor, Membership, Team
+
+
+class MembershipAddForm(forms.Form):
+    username = forms.CharField(max_length=150, widget=forms.TextInput(attrs={"placeholder": "username", "autocomplete": "off"}))
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
+
+    def clean_username(self) -> User:
+        username = self.cleaned_data["username"].strip()
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            raise forms.ValidationError(f"There is no account named “{username}”.")
+        return user
+
+
+class MembershipRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Membership.Role.choices)
+
+
+class DecisionForm(forms.Form):
+    note = forms.CharField(required=False, max_length=2000)
+
+
+@dataclass(frozen=True)
+class LineRow:
+    """One line of the request form as the user typed it, so a refused form shows it again."""
+
+    index: int
+    flavor: str
+    units: str
+
+    @property
+    def is_blank(self) -> bool:
+        return not self.flavor and not self.units
+
+
+class QuotaRequestForm(forms.Form):
+    """A quota request: the team, up to MAX_LINES (flavor, units) lines, a reason and an end date.
+
+    The lines are repeated `flavor` and `units` inputs rather than a formset, so the live
+    preview of one line sends exactly `team`, `flavor` and `units`.
+    """
+
+    MAX_LINES = 5
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="slug", empty_label="Choose a team…")
+    justification = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "What will the team run, and why now?"}),
+        help_text="Your team lead decides on this; say what it is for.",
+    )
+    ends_on = forms.DateField(
+        required=False,
+        widget=forms.DateInput(attrs={"type": "date"}),
+        label="End date (optional)",
+        help_text="Last day of temporary quota. Leave empty for permanent quota.",
+    )
+
+    def __init__(self, data: QueryDict | None = None, *, user: Any, initial_team: str | None = None) -> None:
+        super().__init__(data)
+        self.flavors = {flavor.slug: flavor for flavor in Flavor.objects.filter(is_active=True).order_by("name")}
+        allowed = [team.pk for team in Team.objects.for_user(user) if user.has_perm("tenants.request_quota", team)]
+        team_field: forms.ModelChoiceField = self.fields["team"]  # type: ignore[assignment]
+        team_field.queryset = Team.objects.filter(pk__in=allowed).order_by("name")
+        self.team_count = len(allowed)
+        if initial_team:
+            self.initial["team"] = initial_team
+        elif len(allowed) == 1:
+            self.initial["team"] = team_field.queryset.first()
+        self.line_rows = self._line_rows(data)
+
+    def _line_rows(self, data: QueryDict | None) -> list[LineRow]:
+        flavors = data.getlist("flavor") if data is not None else []
+        units = data.getlist("units") if data is not None else []
+        rows = [
+            LineRow(index=i, flavor=(flavors[i] if i < len(flavors) else "").strip(), units=(units[i] if i < len(units) else "").strip())
+            for i in range(self.MAX_LINES)
+        ]
+        return rows
+
+    @property
+    def visible_line_count(self) -> int:
+        """Lines shown open: every line the user filled in, and at least one."""
+        filled = [row.index for row in self.line_rows if not row.is_blank]
+        return max(filled, default=0) + 1
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        lines: list[services.LineInput] = []
+        for row in self.line_rows:
+            if row.is_blank:
+                continue
+            flavor = self.flavors.get(row.flavor)
+            if flavor is None:
+                self.add_error(None, f"Choose a flavor for the line with “{row.units}” units." if row.flavor == "" else "Choose a flavor from the list.")
+                continue
+            if not row.units:
+                self.add_error(None, f"{flavor.name}: how many units? Enter a whole number, negative to give units back.")
+                continue
+            try:
+                lines.append(services.LineInput(flavor=flavor, units=services.parse_units(row.units, flavor=flavor)))
+            except DomainError as error:
+                self.add_error(None, error.message)
+        cleaned["lines"] = lines
+        return cleaned
+
+    def add_domain_error(self, error: DomainError) -> None:
+        """Shows a service's refusal next to the field it is about; line problems go above the lines."""
+        self.add_error(error.field if error.field in self.fields else None, error.message)

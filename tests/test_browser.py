@@ -1,0 +1,139 @@
+"""The quota story in a real browser: Debian's Chromium driven by Playwright against a live server."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tenants.models import Membership, QuotaRequest
+from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory, TeamFactory, UserFactory
+
+# Playwright's sync API runs an event loop in this thread; Django would refuse ORM calls under it.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+PASSWORD = "correct horse battery staple"
+SHOTS = Path("/tmp/shots")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's Chromium is not installed")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def site(db: Any) -> dict[str, Any]:
+    vision = TeamFactory(slug="vision", name="Computer Vision", cost_center="CC-4100")
+    nlp = TeamFactory(slug="nlp", name="Language Models")
+    h100 = FlavorFactory(name="H100 80GB", slug="h100-80gb", resource_name="nvidia.com/gpu", capacity_units=16)
+    FlavorFactory(name="A100 1g.10gb", slug="a100-1g10gb", resource_name="nvidia.com/mig-1g.10gb", sharing_mode="mig",
+                  fraction_denominator=7, capacity_units=56)
+    lena = UserFactory(username="lena", first_name="Lena", last_name="Lead")
+    alice = UserFactory(username="alice", first_name="Alice", last_name="Scientist")
+    MembershipFactory(team=vision, user=lena, role=Membership.Role.LEAD)
+    MembershipFactory(team=vision, user=alice)
+    QuotaGrantFactory(team=vision, flavor=h100, units=2)
+    QuotaGrantFactory(team=nlp, flavor=h100, units=8)
+    return {"team": vision, "flavor": h100}
+
+
+def log_in(browser: Any, live_server: Any, username: str) -> Any:
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page.goto(f"{live_server.url}/")
+    assert "/login/" in page.url
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+    return page
+
+
+def test_the_quota_story_in_a_browser(browser, live_server, site):
+    expect = sync_api.expect
+    SHOTS.mkdir(parents=True, exist_ok=True)
+
+    alice = log_in(browser, live_server, "alice")
+    expect(alice.locator("h1")).to_contain_text("Alice Scientist")
+    alice.screenshot(path=str(SHOTS / "dashboard.png"), full_page=True)
+
+    alice.click("nav >> text=Request quota")
+    expect(alice.locator("#id_team")).to_have_value("vision")
+    first_line = alice.locator(".line").first
+    first_line.locator("select[name=flavor]").select_option("h100-80gb")
+    units = first_line.locator("input[name=units]")
+    preview = first_line.locator("[data-testid=quota-preview]")
+
+    units.press_sequentially("9", delay=50)
+    expect(preview).to_contain_text("16 units in the cluster, 10 guaranteed to teams, 6 free.")
+    expect(preview).to_have_class(re.compile(r"\bbad\b"))
+    units.fill("")
+    units.press_sequentially("4", delay=50)
+    expect(preview).to_contain_text("vision holds 2; after this request 6.")
+    expect(preview).to_have_class(re.compile(r"\bgood\b"))
+
+    alice.click("#add-line")
+    expect(alice.locator(".line").nth(1)).to_be_visible()
+    alice.fill("#id_justification", "Training the new detector on the spring data set.")
+    alice.screenshot(path=str(SHOTS / "request_form.png"), full_page=True)
+    alice.click("button:has-text('Submit request')")
+    alice.wait_for_url(f"{live_server.url}/teams/vision/")
+    qr = QuotaRequest.objects.get()
+    expect(alice.locator(".flash.success")).to_contain_text(f"Request #{qr.pk} filed: +4 H100 80GB for vision")
+
+    lena = log_in(browser, live_server, "lena")
+    expect(lena.locator("[data-testid=inbox-count]")).to_contain_text("1")
+    lena.click("nav >> text=Approvals")
+    row = lena.locator(f"#approval-{qr.pk}")
+    expect(row).to_contain_text("+4 H100 80GB")
+    lena.screenshot(path=str(SHOTS / "approvals.png"), full_page=True)
+    lena.evaluate("window.__noReload = 'still here'")
+    row.locator("input[name=note]").fill("Enjoy")
+    row.locator("button:has-text('Approve')").click()
+    expect(lena.locator(f"#approval-{qr.pk} [data-testid=row-status]")).to_have_text("Approved")
+    expect(lena.locator(f"#approval-{qr.pk}")).to_contain_text("Enjoy")
+    assert lena.evaluate("window.__noReload") == "still here"
+
+    lena.click(f"#approval-{qr.pk} >> text=Computer Vision")
+    expect(lena.locator("[data-testid=guarantee-h100-80gb]")).to_contain_text("6 guaranteed")
+    expect(lena.locator("#audit")).to_contain_text(f"lena approved request #{qr.pk}: +4 H100 80GB for vision")
+    lena.screenshot(path=str(SHOTS / "team.png"), full_page=True)
+
+    alice.reload()
+    expect(alice.locator("[data-testid=unread-count]")).to_have_text("1")
+    alice.click(".bell")
+    expect(alice.locator("#notification-list")).to_contain_text(f"lena approved your request #{qr.pk}")
+
+
+def test_a_lead_manages_members_in_place(browser, live_server, site):
+    expect = sync_api.expect
+    UserFactory(username="bob")
+    lena = log_in(browser, live_server, "lena")
+    lena.goto(f"{live_server.url}/teams/vision/")
+    lena.evaluate("window.__noReload = 1")
+    lena.fill("#id_username", "bob")
+    lena.click("#members button:has-text('Add')")
+    expect(lena.locator("#members")).to_contain_text("Added bob to vision as member.")
+    lena.fill("#id_username", "nobody")
+    lena.click("#members button:has-text('Add')")
+    expect(lena.locator("#members [role=alert]")).to_contain_text("There is no account named “nobody”.")
+    bob = Membership.objects.get(user__username="bob")
+    lena.select_option(f"#member-{bob.pk} select[name=role]", "lead")
+    expect(lena.locator("#members")).to_contain_text("bob is now team lead.")
+    assert lena.evaluate("window.__noReload") == 1
+    assert Membership.objects.get(pk=bob.pk).role == Membership.Role.LEAD
