@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
 from portal.models import AuditEvent, User
-from tenants import selectors, services
+from tenants import reconcile, selectors, services
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
 
 TRUE_VALUES = {"1", "true", "yes"}
@@ -137,7 +137,7 @@ class TeamSerializer(serializers.ModelSerializer):
     class Meta:
         model = Team
         fields = ["id", "slug", "name", "cost_center", "description", "created_at", "member_count",
-                  "pending_requests", "sync_state", "members", "guarantees"]
+                  "pending_requests", "sync_state", "synced_at", "sync_error", "members", "guarantees"]
         read_only_fields = fields
         list_serializer_class = TeamListSerializer
 
@@ -150,6 +150,23 @@ class TeamSerializer(serializers.ModelSerializer):
             {"flavor": flavor.pk, "flavor_slug": flavor.slug, "flavor_name": flavor.name, "units": units}
             for flavor, units in by_team.get(team.pk, [])
         ]
+
+
+class QueueUsageSerializer(serializers.Serializer):
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    guaranteed = serializers.IntegerField()
+    in_use = serializers.IntegerField()
+    borrowed = serializers.IntegerField(help_text="Units running on other teams' idle quota (preemptible).")
+    lent = serializers.IntegerField(help_text="This team's idle units in use by other teams.")
+
+
+class ClusterPictureSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=Team.SyncState.choices)
+    error = serializers.CharField(help_text="Why the last apply failed, empty when it did not.")
+    synced_at = serializers.DateTimeField(allow_null=True, help_text="The last successful apply.")
+    unreachable = serializers.CharField(help_text="Set when the cluster did not answer for the live usage.")
+    usage = QueueUsageSerializer(many=True)
 
 
 class TeamCreateSerializer(StrictInputMixin, serializers.Serializer):
@@ -175,11 +192,11 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
     partial_update=extend_schema(request=TeamUpdateSerializer, responses={200: TeamSerializer},
                                  description="Team leads and platform admins; the slug cannot change."),
 )
-class TeamViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
+class TeamViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = TeamSerializer
     queryset = Team.objects.none()
     lookup_field = "slug"
-    http_method_names = ["get", "post", "patch", "head", "options"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self) -> QuerySet[Team]:
         # The selector's counts group the rows, and grouped queries ignore Meta.ordering.
@@ -195,6 +212,18 @@ class TeamViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.Rea
         team = self.get_object()
         services.team_update(actor=request.user, team=team, **_parse(TeamUpdateSerializer, request))
         return Response(self.get_serializer(team).data)
+
+    @extend_schema(description="Platform admins only. The team's namespace and queue, and the workloads in them, go with it.")
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        services.team_delete(actor=request.user, team=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(responses={200: ClusterPictureSerializer},
+                   description="The team in the cluster: in sync, applying or the error, and the live quota of its queue.")
+    @action(detail=True, methods=["get"])
+    def cluster(self, request: Request, slug: str | None = None) -> Response:
+        picture = reconcile.team_cluster_picture(team=self.get_object())
+        return Response(ClusterPictureSerializer(picture).data)
 
 
 # --- Memberships ---------------------------------------------------------------------------

@@ -315,3 +315,63 @@ def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list
             for row in queue_rows
         ]
     return result
+
+
+@dataclass(frozen=True)
+class ClusterPicture:
+    """What the team page and API say about a team in the cluster."""
+
+    state: str
+    state_display: str
+    error: str
+    synced_at: Any
+    usage: list[QueueUsage]
+    unreachable: str = ""
+
+
+def team_cluster_picture(*, team: Team) -> ClusterPicture:
+    names = dict(Flavor.objects.values_list("slug", "name"))
+    try:
+        usage = cluster_queue_usage(slugs=[team.slug]).get(team.slug, [])
+        unreachable = ""
+    except KubeError as error:
+        usage, unreachable = [], f"The cluster did not answer: {error}"
+    usage = [QueueUsage(flavor=names.get(row.flavor, row.flavor), resource=row.resource, guaranteed=row.guaranteed,
+                        in_use=row.in_use, borrowed=row.borrowed, lent=row.lent) for row in usage]
+    return ClusterPicture(state=team.sync_state, state_display=team.sync_state_display, error=team.sync_error,
+                          synced_at=team.synced_at, usage=usage, unreachable=unreachable)
+
+
+@dataclass(frozen=True)
+class FlavorPicture:
+    name: str
+    resource: str
+    capacity: int
+    guaranteed: int
+    in_use: int
+    borrowed: int
+
+    @property
+    def idle(self) -> int:
+        return max(self.capacity - self.in_use, 0)
+
+
+def cluster_capacity_picture() -> tuple[list[FlavorPicture], str]:
+    """Per flavor: capacity, guaranteed to teams, in use and borrowed across every team queue."""
+    totals = selectors.flavor_guaranteed_totals()
+    in_use: dict[str, int] = defaultdict(int)
+    borrowed: dict[str, int] = defaultdict(int)
+    unreachable = ""
+    try:
+        for rows in cluster_queue_usage().values():
+            for row in rows:
+                in_use[row.flavor] += row.in_use
+                borrowed[row.flavor] += row.borrowed
+    except KubeError as error:
+        unreachable = f"The cluster did not answer: {error}"
+    flavors = [
+        FlavorPicture(name=f.name, resource=f.resource_name, capacity=f.capacity_units, guaranteed=totals.get(f.pk, 0),
+                      in_use=in_use[f.slug], borrowed=borrowed[f.slug])
+        for f in Flavor.objects.filter(is_active=True).order_by("name")
+    ]
+    return flavors, unreachable

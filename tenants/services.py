@@ -270,7 +270,7 @@ def quota_request_create(
 
 
 def _locked_pending(quota_request: QuotaRequest, verb: str) -> QuotaRequest:
-    locked = QuotaRequest.objects.select_for_update().select_related("team", "requester").get(pk=quota_request.pk)
+    locked = QuotaRequest.objects.select_for_update(of=("self",)).select_related("team", "requester").get(pk=quota_request.pk)
     if locked.status != QuotaRequest.Status.PENDING:
         raise StateConflict(f"Request #{locked.pk} is {locked.get_status_display().lower()}; only a pending request can be {verb}.")
     return locked
@@ -376,7 +376,7 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     Safe to run at any time and more than once: rows are locked and each grant ends once.
     """
     now = now or timezone.now()
-    due = list(selectors.grants_past_end(now=now).select_for_update(skip_locked=True).select_related("team", "flavor", "request"))
+    due = list(selectors.grants_past_end(now=now).select_for_update(skip_locked=True, of=("self",)).select_related("team", "flavor", "request"))
     for grant in due:
         grant.ended_at = now
     QuotaGrant.objects.bulk_update(due, ["ended_at"])
@@ -402,7 +402,7 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     ending = list(
         selectors.grants_ending_between(start=now, end=now + GRANT_ENDING_NOTICE)
         .filter(ending_notice_sent_at__isnull=True)
-        .select_for_update(skip_locked=True)
+        .select_for_update(skip_locked=True, of=("self",))
         .select_related("team", "flavor", "request__requester")
     )
     leads = selectors.team_leads(team_ids=[g.team_id for g in ending])

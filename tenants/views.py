@@ -24,7 +24,7 @@ from django_htmx.middleware import HtmxDetails
 
 from portal.errors import DomainError
 from portal.models import User
-from tenants import selectors, services
+from tenants import reconcile, selectors, services
 from tenants.forms import DecisionForm, MembershipAddForm, MembershipRoleForm, QuotaRequestForm
 from tenants.models import Flavor, Membership, QuotaRequest, Team, user_team_roles
 
@@ -159,6 +159,26 @@ def team_audit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if request.htmx:
         return render(request, "tenants/audit.html#audit-rows", _team_audit_context(request, team, number))
     return render(request, "tenants/team_detail.html", _team_context(request, team, audit_page=number))
+
+
+@login_required
+@require_GET
+def team_cluster(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """The team's live cluster picture; the team page loads it after it renders."""
+    team = _visible_team(request, slug)
+    picture = reconcile.team_cluster_picture(team=team)
+    if request.htmx:
+        return render(request, "tenants/team_detail.html#cluster-state", {"team": team, "picture": picture})
+    return render(request, "tenants/team_detail.html", {**_team_context(request, team), "picture": picture})
+
+
+@login_required
+@require_GET
+def cluster_capacity(request: HtmxHttpRequest) -> HttpResponse:
+    if not request.user.has_perm("tenants.manage_flavors"):
+        raise PermissionDenied
+    flavors, unreachable = reconcile.cluster_capacity_picture()
+    return render(request, "tenants/capacity.html", {"flavors": flavors, "unreachable": unreachable})
 
 
 def _members_response(request: HtmxHttpRequest, team: Team, *, form: MembershipAddForm | None = None,

@@ -375,11 +375,32 @@ def test_the_slug_cannot_change_after_the_team_is_created(team, lead, admin_user
     assert (team.slug, team.name) == ("vision", "Vision")
 
 
-def test_teams_cannot_be_replaced_or_deleted_through_the_api(team, admin_user):
-    client = api(admin_user)
-    assert client.put("/api/teams/vision/", {"slug": "vision", "name": "X"}, format="json").status_code == 405
-    assert client.delete("/api/teams/vision/").status_code == 405
+def test_teams_cannot_be_replaced_through_the_api(team, admin_user):
+    assert api(admin_user).put("/api/teams/vision/", {"slug": "vision", "name": "X"}, format="json").status_code == 405
     assert Team.objects.filter(slug="vision", name="Vision").exists()
+
+
+def test_only_a_platform_admin_deletes_a_team_and_its_trail_stays(team, lead, admin_user, django_capture_on_commit_callbacks):
+    assert api(lead).delete("/api/teams/vision/").status_code == 403
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api(admin_user).delete("/api/teams/vision/").status_code == 204
+    assert not Team.objects.filter(slug="vision").exists()
+    assert AuditEvent.objects.get(action="team.deleted").message == "root deleted team vision and its namespace"
+
+
+def test_the_team_cluster_picture_shows_sync_state_and_live_quota(team, member, flavor, django_capture_on_commit_callbacks):
+    from tenants import reconcile
+    from tests.factories import QuotaGrantFactory
+
+    QuotaGrantFactory(team=team, flavor=flavor, units=4)
+    reconcile.platform_reconcile()
+    reconcile.team_reconcile(team_id=team.pk)
+
+    picture = api(member).get("/api/teams/vision/cluster/").json()
+
+    assert picture["state"] == "in_sync" and picture["error"] == "" and picture["synced_at"]
+    assert picture["usage"] == [{"flavor": "H100 80GB", "resource": "nvidia.com/gpu", "guaranteed": 4, "in_use": 0,
+                                 "borrowed": 0, "lent": 0}]
 
 
 def test_a_platform_admin_creates_a_team(admin_user):

@@ -67,6 +67,8 @@ def snapshot() -> dict[str, Any]:
 ENDPOINTS_WITH_AN_ID = [
     ("get", "/api/teams/{team}/", None),
     ("patch", "/api/teams/{team}/", {"name": "Taken over"}),
+    ("delete", "/api/teams/{team}/", None),
+    ("get", "/api/teams/{team}/cluster/", None),
     ("get", "/api/memberships/{membership}/", None),
     ("patch", "/api/memberships/{membership}/", {"role": "lead"}),
     ("delete", "/api/memberships/{membership}/", None),

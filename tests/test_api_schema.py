@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 ENDPOINTS = {
     "/api/teams/": {"get", "post"},
-    "/api/teams/{slug}/": {"get", "patch"},
+    "/api/teams/{slug}/": {"get", "patch", "delete"},
+    "/api/teams/{slug}/cluster/": {"get"},
     "/api/memberships/": {"get", "post"},
     "/api/memberships/{id}/": {"get", "patch", "delete"},
     "/api/flavors/": {"get", "post"},

@@ -120,6 +120,12 @@ def test_the_quota_story_in_a_browser(browser, live_server, site):
     expect(alice.locator("#notification-list")).to_contain_text(f"lena approved your request #{qr.pk}")
 
 
+def htmx_settled(page) -> None:
+    """Waits until htmx has finished swapping: new content is live only once it has settled,
+    and a robot (unlike a person) can act within those few milliseconds."""
+    page.wait_for_function("() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, .htmx-added')")
+
+
 def test_a_lead_manages_members_in_place(browser, live_server, site):
     expect = sync_api.expect
     UserFactory(username="bob")
@@ -132,8 +138,11 @@ def test_a_lead_manages_members_in_place(browser, live_server, site):
     lena.fill("#id_username", "nobody")
     lena.click("#members button:has-text('Add')")
     expect(lena.locator("#members [role=alert]")).to_contain_text("There is no account named “nobody”.")
+    htmx_settled(lena)
     bob = Membership.objects.get(user__username="bob")
-    lena.select_option(f"#member-{bob.pk} select[name=role]", "lead")
+    with lena.expect_response(lambda r: f"/members/{bob.pk}/role/" in r.url) as answer:
+        lena.select_option(f"#member-{bob.pk} select[name=role]", "lead")
+    assert answer.value.status == 200, answer.value.text()
     expect(lena.locator("#members")).to_contain_text("bob is now team lead.")
     assert lena.evaluate("window.__noReload") == 1
     assert Membership.objects.get(pk=bob.pk).role == Membership.Role.LEAD

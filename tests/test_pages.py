@@ -422,6 +422,7 @@ ISOLATION_CASES: list[tuple[str, str, Callable[[dict[str, Any]], str]]] = [
     ("team detail", "get", lambda o: reverse("tenants:team-detail", args=["vision"])),
     ("team request rows", "get", lambda o: reverse("tenants:team-requests", args=["vision"])),
     ("team audit rows", "get", lambda o: reverse("tenants:team-audit", args=["vision"])),
+    ("team cluster state", "get", lambda o: reverse("tenants:team-cluster", args=["vision"])),
     ("audit filtered by the team", "get", lambda o: reverse("tenants:audit") + "?team=vision"),
     ("member add", "post", lambda o: reverse("tenants:membership-add", args=["vision"])),
     ("member role", "post", lambda o: reverse("tenants:membership-role", args=["vision", o["membership"].pk])),
@@ -647,3 +648,43 @@ def test_notifications_list_link_to_their_target_and_can_all_be_marked_read(memb
     response = client.post(reverse("notifications-read"), **HTMX)
     assert response["HX-Refresh"] == "true"
     assert not Notification.objects.filter(recipient=member, read_at__isnull=True).exists()
+
+
+# --- The team in the cluster ---------------------------------------------------------------------
+
+
+def test_the_team_page_loads_the_live_cluster_picture(team, member, flavor, as_user):
+    from tenants import reconcile
+    from tests.factories import QuotaGrantFactory
+
+    QuotaGrantFactory(team=team, flavor=flavor, units=4)
+    reconcile.platform_reconcile()
+    reconcile.team_reconcile(team_id=team.pk)
+    client = as_user(member)
+
+    page = client.get(reverse("tenants:team-detail", args=["vision"])).content.decode()
+    assert f'hx-get="{reverse("tenants:team-cluster", args=["vision"])}"' in page
+
+    fragment = client.get(reverse("tenants:team-cluster", args=["vision"]), **HTMX).content.decode()
+    assert 'data-testid="sync-state">In sync<' in fragment
+    assert "Last applied" in fragment
+    row = fragment[fragment.index('data-testid="usage-row"'):]
+    assert "H100 80GB" in row and '<td class="num">4</td>' in row
+
+
+def test_a_failed_apply_says_why_on_the_team_page(team, member, as_user):
+    team.sync_error = 'ClusterQueue vision: rejected as invalid: spec.cohortName: Invalid value'
+    team.save()
+    fragment = as_user(member).get(reverse("tenants:team-cluster", args=["vision"]), **HTMX).content.decode()
+    assert 'data-testid="sync-state">Error<' in fragment
+    assert "The last apply failed: ClusterQueue vision: rejected as invalid" in fragment
+
+
+def test_platform_admins_see_capacity_guaranteed_used_and_borrowed_per_flavor(team, admin_user, member, flavor, as_user):
+    from tests.factories import QuotaGrantFactory
+
+    QuotaGrantFactory(team=team, flavor=flavor, units=6)
+    page = as_user(admin_user).get(reverse("tenants:capacity")).content.decode()
+    row = page[page.index('data-testid="capacity-row"'):]
+    assert "H100 80GB" in row and '<td class="num">16</td><td class="num">6</td>' in row
+    assert as_user(member).get(reverse("tenants:capacity")).status_code == 403

@@ -8,7 +8,6 @@ import pytest
 from django.core import mail
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
-from freezegun import freeze_time
 
 from portal.errors import DomainError, StateConflict
 from portal.models import AuditEvent, Notification
@@ -199,21 +198,23 @@ def test_the_requester_cancels_a_pending_request_but_nobody_else_may(team, membe
 
 
 def test_a_temporary_grant_warns_three_days_ahead_then_expires_once(team, member, lead, flavor):
-    with freeze_time("2026-12-01 10:00"):
-        qr = request_units(team, member, flavor, 8, ends_on=dt.date(2026, 12, 31))
-        services.quota_request_approve(quota_request=qr, approver=lead)
-        assert services.quota_grants_expire() == services.ExpiryResult(ended=0, warned=0)
+    last_day = timezone.localdate() + dt.timedelta(days=30)
+    qr = request_units(team, member, flavor, 8, ends_on=last_day)
+    services.quota_request_approve(quota_request=qr, approver=lead)
+    grant = QuotaGrant.objects.get()
+    assert timezone.localtime(grant.valid_until).date() == last_day + dt.timedelta(days=1)
+    assert services.quota_grants_expire() == services.ExpiryResult(ended=0, warned=0)
 
-    with freeze_time("2026-12-29 12:00"):
-        assert services.quota_grants_expire() == services.ExpiryResult(ended=0, warned=1)
-        assert services.quota_grants_expire() == services.ExpiryResult(ended=0, warned=0)
-        assert "ends after 2026-12-31" in Notification.objects.filter(recipient=member).first().message
-        assert selectors.team_guarantees(team=team) == {flavor.pk: 8}
+    three_days_before = grant.valid_until - dt.timedelta(days=2, hours=12)
+    assert services.quota_grants_expire(now=three_days_before) == services.ExpiryResult(ended=0, warned=1)
+    assert services.quota_grants_expire(now=three_days_before) == services.ExpiryResult(ended=0, warned=0)
+    assert f"ends after {last_day.isoformat()}" in Notification.objects.filter(recipient=member).first().message
+    assert QuotaGrant.objects.active(at=three_days_before).count() == 1
 
-    with freeze_time("2027-01-01 00:00:30"):
-        assert selectors.team_guarantees(team=team) == {}
-        assert services.quota_grants_expire() == services.ExpiryResult(ended=1, warned=0)
-        assert services.quota_grants_expire() == services.ExpiryResult(ended=0, warned=0)
+    just_after = grant.valid_until + dt.timedelta(seconds=30)
+    assert not QuotaGrant.objects.active(at=just_after).exists()
+    assert services.quota_grants_expire(now=just_after) == services.ExpiryResult(ended=1, warned=0)
+    assert services.quota_grants_expire(now=just_after) == services.ExpiryResult(ended=0, warned=0)
 
     qr.refresh_from_db()
     assert qr.status == QuotaRequest.Status.EXPIRED
