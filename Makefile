@@ -9,3 +9,15 @@ test:            ## run the whole suite on PostgreSQL, Redis, the real control p
 
 setup:
 	scripts/setup.sh
+
+cluster-build:   ## build (or reuse) the real control plane binaries in ~/.cache/gpu-portal
+	scripts/setup.sh && .venv/bin/python -m tests.cluster build
+
+cluster-up:      ## start the local real control plane with the demo GPU nodes (Ctrl-C stops it)
+	scripts/setup.sh && mkdir -p var && .venv/bin/python -m tests.cluster up --kubeconfig-out var/kubeconfig
+
+portal-on-cluster: ## the demo portal against the control plane that `make cluster-up` runs
+	PORTAL_CLUSTER=kubernetes KUBECONFIG=$(CURDIR)/var/kubeconfig PORTAL_VAR_DIR=$(CURDIR)/var/on-cluster scripts/demo.sh
+
+bench:           ## the benchmarks, against a control plane they start themselves
+	scripts/setup.sh && .venv/bin/python benchmarks/onboarding.py

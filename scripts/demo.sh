@@ -9,6 +9,7 @@ PORT=${PORT:-8000}
 
 .venv/bin/python manage.py migrate --noinput -v0
 .venv/bin/python manage.py seed_demo
+.venv/bin/python manage.py reconcile_cluster
 
 mkdir -p var
 .venv/bin/celery -A portal worker --beat --pool=threads --concurrency=4 --loglevel=INFO \

@@ -807,15 +807,18 @@ class ControlPlane:
 
 
 def add_demo_nodes(cp: ControlPlane) -> list[str]:
-    """A few demo nodes shaped like the portal's GPU pools."""
+    """GPU nodes matching the demo catalog (tenants/management/commands/seed_demo.py): four
+    8-GPU H100 nodes, one A100 node cut into 56 1g.10gb MIG slices, one T4 node time-sliced into
+    32 shares. The H100 and A100 nodes carry the taint the flavors tolerate."""
+    gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     nodes = [
-        ("gpu-a100-0", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "gpu-portal/pool": "a100"},
-         {"nvidia.com/gpu": "8"}),
-        ("gpu-a100-mig-0", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/mig.strategy": "mixed",
-                            "gpu-portal/pool": "a100-mig"}, {"nvidia.com/mig-1g.10gb": "56"}),
-        ("gpu-shared-0", {"nvidia.com/gpu.product": "NVIDIA-L4", "gpu-portal/pool": "shared"},
-         {"nvidia.com/gpu.shared": "16"}),
+        *((f"gpu-h100-{i}", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, {"nvidia.com/gpu": "8"}, gpu_taint)
+          for i in range(4)),
+        ("gpu-a100-mig-0", {"nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe", "nvidia.com/mig.config": "all-1g.10gb"},
+         {"nvidia.com/mig-1g.10gb": "56"}, gpu_taint),
+        ("gpu-t4-0", {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/device-plugin.config": "time-sliced-4"},
+         {"nvidia.com/gpu.shared": "32"}, None),
     ]
-    for name, labels, alloc in nodes:
-        cp.add_gpu_node(name, labels=labels, allocatable=alloc)
+    for name, labels, alloc, taints in nodes:
+        cp.add_gpu_node(name, labels=labels, allocatable=alloc, taints=taints)
     return [n[0] for n in nodes]
