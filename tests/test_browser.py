@@ -16,7 +16,7 @@ from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory,
 # Playwright's sync API runs an event loop in this thread; Django would refuse ORM calls under it.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-sync_api = pytest.importorskip("playwright.sync_api")
+from playwright import sync_api  # noqa: E402 - after the environment above
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -30,7 +30,7 @@ SHOTS = Path("/tmp/shots")
 @pytest.fixture
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's Chromium is not installed")
+        pytest.fail("Debian's Chromium is not installed: `make test` installs it (apt-get install chromium)")
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield launched

@@ -1,0 +1,137 @@
+"""The real gateway's handling of what a busy or forgetful API server answers, against a small
+HTTP server that answers as the API server would; and the simulated cluster's watch expiry."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s_client
+
+from portal.kube import KubeError, ObjectRef
+from portal.kube.kubernetes import KubernetesGateway, TokenBucket
+from portal.kube.simulated import SimulatedGateway
+from portal.models import SimulatedEvent
+
+
+class FakeApiServer:
+    """Answers each request with the next scripted (status, body) for its path."""
+
+    def __init__(self, script: dict[str, list[tuple[int, Any]]]) -> None:
+        self.script, self.seen = script, []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _answer(self) -> None:
+                path = self.path.split("?")[0]
+                server.seen.append((self.command, self.path))
+                status, body = server.script[path].pop(0)
+                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PATCH = do_DELETE = _answer
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def gateway(self) -> KubernetesGateway:
+        configuration = k8s_client.Configuration()
+        configuration.host = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return KubernetesGateway(configuration, max_attempts=3)
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+
+
+@pytest.fixture
+def api_server() -> Iterator[Any]:
+    servers: list[FakeApiServer] = []
+
+    def make(script: dict[str, list[tuple[int, Any]]]) -> FakeApiServer:
+        servers.append(FakeApiServer(script))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+NS_PATH = "/api/v1/namespaces/vision"
+
+
+def test_overload_and_server_errors_are_retried_then_succeed(api_server):
+    server = api_server({NS_PATH: [(429, {"message": "slow down"}), (503, "unavailable"), (200, {"metadata": {"name": "vision"}})]})
+    answer = server.gateway().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vision"}})
+    assert answer == {"metadata": {"name": "vision"}}
+    assert [method for method, _ in server.seen] == ["PATCH", "PATCH", "PATCH"]
+    assert "fieldManager=gpu-portal" in server.seen[0][1] and "force=true" in server.seen[0][1]
+
+
+def test_retries_are_bounded_and_the_last_error_names_the_object(api_server):
+    server = api_server({NS_PATH: [(503, {"message": "etcd is down"})] * 3})
+    with pytest.raises(KubeError, match="^Namespace vision: etcd is down$") as failed:
+        server.gateway().get(ObjectRef("v1", "Namespace", "vision"))
+    assert failed.value.status == 503 and len(server.seen) == 3
+
+
+def test_validation_and_conflict_errors_are_not_retried_and_say_why(api_server):
+    invalid = {"kind": "Status", "code": 422, "reason": "Invalid", "message": "long machine text",
+               "details": {"causes": [{"field": "spec.resourceGroups[0].flavors[0].name", "message": "Required value"}]}}
+    server = api_server({"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/vision": [(422, invalid)]})
+    with pytest.raises(KubeError) as refused:
+        server.gateway().apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "vision"}})
+    assert str(refused.value) == "ClusterQueue vision: rejected as invalid: spec.resourceGroups[0].flavors[0].name: Required value"
+    assert len(server.seen) == 1
+
+
+def test_a_watch_whose_version_expired_lists_afresh_and_goes_on(api_server):
+    expired = json.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}) + "\n"
+    modified = json.dumps({"type": "MODIFIED", "object": {"metadata": {"name": "b", "resourceVersion": "12"}}}) + "\n"
+    listing = {"metadata": {"resourceVersion": "11"}, "items": [{"metadata": {"name": "a"}}, {"metadata": {"name": "b"}}]}
+    server = api_server({"/api/v1/namespaces": [(200, expired), (200, listing), (200, modified)]})
+
+    events = list(itertools.islice(server.gateway().watch("v1", "Namespace", resource_version="5", timeout_seconds=30), 4))
+
+    assert [(e.type, e.object.get("metadata", {}).get("name")) for e in events] == [
+        ("RELISTED", None), ("ADDED", "a"), ("ADDED", "b"), ("MODIFIED", "b")]
+    assert events[1].object["kind"] == "Namespace"
+    assert "resourceVersion=11" in server.seen[2][1]
+
+
+def test_the_rate_limit_lets_a_burst_through_then_paces_calls():
+    import time
+
+    bucket = TokenBucket(qps=50, burst=5)
+    started = time.monotonic()
+    for _ in range(10):
+        bucket.take()
+    elapsed = time.monotonic() - started
+    assert 0.08 <= elapsed < 0.5  # five at once, then five more at 50 per second
+
+
+@pytest.mark.django_db
+def test_the_simulated_watch_lists_afresh_when_its_version_was_trimmed():
+    cluster = SimulatedGateway()
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vision"}})
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "speech"}})
+    _, version = cluster.list("v1", "Namespace")
+    old = int(version) - 1
+    SimulatedEvent.objects.filter(id__lte=int(version)).delete()  # what trimming does to old events
+    cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nlp"}})
+
+    events = cluster.watch("v1", "Namespace", resource_version=str(old), timeout_seconds=0)
+
+    assert [(e.type, e.object.get("metadata", {}).get("name")) for e in events] == [
+        ("RELISTED", None), ("ADDED", "nlp"), ("ADDED", "speech"), ("ADDED", "vision")]
