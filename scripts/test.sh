@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-scripts/apt.sh postgresql redis-server etcd-server openssl chromium make
+scripts/apt.sh postgresql redis-server openssl chromium make
 scripts/setup.sh
 
 work=$(mktemp -d /tmp/gpu-portal-test.XXXXXX)

@@ -92,7 +92,7 @@ class TeamAdmin(PlatformAdminOnly, RefusalAsMessage):
     list_display = ("name", "slug", "cost_center", "sync_state_display", "created_at")
     search_fields = ("name", "slug", "cost_center")
     inlines = (MembershipInline,)
-    # Only these go through a service (team_create / team_update); the rest is shown, not edited.
+    # These go through a service (team_create / team_update); the sync fields are shown, not edited.
     editable_fields = ("slug", "name", "cost_center", "description")
     policy_fields = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit")
     sync_fields = ("config_version", "applied_version", "synced_at", "sync_error")
@@ -105,7 +105,7 @@ class TeamAdmin(PlatformAdminOnly, RefusalAsMessage):
     def get_readonly_fields(self, request: HttpRequest, obj: Team | None = None) -> tuple[str, ...]:  # type: ignore[override]
         if obj is None:
             return ()
-        return ("slug",) + self.policy_fields + self.sync_fields
+        return ("slug",) + self.sync_fields
 
     def get_inlines(self, request: HttpRequest, obj: Team | None) -> tuple[type[MembershipInline], ...]:  # type: ignore[override]
         return self.inlines if obj is not None else ()
@@ -113,6 +113,7 @@ class TeamAdmin(PlatformAdminOnly, RefusalAsMessage):
     def save_model(self, request: HttpRequest, obj: Team, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
         data = {field: form.cleaned_data[field] for field in ("name", "cost_center", "description")}
         if change:
+            data |= {field: form.cleaned_data[field] for field in self.policy_fields}
             # The form has already copied the new values onto obj; the service compares against the stored team.
             services.team_update(actor=request.user, team=Team.objects.get(pk=obj.pk), **data)  # type: ignore[arg-type]
         else:

@@ -137,7 +137,8 @@ class TeamSerializer(serializers.ModelSerializer):
     class Meta:
         model = Team
         fields = ["id", "slug", "name", "cost_center", "description", "created_at", "member_count",
-                  "pending_requests", "sync_state", "synced_at", "sync_error", "members", "guarantees"]
+                  "pending_requests", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit",
+                  "sync_state", "synced_at", "sync_error", "members", "guarantees"]
         read_only_fields = fields
         list_serializer_class = TeamListSerializer
 
@@ -184,6 +185,11 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
     name = serializers.CharField(required=False)
     cost_center = serializers.CharField(allow_blank=True, required=False)
     description = serializers.CharField(allow_blank=True, required=False)
+    may_borrow = serializers.BooleanField(required=False, help_text="Platform admins only.")
+    lends_idle = serializers.BooleanField(required=False, help_text="Platform admins only.")
+    cpu_limit_cores = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
+    memory_limit_gib = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
+    pod_limit = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
 
 
 @extend_schema_view(

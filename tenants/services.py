@@ -33,6 +33,8 @@ from tenants.models import (
 
 GRANT_ENDING_NOTICE = dt.timedelta(days=3)
 TEAM_FIELDS = ("name", "cost_center", "description")
+# How the team shares the cluster: only a platform admin changes these.
+POLICY_FIELDS = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit")
 
 
 def _require(allowed: bool) -> None:
@@ -65,20 +67,23 @@ def team_create(*, actor: User, slug: str, name: str, cost_center: str = "", des
 
 
 @transaction.atomic
-def team_update(*, actor: User, team: Team, **changes: str) -> Team:
+def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
     _require(actor.has_perm("tenants.manage_members", team))
-    unknown = set(changes) - set(TEAM_FIELDS)
+    unknown = set(changes) - set(TEAM_FIELDS) - set(POLICY_FIELDS)
     if unknown:
         raise DomainError(f"These team fields cannot be changed here: {', '.join(sorted(unknown))}.")
     changed = {field: value for field, value in changes.items() if getattr(team, field) != value}
     if not changed:
         return team
+    if set(changed) & set(POLICY_FIELDS):
+        _require(actor.has_perm("tenants.manage_teams"))
     for field, value in changed.items():
         setattr(team, field, value)
     team.full_clean()
     team.save(update_fields=list(changed))
-    audit_record(actor=actor, action="team.updated", obj=team, team_id=team.pk, data=changed,
-                 message=f"{actor.username} changed {', '.join(sorted(changed))} of team {team.slug}")
+    described = ", ".join(f"{field} to {value}" if field in POLICY_FIELDS else field for field, value in sorted(changed.items()))
+    audit_record(actor=actor, action="team.updated", obj=team, team_id=team.pk, data={k: str(v) for k, v in changed.items()},
+                 message=f"{actor.username} changed {described} of team {team.slug}")
     _on_team_change(team.pk)
     return team
 
@@ -169,6 +174,13 @@ def flavor_save(*, actor: User, flavor: Flavor) -> Flavor:
     flavor.full_clean()
     created = flavor.pk is None
     if not created:
+        stored_slug = Flavor.objects.filter(pk=flavor.pk).values_list("slug", flat=True).first()
+        if stored_slug != flavor.slug:
+            raise DomainError(
+                f"A flavor's slug names its Kueue ResourceFlavor and cannot change ({stored_slug}); "
+                "add a new flavor and retire this one instead.",
+                field="slug",
+            )
         guaranteed = selectors.flavor_guaranteed_totals().get(flavor.pk, 0)
         if flavor.capacity_units < guaranteed:
             raise DomainError(

@@ -282,3 +282,21 @@ def test_single_sign_on_groups_become_memberships(team, other_team, settings):
 
     roles = dict(Membership.objects.filter(user=user).values_list("team__slug", "role"))
     assert roles == {"vision": "lead", "nlp": "member"}
+
+
+def test_only_a_platform_admin_changes_how_a_team_shares_the_cluster(team, lead, admin_user):
+    with pytest.raises(PermissionDenied):
+        services.team_update(actor=lead, team=team, may_borrow=False)
+    services.team_update(actor=lead, team=team, description="Detection models")
+    services.team_update(actor=admin_user, team=team, may_borrow=False, pod_limit=50)
+    team.refresh_from_db()
+    assert (team.description, team.may_borrow, team.pod_limit) == ("Detection models", False, 50)
+    assert AuditEvent.objects.filter(action="team.updated").first().message == (
+        "root changed may_borrow to False, pod_limit to 50 of team vision"
+    )
+
+
+def test_a_flavor_keeps_its_slug_because_it_names_the_resource_flavor(admin_user, flavor):
+    flavor.slug = "renamed"
+    with pytest.raises(DomainError, match="cannot change"):
+        services.flavor_save(actor=admin_user, flavor=flavor)
