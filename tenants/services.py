@@ -20,7 +20,7 @@ from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.models import User
 from portal.notifications import notify
-from tenants import rules, selectors
+from tenants import selectors
 from tenants.models import (
     Flavor,
     Membership,

@@ -14,22 +14,11 @@ from portal.models import ApiToken, AuditEvent
 from tenants import services
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
 from tests.factories import MembershipFactory, QuotaGrantFactory, UserFactory
+from tests.helpers import api, file_request
 
 pytestmark = pytest.mark.django_db
 
 
-def api(user: Any = None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_login(user)
-    return client
-
-
-def file_request(team: Team, requester: Any, flavor: Flavor, units: int = 4) -> QuotaRequest:
-    return services.quota_request_create(
-        requester=requester, team=team, lines=[services.LineInput(flavor=flavor, units=units)],
-        justification="Fine-tuning the detector",
-    )
 
 
 def request_body(flavor: Flavor, **overrides: Any) -> dict[str, Any]:

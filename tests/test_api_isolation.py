@@ -8,28 +8,17 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from rest_framework.test import APIClient
 
 from portal import tokens
 from portal.models import ApiToken, AuditEvent, Notification
 from tenants import services
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
 from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory, TeamFactory, UserFactory
+from tests.helpers import api, file_request
 
 pytestmark = pytest.mark.django_db
 
 
-def api(user: Any) -> APIClient:
-    client = APIClient()
-    client.force_login(user)
-    return client
-
-
-def file_request(team: Team, requester: Any, flavor: Flavor, units: int = 2) -> QuotaRequest:
-    return services.quota_request_create(
-        requester=requester, team=team, lines=[services.LineInput(flavor=flavor, units=units)],
-        justification="Training the next model",
-    )
 
 
 def team_objects(team: Team, lead: Any, member: Any, flavor: Flavor) -> dict[str, Any]:

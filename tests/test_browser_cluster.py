@@ -29,7 +29,7 @@ def real_cluster(control_plane, settings):
     reset_gateway(None)
 
 
-def test_an_approval_in_the_browser_reaches_the_real_cluster_within_seconds(browser, live_server, real_cluster):
+def test_an_approval_in_the_browser_reaches_the_real_cluster_within_seconds(browser, live_server, real_cluster):  # noqa: F811
     suffix = real_cluster
     flavor = FlavorFactory(name="H100 80GB", slug=f"h100-{suffix}", resource_name="nvidia.com/gpu", capacity_units=16)
     team = TeamFactory(slug=f"vision-{suffix}", name="Computer Vision")

@@ -27,22 +27,14 @@ from tests.factories import (
     TeamFactory,
     UserFactory,
 )
+from tests.helpers import file_request
 
 pytestmark = pytest.mark.django_db
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
-
-def file_request(team: Team, requester: Any, flavor: Any, units: int, **extra: Any) -> QuotaRequest:
-    return services.quota_request_create(
-        requester=requester, team=team, lines=[services.LineInput(flavor=flavor, units=units)],
-        justification=extra.pop("justification", "Fine-tuning the detector"), **extra,
-    )
 
 
 def form_data(team: str = "vision", lines: list[tuple[str, str]] | None = None, justification: str = "New detector",

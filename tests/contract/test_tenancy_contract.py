@@ -13,7 +13,7 @@ from portal.kube import ObjectRef, gateway
 from tenants import reconcile, services
 from tenants.manifests import KUEUE
 from tenants.models import Flavor, Membership, QuotaGrant
-from tests.factories import FlavorFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
