@@ -249,6 +249,8 @@ CELERY_BEAT_SCHEDULE = {
     "quota-grants-expire": {"task": "tenants.tasks.quota_grants_expire", "schedule": 60.0},
     "cluster-reconcile": {"task": "tenants.tasks.cluster_reconcile", "schedule": 120.0},
     "simulated-cluster-tick": {"task": "portal.tasks.simulated_cluster_tick", "schedule": 5.0},
+    "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
+    "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 60.0},
 }
 
 # --- Email ---------------------------------------------------------------------------------
@@ -296,3 +298,5 @@ PORTAL_INGRESS_NAMESPACE = env("PORTAL_INGRESS_NAMESPACE", "ingress-nginx")
 # How the cluster names people who log in with OIDC (the apiserver's --oidc-username-prefix);
 # the team RoleBinding grants members read access to their pods and logs under that name.
 PORTAL_CLUSTER_USER_PREFIX = env("PORTAL_CLUSTER_USER_PREFIX", "oidc:")
+# Inference servers and notebooks get an Ingress at <name>-<team>.<domain> when this is set.
+PORTAL_INGRESS_DOMAIN = env("PORTAL_INGRESS_DOMAIN")

@@ -1,0 +1,222 @@
+"""What a workload becomes in its team's namespace: pure functions of plain data.
+
+Users never write pod specs. Everything a pod gets is decided here: a restricted security
+context, no service-account token, GPU limits equal to requests under the flavor's resource
+name, and no node placement (Kueue injects the flavor's). What a user typed reaches the pod
+only as values of the template's declared parameters, as arguments and environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+TEAM_LABEL = "gpu-portal.io/team"
+WORKLOAD_LABEL = "gpu-portal.io/workload"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+QUEUE_NAME = "default"
+TTL_AFTER_FINISHED = 24 * 3600
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    workload_id: int
+    name: str  # the Kubernetes name, e.g. wl-42
+    namespace: str
+    team: str
+    kind: str  # training, distributed, inference, notebook
+    image: str
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    resource_name: str
+    units: int  # per pod
+    workers: int = 1
+    cpu: int = 4
+    memory_gib: int = 16
+    priority: str = "normal"
+    max_runtime_seconds: int = 24 * 3600
+    port: int = 0
+    storage_gib: int = 0
+    notebook_token: str = ""
+    ingress_host: str = ""
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return {MANAGED_BY_LABEL: "gpu-portal", TEAM_LABEL: self.team, WORKLOAD_LABEL: str(self.workload_id)}
+
+    @property
+    def queue_labels(self) -> dict[str, str]:
+        return {**self.labels, QUEUE_LABEL: QUEUE_NAME, PRIORITY_LABEL: f"gpu-portal-{self.priority}"}
+
+    @property
+    def service_name(self) -> str:
+        return self.name
+
+
+def _meta(spec: WorkloadSpec, labels: dict[str, str], name: str | None = None) -> dict[str, Any]:
+    return {"name": name or spec.name, "namespace": spec.namespace, "labels": labels}
+
+
+def _container(spec: WorkloadSpec, *, extra_env: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+    resources = {"cpu": str(spec.cpu), "memory": f"{spec.memory_gib}Gi", spec.resource_name: str(spec.units)}
+    container: dict[str, Any] = {
+        "name": spec.kind,
+        "image": spec.image,
+        "env": [{"name": k, "value": v} for k, v in (*spec.env, *extra_env)],
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    if spec.port:
+        container["ports"] = [{"name": "http", "containerPort": spec.port}]
+    return container
+
+
+def _pod_template(spec: WorkloadSpec, container: dict[str, Any], *, restart: str, **extra: Any) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "priorityClassName": f"gpu-portal-{spec.priority}",
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "restartPolicy": restart,
+        "containers": [container],
+        **extra,
+    }
+    metadata: dict[str, Any] = {"labels": dict(spec.labels)}
+    if spec.annotations:
+        metadata["annotations"] = dict(spec.annotations)
+    return {"metadata": metadata, "spec": pod}
+
+
+def make_training_job(*, spec: WorkloadSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": _meta(spec, spec.queue_labels),
+        "spec": {
+            "suspend": True,
+            "backoffLimit": 2,
+            "activeDeadlineSeconds": spec.max_runtime_seconds,
+            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
+            "template": _pod_template(spec, _container(spec), restart="Never"),
+        },
+    }
+
+
+def make_distributed_job(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
+    """An Indexed Job whose workers find each other through a headless Service; Kueue admits
+    all of its pods together or none."""
+    rendezvous = (
+        ("WORLD_SIZE", str(spec.workers)),
+        ("MASTER_ADDR", f"{spec.name}-0.{spec.service_name}"),
+        ("MASTER_PORT", "29500"),
+    )
+    template = _pod_template(spec, _container(spec, extra_env=rendezvous), restart="Never", subdomain=spec.service_name)
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": _meta(spec, spec.queue_labels),
+        "spec": {
+            "suspend": True,
+            "completionMode": "Indexed",
+            "completions": spec.workers,
+            "parallelism": spec.workers,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": spec.max_runtime_seconds,
+            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
+            "template": template,
+        },
+    }
+    service = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _meta(spec, spec.labels),
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "selector": {WORKLOAD_LABEL: str(spec.workload_id)},
+                 "ports": [{"name": "rendezvous", "port": 29500}]},
+    }
+    return [service, job]
+
+
+def _service(spec: WorkloadSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": _meta(spec, spec.labels),
+        "spec": {"selector": {WORKLOAD_LABEL: str(spec.workload_id)},
+                 "ports": [{"name": "http", "port": 80, "targetPort": spec.port}]},
+    }
+
+
+def _ingress(spec: WorkloadSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": _meta(spec, spec.labels),
+        "spec": {"rules": [{"host": spec.ingress_host, "http": {"paths": [{
+            "path": "/", "pathType": "Prefix",
+            "backend": {"service": {"name": spec.service_name, "port": {"name": "http"}}},
+        }]}}]},
+    }
+
+
+def make_inference(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": _meta(spec, spec.queue_labels),
+        "spec": {
+            "replicas": spec.workers,
+            "selector": {"matchLabels": {WORKLOAD_LABEL: str(spec.workload_id)}},
+            "template": _pod_template(spec, _container(spec), restart="Always"),
+        },
+    }
+    objects = [_service(spec), deployment]
+    if spec.ingress_host:
+        objects.append(_ingress(spec))
+    return objects
+
+
+def make_notebook(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
+    container = _container(spec, extra_env=(("JUPYTER_TOKEN", spec.notebook_token),))
+    template = _pod_template(spec, container, restart="Always")
+    statefulset: dict[str, Any] = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": _meta(spec, spec.queue_labels),
+        "spec": {
+            "replicas": 1,
+            "serviceName": spec.service_name,
+            "selector": {"matchLabels": {WORKLOAD_LABEL: str(spec.workload_id)}},
+            "template": template,
+        },
+    }
+    if spec.storage_gib:
+        container["volumeMounts"] = [{"name": "home", "mountPath": "/home/jovyan/work"}]
+        statefulset["spec"]["volumeClaimTemplates"] = [{
+            "metadata": {"name": "home", "labels": dict(spec.labels)},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{spec.storage_gib}Gi"}}},
+        }]
+    objects = [_service(spec), statefulset]
+    if spec.ingress_host:
+        objects.append(_ingress(spec))
+    return objects
+
+
+def make_workload_objects(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
+    """Every object of the workload, in the order to create them (the queued one last)."""
+    if spec.kind == "training":
+        return [make_training_job(spec=spec)]
+    if spec.kind == "distributed":
+        return make_distributed_job(spec=spec)
+    if spec.kind == "inference":
+        return make_inference(spec=spec)
+    if spec.kind == "notebook":
+        return make_notebook(spec=spec)
+    raise ValueError(f"unknown workload kind {spec.kind!r}")

@@ -1,0 +1,201 @@
+"""Workload templates (versioned), workloads, their phase history and pods' run intervals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from portal.models import User
+from tenants.models import Flavor, Team, user_team_roles
+
+
+class WorkloadKind(models.TextChoices):
+    TRAINING = "training", "Training"
+    DISTRIBUTED = "distributed", "Distributed training"
+    INFERENCE = "inference", "Inference"
+    NOTEBOOK = "notebook", "Notebook"
+
+
+class Priority(models.TextChoices):
+    LOW = "low", "Low (preemptible)"
+    NORMAL = "normal", "Normal"
+    HIGH = "high", "High"
+
+
+class WorkloadTemplateQuerySet(models.QuerySet["WorkloadTemplate"]):
+    def for_user(self, user: Any) -> WorkloadTemplateQuerySet:
+        """Global templates, and those shared with (or owned by) one of the user's teams."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.sees_all_teams:
+            return self
+        teams = list(user_team_roles(user))
+        return self.filter(Q(is_global=True) | Q(teams__in=teams) | Q(owner_team__in=teams)).distinct()
+
+    def for_team(self, team: Team) -> WorkloadTemplateQuerySet:
+        return self.filter(Q(is_global=True) | Q(teams=team) | Q(owner_team=team), is_active=True).distinct()
+
+
+class WorkloadTemplate(models.Model):
+    """What users launch. Its settings live in versions; editing makes a new version."""
+
+    slug = models.SlugField(max_length=40, unique=True)
+    name = models.CharField(max_length=80)
+    kind = models.CharField(max_length=12, choices=WorkloadKind.choices)
+    description = models.TextField(blank=True)
+    is_global = models.BooleanField(default=True, help_text="Visible to every team.")
+    teams = models.ManyToManyField(Team, blank=True, related_name="shared_templates", help_text="Visible to these teams.")
+    owner_team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="own_templates",
+                                   help_text="A team template, managed by that team's leads.")
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = WorkloadTemplateQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def current(self) -> WorkloadTemplateVersion:
+        return self.versions.order_by("-number").first()  # type: ignore[return-value]
+
+
+class WorkloadTemplateVersion(models.Model):
+    """An immutable version: running workloads keep the one they were launched with."""
+
+    template = models.ForeignKey(WorkloadTemplate, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    image = models.CharField(max_length=300)
+    command = models.JSONField(default=list, blank=True)
+    args = models.JSONField(default=list, blank=True, help_text="May use {parameter} placeholders.")
+    env = models.JSONField(default=dict, blank=True, help_text="May use {parameter} placeholders.")
+    flavors = models.ManyToManyField(Flavor, related_name="+")
+    default_units = models.PositiveIntegerField(default=1)
+    max_units = models.PositiveIntegerField(default=8)
+    default_cpu = models.PositiveIntegerField(default=4)
+    max_cpu = models.PositiveIntegerField(default=32)
+    default_memory_gib = models.PositiveIntegerField(default=16)
+    max_memory_gib = models.PositiveIntegerField(default=256)
+    default_priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
+    max_runtime_seconds = models.PositiveIntegerField(default=24 * 3600)
+    storage_gib = models.PositiveIntegerField(default=0, help_text="A per-user volume for notebooks; 0 for none.")
+    idle_minutes = models.PositiveIntegerField(default=0, help_text="Notebooks stop after this long idle; 0 never.")
+    port = models.PositiveIntegerField(default=0, help_text="Inference and notebooks: the port the server listens on.")
+    parameters = models.JSONField(default=list, blank=True, help_text="What users may set: name, type, default, bounds.")
+    created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["template", "-number"]
+        constraints = [models.UniqueConstraint(fields=["template", "number"], name="one_template_version_number")]
+
+    def __str__(self) -> str:
+        return f"{self.template.name} v{self.number}"
+
+
+class WorkloadQuerySet(models.QuerySet["Workload"]):
+    def for_user(self, user: Any) -> WorkloadQuerySet:
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        if user.sees_all_teams:
+            return self
+        return self.filter(team_id__in=list(user_team_roles(user)))
+
+    def active(self) -> WorkloadQuerySet:
+        return self.filter(phase__in=Workload.ACTIVE_PHASES)
+
+
+class Workload(models.Model):
+    class Phase(models.TextChoices):
+        SUBMITTING = "submitting", "Submitting"
+        QUEUED = "queued", "Queued"
+        ADMITTED = "admitted", "Admitted"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        STOPPED = "stopped", "Stopped"
+        PREEMPTED = "preempted", "Preempted"
+
+    ACTIVE_PHASES = (Phase.SUBMITTING, Phase.QUEUED, Phase.ADMITTED, Phase.RUNNING, Phase.PREEMPTED)
+    FINAL_PHASES = (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED)
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="workloads")
+    owner = models.ForeignKey(User, on_delete=models.PROTECT, related_name="workloads")
+    template_version = models.ForeignKey(WorkloadTemplateVersion, on_delete=models.PROTECT, related_name="workloads")
+    name = models.CharField(max_length=60)
+    parameters = models.JSONField(default=dict, blank=True)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="workloads")
+    units = models.PositiveIntegerField(help_text="GPU units per worker or replica.")
+    workers = models.PositiveIntegerField(default=1, help_text="Pods of a distributed job, replicas of a server.")
+    cpu = models.PositiveIntegerField()
+    memory_gib = models.PositiveIntegerField()
+    priority = models.CharField(max_length=8, choices=Priority.choices)
+    phase = models.CharField(max_length=12, choices=Phase.choices, default=Phase.SUBMITTING, db_index=True)
+    reason = models.TextField(blank=True, help_text="Why it is in this phase, in words.")
+    on_borrowed = models.BooleanField(default=False, help_text="Admitted on quota borrowed from other teams.")
+    notebook_token = models.CharField(max_length=64, blank=True)
+    relaunch_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    submit_attempts = models.PositiveSmallIntegerField(default=0)
+
+    objects = WorkloadQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["team", "phase"]), models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+    @property
+    def kind(self) -> str:
+        return self.template_version.template.kind
+
+    @property
+    def k8s_name(self) -> str:
+        """Deterministic and DNS-1123 safe, so applying again is always safe."""
+        return f"wl-{self.pk}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.phase in self.ACTIVE_PHASES
+
+    @property
+    def total_units(self) -> int:
+        return self.units * self.workers
+
+
+class WorkloadTransition(models.Model):
+    """The status timeline: every phase a workload went through, when and why."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="transitions")
+    phase = models.CharField(max_length=12, choices=Workload.Phase.choices)
+    reason = models.TextField(blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+
+class RunInterval(models.Model):
+    """One pod's time on a GPU node. Keyed by pod UID: re-reading the cluster never duplicates one."""
+
+    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="intervals")
+    pod_uid = models.CharField(max_length=64, unique=True)
+    pod_name = models.CharField(max_length=253)
+    node = models.CharField(max_length=253, blank=True)
+    resource_name = models.CharField(max_length=120)
+    units = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at", "id"]

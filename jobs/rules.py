@@ -1,0 +1,30 @@
+"""Who may launch, stop and manage what: the workload rules, next to the team rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import rules
+
+from portal.roles import is_platform_admin
+from tenants.rules import is_team_lead, is_team_member
+
+
+@rules.predicate
+def is_owner(user: Any, workload: Any) -> bool:
+    return workload is not None and getattr(workload, "owner_id", None) == user.pk
+
+
+@rules.predicate
+def leads_template_team(user: Any, template: Any) -> bool:
+    return template is not None and template.owner_team_id is not None and is_team_lead(user, template.owner_team)
+
+
+can_launch = is_platform_admin | is_team_member
+can_stop_workload = is_platform_admin | is_owner | is_team_lead
+can_manage_template = is_platform_admin | leads_template_team
+
+rules.add_perm("jobs.launch_workload", can_launch)
+rules.add_perm("jobs.stop_workload", can_stop_workload)
+rules.add_perm("jobs.manage_template", can_manage_template)
+rules.add_perm("jobs.create_global_template", is_platform_admin)

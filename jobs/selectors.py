@@ -1,0 +1,136 @@
+"""Reads about workloads: lists scoped to the user, the live picture of one workload, the
+launch hint, and the answer to "why is it still waiting?"."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import QuerySet
+
+from jobs import manifests
+from jobs.models import Priority, Workload, WorkloadTemplate
+from jobs.services import team_ceiling
+from portal.kube import KubeError, gateway
+from tenants import reconcile
+from tenants import selectors as tenant_selectors
+from tenants.models import Flavor, Team
+
+PRIORITY_ORDER = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
+
+
+def workloads_for_user(
+    *, user: Any, team: Team | None = None, phase: str | None = None, owner: Any = None, template: WorkloadTemplate | None = None
+) -> QuerySet[Workload]:
+    workloads = Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
+    if team is not None:
+        workloads = workloads.filter(team=team)
+    if phase:
+        workloads = workloads.filter(phase=phase)
+    if owner is not None:
+        workloads = workloads.filter(owner=owner)
+    if template is not None:
+        workloads = workloads.filter(template_version__template=template)
+    return workloads
+
+
+def templates_for_team(*, team: Team) -> QuerySet[WorkloadTemplate]:
+    return WorkloadTemplate.objects.for_team(team).prefetch_related("versions__flavors")
+
+
+@dataclass(frozen=True)
+class QueueUsage:
+    guaranteed: int
+    in_use: int
+    borrowed: int
+    lent: int
+
+    @property
+    def free(self) -> int:
+        return max(self.guaranteed - self.in_use, 0)
+
+
+def team_queue_usage(*, team: Team, flavor: Flavor) -> QueueUsage | None:
+    """The team's queue for this flavor as Kueue reports it, or None when the cluster is silent."""
+    try:
+        rows = reconcile.cluster_queue_usage(slugs=[team.slug]).get(team.slug, [])
+    except KubeError:
+        return None
+    for row in rows:
+        if row.flavor == flavor.slug:
+            return QueueUsage(guaranteed=row.guaranteed, in_use=row.in_use, borrowed=row.borrowed, lent=row.lent)
+    return QueueUsage(guaranteed=tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0), in_use=0, borrowed=0, lent=0)
+
+
+@dataclass(frozen=True)
+class LaunchHint:
+    flavor: Flavor
+    units: int
+    usage: QueueUsage | None
+    ceiling: int
+
+    @property
+    def fits_guarantee(self) -> bool:
+        return self.usage is not None and self.usage.in_use + self.units <= self.usage.guaranteed
+
+    @property
+    def would_borrow(self) -> bool:
+        return self.usage is not None and not self.fits_guarantee and self.units <= self.ceiling
+
+    @property
+    def impossible(self) -> bool:
+        return self.units > self.ceiling
+
+    @property
+    def gpus(self) -> float:
+        return float(self.units * self.flavor.fraction)
+
+
+def launch_hint(*, team: Team, flavor: Flavor, units: int) -> LaunchHint:
+    return LaunchHint(flavor=flavor, units=units, usage=team_queue_usage(team=team, flavor=flavor),
+                      ceiling=team_ceiling(team=team, flavor=flavor))
+
+
+@dataclass(frozen=True)
+class WhyWaiting:
+    reason: str
+    usage: QueueUsage | None
+    position: int  # 1 = next in line among the team's queued workloads
+    ahead: list[Workload] = field(default_factory=list)
+
+
+def why_waiting(*, workload: Workload) -> WhyWaiting:
+    """Kueue's own words, the team's quota for the flavor, and the queue in front of it."""
+    queued = list(
+        Workload.objects.filter(team_id=workload.team_id, phase__in=(Workload.Phase.QUEUED, Workload.Phase.PREEMPTED))
+        .select_related("owner", "flavor")
+    )
+    queued.sort(key=lambda w: (PRIORITY_ORDER.get(w.priority, 1), w.created_at, w.pk))
+    position = next((i for i, w in enumerate(queued, start=1) if w.pk == workload.pk), 0)
+    return WhyWaiting(reason=workload.reason, usage=team_queue_usage(team=workload.team, flavor=workload.flavor),
+                      position=position, ahead=queued[: max(position - 1, 0)])
+
+
+@dataclass(frozen=True)
+class LivePicture:
+    pods: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    logs: str
+    unreachable: str = ""
+
+
+def live_picture(*, workload: Workload, tail_lines: int = 50) -> LivePicture:
+    """The workload's pods, recent events and the last log lines, read from the cluster now."""
+    cluster = gateway()
+    namespace = workload.team.namespace
+    try:
+        pods = cluster.list("v1", "Pod", namespace=namespace, labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
+        names = {workload.k8s_name, *(p["metadata"]["name"] for p in pods)}
+        events = [e for e in cluster.list("v1", "Event", namespace=namespace)[0]
+                  if (e.get("involvedObject") or {}).get("name") in names]
+        events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "", reverse=True)
+        newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+        logs = cluster.pod_logs(namespace=namespace, name=newest["metadata"]["name"], tail_lines=tail_lines) if newest else ""
+    except KubeError as error:
+        return LivePicture(pods=[], events=[], logs="", unreachable=f"The cluster did not answer: {error}")
+    return LivePicture(pods=pods, events=events[:20], logs=logs)

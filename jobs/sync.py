@@ -1,0 +1,215 @@
+"""Status sync: reads what the cluster says about the portal's workloads and records it.
+
+One pass lists the portal's Jobs, Deployments, StatefulSets and pods and Kueue's Workloads (five
+calls, however many workloads), derives each active workload's phase with the reason in
+words, and records every pod's run interval keyed by its UID, so reading the same cluster
+again, after a watch expired or the worker restarted, changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from jobs import manifests
+from jobs.models import RunInterval, Workload
+from jobs.services import record_transition
+from portal.kube import gateway
+from portal.kube.base import quantity
+
+MANAGED = {manifests.MANAGED_BY_LABEL: "gpu-portal"}
+KUEUE = "kueue.x-k8s.io/v1beta2"
+
+
+@dataclass
+class Snapshot:
+    """The cluster objects of the portal's workloads, indexed by workload id."""
+
+    owners: dict[int, dict[str, Any]] = field(default_factory=dict)  # the Job, Deployment or StatefulSet
+    pods: dict[int, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    kueue: dict[int, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+
+    @classmethod
+    def read(cls) -> Snapshot:
+        cluster = gateway()
+        snapshot = cls()
+        by_name: dict[tuple[str, str, str], int] = {}
+        for api_version, kind in (("batch/v1", "Job"), ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")):
+            for obj in cluster.list(api_version, kind, labels=MANAGED)[0]:
+                workload_id = _workload_id(obj)
+                if workload_id is not None:
+                    snapshot.owners[workload_id] = obj
+                    by_name[(kind, obj["metadata"]["namespace"], obj["metadata"]["name"])] = workload_id
+        for pod in cluster.list("v1", "Pod", labels=MANAGED)[0]:
+            workload_id = _workload_id(pod)
+            if workload_id is not None:
+                snapshot.pods[workload_id].append(pod)
+                by_name[("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])] = workload_id
+        for kueue_workload in cluster.list(KUEUE, "Workload")[0]:
+            namespace = kueue_workload["metadata"].get("namespace", "")
+            for owner in kueue_workload["metadata"].get("ownerReferences", []):
+                workload_id = by_name.get((owner["kind"], namespace, owner["name"]))
+                if workload_id is not None:
+                    snapshot.kueue[workload_id].append(kueue_workload)
+        return snapshot
+
+
+def _workload_id(obj: dict[str, Any]) -> int | None:
+    value = obj["metadata"].get("labels", {}).get(manifests.WORKLOAD_LABEL, "")
+    return int(value) if value.isdigit() else None
+
+
+def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions", []) or []:
+        if cond.get("type") == type_:
+            return cond
+    return {}
+
+
+def _true(obj: dict[str, Any], type_: str) -> bool:
+    return _condition(obj, type_).get("status") == "True"
+
+
+def waiting_reason(message: str) -> str:
+    """Kueue's condition message, said for people."""
+    if "insufficient unused quota" in message or "insufficient quota" in message:
+        return f"Waiting for quota: {message}"
+    if not message:
+        return "Waiting for Kueue to admit it"
+    return f"Waiting: {message}"
+
+
+def derive(workload: Workload, snapshot: Snapshot) -> tuple[str, str] | None:
+    """The phase and reason the cluster shows for one workload, or None to leave it as it is."""
+    owner = snapshot.owners.get(workload.pk)
+    pods = snapshot.pods.get(workload.pk, [])
+    kueue = snapshot.kueue.get(workload.pk, [])
+    if owner is None:
+        if workload.phase == Workload.Phase.SUBMITTING:
+            return None
+        return Workload.Phase.FAILED, "Its objects are gone from the cluster (deleted outside the portal)."
+    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    evicted = [w for w in kueue if _true(w, "Evicted") and not _true(w, "QuotaReserved")]
+    pending = [w for w in kueue if not _true(w, "QuotaReserved")]
+    if owner["kind"] == "Job":
+        if _true(owner, "Complete"):
+            return Workload.Phase.SUCCEEDED, "Finished successfully"
+        if _true(owner, "Failed"):
+            failed = _condition(owner, "Failed")
+            return Workload.Phase.FAILED, f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".rstrip(": ")
+        if evicted:
+            cond = _condition(evicted[0], "Evicted")
+            return Workload.Phase.PREEMPTED, f"Preempted and queued again: {cond.get('message', '')}".rstrip(": ")
+        if owner["spec"].get("suspend", False):
+            message = _condition(pending[0], "QuotaReserved").get("message", "") if pending else ""
+            return Workload.Phase.QUEUED, waiting_reason(message)
+        if running:
+            return Workload.Phase.RUNNING, f"{len(running)} of {owner['spec'].get('parallelism', 1)} pods running"
+        return Workload.Phase.ADMITTED, "Admitted by Kueue; starting its pods"
+    # Servers and notebooks: Kueue gates each pod until it is admitted.
+    if running:
+        return Workload.Phase.RUNNING, f"{len(running)} of {owner['spec'].get('replicas', 1)} replicas running"
+    if evicted:
+        return Workload.Phase.PREEMPTED, "Preempted and queued again"
+    if pending:
+        return Workload.Phase.QUEUED, waiting_reason(_condition(pending[0], "QuotaReserved").get("message", ""))
+    if pods:
+        return Workload.Phase.ADMITTED, "Admitted by Kueue; starting its pods"
+    return Workload.Phase.QUEUED, "Waiting for Kueue to admit it"
+
+
+def _time(value: str | None) -> dt.datetime | None:
+    return parse_datetime(value) if value else None
+
+
+def _pod_interval(pod: dict[str, Any]) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """When the pod's containers ran: from the first start to the last finish."""
+    status = pod.get("status") or {}
+    starts, ends = [], []
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        if "running" in state:
+            starts.append(_time(state["running"].get("startedAt")))
+        if "terminated" in state:
+            starts.append(_time(state["terminated"].get("startedAt")))
+            ends.append(_time(state["terminated"].get("finishedAt")))
+    started = min((s for s in starts if s), default=None) or (_time(status.get("startTime")) if status.get("phase") in ("Running", "Succeeded", "Failed") else None)
+    finished = None
+    if status.get("phase") in ("Succeeded", "Failed"):
+        finished = max((e for e in ends if e), default=None) or timezone.now()
+    return started, finished
+
+
+def _gpu_units(pod: dict[str, Any], resource: str) -> int:
+    total = 0
+    for container in pod["spec"].get("containers", []):
+        value = (container.get("resources", {}).get("limits") or {}).get(resource)
+        parsed = quantity(value) if value is not None else None
+        total += int(parsed) if parsed else 0
+    return total
+
+
+@dataclass
+class SyncResult:
+    changed: int = 0
+    intervals_opened: int = 0
+    intervals_closed: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"changed": self.changed, "intervals_opened": self.intervals_opened, "intervals_closed": self.intervals_closed}
+
+
+def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: SyncResult) -> None:
+    seen = set()
+    resource = workload.flavor.resource_name
+    open_intervals = {i.pod_uid: i for i in workload.intervals.all()}
+    for pod in pods:
+        uid = pod["metadata"].get("uid")
+        started, finished = _pod_interval(pod)
+        if not uid or started is None or not pod["spec"].get("nodeName"):
+            continue
+        seen.add(uid)
+        interval = open_intervals.get(uid)
+        if interval is None:
+            _, created = RunInterval.objects.get_or_create(pod_uid=uid, defaults={
+                "workload": workload, "pod_name": pod["metadata"]["name"], "node": pod["spec"]["nodeName"],
+                "resource_name": resource, "units": _gpu_units(pod, resource), "started_at": started, "ended_at": finished,
+            })
+            result.intervals_opened += int(created)
+        elif interval.ended_at is None and finished is not None:
+            interval.ended_at = finished
+            interval.save(update_fields=["ended_at"])
+            result.intervals_closed += 1
+    # A pod that is gone (deleted, preempted, garbage-collected) ran until now at the latest.
+    now = timezone.now()
+    for uid, interval in open_intervals.items():
+        if uid not in seen and interval.ended_at is None:
+            interval.ended_at = now
+            interval.save(update_fields=["ended_at"])
+            result.intervals_closed += 1
+
+
+def sync_all() -> SyncResult:
+    result = SyncResult()
+    snapshot = Snapshot.read()
+    workloads = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES).select_related("flavor", "template_version__template")
+    for workload in workloads.prefetch_related("intervals"):
+        with transaction.atomic():
+            derived = derive(workload, snapshot)
+            record_intervals(workload, snapshot.pods.get(workload.pk, []), result)
+            if derived and derived != (workload.phase, workload.reason):
+                record_transition(workload, *derived)
+                result.changed += 1
+    # Stopped or finished workloads may still have pods winding down: close their intervals too.
+    recently = Workload.objects.filter(phase__in=Workload.FINAL_PHASES, intervals__ended_at__isnull=True).distinct()
+    for workload in recently.select_related("flavor").prefetch_related("intervals"):
+        record_intervals(workload, snapshot.pods.get(workload.pk, []), result)
+    return result
+
+

@@ -1,0 +1,70 @@
+"""Workload tasks: take ids, reload, safe to run twice."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+
+from celery import shared_task
+from django.utils import timezone
+
+from jobs import manifests, services, sync
+from jobs.models import Workload
+from portal.errors import DomainError
+from portal.kube import KubeError, gateway, ref_of
+
+log = logging.getLogger(__name__)
+SUBMIT_RETRIES = 5
+
+
+@shared_task(bind=True, acks_late=True, max_retries=SUBMIT_RETRIES)
+def workload_submit(self, workload_id: int) -> str:  # type: ignore[no-untyped-def]
+    """Creates the workload's objects, suspended and queued. A cluster that fails is tried again
+    with backoff; one that still fails, or refuses the objects, leaves the workload failed with
+    the reason, never lost."""
+    workload = Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+    if workload is None or workload.phase != Workload.Phase.SUBMITTING:
+        return "nothing to do"
+    try:
+        objects = manifests.make_workload_objects(spec=services.workload_spec(workload))
+        for obj in objects:
+            gateway().apply(obj)
+    except DomainError as error:
+        services.record_transition(workload, Workload.Phase.FAILED, error.message)
+        return "failed"
+    except KubeError as error:
+        Workload.objects.filter(pk=workload.pk).update(submit_attempts=workload.submit_attempts + 1)
+        if error.retriable and self.request.retries < SUBMIT_RETRIES:
+            raise self.retry(exc=error, countdown=min(2 ** self.request.retries, 30) * (0.5 + random.random()))  # noqa: S311
+        services.record_transition(workload, Workload.Phase.FAILED, f"The cluster did not take it: {error}")
+        return "failed"
+    workload.submitted_at = timezone.now()
+    workload.save(update_fields=["submitted_at"])
+    services.record_transition(workload, Workload.Phase.QUEUED, "Waiting for Kueue to admit it")
+    return "submitted"
+
+
+@shared_task(acks_late=True, autoretry_for=(KubeError,), retry_backoff=2, retry_jitter=True, max_retries=8)
+def workload_teardown(workload_id: int) -> None:
+    """Deletes every object of a stopped workload; its pods go with them."""
+    workload = Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+    if workload is None:
+        return
+    for obj in reversed(manifests.make_workload_objects(spec=services.workload_spec(workload))):
+        gateway().delete(ref_of(obj))
+
+
+@shared_task(acks_late=True)
+def workloads_sync() -> dict[str, int]:
+    return sync.sync_all().as_dict()
+
+
+@shared_task(acks_late=True)
+def workloads_resubmit_lost() -> int:
+    """A submission whose task was lost (a broker restart) is sent again: creating is idempotent."""
+    lost = Workload.objects.filter(phase=Workload.Phase.SUBMITTING, created_at__lt=timezone.now() - dt.timedelta(minutes=2))
+    ids = list(lost.values_list("pk", flat=True)[:500])
+    for workload_id in ids:
+        workload_submit.delay(workload_id)
+    return len(ids)

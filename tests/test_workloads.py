@@ -1,0 +1,163 @@
+"""Launching workloads: every refusal says what to change; a launch becomes objects in the
+cluster and the status sync follows it to the end, recording each pod's run interval."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import PermissionDenied
+
+from jobs import services, sync
+from jobs.models import RunInterval, Workload, WorkloadKind
+from portal.errors import DomainError
+from portal.kube import ObjectRef, gateway, reset_gateway
+from portal.kube.simulated import SimulatedGateway
+from tenants import reconcile
+from tests.factories import QuotaGrantFactory
+
+pytestmark = pytest.mark.django_db
+
+TRAINING_PARAMS = [
+    {"name": "epochs", "type": "int", "default": 10, "min": 1, "max": 1000},
+    {"name": "learning_rate", "type": "float", "default": 0.001, "min": 0.0000001, "max": 1},
+    {"name": "image_tag", "type": "choice", "default": "2.5", "choices": ["2.4", "2.5"]},
+]
+
+
+@pytest.fixture
+def simulated():
+    cluster = SimulatedGateway()
+    reset_gateway(cluster)
+    yield cluster
+    reset_gateway(None)
+
+
+@pytest.fixture
+def ready_team(team, flavor, simulated):
+    QuotaGrantFactory(team=team, flavor=flavor, units=4)
+    reconcile.platform_reconcile()
+    reconcile.team_reconcile(team_id=team.pk)
+    team.refresh_from_db()
+    return team
+
+
+@pytest.fixture
+def training(admin_user, flavor):
+    return services.template_create(
+        user=admin_user, slug="pytorch-train", name="PyTorch training", kind=WorkloadKind.TRAINING, flavors=[flavor],
+        image="pytorch/pytorch:2.5", command=["python", "train.py"],
+        args=["--epochs", "{epochs}", "--lr", "{learning_rate}"], env={"TAG": "{image_tag}"},
+        default_units=1, max_units=8, parameters=TRAINING_PARAMS,
+    )
+
+
+def launch(user, team, template, flavor, **kwargs):
+    return services.workload_launch(user=user, request=services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs))
+
+
+def test_a_training_launch_runs_to_success_and_records_its_run_interval(ready_team, member, training, flavor, simulated,
+                                                                         django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, training, flavor, units=2, parameters={"epochs": 3})
+
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.QUEUED
+    job = gateway().get(ObjectRef("batch/v1", "Job", workload.k8s_name, "vision"))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"] == ["--epochs", "3", "--lr", "0.001"]
+    assert {"name": "TAG", "value": "2.5"} in container["env"]
+
+    simulated.advance(1)
+    sync.sync_all()
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.RUNNING
+    simulated.advance(40)
+    sync.sync_all()
+    sync.sync_all()
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.SUCCEEDED
+    assert [t.phase for t in workload.transitions.all()] == ["submitting", "queued", "running", "succeeded"]
+    (interval,) = RunInterval.objects.filter(workload=workload)
+    assert (interval.units, interval.resource_name) == (2, "nvidia.com/gpu")
+    assert interval.ended_at > interval.started_at
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"parameters": {"epochs": 0}}, "epochs must be between 1 and 1000"),
+    ({"parameters": {"epochs": "many"}}, "epochs must be a whole number"),
+    ({"parameters": {"image_tag": "latest"}}, "image_tag must be one of 2.4, 2.5"),
+    ({"parameters": {"command": "rm -rf /"}}, "no parameter command"),
+    ({"units": 9}, "between 1 and 8"),
+    ({"units": 0}, "between 1 and 8"),
+    ({"cpu": 1000}, "CPU cores must be between"),
+])
+def test_launches_outside_the_template_are_refused_and_create_nothing(ready_team, member, training, flavor, kwargs, message):
+    with pytest.raises(DomainError, match=message):
+        launch(member, ready_team, training, flavor, **kwargs)
+    assert not Workload.objects.exists()
+
+
+def test_a_flavor_the_template_does_not_allow_is_refused(ready_team, member, training, mig_flavor):
+    with pytest.raises(DomainError, match="cannot run on A100 1g.10gb; choose one of: H100 80GB"):
+        launch(member, ready_team, training, mig_flavor)
+
+
+def test_more_units_than_the_team_could_ever_get_is_refused(ready_team, member, training, flavor):
+    ready_team.may_borrow = False
+    ready_team.save()
+    with pytest.raises(DomainError, match="more than vision could ever get at once \\(4\\)"):
+        launch(member, ready_team, training, flavor, units=5)
+
+
+def test_a_team_whose_namespace_is_not_ready_cannot_launch(team, member, training, flavor):
+    QuotaGrantFactory(team=team, flavor=flavor, units=4)
+    with pytest.raises(DomainError, match="not ready in the cluster yet"):
+        launch(member, team, training, flavor)
+
+
+def test_a_template_not_visible_to_the_team_is_refused(ready_team, member, admin_user, flavor, other_team):
+    private = services.template_create(user=admin_user, slug="speech-only", name="Speech only", kind="training",
+                                       owner_team=other_team, flavors=[flavor], image="x")
+    with pytest.raises(DomainError, match="not available to vision"):
+        launch(member, ready_team, private, flavor)
+
+
+def test_an_outsider_cannot_launch_for_a_team(ready_team, outsider, training, flavor):
+    with pytest.raises(PermissionDenied):
+        launch(outsider, ready_team, training, flavor)
+
+
+def test_a_launch_the_cluster_refuses_is_failed_with_the_reason_never_lost(ready_team, member, admin_user, flavor,
+                                                                         django_capture_on_commit_callbacks):
+    bad = services.template_create(user=admin_user, slug="bad-image", name="Bad", kind="training", flavors=[flavor],
+                                   image="pytorch/pytorch:2.5", command=["python"], parameters=[])
+    gateway().delete(ObjectRef("v1", "Namespace", "vision"))  # the namespace vanished under the portal
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, bad, flavor)
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.FAILED
+    assert "The cluster did not take it" in workload.reason and "not found" in workload.reason
+
+
+def test_stopping_removes_every_object_and_closes_the_interval(ready_team, member, training, flavor, simulated,
+                                                              django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, training, flavor)
+    simulated.advance(1)
+    sync.sync_all()
+    with django_capture_on_commit_callbacks(execute=True):
+        services.workload_stop(user=member, workload=workload)
+    sync.sync_all()
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.STOPPED
+    assert gateway().get(ObjectRef("batch/v1", "Job", workload.k8s_name, "vision")) is None
+    assert gateway().list("v1", "Pod", namespace="vision")[0] == []
+    assert RunInterval.objects.get(workload=workload).ended_at is not None
+
+
+def test_editing_a_template_makes_a_new_version_and_running_workloads_keep_theirs(ready_team, member, admin_user, training,
+                                                                                  flavor):
+    first = launch(member, ready_team, training, flavor)
+    services.template_revise(user=admin_user, template=training, image="pytorch/pytorch:2.6")
+    second = launch(member, ready_team, training, flavor)
+    assert (first.template_version.number, first.template_version.image) == (1, "pytorch/pytorch:2.5")
+    assert (second.template_version.number, second.template_version.image) == (2, "pytorch/pytorch:2.6")
