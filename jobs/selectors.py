@@ -134,3 +134,56 @@ def live_picture(*, workload: Workload, tail_lines: int = 50) -> LivePicture:
     except KubeError as error:
         return LivePicture(pods=[], events=[], logs="", unreachable=f"The cluster did not answer: {error}")
     return LivePicture(pods=pods, events=events[:20], logs=logs)
+
+
+# --- Reads for the REST API (jobs/api.py) -------------------------------------------------------
+
+
+def templates_with_current_version(*, user: Any, team: Team | None = None) -> QuerySet[WorkloadTemplate]:
+    """The templates the user can see (inactive ones too), or those a team can launch when a team (one the user can
+    see) is given, each with its current version in `current_versions`, in a fixed number of queries."""
+    from django.db.models import OuterRef, Prefetch, Subquery
+
+    from jobs.models import WorkloadTemplateVersion
+
+    templates = templates_for_team(team=team) if team is not None else WorkloadTemplate.objects.for_user(user)
+    newest = WorkloadTemplateVersion.objects.filter(template=OuterRef("template")).order_by("-number").values("number")[:1]
+    current = WorkloadTemplateVersion.objects.filter(number=Subquery(newest)).prefetch_related("flavors")
+    return templates.select_related("owner_team").prefetch_related(
+        Prefetch("versions", queryset=current, to_attr="current_versions")
+    )
+
+
+@dataclass(frozen=True)
+class WorkloadLogs:
+    pod: str
+    lines: list[str]
+    unreachable: str = ""
+
+
+def workload_logs(*, workload: Workload, tail_lines: int = 100) -> WorkloadLogs:
+    """The last log lines of the workload's newest pod, the one live_picture reads."""
+    picture = live_picture(workload=workload, tail_lines=tail_lines)
+    newest = max(picture.pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+    return WorkloadLogs(pod=newest["metadata"]["name"] if newest else "", lines=picture.logs.splitlines(),
+                        unreachable=picture.unreachable)
+
+
+# --- Reads for the workload pages (added with jobs/views.py) ---------------------------------
+
+
+def templates_for_user(*, user: Any) -> QuerySet[WorkloadTemplate]:
+    """Active templates the user's teams may launch, each with its versions newest first (so
+    `versions.all()[0]` is the current one without another query) and their flavors."""
+    from django.db.models import Prefetch
+
+    from jobs.models import WorkloadTemplateVersion
+
+    versions = WorkloadTemplateVersion.objects.order_by("-number").prefetch_related("flavors")
+    return (
+        WorkloadTemplate.objects.for_user(user)
+        .filter(is_active=True)
+        .select_related("owner_team")
+        .prefetch_related(Prefetch("versions", queryset=versions), "teams")
+        .order_by("name", "pk")
+    )

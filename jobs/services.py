@@ -179,6 +179,7 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         memory_gib=workload.memory_gib, priority=workload.priority, max_runtime_seconds=version.max_runtime_seconds,
         port=version.port, storage_gib=version.storage_gib, notebook_token=workload.notebook_token,
         ingress_host=ingress_host(workload) if version.template.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK) else "",
+        annotations=tuple(sorted(settings.PORTAL_POD_ANNOTATIONS.items())),
     )
 
 

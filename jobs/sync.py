@@ -22,47 +22,55 @@ from jobs.models import RunInterval, Workload
 from jobs.services import record_transition
 from portal.kube import gateway
 from portal.kube.base import quantity
+from tenants import selectors as tenant_selectors
 
 MANAGED = {manifests.MANAGED_BY_LABEL: "gpu-portal"}
 KUEUE = "kueue.x-k8s.io/v1beta2"
 
 
+Key = tuple[str, int]  # (namespace, workload id): an object counts only in its team's namespace
+
+
 @dataclass
 class Snapshot:
-    """The cluster objects of the portal's workloads, indexed by workload id."""
+    """The cluster objects of the portal's workloads, indexed by namespace and workload id."""
 
-    owners: dict[int, dict[str, Any]] = field(default_factory=dict)  # the Job, Deployment or StatefulSet
-    pods: dict[int, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
-    kueue: dict[int, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    owners: dict[Key, dict[str, Any]] = field(default_factory=dict)  # the Job, Deployment or StatefulSet
+    pods: dict[Key, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    kueue: dict[Key, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
 
     @classmethod
     def read(cls) -> Snapshot:
         cluster = gateway()
         snapshot = cls()
-        by_name: dict[tuple[str, str, str], int] = {}
+        by_name: dict[tuple[str, str, str], Key] = {}
         for api_version, kind in (("batch/v1", "Job"), ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")):
             for obj in cluster.list(api_version, kind, labels=MANAGED)[0]:
-                workload_id = _workload_id(obj)
-                if workload_id is not None:
-                    snapshot.owners[workload_id] = obj
-                    by_name[(kind, obj["metadata"]["namespace"], obj["metadata"]["name"])] = workload_id
+                key = _key(obj)
+                if key is not None:
+                    snapshot.owners[key] = obj
+                    by_name[(kind, key[0], obj["metadata"]["name"])] = key
         for pod in cluster.list("v1", "Pod", labels=MANAGED)[0]:
-            workload_id = _workload_id(pod)
-            if workload_id is not None:
-                snapshot.pods[workload_id].append(pod)
-                by_name[("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"])] = workload_id
+            key = _key(pod)
+            if key is not None:
+                snapshot.pods[key].append(pod)
+                by_name[("Pod", key[0], pod["metadata"]["name"])] = key
         for kueue_workload in cluster.list(KUEUE, "Workload")[0]:
             namespace = kueue_workload["metadata"].get("namespace", "")
             for owner in kueue_workload["metadata"].get("ownerReferences", []):
-                workload_id = by_name.get((owner["kind"], namespace, owner["name"]))
-                if workload_id is not None:
-                    snapshot.kueue[workload_id].append(kueue_workload)
+                key = by_name.get((owner["kind"], namespace, owner["name"]))
+                if key is not None:
+                    snapshot.kueue[key].append(kueue_workload)
         return snapshot
 
 
-def _workload_id(obj: dict[str, Any]) -> int | None:
+def _key(obj: dict[str, Any]) -> Key | None:
     value = obj["metadata"].get("labels", {}).get(manifests.WORKLOAD_LABEL, "")
-    return int(value) if value.isdigit() else None
+    return (obj["metadata"].get("namespace", ""), int(value)) if value.isdigit() else None
+
+
+def key_of(workload: Workload) -> Key:
+    return (workload.team.namespace, workload.pk)
 
 
 def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -87,9 +95,9 @@ def waiting_reason(message: str) -> str:
 
 def derive(workload: Workload, snapshot: Snapshot) -> tuple[str, str] | None:
     """The phase and reason the cluster shows for one workload, or None to leave it as it is."""
-    owner = snapshot.owners.get(workload.pk)
-    pods = snapshot.pods.get(workload.pk, [])
-    kueue = snapshot.kueue.get(workload.pk, [])
+    owner = snapshot.owners.get(key_of(workload))
+    pods = snapshot.pods.get(key_of(workload), [])
+    kueue = snapshot.kueue.get(key_of(workload), [])
     if owner is None:
         if workload.phase == Workload.Phase.SUBMITTING:
             return None
@@ -195,21 +203,41 @@ def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: Syn
             result.intervals_closed += 1
 
 
+def mark_borrowed() -> None:
+    """Which admitted workloads run on borrowed quota: a team's guarantee covers its oldest
+    admitted workloads first, as Kueue counts it, and the newest beyond it are borrowing (and
+    are the ones a reclaiming lender preempts)."""
+    admitted = list(
+        Workload.objects.filter(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
+        .order_by("team_id", "flavor_id", "submitted_at", "pk")
+    )
+    guarantees = tenant_selectors.guarantees_by_flavor(team_ids=list({w.team_id for w in admitted}))
+    used: dict[tuple[int, int], int] = defaultdict(int)
+    for workload in admitted:
+        key = (workload.team_id, workload.flavor_id)
+        used[key] += workload.total_units
+        borrowed = used[key] > guarantees.get(key, 0)
+        if borrowed != workload.on_borrowed:
+            Workload.objects.filter(pk=workload.pk).update(on_borrowed=borrowed)
+    Workload.objects.exclude(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING)).filter(on_borrowed=True).update(on_borrowed=False)
+
+
 def sync_all() -> SyncResult:
     result = SyncResult()
     snapshot = Snapshot.read()
-    workloads = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES).select_related("flavor", "template_version__template")
+    workloads = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES).select_related("team", "flavor", "template_version__template")
     for workload in workloads.prefetch_related("intervals"):
         with transaction.atomic():
             derived = derive(workload, snapshot)
-            record_intervals(workload, snapshot.pods.get(workload.pk, []), result)
+            record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
             if derived and derived != (workload.phase, workload.reason):
                 record_transition(workload, *derived)
                 result.changed += 1
+    mark_borrowed()
     # Stopped or finished workloads may still have pods winding down: close their intervals too.
     recently = Workload.objects.filter(phase__in=Workload.FINAL_PHASES, intervals__ended_at__isnull=True).distinct()
-    for workload in recently.select_related("flavor").prefetch_related("intervals"):
-        record_intervals(workload, snapshot.pods.get(workload.pk, []), result)
+    for workload in recently.select_related("team", "flavor").prefetch_related("intervals"):
+        record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
     return result
 
 

@@ -7,6 +7,7 @@ every value a real site must set is required, and a missing one stops the start 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -300,3 +301,6 @@ PORTAL_INGRESS_NAMESPACE = env("PORTAL_INGRESS_NAMESPACE", "ingress-nginx")
 PORTAL_CLUSTER_USER_PREFIX = env("PORTAL_CLUSTER_USER_PREFIX", "oidc:")
 # Inference servers and notebooks get an Ingress at <name>-<team>.<domain> when this is set.
 PORTAL_INGRESS_DOMAIN = env("PORTAL_INGRESS_DOMAIN")
+# Annotations every workload pod gets, set by the site, never by users: the simulated cluster
+# and KWOK read how long a fake pod runs from them (demo and test clusters only).
+PORTAL_POD_ANNOTATIONS: dict[str, str] = json.loads(env("PORTAL_POD_ANNOTATIONS", "{}"))

@@ -37,6 +37,10 @@ from portal.models import SimulatedEvent, SimulatedObject
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 RUN_SECONDS_ANNOTATION = "gpu-portal.io/simulated-run-seconds"
+# The simulated controllers' own label on the pods they make: which Job, Deployment or StatefulSet owns it.
+OWNER_LABEL = "simulated.gpu-portal.io/owner"
+# Kinds Kueue queues: a Job is suspended until admitted; servers' pods wait, ungated, until then.
+QUEUED_KINDS = {"Job": "batch/v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1"}
 EXIT_CODE_ANNOTATION = "gpu-portal.io/simulated-exit-code"
 DEFAULT_RUN_SECONDS = 30.0
 EVENTS_KEPT = 5000
@@ -156,7 +160,7 @@ class SimulatedGateway:
             if ref.kind == "Namespace":
                 for child in SimulatedObject.objects.filter(namespace=ref.name).exclude(kind="Namespace"):
                     self._remove(child)
-            if ref.kind == "Job":
+            if ref.kind in QUEUED_KINDS:
                 for pod in self._pods_of_job(ref.namespace or "", ref.name):
                     self._remove(pod)
                 for workload in self._workloads_of(ref.namespace or "", ref.name):
@@ -277,7 +281,7 @@ class SimulatedGateway:
         return list(rows.order_by("id"))
 
     def _pods_of_job(self, namespace: str, job: str) -> list[SimulatedObject]:
-        return [p for p in self._objects("Pod", namespace) if p.body["metadata"].get("labels", {}).get("job-name") == job]
+        return [p for p in self._objects("Pod", namespace) if p.body["metadata"].get("labels", {}).get(OWNER_LABEL) == job]
 
     def _workloads_of(self, namespace: str, job: str) -> list[SimulatedObject]:
         return [w for w in self._objects("Workload", namespace) if w.body["metadata"].get("labels", {}).get("kueue.x-k8s.io/job-name") == job]
@@ -334,7 +338,7 @@ class _ClusterState:
         state.local_queues = {(r.namespace, r.name): r for r in gateway._objects("LocalQueue")}
         state.flavors = {r.name: r for r in gateway._objects("ResourceFlavor")}
         state.priorities = {r.name: int(r.body.get("value", 0)) for r in gateway._objects("WorkloadPriorityClass")}
-        state.jobs = {(r.namespace, r.name): r for r in gateway._objects("Job")}
+        state.jobs = {(r.namespace, r.name): r for kind in QUEUED_KINDS for r in gateway._objects(kind)}
         state.workload_rows = gateway._objects("Workload")
         state.pods = gateway._objects("Pod")
         state.nodes = gateway._objects("Node")
@@ -352,14 +356,15 @@ class _ClusterState:
             for container in template.get("containers", []):
                 for resource, value in (container.get("resources", {}).get("requests") or container.get("resources", {}).get("limits") or {}).items():
                     per_pod[resource] += _quantity(value)
-            count = int(job.body["spec"].get("parallelism", 1))
+            kind = job.body["kind"]
+            count = int(job.body["spec"].get("parallelism" if kind == "Job" else "replicas", 1))
             digest = hashlib.sha256(job.body["metadata"]["uid"].encode()).hexdigest()[:5]
             body = {
                 "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
                 "metadata": {
                     "name": f"job-{name}-{digest}"[:253], "namespace": namespace,
                     "labels": {"kueue.x-k8s.io/job-name": name, "kueue.x-k8s.io/job-uid": job.body["metadata"]["uid"]},
-                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job.body["metadata"]["uid"]}],
+                    "ownerReferences": [{"apiVersion": QUEUED_KINDS[kind], "kind": kind, "name": name, "uid": job.body["metadata"]["uid"]}],
                 },
                 "spec": {
                     "queueName": labels[QUEUE_LABEL],
@@ -373,7 +378,7 @@ class _ClusterState:
             self.g._write(ref, body, None)
             self.workload_rows.append(self.g._row(ref))  # type: ignore[arg-type]
             # Kueue suspends what it has not admitted yet.
-            if not job.body["spec"].get("suspend"):
+            if kind == "Job" and not job.body["spec"].get("suspend"):
                 job.body["spec"]["suspend"] = True
                 self.g._write(ObjectRef("batch/v1", "Job", name, namespace), job.body, job)
 
@@ -578,7 +583,8 @@ class _ClusterState:
         self._save(workload.row, body)
         if workload.job is not None:
             job = workload.job.body
-            job["spec"]["suspend"] = False
+            if job["kind"] == "Job":
+                job["spec"]["suspend"] = False
             pod_spec = job["spec"]["template"]["spec"]
             for flavor_name in set(workload.admitted_flavor.values()):
                 flavor = self.flavors.get(flavor_name)
@@ -601,8 +607,9 @@ class _ClusterState:
         self._save(workload.row, body)
         if workload.job is not None:
             job = workload.job.body
-            job["spec"]["suspend"] = True
-            self._save(workload.job, job)
+            if job["kind"] == "Job":
+                job["spec"]["suspend"] = True
+                self._save(workload.job, job)
             for pod in list(self.pods):
                 if pod.namespace == workload.namespace and pod.body["metadata"].get("labels", {}).get("job-name") == job["metadata"]["name"] \
                         and pod.body.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
@@ -620,13 +627,16 @@ class _ClusterState:
             if not workload.admitted or workload.job is None or workload.finished:
                 continue
             job = workload.job.body
-            if job["spec"].get("suspend"):
+            if job["kind"] == "Job" and job["spec"].get("suspend"):
                 continue
             name = job["metadata"]["name"]
-            pods = [p for p in self.pods if p.namespace == workload.namespace and p.body["metadata"].get("labels", {}).get("job-name") == name]
+            pods = [p for p in self.pods if p.namespace == workload.namespace and p.body["metadata"].get("labels", {}).get(OWNER_LABEL) == name]
             done = sum(1 for p in pods if p.body.get("status", {}).get("phase") == "Succeeded")
             active = [p for p in pods if p.body.get("status", {}).get("phase") in ("Pending", "Running")]
-            wanted = min(int(job["spec"].get("parallelism", 1)), int(job["spec"].get("completions", 1)) - done) - len(active)
+            if job["kind"] == "Job":
+                wanted = min(int(job["spec"].get("parallelism", 1)), int(job["spec"].get("completions", 1)) - done) - len(active)
+            else:
+                wanted = int(job["spec"].get("replicas", 1)) - len(active)
             for index in range(max(wanted, 0)):
                 pod = self._make_pod(job, workload, len(pods) + index)
                 node = self._place(pod, used)
@@ -647,13 +657,16 @@ class _ClusterState:
     def _make_pod(self, job: dict[str, Any], workload: _Workload, index: int) -> dict[str, Any]:
         template = copy.deepcopy(job["spec"]["template"])
         suffix = hashlib.sha256(f"{job['metadata']['uid']}-{index}-{self.now}".encode()).hexdigest()[:5]
-        labels = {**template.get("metadata", {}).get("labels", {}), "job-name": job["metadata"]["name"],
-                  "batch.kubernetes.io/job-name": job["metadata"]["name"]}
+        if job["kind"] == "StatefulSet":
+            suffix = str(index)
+        labels = {**template.get("metadata", {}).get("labels", {}), OWNER_LABEL: job["metadata"]["name"]}
+        if job["kind"] == "Job":
+            labels["batch.kubernetes.io/job-name"] = job["metadata"]["name"]
         return {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{job['metadata']['name']}-{suffix}", "namespace": workload.namespace, "labels": labels,
                          "annotations": dict(template.get("metadata", {}).get("annotations", {})),
-                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}]},
+                         "ownerReferences": [{"apiVersion": QUEUED_KINDS[job["kind"]], "kind": job["kind"], "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}]},
             "spec": template["spec"],
         }
 
@@ -674,6 +687,9 @@ class _ClusterState:
             status = pod.body.get("status", {})
             if status.get("phase") != "Running":
                 continue
+            owners = pod.body["metadata"].get("ownerReferences") or [{}]
+            if owners[0].get("kind") != "Job":
+                continue  # servers and notebooks run until they are stopped
             annotations = pod.body["metadata"].get("annotations", {})
             run_for = float(annotations.get(RUN_SECONDS_ANNOTATION, DEFAULT_RUN_SECONDS))
             started = datetime.strptime(status["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
@@ -695,7 +711,12 @@ class _ClusterState:
                 continue
             job = workload.job.body
             name = job["metadata"]["name"]
-            pods = [p for p in self.pods if p.namespace == workload.namespace and p.body["metadata"].get("labels", {}).get("job-name") == name]
+            pods = [p for p in self.pods if p.namespace == workload.namespace and p.body["metadata"].get("labels", {}).get(OWNER_LABEL) == name]
+            if job["kind"] != "Job":
+                running = sum(1 for p in pods if p.body.get("status", {}).get("phase") == "Running")
+                job.setdefault("status", {}).update({"replicas": len(pods), "readyReplicas": running})
+                self._save(workload.job, job)
+                continue
             succeeded = sum(1 for p in pods if p.body.get("status", {}).get("phase") == "Succeeded")
             failed = sum(1 for p in pods if p.body.get("status", {}).get("phase") == "Failed")
             active = sum(1 for p in pods if p.body.get("status", {}).get("phase") in ("Pending", "Running"))

@@ -42,6 +42,7 @@ def site(cluster, django_capture_on_commit_callbacks):
                 if gpus:
                     self.grant(team, lead, gpus)
             wait_for_quota_status(cluster, team.slug)
+            team.refresh_from_db()
             return team
 
         def grant(self, team: Any, lead: Any, units: int, ends_on: dt.date | None = None) -> None:

@@ -1,0 +1,143 @@
+"""Workloads on both clusters, with the same assertions: every kind is accepted by the API
+server and Kueue, a training job runs to success with its run interval recorded, an over-quota
+launch waits with its reason, borrowing and preemption show in the portal, stopping removes
+every object, and re-reading the cluster never loses or duplicates an interval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jobs import manifests, services, sync
+from jobs.models import RunInterval, Workload, WorkloadKind
+from portal.kube import ObjectRef, gateway, ref_of
+from tests.contract.test_tenancy_contract import site  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.django_db
+
+HOLD = {"kwok.gpu-portal.test/outcome": "Running", "gpu-portal.io/simulated-run-seconds": "100000"}
+QUICK = {"kwok.gpu-portal.test/run-duration": "2s", "gpu-portal.io/simulated-run-seconds": "2"}
+
+
+@pytest.fixture
+def templates(site):
+    def make(kind: str, **extra: Any) -> Any:
+        return services.template_create(
+            user=site.admin, slug=f"{kind}-{site.flavor.slug}"[:40], name=kind.title(), kind=kind, flavors=[site.flavor],
+            image="registry.example.com/ml/runtime:1", command=["python", "main.py"], max_units=8, default_cpu=1,
+            default_memory_gib=1, port=8080 if kind in ("inference", "notebook") else 0,
+            parameters=[{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8}] if kind in ("distributed", "inference") else [],
+            **extra,
+        )
+    return {kind: make(kind) for kind in WorkloadKind.values}
+
+
+def launch(team, user, template, flavor, capture, **kwargs) -> Workload:
+    with capture(execute=True):
+        workload = services.workload_launch(user=user, request=services.LaunchRequest(
+            team=team, template=template, flavor=flavor, **kwargs))
+    workload.refresh_from_db()
+    return workload
+
+
+def phase_of(workload: Workload) -> str:
+    sync.sync_all()
+    workload.refresh_from_db()
+    return workload.phase
+
+
+def objects_of(workload: Workload) -> list[dict[str, Any]]:
+    return [o for o in (gateway().get(ref_of(obj)) for obj in manifests.make_workload_objects(spec=services.workload_spec(workload))) if o]
+
+
+@pytest.mark.parametrize("kind", WorkloadKind.values)
+def test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(cluster, site, templates, kind, settings,
+                                                                 django_capture_on_commit_callbacks):
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    team = site.team("kinds", gpus=4)
+    lead = team.memberships.get().user
+    workload = launch(team, lead, templates[kind], site.flavor, django_capture_on_commit_callbacks, units=1)
+    assert workload.phase == Workload.Phase.QUEUED, workload.reason
+    assert len(objects_of(workload)) == len(manifests.make_workload_objects(spec=services.workload_spec(workload)))
+
+    cluster.wait_for(lambda: phase_of(workload) == Workload.Phase.RUNNING, what=f"the {kind} workload to run")
+    pods = gateway().list("v1", "Pod", namespace=team.slug, labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
+    assert pods and all(p["spec"]["nodeSelector"] == site.flavor.node_labels for p in pods)
+    assert all(not p["spec"]["automountServiceAccountToken"] for p in pods)
+
+
+def test_a_training_job_runs_to_success_and_its_interval_is_recorded_once(cluster, site, templates, settings,
+                                                                         django_capture_on_commit_callbacks):
+    settings.PORTAL_POD_ANNOTATIONS = QUICK
+    team = site.team("train", gpus=2)
+    workload = launch(team, team.memberships.get().user, templates["training"], site.flavor, django_capture_on_commit_callbacks,
+                      units=2)
+
+    cluster.wait_for(lambda: phase_of(workload) == Workload.Phase.SUCCEEDED, what="the training job to succeed", timeout=90)
+    for _ in range(3):
+        sync.sync_all()  # a restarted sync reads the same cluster again
+    (interval,) = RunInterval.objects.filter(workload=workload)
+    assert (interval.units, interval.resource_name) == (2, "nvidia.com/gpu")
+    assert interval.ended_at is not None and interval.ended_at >= interval.started_at
+    assert [t.phase for t in workload.transitions.all()][-1] == Workload.Phase.SUCCEEDED
+
+
+def test_an_over_quota_launch_waits_and_says_why(cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    team = site.team("small", gpus=1)
+    team.may_borrow = False
+    team.save()
+    from tenants import reconcile
+
+    reconcile.team_reconcile(team_id=team.pk)
+    lead = team.memberships.get().user
+    first = launch(team, lead, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=1)
+    cluster.wait_for(lambda: phase_of(first) == Workload.Phase.RUNNING, what="the first job to run")
+    second = launch(team, lead, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=1)
+
+    cluster.wait_for(lambda: phase_of(second) == Workload.Phase.QUEUED and "Waiting for quota" in second.reason,
+                     what="the second job to wait for quota")
+    assert "nvidia.com/gpu" in second.reason
+
+
+def test_borrowing_and_preemption_show_in_the_portal(cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    vision = site.team("vision", gpus=2)
+    speech = site.team("speech", gpus=2)
+    vision_lead, speech_lead = vision.memberships.get().user, speech.memberships.get().user
+    own = launch(vision, vision_lead, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=2)
+    cluster.wait_for(lambda: phase_of(own) == Workload.Phase.RUNNING, what="vision's own job to run")
+    borrowed = launch(vision, vision_lead, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=2,
+                      priority="low")
+    cluster.wait_for(lambda: phase_of(borrowed) == Workload.Phase.RUNNING, what="vision's second job to borrow")
+    own.refresh_from_db()
+    assert (own.on_borrowed, borrowed.on_borrowed) == (False, True)
+
+    reclaim = launch(speech, speech_lead, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=2)
+    cluster.wait_for(lambda: phase_of(reclaim) == Workload.Phase.RUNNING, what="speech to take its quota back")
+    cluster.wait_for(lambda: phase_of(borrowed) == Workload.Phase.PREEMPTED, what="the borrower to show as preempted")
+    assert "Preempted" in borrowed.reason
+    assert phase_of(own) == Workload.Phase.RUNNING
+
+
+def test_stopping_removes_every_object_and_ends_the_interval(cluster, site, templates, settings,
+                                                             django_capture_on_commit_callbacks):
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    team = site.team("stop", gpus=4)
+    lead = team.memberships.get().user
+    workload = launch(team, lead, templates["distributed"], site.flavor, django_capture_on_commit_callbacks, units=1)
+    cluster.wait_for(lambda: phase_of(workload) == Workload.Phase.RUNNING, what="the distributed job to run")
+    cluster.wait_for(lambda: RunInterval.objects.filter(workload=workload).count() == 2, what="two workers' intervals")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.workload_stop(user=lead, workload=workload)
+
+    assert objects_of(workload) == []
+    cluster.wait_for(lambda: not gateway().list("v1", "Pod", namespace=team.slug,
+                                                labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0],
+                     what="the workers' pods to go")
+    sync.sync_all()
+    assert RunInterval.objects.filter(workload=workload, ended_at__isnull=True).count() == 0
+    assert RunInterval.objects.filter(workload=workload).count() == 2
+    assert gateway().get(ObjectRef("v1", "Service", workload.k8s_name, team.slug)) is None
