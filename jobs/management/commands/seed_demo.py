@@ -1,5 +1,6 @@
 """Seeds a believable site for the demo: three teams, a person for each role, a real cluster's
-GPU flavors and quota requests in every state. Running it again changes nothing."""
+GPU flavors, quota requests in every state and the four default workload templates. It lives in
+the rightmost app because it seeds them all. Running it again changes nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.models import User
+from jobs import services as job_services
 from tenants import services
 from tenants.models import Flavor, Membership, QuotaRequest, Team
 
@@ -107,4 +109,53 @@ class Command(BaseCommand):
         services.quota_grants_expire()
         ask("vision", "alice", [("a100-1g-10gb", 14)], "Notebooks for the new interns.", ends_in_days=30)
         ask("nlp", "bob", [("t4-shared", 4), ("a100-1g-10gb", 7)], "Serving the small model for the demo.")
+        seed_templates(admin=admin, flavors=flavors)
         ask("recsys", "carol", [("h100-80gb", 4)], "Trying a transformer ranker.")
+
+
+def seed_templates(*, admin: User, flavors: dict[str, Flavor]) -> None:
+    """The four defaults every site starts with."""
+    h100, mig, t4 = flavors["h100-80gb"], flavors["a100-1g-10gb"], flavors["t4-shared"]
+    epochs = {"name": "epochs", "type": "int", "default": 10, "min": 1, "max": 1000, "help": "Passes over the data"}
+    job_services.template_create(
+        user=admin, slug="pytorch-training", name="PyTorch training", kind="training", flavors=[h100, mig, t4],
+        description="A single-pod PyTorch training job: your script, your data, a few knobs.",
+        image="pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", command=["python", "-m", "train"],
+        args=["--epochs", "{epochs}", "--lr", "{learning_rate}", "--batch-size", "{batch_size}"],
+        env={"PYTHONUNBUFFERED": "1"}, default_units=1, max_units=8, default_cpu=8, max_cpu=64, default_memory_gib=32,
+        max_memory_gib=512, max_runtime_seconds=3 * 24 * 3600,
+        parameters=[epochs,
+                    {"name": "learning_rate", "type": "float", "default": 0.0003, "min": 0.000001, "max": 1.0},
+                    {"name": "batch_size", "type": "int", "default": 64, "min": 1, "max": 4096}],
+    )
+    job_services.template_create(
+        user=admin, slug="pytorch-distributed", name="PyTorch multi-worker (torchrun)", kind="distributed", flavors=[h100],
+        description="torchrun across several pods of an Indexed Job; Kueue admits all workers together or none.",
+        image="pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", command=["torchrun"],
+        args=["--nnodes", "{workers}", "--nproc_per_node", "1", "--node_rank", "$(JOB_COMPLETION_INDEX)",
+              "--master_addr", "$(MASTER_ADDR)", "--master_port", "$(MASTER_PORT)", "train.py", "--epochs", "{epochs}"],
+        default_units=1, max_units=8, default_cpu=16, max_cpu=96, default_memory_gib=64, max_memory_gib=1024,
+        max_runtime_seconds=7 * 24 * 3600,
+        parameters=[{"name": "workers", "type": "int", "default": 2, "min": 2, "max": 8, "help": "Pods, each with the GPUs above"},
+                    epochs],
+    )
+    job_services.template_create(
+        user=admin, slug="vllm-inference", name="vLLM inference server", kind="inference", flavors=[h100, mig],
+        description="An OpenAI-compatible server for an open model, behind a Service (and an Ingress when the site has a domain).",
+        image="vllm/vllm-openai:v0.6.3", command=[],
+        args=["--model", "{model}", "--port", "8000", "--max-model-len", "{max_model_len}"],
+        default_units=1, max_units=4, default_cpu=8, max_cpu=32, default_memory_gib=48, max_memory_gib=256, port=8000,
+        default_priority="high", max_runtime_seconds=30 * 24 * 3600,
+        parameters=[{"name": "model", "type": "choice", "default": "Qwen/Qwen2.5-7B-Instruct",
+                     "choices": ["Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mistral-7B-Instruct-v0.3"]},
+                    {"name": "max_model_len", "type": "int", "default": 8192, "min": 1024, "max": 131072},
+                    {"name": "workers", "type": "int", "default": 1, "min": 1, "max": 4, "help": "Replicas"}],
+    )
+    job_services.template_create(
+        user=admin, slug="jupyterlab", name="JupyterLab notebook", kind="notebook", flavors=[t4, mig],
+        description="A personal JupyterLab with PyTorch and a home volume; it stops after an hour idle.",
+        image="quay.io/jupyter/pytorch-notebook:cuda12-2024-10-22", command=["start-notebook.py"],
+        args=["--ServerApp.token=$(JUPYTER_TOKEN)", "--ServerApp.port=8888"],
+        default_units=1, max_units=2, default_cpu=4, max_cpu=16, default_memory_gib=16, max_memory_gib=64, port=8888,
+        storage_gib=20, idle_minutes=60, max_runtime_seconds=7 * 24 * 3600, parameters=[],
+    )

@@ -1,0 +1,93 @@
+"""Workload manifests, whole, and validated offline against the pinned Kubernetes schemas."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+
+from jobs import manifests as m
+
+SPEC = m.WorkloadSpec(
+    workload_id=42, name="wl-42", namespace="vision", team="vision", kind="training",
+    image="pytorch/pytorch:2.5", command=("python", "train.py"), args=("--epochs", "3"), env=(("TAG", "2.5"),),
+    resource_name="nvidia.com/gpu", units=2, cpu=8, memory_gib=32, priority="high", max_runtime_seconds=3600,
+)
+LABELS = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/team": "vision", "gpu-portal.io/workload": "42"}
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                      "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_a_training_job_is_suspended_queued_bounded_and_locked_down():
+    resources = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}
+    assert m.make_training_job(spec=SPEC) == {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "wl-42", "namespace": "vision", "labels": {
+            **LABELS, "kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": "gpu-portal-high"}},
+        "spec": {
+            "suspend": True, "backoffLimit": 2, "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 86400,
+            "template": {
+                "metadata": {"labels": LABELS},
+                "spec": {
+                    "automountServiceAccountToken": False, "enableServiceLinks": False,
+                    "priorityClassName": "gpu-portal-high", "securityContext": POD_SECURITY, "restartPolicy": "Never",
+                    "containers": [{
+                        "name": "training", "image": "pytorch/pytorch:2.5", "env": [{"name": "TAG", "value": "2.5"}],
+                        "resources": {"requests": resources, "limits": resources},
+                        "securityContext": CONTAINER_SECURITY,
+                        "command": ["python", "train.py"], "args": ["--epochs", "3"],
+                    }],
+                },
+            },
+        },
+    }
+
+
+def test_a_distributed_job_is_indexed_and_its_workers_find_each_other():
+    service, job = m.make_distributed_job(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": "distributed", "workers": 4}))
+    assert service["spec"] == {"clusterIP": "None", "publishNotReadyAddresses": True,
+                               "selector": {"gpu-portal.io/workload": "42"}, "ports": [{"name": "rendezvous", "port": 29500}]}
+    assert (job["spec"]["completionMode"], job["spec"]["completions"], job["spec"]["parallelism"]) == ("Indexed", 4, 4)
+    assert job["spec"]["template"]["spec"]["subdomain"] == "wl-42"
+    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env == {"TAG": "2.5", "WORLD_SIZE": "4", "MASTER_ADDR": "wl-42-0.wl-42", "MASTER_PORT": "29500"}
+
+
+def test_an_inference_server_gets_a_deployment_a_service_and_an_ingress_when_asked():
+    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "workers": 2, "port": 8000, "ingress_host": "wl-42-vision.apps.example.com"})
+    service, deployment, ingress = m.make_inference(spec=spec)
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    assert deployment["spec"]["template"]["spec"]["restartPolicy"] == "Always"
+    assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": 8000}]
+    assert ingress["spec"]["rules"][0]["host"] == "wl-42-vision.apps.example.com"
+    assert len(m.make_inference(spec=m.WorkloadSpec(**{**spec.__dict__, "ingress_host": ""}))) == 2
+
+
+def test_a_notebook_is_one_pod_with_its_token_and_optional_home_volume():
+    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "notebook", "port": 8888, "notebook_token": "t0k", "storage_gib": 20})
+    service, statefulset = m.make_notebook(spec=spec)
+    pod = statefulset["spec"]["template"]["spec"]
+    assert statefulset["spec"]["replicas"] == 1 and statefulset["spec"]["serviceName"] == "wl-42"
+    assert {"name": "JUPYTER_TOKEN", "value": "t0k"} in pod["containers"][0]["env"]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "home", "mountPath": "/home/jovyan/work"}]
+    assert statefulset["spec"]["volumeClaimTemplates"][0]["spec"]["resources"] == {"requests": {"storage": "20Gi"}}
+
+
+def test_placement_comes_only_from_the_flavor_through_kueue():
+    for kind in ("training", "distributed", "inference", "notebook"):
+        for obj in m.make_workload_objects(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": kind, "port": 8080})):
+            pod = obj.get("spec", {}).get("template", {}).get("spec")
+            if pod:
+                assert "nodeSelector" not in pod and "nodeName" not in pod and "tolerations" not in pod
+                assert not any(c.get("securityContext", {}).get("privileged") for c in pod["containers"])
+
+
+ALL = [obj for kind in ("training", "distributed", "inference", "notebook")
+       for obj in m.make_workload_objects(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": kind, "port": 8080, "workers": 2,
+                                                                   "ingress_host": "x.apps.example.com", "storage_gib": 5}))]
+
+
+@pytest.mark.parametrize("obj", ALL, ids=lambda o: f"{o['kind']}-{o['metadata']['name']}")
+def test_every_workload_object_validates_against_the_pinned_schema(obj):
+    kubernetes_validate.validate(obj, "1.36.0", strict=True)
