@@ -38,6 +38,7 @@ class LaunchRequest:
     priority: str | None = None
     name: str = ""
     parameters: dict[str, Any] | None = None
+    version: WorkloadTemplateVersion | None = None  # a relaunch keeps the version it copies
 
 
 def record_transition(workload: Workload, phase: str, reason: str = "") -> None:
@@ -74,7 +75,9 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     _require(user.has_perm("jobs.launch_workload", team))
     if not WorkloadTemplate.objects.for_team(team).filter(pk=template.pk).exists():
         raise DomainError(f"The template “{template.name}” is not available to {team.slug}.", field="template")
-    version = template.current
+    version = request.version or template.current
+    if version.template_id != template.pk:
+        raise DomainError(f"Version {version.number} is not a version of {template.name}.", field="template")
     if not version.flavors.filter(pk=flavor.pk).exists():
         allowed = ", ".join(version.flavors.values_list("name", flat=True)) or "none"
         raise DomainError(f"{template.name} cannot run on {flavor.name}; choose one of: {allowed}.", field="flavor")
@@ -148,6 +151,7 @@ def workload_relaunch(*, user: User, workload: Workload) -> Workload:
     return workload_launch(user=user, relaunch_of=workload, request=LaunchRequest(
         team=workload.team, template=version.template, flavor=workload.flavor, units=workload.units, cpu=workload.cpu,
         memory_gib=workload.memory_gib, priority=workload.priority, name=workload.name, parameters=workload.parameters,
+        version=version,
     ))
 
 
@@ -218,6 +222,8 @@ def template_create(*, user: User, slug: str, name: str, kind: str, description:
     if kind not in WorkloadKind.values:
         raise DomainError(f"Kind must be one of {', '.join(WorkloadKind.values)}.", field="kind")
     _check_version(fields, flavors)
+    if WorkloadTemplate.objects.filter(slug=slug).exists():
+        raise DomainError(f"A template named “{slug}” exists already; choose another slug.", field="slug")
     template = WorkloadTemplate.objects.create(slug=slug, name=name, kind=kind, description=description,
                                                is_global=owner_team is None, owner_team=owner_team)
     version = WorkloadTemplateVersion.objects.create(template=template, number=1, created_by=user, **fields)

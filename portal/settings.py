@@ -212,7 +212,8 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "GPU Portal API",
-    "DESCRIPTION": "Teams, GPU flavors, quota requests and grants, audit events and notifications. "
+    "DESCRIPTION": "Teams, GPU flavors, quota requests and grants, workload templates and workloads (launch, watch, "
+    "stop, relaunch, logs, why it waits), audit events and notifications. "
     "Authenticate with `Authorization: Token <token>` (create one under API tokens).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
@@ -220,7 +221,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"TeamSyncStateEnum": "tenants.models.Team.SyncState"},
+    "ENUM_NAME_OVERRIDES": {"TeamSyncStateEnum": "tenants.models.Team.SyncState", "PriorityEnum": "jobs.models.Priority"},
 }
 
 # --- Celery --------------------------------------------------------------------------------

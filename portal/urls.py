@@ -7,14 +7,17 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
+from jobs import api as jobs_api
 from portal import api_views, views
 from tenants import api as tenants_api
 
 router = DefaultRouter()
 api_views.register(router)
 tenants_api.register(router)
+jobs_api.register(router)
 
 urlpatterns = [
+    path("", include("jobs.urls")),
     path("", include("tenants.urls")),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -31,6 +31,14 @@ ENDPOINTS = {
     "/api/audit-events/{id}/": {"get"},
     "/api/notifications/": {"get"},
     "/api/tokens/": {"get", "post"},
+    "/api/templates/": {"get", "post"},
+    "/api/templates/{slug}/": {"get", "patch"},
+    "/api/workloads/": {"get", "post"},
+    "/api/workloads/{id}/": {"get"},
+    "/api/workloads/{id}/stop/": {"post"},
+    "/api/workloads/{id}/relaunch/": {"post"},
+    "/api/workloads/{id}/logs/": {"get"},
+    "/api/workloads/{id}/why-waiting/": {"get"},
 }
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
 

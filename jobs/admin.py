@@ -1,0 +1,58 @@
+"""Django admin for platform admins: templates with their versions, and workloads, read-only.
+
+Templates change through services.template_revise (a new version each time) and workloads through
+the launch and stop services, so nothing here writes.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import Model, QuerySet
+from django.http import HttpRequest
+
+from jobs.models import Workload, WorkloadTemplate, WorkloadTemplateVersion
+
+
+class PlatformAdminReadOnly:
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(getattr(request.user, "is_platform_admin", False) or request.user.is_superuser)
+
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_add_permission(self, request: HttpRequest, *args: object) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+
+class VersionInline(PlatformAdminReadOnly, admin.TabularInline):  # type: ignore[type-arg]
+    model = WorkloadTemplateVersion
+    extra = 0
+    fields = ("number", "image", "default_units", "max_units", "default_priority", "parameters", "created_by", "created_at")
+    readonly_fields = fields
+    ordering = ("-number",)
+
+
+@admin.register(WorkloadTemplate)
+class WorkloadTemplateAdmin(PlatformAdminReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("name", "slug", "kind", "is_global", "owner_team", "is_active", "created_at")
+    list_filter = ("kind", "is_global", "is_active")
+    search_fields = ("name", "slug")
+    inlines = (VersionInline,)
+
+
+@admin.register(Workload)
+class WorkloadAdmin(PlatformAdminReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ("id", "name", "team", "owner", "phase", "flavor", "units", "workers", "on_borrowed", "created_at")
+    list_filter = ("phase", "team", "flavor", "on_borrowed")
+    search_fields = ("name", "owner__username", "team__slug")
+    list_select_related = ("team", "owner", "flavor")
+    date_hierarchy = "created_at"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Workload]:
+        return super().get_queryset(request).select_related("team", "owner", "flavor", "template_version__template")

@@ -1,0 +1,123 @@
+"""The launch form. It parses what the person typed; the bounds, quota and parameter rules live
+in services.check_launch, so the form, the live hint and the API refuse with the same words."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django import forms
+from django.forms import BoundField
+from django.http import QueryDict
+
+from jobs import services
+from jobs.models import Priority, WorkloadTemplate, WorkloadTemplateVersion
+from portal.errors import DomainError
+from tenants.models import Flavor, Team
+
+PARAMETER_PREFIX = "p_"
+
+
+@dataclass(frozen=True)
+class ParameterRow:
+    """One declared parameter with the input that edits it."""
+
+    spec: dict[str, Any]
+    field: BoundField
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def type(self) -> str:
+        return str(self.spec["type"])
+
+    @property
+    def choices(self) -> list[str]:
+        return [str(choice) for choice in self.spec.get("choices") or []]
+
+    @property
+    def step(self) -> str:
+        return "1" if self.type == "int" else "any"
+
+
+def launchable_teams(user: Any) -> list[Team]:
+    return [team for team in Team.objects.for_user(user).order_by("name") if user.has_perm("jobs.launch_workload", team)]
+
+
+class LaunchForm(forms.Form):
+    """Team, template, resources and the template's declared parameters.
+
+    Flavors outside the template's list are accepted here and refused by the service, so the
+    refusal names the flavors that are allowed.
+    """
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="slug", empty_label="Choose a team…",
+                                  error_messages={"invalid_choice": "You may not launch workloads for this team."})
+    template = forms.ModelChoiceField(queryset=WorkloadTemplate.objects.none(), to_field_name="slug",
+                                      empty_label="Choose a template…")
+    flavor = forms.ModelChoiceField(queryset=Flavor.objects.filter(is_active=True), to_field_name="slug",
+                                    empty_label="Choose a flavor…")
+    units = forms.IntegerField(required=False, label="GPU units")
+    cpu = forms.IntegerField(required=False, label="CPU cores")
+    memory_gib = forms.IntegerField(required=False, label="Memory (GiB)")
+    priority = forms.ChoiceField(choices=Priority.choices, required=False)
+    name = forms.CharField(max_length=60, required=False, strip=True)
+
+    def __init__(self, data: QueryDict | None = None, *, user: Any, templates: list[WorkloadTemplate],
+                 team: Team | None = None, template: WorkloadTemplate | None = None, initial_name: str = "") -> None:
+        super().__init__(data)
+        self.teams = launchable_teams(user)
+        team_field: forms.ModelChoiceField = self.fields["team"]  # type: ignore[assignment]
+        team_field.queryset = Team.objects.filter(pk__in=[t.pk for t in self.teams]).order_by("name")
+        template_field: forms.ModelChoiceField = self.fields["template"]  # type: ignore[assignment]
+        template_field.queryset = WorkloadTemplate.objects.filter(pk__in=[t.pk for t in templates])
+        self.templates = templates
+        if team is None and len(self.teams) == 1:
+            team = self.teams[0]
+        self.chosen_team, self.chosen_template = team, template
+        self.version: WorkloadTemplateVersion | None = template.versions.all()[0] if template is not None else None
+        self.allowed_flavors: list[Flavor] = list(self.version.flavors.all()) if self.version else []
+        self.initial.update({"team": team.slug if team else None, "template": template.slug if template else None,
+                             "name": initial_name})
+        if self.version is not None:
+            version = self.version
+            self.initial.update({
+                "flavor": self.allowed_flavors[0].slug if self.allowed_flavors else None, "units": version.default_units,
+                "cpu": version.default_cpu, "memory_gib": version.default_memory_gib, "priority": version.default_priority,
+            })
+        self.parameter_rows = self._add_parameter_fields()
+
+    def _add_parameter_fields(self) -> list[ParameterRow]:
+        specs = self.version.parameters if self.version is not None else []
+        for spec in specs:
+            key = PARAMETER_PREFIX + spec["name"]
+            if spec["type"] == "bool":
+                self.fields[key] = forms.BooleanField(required=False, initial=bool(spec.get("default")))
+            else:
+                # Text, not numbers: the service coerces and bounds them, with its own messages.
+                self.fields[key] = forms.CharField(required=False, strip=True, initial=spec.get("default", ""))
+            self.initial[key] = self.fields[key].initial
+        return [ParameterRow(spec=spec, field=self[PARAMETER_PREFIX + spec["name"]]) for spec in specs]
+
+    @property
+    def team_count(self) -> int:
+        return len(self.teams)
+
+    def launch_request(self) -> services.LaunchRequest:
+        data = self.cleaned_data
+        parameters = {row.name: data.get(PARAMETER_PREFIX + row.name) for row in self.parameter_rows}
+        return services.LaunchRequest(
+            team=data["team"], template=data["template"], flavor=data["flavor"], units=data.get("units"), cpu=data.get("cpu"),
+            memory_gib=data.get("memory_gib"), priority=data.get("priority") or None, name=data.get("name") or "",
+            parameters=parameters,
+        )
+
+    def add_domain_error(self, error: DomainError) -> None:
+        """Shows a service's refusal next to the input it is about."""
+        field = error.field if error.field in self.fields else None
+        if error.field == "parameters":
+            field = next((PARAMETER_PREFIX + row.name for row in self.parameter_rows
+                          if error.message.startswith(f"{row.name} ")), None)
+        self.add_error(field, error.message)

@@ -1,0 +1,15 @@
+from django.urls import URLPattern, path
+
+from jobs import views
+
+app_name = "jobs"
+urlpatterns: list[URLPattern] = [
+    path("templates/", views.template_list, name="template-list"),
+    path("launch/", views.workload_launch, name="workload-launch"),
+    path("launch/hint/", views.launch_hint, name="launch-hint"),
+    path("workloads/", views.workload_list, name="workload-list"),
+    path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
+    path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),
+    path("workloads/<int:pk>/stop/", views.workload_stop, name="workload-stop"),
+    path("workloads/<int:pk>/relaunch/", views.workload_relaunch, name="workload-relaunch"),
+]

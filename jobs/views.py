@@ -1,0 +1,234 @@
+"""The workload pages: templates, the launch form with its live quota hint, the workload list
+and one workload's page. Each view parses, calls one service or selector, and renders.
+
+Workloads are always looked up through `for_user` querysets, so another team's is 404. For
+htmx requests a view answers with just the fragment it changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.middleware import HtmxDetails
+
+from jobs import selectors, services
+from jobs.forms import LaunchForm
+from jobs.models import Workload, WorkloadKind, WorkloadTemplate
+from portal.errors import DomainError
+from portal.models import User
+from tenants.models import Team
+
+PAGE_SIZE = 25
+WAITING_PHASES = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED)
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+    user: User  # type: ignore[assignment]
+
+
+def _page(items: QuerySet[Any], number: str | None) -> Page:
+    return Paginator(items, PAGE_SIZE).get_page(number)
+
+
+def _visible_workload(request: HtmxHttpRequest, pk: int) -> Workload:
+    workloads = Workload.objects.for_user(request.user).select_related(
+        "team", "owner", "flavor", "template_version__template", "relaunch_of")
+    return get_object_or_404(workloads, pk=pk)
+
+
+def _visible_team(request: HtmxHttpRequest, slug: str) -> Team | None:
+    return get_object_or_404(Team.objects.for_user(request.user), slug=slug) if slug else None
+
+
+def _visible_template(templates: list[WorkloadTemplate], slug: str) -> WorkloadTemplate | None:
+    if not slug:
+        return None
+    for template in templates:
+        if template.slug == slug:
+            return template
+    raise Http404("No such template.")
+
+
+# --- Templates --------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def template_list(request: HtmxHttpRequest) -> HttpResponse:
+    templates = _page(selectors.templates_for_user(user=request.user), request.GET.get("page"))
+    rows = [(template, template.versions.all()[0]) for template in templates]
+    template = "jobs/template_list.html#template-rows" if request.htmx else "jobs/template_list.html"
+    return render(request, template, {"templates": templates, "rows": rows})
+
+
+# --- Launch -----------------------------------------------------------------------------------
+
+
+def _launch_form(request: HtmxHttpRequest, data: QueryDict | None, source: QueryDict) -> LaunchForm:
+    """The form for the team and template named in the request; either, if not visible, is 404."""
+    templates = list(selectors.templates_for_user(user=request.user))
+    team = _visible_team(request, source.get("team", "").strip())
+    template = _visible_template(templates, source.get("template", "").strip())
+    if template is None and len(templates) == 1:
+        template = templates[0]
+    return LaunchForm(data, user=request.user, templates=templates, team=team, template=template,
+                      initial_name=source.get("name", "").strip())
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def workload_launch(request: HtmxHttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        form = _launch_form(request, request.POST, request.POST)
+        if form.is_valid():
+            try:
+                workload = services.workload_launch(user=request.user, request=form.launch_request())
+            except DomainError as error:
+                form.add_domain_error(error)
+            else:
+                messages.success(request, f"Launched {workload.name} (#{workload.pk}) for {workload.team.slug}.")
+                return redirect("jobs:workload-detail", workload.pk)
+    else:
+        form = _launch_form(request, None, request.GET)
+    template = "jobs/launch.html#launch-form" if request.htmx else "jobs/launch.html"
+    return render(request, template, {"form": form})
+
+
+@login_required
+@require_GET
+def launch_hint(request: HtmxHttpRequest) -> HttpResponse:
+    """Where the launch stands against the team's quota, and the service's refusal if any."""
+    form = _launch_form(request, request.GET, request.GET)
+    context: dict[str, Any] = {"hint": None, "message": None, "refusal": None}
+    if form.chosen_team is None or form.chosen_template is None:
+        context["message"] = "Choose a team and a template to see where your quota stands."
+    elif not form.is_valid():
+        context["refusal"] = next(iter(e for errors in form.errors.values() for e in errors))
+    else:
+        launch = form.launch_request()
+        units = launch.units if launch.units is not None else form.version.default_units  # type: ignore[union-attr]
+        try:
+            _, _, resources = services.check_launch(user=request.user, request=launch)
+        except DomainError as error:
+            context["refusal"] = error.message
+        else:
+            units = resources["units"] * resources["workers"]
+        hint = selectors.launch_hint(team=launch.team, flavor=launch.flavor, units=units)
+        borrow = max(hint.usage.in_use + units - hint.usage.guaranteed, 0) if hint.usage else 0
+        context.update(hint=hint, team=launch.team, borrow_units=min(borrow, units))
+    return render(request, "jobs/launch.html#launch-hint", context)
+
+
+# --- Workloads --------------------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def workload_list(request: HtmxHttpRequest) -> HttpResponse:
+    user = request.user
+    teams = list(Team.objects.for_user(user).only("slug", "name").order_by("name"))
+    templates = list(WorkloadTemplate.objects.for_user(user).only("slug", "name").order_by("name"))
+    team_slug, template_slug = request.GET.get("team", ""), request.GET.get("template", "")
+    team = next((t for t in teams if t.slug == team_slug), None)
+    template = next((t for t in templates if t.slug == template_slug), None)
+    phase = request.GET.get("phase", "")
+    if phase not in Workload.Phase.values:
+        phase = ""
+    mine = request.GET.get("mine") == "1"
+    workloads = _page(selectors.workloads_for_user(user=user, team=team, phase=phase or None, owner=user if mine else None,
+                                                   template=template), request.GET.get("page"))
+    context = {
+        "workloads": workloads, "any_active": any(w.is_active for w in workloads),
+        "teams": teams, "templates": templates, "phases": Workload.Phase.choices,
+        "team": team, "template": template, "phase": phase, "mine": mine,
+        "filtered": bool(team or template or phase or mine),
+    }
+    name = "jobs/workload_list.html#workload-rows" if request.htmx else "jobs/workload_list.html"
+    return render(request, name, context)
+
+
+def _live_context(workload: Workload, *, picture: selectors.LivePicture | None = None, error: str | None = None) -> dict[str, Any]:
+    return {
+        "workload": workload,
+        "transitions": list(workload.transitions.all()),
+        "intervals": list(workload.intervals.all()),
+        "waiting": selectors.why_waiting(workload=workload) if workload.phase in WAITING_PHASES else None,
+        "picture": picture,
+        "action_error": error,
+    }
+
+
+def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None = None) -> dict[str, Any]:
+    version = workload.template_version
+    declared = {spec["name"]: spec for spec in version.parameters}
+    serves = workload.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK)
+    return {
+        **_live_context(workload, picture=picture),
+        "version": version,
+        "parameters": [(name, value, declared.get(name, {})) for name, value in sorted(workload.parameters.items())],
+        "gpus": workload.total_units * workload.flavor.fraction,
+        "endpoint": services.endpoint(workload) if serves else "",
+    }
+
+
+@login_required
+@require_GET
+def workload_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    workload = _visible_workload(request, pk)
+    return render(request, "jobs/workload_detail.html", _detail_context(workload))
+
+
+@login_required
+@require_GET
+def workload_live(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Phase, timeline, why it waits, and the pods, events and logs the cluster shows now."""
+    workload = _visible_workload(request, pk)
+    picture = selectors.live_picture(workload=workload)
+    if request.htmx:
+        return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, picture=picture))
+    return render(request, "jobs/workload_detail.html", _detail_context(workload, picture=picture))
+
+
+@login_required
+@require_POST
+def workload_stop(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    workload = _visible_workload(request, pk)
+    error = None
+    try:
+        services.workload_stop(user=request.user, workload=workload)
+    except DomainError as refusal:
+        error = refusal.message
+    workload = _visible_workload(request, pk)
+    if request.htmx:
+        return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, error=error))
+    if error:
+        messages.error(request, error)
+    else:
+        messages.success(request, f"Stopped {workload.name}.")
+    return redirect("jobs:workload-detail", workload.pk)
+
+
+@login_required
+@require_POST
+def workload_relaunch(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    workload = _visible_workload(request, pk)
+    try:
+        relaunched = services.workload_relaunch(user=request.user, workload=workload)
+    except DomainError as refusal:
+        if request.htmx:
+            return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, error=refusal.message))
+        messages.error(request, refusal.message)
+        return redirect("jobs:workload-detail", workload.pk)
+    messages.success(request, f"Relaunched {workload.name} as #{relaunched.pk}.")
+    target = reverse("jobs:workload-detail", args=[relaunched.pk])
+    return HttpResponseClientRedirect(target) if request.htmx else redirect(target)

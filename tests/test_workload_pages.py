@@ -1,0 +1,468 @@
+"""The workload pages: launching through the form on the simulated cluster, the live quota hint,
+the list with its filters and polling, one workload's page with its timeline and why it waits,
+stop and relaunch through htmx, isolation between teams, CSRF, and bounded queries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from jobs import services, sync
+from jobs.models import Workload, WorkloadKind
+from portal.kube import reset_gateway
+from portal.kube.simulated import SimulatedGateway
+from tenants import reconcile
+from tests.factories import MembershipFactory, QuotaGrantFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+TRAINING_PARAMS = [
+    {"name": "epochs", "type": "int", "default": 10, "min": 1, "max": 1000},
+    {"name": "learning_rate", "type": "float", "default": 0.001, "min": 0.0000001, "max": 1},
+    {"name": "image_tag", "type": "choice", "default": "2.5", "choices": ["2.4", "2.5"]},
+    {"name": "mixed_precision", "type": "bool", "default": True},
+]
+
+
+@pytest.fixture
+def simulated():
+    cluster = SimulatedGateway()
+    reset_gateway(cluster)
+    yield cluster
+    reset_gateway(None)
+
+
+def make_ready(team: Any, flavor: Any, units: int = 4, *, may_borrow: bool = True) -> Any:
+    QuotaGrantFactory(team=team, flavor=flavor, units=units)
+    team.may_borrow = may_borrow
+    team.save()
+    reconcile.platform_reconcile()
+    reconcile.team_reconcile(team_id=team.pk)
+    team.refresh_from_db()
+    return team
+
+
+@pytest.fixture
+def ready_team(team, flavor, simulated):
+    return make_ready(team, flavor)
+
+
+@pytest.fixture
+def training(admin_user, flavor):
+    return services.template_create(
+        user=admin_user, slug="pytorch-train", name="PyTorch training", kind=WorkloadKind.TRAINING, flavors=[flavor],
+        image="pytorch/pytorch:2.5", command=["python", "train.py"],
+        args=["--epochs", "{epochs}", "--lr", "{learning_rate}", "--amp", "{mixed_precision}"], env={"TAG": "{image_tag}"},
+        default_units=1, max_units=8, parameters=TRAINING_PARAMS,
+    )
+
+
+@pytest.fixture
+def notebook(admin_user, flavor):
+    return services.template_create(user=admin_user, slug="jupyter", name="Jupyter notebook", kind=WorkloadKind.NOTEBOOK,
+                                    flavors=[flavor], image="jupyter/base:1", port=8888, parameters=[])
+
+
+def launch_data(**overrides: Any) -> dict[str, Any]:
+    data = {"team": "vision", "template": "pytorch-train", "flavor": "h100-80gb", "units": "2", "cpu": "4", "memory_gib": "16",
+            "priority": "normal", "name": "detector", "p_epochs": "3", "p_learning_rate": "0.01", "p_image_tag": "2.4",
+            "p_mixed_precision": "true"}
+    data.update(overrides)
+    return {key: value for key, value in data.items() if value is not None}
+
+
+def launch(user, team, template, flavor, **kwargs):
+    return services.workload_launch(user=user, request=services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs))
+
+
+def advance(cluster: SimulatedGateway, seconds: float) -> None:
+    cluster.advance(seconds)
+    sync.sync_all()
+
+
+# --- Templates and the launch form ------------------------------------------------------------------
+
+
+def test_the_template_list_shows_kind_image_flavors_parameters_and_a_launch_button(training, member, as_user):
+    page = as_user(member).get(reverse("jobs:template-list")).content.decode()
+    assert "PyTorch training" in page and "Training" in page
+    assert "pytorch/pytorch:2.5" in page and "H100 80GB" in page
+    assert "epochs = 10" in page and "(2.4, 2.5)" in page
+    assert f'{reverse("jobs:workload-launch")}?template=pytorch-train' in page
+
+
+def test_the_template_list_hides_another_teams_private_template(training, member, admin_user, other_team, flavor, as_user):
+    services.template_create(user=admin_user, slug="speech-only", name="Speech only", kind="training", owner_team=other_team,
+                             flavors=[flavor], image="x")
+    page = as_user(member).get(reverse("jobs:template-list")).content.decode()
+    assert "PyTorch training" in page and "Speech only" not in page
+
+
+def test_the_launch_form_renders_an_input_per_parameter_with_defaults_and_bounds(ready_team, member, training, mig_flavor, as_user):
+    page = as_user(member).get(reverse("jobs:workload-launch") + "?template=pytorch-train&team=vision").content.decode()
+    assert 'name="p_epochs" value="10"' in page and 'min="1" max="1000"' in page
+    assert 'name="p_learning_rate" value="0.001"' in page and 'step="any"' in page
+    assert '<option value="2.5" selected>' in page
+    assert 'type="checkbox" id="id_p_mixed_precision" name="p_mixed_precision" value="true" checked' in page
+    assert 'value="h100-80gb" selected' in page and "a100-1g10gb" not in page  # only the template's flavors
+    assert 'hx-get="/launch/hint/"' in page
+
+
+def test_launching_through_the_form_records_the_workload_and_the_cluster_runs_it(ready_team, member, training, simulated,
+                                                                                  as_user, django_capture_on_commit_callbacks):
+    client = as_user(member)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("jobs:workload-launch"), launch_data())
+    workload = Workload.objects.get()
+    assert response.status_code == 302 and response["Location"] == reverse("jobs:workload-detail", args=[workload.pk])
+    assert (workload.name, workload.units, workload.owner, workload.phase) == ("detector", 2, member, Workload.Phase.QUEUED)
+    assert workload.parameters == {"epochs": 3, "learning_rate": 0.01, "image_tag": "2.4", "mixed_precision": True}
+    advance(simulated, 1)
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.RUNNING
+    page = client.get(response["Location"]).content.decode()
+    assert "Launched detector" in page and "Running" in page
+
+
+def test_an_unchecked_bool_parameter_is_false(ready_team, member, training, as_user):
+    as_user(member).post(reverse("jobs:workload-launch"), launch_data(p_mixed_precision=None))
+    assert Workload.objects.get().parameters["mixed_precision"] is False
+
+
+@pytest.mark.parametrize(("overrides", "field", "message"), [
+    ({"units": "9"}, "units", "GPU units must be between 1 and 8 for PyTorch training."),
+    ({"p_epochs": "0"}, "p_epochs", "epochs must be between 1 and 1000; 0 is outside."),
+    ({"p_learning_rate": "fast"}, "p_learning_rate", "learning_rate must be a number, not “fast”."),
+    ({"flavor": "a100-1g10gb"}, "flavor", "PyTorch training cannot run on A100 1g.10gb; choose one of: H100 80GB."),
+    ({"cpu": "1000"}, "cpu", "CPU cores must be between 1 and 32."),
+])
+def test_a_refused_launch_keeps_the_values_and_shows_the_message_on_the_field(ready_team, member, training, mig_flavor, as_user,
+                                                                             overrides, field, message):
+    response = as_user(member).post(reverse("jobs:workload-launch"), launch_data(**overrides))
+    assert response.status_code == 200
+    assert not Workload.objects.exists()
+    form = response.context["form"]
+    assert form.errors == {field: [message]}
+    page = response.content.decode()
+    assert message.replace("“", "&quot;").replace("”", "&quot;") in page or message in page
+    assert 'name="name" maxlength="60" value="detector"' in page
+    assert 'name="p_image_tag"' in page and '<option value="2.4" selected>' in page
+    for key in ("units", "cpu", "p_epochs", "p_learning_rate"):
+        assert f'value="{launch_data(**overrides)[key]}"' in page
+
+
+# --- The live hint ---------------------------------------------------------------------------------------
+
+
+def hint(client, **overrides: Any) -> str:
+    response = client.get(reverse("jobs:launch-hint"), launch_data(**overrides), **HTMX)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_the_hint_shows_guaranteed_in_use_and_free_and_that_it_fits(ready_team, member, training, flavor, simulated, as_user,
+                                                                    django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        launch(member, ready_team, training, flavor, units=1)
+    advance(simulated, 1)
+    fragment = hint(as_user(member), units="2")
+    assert "<html" not in fragment
+    assert 'data-testid="hint-guaranteed">4<' in fragment
+    assert 'data-testid="hint-in-use">1<' in fragment
+    assert 'data-testid="hint-free">3<' in fragment
+    assert "Fits your guarantee" in fragment
+    assert "2 × 1 GPU = 2 physical GPUs" in fragment
+    assert "Cost: no rate card yet" in fragment
+
+
+def test_the_hint_says_borrowed_when_units_exceed_the_free_guarantee(ready_team, member, training, as_user):
+    fragment = hint(as_user(member), units="6")
+    assert "Would borrow 2 units of other teams' idle quota" in fragment
+    assert "may be preempted" in fragment
+
+
+def test_the_hint_shows_the_refusal_when_more_than_the_team_could_ever_get(team, flavor, simulated, member, training, as_user):
+    make_ready(team, flavor, 4, may_borrow=False)
+    fragment = hint(as_user(member), units="5")
+    assert "5 H100 80GB units is more than vision could ever get at once (4); ask for fewer." in fragment
+    assert "Would borrow" not in fragment
+
+
+def test_the_hint_shows_bounds_problems_before_submit(ready_team, member, training, as_user):
+    assert "epochs must be between 1 and 1000" in hint(as_user(member), p_epochs="5000")
+
+
+def test_the_hint_says_so_when_the_cluster_is_silent(ready_team, member, training, as_user, monkeypatch):
+    from portal.kube import KubeError
+
+    def silent(**kwargs: Any) -> None:
+        raise KubeError("connection refused")
+
+    monkeypatch.setattr(reconcile, "cluster_queue_usage", silent)
+    fragment = hint(as_user(member))
+    assert "The cluster did not answer" in fragment and "Cost: no rate card yet" in fragment
+
+
+# --- The list ------------------------------------------------------------------------------------------------
+
+
+def test_the_list_filters_by_team_phase_owner_and_template(ready_team, member, lead, training, notebook, flavor, as_user):
+    MembershipFactory(team=ready_team, user=UserFactory(username="bob"))
+    mine = launch(member, ready_team, training, flavor, name="mine-train")
+    theirs = launch(lead, ready_team, notebook, flavor, name="lead-notebook")
+    Workload.objects.filter(pk=theirs.pk).update(phase=Workload.Phase.SUCCEEDED)
+    client = as_user(member)
+    url = reverse("jobs:workload-list")
+
+    def names(query: str) -> set[str]:
+        response = client.get(url + query, **HTMX)
+        return {w.name for w in response.context["workloads"]}
+
+    assert names("") == {"mine-train", "lead-notebook"}
+    assert names("?mine=1") == {"mine-train"}
+    assert names("?phase=succeeded") == {"lead-notebook"}
+    assert names("?template=jupyter") == {"lead-notebook"}
+    assert names("?team=vision&template=pytorch-train") == {"mine-train"}
+    page = client.get(url).content.decode()
+    assert f"#{mine.pk}" in page and "H100 80GB × 1" in page and "PyTorch training" in page and ">v1<" in page
+
+
+def test_the_list_polls_only_while_something_on_it_is_active(ready_team, member, training, flavor, as_user):
+    workload = launch(member, ready_team, training, flavor)
+    client = as_user(member)
+    assert 'hx-trigger="every 3s"' in client.get(reverse("jobs:workload-list")).content.decode()
+    Workload.objects.filter(pk=workload.pk).update(phase=Workload.Phase.SUCCEEDED)
+    fragment = client.get(reverse("jobs:workload-list"), **HTMX).content.decode()
+    assert fragment.lstrip().startswith('<div id="workload-rows"')
+    assert "every 3s" not in fragment
+
+
+def test_the_list_paginates_by_25(ready_team, member, training, flavor, as_user):
+    for i in range(30):
+        launch(member, ready_team, training, flavor, name=f"run-{i}")
+    page = as_user(member).get(reverse("jobs:workload-list")).content.decode()
+    assert "Page 1 of 2" in page and page.count('<tr id="workload-') == 25
+
+
+def test_lists_never_show_another_teams_workloads(ready_team, other_team, member, outsider, training, flavor, simulated, as_user):
+    make_ready(other_team, flavor, 2)
+    launch(member, ready_team, training, flavor, name="vision-secret")
+    launch(outsider, other_team, training, flavor, name="speech-run")
+    page = as_user(outsider).get(reverse("jobs:workload-list")).content.decode()
+    assert "speech-run" in page and "vision-secret" not in page
+    filtered = as_user(outsider).get(reverse("jobs:workload-list") + "?team=vision").content.decode()
+    assert "vision-secret" not in filtered
+
+
+# --- One workload ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def waiting_pair(team, flavor, simulated, member, training, django_capture_on_commit_callbacks):
+    """A team with 1 GPU guaranteed that may not borrow launches two 1-GPU runs: the second waits."""
+    make_ready(team, flavor, 1, may_borrow=False)
+    with django_capture_on_commit_callbacks(execute=True):
+        first = launch(member, team, training, flavor, name="first")
+    with django_capture_on_commit_callbacks(execute=True):
+        second = launch(member, team, training, flavor, name="second")
+    advance(simulated, 1)
+    first.refresh_from_db()
+    second.refresh_from_db()
+    return first, second
+
+
+def test_a_queued_workload_page_shows_its_timeline_and_why_it_waits(waiting_pair, member, as_user):
+    first, second = waiting_pair
+    assert (first.phase, second.phase) == (Workload.Phase.RUNNING, Workload.Phase.QUEUED)
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[second.pk])).content.decode()
+    assert 'data-testid="timeline"' in page
+    assert "Recorded; creating its objects in the cluster" in page and "Submitting" in page and "Queued" in page
+    assert 'data-testid="why-waiting"' in page and "Why is it waiting?" in page
+    assert "Waiting for quota" in page
+    assert "<strong>1</strong> guaranteed" in page and "<strong>1</strong> in use" in page
+    assert "<strong>0</strong> borrowed" in page and "<strong>0</strong> lent" in page
+    assert "the team may not borrow" in page
+    assert "number 1</strong> among vision's queued workloads" in page
+    assert "every 3s" in page
+
+
+def test_a_running_workload_says_it_runs_on_guaranteed_capacity_and_shows_pods_and_logs(waiting_pair, member, as_user):
+    first, _ = waiting_pair
+    client = as_user(member)
+    page = client.get(reverse("jobs:workload-detail", args=[first.pk])).content.decode()
+    assert "Runs on vision's <strong>guaranteed</strong> quota" in page and "Why is it waiting?" not in page
+    live = client.get(reverse("jobs:workload-live", args=[first.pk]), **HTMX).content.decode()
+    assert live.lstrip().startswith("<section id=\"workload-live\"")
+    assert 'data-testid="pod"' in live and "[simulated] phase Running" in live
+    assert 'hx-trigger="every 3s"' in live
+    interval = first.intervals.get()
+    assert interval.pod_name in live and interval.node in live
+
+
+def test_a_finished_workload_stops_polling(waiting_pair, member, simulated, as_user):
+    first, _ = waiting_pair
+    advance(simulated, 40)
+    first.refresh_from_db()
+    assert first.phase == Workload.Phase.SUCCEEDED
+    client = as_user(member)
+    page = client.get(reverse("jobs:workload-detail", args=[first.pk])).content.decode()
+    assert 'hx-trigger="load"' in page and "every 3s" not in page
+    live = client.get(reverse("jobs:workload-live", args=[first.pk]), **HTMX).content.decode()
+    assert "hx-trigger" not in live and "Succeeded" in live
+
+
+def test_a_borrowing_workload_says_it_may_be_preempted(ready_team, other_team, member, training, flavor, simulated, as_user,
+                                                      django_capture_on_commit_callbacks):
+    make_ready(other_team, flavor, 8)  # idle quota in the cohort to borrow
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, training, flavor, units=6)
+    advance(simulated, 1)
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.RUNNING and workload.on_borrowed
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert "Runs on <strong>borrowed</strong> capacity" in page and "may be preempted" in page
+
+
+def test_a_notebook_page_has_an_open_link_with_its_token(ready_team, member, notebook, flavor, as_user):
+    workload = launch(member, ready_team, notebook, flavor)
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert f"{services.endpoint(workload)}?token={workload.notebook_token}" in page
+
+
+def test_stopping_through_htmx_answers_with_the_stopped_fragment(ready_team, member, training, flavor, simulated, as_user,
+                                                                django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, training, flavor)
+    advance(simulated, 1)
+    client = as_user(member)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(reverse("jobs:workload-stop", args=[workload.pk]), **HTMX)
+    assert response.status_code == 200
+    fragment = response.content.decode()
+    assert fragment.lstrip().startswith('<section id="workload-live"') and "Stopped by alice" in fragment
+    assert 'data-testid="stop"' not in fragment
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.STOPPED
+    again = client.post(reverse("jobs:workload-stop", args=[workload.pk]), **HTMX).content.decode()
+    assert "there is nothing to stop" in again
+
+
+def test_a_member_cannot_stop_someone_elses_workload(ready_team, member, lead, training, flavor, as_user):
+    workload = launch(lead, ready_team, training, flavor)
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert 'data-testid="stop"' not in page
+    assert as_user(member).post(reverse("jobs:workload-stop", args=[workload.pk]), **HTMX).status_code == 403
+    workload.refresh_from_db()
+    assert workload.is_active
+
+
+def test_relaunching_through_htmx_redirects_to_the_new_workload(ready_team, member, training, flavor, as_user):
+    workload = launch(member, ready_team, training, flavor, units=2, parameters={"epochs": 7}, name="again")
+    response = as_user(member).post(reverse("jobs:workload-relaunch", args=[workload.pk]), **HTMX)
+    new = Workload.objects.exclude(pk=workload.pk).get()
+    assert response["HX-Redirect"] == reverse("jobs:workload-detail", args=[new.pk])
+    assert (new.relaunch_of, new.units, new.parameters["epochs"], new.name) == (workload, 2, 7, "again")
+
+
+def test_stop_refuses_a_post_without_a_csrf_token(ready_team, member, training, flavor, as_user):
+    workload = launch(member, ready_team, training, flavor)
+    response = as_user(member, enforce_csrf=True).post(reverse("jobs:workload-stop", args=[workload.pk]), **HTMX)
+    assert response.status_code == 403
+    workload.refresh_from_db()
+    assert workload.is_active
+
+
+# --- Isolation --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "method"), [
+    ("jobs:workload-detail", "get"), ("jobs:workload-live", "get"), ("jobs:workload-stop", "post"),
+    ("jobs:workload-relaunch", "post"),
+])
+def test_an_outsider_gets_404_on_every_workload_url(ready_team, member, outsider, training, flavor, as_user, name, method):
+    workload = launch(member, ready_team, training, flavor)
+    response = getattr(as_user(outsider), method)(reverse(name, args=[workload.pk]), **HTMX)
+    assert response.status_code == 404
+    workload.refresh_from_db()
+    assert workload.is_active and Workload.objects.count() == 1
+
+
+def test_an_outsider_gets_404_launching_for_another_team(ready_team, outsider, training, as_user):
+    client = as_user(outsider)
+    assert client.get(reverse("jobs:workload-launch") + "?team=vision&template=pytorch-train").status_code == 404
+    assert client.post(reverse("jobs:workload-launch"), launch_data()).status_code == 404
+    assert client.get(reverse("jobs:launch-hint"), launch_data(), **HTMX).status_code == 404
+    assert not Workload.objects.exists()
+
+
+# --- Pages and queries ------------------------------------------------------------------------------------
+
+
+PAGES = [("jobs:template-list", []), ("jobs:workload-launch", []), ("jobs:workload-list", [])]
+
+
+@pytest.mark.parametrize(("name", "args"), PAGES)
+@pytest.mark.parametrize("who", ["member", "lead", "admin_user", "finance_user"])
+def test_every_workload_page_renders_for_members_leads_admins_and_finance(name, args, who, request, training, member, lead,
+                                                                          as_user):
+    response = as_user(request.getfixturevalue(who)).get(reverse(name, args=args))
+    assert response.status_code == 200 and b"<html" in response.content
+
+
+@pytest.mark.parametrize(("name", "args"), PAGES)
+def test_every_workload_page_sends_anonymous_visitors_to_the_login_page(name, args, client):
+    response = client.get(reverse(name, args=args))
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
+
+
+def count_queries(client, url: str, **headers: Any) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url, **headers).status_code == 200
+    return len(captured)
+
+
+def test_the_workload_list_runs_the_same_number_of_queries_for_3_rows_and_for_30(ready_team, member, training, notebook, flavor,
+                                                                                  as_user, django_assert_max_num_queries):
+    client = as_user(member)
+    for i in range(3):
+        launch(member, ready_team, training if i % 2 else notebook, flavor, name=f"a-{i}")
+    few = count_queries(client, reverse("jobs:workload-list"))
+    for i in range(27):
+        launch(member, ready_team, training if i % 2 else notebook, flavor, name=f"b-{i}")
+    with django_assert_max_num_queries(few):
+        assert client.get(reverse("jobs:workload-list")).status_code == 200
+
+
+def test_the_template_list_runs_the_same_number_of_queries_for_3_templates_and_for_30(admin_user, member, flavor, mig_flavor,
+                                                                                      as_user, django_assert_max_num_queries):
+    def add(start: int, n: int) -> None:
+        for i in range(start, start + n):
+            services.template_create(user=admin_user, slug=f"t-{i}", name=f"Template {i:02}", kind="training",
+                                     flavors=[flavor, mig_flavor], image="x", parameters=TRAINING_PARAMS[:1])
+    client = as_user(member)
+    add(0, 3)
+    few = count_queries(client, reverse("jobs:template-list"))
+    add(3, 27)
+    with django_assert_max_num_queries(few):
+        assert client.get(reverse("jobs:template-list")).status_code == 200
+
+
+# --- Admin ---------------------------------------------------------------------------------------------------
+
+
+def test_the_admin_lists_templates_and_workloads_read_only_for_platform_admins(ready_team, member, admin_user, training, flavor,
+                                                                               as_user):
+    workload = launch(member, ready_team, training, flavor)
+    client = as_user(admin_user)
+    assert "PyTorch training" in client.get(reverse("admin:jobs_workloadtemplate_changelist")).content.decode()
+    assert "pytorch/pytorch:2.5" in client.get(reverse("admin:jobs_workloadtemplate_change", args=[training.pk])).content.decode()
+    listing = client.get(reverse("admin:jobs_workload_changelist")).content.decode()
+    assert workload.name in listing and "alice" in listing
+    assert client.get(reverse("admin:jobs_workload_add")).status_code == 403
+    staff = UserFactory(username="staffer", is_staff=True)
+    assert as_user(staff).get(reverse("admin:jobs_workload_changelist")).status_code == 403
