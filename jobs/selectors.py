@@ -68,6 +68,7 @@ class LaunchHint:
     units: int
     usage: QueueUsage | None
     ceiling: int
+    lendable: int = 0  # idle quota of the other teams' queues, not already borrowed
 
     @property
     def fits_guarantee(self) -> bool:
@@ -75,7 +76,13 @@ class LaunchHint:
 
     @property
     def would_borrow(self) -> bool:
-        return self.usage is not None and not self.fits_guarantee and self.units <= self.ceiling
+        return (self.usage is not None and not self.fits_guarantee and self.units <= self.ceiling
+                and self.units - self.usage.free <= self.lendable)
+
+    @property
+    def would_wait(self) -> bool:
+        """Neither its own quota nor what others leave idle is enough right now: it queues."""
+        return self.usage is not None and not self.fits_guarantee and not self.would_borrow and not self.impossible
 
     @property
     def impossible(self) -> bool:
@@ -86,9 +93,27 @@ class LaunchHint:
         return float(self.units * self.flavor.fraction)
 
 
+def cohort_idle(*, team: Team, flavor: Flavor) -> int:
+    """What the other teams' queues leave idle of the flavor and nobody borrows yet."""
+    try:
+        queues = reconcile.cluster_queue_usage()
+    except KubeError:
+        return 0
+    idle = borrowed = 0
+    for slug, rows in queues.items():
+        for row in rows:
+            if row.flavor != flavor.slug:
+                continue
+            borrowed += row.borrowed
+            if slug != team.slug:
+                idle += max(row.guaranteed - row.in_use, 0)
+    return max(idle - borrowed, 0)
+
+
 def launch_hint(*, team: Team, flavor: Flavor, units: int) -> LaunchHint:
     return LaunchHint(flavor=flavor, units=units, usage=team_queue_usage(team=team, flavor=flavor),
-                      ceiling=team_ceiling(team=team, flavor=flavor))
+                      ceiling=team_ceiling(team=team, flavor=flavor),
+                      lendable=cohort_idle(team=team, flavor=flavor) if team.may_borrow else 0)
 
 
 @dataclass(frozen=True)

@@ -180,10 +180,16 @@ def test_the_hint_shows_guaranteed_in_use_and_free_and_that_it_fits(ready_team, 
     assert "Cost: no rate card yet" in fragment
 
 
-def test_the_hint_says_borrowed_when_units_exceed_the_free_guarantee(ready_team, member, training, as_user):
+def test_the_hint_says_borrowed_when_units_exceed_the_free_guarantee(ready_team, other_team, flavor, member, training, as_user):
+    make_ready(other_team, flavor, 4)  # a team with idle quota to lend
     fragment = hint(as_user(member), units="6")
     assert "Would borrow 2 units of other teams' idle quota" in fragment
     assert "may be preempted" in fragment
+
+
+def test_the_hint_says_it_would_wait_when_nobody_has_quota_to_lend(ready_team, member, training, as_user):
+    fragment = hint(as_user(member), units="6")
+    assert "Would wait in the queue" in fragment and "Would borrow" not in fragment
 
 
 def test_the_hint_shows_the_refusal_when_more_than_the_team_could_ever_get(team, flavor, simulated, member, training, as_user):

@@ -107,7 +107,9 @@ class KubeError(Exception):
 
 @dataclass(frozen=True)
 class WatchEvent:
-    type: str  # ADDED, MODIFIED, DELETED, or RELISTED (the watch expired and a fresh list follows)
+    # ADDED, MODIFIED, DELETED, or RELISTED: the watch (re)started from a fresh list, which the
+    # event carries as {"items": [...]}: the whole current state, replacing what came before.
+    type: str
     object: dict[str, Any]
 
 
@@ -139,8 +141,8 @@ class Gateway(Protocol):
         resource_version: str | None = None,
         timeout_seconds: int = 60,
     ) -> Iterator[WatchEvent]:
-        """Changes after resource_version. When the server has forgotten that version (410), it
-        yields RELISTED followed by ADDED for every current object, then goes on watching."""
+        """Changes after resource_version. Without a version, or when the server has forgotten it
+        (410), it yields RELISTED with every current object, then goes on watching."""
 
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str: ...
 

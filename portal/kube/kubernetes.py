@@ -222,9 +222,7 @@ class KubernetesGateway:
         deadline = time.monotonic() + timeout_seconds
         if not resource_version:
             items, resource_version = self.list(api_version, kind, namespace=namespace, labels=labels)
-            yield WatchEvent("RELISTED", {})
-            for item in items:
-                yield WatchEvent("ADDED", item)
+            yield WatchEvent("RELISTED", {"items": items})
         while (remaining := int(deadline - time.monotonic())) > 0:
             query: dict[str, Any] = {"watch": "1", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
                                      "timeoutSeconds": remaining}
@@ -254,9 +252,7 @@ class KubernetesGateway:
             if expired:
                 # The server no longer has our version: start again from a fresh list.
                 items, resource_version = self.list(api_version, kind, namespace=namespace, labels=labels)
-                yield WatchEvent("RELISTED", {})
-                for item in items:
-                    yield WatchEvent("ADDED", item)
+                yield WatchEvent("RELISTED", {"items": items})
 
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
         ref = ObjectRef("v1", "Pod", name, namespace)

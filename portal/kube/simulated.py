@@ -203,9 +203,7 @@ class SimulatedGateway:
             oldest = SimulatedEvent.objects.aggregate(oldest=Min("id"))["oldest"]
             if since is None or (oldest is not None and since < oldest - 1):
                 items, latest = self.list(api_version, kind, namespace=namespace, labels=labels)
-                yield WatchEvent("RELISTED", {})
-                for item in items:
-                    yield WatchEvent("ADDED", item)
+                yield WatchEvent("RELISTED", {"items": items})
                 since = int(latest)
             self.calls += 1
             events = SimulatedEvent.objects.filter(id__gt=since, api_version=api_version, kind=kind).order_by("id")
