@@ -29,6 +29,15 @@ KUEUE = "kueue.x-k8s.io/v1beta2"
 
 
 Key = tuple[str, int]  # (namespace, workload id): an object counts only in its team's namespace
+# What the sync reads: the portal's own objects by label, and Kueue's Workloads (which Kueue
+# creates without our labels; they are matched to ours through their owners).
+WATCHED: tuple[tuple[str, str, dict[str, str] | None], ...] = (
+    ("batch/v1", "Job", MANAGED),
+    ("apps/v1", "Deployment", MANAGED),
+    ("apps/v1", "StatefulSet", MANAGED),
+    ("v1", "Pod", MANAGED),
+    (KUEUE, "Workload", None),
+)
 
 
 @dataclass
@@ -42,20 +51,25 @@ class Snapshot:
     @classmethod
     def read(cls) -> Snapshot:
         cluster = gateway()
+        return cls.of({kind: cluster.list(api_version, kind, labels=labels)[0] for api_version, kind, labels in WATCHED})
+
+    @classmethod
+    def of(cls, objects: dict[str, list[dict[str, Any]]]) -> Snapshot:
+        """Indexes lists of objects by kind (a fresh read, or an informer's cache)."""
         snapshot = cls()
         by_name: dict[tuple[str, str, str], Key] = {}
-        for api_version, kind in (("batch/v1", "Job"), ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")):
-            for obj in cluster.list(api_version, kind, labels=MANAGED)[0]:
+        for kind in ("Job", "Deployment", "StatefulSet"):
+            for obj in objects.get(kind, []):
                 key = _key(obj)
                 if key is not None:
                     snapshot.owners[key] = obj
                     by_name[(kind, key[0], obj["metadata"]["name"])] = key
-        for pod in cluster.list("v1", "Pod", labels=MANAGED)[0]:
+        for pod in objects.get("Pod", []):
             key = _key(pod)
             if key is not None:
                 snapshot.pods[key].append(pod)
                 by_name[("Pod", key[0], pod["metadata"]["name"])] = key
-        for kueue_workload in cluster.list(KUEUE, "Workload")[0]:
+        for kueue_workload in objects.get("Workload", []):
             namespace = kueue_workload["metadata"].get("namespace", "")
             for owner in kueue_workload["metadata"].get("ownerReferences", []):
                 key = by_name.get((owner["kind"], namespace, owner["name"]))
@@ -223,9 +237,15 @@ def mark_borrowed() -> None:
 
 
 def sync_all() -> SyncResult:
+    return sync_snapshot(Snapshot.read())
+
+
+def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResult:
+    """Records what the snapshot says about active workloads (only those in keys, when given)."""
     result = SyncResult()
-    snapshot = Snapshot.read()
     workloads = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES).select_related("team", "flavor", "template_version__template")
+    if keys is not None:
+        workloads = workloads.filter(pk__in={workload_id for _, workload_id in keys})
     for workload in workloads.prefetch_related("intervals"):
         with transaction.atomic():
             derived = derive(workload, snapshot)
@@ -236,6 +256,8 @@ def sync_all() -> SyncResult:
     mark_borrowed()
     # Stopped or finished workloads may still have pods winding down: close their intervals too.
     recently = Workload.objects.filter(phase__in=Workload.FINAL_PHASES, intervals__ended_at__isnull=True).distinct()
+    if keys is not None:
+        recently = recently.filter(pk__in={workload_id for _, workload_id in keys})
     for workload in recently.select_related("team", "flavor").prefetch_related("intervals"):
         record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
     return result

@@ -247,6 +247,8 @@ class KubernetesGateway:
                         obj.setdefault("apiVersion", api_version)
                         obj.setdefault("kind", kind)
                         yield WatchEvent(kind_of, obj)
+                except (urllib3.exceptions.HTTPError, OSError) as error:
+                    raise KubeError(f"the watch of {kind} broke off ({error.__class__.__name__}: {error})") from error
                 finally:
                     response.release_conn()
             if expired:

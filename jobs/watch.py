@@ -1,0 +1,115 @@
+"""The low-latency half of the status sync: watches keep a cache of the objects the sync reads,
+and each change re-derives just the workloads it touches. The periodic full pass
+(jobs.sync.sync_all) stays as the safety net for anything a watch could miss."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.db import close_old_connections, connection
+
+from jobs.sync import WATCHED, Key, Snapshot, SyncResult, sync_snapshot
+from portal.kube import WatchEvent, gateway
+
+log = logging.getLogger(__name__)
+ObjectKey = tuple[str, str]  # (namespace, name)
+
+
+class WorkloadInformer:
+    def __init__(self, *, watch_seconds: int = 300, batch_seconds: float = 0.05) -> None:
+        self.store: dict[str, dict[ObjectKey, dict[str, Any]]] = {kind: {} for _, kind, _ in WATCHED}
+        self.events: queue.Queue[tuple[str, WatchEvent]] = queue.Queue()
+        self.stopping = threading.Event()
+        self.watch_seconds = watch_seconds
+        self.batch_seconds = batch_seconds
+        self.ready = {kind: threading.Event() for _, kind, _ in WATCHED}
+        self.threads: list[threading.Thread] = []
+
+    def _watch(self, api_version: str, kind: str, labels: dict[str, str] | None) -> None:
+        try:
+            while not self.stopping.is_set():
+                try:
+                    # No resourceVersion: each round starts from a list, so nothing is missed between rounds.
+                    for event in gateway().watch(api_version, kind, labels=labels, timeout_seconds=self.watch_seconds):
+                        if self.stopping.is_set():
+                            return
+                        self.events.put((kind, event))
+                except Exception as error:  # noqa: BLE001 - a watcher must outlive any one failure
+                    if self.stopping.is_set():
+                        return
+                    log.warning("watch of %s failed, starting over: %s", kind, error)
+                    self.stopping.wait(1)
+        finally:
+            connection.close()  # the simulated cluster reads the database from this thread
+
+    def start(self) -> None:
+        for api_version, kind, labels in WATCHED:
+            thread = threading.Thread(target=self._watch, args=(api_version, kind, labels), daemon=True, name=f"watch-{kind}")
+            thread.start()
+            self.threads.append(thread)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _apply(self, kind: str, event: WatchEvent) -> set[Key]:
+        """Updates the cache; returns the workloads the change may concern."""
+        store = self.store[kind]
+        if event.type == "RELISTED":
+            changed = list(store.values())
+            store.clear()
+            for item in event.object.get("items", []):
+                store[(item["metadata"].get("namespace", ""), item["metadata"]["name"])] = item
+            self.ready[kind].set()
+            return self._keys([*changed, *store.values()])
+        obj = event.object
+        key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        if event.type == "DELETED":
+            store.pop(key, None)
+        else:
+            store[key] = obj
+        return self._keys([obj])
+
+    def _keys(self, objects: list[dict[str, Any]]) -> set[Key]:
+        keys: set[Key] = set()
+        for obj in objects:
+            namespace = obj["metadata"].get("namespace", "")
+            label = obj["metadata"].get("labels", {}).get("gpu-portal.io/workload", "")
+            if label.isdigit():
+                keys.add((namespace, int(label)))
+            for owner in obj["metadata"].get("ownerReferences", []):  # Kueue's Workloads
+                owned = self.store.get(owner["kind"], {}).get((namespace, owner["name"]))
+                label = (owned or {}).get("metadata", {}).get("labels", {}).get("gpu-portal.io/workload", "")
+                if label.isdigit():
+                    keys.add((namespace, int(label)))
+        return keys
+
+    def run(self, *, until: Callable[[], bool] | None = None, on_sync: Callable[[SyncResult], None] | None = None) -> None:
+        """Applies events in small batches and syncs the workloads they touch, until stopped."""
+        self.start()
+        try:
+            while not self.stopping.is_set() and not (until and until()):
+                try:
+                    batch = [self.events.get(timeout=0.5)]
+                except queue.Empty:
+                    continue
+                deadline = time.monotonic() + self.batch_seconds
+                while time.monotonic() < deadline:
+                    try:
+                        batch.append(self.events.get(timeout=max(deadline - time.monotonic(), 0)))
+                    except queue.Empty:
+                        break
+                touched: set[Key] = set()
+                for kind, event in batch:
+                    touched |= self._apply(kind, event)
+                if touched and all(ready.is_set() for ready in self.ready.values()):
+                    close_old_connections()
+                    result = sync_snapshot(Snapshot.of({kind: list(objs.values()) for kind, objs in self.store.items()}), touched)
+                    if on_sync:
+                        on_sync(result)
+        finally:
+            self.stop()
