@@ -120,7 +120,10 @@ def derive(workload: Workload, snapshot: Snapshot) -> tuple[str, str] | None:
     evicted = [w for w in kueue if _true(w, "Evicted") and not _true(w, "QuotaReserved")]
     pending = [w for w in kueue if not _true(w, "QuotaReserved")]
     if owner["kind"] == "Job":
-        if _true(owner, "Complete"):
+        completions = int(owner["spec"].get("completions") or owner["spec"].get("parallelism") or 1)
+        succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+        # All pods done is what the Job controller will conclude a moment later: say it now.
+        if _true(owner, "Complete") or succeeded >= completions:
             return Workload.Phase.SUCCEEDED, "Finished successfully"
         if _true(owner, "Failed"):
             failed = _condition(owner, "Failed")
@@ -217,14 +220,15 @@ def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: Syn
             result.intervals_closed += 1
 
 
-def mark_borrowed() -> None:
+def mark_borrowed(team_ids: set[int] | None = None) -> None:
     """Which admitted workloads run on borrowed quota: a team's guarantee covers its oldest
     admitted workloads first, as Kueue counts it, and the newest beyond it are borrowing (and
     are the ones a reclaiming lender preempts)."""
-    admitted = list(
-        Workload.objects.filter(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
-        .order_by("team_id", "flavor_id", "submitted_at", "pk")
-    )
+    running = Workload.objects.filter(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
+    if team_ids is not None:
+        running = running.filter(team_id__in=team_ids)
+    admitted = list(running.order_by("team_id", "flavor_id", "submitted_at", "pk").only(
+        "pk", "team_id", "flavor_id", "units", "workers", "on_borrowed"))
     guarantees = tenant_selectors.guarantees_by_flavor(team_ids=list({w.team_id for w in admitted}))
     used: dict[tuple[int, int], int] = defaultdict(int)
     for workload in admitted:
@@ -234,6 +238,10 @@ def mark_borrowed() -> None:
         if borrowed != workload.on_borrowed:
             Workload.objects.filter(pk=workload.pk).update(on_borrowed=borrowed)
     Workload.objects.exclude(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING)).filter(on_borrowed=True).update(on_borrowed=False)
+
+
+def _teams(workloads: list[Workload]) -> set[int]:
+    return {workload.team_id for workload in workloads}
 
 
 def sync_all() -> SyncResult:
@@ -246,14 +254,15 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResul
     workloads = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES).select_related("team", "flavor", "template_version__template")
     if keys is not None:
         workloads = workloads.filter(pk__in={workload_id for _, workload_id in keys})
-    for workload in workloads.prefetch_related("intervals"):
+    workloads = list(workloads.prefetch_related("intervals"))
+    for workload in workloads:
         with transaction.atomic():
             derived = derive(workload, snapshot)
             record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
             if derived and derived != (workload.phase, workload.reason):
                 record_transition(workload, *derived)
                 result.changed += 1
-    mark_borrowed()
+    mark_borrowed(None if keys is None else _teams(workloads))
     # Stopped or finished workloads may still have pods winding down: close their intervals too.
     recently = Workload.objects.filter(phase__in=Workload.FINAL_PHASES, intervals__ended_at__isnull=True).distinct()
     if keys is not None:

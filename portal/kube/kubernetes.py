@@ -80,6 +80,8 @@ class KubernetesGateway:
         max_attempts: int = 5,
     ) -> None:
         self.configuration = configuration
+        # One connection per concurrent caller (web threads, the informer's watches) at most.
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 32)
         self.api_client = k8s_client.ApiClient(configuration)
         self.pool = self.api_client.rest_client.pool_manager
         self.limiter = TokenBucket(qps, burst)
