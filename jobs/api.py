@@ -340,6 +340,10 @@ class WhyWaitingSerializer(serializers.Serializer):
     usage = UsageSerializer(allow_null=True, help_text="The team's quota of the flavor; null when the cluster did not answer.")
 
 
+class ScaleSerializer(StrictInputMixin, serializers.Serializer):
+    replicas = serializers.IntegerField(min_value=1)
+
+
 class LogsSerializer(serializers.Serializer):
     pod = serializers.CharField(help_text="The newest pod, whose log this is; empty before a pod exists.")
     lines = serializers.ListField(child=serializers.CharField())
@@ -418,12 +422,20 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return self._answer(services.workload_stop(user=request.user, workload=self.get_object()))
 
     @extend_schema(request=None, responses={201: WorkloadDetailSerializer},
-                   description="Launches a new workload from the same template (its current version) with the same "
+                   description="Launches a new workload from the same template version with the same "
                                "flavor, resources and parameters; members of the team may relaunch.")
     @action(detail=True, methods=["post"])
     def relaunch(self, request: Request, pk: str | None = None) -> Response:
         workload = services.workload_relaunch(user=request.user, workload=self.get_object())
         return self._answer(workload, status.HTTP_201_CREATED)
+
+    @extend_schema(request=ScaleSerializer, responses={200: WorkloadDetailSerializer},
+                   description="Inference servers only: replicas within the template's bounds and the team's reach.")
+    @action(detail=True, methods=["post"])
+    def scale(self, request: Request, pk: str | None = None) -> Response:
+        workload = self.get_object()  # another team's workload is 404 before its body is read
+        replicas = _parse(ScaleSerializer, request)["replicas"]
+        return self._answer(services.workload_scale(user=request.user, workload=workload, replicas=replicas))
 
     @extend_schema(
         parameters=[OpenApiParameter("tail", int, description=f"How many lines, 1 to {MAX_LOG_LINES}; 100 by default.")],

@@ -146,6 +146,38 @@ def workload_stop(*, user: User, workload: Workload) -> Workload:
     return locked
 
 
+@transaction.atomic
+def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload:
+    """Inference servers grow or shrink within the template's bounds and the team's reach."""
+    _require(user.has_perm("jobs.stop_workload", workload))
+    locked = Workload.objects.select_for_update(of=("self",)).select_related("team", "flavor", "template_version__template").get(pk=workload.pk)
+    if locked.kind != WorkloadKind.INFERENCE:
+        raise DomainError("Only inference servers have replicas to scale.", field="replicas")
+    if not locked.is_active:
+        raise StateConflict(f"{locked.name} has {locked.get_phase_display().lower()}; relaunch it instead.")
+    declared = {spec["name"]: spec for spec in locked.template_version.parameters}
+    spec = declared.get("workers") or declared.get("replicas") or {"min": 1, "max": 1}
+    low, high = spec.get("min", 1), spec.get("max", 1)
+    if not low <= replicas <= high:
+        raise DomainError(f"Replicas must be between {low} and {high} for {locked.template_version.template.name}.", field="replicas")
+    ceiling = team_ceiling(team=locked.team, flavor=locked.flavor)
+    if locked.units * replicas > ceiling:
+        raise DomainError(f"{replicas} replicas need {locked.units * replicas} {locked.flavor.name} units; "
+                          f"{locked.team.slug} could get at most {ceiling}.", field="replicas")
+    if replicas == locked.workers:
+        return locked
+    before = locked.workers
+    locked.workers = replicas
+    locked.parameters = {**locked.parameters, ("workers" if "workers" in declared else "replicas"): replicas}
+    locked.save(update_fields=["workers", "parameters"])
+    audit_record(actor=user, action="workload.scaled", obj=locked, team_id=locked.team_id,
+                 message=f"{user.username} scaled {locked.name} (#{locked.pk}) from {before} to {replicas} replicas")
+    from jobs import tasks
+
+    transaction.on_commit(lambda: tasks.workload_apply.delay(locked.pk))
+    return locked
+
+
 def workload_relaunch(*, user: User, workload: Workload) -> Workload:
     version = workload.template_version
     return workload_launch(user=user, relaunch_of=workload, request=LaunchRequest(

@@ -46,6 +46,16 @@ def workload_submit(self, workload_id: int) -> str:  # type: ignore[no-untyped-d
 
 
 @shared_task(acks_late=True, autoretry_for=(KubeError,), retry_backoff=2, retry_jitter=True, max_retries=8)
+def workload_apply(workload_id: int) -> None:
+    """Applies a running workload's objects again after a change (e.g. its replicas)."""
+    workload = Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+    if workload is None or not workload.is_active or workload.phase == Workload.Phase.SUBMITTING:
+        return
+    for obj in manifests.make_workload_objects(spec=services.workload_spec(workload)):
+        gateway().apply(obj)
+
+
+@shared_task(acks_late=True, autoretry_for=(KubeError,), retry_backoff=2, retry_jitter=True, max_retries=8)
 def workload_teardown(workload_id: int) -> None:
     """Deletes every object of a stopped workload; its pods go with them."""
     workload = Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()

@@ -220,6 +220,26 @@ def workload_stop(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
+def workload_scale(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    workload = _visible_workload(request, pk)
+    error = None
+    raw = request.POST.get("replicas", "")
+    try:
+        if not raw.strip().isdigit():
+            raise DomainError(f"Replicas must be a whole number, not “{raw}”.", field="replicas")
+        services.workload_scale(user=request.user, workload=workload, replicas=int(raw))
+    except DomainError as refusal:
+        error = refusal.message
+    workload = _visible_workload(request, pk)
+    if request.htmx:
+        return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, error=error))
+    if error:
+        messages.error(request, error)
+    return redirect("jobs:workload-detail", workload.pk)
+
+
+@login_required
+@require_POST
 def workload_relaunch(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     workload = _visible_workload(request, pk)
     try:

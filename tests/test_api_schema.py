@@ -37,6 +37,7 @@ ENDPOINTS = {
     "/api/workloads/{id}/": {"get"},
     "/api/workloads/{id}/stop/": {"post"},
     "/api/workloads/{id}/relaunch/": {"post"},
+    "/api/workloads/{id}/scale/": {"post"},
     "/api/workloads/{id}/logs/": {"get"},
     "/api/workloads/{id}/why-waiting/": {"get"},
 }

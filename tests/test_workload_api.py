@@ -217,6 +217,7 @@ WORKLOAD_ENDPOINTS = [
     ("get", "/api/workloads/{id}/"),
     ("post", "/api/workloads/{id}/stop/"),
     ("post", "/api/workloads/{id}/relaunch/"),
+    ("post", "/api/workloads/{id}/scale/"),
     ("get", "/api/workloads/{id}/logs/"),
     ("get", "/api/workloads/{id}/why-waiting/"),
 ]
@@ -239,9 +240,13 @@ def test_an_outsider_gets_404_for_every_endpoint_of_another_teams_workload(workl
 
 @pytest.mark.parametrize(("method", "path"), WORKLOAD_ENDPOINTS, ids=[f"{m} {p}" for m, p in WORKLOAD_ENDPOINTS])
 def test_the_owner_reaches_the_same_endpoints(workload, member, method, path):
-    response = getattr(api(member), method)(path.format(id=workload.pk), format="json")
+    body = {"replicas": 2} if path.endswith("/scale/") else None
+    response = getattr(api(member), method)(path.format(id=workload.pk), body, format="json")
 
-    assert response.status_code in {200, 201}, response.content
+    if path.endswith("/scale/"):  # reached, and refused for what it is: a training job has no replicas
+        assert response.json()["message"] == "Only inference servers have replicas to scale."
+    else:
+        assert response.status_code in {200, 201}, response.content
 
 
 @pytest.mark.parametrize("method", ["get", "patch"])

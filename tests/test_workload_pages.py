@@ -389,6 +389,7 @@ def test_stop_refuses_a_post_without_a_csrf_token(ready_team, member, training, 
 @pytest.mark.parametrize(("name", "method"), [
     ("jobs:workload-detail", "get"), ("jobs:workload-live", "get"), ("jobs:workload-stop", "post"),
     ("jobs:workload-relaunch", "post"),
+    ("jobs:workload-scale", "post"),
 ])
 def test_an_outsider_gets_404_on_every_workload_url(ready_team, member, outsider, training, flavor, as_user, name, method):
     workload = launch(member, ready_team, training, flavor)
@@ -472,3 +473,23 @@ def test_the_admin_lists_templates_and_workloads_read_only_for_platform_admins(r
     assert client.get(reverse("admin:jobs_workload_add")).status_code == 403
     staff = UserFactory(username="staffer", is_staff=True)
     assert as_user(staff).get(reverse("admin:jobs_workload_changelist")).status_code == 403
+
+
+def test_an_inference_server_scales_from_its_page(ready_team, member, flavor, simulated, as_user, admin_user,
+                                                  django_capture_on_commit_callbacks):
+    from jobs.models import WorkloadKind
+
+    vllm = services.template_create(user=admin_user, slug="vllm", name="vLLM", kind=WorkloadKind.INFERENCE, flavors=[flavor],
+                                    image="vllm/vllm-openai:v0.6.3", port=8000,
+                                    parameters=[{"name": "workers", "type": "int", "default": 1, "min": 1, "max": 4}])
+    with django_capture_on_commit_callbacks(execute=True):
+        server = launch(member, ready_team, vllm, flavor)
+    client = as_user(member)
+    assert 'data-testid="scale"' in client.get(reverse("jobs:workload-detail", args=[server.pk])).content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        fragment = client.post(reverse("jobs:workload-scale", args=[server.pk]), {"replicas": "2"}, HTTP_HX_REQUEST="true")
+    assert fragment.status_code == 200
+    server.refresh_from_db()
+    assert server.workers == 2
+    refused = client.post(reverse("jobs:workload-scale", args=[server.pk]), {"replicas": "9"}, HTTP_HX_REQUEST="true")
+    assert "Replicas must be between 1 and 4" in refused.content.decode()

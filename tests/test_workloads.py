@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 from jobs import services, sync
 from jobs.models import RunInterval, Workload, WorkloadKind
 from portal.errors import DomainError
+from portal.models import AuditEvent
 from portal.kube import ObjectRef, gateway, reset_gateway
 from portal.kube.simulated import SimulatedGateway
 from tenants import reconcile
@@ -161,3 +162,35 @@ def test_editing_a_template_makes_a_new_version_and_running_workloads_keep_their
     second = launch(member, ready_team, training, flavor)
     assert (first.template_version.number, first.template_version.image) == (1, "pytorch/pytorch:2.5")
     assert (second.template_version.number, second.template_version.image) == (2, "pytorch/pytorch:2.6")
+
+
+@pytest.fixture
+def inference(admin_user, flavor):
+    return services.template_create(
+        user=admin_user, slug="vllm", name="vLLM", kind=WorkloadKind.INFERENCE, flavors=[flavor], image="vllm/vllm-openai:v0.6.3",
+        port=8000, parameters=[{"name": "workers", "type": "int", "default": 1, "min": 1, "max": 4}],
+    )
+
+
+def test_an_inference_server_scales_within_its_bounds_and_the_team_quota(ready_team, member, inference, flavor, simulated,
+                                                                         django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        server = launch(member, ready_team, inference, flavor, units=2)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.workload_scale(user=member, workload=server, replicas=3)
+    deployment = gateway().get(ObjectRef("apps/v1", "Deployment", server.k8s_name, "vision"))
+    assert deployment["spec"]["replicas"] == 3
+    assert AuditEvent.objects.filter(action="workload.scaled").get().message.endswith("from 1 to 3 replicas")
+
+    with pytest.raises(DomainError, match="between 1 and 4"):
+        services.workload_scale(user=member, workload=server, replicas=5)
+    ready_team.may_borrow = False
+    ready_team.save()
+    with pytest.raises(DomainError, match="need 6 H100 80GB units; vision could get at most 4"):
+        services.workload_scale(user=member, workload=server, replicas=3)
+
+
+def test_only_inference_servers_scale(ready_team, member, training, flavor):
+    job = launch(member, ready_team, training, flavor)
+    with pytest.raises(DomainError, match="Only inference servers"):
+        services.workload_scale(user=member, workload=job, replicas=2)

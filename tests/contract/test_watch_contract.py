@@ -11,17 +11,28 @@ from jobs.models import RunInterval, Workload
 from jobs.watch import WorkloadInformer
 from portal.kube.simulated import SimulatedGateway
 from tests.contract.test_tenancy_contract import site  # noqa: F401 - the fixture
-from tests.contract.test_workload_contract import QUICK, launch, templates  # noqa: F401 - the fixture
+from tests.contract.test_workload_contract import launch, templates  # noqa: F401 - the fixture
 
 # Watches run in threads with their own database connections: that needs PostgreSQL.
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
-def test_the_informer_follows_a_job_from_queue_to_success_and_records_its_interval(cluster, site, templates, settings,
-                                                                                   django_capture_on_commit_callbacks):
-    settings.PORTAL_POD_ANNOTATIONS = QUICK
+def test_the_informer_follows_a_job_across_watch_restarts_without_losing_or_doubling_its_interval(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    # The job runs longer than a watch round, so every watch expires and starts over from a
+    # fresh list at least once while the pod runs.
+    settings.PORTAL_POD_ANNOTATIONS = {"kwok.gpu-portal.test/run-duration": "6s", "gpu-portal.io/simulated-run-seconds": "6"}
     team = site.team("watched", gpus=1)
-    informer = WorkloadInformer(watch_seconds=5)
+    informer = WorkloadInformer(watch_seconds=1)
+    relists = []
+    original = informer._apply
+
+    def counting(kind, event):
+        if event.type == "RELISTED":
+            relists.append(kind)
+        return original(kind, event)
+
+    informer._apply = counting
     worker = threading.Thread(target=informer.run, daemon=True)
     worker.start()
     try:
@@ -34,12 +45,15 @@ def test_the_informer_follows_a_job_from_queue_to_success_and_records_its_interv
             workload.refresh_from_db()
             if workload.phase == Workload.Phase.SUCCEEDED:
                 break
-            time.sleep(0.3)
+            time.sleep(0.6)
     finally:
         informer.stop()
         worker.join(timeout=10)
         for thread in informer.threads:
             thread.join(timeout=10)  # a watch ends at its timeout; let it go before the database does
     assert workload.phase == Workload.Phase.SUCCEEDED, workload.reason
-    assert [t.phase for t in workload.transitions.all()][:2] == ["submitting", "queued"]
+    phases = [t.phase for t in workload.transitions.all()]
+    assert phases[:2] == ["submitting", "queued"] and phases.count("succeeded") == 1 and phases.count("running") == 1
+    assert relists.count("Pod") >= 3  # the first list, and restarts while the pod ran
+    assert RunInterval.objects.filter(workload=workload).count() == 1
     assert RunInterval.objects.filter(workload=workload, ended_at__isnull=False).count() == 1
