@@ -78,3 +78,10 @@ def workloads_resubmit_lost() -> int:
     for workload_id in ids:
         workload_submit.delay(workload_id)
     return len(ids)
+
+
+@shared_task(acks_late=True)
+def notebooks_stop_idle() -> int:
+    from jobs import idle
+
+    return len(idle.notebooks_stop_idle())

@@ -253,6 +253,7 @@ CELERY_BEAT_SCHEDULE = {
     "simulated-cluster-tick": {"task": "portal.tasks.simulated_cluster_tick", "schedule": 5.0},
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 60.0},
+    "notebooks-stop-idle": {"task": "jobs.tasks.notebooks_stop_idle", "schedule": 300.0},
 }
 
 # --- Email ---------------------------------------------------------------------------------
@@ -305,3 +306,6 @@ PORTAL_INGRESS_DOMAIN = env("PORTAL_INGRESS_DOMAIN")
 # Annotations every workload pod gets, set by the site, never by users: the simulated cluster
 # and KWOK read how long a fake pod runs from them (demo and test clusters only).
 PORTAL_POD_ANNOTATIONS: dict[str, str] = json.loads(env("PORTAL_POD_ANNOTATIONS", "{}"))
+# Where the portal asks a notebook server how long it has been idle (Jupyter's /api/status),
+# reachable from the portal's own pods through the notebook's Service.
+PORTAL_NOTEBOOK_STATUS_URL = env("PORTAL_NOTEBOOK_STATUS_URL", "http://{name}.{namespace}.svc.cluster.local/api/status")

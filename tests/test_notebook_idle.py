@@ -1,0 +1,100 @@
+"""Notebooks stop after their idle limit, judged by what the notebook server reports."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from jobs import idle, services, sync
+from jobs.models import Workload, WorkloadKind
+from portal.kube import ObjectRef, gateway
+from portal.models import AuditEvent
+from tests.test_workloads import launch, ready_team, simulated  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.django_db
+
+
+class JupyterStatus:
+    """Answers /api/status like a Jupyter server, with the activity the test sets."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, Any] = {}
+        self.tokens: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                owner.tokens.append(self.path.split("token=")[-1])
+                data = json.dumps(owner.status).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/{{namespace}}/{{name}}/api/status"
+
+
+@pytest.fixture
+def jupyter(settings):
+    server = JupyterStatus()
+    settings.PORTAL_NOTEBOOK_STATUS_URL = server.url
+    yield server
+    server.httpd.shutdown()
+
+
+@pytest.fixture
+def running_notebook(ready_team, member, admin_user, flavor, simulated, django_capture_on_commit_callbacks):
+    template = services.template_create(user=admin_user, slug="jupyterlab", name="JupyterLab", kind=WorkloadKind.NOTEBOOK,
+                                        flavors=[flavor], image="quay.io/jupyter/pytorch-notebook", port=8888, idle_minutes=60)
+    with django_capture_on_commit_callbacks(execute=True):
+        notebook = launch(member, ready_team, template, flavor)
+    simulated.advance(1)
+    sync.sync_all()
+    notebook.refresh_from_db()
+    assert notebook.phase == Workload.Phase.RUNNING
+    return notebook
+
+
+def test_a_notebook_idle_past_its_limit_is_stopped_and_its_objects_removed(running_notebook, jupyter,
+                                                                           django_capture_on_commit_callbacks):
+    jupyter.status = {"last_activity": (timezone.now() - dt.timedelta(minutes=95)).isoformat(), "kernels": 1, "connections": 0}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert idle.notebooks_stop_idle() == [running_notebook.pk]
+    running_notebook.refresh_from_db()
+    assert running_notebook.phase == Workload.Phase.STOPPED
+    assert running_notebook.reason.startswith("Stopped after 95 minutes idle")
+    assert gateway().get(ObjectRef("apps/v1", "StatefulSet", running_notebook.k8s_name, "vision")) is None
+    assert AuditEvent.objects.filter(action="workload.stopped_idle").exists()
+    assert jupyter.tokens == [running_notebook.notebook_token]
+
+
+@pytest.mark.parametrize("status", [
+    {"last_activity": "recent", "kernels": 0, "connections": 0},
+    {"last_activity": "2000-01-01T00:00:00Z", "kernels": 1, "connections": 1},
+])
+def test_a_notebook_in_use_keeps_running(running_notebook, jupyter, status):
+    if status["last_activity"] == "recent":
+        status = {**status, "last_activity": (timezone.now() - dt.timedelta(minutes=5)).isoformat()}
+    jupyter.status = status
+    assert idle.notebooks_stop_idle() == []
+
+
+def test_a_notebook_that_does_not_answer_is_left_running(running_notebook, settings):
+    settings.PORTAL_NOTEBOOK_STATUS_URL = "http://127.0.0.1:9/{namespace}/{name}"
+    assert idle.notebooks_stop_idle() == []
+    running_notebook.refresh_from_db()
+    assert running_notebook.phase == Workload.Phase.RUNNING
