@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import pytest
 from django.test import Client
 
+from jobs import services as job_services
+from jobs.models import WorkloadKind
+from portal.kube import reset_gateway
+from portal.kube.simulated import SimulatedGateway
+from tenants import reconcile
 from tenants.models import Membership
-from tests.factories import FlavorFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.factories import (
+    FlavorFactory,
+    MembershipFactory,
+    QuotaGrantFactory,
+    TeamFactory,
+    UserFactory,
+)
+from tests.helpers import TRAINING_PARAMS
 
 
 @pytest.fixture(autouse=True)
@@ -84,3 +100,48 @@ def login(user, *, enforce_csrf: bool = False) -> Client:
 @pytest.fixture
 def as_user():
     return login
+
+
+# --- Workloads on the simulated cluster -------------------------------------------------------
+
+
+@pytest.fixture
+def simulated():
+    cluster = SimulatedGateway()
+    reset_gateway(cluster)
+    yield cluster
+    reset_gateway(None)
+
+
+@pytest.fixture
+def ready_team(team, flavor, simulated):
+    QuotaGrantFactory(team=team, flavor=flavor, units=4)
+    reconcile.platform_reconcile()
+    reconcile.team_reconcile(team_id=team.pk)
+    team.refresh_from_db()
+    return team
+
+
+@pytest.fixture
+def training(admin_user, flavor):
+    return job_services.template_create(
+        user=admin_user, slug="pytorch-train", name="PyTorch training", kind=WorkloadKind.TRAINING, flavors=[flavor],
+        image="pytorch/pytorch:2.5", command=["python", "train.py"],
+        args=["--epochs", "{epochs}", "--lr", "{learning_rate}"], env={"TAG": "{image_tag}"},
+        default_units=1, max_units=8, parameters=TRAINING_PARAMS,
+    )
+
+
+# --- A real browser ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from tests.browsing import CHROMIUM, CHROMIUM_ARGS, sync_api
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's Chromium is not installed: `make test` installs it (apt-get install chromium)")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()

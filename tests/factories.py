@@ -6,7 +6,14 @@ import factory
 from django.utils import timezone
 
 from portal.models import User
-from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team
+from tenants.models import (
+    Flavor,
+    Membership,
+    QuotaGrant,
+    QuotaRequest,
+    QuotaRequestLine,
+    Team,
+)
 
 
 class UserFactory(factory.django.DjangoModelFactory):

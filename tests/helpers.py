@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework.test import APIClient
 
+from jobs import services as job_services
 from tenants import services
 from tenants.models import Flavor, QuotaRequest, Team
 
@@ -24,3 +25,15 @@ def file_request(team: Team, requester: Any, flavor: Flavor, units: int = 4, **o
         requester=requester, team=team, lines=[services.LineInput(flavor=flavor, units=units)],
         justification=options.pop("justification", "Fine-tuning the detector"), **options,
     )
+
+
+TRAINING_PARAMS = [
+    {"name": "epochs", "type": "int", "default": 10, "min": 1, "max": 1000},
+    {"name": "learning_rate", "type": "float", "default": 0.001, "min": 0.0000001, "max": 1},
+    {"name": "image_tag", "type": "choice", "default": "2.5", "choices": ["2.4", "2.5"]},
+]
+
+
+def launch(user: Any, team: Team, template: Any, flavor: Flavor, **kwargs: Any) -> Any:
+    """A workload launched through the service, as the form and the API would."""
+    return job_services.workload_launch(user=user, request=job_services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs))

@@ -13,7 +13,13 @@ from portal import tokens
 from portal.models import ApiToken, AuditEvent, Notification
 from tenants import services
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
-from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory, TeamFactory, UserFactory
+from tests.factories import (
+    FlavorFactory,
+    MembershipFactory,
+    QuotaGrantFactory,
+    TeamFactory,
+    UserFactory,
+)
 from tests.helpers import api, file_request
 
 pytestmark = pytest.mark.django_db

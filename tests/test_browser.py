@@ -2,39 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tenants.models import Membership, QuotaRequest
-from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory, TeamFactory, UserFactory
-
-# Playwright's sync API runs an event loop in this thread; Django would refuse ORM calls under it.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-from playwright import sync_api  # noqa: E402 - after the environment above
+from tests.browsing import PASSWORD, SHOTS, htmx_settled, log_in, sync_api  # noqa: F401
+from tests.factories import (
+    FlavorFactory,
+    MembershipFactory,
+    QuotaGrantFactory,
+    TeamFactory,
+    UserFactory,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-quic"]
-PASSWORD = "correct horse battery staple"
-SHOTS = Path("/tmp/shots")
-
-
-@pytest.fixture
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail("Debian's Chromium is not installed: `make test` installs it (apt-get install chromium)")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture
@@ -51,17 +35,6 @@ def site(db: Any) -> dict[str, Any]:
     QuotaGrantFactory(team=vision, flavor=h100, units=2)
     QuotaGrantFactory(team=nlp, flavor=h100, units=8)
     return {"team": vision, "flavor": h100}
-
-
-def log_in(browser: Any, live_server: Any, username: str) -> Any:
-    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-    page.goto(f"{live_server.url}/")
-    assert "/login/" in page.url
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
-    return page
 
 
 def test_the_quota_story_in_a_browser(browser, live_server, site):
@@ -118,12 +91,6 @@ def test_the_quota_story_in_a_browser(browser, live_server, site):
     expect(alice.locator("[data-testid=unread-count]")).to_have_text("1")
     alice.click(".bell")
     expect(alice.locator("#notification-list")).to_contain_text(f"lena approved your request #{qr.pk}")
-
-
-def htmx_settled(page) -> None:
-    """Waits until htmx has finished swapping: new content is live only once it has settled,
-    and a robot (unlike a person) can act within those few milliseconds."""
-    page.wait_for_function("() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling, .htmx-added')")
 
 
 def test_a_lead_manages_members_in_place(browser, live_server, site):

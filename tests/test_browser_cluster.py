@@ -14,8 +14,8 @@ from portal.kube.kubernetes import KubernetesGateway
 from tenants import reconcile, services
 from tenants.manifests import KUEUE
 from tenants.models import Membership
+from tests.browsing import log_in, sync_api
 from tests.factories import FlavorFactory, MembershipFactory, TeamFactory, UserFactory
-from tests.test_browser import browser, log_in, sync_api  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.cluster, pytest.mark.django_db(transaction=True)]
 
@@ -29,7 +29,7 @@ def real_cluster(control_plane, settings):
     reset_gateway(None)
 
 
-def test_an_approval_in_the_browser_reaches_the_real_cluster_within_seconds(browser, live_server, real_cluster):  # noqa: F811
+def test_an_approval_in_the_browser_reaches_the_real_cluster_within_seconds(browser, live_server, real_cluster):
     suffix = real_cluster
     flavor = FlavorFactory(name="H100 80GB", slug=f"h100-{suffix}", resource_name="nvidia.com/gpu", capacity_units=16)
     team = TeamFactory(slug=f"vision-{suffix}", name="Computer Vision")

@@ -15,7 +15,7 @@ from jobs import idle, services, sync
 from jobs.models import Workload, WorkloadKind
 from portal.kube import ObjectRef, gateway
 from portal.models import AuditEvent
-from tests.test_workloads import launch, ready_team, simulated  # noqa: F401 - fixtures
+from tests.helpers import launch
 
 pytestmark = pytest.mark.django_db
 

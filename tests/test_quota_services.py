@@ -13,7 +13,12 @@ from portal.errors import DomainError, StateConflict
 from portal.models import AuditEvent, Notification
 from tenants import selectors, services
 from tenants.models import Membership, QuotaGrant, QuotaRequest
-from tests.factories import MembershipFactory, QuotaGrantFactory, TeamFactory, UserFactory
+from tests.factories import (
+    MembershipFactory,
+    QuotaGrantFactory,
+    TeamFactory,
+    UserFactory,
+)
 
 pytestmark = pytest.mark.django_db
 

@@ -12,14 +12,23 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from jobs import services, sync
-from jobs.models import Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
+from jobs.models import (
+    Workload,
+    WorkloadKind,
+    WorkloadTemplate,
+    WorkloadTemplateVersion,
+)
 from portal import tokens
 from portal.models import AuditEvent
 from tenants import reconcile
 from tenants.models import Membership
-from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory, UserFactory
-from tests.helpers import api
-from tests.test_workloads import TRAINING_PARAMS, launch, ready_team, simulated, training  # noqa: F401 (fixtures)
+from tests.factories import (
+    FlavorFactory,
+    MembershipFactory,
+    QuotaGrantFactory,
+    UserFactory,
+)
+from tests.helpers import TRAINING_PARAMS, api, launch
 
 pytestmark = pytest.mark.django_db
 

@@ -20,6 +20,7 @@ from portal.kube import gateway, reset_gateway
 from portal.kube.simulated import SimulatedGateway
 from tenants import reconcile
 from tenants.models import Membership
+from tests.browsing import SHOTS, htmx_settled, log_in, sync_api
 from tests.factories import (
     FlavorFactory,
     MembershipFactory,
@@ -27,7 +28,6 @@ from tests.factories import (
     TeamFactory,
     UserFactory,
 )
-from tests.test_browser import SHOTS, browser, htmx_settled, log_in, sync_api  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -78,7 +78,7 @@ def drive_until(page: Any, phase: str, *, seconds: float = 5, limit: float = 30)
                 raise
 
 
-def test_a_member_launches_from_the_form_and_watches_the_run_finish(browser, live_server, site):  # noqa: F811
+def test_a_member_launches_from_the_form_and_watches_the_run_finish(browser, live_server, site):
     expect = sync_api.expect
     SHOTS.mkdir(parents=True, exist_ok=True)
     alice = log_in(browser, live_server, "alice")

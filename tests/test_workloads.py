@@ -9,51 +9,12 @@ from django.core.exceptions import PermissionDenied
 from jobs import services, sync
 from jobs.models import RunInterval, Workload, WorkloadKind
 from portal.errors import DomainError
+from portal.kube import ObjectRef, gateway
 from portal.models import AuditEvent
-from portal.kube import ObjectRef, gateway, reset_gateway
-from portal.kube.simulated import SimulatedGateway
-from tenants import reconcile
 from tests.factories import QuotaGrantFactory
+from tests.helpers import launch
 
 pytestmark = pytest.mark.django_db
-
-TRAINING_PARAMS = [
-    {"name": "epochs", "type": "int", "default": 10, "min": 1, "max": 1000},
-    {"name": "learning_rate", "type": "float", "default": 0.001, "min": 0.0000001, "max": 1},
-    {"name": "image_tag", "type": "choice", "default": "2.5", "choices": ["2.4", "2.5"]},
-]
-
-
-@pytest.fixture
-def simulated():
-    cluster = SimulatedGateway()
-    reset_gateway(cluster)
-    yield cluster
-    reset_gateway(None)
-
-
-@pytest.fixture
-def ready_team(team, flavor, simulated):
-    QuotaGrantFactory(team=team, flavor=flavor, units=4)
-    reconcile.platform_reconcile()
-    reconcile.team_reconcile(team_id=team.pk)
-    team.refresh_from_db()
-    return team
-
-
-@pytest.fixture
-def training(admin_user, flavor):
-    return services.template_create(
-        user=admin_user, slug="pytorch-train", name="PyTorch training", kind=WorkloadKind.TRAINING, flavors=[flavor],
-        image="pytorch/pytorch:2.5", command=["python", "train.py"],
-        args=["--epochs", "{epochs}", "--lr", "{learning_rate}"], env={"TAG": "{image_tag}"},
-        default_units=1, max_units=8, parameters=TRAINING_PARAMS,
-    )
-
-
-def launch(user, team, template, flavor, **kwargs):
-    return services.workload_launch(user=user, request=services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs))
-
 
 def test_a_training_launch_runs_to_success_and_records_its_run_interval(ready_team, member, training, flavor, simulated,
                                                                          django_capture_on_commit_callbacks):

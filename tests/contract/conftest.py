@@ -3,6 +3,7 @@ control plane from tests/cluster, with the same assertions."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 import uuid
 from collections.abc import Callable
@@ -10,8 +11,14 @@ from typing import Any
 
 import pytest
 
+from jobs import services as job_services
+from jobs.models import WorkloadKind
 from portal.kube import Gateway, reset_gateway
 from portal.kube.simulated import SimulatedGateway
+from tenants import services
+from tenants.models import Flavor, Membership
+from tests.contract.scenarios import wait_for_quota_status
+from tests.factories import MembershipFactory, UserFactory
 
 
 class ClusterUnderTest:
@@ -65,3 +72,52 @@ def cluster(request, settings, db):
     reset_gateway(gateway)
     yield under_test
     reset_gateway(None)
+
+
+@pytest.fixture
+def site(cluster, django_capture_on_commit_callbacks):
+    """An admin, a GPU flavor with a node to run on, and a helper to make provisioned teams."""
+    admin = UserFactory(username="root", is_platform_admin=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        flavor = services.flavor_save(actor=admin, flavor=Flavor(
+            name=cluster.unique("H100"), slug=cluster.unique("h100"), resource_name="nvidia.com/gpu", gpu_model="H100",
+            capacity_units=8, node_labels={"gpu-portal.io/test-flavor": cluster.unique("h100")},
+        ))
+    cluster.add_gpu_node(cluster.unique("gpu-node"), labels={"gpu-portal.io/test-flavor": flavor.slug},
+                         allocatable={"nvidia.com/gpu": 8})
+
+    class Site:
+        def team(self, name: str, *, gpus: int = 0) -> Any:
+            with django_capture_on_commit_callbacks(execute=True):
+                team = services.team_create(actor=admin, slug=cluster.unique(name), name=name)
+                lead = UserFactory(username=cluster.unique(f"{name}-lead"))
+                MembershipFactory(team=team, user=lead, role=Membership.Role.LEAD)
+                if gpus:
+                    self.grant(team, lead, gpus)
+            wait_for_quota_status(cluster, team.slug)
+            team.refresh_from_db()
+            return team
+
+        def grant(self, team: Any, lead: Any, units: int, ends_on: dt.date | None = None) -> None:
+            with django_capture_on_commit_callbacks(execute=True):
+                qr = services.quota_request_create(
+                    requester=lead, team=team, lines=[services.LineInput(flavor=flavor, units=units)],
+                    justification="contract", ends_on=ends_on)
+                services.quota_request_approve(quota_request=qr, approver=admin)
+
+    site = Site()
+    site.admin, site.flavor = admin, flavor
+    return site
+
+
+@pytest.fixture
+def templates(site):
+    def make(kind: str, **extra: Any) -> Any:
+        return job_services.template_create(
+            user=site.admin, slug=f"{kind}-{site.flavor.slug}"[:40], name=kind.title(), kind=kind, flavors=[site.flavor],
+            image="registry.example.com/ml/runtime:1", command=["python", "main.py"], max_units=8, default_cpu=1,
+            default_memory_gib=1, port=8080 if kind in ("inference", "notebook") else 0,
+            parameters=[{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8}] if kind in ("distributed", "inference") else [],
+            **extra,
+        )
+    return {kind: make(kind) for kind in WorkloadKind.values}

@@ -10,7 +10,7 @@ import pytest
 from portal.kube import KubeError, ObjectRef, gateway
 from tenants import reconcile, services
 from tenants.manifests import KUEUE
-from tests.contract.test_tenancy_contract import team_objects
+from tests.contract.scenarios import team_objects
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -4,7 +4,6 @@ the simulated cluster and on the real control plane (etcd, kube-apiserver, Kueue
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -12,131 +11,19 @@ from django.utils import timezone
 from portal.kube import ObjectRef, gateway
 from tenants import reconcile, services
 from tenants.manifests import KUEUE
-from tenants.models import Flavor, Membership, QuotaGrant
-from tests.factories import MembershipFactory, UserFactory
+from tenants.models import QuotaGrant
+from tests.contract.scenarios import (
+    condition,
+    is_admitted,
+    nominal,
+    probe_job,
+    queue_usage,
+    team_objects,
+    waits_for_quota,
+    workload_of,
+)
 
 pytestmark = pytest.mark.django_db
-
-TEAM_KINDS = [("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "LimitRange"), ("networking.k8s.io/v1", "NetworkPolicy"),
-              ("rbac.authorization.k8s.io/v1", "RoleBinding"), (KUEUE, "ClusterQueue"), (KUEUE, "LocalQueue")]
-
-
-@pytest.fixture
-def site(cluster, django_capture_on_commit_callbacks):
-    """An admin, a GPU flavor with a node to run on, and a helper to make provisioned teams."""
-    admin = UserFactory(username="root", is_platform_admin=True)
-    with django_capture_on_commit_callbacks(execute=True):
-        flavor = services.flavor_save(actor=admin, flavor=Flavor(
-            name=cluster.unique("H100"), slug=cluster.unique("h100"), resource_name="nvidia.com/gpu", gpu_model="H100",
-            capacity_units=8, node_labels={"gpu-portal.io/test-flavor": cluster.unique("h100")},
-        ))
-    cluster.add_gpu_node(cluster.unique("gpu-node"), labels={"gpu-portal.io/test-flavor": flavor.slug},
-                         allocatable={"nvidia.com/gpu": 8})
-
-    class Site:
-        def team(self, name: str, *, gpus: int = 0) -> Any:
-            with django_capture_on_commit_callbacks(execute=True):
-                team = services.team_create(actor=admin, slug=cluster.unique(name), name=name)
-                lead = UserFactory(username=cluster.unique(f"{name}-lead"))
-                MembershipFactory(team=team, user=lead, role=Membership.Role.LEAD)
-                if gpus:
-                    self.grant(team, lead, gpus)
-            wait_for_quota_status(cluster, team.slug)
-            team.refresh_from_db()
-            return team
-
-        def grant(self, team: Any, lead: Any, units: int, ends_on: dt.date | None = None) -> None:
-            with django_capture_on_commit_callbacks(execute=True):
-                qr = services.quota_request_create(
-                    requester=lead, team=team, lines=[services.LineInput(flavor=flavor, units=units)],
-                    justification="contract", ends_on=ends_on)
-                services.quota_request_approve(quota_request=qr, approver=admin)
-
-    site = Site()
-    site.admin, site.flavor = admin, flavor
-    return site
-
-
-def wait_for_quota_status(cluster, namespace: str) -> None:
-    """Pods are refused until a new namespace's ResourceQuota has status (real clusters)."""
-    cluster.wait_for(lambda: (cluster.gateway.get(ObjectRef("v1", "ResourceQuota", "gpu-portal", namespace)) or {}).get("status", {}).get("hard"),
-                     what=f"the ResourceQuota of {namespace} to get status")
-
-
-def nominal(cq: dict[str, Any], flavor: str) -> str:
-    for group in cq["spec"]["resourceGroups"]:
-        for fq in group["flavors"]:
-            if fq["name"] == flavor:
-                return fq["resources"][0]["nominalQuota"]
-    raise AssertionError(f"{flavor} not in {cq['metadata']['name']}")
-
-
-def team_objects(slug: str) -> set[tuple[str, str, str | None]]:
-    found = set()
-    for api_version, kind in TEAM_KINDS:
-        for item in gateway().list(api_version, kind, labels={"gpu-portal.io/team": slug})[0]:
-            found.add((kind, item["metadata"]["name"], item["metadata"].get("namespace")))
-    return found
-
-
-def probe_job(namespace: str, name: str, *, gpus: int, priority: str = "gpu-portal-normal", run: str = "forever") -> dict[str, Any]:
-    """A suspended Job for the team's LocalQueue that satisfies Pod Security `restricted`."""
-    annotations = {"gpu-portal.io/simulated-run-seconds": "100000" if run == "forever" else run,
-                   "kwok.gpu-portal.test/outcome": "Running" if run == "forever" else "Succeeded",
-                   "kwok.gpu-portal.test/run-duration": "1s" if run == "forever" else f"{run}s"}
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {"kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": priority}},
-        "spec": {
-            "suspend": True, "backoffLimit": 0,
-            "template": {
-                "metadata": {"annotations": annotations},
-                "spec": {
-                    "restartPolicy": "Never", "automountServiceAccountToken": False,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [{
-                        "name": "main", "image": "busybox:1.36", "command": ["true"],
-                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": str(gpus)},
-                                      "limits": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": str(gpus)}},
-                    }],
-                },
-            },
-        },
-    }
-
-
-def workload_of(namespace: str, job: str) -> dict[str, Any] | None:
-    for workload in gateway().list(KUEUE, "Workload", namespace=namespace)[0]:
-        owners = workload["metadata"].get("ownerReferences", [])
-        if any(o["kind"] == "Job" and o["name"] == job for o in owners):
-            return workload
-    return None
-
-
-def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any]:
-    for cond in ((obj or {}).get("status") or {}).get("conditions", []):
-        if cond["type"] == type_:
-            return cond
-    return {}
-
-
-def is_admitted(namespace: str, job: str) -> bool:
-    return condition(workload_of(namespace, job), "QuotaReserved").get("status") == "True" and \
-        not (gateway().get(ObjectRef("batch/v1", "Job", job, namespace)) or {"spec": {"suspend": True}})["spec"].get("suspend")
-
-
-def waits_for_quota(namespace: str, job: str) -> str:
-    reserved = condition(workload_of(namespace, job), "QuotaReserved")
-    return reserved.get("message", "") if reserved.get("status") == "False" and "insufficient unused quota" in reserved.get("message", "") else ""
-
-
-def queue_usage(slug: str, flavor: str) -> tuple[int, int]:
-    for row in reconcile.cluster_queue_usage(slugs=[slug]).get(slug, []):
-        if row.flavor == flavor:
-            return row.in_use, row.borrowed
-    return 0, 0
 
 
 # --- Scenarios ---------------------------------------------------------------------------------

@@ -10,8 +10,7 @@ import pytest
 from jobs.models import RunInterval, Workload
 from jobs.watch import WorkloadInformer
 from portal.kube.simulated import SimulatedGateway
-from tests.contract.test_tenancy_contract import site  # noqa: F401 - the fixture
-from tests.contract.test_workload_contract import launch, templates  # noqa: F401 - the fixture
+from tests.contract.scenarios import launch
 
 # Watches run in threads with their own database connections: that needs PostgreSQL.
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]

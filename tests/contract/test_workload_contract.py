@@ -12,34 +12,9 @@ import pytest
 from jobs import manifests, services, sync
 from jobs.models import RunInterval, Workload, WorkloadKind
 from portal.kube import ObjectRef, gateway, ref_of
-from tests.contract.test_tenancy_contract import site  # noqa: F401 - the fixture
+from tests.contract.scenarios import HOLD, QUICK, launch
 
 pytestmark = pytest.mark.django_db
-
-HOLD = {"kwok.gpu-portal.test/outcome": "Running", "gpu-portal.io/simulated-run-seconds": "100000"}
-QUICK = {"kwok.gpu-portal.test/run-duration": "2s", "gpu-portal.io/simulated-run-seconds": "2"}
-
-
-@pytest.fixture
-def templates(site):
-    def make(kind: str, **extra: Any) -> Any:
-        return services.template_create(
-            user=site.admin, slug=f"{kind}-{site.flavor.slug}"[:40], name=kind.title(), kind=kind, flavors=[site.flavor],
-            image="registry.example.com/ml/runtime:1", command=["python", "main.py"], max_units=8, default_cpu=1,
-            default_memory_gib=1, port=8080 if kind in ("inference", "notebook") else 0,
-            parameters=[{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8}] if kind in ("distributed", "inference") else [],
-            **extra,
-        )
-    return {kind: make(kind) for kind in WorkloadKind.values}
-
-
-def launch(team, user, template, flavor, capture, **kwargs) -> Workload:
-    with capture(execute=True):
-        workload = services.workload_launch(user=user, request=services.LaunchRequest(
-            team=team, template=template, flavor=flavor, **kwargs))
-    workload.refresh_from_db()
-    return workload
-
 
 def phase_of(workload: Workload) -> str:
     sync.sync_all()
