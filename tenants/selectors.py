@@ -113,12 +113,6 @@ def team_active_grants(*, team: Team) -> QuerySet[QuotaGrant]:
     return team.grants.active().select_related("flavor", "request").order_by("flavor__name", "valid_until")
 
 
-def team_guarantee_rows(*, team: Team) -> list[tuple[Flavor, int]]:
-    guarantees = team_guarantees(team=team)
-    flavors = Flavor.objects.filter(pk__in=guarantees).order_by("name")
-    return [(flavor, guarantees[flavor.pk]) for flavor in flavors]
-
-
 def audit_events_for_user(*, user: Any, team: Team | None = None) -> QuerySet[AuditEvent]:
     """Events of the user's teams (all teams for finance and admins) and their own; with a
     team, that team's trail, and nothing when the user may not see the team."""

@@ -10,7 +10,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.urls import reverse
 from django.db.models import F
@@ -436,11 +436,6 @@ def parse_units(value: Any, *, flavor: Flavor) -> int:
         raise DomainError(f"{flavor.name}: “{value}” is not a whole number of units.", field="lines") from None
     return units
 
-
-def validation_message(error: ValidationError) -> str:
-    if hasattr(error, "message_dict"):
-        return " ".join(f"{msg}" for msgs in error.message_dict.values() for msg in msgs)
-    return " ".join(error.messages)
 
 
 @transaction.atomic
