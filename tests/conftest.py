@@ -13,16 +13,14 @@ from jobs import services as job_services
 from jobs.models import WorkloadKind
 from portal.kube import reset_gateway
 from portal.kube.simulated import SimulatedGateway
-from tenants import reconcile
 from tenants.models import Membership
 from tests.factories import (
     FlavorFactory,
     MembershipFactory,
-    QuotaGrantFactory,
     TeamFactory,
     UserFactory,
 )
-from tests.helpers import TRAINING_PARAMS
+from tests.helpers import TRAINING_PARAMS, make_ready
 
 
 @pytest.fixture(autouse=True)
@@ -115,11 +113,7 @@ def simulated():
 
 @pytest.fixture
 def ready_team(team, flavor, simulated):
-    QuotaGrantFactory(team=team, flavor=flavor, units=4)
-    reconcile.platform_reconcile()
-    reconcile.team_reconcile(team_id=team.pk)
-    team.refresh_from_db()
-    return team
+    return make_ready(team, flavor)
 
 
 @pytest.fixture

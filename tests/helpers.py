@@ -37,3 +37,17 @@ TRAINING_PARAMS = [
 def launch(user: Any, team: Team, template: Any, flavor: Flavor, **kwargs: Any) -> Any:
     """A workload launched through the service, as the form and the API would."""
     return job_services.workload_launch(user=user, request=job_services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs))
+
+
+def make_ready(team: Team, flavor: Flavor, units: int = 4, *, may_borrow: bool = True) -> Team:
+    """Grants the team units of the flavor and provisions it in the current cluster."""
+    from tenants import reconcile
+    from tests.factories import QuotaGrantFactory
+
+    QuotaGrantFactory(team=team, flavor=flavor, units=units)
+    team.may_borrow = may_borrow
+    team.save()
+    reconcile.platform_reconcile()
+    reconcile.team_reconcile(team_id=team.pk)
+    team.refresh_from_db()
+    return team

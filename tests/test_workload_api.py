@@ -20,7 +20,6 @@ from jobs.models import (
 )
 from portal import tokens
 from portal.models import AuditEvent
-from tenants import reconcile
 from tenants.models import Membership
 from tests.factories import (
     FlavorFactory,
@@ -28,7 +27,7 @@ from tests.factories import (
     QuotaGrantFactory,
     UserFactory,
 )
-from tests.helpers import TRAINING_PARAMS, api, launch
+from tests.helpers import TRAINING_PARAMS, api, launch, make_ready
 
 pytestmark = pytest.mark.django_db
 
@@ -42,12 +41,8 @@ def launch_body(**overrides: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def ready_other_team(other_team, flavor, simulated):  # noqa: F811
-    QuotaGrantFactory(team=other_team, flavor=flavor, units=4)
-    reconcile.platform_reconcile()
-    reconcile.team_reconcile(team_id=other_team.pk)
-    other_team.refresh_from_db()
-    return other_team
+def ready_other_team(other_team, flavor, simulated):
+    return make_ready(other_team, flavor)
 
 
 @pytest.fixture
@@ -57,7 +52,7 @@ def private_template(admin_user, other_team, flavor):
 
 
 @pytest.fixture
-def workload(ready_team, member, training, flavor):  # noqa: F811
+def workload(ready_team, member, training, flavor):
     return launch(member, ready_team, training, flavor, units=2, name="detector", parameters={"epochs": 3})
 
 
@@ -79,7 +74,7 @@ def notebook(admin_user, flavor):
 
 
 def test_a_script_launches_with_a_token_and_follows_its_workload_to_success(
-    ready_team, member, training, flavor, simulated, django_capture_on_commit_callbacks  # noqa: F811
+    ready_team, member, training, flavor, simulated, django_capture_on_commit_callbacks
 ):
     _, secret = tokens.api_token_create(user=member, name="train.sh", expires_in_days=30)
     script = APIClient()
@@ -124,7 +119,7 @@ def test_a_script_launches_with_a_token_and_follows_its_workload_to_success(
     assert interval["ended_at"] > interval["started_at"]
 
 
-def test_a_launch_takes_the_templates_defaults_for_what_it_leaves_out(ready_team, member, training):  # noqa: F811
+def test_a_launch_takes_the_templates_defaults_for_what_it_leaves_out(ready_team, member, training):
     response = api(member).post("/api/workloads/", {"team": "vision", "template": "pytorch-train", "flavor": "h100-80gb"},
                                 format="json")
 
@@ -135,7 +130,7 @@ def test_a_launch_takes_the_templates_defaults_for_what_it_leaves_out(ready_team
     assert body["parameters"] == {"epochs": 10, "learning_rate": 0.001, "image_tag": "2.5"}
 
 
-def test_a_notebooks_token_and_endpoint_are_shown_and_the_token_only_to_its_owner(ready_team, member, lead, notebook):  # noqa: F811
+def test_a_notebooks_token_and_endpoint_are_shown_and_the_token_only_to_its_owner(ready_team, member, lead, notebook):
     created = api(member).post("/api/workloads/", launch_body(template="jupyter", units=1, parameters={}), format="json")
     assert created.status_code == 201, created.json()
     workload = Workload.objects.get(pk=created.json()["id"])
@@ -166,7 +161,7 @@ def test_a_notebooks_token_and_endpoint_are_shown_and_the_token_only_to_its_owne
 ], ids=["parameter-out-of-bounds", "unknown-parameter", "flavor-not-allowed", "units-over-max", "cpu-over-max",
         "unknown-priority", "unknown-flavor", "unknown-field", "phase"])
 def test_a_launch_outside_the_template_is_refused_on_the_field_and_creates_nothing(
-    ready_team, member, training, mig_flavor, overrides, field, message  # noqa: F811
+    ready_team, member, training, mig_flavor, overrides, field, message
 ):
     response = api(member).post("/api/workloads/", launch_body(**overrides), format="json")
 
@@ -176,7 +171,7 @@ def test_a_launch_outside_the_template_is_refused_on_the_field_and_creates_nothi
     assert not Workload.objects.exists()
 
 
-def test_a_template_private_to_another_team_cannot_be_named_by_a_member(ready_team, member, private_template):  # noqa: F811
+def test_a_template_private_to_another_team_cannot_be_named_by_a_member(ready_team, member, private_template):
     response = api(member).post("/api/workloads/", launch_body(template="speech-only", parameters={}), format="json")
 
     assert response.status_code == 400
@@ -185,7 +180,7 @@ def test_a_template_private_to_another_team_cannot_be_named_by_a_member(ready_te
     assert not Workload.objects.exists()
 
 
-def test_a_template_the_team_may_not_use_is_refused_even_to_a_platform_admin(ready_team, admin_user, private_template):  # noqa: F811
+def test_a_template_the_team_may_not_use_is_refused_even_to_a_platform_admin(ready_team, admin_user, private_template):
     response = api(admin_user).post("/api/workloads/", launch_body(template="speech-only", parameters={}), format="json")
 
     assert response.status_code == 400
@@ -193,7 +188,7 @@ def test_a_template_the_team_may_not_use_is_refused_even_to_a_platform_admin(rea
     assert not Workload.objects.exists()
 
 
-def test_a_team_whose_namespace_is_not_ready_cannot_launch_yet(team, member, training, flavor):  # noqa: F811
+def test_a_team_whose_namespace_is_not_ready_cannot_launch_yet(team, member, training, flavor):
     QuotaGrantFactory(team=team, flavor=flavor, units=4)
 
     response = api(member).post("/api/workloads/", launch_body(), format="json")
@@ -204,7 +199,7 @@ def test_a_team_whose_namespace_is_not_ready_cannot_launch_yet(team, member, tra
     assert not Workload.objects.exists()
 
 
-def test_an_outsider_launching_for_another_team_gets_404(ready_team, outsider, training):  # noqa: F811
+def test_an_outsider_launching_for_another_team_gets_404(ready_team, outsider, training):
     response = api(outsider).post("/api/workloads/", launch_body(), format="json")
 
     assert response.status_code == 404
@@ -212,7 +207,7 @@ def test_an_outsider_launching_for_another_team_gets_404(ready_team, outsider, t
     assert not Workload.objects.exists()
 
 
-def test_finance_sees_a_team_but_cannot_launch_for_it(ready_team, finance_user, training):  # noqa: F811
+def test_finance_sees_a_team_but_cannot_launch_for_it(ready_team, finance_user, training):
     response = api(finance_user).post("/api/workloads/", launch_body(), format="json")
 
     assert response.status_code == 403
@@ -268,7 +263,7 @@ def test_another_teams_private_template_is_404(private_template, member, lead, m
 
 
 @pytest.fixture
-def both_teams_launched(workload, ready_other_team, outsider, flavor, training, private_template):  # noqa: F811
+def both_teams_launched(workload, ready_other_team, outsider, flavor, training, private_template):
     theirs = launch(outsider, ready_other_team, private_template, flavor, name="asr")
     return workload, theirs
 
@@ -364,7 +359,7 @@ def test_a_workload_changes_only_through_its_actions(workload, other_team, lead,
 # --- Lists, logs and waiting ---------------------------------------------------------------
 
 
-def test_workload_lists_filter_by_team_phase_owner_and_template(workload, ready_team, lead, member, training, notebook,  # noqa: F811
+def test_workload_lists_filter_by_team_phase_owner_and_template(workload, ready_team, lead, member, training, notebook,
                                                               flavor):
     leads = launch(lead, ready_team, notebook, flavor)
     services.workload_stop(user=member, workload=workload)
@@ -388,7 +383,7 @@ def test_workload_lists_filter_by_team_phase_owner_and_template(workload, ready_
         "stopped, preempted.")
 
 
-def test_why_waiting_gives_kueues_reason_the_quota_and_who_is_ahead(ready_team, member, training, flavor, simulated,  # noqa: F811
+def test_why_waiting_gives_kueues_reason_the_quota_and_who_is_ahead(ready_team, member, training, flavor, simulated,
                                                                    django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         running = launch(member, ready_team, training, flavor, units=4)
@@ -424,7 +419,7 @@ def test_logs_before_any_pod_exists_are_empty(workload, member):
 # --- Templates -----------------------------------------------------------------------------
 
 
-def test_a_template_shows_its_current_versions_settings(training, member, flavor):  # noqa: F811
+def test_a_template_shows_its_current_versions_settings(training, member, flavor):
     response = api(member).get("/api/templates/pytorch-train/")
 
     assert response.status_code == 200
@@ -491,7 +486,7 @@ def test_only_platform_admins_create_global_templates_and_members_create_none(re
      "“batch” is not a kind; choose one of training, distributed, inference, notebook."),
     ({"slug": "pytorch-train"}, "slug", "A template named “pytorch-train” already exists; choose another slug."),
 ], ids=["parameter-name", "parameter-unknown-key", "no-flavors", "unknown-flavor", "unknown-kind", "slug-taken"])
-def test_a_template_that_does_not_make_sense_is_refused(admin_user, training, flavor, overrides, field, message):  # noqa: F811
+def test_a_template_that_does_not_make_sense_is_refused(admin_user, training, flavor, overrides, field, message):
     body = {"slug": "new", "name": "New", "kind": "training", "flavors": ["h100-80gb"], "image": "x/y:1", **overrides}
 
     response = api(admin_user).post("/api/templates/", body, format="json")
@@ -502,7 +497,7 @@ def test_a_template_that_does_not_make_sense_is_refused(admin_user, training, fl
     assert WorkloadTemplate.objects.count() == 1
 
 
-def test_editing_a_template_publishes_a_new_version_and_workloads_keep_theirs(workload, admin_user, member, training):  # noqa: F811
+def test_editing_a_template_publishes_a_new_version_and_workloads_keep_theirs(workload, admin_user, member, training):
     response = api(admin_user).patch("/api/templates/pytorch-train/", {"image": "pytorch/pytorch:2.6", "max_units": 4},
                                      format="json")
 
@@ -513,7 +508,7 @@ def test_editing_a_template_publishes_a_new_version_and_workloads_keep_theirs(wo
     assert api(member).get(f"/api/workloads/{workload.pk}/").json()["template_version"] == 1
 
 
-def test_a_lead_revises_their_teams_template_but_not_a_global_one(team, lead, member, admin_user, training, flavor):  # noqa: F811
+def test_a_lead_revises_their_teams_template_but_not_a_global_one(team, lead, member, admin_user, training, flavor):
     services.template_create(user=lead, slug="vision-finetune", name="Vision fine-tune", kind="training", owner_team=team,
                              flavors=[flavor], image="vision/finetune:3")
 
@@ -525,7 +520,7 @@ def test_a_lead_revises_their_teams_template_but_not_a_global_one(team, lead, me
 
 
 @pytest.mark.parametrize("key", ["name", "slug", "kind", "owner_team", "is_active", "version"])
-def test_a_template_revision_refuses_what_a_version_does_not_hold(admin_user, training, key):  # noqa: F811
+def test_a_template_revision_refuses_what_a_version_does_not_hold(admin_user, training, key):
     response = api(admin_user).patch("/api/templates/pytorch-train/", {key: "changed"}, format="json")
 
     assert response.status_code == 400
@@ -534,7 +529,7 @@ def test_a_template_revision_refuses_what_a_version_does_not_hold(admin_user, tr
 
 
 @pytest.mark.parametrize("method", ["put", "delete"])
-def test_templates_are_neither_replaced_nor_deleted_through_the_api(admin_user, training, method):  # noqa: F811
+def test_templates_are_neither_replaced_nor_deleted_through_the_api(admin_user, training, method):
     response = getattr(api(admin_user), method)("/api/templates/pytorch-train/", {"image": "x"}, format="json")
 
     assert response.status_code == 405
@@ -544,7 +539,7 @@ def test_templates_are_neither_replaced_nor_deleted_through_the_api(admin_user, 
 # --- Bounded queries -----------------------------------------------------------------------
 
 
-def grow(path: str, *, start: int, rounds: int, admin_user: Any, member: Any, team: Any, training: Any) -> None:  # noqa: F811
+def grow(path: str, *, start: int, rounds: int, admin_user: Any, member: Any, team: Any, training: Any) -> None:
     for n in range(start, start + rounds):
         flavor = FlavorFactory(name=f"Flavor {n}", slug=f"flavor-{n}")
         if path == "/api/templates/":
@@ -558,7 +553,7 @@ def grow(path: str, *, start: int, rounds: int, admin_user: Any, member: Any, te
 
 
 @pytest.mark.parametrize("path", ["/api/templates/", "/api/workloads/"])
-def test_a_list_costs_the_same_queries_for_one_row_or_many(ready_team, admin_user, member, training, path,  # noqa: F811
+def test_a_list_costs_the_same_queries_for_one_row_or_many(ready_team, admin_user, member, training, path,
                                                           django_assert_max_num_queries):
     rows = {"admin_user": admin_user, "member": member, "team": ready_team, "training": training}
     grow(path, start=0, rounds=1, **rows)

@@ -13,10 +13,10 @@ from django.urls import reverse
 
 from jobs import services, sync
 from jobs.models import Workload, WorkloadKind
-from portal.kube import reset_gateway
 from portal.kube.simulated import SimulatedGateway
 from tenants import reconcile
-from tests.factories import MembershipFactory, QuotaGrantFactory, UserFactory
+from tests.factories import MembershipFactory, UserFactory
+from tests.helpers import make_ready
 
 pytestmark = pytest.mark.django_db
 
@@ -27,29 +27,6 @@ TRAINING_PARAMS = [
     {"name": "image_tag", "type": "choice", "default": "2.5", "choices": ["2.4", "2.5"]},
     {"name": "mixed_precision", "type": "bool", "default": True},
 ]
-
-
-@pytest.fixture
-def simulated():
-    cluster = SimulatedGateway()
-    reset_gateway(cluster)
-    yield cluster
-    reset_gateway(None)
-
-
-def make_ready(team: Any, flavor: Any, units: int = 4, *, may_borrow: bool = True) -> Any:
-    QuotaGrantFactory(team=team, flavor=flavor, units=units)
-    team.may_borrow = may_borrow
-    team.save()
-    reconcile.platform_reconcile()
-    reconcile.team_reconcile(team_id=team.pk)
-    team.refresh_from_db()
-    return team
-
-
-@pytest.fixture
-def ready_team(team, flavor, simulated):
-    return make_ready(team, flavor)
 
 
 @pytest.fixture
