@@ -199,43 +199,41 @@ def workload_live(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render(request, "jobs/workload_detail.html", _detail_context(workload, picture=picture))
 
 
-@login_required
-@require_POST
-def workload_stop(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    workload = _visible_workload(request, pk)
-    error = None
-    try:
-        services.workload_stop(user=request.user, workload=workload)
-    except DomainError as refusal:
-        error = refusal.message
+def _after_action(request: HtmxHttpRequest, pk: int, *, error: str | None, done: str | None = None) -> HttpResponse:
+    """The workload's live fragment for htmx (with the refusal, if any), else back to its page."""
     workload = _visible_workload(request, pk)
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, error=error))
     if error:
         messages.error(request, error)
-    else:
-        messages.success(request, f"Stopped {workload.name}.")
+    elif done:
+        messages.success(request, done)
     return redirect("jobs:workload-detail", workload.pk)
+
+
+@login_required
+@require_POST
+def workload_stop(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    workload = _visible_workload(request, pk)
+    try:
+        services.workload_stop(user=request.user, workload=workload)
+    except DomainError as refusal:
+        return _after_action(request, pk, error=refusal.message)
+    return _after_action(request, pk, error=None, done=f"Stopped {workload.name}.")
 
 
 @login_required
 @require_POST
 def workload_scale(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     workload = _visible_workload(request, pk)
-    error = None
     raw = request.POST.get("replicas", "")
     try:
         if not raw.strip().isdigit():
             raise DomainError(f"Replicas must be a whole number, not “{raw}”.", field="replicas")
         services.workload_scale(user=request.user, workload=workload, replicas=int(raw))
     except DomainError as refusal:
-        error = refusal.message
-    workload = _visible_workload(request, pk)
-    if request.htmx:
-        return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, error=error))
-    if error:
-        messages.error(request, error)
-    return redirect("jobs:workload-detail", workload.pk)
+        return _after_action(request, pk, error=refusal.message)
+    return _after_action(request, pk, error=None, done=f"{workload.name} now has {raw.strip()} replicas.")
 
 
 @login_required

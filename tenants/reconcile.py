@@ -213,8 +213,11 @@ def cluster_reconcile() -> PassResult:
 
     wanted: dict[ObjectRef, dict[str, Any]] = {}
     for obj in platform_objects():
-        _converge(obj, live, result, team_id=None)
         wanted[ref_of(obj)] = obj
+        try:
+            _converge(obj, live, result)
+        except KubeError as error:
+            result.errors[str(ref_of(obj))] = str(error)
     for team_id, (team, spec) in specs.items():
         failed = False
         for obj in manifests.make_team_objects(team=spec):
@@ -222,7 +225,7 @@ def cluster_reconcile() -> PassResult:
             if failed:
                 continue
             try:
-                _converge(obj, live, result, team_id=team_id)
+                _converge(obj, live, result)
             except KubeError as error:
                 failed = True
                 result.errors[team.slug] = str(error)
@@ -247,7 +250,7 @@ def cluster_reconcile() -> PassResult:
     return result
 
 
-def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result: PassResult, *, team_id: int | None) -> None:
+def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result: PassResult) -> None:
     ref = ref_of(obj)
     current = live.get(ref)
     if current is not None and contains(current, obj):
