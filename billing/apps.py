@@ -3,3 +3,10 @@ from django.apps import AppConfig
 
 class BillingConfig(AppConfig):
     name = "billing"
+    verbose_name = "Billing"
+
+    def ready(self) -> None:
+        from billing import selectors
+        from jobs import pricing
+
+        pricing.register_price_provider(lambda flavor, units: selectors.hourly_cost(flavor=flavor, units=units))

@@ -4,11 +4,12 @@ launch hint, and the answer to "why is it still waiting?"."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import QuerySet
 
-from jobs import manifests
+from jobs import manifests, pricing
 from jobs.models import Priority, Workload, WorkloadTemplate
 from jobs.services import team_ceiling
 from portal.kube import KubeError, gateway
@@ -69,6 +70,7 @@ class LaunchHint:
     usage: QueueUsage | None
     ceiling: int
     lendable: int = 0  # idle quota of the other teams' queues, not already borrowed
+    cost: tuple[Decimal, str] | None = None  # per hour at the current rate, with its currency
 
     @property
     def fits_guarantee(self) -> bool:
@@ -113,7 +115,8 @@ def cohort_idle(*, team: Team, flavor: Flavor) -> int:
 def launch_hint(*, team: Team, flavor: Flavor, units: int) -> LaunchHint:
     return LaunchHint(flavor=flavor, units=units, usage=team_queue_usage(team=team, flavor=flavor),
                       ceiling=team_ceiling(team=team, flavor=flavor),
-                      lendable=cohort_idle(team=team, flavor=flavor) if team.may_borrow else 0)
+                      lendable=cohort_idle(team=team, flavor=flavor) if team.may_borrow else 0,
+                      cost=pricing.hourly_cost(flavor=flavor, units=units))
 
 
 @dataclass(frozen=True)

@@ -27,3 +27,10 @@ def test_the_demo_has_teams_people_flavors_requests_in_every_state_and_templates
 
     call_command("seed_demo", stdout=StringIO())
     assert Team.objects.count() == 3 and WorkloadTemplate.objects.count() == 4
+
+
+def test_the_demo_has_prices_for_every_flavor():
+    from billing.models import Rate
+
+    call_command("seed_demo", stdout=StringIO())
+    assert Rate.objects.count() == Flavor.objects.count() == 3

@@ -1,6 +1,6 @@
 """Seeds a believable site for the demo: three teams, a person for each role, a real cluster's
-GPU flavors, quota requests in every state and the four default workload templates. It lives in
-the rightmost app because it seeds them all. Running it again changes nothing."""
+GPU flavors with prices, quota requests in every state and the four default workload templates.
+It lives in the rightmost app because it seeds them all. Running it again changes nothing."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from portal.models import User
+from billing import services as billing_services
 from jobs import services as job_services
 from tenants import services
 from tenants.models import Flavor, Membership, QuotaRequest, Team
@@ -110,6 +111,9 @@ class Command(BaseCommand):
         ask("vision", "alice", [("a100-1g-10gb", 14)], "Notebooks for the new interns.", ends_in_days=30)
         ask("nlp", "bob", [("t4-shared", 4), ("a100-1g-10gb", 7)], "Serving the small model for the demo.")
         seed_templates(admin=admin, flavors=flavors)
+        # List prices per physical GPU-hour; a MIG slice or a time-sliced share pays its fraction.
+        for slug, price in (("h100-80gb", "2.75"), ("a100-1g-10gb", "1.80"), ("t4-shared", "0.35")):
+            billing_services.rate_set(actor=users["finance"], flavor=flavors[slug], price_per_gpu_hour=price)
         ask("recsys", "carol", [("h100-80gb", 4)], "Trying a transformer ranker.")
 
 

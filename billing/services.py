@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from billing.models import Rate
+from portal.audit import audit_record
+from portal.errors import DomainError
+from portal.models import User
+from tenants.models import Flavor
+
+
+@transaction.atomic
+def rate_set(*, actor: User, flavor: Flavor, price_per_gpu_hour: Any, currency: str = "USD",
+             effective_from: dt.datetime | None = None, note: str = "") -> Rate:
+    """A new price from now or a later moment; the past keeps the prices it had."""
+    if not actor.has_perm("billing.set_rates"):
+        raise PermissionDenied
+    try:
+        price = Decimal(str(price_per_gpu_hour))
+    except InvalidOperation:
+        raise DomainError(f"“{price_per_gpu_hour}” is not a price; give a number such as 2.75.", field="price_per_gpu_hour") from None
+    if not price.is_finite() or price < 0:
+        raise DomainError("A price per GPU-hour is zero or more.", field="price_per_gpu_hour")
+    now = timezone.now()
+    effective_from = effective_from or now
+    if effective_from < now - dt.timedelta(minutes=1):
+        raise DomainError("A rate cannot start in the past: hours already used keep the price they had.",
+                          field="effective_from")
+    currency = currency.strip().upper()
+    if len(currency) != 3 or not currency.isalpha():
+        raise DomainError("The currency is a three-letter code such as USD or EUR.", field="currency")
+    rate = Rate.objects.create(flavor=flavor, price_per_gpu_hour=price, currency=currency, effective_from=effective_from,
+                               note=note.strip(), created_by=actor)
+    audit_record(actor=actor, action="rate.set", obj=rate,
+                 message=f"{actor.username} set {flavor.name} to {price} {currency} per GPU-hour from {effective_from:%Y-%m-%d %H:%M}")
+    return rate
