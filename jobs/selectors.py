@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from jobs import manifests, pricing
-from jobs.models import Priority, Workload, WorkloadTemplate
+from jobs.models import Priority, Workload, WorkloadTemplate, WorkloadTemplateVersion
 from jobs.services import team_ceiling
 from portal.kube import KubeError, gateway
 from tenants import reconcile
@@ -51,13 +51,22 @@ class QueueUsage:
         return max(self.guaranteed - self.in_use, 0)
 
 
-def team_queue_usage(*, team: Team, flavor: Flavor) -> QueueUsage | None:
-    """The team's queue for this flavor as Kueue reports it, or None when the cluster is silent."""
+def _queues() -> dict[str, list[reconcile.QueueUsage]] | None:
+    """Every team queue's usage in one read, or None when the cluster is silent."""
     try:
-        rows = reconcile.cluster_queue_usage(slugs=[team.slug]).get(team.slug, [])
+        return reconcile.cluster_queue_usage()
     except KubeError:
         return None
-    for row in rows:
+
+
+def team_queue_usage(
+    *, team: Team, flavor: Flavor, queues: dict[str, list[reconcile.QueueUsage]] | None = None
+) -> QueueUsage | None:
+    """The team's queue for this flavor as Kueue reports it, or None when the cluster is silent."""
+    queues = _queues() if queues is None else queues
+    if queues is None:
+        return None
+    for row in queues.get(team.slug, []):
         if row.flavor == flavor.slug:
             return QueueUsage(guaranteed=row.guaranteed, in_use=row.in_use, borrowed=row.borrowed, lent=row.lent)
     return QueueUsage(guaranteed=tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0), in_use=0, borrowed=0, lent=0)
@@ -95,12 +104,8 @@ class LaunchHint:
         return float(self.units * self.flavor.fraction)
 
 
-def cohort_idle(*, team: Team, flavor: Flavor) -> int:
+def cohort_idle(*, team: Team, flavor: Flavor, queues: dict[str, list[reconcile.QueueUsage]]) -> int:
     """What the other teams' queues leave idle of the flavor and nobody borrows yet."""
-    try:
-        queues = reconcile.cluster_queue_usage()
-    except KubeError:
-        return 0
     idle = borrowed = 0
     for slug, rows in queues.items():
         for row in rows:
@@ -113,9 +118,10 @@ def cohort_idle(*, team: Team, flavor: Flavor) -> int:
 
 
 def launch_hint(*, team: Team, flavor: Flavor, units: int) -> LaunchHint:
-    return LaunchHint(flavor=flavor, units=units, usage=team_queue_usage(team=team, flavor=flavor),
-                      ceiling=team_ceiling(team=team, flavor=flavor),
-                      lendable=cohort_idle(team=team, flavor=flavor) if team.may_borrow else 0,
+    queues = _queues()
+    usage = None if queues is None else team_queue_usage(team=team, flavor=flavor, queues=queues)
+    lendable = cohort_idle(team=team, flavor=flavor, queues=queues) if queues is not None and team.may_borrow else 0
+    return LaunchHint(flavor=flavor, units=units, usage=usage, ceiling=team_ceiling(team=team, flavor=flavor), lendable=lendable,
                       cost=pricing.hourly_cost(flavor=flavor, units=units))
 
 
@@ -147,18 +153,23 @@ class LivePicture:
     unreachable: str = ""
 
 
+def _pods_and_logs(workload: Workload, tail_lines: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None, str]:
+    """The workload's pods, the newest of them and its last log lines."""
+    cluster = gateway()
+    pods = cluster.list("v1", "Pod", namespace=workload.team.namespace, labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
+    newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+    logs = cluster.pod_logs(namespace=workload.team.namespace, name=newest["metadata"]["name"], tail_lines=tail_lines) if newest else ""
+    return pods, newest, logs
+
+
 def live_picture(*, workload: Workload, tail_lines: int = 50) -> LivePicture:
     """The workload's pods, recent events and the last log lines, read from the cluster now."""
-    cluster = gateway()
-    namespace = workload.team.namespace
     try:
-        pods = cluster.list("v1", "Pod", namespace=namespace, labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
+        pods, _, logs = _pods_and_logs(workload, tail_lines)
         names = {workload.k8s_name, *(p["metadata"]["name"] for p in pods)}
-        events = [e for e in cluster.list("v1", "Event", namespace=namespace)[0]
+        events = [e for e in gateway().list("v1", "Event", namespace=workload.team.namespace)[0]
                   if (e.get("involvedObject") or {}).get("name") in names]
         events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "", reverse=True)
-        newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
-        logs = cluster.pod_logs(namespace=namespace, name=newest["metadata"]["name"], tail_lines=tail_lines) if newest else ""
     except KubeError as error:
         return LivePicture(pods=[], events=[], logs="", unreachable=f"The cluster did not answer: {error}")
     return LivePicture(pods=pods, events=events[:20], logs=logs)
@@ -170,10 +181,6 @@ def live_picture(*, workload: Workload, tail_lines: int = 50) -> LivePicture:
 def templates_with_current_version(*, user: Any, team: Team | None = None) -> QuerySet[WorkloadTemplate]:
     """The templates the user can see (inactive ones too), or those a team can launch when a team (one the user can
     see) is given, each with its current version in `current_versions`, in a fixed number of queries."""
-    from django.db.models import OuterRef, Prefetch, Subquery
-
-    from jobs.models import WorkloadTemplateVersion
-
     templates = templates_for_team(team=team) if team is not None else WorkloadTemplate.objects.for_user(user)
     newest = WorkloadTemplateVersion.objects.filter(template=OuterRef("template")).order_by("-number").values("number")[:1]
     current = WorkloadTemplateVersion.objects.filter(number=Subquery(newest)).prefetch_related("flavors")
@@ -191,10 +198,11 @@ class WorkloadLogs:
 
 def workload_logs(*, workload: Workload, tail_lines: int = 100) -> WorkloadLogs:
     """The last log lines of the workload's newest pod, the one live_picture reads."""
-    picture = live_picture(workload=workload, tail_lines=tail_lines)
-    newest = max(picture.pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
-    return WorkloadLogs(pod=newest["metadata"]["name"] if newest else "", lines=picture.logs.splitlines(),
-                        unreachable=picture.unreachable)
+    try:
+        _, newest, logs = _pods_and_logs(workload, tail_lines)
+    except KubeError as error:
+        return WorkloadLogs(pod="", lines=[], unreachable=f"The cluster did not answer: {error}")
+    return WorkloadLogs(pod=newest["metadata"]["name"] if newest else "", lines=logs.splitlines())
 
 
 # --- Reads for the workload pages (added with jobs/views.py) ---------------------------------
@@ -203,10 +211,6 @@ def workload_logs(*, workload: Workload, tail_lines: int = 100) -> WorkloadLogs:
 def templates_for_user(*, user: Any) -> QuerySet[WorkloadTemplate]:
     """Active templates the user's teams may launch, each with its versions newest first (so
     `versions.all()[0]` is the current one without another query) and their flavors."""
-    from django.db.models import Prefetch
-
-    from jobs.models import WorkloadTemplateVersion
-
     versions = WorkloadTemplateVersion.objects.order_by("-number").prefetch_related("flavors")
     return (
         WorkloadTemplate.objects.for_user(user)

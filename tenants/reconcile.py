@@ -54,11 +54,12 @@ def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
 
 
 def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, manifests.TeamSpec]]:
-    """The desired state of the given teams (all when None), read in four queries."""
+    """The desired state of the given teams (all when None), read in four queries (teams, flavors, grants, members)."""
     teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=list(team_ids))
     teams_by_id = {team.pk: team for team in teams}
-    flavors = [flavor_spec(f) for f in Flavor.objects.filter(is_active=True).order_by("pk")]
-    flavor_ids = dict(Flavor.objects.filter(is_active=True).values_list("slug", "pk"))
+    active = list(Flavor.objects.filter(is_active=True).order_by("pk"))
+    flavors = [flavor_spec(f) for f in active]
+    flavor_ids = {f.slug: f.pk for f in active}
     guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
     members: dict[int, list[str]] = defaultdict(list)
     for team_id, username in Membership.objects.filter(team_id__in=list(teams_by_id)).values_list("team_id", "user__username"):

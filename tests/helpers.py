@@ -7,8 +7,9 @@ from typing import Any
 from rest_framework.test import APIClient
 
 from jobs import services as job_services
-from tenants import services
+from tenants import reconcile, services
 from tenants.models import Flavor, QuotaRequest, Team
+from tests.factories import QuotaGrantFactory
 
 
 def api(user: Any = None) -> APIClient:
@@ -41,9 +42,6 @@ def launch(user: Any, team: Team, template: Any, flavor: Flavor, **kwargs: Any) 
 
 def make_ready(team: Team, flavor: Flavor, units: int = 4, *, may_borrow: bool = True) -> Team:
     """Grants the team units of the flavor and provisions it in the current cluster."""
-    from tenants import reconcile
-    from tests.factories import QuotaGrantFactory
-
     QuotaGrantFactory(team=team, flavor=flavor, units=units)
     team.may_borrow = may_borrow
     team.save()
