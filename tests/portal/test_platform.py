@@ -18,7 +18,7 @@ from portal.errors import DomainError
 from portal.models import ApiToken
 from portal.observability import RequestIdFilter, request_id_var
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ import yaml
 from tenants import manifests as m
 
 KUBERNETES_VERSION = "1.36.0"
-CRDS = Path(__file__).resolve().parent.parent / "deploy" / "kueue" / "crds"
+CRDS = Path(__file__).resolve().parents[2] / "deploy" / "kueue" / "crds"
 
 H100 = m.FlavorSpec(
     name="h100-80gb", resource_name="nvidia.com/gpu", capacity=32,
