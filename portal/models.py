@@ -122,35 +122,3 @@ class Notification(models.Model):
     def __str__(self) -> str:
         return self.message
 
-
-class SimulatedObject(models.Model):
-    """An object of the simulated cluster, stored as the same dict a real API server keeps.
-
-    In the database so the web process and the workers see one cluster.
-    """
-
-    api_version = models.CharField(max_length=100)
-    kind = models.CharField(max_length=60)
-    namespace = models.CharField(max_length=63, blank=True)
-    name = models.CharField(max_length=253)
-    body = models.JSONField()
-    resource_version = models.BigIntegerField(default=0)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["api_version", "kind", "namespace", "name"], name="one_simulated_object")
-        ]
-        indexes = [models.Index(fields=["kind", "namespace"])]
-
-
-class SimulatedEvent(models.Model):
-    """The simulated cluster's change log: its ids are resourceVersions, watches read it."""
-
-    api_version = models.CharField(max_length=100)
-    kind = models.CharField(max_length=60)
-    namespace = models.CharField(max_length=63, blank=True)
-    type = models.CharField(max_length=10)
-    body = models.JSONField()
-
-    class Meta:
-        indexes = [models.Index(fields=["kind", "id"])]

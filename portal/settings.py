@@ -289,6 +289,9 @@ LOGGING = {
 
 # --- The cluster gateway ---------------------------------------------------------------------
 PORTAL_CLUSTER = env("PORTAL_CLUSTER", "simulated")  # "simulated" or "kubernetes"
+if PORTAL_CLUSTER == "simulated":
+    # The simulated cluster keeps its objects in this database; a site on a real cluster has no such tables.
+    INSTALLED_APPS.append("portal.kube.simulated")
 KUBECONFIG = env("KUBECONFIG")
 KUBE_CONTEXT = env("KUBE_CONTEXT")
 KUBE_IN_CLUSTER = env_bool("KUBE_IN_CLUSTER", False)

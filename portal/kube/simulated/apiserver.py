@@ -1,0 +1,146 @@
+"""The API server's part of the simulated cluster: validation, defaults, server-side apply's
+merge, get, list, delete with its cascades, and watches."""
+
+from __future__ import annotations
+
+import copy
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import transaction
+
+from portal.kube.base import (
+    FIELD_MANAGER,
+    KubeError,
+    ObjectRef,
+    WatchEvent,
+    kind_info,
+    ref_of,
+)
+from portal.kube.simulated.controllers import controllers_reconcile
+from portal.kube.simulated.models import SimulatedObject
+from portal.kube.simulated.state import OWNER_LABEL, QUEUED_KINDS
+from portal.kube.simulated.store import Store
+
+DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# Fields an apply by the portal owns wholesale; metadata is merged, status belongs to controllers.
+SERVER_OWNED = {"status"}
+WATCH_POLL_SECONDS = 0.2
+
+
+def _matches(body: dict[str, Any], labels: dict[str, str] | None) -> bool:
+    have = body["metadata"].get("labels", {})
+    return all(have.get(key) == value for key, value in (labels or {}).items())
+
+
+class ApiServer:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _validate(self, ref: ObjectRef) -> None:
+        if not DNS_NAME.match(ref.name) or len(ref.name) > 253:
+            raise KubeError(f"rejected as invalid: metadata.name: Invalid value: {ref.name!r}: a lowercase RFC 1123 subdomain "
+                            "must consist of lower case alphanumeric characters, '-' or '.'", ref=ref, status=422, reason="Invalid")
+        if ref.info.namespaced:
+            if not ref.namespace:
+                raise KubeError("rejected as invalid: metadata.namespace: Required value", ref=ref, status=422, reason="Invalid")
+            if self.store.get(ObjectRef("v1", "Namespace", ref.namespace)) is None:
+                raise KubeError(f'namespaces "{ref.namespace}" not found', ref=ref, status=404, reason="NotFound")
+
+    @staticmethod
+    def _defaults(body: dict[str, Any]) -> dict[str, Any]:
+        if body["kind"] == "Namespace":
+            body["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = body["metadata"]["name"]
+            body.setdefault("status", {"phase": "Active"})
+        if body["kind"] == "Job":
+            body["spec"].setdefault("parallelism", 1)
+            body["spec"].setdefault("completions", body["spec"]["parallelism"])
+            body["spec"].setdefault("suspend", False)
+        if body["kind"] == "ResourceQuota":
+            hard = body["spec"].get("hard", {})
+            body["status"] = {"hard": dict(hard), "used": {key: "0" for key in hard}}
+        return body
+
+    def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
+        ref = ref_of(obj)
+        self._validate(ref)
+        with transaction.atomic():
+            row = self.store.get(ref, lock=True)
+            if row is None:
+                body = copy.deepcopy(obj)
+                body.setdefault("metadata", {})
+            else:
+                body = copy.deepcopy(row.body)
+                meta = obj.get("metadata", {})
+                for key in ("labels", "annotations"):
+                    if key in meta:
+                        body["metadata"][key] = {**body["metadata"].get(key, {}), **meta[key]}
+                for key, value in obj.items():
+                    if key not in ("metadata", "apiVersion", "kind") and key not in SERVER_OWNED:
+                        body[key] = copy.deepcopy(value)
+            if ref.info.namespaced:
+                body["metadata"]["namespace"] = ref.namespace
+            stored = self.store.write(ref, self._defaults(body), row)
+            controllers_reconcile(self.store)
+        return copy.deepcopy(stored)
+
+    def delete(self, ref: ObjectRef) -> None:
+        with transaction.atomic():
+            row = self.store.get(ref, lock=True)
+            if row is None:
+                return
+            if ref.kind == "Namespace":
+                for child in SimulatedObject.objects.filter(namespace=ref.name).exclude(kind="Namespace"):
+                    self.store.remove(child)
+            if ref.kind in QUEUED_KINDS:
+                # The garbage collector's part: what the workload owns goes with it.
+                for pod in self.store.objects("Pod", ref.namespace or ""):
+                    if pod.body["metadata"].get("labels", {}).get(OWNER_LABEL) == ref.name:
+                        self.store.remove(pod)
+                for workload in self.store.objects("Workload", ref.namespace or ""):
+                    if workload.body["metadata"].get("labels", {}).get("kueue.x-k8s.io/job-name") == ref.name:
+                        self.store.remove(workload)
+            self.store.remove(row)
+            controllers_reconcile(self.store)
+
+    def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        row = self.store.get(ref)
+        return copy.deepcopy(row.body) if row else None
+
+    def list(
+        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
+        kind_info(api_version, kind)
+        rows = SimulatedObject.objects.filter(api_version=api_version, kind=kind)
+        if namespace:
+            rows = rows.filter(namespace=namespace)
+        items = [row.body for row in rows.order_by("namespace", "name") if _matches(row.body, labels)]
+        return items, str(self.store.latest_version())
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        deadline = time.monotonic() + timeout_seconds
+        since = int(resource_version) if resource_version else None
+        while True:
+            oldest = self.store.oldest_version()
+            if since is None or (oldest is not None and since < oldest - 1):
+                items, latest = self.list(api_version, kind, namespace=namespace, labels=labels)
+                yield WatchEvent("RELISTED", {"items": items})
+                since = int(latest)
+            for event in self.store.events_after(since, api_version=api_version, kind=kind, namespace=namespace):
+                since = event.id
+                if _matches(event.body, labels):
+                    yield WatchEvent(event.type, event.body)
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(WATCH_POLL_SECONDS)
