@@ -1,11 +1,21 @@
 """The API server's part of the simulated cluster: validation, defaults, server-side apply's
-merge, get, list, delete with its cascades, and watches."""
+merge, get, list, delete with its cascades, and watches.
+
+Each watch is its own stream, as on a real cluster, where every kind comes over its own
+connection and nothing orders one kind's events against another's. So that the portal meets
+such orders here too, every stream holds each event back by a delay drawn from a random
+generator seeded with `SIMULATED_WATCH_SEED` and the stream's kind: the streams interleave
+differently from kind to kind, the same way on every run with the same seed. Within one
+stream, events keep the order they happened in, as a real watch keeps them.
+"""
 
 from __future__ import annotations
 
 import copy
+import random
 import re
 import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +38,15 @@ DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 # Fields an apply by the portal owns wholesale; metadata is merged, status belongs to controllers.
 SERVER_OWNED = {"status"}
 WATCH_POLL_SECONDS = 0.2
+# Small enough that the suite does not notice, large enough to reorder events a poll apart.
+WATCH_DELAY_MAX_SECONDS = 0.3
+
+
+def watch_delays(seed: str, api_version: str, kind: str, namespace: str | None = None) -> Iterator[float]:
+    """The hold-back of each successive event on one watch stream: the same for the same seed and stream."""
+    generator = random.Random(f"{seed}/{api_version}/{kind}/{namespace or ''}")  # noqa: S311 - an interleaving, not a secret
+    while True:
+        yield generator.uniform(0, WATCH_DELAY_MAX_SECONDS)
 
 
 def _matches(body: dict[str, Any], labels: dict[str, str] | None) -> bool:
@@ -36,8 +55,9 @@ def _matches(body: dict[str, Any], labels: dict[str, str] | None) -> bool:
 
 
 class ApiServer:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, watch_seed: str) -> None:
         self.store = store
+        self.watch_seed = watch_seed
 
     def _validate(self, ref: ObjectRef) -> None:
         if not DNS_NAME.match(ref.name) or len(ref.name) > 253:
@@ -131,16 +151,25 @@ class ApiServer:
     ) -> Iterator[WatchEvent]:
         deadline = time.monotonic() + timeout_seconds
         since = int(resource_version) if resource_version else None
+        delays = watch_delays(self.watch_seed, api_version, kind, namespace)
+        held: deque[tuple[float, WatchEvent]] = deque()  # (when it is due, the event), in the order they happened
         while True:
             oldest = self.store.oldest_version()
             if since is None or (oldest is not None and since < oldest - 1):
                 items, latest = self.list(api_version, kind, namespace=namespace, labels=labels)
+                held.clear()  # the list already holds whatever they said
                 yield WatchEvent("RELISTED", {"items": items})
                 since = int(latest)
+            polled = time.monotonic()
             for event in self.store.events_after(since, api_version=api_version, kind=kind, namespace=namespace):
                 since = event.id
                 if _matches(event.body, labels):
-                    yield WatchEvent(event.type, event.body)
-            if time.monotonic() >= deadline:
+                    due = polled + next(delays)
+                    held.append((max(due, held[-1][0]) if held else due, WatchEvent(event.type, event.body)))
+            while held and held[0][0] <= time.monotonic():
+                yield held.popleft()[1]
+            now = time.monotonic()
+            if now >= deadline:
                 return
-            time.sleep(WATCH_POLL_SECONDS)
+            wake = min(polled + WATCH_POLL_SECONDS, held[0][0] if held else deadline, deadline)
+            time.sleep(max(wake - now, 0))

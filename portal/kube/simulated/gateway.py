@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from portal.kube.base import FIELD_MANAGER, NodeSpec, ObjectRef, WatchEvent
@@ -22,11 +23,11 @@ NODE_BASE_ALLOCATABLE = {"cpu": "64", "memory": "512Gi", "pods": "110"}
 
 
 class SimulatedGateway:
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time, watch_seed: str | None = None) -> None:
         self.clock = clock
         self.offset = 0.0
         self.store = Store(now=self.now)
-        self.api = ApiServer(self.store)
+        self.api = ApiServer(self.store, watch_seed=settings.SIMULATED_WATCH_SEED if watch_seed is None else watch_seed)
 
     def now(self) -> float:
         return self.clock() + self.offset
