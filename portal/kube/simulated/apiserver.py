@@ -44,7 +44,7 @@ WATCH_DELAY_MAX_SECONDS = 0.3
 
 def watch_delays(seed: str, api_version: str, kind: str, namespace: str | None = None) -> Iterator[float]:
     """The hold-back of each successive event on one watch stream: the same for the same seed and stream."""
-    generator = random.Random(f"{seed}/{api_version}/{kind}/{namespace or ''}")  # noqa: S311 - an interleaving, not a secret
+    generator = random.Random(f"{seed}/{api_version}/{kind}/{namespace or ''}")  # an interleaving, not a secret
     while True:
         yield generator.uniform(0, WATCH_DELAY_MAX_SECONDS)
 

@@ -58,7 +58,7 @@ class Scheduler:
                 else:
                     new_pod["status"] = {"phase": "Pending", "conditions": [{
                         "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                        "message": "0/%d nodes are available: insufficient GPU resources on nodes of the flavor." % len(self.state.nodes)}]}
+                        "message": f"0/{len(self.state.nodes)} nodes are available: insufficient GPU resources on nodes of the flavor."}]}
                 ref = ObjectRef("v1", "Pod", new_pod["metadata"]["name"], workload.namespace)
                 self.state.pods.append(self.state.create(ref, new_pod))
 
