@@ -4,8 +4,12 @@ each kind's order, the hooks the portal calls on any cluster, and counting by th
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -175,3 +179,19 @@ def test_the_periodic_pass_reports_as_reads_the_lists_it_made():
         assert result.reads == len(reconcile.OWNED_KINDS)
     finally:
         reset_gateway(None)
+
+
+def test_a_site_on_a_real_cluster_has_no_simulator_app_and_no_migration_missing(tmp_path):
+    env = {**os.environ, "PORTAL_CLUSTER": "kubernetes", "PORTAL_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    env.pop("DATABASE_URL", None)
+    root = Path(__file__).resolve().parents[2]
+    script = (
+        "import django; django.setup()\n"
+        "from django.apps import apps; from django.core.management import call_command\n"
+        "print(apps.is_installed('portal.kube.simulated'))\n"
+        "call_command('makemigrations', check=True, dry_run=True, verbosity=0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
