@@ -30,7 +30,6 @@ from portal.kube.base import (
     ref_of,
 )
 from portal.kube.simulated.controllers import controllers_reconcile
-from portal.kube.simulated.models import SimulatedObject
 from portal.kube.simulated.state import OWNER_LABEL, QUEUED_KINDS
 from portal.kube.simulated.store import Store
 
@@ -112,7 +111,7 @@ class ApiServer:
             if row is None:
                 return
             if ref.kind == "Namespace":
-                for child in SimulatedObject.objects.filter(namespace=ref.name).exclude(kind="Namespace"):
+                for child in self.store.namespace_contents(ref.name):
                     self.store.remove(child)
             if ref.kind in QUEUED_KINDS:
                 # The garbage collector's part: what the workload owns goes with it.
@@ -133,10 +132,8 @@ class ApiServer:
         self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
     ) -> tuple[list[dict[str, Any]], str]:
         kind_info(api_version, kind)
-        rows = SimulatedObject.objects.filter(api_version=api_version, kind=kind)
-        if namespace:
-            rows = rows.filter(namespace=namespace)
-        items = [row.body for row in rows.order_by("namespace", "name") if _matches(row.body, labels)]
+        rows = sorted(self.store.objects(kind, namespace or None, api_version=api_version), key=lambda r: (r.namespace, r.name))
+        items = [row.body for row in rows if _matches(row.body, labels)]
         return items, str(self.store.latest_version())
 
     def watch(

@@ -41,6 +41,10 @@ class Store:
             rows = rows.filter(namespace=namespace)
         return list(rows.order_by("id"))
 
+    def namespace_contents(self, namespace: str) -> list[SimulatedObject]:
+        """Everything that lives in a namespace (what deleting it takes along)."""
+        return list(SimulatedObject.objects.filter(namespace=namespace).exclude(kind="Namespace").order_by("id"))
+
     def snapshot(self, kinds: Iterable[str]) -> dict[str, list[SimulatedObject]]:
         """The objects of these kinds as of one moment, so the controllers decide on a consistent view."""
         wanted = list(kinds)
