@@ -18,7 +18,7 @@ import django_filters
 from django import forms
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Page, Paginator
-from django.db.models import Model, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest
 from django_filters.rest_framework import DjangoFilterBackend
 from django_htmx.middleware import HtmxDetails
@@ -217,12 +217,3 @@ class VisibleSlugFilter(django_filters.CharFilter):
 def choice_errors(noun: str, values: list[str]) -> dict[str, str]:
     """The refusal of a value that is not one of the choices, naming them."""
     return {"invalid_choice": f"“%(value)s” is not a {noun}; choose one of {', '.join(values)}."}
-
-
-def visible_object(filterset: django_filters.FilterSet, name: str) -> Model | None:
-    """The object a valid filter named (a team or template the caller can see), for the page to
-    show as chosen."""
-    value = filterset.form.cleaned_data.get(name) if filterset.is_valid() else None
-    if not value:
-        return None
-    return filterset.filters[name].visible(filterset.request.user).filter(slug=value).first()  # type: ignore[attr-defined]
