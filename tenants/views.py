@@ -24,7 +24,7 @@ from portal.errors import DomainError
 from tenants import reconcile, selectors, services
 from tenants.filters import AuditEventFilter, QuotaRequestFilter
 from tenants.forms import DecisionForm, MembershipAddForm, MembershipRoleForm, QuotaRequestForm
-from tenants.models import Flavor, Membership, QuotaRequest, Team, user_team_roles
+from tenants.models import Flavor, QuotaRequest, Team, user_team_roles
 
 def _visible_team(request: HtmxHttpRequest, slug: str) -> Team:
     return get_object_or_404(Team.objects.for_user(request.user), slug=slug)
@@ -71,14 +71,13 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     for capacity in selectors.flavor_capacities():
         by_team = [(teams_by_id[team_id], units) for (team_id, flavor_id), units in held.items() if flavor_id == capacity.flavor.pk and units]
         standings.append(FlavorStanding(capacity=capacity, mine=sum(units for _, units in by_team), by_team=by_team))
-    is_decider = user.is_platform_admin or user.is_superuser or Membership.Role.LEAD in roles.values()
     context = {
         "my_teams": [(team, roles[team.pk]) for team in my_teams],
         "standings": standings,
         "my_pending": list(
             selectors.quota_requests_for_user(user=user, status=QuotaRequest.Status.PENDING).filter(requester=user)[:10]
         ),
-        "inbox_count": selectors.approvals_inbox(user=user).count() if is_decider else None,
+        "inbox_count": selectors.approvals_inbox(user=user).count() if user.has_perm("tenants.receive_quotarequests") else None,
     }
     return render(request, "tenants/dashboard.html", context)
 
@@ -308,9 +307,7 @@ def quota_request_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def approvals(request: HtmxHttpRequest) -> HttpResponse:
     inbox = page(selectors.approvals_inbox(user=request.user), request.GET.get("page"))
-    roles = user_team_roles(request.user)
-    context = {"inbox": inbox, "is_decider": request.user.is_platform_admin or request.user.is_superuser
-               or Membership.Role.LEAD in roles.values()}
+    context = {"inbox": inbox, "is_decider": request.user.has_perm("tenants.receive_quotarequests")}
     template = "tenants/approvals.html#approval-rows" if request.htmx else "tenants/approvals.html"
     return render(request, template, context)
 
