@@ -12,7 +12,7 @@ from portal.models import Notification
 
 
 class NotificationFilter(django_filters.FilterSet):
-    unread = FlagFilter(method="filter_unread", label="1: only notifications not read yet.")
+    unread = FlagFilter(method="filter_unread", help_text="1: only notifications not read yet.")
 
     class Meta:
         model = Notification

@@ -12,8 +12,6 @@ from typing import Any
 
 import django_filters
 from django.db.models import QuerySet
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
 
 from portal.adapters import FlagFilter, VisibleSlugFilter, choice_errors
 from portal.models import AuditEvent
@@ -50,7 +48,7 @@ class QuotaRequestFilter(django_filters.FilterSet):
         fields: list[str] = []
 
     def filter_mine(self, queryset: QuerySet[QuotaRequest], name: str, value: bool) -> QuerySet[QuotaRequest]:
-        return queryset.filter(requester=self.request.user) if value else queryset  # type: ignore[union-attr]
+        return queryset.filter(requester=self.request.user) if value else queryset
 
 
 class QuotaGrantFilter(django_filters.FilterSet):
@@ -76,10 +74,8 @@ class AuditEventFilter(django_filters.FilterSet):
 
 
 class FlavorFilter(django_filters.FilterSet):
-    team = extend_schema_field(OpenApiTypes.STR)(django_filters.CharFilter(
-        method="filter_team",
-        help_text="Also show what the team with this slug holds; a team you cannot see: no rows.",
-    ))
+    team = VisibleTeamFilter(method="filter_team",
+                             help_text="Also show what the team with this slug holds; a team you cannot see: no rows.")
 
     class Meta:
         model = Flavor
@@ -88,5 +84,5 @@ class FlavorFilter(django_filters.FilterSet):
     def filter_team(self, queryset: QuerySet[Flavor], name: str, value: str) -> QuerySet[Flavor]:
         # The flavors are the same for every team; the team only adds a column. One the caller
         # cannot see empties the list, as it does on every other list.
-        visible = Team.objects.for_user(self.request.user).filter(slug=value).exists()  # type: ignore[union-attr]
+        visible = Team.objects.for_user(self.request.user).filter(slug=value).exists()
         return queryset if visible else queryset.none()
