@@ -26,6 +26,7 @@ from tenants.filters import AuditEventFilter, QuotaRequestFilter
 from tenants.forms import DecisionForm, MembershipAddForm, MembershipRoleForm, QuotaRequestForm
 from tenants.models import Flavor, QuotaRequest, Team, user_team_roles
 
+
 def _visible_team(request: HtmxHttpRequest, slug: str) -> Team:
     return get_object_or_404(Team.objects.for_user(request.user), slug=slug)
 
