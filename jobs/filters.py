@@ -31,7 +31,7 @@ class TemplateFilter(django_filters.FilterSet):
         fields: list[str] = []
 
     def filter_team(self, queryset: QuerySet[WorkloadTemplate], name: str, value: str) -> QuerySet[WorkloadTemplate]:
-        team = Team.objects.for_user(self.request.user).filter(slug=value).first()  # type: ignore[union-attr]
+        team = Team.objects.for_user(self.request.user).filter(slug=value).first()
         if team is None:
             return queryset.none()
         return queryset.filter(pk__in=WorkloadTemplate.objects.for_team(team).values("pk"))
@@ -52,8 +52,8 @@ class WorkloadFilter(django_filters.FilterSet):
 
     def filter_owner(self, queryset: QuerySet[Workload], name: str, value: str) -> QuerySet[Workload]:
         if value == "me":
-            return queryset.filter(owner=self.request.user)  # type: ignore[union-attr]
+            return queryset.filter(owner=self.request.user)
         return queryset.filter(owner__username=value)
 
     def filter_mine(self, queryset: QuerySet[Workload], name: str, value: bool) -> QuerySet[Workload]:
-        return queryset.filter(owner=self.request.user) if value else queryset  # type: ignore[union-attr]
+        return queryset.filter(owner=self.request.user) if value else queryset
