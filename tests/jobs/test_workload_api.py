@@ -276,6 +276,24 @@ def test_workload_lists_never_show_another_teams_workloads(both_teams_launched, 
     assert api(outsider).get("/api/workloads/", {"team": "vision"}).json()["results"] == []
 
 
+@pytest.mark.parametrize("path", ["/api/workloads/", "/api/templates/"])
+@pytest.mark.parametrize("slug", ["vision", "no-such-team"], ids=["invisible", "missing"])
+def test_a_team_you_cannot_see_filters_workloads_and_templates_to_nothing_like_a_missing_team(
+    both_teams_launched, outsider, path, slug
+):
+    response = api(outsider).get(path, {"team": slug})
+
+    assert (response.status_code, response.json()["results"]) == (200, [])
+
+
+def test_a_stray_filter_parameter_does_not_hide_or_refuse_a_workload(both_teams_launched, member):
+    mine, _ = both_teams_launched
+
+    response = api(member).get(f"/api/workloads/{mine.pk}/", {"team": "speech", "phase": "done"})
+
+    assert (response.status_code, response.json()["id"]) == (200, mine.pk)
+
+
 def test_template_lists_never_show_another_teams_private_templates(both_teams_launched, member, outsider):
     def slugs(user: Any, **params: str) -> list[str]:
         return [row["slug"] for row in api(user).get("/api/templates/", params).json()["results"]]

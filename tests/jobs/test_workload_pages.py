@@ -238,8 +238,11 @@ def test_lists_never_show_another_teams_workloads(ready_team, other_team, member
     launch(outsider, other_team, training, flavor, name="speech-run")
     page = as_user(outsider).get(reverse("jobs:workload-list")).content.decode()
     assert "speech-run" in page and "vision-secret" not in page
-    filtered = as_user(outsider).get(reverse("jobs:workload-list") + "?team=vision").content.decode()
-    assert "vision-secret" not in filtered
+    filtered = as_user(outsider).get(reverse("jobs:workload-list") + "?team=vision")
+    assert "vision-secret" not in filtered.content.decode()
+    # A team the user cannot see matches nothing, like a team that does not exist.
+    assert list(filtered.context["workloads"]) == []
+    assert list(as_user(outsider).get(reverse("jobs:workload-list") + "?team=no-such-team").context["workloads"]) == []
 
 
 # --- One workload ------------------------------------------------------------------------------------------
