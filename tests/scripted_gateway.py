@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from portal.kube import FIELD_MANAGER, KubeError, ObjectRef, WatchEvent
+from portal.kube import FIELD_MANAGER, Gateway, KubeError, ObjectRef, WatchEvent
 from portal.kube.simulated import SimulatedGateway
 
 
@@ -35,6 +35,10 @@ class ScriptedGateway:
     def calls(self) -> int:
         return self.cluster.calls
 
+    @calls.setter
+    def calls(self, value: int) -> None:
+        self.cluster.calls = value
+
     def _write(self) -> None:
         self.attempts += 1
         error = self.errors.pop(0) if self.errors else self.always
@@ -58,8 +62,22 @@ class ScriptedGateway:
     ) -> tuple[list[dict[str, Any]], str]:
         return self.cluster.list(api_version, kind, namespace=namespace, labels=labels)
 
-    def watch(self, api_version: str, kind: str, **options: Any) -> Iterator[WatchEvent]:
-        return self.cluster.watch(api_version, kind, **options)
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        return self.cluster.watch(api_version, kind, namespace=namespace, labels=labels,
+                                  resource_version=resource_version, timeout_seconds=timeout_seconds)
 
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
         return self.cluster.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines)
+
+
+def _implements_the_gateway(scripted: ScriptedGateway) -> Gateway:
+    return scripted  # mypy checks here that ScriptedGateway keeps up with the Protocol

@@ -24,9 +24,10 @@ def test_a_team_the_cluster_refuses_is_recorded_once_with_the_reason_and_not_ret
     cluster = ScriptedGateway(simulated, always=refusal("rejected as invalid: spec.cohortName: Invalid value"))
     reset_gateway(cluster)
 
-    tasks.team_reconcile.delay(team.pk)
+    result = tasks.team_reconcile.delay(team.pk)
 
     team.refresh_from_db()
+    assert result.successful()  # recorded, so the task ends: nothing for Celery to retry or report
     assert cluster.attempts == 1
     assert team.sync_error == "rejected as invalid: spec.cohortName: Invalid value"
     assert team.sync_state == "error"
@@ -36,9 +37,10 @@ def test_a_team_reconcile_during_an_outage_is_retried_a_bounded_number_of_times_
     cluster = ScriptedGateway(simulated, always=unavailable("etcdserver: request timed out"))
     reset_gateway(cluster)
 
-    tasks.team_reconcile.delay(team.pk)
+    result = tasks.team_reconcile.delay(team.pk)
 
     team.refresh_from_db()
+    assert result.successful()
     assert cluster.attempts == 1 + CLUSTER_TASK_RETRIES
     assert team.sync_error == "etcdserver: request timed out"
 
@@ -63,3 +65,31 @@ def test_a_bug_in_a_team_task_is_raised_and_not_retried(team, flavor, simulated)
 
     assert result.state == "FAILURE" and isinstance(result.result, ZeroDivisionError)
     assert cluster.attempts == 1
+
+
+class StillTerminating(ScriptedGateway):
+    """A cluster whose namespaces take longer to go than the teardown is willing to wait."""
+
+    def get(self, ref: ObjectRef) -> dict | None:
+        if ref.kind == "Namespace":
+            return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ref.name, "deletionTimestamp": "2026-11-23T10:00:00Z"}}
+        return super().get(ref)
+
+
+def test_a_teardown_looks_again_a_bounded_number_of_times_for_a_terminating_namespace(simulated):
+    cluster = StillTerminating(simulated)
+    reset_gateway(cluster)
+
+    result = tasks.team_teardown.delay("vision")
+
+    assert result.successful()
+    assert cluster.attempts == 2 * (1 + tasks.TEARDOWN_POLLS)  # the namespace and the queue, each time
+
+
+def test_a_teardown_the_cluster_refuses_is_not_retried(simulated):
+    cluster = ScriptedGateway(simulated, always=refusal("namespaces \"vision\" is forbidden", status=403))
+    reset_gateway(cluster)
+
+    result = tasks.team_teardown.delay("vision")
+
+    assert result.successful() and cluster.attempts == 1
