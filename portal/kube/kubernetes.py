@@ -76,7 +76,7 @@ def _status_message(status: int, body: bytes) -> tuple[str, str]:
 
 
 def _backoff(attempt: int) -> float:
-    return min(0.1 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())  # noqa: S311 - jitter, not security
+    return min(0.1 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())  # jitter, not security: random is fine
 
 
 def _retry_delay(attempt: int, retry_after: str | None) -> float | None:
@@ -86,7 +86,7 @@ def _retry_delay(attempt: int, retry_after: str | None) -> float | None:
     if retry_after and retry_after.isdigit():
         if int(retry_after) > RETRY_AFTER_MAX:
             return None
-        return float(retry_after) * (1 + random.random() / 2)  # noqa: S311 - jitter, not security
+        return float(retry_after) * (1 + random.random() / 2)  # jitter, not security: random is fine
     return _backoff(attempt)
 
 

@@ -18,7 +18,6 @@ from portal.kube.kubernetes import KubernetesGateway, TokenBucket
 from portal.kube.simulated import SimulatedGateway
 from portal.models import SimulatedEvent
 
-
 DROP = None  # a scripted status that closes the connection without an answer
 
 

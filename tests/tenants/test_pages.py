@@ -61,7 +61,7 @@ def ok(response: Any) -> str:
 
 def heading(page: str) -> str:
     """The page's <h1>, which says which page it is: an error page or the wrong template has another."""
-    found = re.search(r"<h1[^>]*>(.*?)</h1>", page, re.S)
+    found = re.search(r"<h1[^>]*>(.*?)</h1>", page, re.DOTALL)
     return found.group(1).strip() if found else ""
 
 
