@@ -86,3 +86,17 @@ def test_a_change_the_cluster_refuses_is_audited_and_leaves_the_running_workload
     event = AuditEvent.objects.get(action="workload.apply_refused")
     assert event.message == f"The cluster did not take the change of {workload.name}: rejected as invalid: spec.parallelism: Invalid value"
     assert event.team_id == ready_team.pk and event.actor is None
+
+
+def test_a_removal_the_cluster_refuses_is_audited_once_with_the_reason(
+    ready_team, member, training, flavor, simulated, django_capture_on_commit_callbacks
+):
+    workload = submit(simulated, member, ready_team, training, flavor, django_capture_on_commit_callbacks)
+    cluster = ScriptedGateway(simulated, always=refusal('jobs.batch "wl-1" is forbidden', status=403))
+    reset_gateway(cluster)
+
+    tasks.workload_teardown.delay(workload.pk)
+
+    assert cluster.attempts == 1
+    (event,) = AuditEvent.objects.filter(action="workload.teardown_refused")
+    assert event.message == f"The cluster did not take the removal of {workload.name}: jobs.batch \"wl-1\" is forbidden"
