@@ -242,15 +242,43 @@ def test_an_outsider_gets_404_for_every_endpoint_of_another_teams_workload(workl
     assert workload_snapshot() == before
 
 
-@pytest.mark.parametrize(("method", "path"), WORKLOAD_ENDPOINTS, ids=[f"{m} {p}" for m, p in WORKLOAD_ENDPOINTS])
-def test_the_owner_reaches_the_same_endpoints(workload, member, method, path):
-    body = {"replicas": 2} if path.endswith("/scale/") else None
-    response = getattr(api(member), method)(path.format(id=workload.pk), body, format="json")
+# What each role gets on the workload's endpoints, exactly: (the member who owns it, a colleague
+# in the team, the team lead, finance, a platform admin). Scaling a training job is reached and
+# refused for what it is (400: it has no replicas), where a role may scale at all.
+ROLE_ANSWERS: dict[str, tuple[int, int, int, int, int]] = {
+    "get /api/workloads/{id}/": (200, 200, 200, 200, 200),
+    "post /api/workloads/{id}/stop/": (200, 403, 200, 403, 200),
+    "post /api/workloads/{id}/relaunch/": (201, 201, 201, 403, 201),
+    "post /api/workloads/{id}/scale/": (400, 403, 400, 403, 400),
+    "get /api/workloads/{id}/logs/": (200, 200, 200, 200, 200),
+    "get /api/workloads/{id}/why-waiting/": (200, 200, 200, 200, 200),
+}
+ROLES = ("member", "colleague", "lead", "finance_user", "admin_user")
+ROLE_CASES = [
+    pytest.param(method, path, role, ROLE_ANSWERS[f"{method} {path}"][index], id=f"{role} {method} {path}")
+    for method, path in WORKLOAD_ENDPOINTS
+    for index, role in enumerate(ROLES)
+]
 
-    if path.endswith("/scale/"):  # reached, and refused for what it is: a training job has no replicas
+
+def test_every_workload_endpoint_has_an_answer_for_every_role():
+    assert set(ROLE_ANSWERS) == {f"{m} {p}" for m, p in WORKLOAD_ENDPOINTS}
+
+
+@pytest.mark.parametrize(("method", "path", "role", "status"), ROLE_CASES)
+def test_each_role_gets_exactly_its_answer_on_the_workload_endpoints(request, workload, method, path, role, status):
+    body = {"replicas": 2} if path.endswith("/scale/") else None
+    before = workload_snapshot()
+
+    response = getattr(api(request.getfixturevalue(role)), method)(path.format(id=workload.pk), body, format="json")
+
+    assert response.status_code == status, response.content
+    if status == 400:
         assert response.json()["message"] == "Only inference servers have replicas to scale."
-    else:
-        assert response.status_code in {200, 201}, response.content
+    if status == 403:
+        assert response.json()["message"] == "You are not allowed to do this."
+    if status >= 400:
+        assert workload_snapshot() == before
 
 
 @pytest.mark.parametrize("method", ["get", "patch"])
