@@ -25,7 +25,7 @@ class RateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return request.user.has_perm("billing.set_rates")
 
     def has_view_permission(self, request: HttpRequest, obj: Rate | None = None) -> bool:
-        return request.user.has_perm("billing.set_rates")
+        return request.user.has_perm("portal.read_costs")
 
     def save_model(self, request: HttpRequest, obj: Rate, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
         try:

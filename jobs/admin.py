@@ -14,8 +14,10 @@ from jobs.models import Workload, WorkloadTemplate, WorkloadTemplateVersion
 
 
 class PlatformAdminReadOnly:
+    """Shown to those who manage the teams (platform admins), like the team pages of the admin."""
+
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return bool(getattr(request.user, "is_platform_admin", False) or request.user.is_superuser)
+        return request.user.has_perm("tenants.manage_teams")
 
     def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return self.has_module_permission(request)

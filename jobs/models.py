@@ -9,6 +9,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.models import User
+from portal.roles import sees_all_teams
 from tenants.models import Flavor, Team, user_team_roles
 
 
@@ -30,7 +31,7 @@ class WorkloadTemplateQuerySet(models.QuerySet["WorkloadTemplate"]):
         """Global templates, and those shared with (or owned by) one of the user's teams."""
         if not getattr(user, "is_authenticated", False):
             return self.none()
-        if user.sees_all_teams:
+        if sees_all_teams(user):
             return self
         teams = list(user_team_roles(user))
         return self.filter(Q(is_global=True) | Q(teams__in=teams) | Q(owner_team__in=teams)).distinct()
@@ -103,7 +104,7 @@ class WorkloadQuerySet(models.QuerySet["Workload"]):
     def for_user(self, user: Any) -> WorkloadQuerySet:
         if not getattr(user, "is_authenticated", False):
             return self.none()
-        if user.sees_all_teams:
+        if sees_all_teams(user):
             return self
         return self.filter(team_id__in=list(user_team_roles(user)))
 

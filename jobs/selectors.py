@@ -20,23 +20,9 @@ from tenants.models import Flavor, Team
 PRIORITY_ORDER = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
 
 
-def workloads_for_user(
-    *, user: Any, team: Team | None = None, phase: str | None = None, owner: Any = None, template: WorkloadTemplate | None = None
-) -> QuerySet[Workload]:
-    workloads = Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
-    if team is not None:
-        workloads = workloads.filter(team=team)
-    if phase:
-        workloads = workloads.filter(phase=phase)
-    if owner is not None:
-        workloads = workloads.filter(owner=owner)
-    if template is not None:
-        workloads = workloads.filter(template_version__template=template)
-    return workloads
-
-
-def templates_for_team(*, team: Team) -> QuerySet[WorkloadTemplate]:
-    return WorkloadTemplate.objects.for_team(team).prefetch_related("versions__flavors")
+def workloads_for_user(*, user: Any) -> QuerySet[Workload]:
+    """The workloads the user can see; the lists narrow them with jobs.filters.WorkloadFilter."""
+    return Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
 
 
 @dataclass(frozen=True)
@@ -178,10 +164,10 @@ def live_picture(*, workload: Workload, tail_lines: int = 50) -> LivePicture:
 # --- Reads for the REST API (jobs/api.py) -------------------------------------------------------
 
 
-def templates_with_current_version(*, user: Any, team: Team | None = None) -> QuerySet[WorkloadTemplate]:
-    """The templates the user can see (inactive ones too), or those a team can launch when a team (one the user can
-    see) is given, each with its current version in `current_versions`, in a fixed number of queries."""
-    templates = templates_for_team(team=team) if team is not None else WorkloadTemplate.objects.for_user(user)
+def templates_with_current_version(*, user: Any) -> QuerySet[WorkloadTemplate]:
+    """The templates the user can see (inactive ones too), each with its current version in `current_versions`, in a
+    fixed number of queries; jobs.filters.TemplateFilter narrows them to what a team can launch."""
+    templates = WorkloadTemplate.objects.for_user(user)
     newest = WorkloadTemplateVersion.objects.filter(template=OuterRef("template")).order_by("-number").values("number")[:1]
     current = WorkloadTemplateVersion.objects.filter(number=Subquery(newest)).prefetch_related("flavors")
     return templates.select_related("owner_team").prefetch_related(

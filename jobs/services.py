@@ -149,7 +149,7 @@ def workload_stop(*, user: User, workload: Workload) -> Workload:
 @transaction.atomic
 def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload:
     """Inference servers grow or shrink within the template's bounds and the team's reach."""
-    _require(user.has_perm("jobs.stop_workload", workload))
+    _require(user.has_perm("jobs.scale_workload", workload))
     locked = Workload.objects.select_for_update(of=("self",)).select_related("team", "flavor", "template_version__template").get(pk=workload.pk)
     if locked.kind != WorkloadKind.INFERENCE:
         raise DomainError("Only inference servers have replicas to scale.", field="replicas")

@@ -26,10 +26,6 @@ class User(AbstractUser):
     def display_name(self) -> str:
         return self.get_full_name() or self.username
 
-    @property
-    def sees_all_teams(self) -> bool:
-        return self.is_active and (self.is_platform_admin or self.is_finance or self.is_superuser)
-
 
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
     def usable(self) -> ApiTokenQuerySet:

@@ -1,4 +1,9 @@
-"""Platform-wide role predicates. Team predicates build on these in tenants/rules.py."""
+"""Platform-wide role predicates. Team predicates build on these in tenants/rules.py.
+
+These are the only places that read the role flags of a user (`is_platform_admin`,
+`is_superuser`, `is_finance`): everything else asks a permission, or, in a queryset's
+`for_user`, one of these predicates.
+"""
 
 from __future__ import annotations
 
@@ -15,4 +20,5 @@ def is_finance(user) -> bool:  # type: ignore[no-untyped-def]
     return bool(user.is_authenticated and user.is_active and user.is_finance)
 
 
+# The one rule for "sees every team's objects"; `tenants.view_all_teams` asks it.
 sees_all_teams = is_platform_admin | is_finance

@@ -42,7 +42,7 @@ def api_token_create(*, user: User, name: str, expires_in_days: int | None) -> t
 
 @transaction.atomic
 def api_token_revoke(*, token: ApiToken, actor: User) -> ApiToken:
-    if token.user_id != actor.pk and not actor.is_platform_admin:
+    if not actor.has_perm("portal.revoke_apitoken", token):
         raise DomainError("You can only revoke your own tokens.")
     if token.revoked_at:
         raise StateConflict(f"Token “{token.name}” is already revoked.")

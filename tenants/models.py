@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.models import User
+from portal.roles import sees_all_teams
 
 DNS_LABEL_HELP = (
     "Lowercase letters, digits and hyphens, starting and ending with a letter or digit, "
@@ -50,7 +51,7 @@ class TeamQuerySet(models.QuerySet["Team"]):
     def for_user(self, user: Any) -> TeamQuerySet:
         if not getattr(user, "is_authenticated", False):
             return self.none()
-        if user.sees_all_teams:
+        if sees_all_teams(user):
             return self
         return self.filter(pk__in=list(user_team_roles(user)))
 
@@ -196,7 +197,7 @@ class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
     def for_user(self, user: Any) -> QuotaRequestQuerySet:
         if not getattr(user, "is_authenticated", False):
             return self.none()
-        if user.sees_all_teams:
+        if sees_all_teams(user):
             return self
         return self.filter(team_id__in=list(user_team_roles(user)))
 
@@ -255,7 +256,7 @@ class QuotaGrantQuerySet(models.QuerySet["QuotaGrant"]):
     def for_user(self, user: Any) -> QuotaGrantQuerySet:
         if not getattr(user, "is_authenticated", False):
             return self.none()
-        if user.sees_all_teams:
+        if sees_all_teams(user):
             return self
         return self.filter(team_id__in=list(user_team_roles(user)))
 

@@ -4,6 +4,7 @@ stop and relaunch through htmx, isolation between teams, CSRF, and bounded queri
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -57,6 +58,12 @@ def launch(user, team, template, flavor, **kwargs):
     return services.workload_launch(user=user, request=services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs))
 
 
+def ok(response: Any) -> str:
+    """The body of a page that must have rendered: what a page does not show means nothing on an error page."""
+    assert response.status_code == 200, response.status_code
+    return response.content.decode()
+
+
 def advance(cluster: SimulatedGateway, seconds: float) -> None:
     cluster.advance(seconds)
     sync.sync_all()
@@ -76,12 +83,12 @@ def test_the_template_list_shows_kind_image_flavors_parameters_and_a_launch_butt
 def test_the_template_list_hides_another_teams_private_template(training, member, admin_user, other_team, flavor, as_user):
     services.template_create(user=admin_user, slug="speech-only", name="Speech only", kind="training", owner_team=other_team,
                              flavors=[flavor], image="x")
-    page = as_user(member).get(reverse("jobs:template-list")).content.decode()
+    page = ok(as_user(member).get(reverse("jobs:template-list")))
     assert "PyTorch training" in page and "Speech only" not in page
 
 
 def test_the_launch_form_renders_an_input_per_parameter_with_defaults_and_bounds(ready_team, member, training, mig_flavor, as_user):
-    page = as_user(member).get(reverse("jobs:workload-launch") + "?template=pytorch-train&team=vision").content.decode()
+    page = ok(as_user(member).get(reverse("jobs:workload-launch") + "?template=pytorch-train&team=vision"))
     assert 'name="p_epochs" value="10"' in page and 'min="1" max="1000"' in page
     assert 'name="p_learning_rate" value="0.001"' in page and 'step="any"' in page
     assert '<option value="2.5" selected>' in page
@@ -220,8 +227,8 @@ def test_the_list_polls_only_while_something_on_it_is_active(ready_team, member,
     client = as_user(member)
     assert 'hx-trigger="every 3s"' in client.get(reverse("jobs:workload-list")).content.decode()
     Workload.objects.filter(pk=workload.pk).update(phase=Workload.Phase.SUCCEEDED)
-    fragment = client.get(reverse("jobs:workload-list"), **HTMX).content.decode()
-    assert fragment.lstrip().startswith('<div id="workload-rows"')
+    fragment = ok(client.get(reverse("jobs:workload-list"), **HTMX))
+    assert fragment.lstrip().startswith('<div id="workload-rows"') and f"#{workload.pk}<" in fragment
     assert "every 3s" not in fragment
 
 
@@ -236,10 +243,15 @@ def test_lists_never_show_another_teams_workloads(ready_team, other_team, member
     make_ready(other_team, flavor, 2)
     launch(member, ready_team, training, flavor, name="vision-secret")
     launch(outsider, other_team, training, flavor, name="speech-run")
-    page = as_user(outsider).get(reverse("jobs:workload-list")).content.decode()
+    page = ok(as_user(outsider).get(reverse("jobs:workload-list")))
     assert "speech-run" in page and "vision-secret" not in page
-    filtered = as_user(outsider).get(reverse("jobs:workload-list") + "?team=vision").content.decode()
+    response = as_user(outsider).get(reverse("jobs:workload-list") + "?team=vision")
+    filtered = ok(response)
+    assert re.search(r"<h1[^>]*>\s*Workloads\s*</h1>", filtered)
     assert "vision-secret" not in filtered
+    # A team the user cannot see matches nothing, like a team that does not exist.
+    assert list(response.context["workloads"]) == []
+    assert list(as_user(outsider).get(reverse("jobs:workload-list") + "?team=no-such-team").context["workloads"]) == []
 
 
 # --- One workload ------------------------------------------------------------------------------------------
@@ -277,7 +289,7 @@ def test_a_queued_workload_page_shows_its_timeline_and_why_it_waits(waiting_pair
 def test_a_running_workload_says_it_runs_on_guaranteed_capacity_and_shows_pods_and_logs(waiting_pair, member, as_user):
     first, _ = waiting_pair
     client = as_user(member)
-    page = client.get(reverse("jobs:workload-detail", args=[first.pk])).content.decode()
+    page = ok(client.get(reverse("jobs:workload-detail", args=[first.pk])))
     assert "Runs on vision's <strong>guaranteed</strong> quota" in page and "Why is it waiting?" not in page
     live = client.get(reverse("jobs:workload-live", args=[first.pk]), **HTMX).content.decode()
     assert live.lstrip().startswith("<section id=\"workload-live\"")
@@ -293,9 +305,9 @@ def test_a_finished_workload_stops_polling(waiting_pair, member, simulated, as_u
     first.refresh_from_db()
     assert first.phase == Workload.Phase.SUCCEEDED
     client = as_user(member)
-    page = client.get(reverse("jobs:workload-detail", args=[first.pk])).content.decode()
+    page = ok(client.get(reverse("jobs:workload-detail", args=[first.pk])))
     assert 'hx-trigger="load"' in page and "every 3s" not in page
-    live = client.get(reverse("jobs:workload-live", args=[first.pk]), **HTMX).content.decode()
+    live = ok(client.get(reverse("jobs:workload-live", args=[first.pk]), **HTMX))
     assert "hx-trigger" not in live and "Succeeded" in live
 
 
@@ -337,8 +349,9 @@ def test_stopping_through_htmx_answers_with_the_stopped_fragment(ready_team, mem
 
 def test_a_member_cannot_stop_someone_elses_workload(ready_team, member, lead, training, flavor, as_user):
     workload = launch(lead, ready_team, training, flavor)
-    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    page = ok(as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])))
     assert 'data-testid="stop"' not in page
+    assert 'data-testid="stop"' in ok(as_user(lead).get(reverse("jobs:workload-detail", args=[workload.pk])))
     assert as_user(member).post(reverse("jobs:workload-stop", args=[workload.pk]), **HTMX).status_code == 403
     workload.refresh_from_db()
     assert workload.is_active
@@ -387,19 +400,22 @@ def test_an_outsider_gets_404_launching_for_another_team(ready_team, outsider, t
 # --- Pages and queries ------------------------------------------------------------------------------------
 
 
-PAGES = [("jobs:template-list", []), ("jobs:workload-launch", []), ("jobs:workload-list", [])]
+# Each page with the heading it must show: an error page or the wrong template has another.
+PAGES = [("jobs:template-list", [], "Workload templates"), ("jobs:workload-launch", [], "Launch a workload"),
+         ("jobs:workload-list", [], "Workloads")]
 
 
-@pytest.mark.parametrize(("name", "args"), PAGES)
+@pytest.mark.parametrize(("name", "args", "title"), PAGES)
 @pytest.mark.parametrize("who", ["member", "lead", "admin_user", "finance_user"])
-def test_every_workload_page_renders_for_members_leads_admins_and_finance(name, args, who, request, training, member, lead,
+def test_every_workload_page_renders_for_members_leads_admins_and_finance(name, args, title, who, request, training, member, lead,
                                                                           as_user):
     response = as_user(request.getfixturevalue(who)).get(reverse(name, args=args))
-    assert response.status_code == 200 and b"<html" in response.content
+    assert response.status_code == 200
+    assert re.search(rf"<h1[^>]*>\s*{re.escape(title)}\s*</h1>", response.content.decode())
 
 
-@pytest.mark.parametrize(("name", "args"), PAGES)
-def test_every_workload_page_sends_anonymous_visitors_to_the_login_page(name, args, client):
+@pytest.mark.parametrize(("name", "args", "title"), PAGES)
+def test_every_workload_page_sends_anonymous_visitors_to_the_login_page(name, args, title, client):
     response = client.get(reverse(name, args=args))
     assert response.status_code == 302 and response["Location"].startswith("/login/")
 

@@ -539,6 +539,13 @@ def test_the_flavor_list_shows_what_a_team_holds(team, member, flavor, mig_flavo
     assert {r["slug"]: r["team_guaranteed_units"] for r in rows} == {"h100-80gb": 6, "a100-1g10gb": 0}
 
 
+@pytest.mark.parametrize("slug", ["vision", "no-such-team"], ids=["invisible", "missing"])
+def test_the_flavor_list_for_a_team_you_cannot_see_is_empty_like_for_a_missing_team(team, outsider, flavor, slug):
+    response = api(outsider).get("/api/flavors/", {"team": slug})
+
+    assert (response.status_code, response.json()["results"]) == (200, [])
+
+
 def test_a_flavor_reads_with_its_capacity(member, flavor):
     response = api(member).get(f"/api/flavors/{flavor.pk}/")
 
