@@ -48,6 +48,7 @@ def test_a_watch_streams_delays_are_the_same_for_the_same_seed_and_kind_and_stay
 @pytest.mark.django_db
 def test_a_simulated_watch_delivers_one_kinds_changes_in_the_order_they_happened():
     cluster = SimulatedGateway(watch_seed="3")
+    cluster.apply(namespace("before"))  # so the version to watch from is a change the log still holds
     _, version = cluster.list("v1", "Namespace")
     names = [f"ns-{index}" for index in range(8)]
     for name in names:
