@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from portal.kube import NodeSpec, ObjectRef, reset_gateway
 from portal.kube.counting import CountingGateway
@@ -32,8 +33,7 @@ def quota(name: str, namespace: str) -> dict:
 
 
 def first_delay(seed: str, kind: str) -> float:
-    api_version = "v1"
-    return next(watch_delays(seed, api_version, kind))
+    return next(watch_delays(seed, "v1", kind))
 
 
 def test_a_watch_streams_delays_are_the_same_for_the_same_seed_and_kind_and_stay_small():
@@ -94,9 +94,7 @@ def test_two_kinds_changed_together_arrive_in_the_order_the_seed_decides():
                             arrivals.append(kind)
                         return
             finally:
-                from django.db import connection
-
-                connection.close()
+                connection.close()  # each thread's own; the test database must not outlive it
 
         threads = [threading.Thread(target=follow, args=(kind,)) for kind in ("Namespace", "ResourceQuota")]
         for thread in threads:
