@@ -74,7 +74,8 @@ def run(cp, team_count: int) -> dict[str, float]:
         for obj in manifests.make_team_objects(team=spec):
             # Same shape, other names, and not labelled as the portal's: the pass must not prune them.
             text = json.dumps(obj).replace(spec.slug, spec.slug.replace("bench-", "floor-"))
-            floor_objects.append(json.loads(text.replace('"gpu-portal"}', '"gpu-portal-floor"}').replace('"gpu-portal",', '"gpu-portal-floor",')))
+            text = text.replace('"gpu-portal"}', '"gpu-portal-floor"}').replace('"gpu-portal",', '"gpu-portal-floor",')
+            floor_objects.append(json.loads(text))
     api = k8s.ApiClient(gateway().configuration)
 
     def bare_apply(obj: dict) -> None:
@@ -106,8 +107,10 @@ def run(cp, team_count: int) -> dict[str, float]:
 
     started = time.perf_counter()
     for api_version, kind in reconcile.OWNED_KINDS:
-        info_path = ref_of({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "namespace": "x"}}).info.collection_path()
-        params = api.param_serialize("GET", info_path, query_params=[("labelSelector", "app.kubernetes.io/managed-by=gpu-portal")],
+        probe = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "namespace": "x"}}
+        info_path = ref_of(probe).info.collection_path()
+        params = api.param_serialize("GET", info_path,
+                                     query_params=[("labelSelector", "app.kubernetes.io/managed-by=gpu-portal")],
                                      header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
         api.call_api(*params).read()
     floor_list = time.perf_counter() - started

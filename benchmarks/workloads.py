@@ -181,10 +181,13 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
     succeeded = Workload.objects.filter(phase=Workload.Phase.SUCCEEDED).count()
     return {
-        "steady": {"launches": len(steady), "target_rate_per_s": args.rate, "achieved_rate_per_s": round(len(steady) / steady_wall, 1),
-                   "launch_p50_ms": round(1000 * percentile(steady, 0.5), 1), "launch_p95_ms": round(1000 * percentile(steady, 0.95), 1)},
+        "steady": {"launches": len(steady), "target_rate_per_s": args.rate,
+                   "achieved_rate_per_s": round(len(steady) / steady_wall, 1),
+                   "launch_p50_ms": round(1000 * percentile(steady, 0.5), 1),
+                   "launch_p95_ms": round(1000 * percentile(steady, 0.95), 1)},
         "burst": {"launches": len(burst), "wall_s": round(burst_wall, 2),
-                  "launch_p50_ms": round(1000 * percentile(burst, 0.5), 1), "launch_p95_ms": round(1000 * percentile(burst, 0.95), 1)},
+                  "launch_p50_ms": round(1000 * percentile(burst, 0.5), 1),
+                  "launch_p95_ms": round(1000 * percentile(burst, 0.95), 1)},
         "errors": errors[:5], "error_count": len(errors),
         "workloads_recorded": Workload.objects.count(), "workloads_succeeded": succeeded,
         "lost": total - Workload.objects.count(),

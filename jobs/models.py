@@ -184,6 +184,9 @@ class WorkloadTransition(models.Model):
     class Meta:
         ordering = ["at", "id"]
 
+    def __str__(self) -> str:
+        return f"{self.phase} at {self.at:%Y-%m-%d %H:%M:%S}"
+
 
 class RunInterval(models.Model):
     """One pod's time on a GPU node. Keyed by pod UID: re-reading the cluster never duplicates one."""
@@ -199,3 +202,6 @@ class RunInterval(models.Model):
 
     class Meta:
         ordering = ["started_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.pod_name} ({self.units} × {self.resource_name})"

@@ -142,6 +142,9 @@ class SimulatedObject(models.Model):
         ]
         indexes = [models.Index(fields=["kind", "namespace"])]
 
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
 
 class SimulatedEvent(models.Model):
     """The simulated cluster's change log: its ids are resourceVersions, watches read it."""
@@ -154,3 +157,6 @@ class SimulatedEvent(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["kind", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.kind} #{self.pk}"

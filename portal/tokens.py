@@ -66,7 +66,9 @@ class TokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("The Authorization header must be “Token <secret>”.")
         token = ApiToken.objects.usable().select_related("user").filter(digest=ApiToken.digest_of(header[1])).first()
         if token is None:
-            raise exceptions.AuthenticationFailed("This API token is unknown, revoked or expired. Create a new one under API tokens.")
+            raise exceptions.AuthenticationFailed(
+                "This API token is unknown, revoked or expired. Create a new one under API tokens."
+            )
         now = timezone.now()
         if not token.last_used_at or now - token.last_used_at > dt.timedelta(minutes=1):
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)

@@ -84,11 +84,13 @@ class QuotaRequestForm(forms.Form):
     def _line_rows(self, data: QueryDict | None) -> list[LineRow]:
         flavors = data.getlist("flavor") if data is not None else []
         units = data.getlist("units") if data is not None else []
-        rows = [
-            LineRow(index=i, flavor=(flavors[i] if i < len(flavors) else "").strip(), units=(units[i] if i < len(units) else "").strip())
+        return [
+            LineRow(
+                index=i, flavor=(flavors[i] if i < len(flavors) else "").strip(),
+                units=(units[i] if i < len(units) else "").strip(),
+            )
             for i in range(self.MAX_LINES)
         ]
-        return rows
 
     @property
     def visible_line_count(self) -> int:
@@ -104,7 +106,11 @@ class QuotaRequestForm(forms.Form):
                 continue
             flavor = self.flavors.get(row.flavor)
             if flavor is None:
-                self.add_error(None, f"Choose a flavor for the line with “{row.units}” units." if row.flavor == "" else "Choose a flavor from the list.")
+                self.add_error(
+                    None,
+                    f"Choose a flavor for the line with “{row.units}” units." if row.flavor == ""
+                    else "Choose a flavor from the list.",
+                )
                 continue
             if not row.units:
                 self.add_error(None, f"{flavor.name}: how many units? Enter a whole number, negative to give units back.")

@@ -101,7 +101,9 @@ def make_resource_flavor(*, flavor: FlavorSpec) -> dict[str, Any]:
     spec: dict[str, Any] = {"nodeLabels": dict(flavor.node_labels)}
     if flavor.tolerations:
         spec["tolerations"] = [dict(t) for t in flavor.tolerations]
-    return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": _meta(flavor.name, platform_labels("flavor")), "spec": spec}
+    return {
+        "apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": _meta(flavor.name, platform_labels("flavor")), "spec": spec
+    }
 
 
 def make_workload_priority_class(*, tier: PriorityTier) -> dict[str, Any]:

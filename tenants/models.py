@@ -159,7 +159,9 @@ class Flavor(models.Model):
     fraction_denominator = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(64)],
-        help_text="One unit is numerator/denominator of a physical GPU: 1/1 whole, 1/7 a 1g MIG slice, 1/4 a GPU shared four ways.",
+        help_text=(
+            "One unit is numerator/denominator of a physical GPU: 1/1 whole, 1/7 a 1g MIG slice, 1/4 a GPU shared four ways."
+        ),
     )
     capacity_units = models.PositiveIntegerField(help_text="How many units the cluster has.")
     node_labels = models.JSONField(default=dict, blank=True, help_text="Labels of the nodes that carry it.")
@@ -189,7 +191,9 @@ class Flavor(models.Model):
         ):
             raise ValidationError({"node_labels": 'Node labels are an object of strings, e.g. {"gpu": "h100"}.'})
         if not isinstance(self.tolerations, list) or not all(isinstance(t, dict) for t in self.tolerations):
-            raise ValidationError({"tolerations": 'Tolerations are a list of objects, e.g. [{"key": "gpu", "operator": "Exists"}].'})
+            raise ValidationError(
+                {"tolerations": 'Tolerations are a list of objects, e.g. [{"key": "gpu", "operator": "Exists"}].'}
+            )
 
 
 class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
