@@ -16,6 +16,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.cluster.harness import ControlPlane
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -45,10 +49,11 @@ def main() -> None:
         print(json.dumps(run(cp, args.teams), indent=2))
 
 
-def run(cp, team_count: int) -> dict[str, float]:
+def run(cp: ControlPlane, team_count: int) -> dict[str, Any]:
     from kubernetes import client as k8s
 
     from portal.kube import gateway, ref_of
+    from portal.kube.kubernetes import KubernetesGateway
     from portal.models import User
     from tenants import manifests, reconcile
     from tenants.models import Flavor, QuotaGrant, Team
@@ -76,7 +81,9 @@ def run(cp, team_count: int) -> dict[str, float]:
             text = json.dumps(obj).replace(spec.slug, spec.slug.replace("bench-", "floor-"))
             text = text.replace('"gpu-portal"}', '"gpu-portal-floor"}').replace('"gpu-portal",', '"gpu-portal-floor",')
             floor_objects.append(json.loads(text))
-    api = k8s.ApiClient(gateway().configuration)
+    cluster = gateway()
+    assert isinstance(cluster, KubernetesGateway)  # the benchmark runs against a real control plane
+    api = k8s.ApiClient(cluster.configuration)
 
     def bare_apply(obj: dict) -> None:
         ref = ref_of(obj)

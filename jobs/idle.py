@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import urllib.error
@@ -59,6 +60,6 @@ def notebooks_stop_idle(*, now: dt.datetime | None = None) -> list[int]:
                          f" stopped after {minutes} minutes idle")
             from jobs import tasks
 
-            transaction.on_commit(lambda pk=locked.pk: tasks.workload_teardown.delay(pk))
+            transaction.on_commit(functools.partial(tasks.workload_teardown.delay, locked.pk))
             stopped.append(locked.pk)
     return stopped

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import rules
+from django.contrib.auth.models import AnonymousUser
+
+from portal.models import User
 
 
 @rules.predicate
-def is_platform_admin(user) -> bool:  # type: ignore[no-untyped-def]
+def is_platform_admin(user: User | AnonymousUser) -> bool:
     return bool(user.is_authenticated and user.is_active and (user.is_platform_admin or user.is_superuser))
 
 
 @rules.predicate
-def is_finance(user) -> bool:  # type: ignore[no-untyped-def]
+def is_finance(user: User | AnonymousUser) -> bool:
     return bool(user.is_authenticated and user.is_active and user.is_finance)
 
 

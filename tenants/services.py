@@ -432,7 +432,8 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     leads = selectors.team_leads(team_ids=[g.team_id for g in ending])
     for grant in ending:
         grant.ending_notice_sent_at = now
-        last_day = timezone.localtime(grant.valid_until - dt.timedelta(seconds=1)).date()  # type: ignore[operator]
+        assert grant.valid_until is not None  # grants_ending_between returns only grants that end
+        last_day = timezone.localtime(grant.valid_until - dt.timedelta(seconds=1)).date()
         recipients = list(leads[grant.team_id]) + ([grant.request.requester] if grant.request else [])
         notify(recipients=recipients,
                message=f"The temporary grant of {grant.units:+d} {grant.flavor.name} for {grant.team.name}"
@@ -470,12 +471,12 @@ def memberships_sync_from_groups(*, user: User, groups: Sequence[str]) -> None:
             wanted.setdefault(name, Membership.Role.MEMBER)
     teams = {team.slug: team for team in Team.objects.filter(slug__in=wanted)}
     current = {m.team.slug: m for m in Membership.objects.filter(user=user).select_related("team")}
-    for slug, membership in current.items():
+    for slug, stale in current.items():
         if slug not in teams:
-            audit_record(actor=None, action="membership.removed", obj=membership, team_id=membership.team_id,
+            audit_record(actor=None, action="membership.removed", obj=stale, team_id=stale.team_id,
                          message=f"{user.username} left {slug}: the identity provider no longer lists the group")
-            membership.delete()
-            _on_team_change(membership.team_id)
+            stale.delete()
+            _on_team_change(stale.team_id)
     for slug, team in teams.items():
         role = wanted[slug]
         membership = current.get(slug)
