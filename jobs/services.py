@@ -19,6 +19,7 @@ from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.models import User
 from tenants import selectors as tenant_selectors
+from tenants.manifests import tier_name
 from tenants.models import Flavor, Team
 
 
@@ -220,9 +221,10 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         raise DomainError(f"Template {version} is broken: {error}") from None
     return manifests.WorkloadSpec(
         workload_id=workload.pk, name=workload.k8s_name, namespace=workload.team.namespace, team=workload.team.slug,
-        kind=version.template.kind, image=version.image, command=tuple(version.command), args=args, env=env,
+        kind=manifests.workload_kind(version.template.kind), image=version.image, command=tuple(version.command),
+        args=args, env=env,
         resource_name=workload.flavor.resource_name, units=workload.units, workers=workload.workers, cpu=workload.cpu,
-        memory_gib=workload.memory_gib, priority=workload.priority, max_runtime_seconds=version.max_runtime_seconds,
+        memory_gib=workload.memory_gib, priority=tier_name(workload.priority), max_runtime_seconds=version.max_runtime_seconds,
         port=version.port, storage_gib=version.storage_gib, notebook_token=workload.notebook_token,
         ingress_host=ingress_host(workload) if version.template.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK) else "",
         annotations=tuple(sorted(settings.PORTAL_POD_ANNOTATIONS.items())),
