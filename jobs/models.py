@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from django.contrib.auth.models import AnonymousUser
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -26,9 +25,9 @@ class Priority(models.TextChoices):
 
 
 class WorkloadTemplateQuerySet(models.QuerySet["WorkloadTemplate"]):
-    def for_user(self, user: Any) -> WorkloadTemplateQuerySet:
+    def for_user(self, user: User | AnonymousUser) -> WorkloadTemplateQuerySet:
         """Global templates, and those shared with (or owned by) one of the user's teams."""
-        if not getattr(user, "is_authenticated", False):
+        if not user.is_authenticated:
             return self.none()
         if user.sees_all_teams:
             return self
@@ -100,8 +99,8 @@ class WorkloadTemplateVersion(models.Model):
 
 
 class WorkloadQuerySet(models.QuerySet["Workload"]):
-    def for_user(self, user: Any) -> WorkloadQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> WorkloadQuerySet:
+        if not user.is_authenticated:
             return self.none()
         if user.sees_all_teams:
             return self

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
@@ -31,24 +32,24 @@ def validate_dns_label(value: str) -> None:
         raise ValidationError(f"“{value}” is reserved by Kubernetes; choose another name.")
 
 
-def user_team_roles(user: Any) -> dict[int, str]:
+def user_team_roles(user: User | AnonymousUser) -> dict[int, str]:
     """The user's teams and role in each, read once per request and cached on the user."""
-    if not getattr(user, "is_authenticated", False):
+    if not user.is_authenticated:
         return {}
-    cached = getattr(user, "_team_roles", None)
+    cached: dict[int, str] | None = getattr(user, "_team_roles", None)
     if cached is None:
         cached = dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
         user._team_roles = cached
     return cached
 
 
-def forget_team_roles(user: Any) -> None:
+def forget_team_roles(user: User) -> None:
     user.__dict__.pop("_team_roles", None)
 
 
 class TeamQuerySet(models.QuerySet["Team"]):
-    def for_user(self, user: Any) -> TeamQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> TeamQuerySet:
+        if not user.is_authenticated:
             return self.none()
         if user.sees_all_teams:
             return self
@@ -197,8 +198,8 @@ class Flavor(models.Model):
 
 
 class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
-    def for_user(self, user: Any) -> QuotaRequestQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> QuotaRequestQuerySet:
+        if not user.is_authenticated:
             return self.none()
         if user.sees_all_teams:
             return self
@@ -256,8 +257,8 @@ class QuotaRequestLine(models.Model):
 
 
 class QuotaGrantQuerySet(models.QuerySet["QuotaGrant"]):
-    def for_user(self, user: Any) -> QuotaGrantQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> QuotaGrantQuerySet:
+        if not user.is_authenticated:
             return self.none()
         if user.sees_all_teams:
             return self
