@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.contrib.auth.models import AnonymousUser
 from django.http import QueryDict
 
 from portal.errors import DomainError
@@ -68,7 +69,7 @@ class QuotaRequestForm(forms.Form):
         help_text="Last day of temporary quota. Leave empty for permanent quota.",
     )
 
-    def __init__(self, data: QueryDict | None = None, *, user: Any, initial_team: str | None = None) -> None:
+    def __init__(self, data: QueryDict | None = None, *, user: User | AnonymousUser, initial_team: str | None = None) -> None:
         super().__init__(data)
         self.flavors = {flavor.slug: flavor for flavor in Flavor.objects.filter(is_active=True).order_by("name")}
         allowed = [team.pk for team in Team.objects.for_user(user) if user.has_perm("tenants.request_quota", team)]
