@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
+from django_htmx.middleware import HtmxDetails
 
 from portal.models import User
 
@@ -18,3 +19,15 @@ def signed_in_user(request: HttpRequest) -> User:
     if not isinstance(user, User):
         raise PermissionDenied
     return user
+
+
+class AuthenticatedHttpRequest(HttpRequest):
+    """The request of a view behind login_required: its user is a User, never anonymous."""
+
+    user: User  # login_required guarantees it; HttpRequest says User | AnonymousUser
+
+
+class HtmxHttpRequest(AuthenticatedHttpRequest):
+    """The same, with django-htmx's details of an htmx request (HtmxMiddleware sets them)."""
+
+    htmx: HtmxDetails
