@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from django.contrib.auth.models import AnonymousUser
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -27,9 +26,9 @@ class Priority(models.TextChoices):
 
 
 class WorkloadTemplateQuerySet(models.QuerySet["WorkloadTemplate"]):
-    def for_user(self, user: Any) -> WorkloadTemplateQuerySet:
+    def for_user(self, user: User | AnonymousUser) -> WorkloadTemplateQuerySet:
         """Global templates, and those shared with (or owned by) one of the user's teams."""
-        if not getattr(user, "is_authenticated", False):
+        if not user.is_authenticated:
             return self.none()
         if sees_all_teams(user):
             return self
@@ -101,8 +100,8 @@ class WorkloadTemplateVersion(models.Model):
 
 
 class WorkloadQuerySet(models.QuerySet["Workload"]):
-    def for_user(self, user: Any) -> WorkloadQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> WorkloadQuerySet:
+        if not user.is_authenticated:
             return self.none()
         if sees_all_teams(user):
             return self
@@ -185,6 +184,9 @@ class WorkloadTransition(models.Model):
     class Meta:
         ordering = ["at", "id"]
 
+    def __str__(self) -> str:
+        return f"{self.phase} at {self.at:%Y-%m-%d %H:%M:%S}"
+
 
 class RunInterval(models.Model):
     """One pod's time on a GPU node. Keyed by pod UID: re-reading the cluster never duplicates one."""
@@ -200,3 +202,6 @@ class RunInterval(models.Model):
 
     class Meta:
         ordering = ["started_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.pod_name} ({self.units} × {self.resource_name})"
