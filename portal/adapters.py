@@ -44,7 +44,7 @@ FALSE_VALUES = {"0", "false", "no"}
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
-    user: User  # type: ignore[assignment]
+    user: User
 
 
 def page(items: QuerySet[Any], number: str | None) -> Page:

@@ -10,7 +10,8 @@ from portal.models import User
 
 
 def signed_in_user(request: HttpRequest) -> User:
-    """The user behind a page that requires a login (the admin, login_required views).
+    """The user behind a page or endpoint that requires a login (the admin, login_required views,
+    the API behind IsAuthenticated).
 
     `request.user` is typed `User | AnonymousUser`; this narrows it for the services, which act for
     a person, and refuses rather than passing an anonymous user on if a login check was forgotten.

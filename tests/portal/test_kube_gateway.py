@@ -26,7 +26,8 @@ class FakeApiServer:
     for its path; a status of DROP hangs up instead."""
 
     def __init__(self, script: dict[str, list[tuple[Any, ...]]]) -> None:
-        self.script, self.seen = script, []
+        self.script = script
+        self.seen: list[tuple[str, str]] = []  # (method, path) of each request
         self.slept: list[float] = []  # what the gateway waited between attempts
         server = self
 
@@ -81,7 +82,9 @@ NS_PATH = "/api/v1/namespaces/vision"
 
 
 def test_overload_and_server_errors_are_retried_then_succeed(api_server):
-    server = api_server({NS_PATH: [(429, {"message": "slow down"}), (503, "unavailable"), (200, {"metadata": {"name": "vision"}})]})
+    server = api_server({
+        NS_PATH: [(429, {"message": "slow down"}), (503, "unavailable"), (200, {"metadata": {"name": "vision"}})],
+    })
     answer = server.gateway().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vision"}})
     assert answer == {"metadata": {"name": "vision"}}
     assert [method for method, _ in server.seen] == ["PATCH", "PATCH", "PATCH"]
@@ -119,7 +122,9 @@ def test_a_server_that_keeps_hanging_up_is_a_retriable_error_after_the_budget(ap
 
 
 def test_retry_after_is_waited_out_never_shortened(api_server):
-    server = api_server({NS_PATH: [(429, {"message": "slow down"}, {"Retry-After": "3"}), (200, {"metadata": {"name": "vision"}})]})
+    server = api_server({
+        NS_PATH: [(429, {"message": "slow down"}, {"Retry-After": "3"}), (200, {"metadata": {"name": "vision"}})],
+    })
     server.gateway().get(ObjectRef("v1", "Namespace", "vision"))
     (waited,) = server.slept
     assert 3 <= waited <= 4.5
@@ -139,7 +144,9 @@ def test_validation_and_conflict_errors_are_not_retried_and_say_why(api_server):
     server = api_server({"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/vision": [(422, invalid)]})
     with pytest.raises(KubeError) as refused:
         server.gateway().apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "vision"}})
-    assert str(refused.value) == "ClusterQueue vision: rejected as invalid: spec.resourceGroups[0].flavors[0].name: Required value"
+    assert str(refused.value) == (
+        "ClusterQueue vision: rejected as invalid: spec.resourceGroups[0].flavors[0].name: Required value"
+    )
     assert not refused.value.retriable
     assert len(server.seen) == 1 and server.slept == []
 
@@ -163,7 +170,8 @@ class FakeClock:
     """Time that passes only when someone sleeps, or the test moves it."""
 
     def __init__(self) -> None:
-        self.now, self.slept = 100.0, []
+        self.now = 100.0
+        self.slept: list[float] = []
 
     def __call__(self) -> float:
         return self.now
