@@ -6,8 +6,8 @@ from django.http import HttpRequest
 
 from billing import services
 from billing.models import Rate
+from portal.adapters import signed_in_user
 from portal.errors import DomainError
-from portal.http import signed_in_user
 
 
 @admin.register(Rate)

@@ -33,8 +33,7 @@ from jobs.serializers import (
     WorkloadLaunchSerializer,
     WorkloadSerializer,
 )
-from portal.adapters import parse
-from portal.http import signed_in_user
+from portal.adapters import parse, signed_in_user
 from tenants.models import Team
 
 MAX_LOG_LINES = 5000

@@ -13,9 +13,8 @@ from rest_framework.routers import BaseRouter
 
 from portal import notifications as notification_services
 from portal import tokens as token_services
-from portal.adapters import parse
+from portal.adapters import parse, signed_in_user
 from portal.filters import NotificationFilter
-from portal.http import signed_in_user
 from portal.models import ApiToken, Notification
 from portal.serializers import ApiTokenSerializer, NotificationSerializer
 

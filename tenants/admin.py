@@ -14,8 +14,8 @@ from django.db.models import Model
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
+from portal.adapters import signed_in_user
 from portal.errors import DomainError
-from portal.http import signed_in_user
 from tenants import services
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team
 

@@ -18,8 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from portal.adapters import parse
-from portal.http import signed_in_user
+from portal.adapters import parse, signed_in_user
 from portal.models import AuditEvent
 from tenants import reconcile, selectors, services
 from tenants.filters import AuditEventFilter, FlavorFilter, MembershipFilter, QuotaGrantFilter, QuotaRequestFilter
