@@ -11,10 +11,10 @@ from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from jobs import manifests, pricing
 from jobs.models import Priority, Workload, WorkloadTemplate, WorkloadTemplateVersion
-from jobs.services import team_ceiling
 from portal.kube import KubeError, gateway
-from tenants import reconcile
+from tenants import cluster_selectors
 from tenants import selectors as tenant_selectors
+from tenants.cluster_selectors import QueueUsage
 from tenants.models import Flavor, Team
 
 PRIORITY_ORDER = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
@@ -39,28 +39,16 @@ def templates_for_team(*, team: Team) -> QuerySet[WorkloadTemplate]:
     return WorkloadTemplate.objects.for_team(team).prefetch_related("versions__flavors")
 
 
-@dataclass(frozen=True)
-class QueueUsage:
-    guaranteed: int
-    in_use: int
-    borrowed: int
-    lent: int
-
-    @property
-    def free(self) -> int:
-        return max(self.guaranteed - self.in_use, 0)
-
-
-def _queues() -> dict[str, list[reconcile.QueueUsage]] | None:
+def _queues() -> dict[str, list[QueueUsage]] | None:
     """Every team queue's usage in one read, or None when the cluster is silent."""
     try:
-        return reconcile.cluster_queue_usage()
+        return cluster_selectors.cluster_queue_usage()
     except KubeError:
         return None
 
 
 def team_queue_usage(
-    *, team: Team, flavor: Flavor, queues: dict[str, list[reconcile.QueueUsage]] | None = None
+    *, team: Team, flavor: Flavor, queues: dict[str, list[QueueUsage]] | None = None
 ) -> QueueUsage | None:
     """The team's queue for this flavor as Kueue reports it, or None when the cluster is silent."""
     queues = _queues() if queues is None else queues
@@ -68,8 +56,9 @@ def team_queue_usage(
         return None
     for row in queues.get(team.slug, []):
         if row.flavor == flavor.slug:
-            return QueueUsage(guaranteed=row.guaranteed, in_use=row.in_use, borrowed=row.borrowed, lent=row.lent)
-    return QueueUsage(guaranteed=tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0), in_use=0, borrowed=0, lent=0)
+            return row
+    return QueueUsage(flavor=flavor.slug, resource=flavor.resource_name,
+                      guaranteed=tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0), in_use=0, borrowed=0, lent=0)
 
 
 @dataclass(frozen=True)
@@ -104,7 +93,7 @@ class LaunchHint:
         return float(self.units * self.flavor.fraction)
 
 
-def cohort_idle(*, team: Team, flavor: Flavor, queues: dict[str, list[reconcile.QueueUsage]]) -> int:
+def cohort_idle(*, team: Team, flavor: Flavor, queues: dict[str, list[QueueUsage]]) -> int:
     """What the other teams' queues leave idle of the flavor and nobody borrows yet."""
     idle = borrowed = 0
     for slug, rows in queues.items():
@@ -113,7 +102,7 @@ def cohort_idle(*, team: Team, flavor: Flavor, queues: dict[str, list[reconcile.
                 continue
             borrowed += row.borrowed
             if slug != team.slug:
-                idle += max(row.guaranteed - row.in_use, 0)
+                idle += row.free
     return max(idle - borrowed, 0)
 
 
@@ -121,7 +110,7 @@ def launch_hint(*, team: Team, flavor: Flavor, units: int) -> LaunchHint:
     queues = _queues()
     usage = None if queues is None else team_queue_usage(team=team, flavor=flavor, queues=queues)
     lendable = cohort_idle(team=team, flavor=flavor, queues=queues) if queues is not None and team.may_borrow else 0
-    return LaunchHint(flavor=flavor, units=units, usage=usage, ceiling=team_ceiling(team=team, flavor=flavor), lendable=lendable,
+    return LaunchHint(flavor=flavor, units=units, usage=usage, ceiling=tenant_selectors.team_ceiling(team=team, flavor=flavor), lendable=lendable,
                       cost=pricing.hourly_cost(flavor=flavor, units=units))
 
 

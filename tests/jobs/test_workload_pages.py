@@ -14,7 +14,7 @@ from django.urls import reverse
 from jobs import services, sync
 from jobs.models import Workload, WorkloadKind
 from portal.kube.simulated import SimulatedGateway
-from tenants import reconcile
+from tenants import cluster_selectors
 from tests.factories import MembershipFactory, UserFactory
 from tests.helpers import make_ready
 
@@ -186,7 +186,7 @@ def test_the_hint_says_so_when_the_cluster_is_silent(ready_team, member, trainin
     def silent(**kwargs: Any) -> None:
         raise KubeError("connection refused")
 
-    monkeypatch.setattr(reconcile, "cluster_queue_usage", silent)
+    monkeypatch.setattr(cluster_selectors, "cluster_queue_usage", silent)
     fragment = hint(as_user(member))
     assert "The cluster did not answer" in fragment and "no rate for H100 80GB on the rate card yet" in fragment
 
