@@ -133,11 +133,11 @@ def run(polls: int, other_events: int) -> dict[str, Any]:
     browser.force_login(member)
 
     def get(url: str, htmx: bool = False) -> str:
-        response = browser.get(url, **({"HTTP_HX_REQUEST": "true"} if htmx else {}))
+        response = browser.get(url, headers={"HX-Request": "true"} if htmx else None)
         assert response.status_code == 200, (url, response.status_code)
         return response.content.decode()
 
-    result: dict[str, Any] = {"commit": os.popen(f"git -C {ROOT} rev-parse --short HEAD").read().strip()}
+    result: dict[str, Any] = {"commit": os.popen(f"git -C {ROOT} describe --always --dirty").read().strip()}
     page = get(reverse("jobs:workload-detail", args=[workload.pk]))
     result["page"] = counting.take()
     live = reverse("jobs:workload-live", args=[workload.pk])

@@ -135,33 +135,54 @@ def why_waiting(*, workload: Workload) -> WhyWaiting:
 
 
 @dataclass(frozen=True)
+class EventRow:
+    at: str
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class LivePicture:
+    """What only the cluster knows about the workload now. Its phase and timeline are not here:
+    the status sync keeps them in the database, so a poll reads them there for free."""
+
     pods: list[dict[str, Any]]
-    events: list[dict[str, Any]]
-    logs: str
+    events: list[EventRow]
+    events_of: str = ""  # the object the events are about
     unreachable: str = ""
 
 
-def _pods_and_logs(workload: Workload, tail_lines: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None, str]:
-    """The workload's pods, the newest of them and its last log lines."""
-    cluster = gateway()
-    pods = cluster.list("v1", "Pod", namespace=workload.team.namespace, labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
-    newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
-    logs = cluster.pod_logs(namespace=workload.team.namespace, name=newest["metadata"]["name"], tail_lines=tail_lines) if newest else ""
-    return pods, newest, logs
+def _pods(workload: Workload) -> list[dict[str, Any]]:
+    return gateway().list("v1", "Pod", namespace=workload.team.namespace, labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
 
 
-def live_picture(*, workload: Workload, tail_lines: int = 50) -> LivePicture:
-    """The workload's pods, recent events and the last log lines, read from the cluster now."""
+def _newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+
+
+def _event_row(event: dict[str, Any]) -> EventRow:
+    return EventRow(at=event.get("lastTimestamp") or event.get("eventTime") or "", type=event.get("type") or "",
+                    reason=event.get("reason") or "", message=event.get("message") or "")
+
+
+def live_picture(*, workload: Workload, max_events: int = 20) -> LivePicture:
+    """The workload's pods and the recent events of its newest pod (of the workload's own object
+    while it has none), read from the cluster now in two calls.
+
+    A field selector matches one name, so the events are those of one object: the newest pod
+    says why a run stalls (pulling, crashing, evicted); before any pod exists the Job,
+    Deployment or StatefulSet does. The rest of the namespace's events are never read.
+    """
     try:
-        pods, _, logs = _pods_and_logs(workload, tail_lines)
-        names = {workload.k8s_name, *(p["metadata"]["name"] for p in pods)}
-        events = [e for e in gateway().list("v1", "Event", namespace=workload.team.namespace)[0]
-                  if (e.get("involvedObject") or {}).get("name") in names]
-        events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "", reverse=True)
+        pods = _pods(workload)
+        newest = _newest(pods)
+        subject = newest["metadata"]["name"] if newest else workload.k8s_name
+        events = gateway().list("v1", "Event", namespace=workload.team.namespace, fields={"involvedObject.name": subject})[0]
     except KubeError as error:
-        return LivePicture(pods=[], events=[], logs="", unreachable=f"The cluster did not answer: {error}")
-    return LivePicture(pods=pods, events=events[:20], logs=logs)
+        return LivePicture(pods=[], events=[], unreachable=f"The cluster did not answer: {error}")
+    rows = sorted((_event_row(e) for e in events), key=lambda row: row.at, reverse=True)
+    return LivePicture(pods=pods, events=rows[:max_events], events_of=subject)
 
 
 # --- Reads for the REST API (jobs/api.py) -------------------------------------------------------
@@ -184,11 +205,17 @@ class WorkloadLogs:
     lines: list[str]
     unreachable: str = ""
 
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
 
 def workload_logs(*, workload: Workload, tail_lines: int = 100) -> WorkloadLogs:
-    """The last log lines of the workload's newest pod, the one live_picture reads."""
+    """The last log lines of the workload's newest pod. Read only when asked for (the page's logs
+    panel, the API): logs are the dearest read the API server serves."""
     try:
-        _, newest, logs = _pods_and_logs(workload, tail_lines)
+        newest = _newest(_pods(workload))
+        logs = gateway().pod_logs(namespace=workload.team.namespace, name=newest["metadata"]["name"], tail_lines=tail_lines) if newest else ""
     except KubeError as error:
         return WorkloadLogs(pod="", lines=[], unreachable=f"The cluster did not answer: {error}")
     return WorkloadLogs(pod=newest["metadata"]["name"] if newest else "", lines=logs.splitlines())

@@ -51,6 +51,18 @@ def test_an_object_in_a_missing_namespace_is_refused_as_not_found(cluster):
     assert "not found" in str(refused.value)
 
 
+def test_a_list_narrowed_by_a_field_selector_returns_only_the_matching_objects(cluster):
+    wanted, other = cluster.unique("fields-wanted"), cluster.unique("fields-other")
+    gateway().apply(namespace(wanted))
+    gateway().apply(namespace(other))
+    labels = {"gpu-portal.io/test": "gateway"}
+    items, _ = gateway().list("v1", "Namespace", labels=labels, fields={"metadata.name": wanted})
+    assert [item["metadata"]["name"] for item in items] == [wanted]
+    assert gateway().list("v1", "Namespace", labels=labels, fields={"metadata.name": cluster.unique("no-such")})[0] == []
+    gateway().delete(ObjectRef("v1", "Namespace", wanted))
+    gateway().delete(ObjectRef("v1", "Namespace", other))
+
+
 def test_a_watch_from_a_version_sees_the_changes_after_it(cluster):
     name = cluster.unique("watched")
     gateway().apply(namespace(name))
