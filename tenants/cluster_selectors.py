@@ -1,6 +1,6 @@
 """Reads of the live cluster about teams and capacity: what Kueue says each team's queue is
 guaranteed, uses, borrows and lends. The one read model behind the team page, /capacity/, the
-team's cluster API and the launch hint; database-only reads stay in tenants/selectors.py."""
+team's cluster API, the launch hint and why a workload waits; database-only reads stay in tenants/selectors.py."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from tenants.models import Flavor, Team
 
 # Team queues are the portal's own: other ClusterQueues in the cluster are not a team's.
 MANAGED = {manifests.MANAGED_BY_LABEL: manifests.MANAGER}
+
 
 @dataclass(frozen=True)
 class QueueUsage:
