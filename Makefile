@@ -25,3 +25,4 @@ portal-on-cluster: ## the demo portal against the control plane that `make clust
 bench:           ## the benchmarks, against a control plane they start themselves
 	scripts/setup.sh && .venv/bin/python benchmarks/onboarding.py
 	scripts/with-services.sh .venv/bin/python benchmarks/workloads.py
+	.venv/bin/python benchmarks/live_page.py

@@ -55,7 +55,7 @@ def run(cp: ControlPlane, team_count: int) -> dict[str, Any]:
     from portal.kube import gateway, ref_of
     from portal.kube.kubernetes import KubernetesGateway
     from portal.models import User
-    from tenants import manifests, reconcile
+    from tenants import desired, manifests, reconcile
     from tenants.models import Flavor, QuotaGrant, Team
 
     admin = User.objects.create(username="bench", is_platform_admin=True)
@@ -73,7 +73,7 @@ def run(cp: ControlPlane, team_count: int) -> dict[str, Any]:
     del admin
 
     # The floor: the same objects, other names, applied with the bare client.
-    specs = reconcile.team_specs()
+    specs = desired.team_specs()
     floor_objects = []
     for _, spec in specs.values():
         for obj in manifests.make_team_objects(team=spec):

@@ -55,13 +55,6 @@ def record_transition(workload: Workload, phase: str, reason: str = "") -> None:
     WorkloadTransition.objects.create(workload=workload, phase=phase, reason=reason, at=now)
 
 
-def team_ceiling(*, team: Team, flavor: Flavor) -> int:
-    """The most units of the flavor the team could ever hold at once: its guarantee, plus the
-    rest of the flavor when it may borrow."""
-    guaranteed = tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0)
-    return max(flavor.capacity_units, guaranteed) if team.may_borrow else guaranteed
-
-
 def _workers(version: WorkloadTemplateVersion, values: dict[str, Any]) -> int:
     kind = version.template.kind
     if kind in (WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE):
@@ -100,7 +93,7 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
         raise DomainError(f"Priority must be one of {', '.join(Priority.values)}.", field="priority")
     workers = _workers(version, values)
     total = units * workers
-    ceiling = team_ceiling(team=team, flavor=flavor)
+    ceiling = tenant_selectors.team_ceiling(team=team, flavor=flavor)
     if total > ceiling:
         if ceiling == 0:
             raise DomainError(
@@ -171,7 +164,7 @@ def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload
         raise DomainError(
             f"Replicas must be between {low} and {high} for {locked.template_version.template.name}.", field="replicas"
         )
-    ceiling = team_ceiling(team=locked.team, flavor=locked.flavor)
+    ceiling = tenant_selectors.team_ceiling(team=locked.team, flavor=locked.flavor)
     if locked.units * replicas > ceiling:
         raise DomainError(f"{replicas} replicas need {locked.units * replicas} {locked.flavor.name} units; "
                           f"{locked.team.slug} could get at most {ceiling}.", field="replicas")

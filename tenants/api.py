@@ -20,7 +20,7 @@ from rest_framework.routers import BaseRouter
 
 from portal.adapters import parse, signed_in_user
 from portal.models import AuditEvent
-from tenants import reconcile, selectors, services
+from tenants import cluster_selectors, selectors, services
 from tenants.filters import AuditEventFilter, FlavorFilter, MembershipFilter, QuotaGrantFilter, QuotaRequestFilter
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
 from tenants.serializers import (
@@ -79,7 +79,7 @@ class TeamViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.Destr
                    description="The team in the cluster: in sync, applying or the error, and the live quota of its queue.")
     @action(detail=True, methods=["get"])
     def cluster(self, request: Request, slug: str | None = None) -> Response:
-        picture = reconcile.team_cluster_picture(team=self.get_object())
+        picture = cluster_selectors.team_cluster_picture(team=self.get_object())
         return Response(ClusterPictureSerializer(picture).data)
 
 

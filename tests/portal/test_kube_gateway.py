@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from kubernetes import client as k8s_client
@@ -164,6 +165,16 @@ def test_a_watch_whose_version_expired_lists_afresh_and_goes_on(api_server):
     assert events[0].object["items"][0]["kind"] == "Namespace"
     assert (events[1].type, events[1].object["metadata"]["name"]) == ("MODIFIED", "b")
     assert "resourceVersion=11" in server.seen[2][1]
+
+
+def test_a_list_sends_its_field_selector_beside_the_label_selector(api_server):
+    listing = {"metadata": {"resourceVersion": "7"}, "items": [{"metadata": {"name": "wl-1-abcde.1"}}]}
+    server = api_server({"/api/v1/namespaces/vision/events": [(200, listing)]})
+    items, version = server.gateway().list("v1", "Event", namespace="vision", labels={"a": "b"},
+                                           fields={"involvedObject.name": "wl-1-abcde", "type": "Warning"})
+    assert ([item["metadata"]["name"] for item in items], version) == (["wl-1-abcde.1"], "7")
+    query = parse_qs(urlsplit(server.seen[0][1]).query)
+    assert query["fieldSelector"] == ["involvedObject.name=wl-1-abcde,type=Warning"] and query["labelSelector"] == ["a=b"]
 
 
 class FakeClock:
