@@ -144,6 +144,10 @@ class Workload(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     submitted_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Only an owner once seen can be "gone": without this, a cache that has not yet caught up
+    # with a new Job looks exactly like one deleted outside the portal.
+    seen_in_cluster_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the status sync first saw its Job, Deployment or StatefulSet in the cluster.")
     submit_attempts = models.PositiveSmallIntegerField(default=0)
 
     objects = WorkloadQuerySet.as_manager()
