@@ -318,6 +318,14 @@ def sync_all() -> SyncResult:
     return sync_snapshot(Snapshot.read())
 
 
+def _unchanged_since_read(workload: Workload) -> bool:
+    """Whether the workload is still in the phase this pass read, locked until the transaction
+    ends: a stop committed meanwhile deletes its objects, and their absence must not then be
+    recorded over it as gone."""
+    current = Workload.objects.select_for_update().filter(pk=workload.pk).values_list("phase", flat=True).first()
+    return current == workload.phase
+
+
 def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResult:
     """Records what the snapshot says about active workloads (only those in keys, when given)."""
     result = SyncResult()
@@ -336,7 +344,7 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResul
             derived = (Workload.Phase.FAILED, GONE_REASON) if owner_gone(workload) else None
         with transaction.atomic():
             record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
-            if derived and derived != (workload.phase, workload.reason):
+            if derived and derived != (workload.phase, workload.reason) and _unchanged_since_read(workload):
                 record_transition(workload, *derived)
                 result.changed += 1
     mark_borrowed(None if keys is None else _teams(workloads))

@@ -386,3 +386,24 @@ def test_the_page_offers_stop_for_a_failed_workload_only_while_its_pods_are_ther
         client.post(reverse("jobs:workload-stop", args=[failed_but_running.pk]), **HTMX)
     live = client.get(reverse("jobs:workload-live", args=[failed_but_running.pk]), **HTMX).content.decode()
     assert "Failed" in live and 'data-testid="stop"' not in live
+
+
+def test_a_workload_stopped_while_the_sync_read_the_cluster_stays_stopped(life, member, simulated,
+                                                                         django_capture_on_commit_callbacks):
+    sync.sync_snapshot(sync.Snapshot.of({"Job": [life.job_admitted], "Pod": [life.pod_running]}))
+    life.workload.refresh_from_db()
+    assert life.workload.phase == Workload.Phase.RUNNING
+
+    class StoppedDuringTheRead(SimulatedGateway):
+        """The member stops the workload just as the sync asks the cluster about its Job."""
+
+        def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+            if ref.kind == "Job":
+                with django_capture_on_commit_callbacks(execute=True):
+                    services.workload_stop(user=member, workload=life.workload)
+            return super().get(ref)
+
+    reset_gateway(StoppedDuringTheRead())
+    sync.sync_snapshot(sync.Snapshot.of({"Pod": [life.pod_running]}))
+    life.workload.refresh_from_db()
+    assert (life.workload.phase, life.workload.reason) == (Workload.Phase.STOPPED, "Stopped by alice")
