@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -409,3 +411,41 @@ def test_a_workload_stopped_while_the_sync_read_the_cluster_stays_stopped(life, 
     sync.sync_snapshot(sync.Snapshot.of({"Pod": [life.pod_running]}))
     life.workload.refresh_from_db()
     assert (life.workload.phase, life.workload.reason) == (Workload.Phase.STOPPED, "Stopped by alice")
+
+
+class ScriptedWatches(SimulatedGateway):
+    """The simulated cluster's reads, with watches that deliver a script per kind, each on its
+    own clock: the order across kinds is the script's, as real watches make no promise of one."""
+
+    def __init__(self, script: dict[str, list[tuple[float, WatchEvent]]]) -> None:
+        super().__init__()
+        self.script = script
+        self.finished = threading.Event()
+
+    def watch(self, api_version: str, kind: str, **options: Any) -> Iterator[WatchEvent]:
+        yield WatchEvent("RELISTED", {"items": []})
+        for delay, event in self.script.get(kind, []):
+            time.sleep(delay)
+            yield event
+        self.finished.wait(10)  # a watch that stays open, quiet, until the test ends
+
+
+def test_the_running_informer_does_not_fail_a_job_whose_pod_it_hears_of_first(life):
+    cluster = ScriptedWatches({
+        "Pod": [(0.0, WatchEvent("ADDED", life.pod_running)), (0.4, WatchEvent("MODIFIED", life.pod_succeeded))],
+        "Workload": [(0.0, WatchEvent("ADDED", life.kueue_admitted))],
+        "Job": [(0.2, WatchEvent("ADDED", life.job_admitted)), (0.4, WatchEvent("MODIFIED", life.job_complete))],
+    })
+    reset_gateway(cluster)
+    workload = life.workload
+    deadline = time.monotonic() + 10
+    informer = WorkloadInformer(batch_seconds=0.01)
+    try:
+        informer.run(until=lambda: time.monotonic() > deadline or Workload.objects.filter(
+            pk=workload.pk, phase__in=Workload.FINAL_PHASES).exists())
+    finally:
+        cluster.finished.set()
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.SUCCEEDED, workload.reason
+    assert not workload.transitions.filter(phase=Workload.Phase.FAILED).exists()
+    assert RunInterval.objects.get(workload=workload).ended_at is not None
