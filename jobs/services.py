@@ -138,7 +138,7 @@ def workload_stop(*, user: User, workload: Workload) -> Workload:
     may be stopped too: its pods can outlive the verdict and hold GPUs, and deleting what is
     left is harmless when nothing is. It stays failed, with the reason it failed."""
     locked = Workload.objects.select_for_update(of=("self",)).select_related("team").get(pk=workload.pk)
-    leftovers = locked.phase == Workload.Phase.FAILED and locked.seen_in_cluster_at is not None
+    leftovers = locked.phase == Workload.Phase.FAILED and locked.reached_cluster
     if not locked.is_active and not leftovers:
         raise StateConflict(f"{locked.name} has already {locked.get_phase_display().lower()}; there is nothing to stop.")
     if leftovers:

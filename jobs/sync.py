@@ -9,7 +9,7 @@ A snapshot is never the whole truth at one instant: the full pass lists five kin
 another, and an informer's caches are fed by one watch per kind, in no common order. So a
 terminal verdict comes only from evidence no later event can contradict: the Job's own
 Complete or Failed condition, a succeeded pod for every completion, or, for "gone", a direct
-read of an owner once seen that answers 404. Absence from a snapshot proves nothing.
+read of an owner once in the cluster that answers 404. Absence from a snapshot proves nothing.
 """
 
 from __future__ import annotations
@@ -112,15 +112,20 @@ def owner_ref(workload: Workload) -> ObjectRef:
 
 
 def owner_gone(workload: Workload) -> bool:
-    """Whether the workload's owner is proven gone: it was seen once, and a direct read, which
-    no cache stands between, answers 404. A cluster that does not answer proves nothing."""
-    if workload.seen_in_cluster_at is None:
+    """Whether the workload's owner is proven gone: it was in the cluster once, and a direct read,
+    which no cache stands between, answers 404. A cluster that does not answer proves nothing.
+    A read that finds it counts as seeing it."""
+    if not workload.reached_cluster:
         return False
     try:
-        return gateway().get(owner_ref(workload)) is None
+        owner = gateway().get(owner_ref(workload))
     except KubeError as error:
         log.warning("could not confirm whether %s is gone: %s", owner_ref(workload), error)
         return False
+    if owner is not None and workload.seen_in_cluster_at is None:
+        workload.seen_in_cluster_at = timezone.now()
+        workload.save(update_fields=["seen_in_cluster_at"])
+    return owner is None
 
 
 def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:

@@ -155,14 +155,30 @@ def test_what_the_watches_deliver_before_every_kind_is_listed_is_synced_once_all
     assert life.workload.phase == Workload.Phase.RUNNING
 
 
-def test_a_pod_delivered_before_its_job_leaves_the_workload_queued_and_reads_nothing(life, simulated):
+def test_a_pod_delivered_before_its_job_leaves_the_workload_queued(life):
+    informer = started_informer()
+    informer.handle([("Pod", WatchEvent("ADDED", life.pod_running))])
+    life.workload.refresh_from_db()
+    assert life.workload.phase == Workload.Phase.QUEUED
+    assert life.workload.seen_in_cluster_at is not None  # the direct read found the Job
+    assert RunInterval.objects.get(workload=life.workload).ended_at is None  # its GPUs are counted already
+
+
+def test_a_workload_whose_objects_never_reached_the_cluster_is_left_alone_without_a_read(life, simulated):
+    Workload.objects.filter(pk=life.workload.pk).update(phase=Workload.Phase.SUBMITTING, submitted_at=None)
     informer = started_informer()
     calls = simulated.calls
     informer.handle([("Pod", WatchEvent("ADDED", life.pod_running))])
     life.workload.refresh_from_db()
-    assert life.workload.phase == Workload.Phase.QUEUED and life.workload.seen_in_cluster_at is None
-    assert simulated.calls == calls  # never seen: nothing to prove gone, so no read
-    assert RunInterval.objects.get(workload=life.workload).ended_at is None  # its GPUs are counted already
+    assert life.workload.phase == Workload.Phase.SUBMITTING and life.workload.seen_in_cluster_at is None
+    assert simulated.calls == calls  # nothing to prove gone, so nothing read
+
+
+def test_a_job_deleted_before_any_sync_saw_it_is_failed_as_gone_by_the_next_pass(life):
+    gateway().delete(ObjectRef("batch/v1", "Job", life.workload.k8s_name, "vision"))
+    sync.sync_all()
+    life.workload.refresh_from_db()
+    assert (life.workload.phase, life.workload.reason) == (Workload.Phase.FAILED, sync.GONE_REASON)
 
 
 def test_a_job_deleted_outside_the_portal_after_it_was_seen_fails_as_gone(life, simulated):
