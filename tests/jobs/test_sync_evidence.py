@@ -236,19 +236,29 @@ def test_a_partial_snapshot_of_a_seen_workload_whose_job_exists_never_fails_it(l
 
 
 def test_the_full_pass_fails_a_job_deleted_after_it_was_seen_and_only_that_one(life, ready_team, member, training, flavor,
-                                                                             django_capture_on_commit_callbacks):
+                                                                             simulated, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         newer = launch(member, ready_team, training, flavor, units=1)
     sync.sync_all()
     life.workload.refresh_from_db()
     newer.refresh_from_db()
     assert life.workload.seen_in_cluster_at is not None and newer.seen_in_cluster_at is not None
-    # Lists taken before the newer Job existed: it is missing, yet it is there.
-    stale_lists = sync.Snapshot.of({"Job": [life.job_complete], "Pod": [life.pod_succeeded]})
-    sync.sync_snapshot(stale_lists)
-    newer.refresh_from_db()
-    assert newer.phase != Workload.Phase.FAILED
 
+    class JobsListedEarlier(SimulatedGateway):
+        """The full pass's list of Jobs answered before the newer Job was made, the other lists after."""
+
+        def list(self, api_version: str, kind: str, **options: Any) -> tuple[list[dict[str, Any]], str]:
+            items, version = super().list(api_version, kind, **options)
+            return ([j for j in items if j["metadata"]["name"] != newer.k8s_name] if kind == "Job" else items), version
+
+    earlier = JobsListedEarlier()
+    earlier.offset = simulated.offset
+    reset_gateway(earlier)
+    sync.sync_all()
+    newer.refresh_from_db()
+    assert newer.phase != Workload.Phase.FAILED, newer.reason
+
+    reset_gateway(simulated)
     gateway().delete(ObjectRef("batch/v1", "Job", newer.k8s_name, "vision"))
     sync.sync_all()
     newer.refresh_from_db()
