@@ -117,7 +117,8 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return self._answer(workload, status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: WorkloadDetailSerializer},
-                   description="Its owner, the team's leads and platform admins stop a workload that is still active.")
+                   description="Its owner, the team's leads and platform admins stop a workload that is still active, "
+                               "or delete what is left in the cluster of one that failed.")
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         return self._answer(services.workload_stop(user=signed_in_user(request), workload=self.get_object()))

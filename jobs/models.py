@@ -144,6 +144,10 @@ class Workload(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     submitted_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Only an owner once in the cluster can be proven gone (see reached_cluster): absence from a
+    # cache that has not caught up with a new Job proves nothing.
+    seen_in_cluster_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the status sync first saw its Job, Deployment or StatefulSet in the cluster.")
     submit_attempts = models.PositiveSmallIntegerField(default=0)
 
     objects = WorkloadQuerySet.as_manager()
@@ -171,6 +175,11 @@ class Workload(models.Model):
     @property
     def total_units(self) -> int:
         return self.units * self.workers
+
+    @property
+    def reached_cluster(self) -> bool:
+        """Its owner was in the cluster once: the API server took it at submission, or the sync saw it."""
+        return self.submitted_at is not None or self.seen_in_cluster_at is not None
 
 
 class WorkloadTransition(models.Model):

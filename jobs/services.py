@@ -132,12 +132,21 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
 @transaction.atomic
 def workload_stop(*, user: User, workload: Workload) -> Workload:
     _require(user.has_perm("jobs.stop_workload", workload))
+    """Deletes the workload's objects. A failed workload whose objects were once in the cluster
+    may be stopped too: its pods can outlive the verdict and hold GPUs, and deleting what is
+    left is harmless when nothing is. It stays failed, with the reason it failed."""
     locked = Workload.objects.select_for_update(of=("self",)).select_related("team").get(pk=workload.pk)
-    if not locked.is_active:
+    leftovers = locked.phase == Workload.Phase.FAILED and locked.reached_cluster
+    if not locked.is_active and not leftovers:
         raise StateConflict(f"{locked.name} has already {locked.get_phase_display().lower()}; there is nothing to stop.")
-    record_transition(locked, Workload.Phase.STOPPED, f"Stopped by {user.username}")
-    audit_record(actor=user, action="workload.stopped", obj=locked, team_id=locked.team_id,
-                 message=f"{user.username} stopped {locked.name} (#{locked.pk}) of {locked.team.slug}")
+    if leftovers:
+        audit_record(actor=user, action="workload.stopped", obj=locked, team_id=locked.team_id,
+                     message=f"{user.username} deleted what was left in the cluster of failed {locked.name} "
+                             f"(#{locked.pk}) of {locked.team.slug}")
+    else:
+        record_transition(locked, Workload.Phase.STOPPED, f"Stopped by {user.username}")
+        audit_record(actor=user, action="workload.stopped", obj=locked, team_id=locked.team_id,
+                     message=f"{user.username} stopped {locked.name} (#{locked.pk}) of {locked.team.slug}")
     from jobs import tasks
 
     transaction.on_commit(lambda: tasks.workload_teardown.delay(locked.pk))
