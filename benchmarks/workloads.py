@@ -77,11 +77,13 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     from portal import tokens
     from portal.kube import gateway, ref_of, reset_gateway
     from portal.kube.counting import CountingGateway
+    from portal.kube.kubernetes import KubernetesGateway
     from portal.models import User
     from tenants import reconcile
     from tenants.models import Flavor, Membership, QuotaGrant, Team
 
     real = gateway()
+    assert isinstance(real, KubernetesGateway)  # the benchmark runs against a real control plane
     cluster = CountingGateway(real)
     reset_gateway(cluster)
     admin = User.objects.create(username="bench-admin", is_platform_admin=True)
@@ -154,7 +156,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             terminated = (status.get("state") or {}).get("terminated")
             if label.isdigit() and terminated and terminated.get("finishedAt"):
-                finished_at[int(label)] = parse_datetime(terminated["finishedAt"]).timestamp()
+                finished = parse_datetime(terminated["finishedAt"])
+                if finished is not None:
+                    finished_at[int(label)] = finished.timestamp()
     lags = [
         t.at.timestamp() - finished_at[t.workload_id]
         for t in WorkloadTransition.objects.filter(phase=Workload.Phase.SUCCEEDED)
@@ -166,6 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
     api = k8s.ApiClient(real.configuration)
     sample = Workload.objects.first()
+    assert sample is not None  # the launches above recorded workloads
     job = manifests.make_workload_objects(spec=services.workload_spec(sample))[0]
     floor: list[float] = []
     for index in range(200):
@@ -184,10 +189,13 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
     succeeded = Workload.objects.filter(phase=Workload.Phase.SUCCEEDED).count()
     return {
-        "steady": {"launches": len(steady), "target_rate_per_s": args.rate, "achieved_rate_per_s": round(len(steady) / steady_wall, 1),
-                   "launch_p50_ms": round(1000 * percentile(steady, 0.5), 1), "launch_p95_ms": round(1000 * percentile(steady, 0.95), 1)},
+        "steady": {"launches": len(steady), "target_rate_per_s": args.rate,
+                   "achieved_rate_per_s": round(len(steady) / steady_wall, 1),
+                   "launch_p50_ms": round(1000 * percentile(steady, 0.5), 1),
+                   "launch_p95_ms": round(1000 * percentile(steady, 0.95), 1)},
         "burst": {"launches": len(burst), "wall_s": round(burst_wall, 2),
-                  "launch_p50_ms": round(1000 * percentile(burst, 0.5), 1), "launch_p95_ms": round(1000 * percentile(burst, 0.95), 1)},
+                  "launch_p50_ms": round(1000 * percentile(burst, 0.5), 1),
+                  "launch_p95_ms": round(1000 * percentile(burst, 0.95), 1)},
         "errors": errors[:5], "error_count": len(errors),
         "workloads_recorded": Workload.objects.count(), "workloads_succeeded": succeeded,
         "lost": total - Workload.objects.count(),

@@ -23,10 +23,17 @@ from jobs import selectors, services
 from jobs.filters import TemplateFilter, WorkloadFilter
 from jobs.models import Workload, WorkloadTemplate
 from jobs.serializers import (
-    LogsSerializer, ScaleSerializer, TemplateCreateSerializer, TemplateReviseSerializer, TemplateSerializer,
-    WhyWaitingSerializer, WorkloadDetailSerializer, WorkloadLaunchSerializer, WorkloadSerializer,
+    LogsSerializer,
+    ScaleSerializer,
+    TemplateCreateSerializer,
+    TemplateReviseSerializer,
+    TemplateSerializer,
+    WhyWaitingSerializer,
+    WorkloadDetailSerializer,
+    WorkloadLaunchSerializer,
+    WorkloadSerializer,
 )
-from portal.adapters import parse
+from portal.adapters import parse, signed_in_user
 from tenants.models import Team
 
 MAX_LOG_LINES = 5000
@@ -60,12 +67,12 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
         return Response(self.get_serializer(fresh).data, status=code)
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        template = services.template_create(user=request.user, **parse(TemplateCreateSerializer, request))
+        template = services.template_create(user=signed_in_user(request), **parse(TemplateCreateSerializer, request))
         return self._answer(template, status.HTTP_201_CREATED)
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         template = self.get_object()
-        services.template_revise(user=request.user, template=template, **parse(TemplateReviseSerializer, request))
+        services.template_revise(user=signed_in_user(request), template=template, **parse(TemplateReviseSerializer, request))
         return self._answer(template)
 
 
@@ -106,21 +113,22 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(WorkloadLaunchSerializer, request)
         team = get_object_or_404(Team.objects.for_user(request.user), slug=data.pop("team"))
-        workload = services.workload_launch(user=request.user, request=services.LaunchRequest(team=team, **data))
+        workload = services.workload_launch(user=signed_in_user(request), request=services.LaunchRequest(team=team, **data))
         return self._answer(workload, status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: WorkloadDetailSerializer},
-                   description="Its owner, the team's leads and platform admins stop a workload that is still active.")
+                   description="Its owner, the team's leads and platform admins stop a workload that is still active, "
+                               "or delete what is left in the cluster of one that failed.")
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
-        return self._answer(services.workload_stop(user=request.user, workload=self.get_object()))
+        return self._answer(services.workload_stop(user=signed_in_user(request), workload=self.get_object()))
 
     @extend_schema(request=None, responses={201: WorkloadDetailSerializer},
                    description="Launches a new workload from the same template version with the same "
                                "flavor, resources and parameters; members of the team may relaunch.")
     @action(detail=True, methods=["post"])
     def relaunch(self, request: Request, pk: str | None = None) -> Response:
-        workload = services.workload_relaunch(user=request.user, workload=self.get_object())
+        workload = services.workload_relaunch(user=signed_in_user(request), workload=self.get_object())
         return self._answer(workload, status.HTTP_201_CREATED)
 
     @extend_schema(request=ScaleSerializer, responses={200: WorkloadDetailSerializer},
@@ -129,11 +137,12 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def scale(self, request: Request, pk: str | None = None) -> Response:
         workload = self.get_object()  # another team's workload is 404 before its body is read
         replicas = parse(ScaleSerializer, request)["replicas"]
-        return self._answer(services.workload_scale(user=request.user, workload=workload, replicas=replicas))
+        return self._answer(services.workload_scale(user=signed_in_user(request), workload=workload, replicas=replicas))
 
     @extend_schema(
         parameters=[OpenApiParameter("tail", int, description=f"How many lines, 1 to {MAX_LOG_LINES}; 100 by default.")],
-        responses={200: LogsSerializer}, description="The last log lines of the workload's newest pod, read from the cluster now.",
+        responses={200: LogsSerializer},
+        description="The last log lines of the workload's newest pod, read from the cluster now.",
     )
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str | None = None) -> Response:

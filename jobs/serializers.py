@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
@@ -11,21 +11,35 @@ from rest_framework import serializers
 
 from jobs import services
 from jobs.models import (
-    Priority, RunInterval, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion, WorkloadTransition,
+    Priority,
+    RunInterval,
+    Workload,
+    WorkloadKind,
+    WorkloadTemplate,
+    WorkloadTemplateVersion,
+    WorkloadTransition,
 )
 from jobs.parameters import TYPES as PARAMETER_TYPES
 from portal.adapters import StrictInputMixin, VisibleSlugField
-from tenants.models import Flavor
+from portal.models import User
+from tenants.models import Flavor, Team
 from tenants.serializers import VisibleTeamField
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
 
 # A template's default priority is documented as its own enum: sharing PriorityEnum under a second
 # field name needs an ENUM_NAME_OVERRIDES entry in the settings, which the schema check would
 # otherwise fail on.
 DEFAULT_PRIORITY_CHOICES = [(value, value) for value in Priority.values]
 
-PRIORITY_ERRORS = {"invalid_choice": f"“{{input}}” is not a priority; choose one of {', '.join(Priority.values)}."}
+PRIORITY_ERRORS: dict[str, str | StrPromise] = {
+    "invalid_choice": f"“{{input}}” is not a priority; choose one of {', '.join(Priority.values)}.",
+}
 
-KIND_ERRORS = {"invalid_choice": f"“{{input}}” is not a kind; choose one of {', '.join(WorkloadKind.values)}."}
+KIND_ERRORS: dict[str, str | StrPromise] = {
+    "invalid_choice": f"“{{input}}” is not a kind; choose one of {', '.join(WorkloadKind.values)}.",
+}
 
 
 # --- Shared fields -----------------------------------------------------------------------------
@@ -102,8 +116,9 @@ class TemplateVersionSerializer(serializers.ModelSerializer):
 
 
 class TemplateSerializer(serializers.ModelSerializer):
-    owner_team = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True,
-                                              help_text="Set for a team template, managed by that team's leads.")
+    owner_team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True, help_text="Set for a team template, managed by that team's leads.",
+    )
     version = serializers.SerializerMethodField(help_text="The current version: what a launch uses now.")
 
     class Meta:
@@ -182,12 +197,12 @@ class RunIntervalSerializer(serializers.ModelSerializer):
 
 
 class WorkloadSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    owner: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
     template = serializers.CharField(source="template_version.template.slug", read_only=True)
     template_version = serializers.IntegerField(source="template_version.number", read_only=True)
     kind = serializers.ChoiceField(choices=WorkloadKind.choices, read_only=True)
-    flavor = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     total_units = serializers.IntegerField(read_only=True, help_text="units × workers")
     endpoint = serializers.SerializerMethodField(help_text="Where an inference server or notebook answers; null otherwise.")
 

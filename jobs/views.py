@@ -26,6 +26,7 @@ from portal.errors import DomainError
 from tenants.models import Team
 
 WAITING_PHASES = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED)
+LOG_LINES = 50
 
 
 def _visible_workload(request: HtmxHttpRequest, pk: int) -> Workload:
@@ -176,12 +177,23 @@ def workload_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def workload_live(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Phase, timeline, why it waits, and the pods, events and logs the cluster shows now."""
+    """Phase, timeline and why it waits from the database; the pods and events the cluster shows now."""
     workload = _visible_workload(request, pk)
     picture = selectors.live_picture(workload=workload)
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, picture=picture))
     return render(request, "jobs/workload_detail.html", _detail_context(workload, picture=picture))
+
+
+@login_required
+@require_GET
+def workload_logs(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The logs panel, opened: the newest pod's last lines, read only on this request, never by the poll."""
+    workload = _visible_workload(request, pk)
+    logs = selectors.workload_logs(workload=workload, tail_lines=LOG_LINES)
+    if request.htmx:
+        return render(request, "jobs/workload_detail.html#workload-logs", {"workload": workload, "logs": logs})
+    return render(request, "jobs/workload_detail.html", {**_detail_context(workload), "logs": logs})
 
 
 def _after_action(request: HtmxHttpRequest, pk: int, *, error: str | None, done: str | None = None) -> HttpResponse:

@@ -42,9 +42,29 @@ FALSE_VALUES = {"0", "false", "no"}
 # --- Pages -------------------------------------------------------------------------------------
 
 
-class HtmxHttpRequest(HttpRequest):
+def signed_in_user(request: HttpRequest) -> User:
+    """The user behind a page or endpoint that requires a login (the admin, login_required views,
+    the API behind IsAuthenticated).
+
+    `request.user` is typed `User | AnonymousUser`; this narrows it for the services, which act for
+    a person, and refuses rather than passing an anonymous user on if a login check was forgotten.
+    """
+    user = request.user
+    if not isinstance(user, User):
+        raise PermissionDenied
+    return user
+
+
+class AuthenticatedHttpRequest(HttpRequest):
+    """The request of a view behind login_required: its user is a User, never anonymous."""
+
+    user: User  # login_required guarantees it; HttpRequest says User | AnonymousUser
+
+
+class HtmxHttpRequest(AuthenticatedHttpRequest):
+    """The same, with django-htmx's details of an htmx request (HtmxMiddleware sets them)."""
+
     htmx: HtmxDetails
-    user: User  # type: ignore[assignment]
 
 
 def page(items: QuerySet[Any], number: str | None) -> Page:

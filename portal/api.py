@@ -13,7 +13,7 @@ from rest_framework.routers import BaseRouter
 
 from portal import notifications as notification_services
 from portal import tokens as token_services
-from portal.adapters import parse
+from portal.adapters import parse, signed_in_user
 from portal.filters import NotificationFilter
 from portal.models import ApiToken, Notification
 from portal.serializers import ApiTokenSerializer, NotificationSerializer
@@ -31,14 +31,17 @@ class NotificationViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def read(self, request: Request, pk: str | None = None) -> Response:
         note = self.get_object()
-        notification_services.notifications_mark_read(user=request.user, notification_id=note.pk)
+        notification_services.notifications_mark_read(user=signed_in_user(request), notification_id=note.pk)
         note.refresh_from_db()
         return Response(self.get_serializer(note).data)
 
-    @extend_schema(request=None, responses={200: inline_serializer("NotificationsMarkedRead", {"marked_read": serializers.IntegerField()})})
+    @extend_schema(
+        request=None,
+        responses={200: inline_serializer("NotificationsMarkedRead", {"marked_read": serializers.IntegerField()})},
+    )
     @action(detail=False, methods=["post"], url_path="read-all")
     def read_all(self, request: Request) -> Response:
-        return Response({"marked_read": notification_services.notifications_mark_read(user=request.user)})
+        return Response({"marked_read": notification_services.notifications_mark_read(user=signed_in_user(request))})
 
 
 class ApiTokenViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -48,19 +51,19 @@ class ApiTokenViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def get_queryset(self) -> Any:
         if getattr(self, "swagger_fake_view", False):
             return self.queryset
-        return ApiToken.objects.filter(user=self.request.user)
+        return ApiToken.objects.filter(user=signed_in_user(self.request))
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(ApiTokenSerializer, request)
         token, secret = token_services.api_token_create(
-            user=request.user, name=data["name"], expires_in_days=data["expires_in_days"],
+            user=signed_in_user(request), name=data["name"], expires_in_days=data["expires_in_days"],
         )
         return Response(dict(self.get_serializer(token).data, secret=secret), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: ApiTokenSerializer})
     @action(detail=True, methods=["post"])
     def revoke(self, request: Request, pk: str | None = None) -> Response:
-        token = token_services.api_token_revoke(token=self.get_object(), actor=request.user)
+        token = token_services.api_token_revoke(token=self.get_object(), actor=signed_in_user(request))
         return Response(self.get_serializer(token).data)
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -18,6 +17,10 @@ class User(AbstractUser):
         default=False, help_text="Manages flavors, capacity, templates and teams; sees everything."
     )
     is_finance = models.BooleanField(default=False, help_text="Reads all usage and cost.")
+
+    # The user's teams and role in each (team id -> role), cached per request by
+    # tenants.models.user_team_roles; not a column.
+    _team_roles: dict[int, str]
 
     class Meta:
         ordering = ["username"]
@@ -93,7 +96,7 @@ class AuditEvent(models.Model):
 
 
 class NotificationQuerySet(models.QuerySet["Notification"]):
-    def for_user(self, user: Any) -> NotificationQuerySet:
+    def for_user(self, user: User | AnonymousUser) -> NotificationQuerySet:
         if not user.is_authenticated:
             return self.none()
         return self.filter(recipient=user)

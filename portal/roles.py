@@ -8,15 +8,18 @@ These are the only places that read the role flags of a user (`is_platform_admin
 from __future__ import annotations
 
 import rules
+from django.contrib.auth.models import AnonymousUser
+
+from portal.models import User
 
 
 @rules.predicate
-def is_platform_admin(user) -> bool:  # type: ignore[no-untyped-def]
+def is_platform_admin(user: User | AnonymousUser) -> bool:
     return bool(user.is_authenticated and user.is_active and (user.is_platform_admin or user.is_superuser))
 
 
 @rules.predicate
-def is_finance(user) -> bool:  # type: ignore[no-untyped-def]
+def is_finance(user: User | AnonymousUser) -> bool:
     return bool(user.is_authenticated and user.is_active and user.is_finance)
 
 

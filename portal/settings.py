@@ -118,7 +118,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "portal.sqlite3",
+            "NAME": str(VAR_DIR / "portal.sqlite3"),
             # The web process and the worker write the same file; wait instead of failing.
             "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
         }

@@ -42,7 +42,7 @@ def retry_delay(retries: int, *, rand: Callable[[], float] = random.random) -> f
 GaveUp = Callable[..., None]
 
 
-class ClusterTask(Task):  # type: ignore[misc]
+class ClusterTask(Task):
     """Base of every task that talks to a cluster: acknowledged late, and retried only as the
     module docstring says. A task names how to record that it gave up with `gave_up=`."""
 
@@ -68,7 +68,7 @@ def cluster_task(*, gave_up: GaveUp | None = None, **options: Any) -> Callable[[
     """`@shared_task` with the cluster retry policy; `gave_up` records why the task ended."""
     if gave_up is not None:
         options["gave_up"] = staticmethod(gave_up)
-    return shared_task(base=ClusterTask, **options)  # type: ignore[no-any-return]
+    return shared_task(base=ClusterTask, **options)
 
 
 @shared_task(acks_late=True, ignore_result=True)

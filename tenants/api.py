@@ -18,17 +18,27 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from portal.adapters import parse
+from portal.adapters import parse, signed_in_user
 from portal.models import AuditEvent
-from tenants import reconcile, selectors, services
+from tenants import cluster_selectors, selectors, services
 from tenants.filters import AuditEventFilter, FlavorFilter, MembershipFilter, QuotaGrantFilter, QuotaRequestFilter
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
 from tenants.serializers import (
-    AuditEventSerializer, ClusterPictureSerializer, FlavorSerializer, FlavorWriteSerializer, MembershipCreateSerializer,
-    MembershipSerializer, MembershipUpdateSerializer, QuotaDecisionSerializer, QuotaGrantSerializer,
-    QuotaRequestCreateSerializer, QuotaRequestSerializer, TeamCreateSerializer, TeamSerializer, TeamUpdateSerializer,
+    AuditEventSerializer,
+    ClusterPictureSerializer,
+    FlavorSerializer,
+    FlavorWriteSerializer,
+    MembershipCreateSerializer,
+    MembershipSerializer,
+    MembershipUpdateSerializer,
+    QuotaDecisionSerializer,
+    QuotaGrantSerializer,
+    QuotaRequestCreateSerializer,
+    QuotaRequestSerializer,
+    TeamCreateSerializer,
+    TeamSerializer,
+    TeamUpdateSerializer,
 )
-
 
 # --- Teams -------------------------------------------------------------------------------------
 
@@ -52,24 +62,24 @@ class TeamViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.Destr
         )
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        team = services.team_create(actor=request.user, **parse(TeamCreateSerializer, request))
+        team = services.team_create(actor=signed_in_user(request), **parse(TeamCreateSerializer, request))
         return Response(self.get_serializer(self.get_queryset().get(pk=team.pk)).data, status=status.HTTP_201_CREATED)
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         team = self.get_object()
-        services.team_update(actor=request.user, team=team, **parse(TeamUpdateSerializer, request))
+        services.team_update(actor=signed_in_user(request), team=team, **parse(TeamUpdateSerializer, request))
         return Response(self.get_serializer(team).data)
 
     @extend_schema(description="Platform admins only. The team's namespace and queue, and the workloads in them, go with it.")
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        services.team_delete(actor=request.user, team=self.get_object())
+        services.team_delete(actor=signed_in_user(request), team=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(responses={200: ClusterPictureSerializer},
                    description="The team in the cluster: in sync, applying or the error, and the live quota of its queue.")
     @action(detail=True, methods=["get"])
     def cluster(self, request: Request, slug: str | None = None) -> Response:
-        picture = reconcile.team_cluster_picture(team=self.get_object())
+        picture = cluster_selectors.team_cluster_picture(team=self.get_object())
         return Response(ClusterPictureSerializer(picture).data)
 
 
@@ -95,16 +105,19 @@ class MembershipViewSet(
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(MembershipCreateSerializer, request)
-        membership = services.membership_add(actor=request.user, team=data["team"], user=data["username"], role=data["role"])
+        membership = services.membership_add(
+            actor=signed_in_user(request), team=data["team"], user=data["username"], role=data["role"],
+        )
         return Response(self.get_serializer(membership).data, status=status.HTTP_201_CREATED)
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         membership = self.get_object()
         role = parse(MembershipUpdateSerializer, request)["role"]
-        return Response(self.get_serializer(services.membership_set_role(actor=request.user, membership=membership, role=role)).data)
+        membership = services.membership_set_role(actor=signed_in_user(request), membership=membership, role=role)
+        return Response(self.get_serializer(membership).data)
 
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        services.membership_remove(actor=request.user, membership=self.get_object())
+        services.membership_remove(actor=signed_in_user(request), membership=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -140,14 +153,14 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.R
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         flavor = Flavor(**parse(FlavorWriteSerializer, request))
-        flavor = services.flavor_save(actor=request.user, flavor=flavor)
+        flavor = services.flavor_save(actor=signed_in_user(request), flavor=flavor)
         return Response(self.get_serializer(selectors.flavor_capacity(flavor=flavor)).data, status=status.HTTP_201_CREATED)
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         flavor = self.get_object()
         for field, value in parse(FlavorWriteSerializer, request, instance=flavor, partial=True).items():
             setattr(flavor, field, value)
-        flavor = services.flavor_save(actor=request.user, flavor=flavor)
+        flavor = services.flavor_save(actor=signed_in_user(request), flavor=flavor)
         return Response(self.get_serializer(selectors.flavor_capacity(flavor=flavor)).data)
 
 
@@ -175,7 +188,7 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(QuotaRequestCreateSerializer, request)
         quota_request = services.quota_request_create(
-            requester=request.user,
+            requester=signed_in_user(request),
             team=data["team"],
             lines=[services.LineInput(flavor=line["flavor"], units=line["units"]) for line in data.get("lines", [])],
             justification=data["justification"],
@@ -189,7 +202,8 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     def approve(self, request: Request, pk: str | None = None) -> Response:
         quota_request = self.get_object()
         note = parse(QuotaDecisionSerializer, request)["note"]
-        return self._answer(services.quota_request_approve(quota_request=quota_request, approver=request.user, note=note))
+        approver = signed_in_user(request)
+        return self._answer(services.quota_request_approve(quota_request=quota_request, approver=approver, note=note))
 
     @extend_schema(request=QuotaDecisionSerializer, responses={200: QuotaRequestSerializer},
                    description="Team leads and platform admins.")
@@ -197,13 +211,14 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     def reject(self, request: Request, pk: str | None = None) -> Response:
         quota_request = self.get_object()
         note = parse(QuotaDecisionSerializer, request)["note"]
-        return self._answer(services.quota_request_reject(quota_request=quota_request, approver=request.user, note=note))
+        approver = signed_in_user(request)
+        return self._answer(services.quota_request_reject(quota_request=quota_request, approver=approver, note=note))
 
     @extend_schema(request=None, responses={200: QuotaRequestSerializer},
                    description="The requester (or a platform admin) withdraws a pending request.")
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
-        return self._answer(services.quota_request_cancel(quota_request=self.get_object(), actor=request.user))
+        return self._answer(services.quota_request_cancel(quota_request=self.get_object(), actor=signed_in_user(request)))
 
 
 # --- Grants and the audit trail ----------------------------------------------------------------

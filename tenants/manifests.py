@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -17,9 +17,21 @@ ROLE_LABEL = "gpu-portal.io/role"
 QUEUE_NAME = "default"
 
 
+TierName = Literal["low", "normal", "high"]
+TIER_NAMES: tuple[TierName, ...] = get_args(TierName)
+
+
+def tier_name(value: str) -> TierName:
+    """A stored priority as a tier name, refusing one the cluster has no priority class for."""
+    for name in TIER_NAMES:
+        if value == name:
+            return name
+    raise ValueError(f"unknown priority tier {value!r}")
+
+
 @dataclass(frozen=True)
 class PriorityTier:
-    name: str
+    name: TierName
     value: int
     description: str
 
@@ -101,7 +113,9 @@ def make_resource_flavor(*, flavor: FlavorSpec) -> dict[str, Any]:
     spec: dict[str, Any] = {"nodeLabels": dict(flavor.node_labels)}
     if flavor.tolerations:
         spec["tolerations"] = [dict(t) for t in flavor.tolerations]
-    return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": _meta(flavor.name, platform_labels("flavor")), "spec": spec}
+    return {
+        "apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": _meta(flavor.name, platform_labels("flavor")), "spec": spec
+    }
 
 
 def make_workload_priority_class(*, tier: PriorityTier) -> dict[str, Any]:

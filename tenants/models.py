@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
@@ -32,24 +33,24 @@ def validate_dns_label(value: str) -> None:
         raise ValidationError(f"“{value}” is reserved by Kubernetes; choose another name.")
 
 
-def user_team_roles(user: Any) -> dict[int, str]:
+def user_team_roles(user: User | AnonymousUser) -> dict[int, str]:
     """The user's teams and role in each, read once per request and cached on the user."""
-    if not getattr(user, "is_authenticated", False):
+    if not user.is_authenticated:
         return {}
-    cached = getattr(user, "_team_roles", None)
+    cached: dict[int, str] | None = getattr(user, "_team_roles", None)
     if cached is None:
         cached = dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
         user._team_roles = cached
     return cached
 
 
-def forget_team_roles(user: Any) -> None:
+def forget_team_roles(user: User) -> None:
     user.__dict__.pop("_team_roles", None)
 
 
 class TeamQuerySet(models.QuerySet["Team"]):
-    def for_user(self, user: Any) -> TeamQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> TeamQuerySet:
+        if not user.is_authenticated:
             return self.none()
         if sees_all_teams(user):
             return self
@@ -160,7 +161,9 @@ class Flavor(models.Model):
     fraction_denominator = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(64)],
-        help_text="One unit is numerator/denominator of a physical GPU: 1/1 whole, 1/7 a 1g MIG slice, 1/4 a GPU shared four ways.",
+        help_text=(
+            "One unit is numerator/denominator of a physical GPU: 1/1 whole, 1/7 a 1g MIG slice, 1/4 a GPU shared four ways."
+        ),
     )
     capacity_units = models.PositiveIntegerField(help_text="How many units the cluster has.")
     node_labels = models.JSONField(default=dict, blank=True, help_text="Labels of the nodes that carry it.")
@@ -190,12 +193,14 @@ class Flavor(models.Model):
         ):
             raise ValidationError({"node_labels": 'Node labels are an object of strings, e.g. {"gpu": "h100"}.'})
         if not isinstance(self.tolerations, list) or not all(isinstance(t, dict) for t in self.tolerations):
-            raise ValidationError({"tolerations": 'Tolerations are a list of objects, e.g. [{"key": "gpu", "operator": "Exists"}].'})
+            raise ValidationError(
+                {"tolerations": 'Tolerations are a list of objects, e.g. [{"key": "gpu", "operator": "Exists"}].'}
+            )
 
 
 class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
-    def for_user(self, user: Any) -> QuotaRequestQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> QuotaRequestQuerySet:
+        if not user.is_authenticated:
             return self.none()
         if sees_all_teams(user):
             return self
@@ -253,8 +258,8 @@ class QuotaRequestLine(models.Model):
 
 
 class QuotaGrantQuerySet(models.QuerySet["QuotaGrant"]):
-    def for_user(self, user: Any) -> QuotaGrantQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> QuotaGrantQuerySet:
+        if not user.is_authenticated:
             return self.none()
         if sees_all_teams(user):
             return self

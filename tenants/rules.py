@@ -29,7 +29,8 @@ def is_team_member(user: Any, obj: Any) -> bool:
 
 @rules.predicate
 def is_team_lead(user: Any, obj: Any) -> bool:
-    return user_team_roles(user).get(_team_id(obj)) == Membership.Role.LEAD
+    team_id = _team_id(obj)
+    return team_id is not None and user_team_roles(user).get(team_id) == Membership.Role.LEAD
 
 
 @rules.predicate

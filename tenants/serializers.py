@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema_field
@@ -15,6 +15,9 @@ from portal.adapters import StrictInputMixin, VisibleSlugField, error_sentences
 from portal.models import AuditEvent, User
 from tenants import selectors
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
 
 
 class VisibleTeamField(VisibleSlugField):
@@ -54,7 +57,10 @@ class GuaranteeSerializer(serializers.Serializer):
 class TeamListSerializer(serializers.ListSerializer):
     def to_representation(self, data: Any) -> list[Any]:
         teams = list(data.all() if isinstance(data, QuerySet) else data)
-        self.child.context["guarantees"] = selectors.guarantee_rows_by_team(team_ids=[team.pk for team in teams])
+        # Every serializer in the tree reads the root's context dict (the stubs call it a Mapping), so
+        # each TeamSerializer below finds the guarantees of the whole page there.
+        context = cast("dict[str, Any]", self.context)
+        context["guarantees"] = selectors.guarantee_rows_by_team(team_ids=[team.pk for team in teams])
         return super().to_representation(teams)
 
 
@@ -127,7 +133,7 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
 
 
 class MembershipSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     username = serializers.CharField(source="user.username", read_only=True)
 
     class Meta:
@@ -136,7 +142,7 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-ROLE_ERRORS = {"invalid_choice": "“{input}” is not a role; choose member or lead."}
+ROLE_ERRORS: dict[str, str | StrPromise] = {"invalid_choice": "“{input}” is not a role; choose member or lead."}
 
 
 class MembershipCreateSerializer(StrictInputMixin, serializers.Serializer):
@@ -247,9 +253,11 @@ class QuotaLineInputSerializer(serializers.Serializer):
 
 
 class QuotaRequestSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    requester = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    requester: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+    )
     lines = QuotaLineSerializer(many=True, read_only=True)
 
     class Meta:
@@ -275,7 +283,7 @@ class QuotaDecisionSerializer(StrictInputMixin, serializers.Serializer):
 
 
 class QuotaGrantSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     flavor_slug = serializers.CharField(source="flavor.slug", read_only=True)
     flavor_name = serializers.CharField(source="flavor.name", read_only=True)
     is_active = serializers.BooleanField(read_only=True)
@@ -289,7 +297,8 @@ class QuotaGrantSerializer(serializers.ModelSerializer):
 
 class AuditEventSerializer(serializers.ModelSerializer):
     actor = serializers.CharField(source="actor_name", read_only=True)
-    data = serializers.DictField(read_only=True)
+    # SerializerMetaclass takes declared fields out of the class body, so Serializer.data stays the property.
+    data = serializers.DictField(read_only=True)  # type: ignore[assignment]
 
     class Meta:
         model = AuditEvent

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from portal.adapters import HtmxHttpRequest, page
 from portal.errors import DomainError
-from tenants import reconcile, selectors, services
+from tenants import cluster_selectors, selectors, services
 from tenants.filters import AuditEventFilter, QuotaRequestFilter
 from tenants.forms import DecisionForm, MembershipAddForm, MembershipRoleForm, QuotaRequestForm
 from tenants.models import Flavor, QuotaRequest, Team, user_team_roles
@@ -152,7 +152,7 @@ def team_audit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 def team_cluster(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """The team's live cluster picture; the team page loads it after it renders."""
     team = _visible_team(request, slug)
-    picture = reconcile.team_cluster_picture(team=team)
+    picture = cluster_selectors.team_cluster_picture(team=team)
     if request.htmx:
         return render(request, "tenants/team_detail.html#cluster-state", {"team": team, "picture": picture})
     return render(request, "tenants/team_detail.html", {**_team_context(request, team), "picture": picture})
@@ -163,7 +163,7 @@ def team_cluster(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 def cluster_capacity(request: HtmxHttpRequest) -> HttpResponse:
     if not request.user.has_perm("tenants.manage_flavors"):
         raise PermissionDenied
-    flavors, unreachable = reconcile.cluster_capacity_picture()
+    flavors, unreachable = cluster_selectors.cluster_capacity_picture()
     return render(request, "tenants/capacity.html", {"flavors": flavors, "unreachable": unreachable})
 
 

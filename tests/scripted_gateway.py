@@ -50,9 +50,15 @@ class ScriptedGateway:
         return self.cluster.get(ref)
 
     def list(
-        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
-        return self.cluster.list(api_version, kind, namespace=namespace, labels=labels)
+        return self.cluster.list(api_version, kind, namespace=namespace, labels=labels, fields=fields)
 
     def watch(
         self,

@@ -135,9 +135,13 @@ class Gateway(Protocol):
     def get(self, ref: ObjectRef) -> dict[str, Any] | None: ...
 
     def list(
-        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
-        """The matching objects and the resourceVersion to watch from."""
+        """The matching objects and the resourceVersion to watch from. `fields` is a field
+        selector (dotted path: value, all must match), which the API server supports only for
+        some fields of some kinds: metadata.name and metadata.namespace everywhere, and for
+        Events involvedObject.*, reason, type and source."""
 
     def watch(
         self,

@@ -56,10 +56,16 @@ class CountingGateway:
         return self.inner.get(ref)
 
     def list(
-        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         self._count("list", kind)
-        return self.inner.list(api_version, kind, namespace=namespace, labels=labels)
+        return self.inner.list(api_version, kind, namespace=namespace, labels=labels, fields=fields)
 
     def watch(
         self,

@@ -206,10 +206,13 @@ class KubernetesGateway:
         return None if status == 404 else data
 
     def list(
-        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         info = kind_info(api_version, kind)
         query = {"labelSelector": label_selector(labels)} if labels else {}
+        if fields:
+            query["fieldSelector"] = label_selector(fields)  # the same key=value,key=value syntax
         items: list[dict[str, Any]] = []
         while True:
             _, data = self._request("GET", info.collection_path(namespace), query={**query, "limit": 500})

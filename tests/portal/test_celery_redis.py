@@ -31,7 +31,7 @@ def redis_worker():
 
 
 def test_a_team_change_travels_through_redis_to_a_worker_that_reconciles_it(redis_worker):
-    team = TeamFactory(slug="vision")
+    team = TeamFactory.create(slug="vision")
     QuotaGrantFactory(team=team, flavor=FlavorFactory(slug="h100-80gb"), units=4)
     Team.objects.filter(pk=team.pk).update(config_version=5)
 
@@ -79,7 +79,7 @@ def test_a_worker_retries_an_outage_through_redis_a_bounded_number_of_times_then
     from tests.scripted_gateway import unavailable
 
     cluster = scripted_cluster(always=unavailable("etcdserver: request timed out"))
-    team = TeamFactory(slug="vision")
+    team = TeamFactory.create(slug="vision")
 
     tasks.team_reconcile.delay(team.pk)
 
@@ -94,7 +94,7 @@ def test_a_worker_records_a_refusal_at_once_and_does_not_retry_it(redis_worker, 
     from tests.scripted_gateway import refusal
 
     cluster = scripted_cluster(always=refusal("rejected as invalid: spec.cohortName: Invalid value"))
-    team = TeamFactory(slug="vision")
+    team = TeamFactory.create(slug="vision")
 
     tasks.team_reconcile.delay(team.pk)
 

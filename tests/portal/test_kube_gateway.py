@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from kubernetes import client as k8s_client
@@ -26,7 +27,8 @@ class FakeApiServer:
     for its path; a status of DROP hangs up instead."""
 
     def __init__(self, script: dict[str, list[tuple[Any, ...]]]) -> None:
-        self.script, self.seen = script, []
+        self.script = script
+        self.seen: list[tuple[str, str]] = []  # (method, path) of each request
         self.slept: list[float] = []  # what the gateway waited between attempts
         server = self
 
@@ -81,7 +83,9 @@ NS_PATH = "/api/v1/namespaces/vision"
 
 
 def test_overload_and_server_errors_are_retried_then_succeed(api_server):
-    server = api_server({NS_PATH: [(429, {"message": "slow down"}), (503, "unavailable"), (200, {"metadata": {"name": "vision"}})]})
+    server = api_server({
+        NS_PATH: [(429, {"message": "slow down"}), (503, "unavailable"), (200, {"metadata": {"name": "vision"}})],
+    })
     answer = server.gateway().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vision"}})
     assert answer == {"metadata": {"name": "vision"}}
     assert [method for method, _ in server.seen] == ["PATCH", "PATCH", "PATCH"]
@@ -119,7 +123,9 @@ def test_a_server_that_keeps_hanging_up_is_a_retriable_error_after_the_budget(ap
 
 
 def test_retry_after_is_waited_out_never_shortened(api_server):
-    server = api_server({NS_PATH: [(429, {"message": "slow down"}, {"Retry-After": "3"}), (200, {"metadata": {"name": "vision"}})]})
+    server = api_server({
+        NS_PATH: [(429, {"message": "slow down"}, {"Retry-After": "3"}), (200, {"metadata": {"name": "vision"}})],
+    })
     server.gateway().get(ObjectRef("v1", "Namespace", "vision"))
     (waited,) = server.slept
     assert 3 <= waited <= 4.5
@@ -139,7 +145,9 @@ def test_validation_and_conflict_errors_are_not_retried_and_say_why(api_server):
     server = api_server({"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/vision": [(422, invalid)]})
     with pytest.raises(KubeError) as refused:
         server.gateway().apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "vision"}})
-    assert str(refused.value) == "ClusterQueue vision: rejected as invalid: spec.resourceGroups[0].flavors[0].name: Required value"
+    assert str(refused.value) == (
+        "ClusterQueue vision: rejected as invalid: spec.resourceGroups[0].flavors[0].name: Required value"
+    )
     assert not refused.value.retriable
     assert len(server.seen) == 1 and server.slept == []
 
@@ -159,11 +167,22 @@ def test_a_watch_whose_version_expired_lists_afresh_and_goes_on(api_server):
     assert "resourceVersion=11" in server.seen[2][1]
 
 
+def test_a_list_sends_its_field_selector_beside_the_label_selector(api_server):
+    listing = {"metadata": {"resourceVersion": "7"}, "items": [{"metadata": {"name": "wl-1-abcde.1"}}]}
+    server = api_server({"/api/v1/namespaces/vision/events": [(200, listing)]})
+    items, version = server.gateway().list("v1", "Event", namespace="vision", labels={"a": "b"},
+                                           fields={"involvedObject.name": "wl-1-abcde", "type": "Warning"})
+    assert ([item["metadata"]["name"] for item in items], version) == (["wl-1-abcde.1"], "7")
+    query = parse_qs(urlsplit(server.seen[0][1]).query)
+    assert query["fieldSelector"] == ["involvedObject.name=wl-1-abcde,type=Warning"] and query["labelSelector"] == ["a=b"]
+
+
 class FakeClock:
     """Time that passes only when someone sleeps, or the test moves it."""
 
     def __init__(self) -> None:
-        self.now, self.slept = 100.0, []
+        self.now = 100.0
+        self.slept: list[float] = []
 
     def __call__(self) -> float:
         return self.now

@@ -52,7 +52,7 @@ def test_scaling_is_a_permission_of_its_own_held_by_the_owner_the_leads_and_plat
     server = Workload(team=team, owner=member)
 
     assert holders(request, "jobs.scale_workload", server) == {"member", "lead", "admin_user"}
-    assert holders(request, "jobs.scale_workload", Workload(team=team, owner=UserFactory())) == {"lead", "admin_user"}
+    assert holders(request, "jobs.scale_workload", Workload(team=team, owner=UserFactory.create())) == {"lead", "admin_user"}
 
 
 def test_a_token_is_revoked_by_its_owner_or_a_platform_admin(request, member):

@@ -35,7 +35,7 @@ def team_objects(team: Team, lead: Any, member: Any, flavor: Flavor) -> dict[str
         "team": team.slug,
         "membership": Membership.objects.get(team=team, user=member).pk,
         "request": quota_request.pk,
-        "grant": QuotaGrantFactory(team=team, flavor=flavor, units=2, request=quota_request).pk,
+        "grant": QuotaGrantFactory.create(team=team, flavor=flavor, units=2, request=quota_request).pk,
         "event": AuditEvent.objects.get(action="quota_request.created", team_id=team.pk).pk,
         "own_event": AuditEvent.objects.get(action="api_token.created", actor=member).pk,
         "notification": Notification.objects.create(recipient=member, message="Welcome to Vision").pk,
@@ -210,7 +210,7 @@ def test_an_outsider_sees_events_they_caused_but_not_the_other_teams(two_teams, 
 def grow(path: str, *, team: Team, member: Any, lead: Any, start: int, rounds: int) -> None:
     """Adds rows to what `path` lists for `member`, each with its own related rows."""
     for n in range(start, start + rounds):
-        flavor = FlavorFactory(name=f"Flavor {n}", slug=f"flavor-{n}")
+        flavor = FlavorFactory.create(name=f"Flavor {n}", slug=f"flavor-{n}")
         if path == "/api/teams/":
             extra = TeamFactory(slug=f"extra-{n}")
             MembershipFactory(team=extra, user=member)

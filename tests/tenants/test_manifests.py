@@ -69,7 +69,9 @@ def test_the_cluster_queue_guarantees_the_grants_and_groups_flavors_by_resource(
                     {"name": "a100-1g-10gb", "resources": [{"name": "nvidia.com/mig-1g.10gb", "nominalQuota": "0"}]},
                 ]},
             ],
-            "preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"}, "withinClusterQueue": "LowerPriority"},
+            "preemption": {
+                "reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"}, "withinClusterQueue": "LowerPriority",
+            },
         },
     }
 
@@ -122,7 +124,9 @@ def test_the_local_queue_points_at_the_team_queue():
 def test_flavors_become_resource_flavors_with_their_placement():
     assert m.make_resource_flavor(flavor=H100) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-        "metadata": {"name": "h100-80gb", "labels": {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/role": "flavor"}},
+        "metadata": {
+            "name": "h100-80gb", "labels": {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/role": "flavor"},
+        },
         "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
     }
@@ -179,4 +183,5 @@ def test_schema_validation_can_fail():
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, _strict(_crd_schema("ClusterQueue")) | {})
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate({**m.make_namespace(team=TEAM), "spec": {"finalizers": "x"}}, KUBERNETES_VERSION, strict=True)
+        namespace = {**m.make_namespace(team=TEAM), "spec": {"finalizers": "x"}}
+        kubernetes_validate.validate(namespace, KUBERNETES_VERSION, strict=True)

@@ -83,7 +83,9 @@ PAGES = [
 
 @pytest.mark.parametrize(("name", "args", "title"), PAGES)
 @pytest.mark.parametrize("who", ["member", "lead", "admin_user", "finance_user"])
-def test_every_page_renders_for_members_leads_admins_and_finance(name, args, title, who, request, team, flavor, member, lead, as_user):
+def test_every_page_renders_for_members_leads_admins_and_finance(
+    name, args, title, who, request, team, flavor, member, lead, as_user,
+):
     user = request.getfixturevalue(who)
     response = as_user(user).get(reverse(name, args=args))
     assert response.status_code == 200
@@ -115,7 +117,9 @@ def test_the_dashboard_shows_my_teams_capacity_pending_requests_and_the_inbox_co
     assert "request for you to decide" in lead_page
 
 
-def test_the_team_list_shows_only_my_teams_but_finance_and_admins_see_all(team, other_team, member, finance_user, admin_user, as_user):
+def test_the_team_list_shows_only_my_teams_but_finance_and_admins_see_all(
+    team, other_team, member, finance_user, admin_user, as_user,
+):
     mine = ok(as_user(member).get(reverse("tenants:team-list")))
     assert "Vision" in mine and "Speech" not in mine
     for user in (finance_user, admin_user):
@@ -190,7 +194,9 @@ def test_the_quota_story_from_the_form_to_the_approved_grant_on_the_team_page(te
     assert "No pending requests — you're all caught up." in lena.get(reverse("tenants:approvals")).content.decode()
 
 
-def test_approval_over_capacity_is_refused_in_the_row_with_the_numbers_and_keeps_the_buttons(team, other_team, member, lead, flavor, as_user):
+def test_approval_over_capacity_is_refused_in_the_row_with_the_numbers_and_keeps_the_buttons(
+    team, other_team, member, lead, flavor, as_user,
+):
     QuotaGrantFactory(team=other_team, flavor=flavor, units=14)
     qr = file_request(team, member, flavor, 4)
 
@@ -209,7 +215,8 @@ def test_a_lead_rejects_in_place_and_the_requester_cancels_from_the_detail_page(
     rejected = file_request(team, member, flavor, 2)
     cancelled = file_request(team, member, flavor, 1)
 
-    fragment = as_user(lead).post(reverse("tenants:quota-request-reject", args=[rejected.pk]), {"note": "Use the MIG slices"}, **HTMX)
+    reject = reverse("tenants:quota-request-reject", args=[rejected.pk])
+    fragment = as_user(lead).post(reject, {"note": "Use the MIG slices"}, **HTMX)
     assert "Rejected" in fragment.content.decode()
 
     alice = as_user(member)
@@ -271,7 +278,8 @@ def test_the_live_preview_tells_where_the_flavor_stands_for_the_team(team, other
 
 def test_the_preview_flags_giving_back_more_than_the_team_holds(team, member, flavor, as_user):
     QuotaGrantFactory(team=team, flavor=flavor, units=2)
-    fragment = as_user(member).get(reverse("tenants:quota-preview"), {"team": "vision", "flavor": "h100-80gb", "units": "-3"}).content.decode()
+    preview = as_user(member).get(reverse("tenants:quota-preview"), {"team": "vision", "flavor": "h100-80gb", "units": "-3"})
+    fragment = preview.content.decode()
     assert 'class="hint bad"' in fragment and "only 2 of its units are permanent" in fragment
 
 
@@ -311,7 +319,9 @@ def test_bad_input_is_explained_and_the_form_keeps_what_was_typed(data, message,
         assert data["justification"] in page
 
 
-def test_the_form_offers_only_teams_the_user_may_request_quota_for(team, other_team, member, finance_user, admin_user, flavor, as_user):
+def test_the_form_offers_only_teams_the_user_may_request_quota_for(
+    team, other_team, member, finance_user, admin_user, flavor, as_user,
+):
     mine = ok(as_user(member).get(reverse("tenants:quota-request-create")))
     assert 'value="vision"' in mine and 'value="speech"' not in mine
     finance = as_user(finance_user).get(reverse("tenants:quota-request-create")).content.decode()
@@ -409,7 +419,8 @@ def test_the_request_list_filters_by_status_and_keeps_the_filter_when_paging(tea
     approved = client.get(reverse("tenants:quota-request-list"), {"status": "approved"}, **HTMX).content.decode()
     assert "Page 1 of 2 · 27 in all" in approved
     assert 'href="?status=approved&amp;page=2"' in approved
-    assert "No requests match this filter." in client.get(reverse("tenants:quota-request-list"), {"status": "expired"}).content.decode()
+    expired = client.get(reverse("tenants:quota-request-list"), {"status": "expired"}).content.decode()
+    assert "No requests match this filter." in expired
 
 
 def test_the_audit_page_filters_by_team_and_shows_sentences(team, member, lead, flavor, as_user):
@@ -461,7 +472,8 @@ ISOLATION_CASES: list[tuple[str, str, Callable[[dict[str, Any]], str]]] = [
     ("member role", "post", lambda o: reverse("tenants:membership-role", args=["vision", o["membership"].pk])),
     ("member remove", "post", lambda o: reverse("tenants:membership-remove", args=["vision", o["membership"].pk])),
     ("member role under my own team", "post", lambda o: reverse("tenants:membership-role", args=["speech", o["membership"].pk])),
-    ("member remove under my own team", "post", lambda o: reverse("tenants:membership-remove", args=["speech", o["membership"].pk])),
+    ("member remove under my own team", "post",
+     lambda o: reverse("tenants:membership-remove", args=["speech", o["membership"].pk])),
     ("request detail", "get", lambda o: reverse("tenants:quota-request-detail", args=[o["qr"].pk])),
     ("approve", "post", lambda o: reverse("tenants:quota-request-approve", args=[o["qr"].pk])),
     ("reject", "post", lambda o: reverse("tenants:quota-request-reject", args=[o["qr"].pk])),
@@ -554,10 +566,10 @@ def count_queries(client: Any, url: str, **headers: Any) -> int:
 
 def fill_team(team: Team, requester: Any, flavors: list[Any], n: int) -> None:
     for i in range(n):
-        qr = QuotaRequestFactory(team=team, requester=requester, status="pending" if i % 2 else "approved")
+        qr = QuotaRequestFactory.create(team=team, requester=requester, status="pending" if i % 2 else "approved")
         for flavor in flavors:
             QuotaRequestLineFactory(request=qr, flavor=flavor, units=1)
-        person = UserFactory()
+        person = UserFactory.create()
         MembershipFactory(team=team, user=person)
         QuotaGrantFactory(team=team, flavor=flavors[i % len(flavors)], units=1, request=qr,
                           valid_until=timezone.now() + dt.timedelta(days=i + 1) if i % 3 else None)
@@ -628,7 +640,9 @@ def test_the_admin_refuses_to_lower_a_flavor_below_its_guarantees_with_a_message
 
 def test_teams_created_in_the_admin_go_through_the_service(admin_user, as_user):
     client = as_user(admin_user)
-    response = client.post(reverse("admin:tenants_team_add"), {"slug": "robotics", "name": "Robotics", "cost_center": "CC-9", "description": ""})
+    response = client.post(
+        reverse("admin:tenants_team_add"), {"slug": "robotics", "name": "Robotics", "cost_center": "CC-9", "description": ""},
+    )
     assert response.status_code == 302
     team = Team.objects.get(slug="robotics")
     assert AuditEvent.objects.get(action="team.created", team_id=team.pk).message == "root created team robotics (Robotics)"
@@ -636,16 +650,19 @@ def test_teams_created_in_the_admin_go_through_the_service(admin_user, as_user):
 
 
 def test_admin_member_changes_go_through_the_services(team, lead, admin_user, as_user):
-    bob = UserFactory(username="bob")
+    bob = UserFactory.create(username="bob")
     lead_membership = Membership.objects.get(team=team, user=lead)
     client = as_user(admin_user)
     url = reverse("admin:tenants_team_change", args=[team.pk])
     data = {
         "name": "Vision", "cost_center": "CC-100", "description": "",
         "may_borrow": "on", "lends_idle": "on", "cpu_limit_cores": "64", "memory_limit_gib": "512", "pod_limit": "100",
-        "memberships-TOTAL_FORMS": "2", "memberships-INITIAL_FORMS": "1", "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000",
-        "memberships-0-id": str(lead_membership.pk), "memberships-0-team": str(team.pk), "memberships-0-user": str(lead.pk), "memberships-0-role": "lead",
-        "memberships-1-id": "", "memberships-1-team": str(team.pk), "memberships-1-user": str(bob.pk), "memberships-1-role": "member",
+        "memberships-TOTAL_FORMS": "2", "memberships-INITIAL_FORMS": "1",
+        "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000",
+        "memberships-0-id": str(lead_membership.pk), "memberships-0-team": str(team.pk),
+        "memberships-0-user": str(lead.pk), "memberships-0-role": "lead",
+        "memberships-1-id": "", "memberships-1-team": str(team.pk),
+        "memberships-1-user": str(bob.pk), "memberships-1-role": "member",
     }
     response = client.post(url, data)
     assert response.status_code == 302, response.content.decode()[:3000]

@@ -72,7 +72,8 @@ class StillTerminating(ScriptedGateway):
 
     def get(self, ref: ObjectRef) -> dict | None:
         if ref.kind == "Namespace":
-            return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ref.name, "deletionTimestamp": "2026-11-23T10:00:00Z"}}
+            metadata = {"name": ref.name, "deletionTimestamp": "2026-11-23T10:00:00Z"}
+            return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
         return super().get(ref)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlparse
 
 import pytest
@@ -26,7 +27,7 @@ def provider(settings):
         yield op
 
 
-def sso_login(client, provider) -> object:
+def sso_login(client, provider) -> Any:
     start = client.get("/oidc/authenticate/")
     assert start.status_code == 302 and start.url.startswith(provider.url)
     # The browser's hop to the provider, which answers with a redirect back to the callback.

@@ -53,6 +53,18 @@ def _matches(body: dict[str, Any], labels: dict[str, str] | None) -> bool:
     return all(have.get(key) == value for key, value in (labels or {}).items())
 
 
+def _field_value(body: dict[str, Any], path: str) -> str:
+    """As the API server reads a field selector: follow the dotted path, compare as text, a missing field is ""."""
+    value: Any = body
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def _fields_match(body: dict[str, Any], fields: dict[str, str] | None) -> bool:
+    return all(_field_value(body, path) == wanted for path, wanted in (fields or {}).items())
+
+
 class ApiServer:
     def __init__(self, store: Store, *, watch_seed: str) -> None:
         self.store = store
@@ -129,11 +141,17 @@ class ApiServer:
         return copy.deepcopy(row.body) if row else None
 
     def list(
-        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         kind_info(api_version, kind)
         rows = sorted(self.store.objects(kind, namespace or None, api_version=api_version), key=lambda r: (r.namespace, r.name))
-        items = [row.body for row in rows if _matches(row.body, labels)]
+        items = [row.body for row in rows if _matches(row.body, labels) and _fields_match(row.body, fields)]
         return items, str(self.store.latest_version())
 
     def watch(

@@ -49,9 +49,15 @@ class SimulatedGateway:
         return self.api.get(ref)
 
     def list(
-        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
-        return self.api.list(api_version, kind, namespace=namespace, labels=labels)
+        return self.api.list(api_version, kind, namespace=namespace, labels=labels, fields=fields)
 
     def watch(
         self,

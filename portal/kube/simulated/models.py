@@ -26,6 +26,9 @@ class SimulatedObject(models.Model):
         ]
         indexes = [models.Index(fields=["kind", "namespace"], name="simulated_object_kind_ns")]
 
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
 
 class SimulatedEvent(models.Model):
     """The simulated cluster's change log: its ids are resourceVersions, watches read it."""
@@ -39,3 +42,6 @@ class SimulatedEvent(models.Model):
     class Meta:
         app_label = "simulated_cluster"
         indexes = [models.Index(fields=["kind", "id"], name="simulated_event_kind_id")]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.kind} #{self.pk}"
