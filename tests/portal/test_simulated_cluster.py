@@ -181,7 +181,8 @@ def test_the_periodic_pass_reports_as_reads_the_lists_it_made():
 
 
 def test_a_site_on_a_real_cluster_has_no_simulator_app_and_no_migration_missing(tmp_path):
-    env = {**os.environ, "PORTAL_CLUSTER": "kubernetes", "PORTAL_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    env = {**os.environ, "PORTAL_CLUSTER": "kubernetes", "PORTAL_VAR_DIR": str(tmp_path),
+           "DJANGO_SETTINGS_MODULE": "portal.settings"}
     env.pop("DATABASE_URL", None)
     root = Path(__file__).resolve().parents[2]
     script = (
@@ -190,7 +191,8 @@ def test_a_site_on_a_real_cluster_has_no_simulator_app_and_no_migration_missing(
         "print(apps.is_installed('portal.kube.simulated'))\n"
         "call_command('makemigrations', check=True, dry_run=True, verbosity=0)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

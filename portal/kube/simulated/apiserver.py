@@ -30,7 +30,7 @@ from portal.kube.base import (
     ref_of,
 )
 from portal.kube.simulated.controllers import controllers_reconcile
-from portal.kube.simulated.state import OWNER_LABEL, QUEUED_KINDS
+from portal.kube.simulated.state import JOB_NAME_LABEL, OWNER_LABEL, QUEUED_KINDS
 from portal.kube.simulated.store import Store
 
 DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
@@ -72,8 +72,10 @@ class ApiServer:
 
     def _validate(self, ref: ObjectRef) -> None:
         if not DNS_NAME.match(ref.name) or len(ref.name) > 253:
-            raise KubeError(f"rejected as invalid: metadata.name: Invalid value: {ref.name!r}: a lowercase RFC 1123 subdomain "
-                            "must consist of lower case alphanumeric characters, '-' or '.'", ref=ref, status=422, reason="Invalid")
+            raise KubeError(
+                f"rejected as invalid: metadata.name: Invalid value: {ref.name!r}: a lowercase RFC 1123 subdomain "
+                "must consist of lower case alphanumeric characters, '-' or '.'", ref=ref, status=422, reason="Invalid",
+            )
         if ref.info.namespaced:
             if not ref.namespace:
                 raise KubeError("rejected as invalid: metadata.namespace: Required value", ref=ref, status=422, reason="Invalid")
@@ -91,7 +93,7 @@ class ApiServer:
             body["spec"].setdefault("suspend", False)
         if body["kind"] == "ResourceQuota":
             hard = body["spec"].get("hard", {})
-            body["status"] = {"hard": dict(hard), "used": {key: "0" for key in hard}}
+            body["status"] = {"hard": dict(hard), "used": dict.fromkeys(hard, "0")}
         return body
 
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
@@ -131,7 +133,7 @@ class ApiServer:
                     if pod.body["metadata"].get("labels", {}).get(OWNER_LABEL) == ref.name:
                         self.store.remove(pod)
                 for workload in self.store.objects("Workload", ref.namespace or ""):
-                    if workload.body["metadata"].get("labels", {}).get("kueue.x-k8s.io/job-name") == ref.name:
+                    if workload.body["metadata"].get("labels", {}).get(JOB_NAME_LABEL) == ref.name:
                         self.store.remove(workload)
             self.store.remove(row)
             controllers_reconcile(self.store)

@@ -12,7 +12,6 @@ from portal.kube.simulated.models import SimulatedObject
 from portal.kube.simulated.state import (
     DEFAULT_RUN_SECONDS,
     EXIT_CODE_ANNOTATION,
-    OWNER_LABEL,
     RUN_SECONDS_ANNOTATION,
     ClusterState,
 )
@@ -62,7 +61,7 @@ class Kubelet:
                 continue
             job = workload.job.body
             name = job["metadata"]["name"]
-            pods = [p for p in self.state.pods if p.namespace == workload.namespace and p.body["metadata"].get("labels", {}).get(OWNER_LABEL) == name]
+            pods = self.state.pods_of(workload.namespace, name)
             if job["kind"] != "Job":
                 running = sum(1 for p in pods if p.body.get("status", {}).get("phase") == "Running")
                 job.setdefault("status", {}).update({"replicas": len(pods), "readyReplicas": running})
@@ -82,6 +81,7 @@ class Kubelet:
                 status["conditions"] = [{"type": outcome[0], "status": "True", "reason": outcome[0], "message": outcome[1],
                                          "lastTransitionTime": now_iso(self.state.now)}]
                 status["completionTime" if outcome[0] == "Complete" else "failedTime"] = now_iso(self.state.now)
-                self.kueue.set_condition(workload, "Finished", "True", "Succeeded" if outcome[0] == "Complete" else "Failed", outcome[1])
+                verdict = "Succeeded" if outcome[0] == "Complete" else "Failed"
+                self.kueue.set_condition(workload, "Finished", "True", verdict, outcome[1])
                 self.state.save(workload.row, workload.row.body)
             self.state.save(workload.job, job)

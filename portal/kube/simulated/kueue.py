@@ -14,10 +14,12 @@ from typing import Any
 from portal.kube.base import ObjectRef
 from portal.kube.simulated.models import SimulatedObject
 from portal.kube.simulated.state import (
+    JOB_NAME_LABEL,
     PRIORITY_LABEL,
     QUEUE_LABEL,
     QUEUED_KINDS,
     ClusterState,
+    pod_requests,
     to_units,
     units_text,
 )
@@ -50,7 +52,8 @@ class Workload:
 
     @property
     def finished(self) -> bool:
-        return any(c["type"] == "Finished" and c["status"] == "True" for c in self.row.body.get("status", {}).get("conditions", []))
+        conditions = self.row.body.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Finished" and c["status"] == "True" for c in conditions)
 
 
 class Kueue:
@@ -59,16 +62,13 @@ class Kueue:
 
     # One Workload per queued Job.
     def create_workloads(self) -> None:
-        have = {(w.namespace, w.body["metadata"].get("labels", {}).get("kueue.x-k8s.io/job-name")) for w in self.state.workload_rows}
+        have = {(w.namespace, w.body["metadata"].get("labels", {}).get(JOB_NAME_LABEL)) for w in self.state.workload_rows}
         for (namespace, name), job in self.state.jobs.items():
             labels = job.body["metadata"].get("labels", {})
             if QUEUE_LABEL not in labels or (namespace, name) in have:
                 continue
-            template = job.body["spec"]["template"]["spec"]
-            per_pod: dict[str, float] = defaultdict(float)
-            for container in template.get("containers", []):
-                for resource, value in (container.get("resources", {}).get("requests") or container.get("resources", {}).get("limits") or {}).items():
-                    per_pod[resource] += to_units(value)
+            # Kueue reads the pods' requests; a malformed quantity fails here, as it would at admission.
+            pod_requests({"spec": job.body["spec"]["template"]["spec"]})
             kind = job.body["kind"]
             count = int(job.body["spec"].get("parallelism" if kind == "Job" else "replicas", 1))
             digest = hashlib.sha256(job.body["metadata"]["uid"].encode()).hexdigest()[:5]
@@ -76,8 +76,10 @@ class Kueue:
                 "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
                 "metadata": {
                     "name": f"job-{name}-{digest}"[:253], "namespace": namespace,
-                    "labels": {"kueue.x-k8s.io/job-name": name, "kueue.x-k8s.io/job-uid": job.body["metadata"]["uid"]},
-                    "ownerReferences": [{"apiVersion": QUEUED_KINDS[kind], "kind": kind, "name": name, "uid": job.body["metadata"]["uid"]}],
+                    "labels": {JOB_NAME_LABEL: name, "kueue.x-k8s.io/job-uid": job.body["metadata"]["uid"]},
+                    "ownerReferences": [
+                        {"apiVersion": QUEUED_KINDS[kind], "kind": kind, "name": name, "uid": job.body["metadata"]["uid"]},
+                    ],
                 },
                 "spec": {
                     "queueName": labels[QUEUE_LABEL],
@@ -99,7 +101,7 @@ class Kueue:
         for row in self.state.workload_rows:
             spec = row.body["spec"]
             labels = row.body["metadata"].get("labels", {})
-            job = self.state.jobs.get((row.namespace, labels.get("kueue.x-k8s.io/job-name")))
+            job = self.state.jobs.get((row.namespace, labels.get(JOB_NAME_LABEL)))
             local_queue = self.state.local_queues.get((row.namespace, spec.get("queueName", "")))
             requests: dict[str, float] = defaultdict(float)
             pod_set = spec["podSets"][0]
@@ -283,7 +285,8 @@ class Kueue:
                 "resourceUsage": {r: units_text(v) for r, v in workload.requests.items() if r in workload.admitted_flavor},
             }],
         }
-        self.set_condition(workload, "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {workload.cluster_queue}")
+        reserved = f"Quota reserved in ClusterQueue {workload.cluster_queue}"
+        self.set_condition(workload, "QuotaReserved", "True", "QuotaReserved", reserved)
         self.set_condition(workload, "Admitted", "True", "Admitted", "The workload is admitted")
         body["status"]["conditions"] = [c for c in body["status"]["conditions"] if c["type"] not in ("Evicted", "Preempted")]
         self.state.save(workload.row, body)

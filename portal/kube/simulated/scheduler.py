@@ -39,7 +39,7 @@ class Scheduler:
             if job["kind"] == "Job" and job["spec"].get("suspend"):
                 continue
             name = job["metadata"]["name"]
-            pods = [p for p in self.state.pods if p.namespace == workload.namespace and p.body["metadata"].get("labels", {}).get(OWNER_LABEL) == name]
+            pods = self.state.pods_of(workload.namespace, name)
             done = sum(1 for p in pods if p.body.get("status", {}).get("phase") == "Succeeded")
             active = [p for p in pods if p.body.get("status", {}).get("phase") in ("Pending", "Running")]
             if job["kind"] == "Job":
@@ -51,14 +51,17 @@ class Scheduler:
                 node = self._place(new_pod, used)
                 if node:
                     new_pod["spec"]["nodeName"] = node
-                    new_pod["status"] = {"phase": "Running", "startTime": now_iso(self.state.now),
-                                         "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}
+                    new_pod["status"] = {
+                        "phase": "Running", "startTime": now_iso(self.state.now),
+                        "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+                    }
                     for resource, value in pod_requests(new_pod).items():
                         used[(node, resource)] += value
                 else:
                     new_pod["status"] = {"phase": "Pending", "conditions": [{
                         "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                        "message": f"0/{len(self.state.nodes)} nodes are available: insufficient GPU resources on nodes of the flavor."}]}
+                        "message": f"0/{len(self.state.nodes)} nodes are available: "
+                                   "insufficient GPU resources on nodes of the flavor."}]}
                 ref = ObjectRef("v1", "Pod", new_pod["metadata"]["name"], workload.namespace)
                 self.state.pods.append(self.state.create(ref, new_pod))
 
@@ -74,7 +77,8 @@ class Scheduler:
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{job['metadata']['name']}-{suffix}", "namespace": workload.namespace, "labels": labels,
                          "annotations": dict(template.get("metadata", {}).get("annotations", {})),
-                         "ownerReferences": [{"apiVersion": QUEUED_KINDS[job["kind"]], "kind": job["kind"], "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}]},
+                         "ownerReferences": [{"apiVersion": QUEUED_KINDS[job["kind"]], "kind": job["kind"],
+                                              "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}]},
             "spec": template["spec"],
         }
 

@@ -14,6 +14,7 @@ from portal.kube.simulated.store import Store
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_NAME_LABEL = "kueue.x-k8s.io/job-name"  # on a Workload: the Job, Deployment or StatefulSet it admits
 RUN_SECONDS_ANNOTATION = "gpu-portal.io/simulated-run-seconds"
 EXIT_CODE_ANNOTATION = "gpu-portal.io/simulated-exit-code"
 DEFAULT_RUN_SECONDS = 30.0
@@ -21,7 +22,9 @@ DEFAULT_RUN_SECONDS = 30.0
 OWNER_LABEL = "simulated.gpu-portal.io/owner"
 # Kinds Kueue queues: a Job is suspended until admitted; servers' pods wait, ungated, until then.
 QUEUED_KINDS = {"Job": "batch/v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1"}
-CONTROLLED_KINDS = ("ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", *QUEUED_KINDS, "Workload", "Pod", "Node")
+CONTROLLED_KINDS = (
+    "ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", *QUEUED_KINDS, "Workload", "Pod", "Node",
+)
 
 
 def to_units(value: Any) -> float:
@@ -78,6 +81,13 @@ class ClusterState:
             pods=rows["Pod"],
             nodes=rows["Node"],
         )
+
+    def pods_of(self, namespace: str, owner: str) -> list[SimulatedObject]:
+        """The pods the simulated controllers made for one Job, Deployment or StatefulSet."""
+        return [
+            pod for pod in self.pods
+            if pod.namespace == namespace and pod.body["metadata"].get("labels", {}).get(OWNER_LABEL) == owner
+        ]
 
     def create(self, ref: ObjectRef, body: dict[str, Any]) -> SimulatedObject:
         """Stores a new object the controllers made and returns its row."""
