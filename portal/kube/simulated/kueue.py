@@ -320,7 +320,8 @@ class Kueue:
                 job["spec"]["suspend"] = True
                 self.state.save(workload.job, job)
             for pod in list(self.state.pods):
-                if pod.namespace == workload.namespace and pod.body["metadata"].get("labels", {}).get("job-name") == job["metadata"]["name"] \
+                labels = pod.body["metadata"].get("labels", {})
+                if pod.namespace == workload.namespace and labels.get("job-name") == job["metadata"]["name"] \
                         and pod.body.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
                     self.state.remove(pod)
                     self.state.pods.remove(pod)
