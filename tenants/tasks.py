@@ -38,8 +38,9 @@ def platform_reconcile() -> None:
 
 
 @shared_task(acks_late=True, autoretry_for=(Exception,), retry_backoff=1, retry_backoff_max=30, retry_jitter=True, max_retries=20)
-def team_teardown(slug: str) -> None:
-    if not reconcile.team_teardown(slug=slug):
+def team_teardown(slug: str, uid: str = "") -> None:
+    # Without a uid (a task queued before teams had one) nothing carries the proof, so nothing is deleted.
+    if not reconcile.team_teardown(slug=slug, uid=uid):
         raise TeardownPending(f"namespace {slug} is still terminating")
 
 
