@@ -40,6 +40,10 @@ def test_a_refused_team_says_why_on_the_team_page_and_in_the_cluster_api(team, m
     assert (picture["state"], picture["error"]) == ("error", REFUSAL)
 
 
+def test_the_team_api_shows_the_uid_its_objects_carry(team, member, simulated):
+    assert api(member).get("/api/teams/vision/").json()["uid"] == str(team.uid)
+
+
 def test_a_refusal_applies_nothing_and_the_task_does_not_retry_it(team, simulated):
     someone_elses_namespace(simulated)
     before = simulated.get(NAMESPACE)
