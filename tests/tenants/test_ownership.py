@@ -158,3 +158,25 @@ def test_the_prefix_leaves_room_for_the_slug_in_a_namespace_name(admin_user, set
     settings.PORTAL_NAMESPACE_PREFIX = "gpu-portal-"
     with pytest.raises(ValidationError, match="longer than 63 characters"):
         services.team_create(actor=admin_user, slug="a" * 60, name="Long")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_gives_each_existing_team_its_own_uid_and_lets_it_adopt_its_old_objects():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("tenants", "0002_cluster_sync_and_policy")])
+    old_state = executor.loader.project_state([("tenants", "0002_cluster_sync_and_policy")]).apps
+    OldTeam = old_state.get_model("tenants", "Team")
+    for slug in ("vision", "speech", "nlp"):
+        OldTeam.objects.create(slug=slug, name=slug)
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+    teams = list(Team.objects.all())
+    assert len({team.uid for team in teams}) == 3
+    assert all(team.adopts_unannotated for team in teams)
+    assert not TeamFactory(slug="recsys").adopts_unannotated
