@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from portal.kube import ObjectRef, gateway
-from tenants import reconcile, services
+from tenants import cluster_selectors, reconcile, services
 from tenants.manifests import KUEUE
 from tenants.models import QuotaGrant
 from tests.contract.scenarios import (
@@ -175,7 +175,7 @@ def test_a_namespace_the_portal_did_not_create_is_never_adopted_changed_or_delet
     passes = [reconcile.cluster_reconcile(), reconcile.cluster_reconcile()]
 
     assert team.sync_state == "error" and team.sync_error == refusal("namespace", name)
-    assert reconcile.team_cluster_picture(team=team).error == refusal("namespace", name)
+    assert cluster_selectors.team_cluster_picture(team=team).error == refusal("namespace", name)
     assert all(p.errors[name] == refusal("namespace", name) for p in passes)
     assert not [ref for p in passes for ref in p.applied + p.deleted if name in ref]
     assert team_objects(name) == set()
