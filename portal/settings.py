@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -303,6 +304,15 @@ KUBE_QPS = float(env("KUBE_QPS", "50"))
 KUBE_BURST = int(env("KUBE_BURST", "100"))
 # The Kueue cohort every team's ClusterQueue joins, so idle quota can be borrowed across teams.
 PORTAL_COHORT = env("PORTAL_COHORT", "gpu-portal")
+# Put before every team's namespace and ClusterQueue name ("gpu-" makes team vision's namespace
+# gpu-vision), so team slugs never collide with namespaces the cluster already has. Empty keeps
+# the names of existing teams; changing it later moves every team to new names.
+PORTAL_NAMESPACE_PREFIX = env("PORTAL_NAMESPACE_PREFIX", "")
+if PORTAL_NAMESPACE_PREFIX and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,30})", PORTAL_NAMESPACE_PREFIX):
+    raise ImproperlyConfigured(
+        f"PORTAL_NAMESPACE_PREFIX “{PORTAL_NAMESPACE_PREFIX}” must be at most 31 lowercase letters, digits and hyphens, "
+        "starting with a letter or digit (it begins a Kubernetes namespace name)."
+    )
 # Namespace of the ingress controller: the only outside source a team's NetworkPolicy admits.
 PORTAL_INGRESS_NAMESPACE = env("PORTAL_INGRESS_NAMESPACE", "ingress-nginx")
 # How the cluster names people who log in with OIDC (the apiserver's --oidc-username-prefix);

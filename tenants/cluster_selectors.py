@@ -41,7 +41,8 @@ def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list
     items, _ = gateway().list(manifests.KUEUE, "ClusterQueue", labels=MANAGED)
     rows: dict[str, list[dict[str, Any]]] = {}
     for cq in items:
-        name = cq["metadata"]["name"]
+        # Keyed by the team's slug, whatever PORTAL_NAMESPACE_PREFIX made of the queue's name.
+        name = (cq["metadata"].get("labels") or {}).get(manifests.TEAM_LABEL, cq["metadata"]["name"])
         usage = {
             (f["name"], r["name"]): r for f in (cq.get("status") or {}).get("flavorsUsage", []) for r in f.get("resources", [])
         }

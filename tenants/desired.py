@@ -38,6 +38,9 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     for team in teams_by_id.values():
         specs[team.pk] = (team, manifests.TeamSpec(
             slug=team.slug,
+            uid=str(team.uid),
+            adopts_unannotated=team.adopts_unannotated,
+            name_prefix=settings.PORTAL_NAMESPACE_PREFIX,
             quotas=tuple(
                 manifests.FlavorQuota(flavor=f, nominal=max(guarantees.get((team.pk, flavor_ids[f.name]), 0), 0))
                 for f in flavors

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import uuid
 from fractions import Fraction
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
@@ -14,6 +16,7 @@ from django.utils import timezone
 
 from portal.models import User
 from portal.roles import sees_all_teams
+from tenants import manifests
 
 DNS_LABEL_HELP = (
     "Lowercase letters, digits and hyphens, starting and ending with a letter or digit, "
@@ -66,6 +69,14 @@ class Team(models.Model):
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     members = models.ManyToManyField(User, through="Membership", related_name="teams")
+    # The team's identity in the cluster, written on each of its objects as the proof that the
+    # portal created them for this team. Not the primary key or the slug: both come back when a
+    # team is deleted and another created (SQLite reuses ids, the slug is a person's choice), and
+    # the new team must not take over what the old one left behind.
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    # Set for teams that existed before objects carried the uid: their labelled objects without
+    # any uid are still theirs, until the first complete apply annotates them and clears this.
+    adopts_unannotated = models.BooleanField(default=False, editable=False)
 
     # Sharing policy: by default a team borrows idle capacity of the cohort and lends its own.
     may_borrow = models.BooleanField(default=True, help_text="May run on other teams' idle quota (preemptible).")
@@ -91,7 +102,16 @@ class Team(models.Model):
 
     @property
     def namespace(self) -> str:
-        return self.slug
+        return manifests.team_object_name(prefix=settings.PORTAL_NAMESPACE_PREFIX, slug=self.slug)
+
+    @property
+    def cluster_queue(self) -> str:
+        return manifests.team_object_name(prefix=settings.PORTAL_NAMESPACE_PREFIX, slug=self.slug)
+
+    def clean(self) -> None:
+        if self.slug and len(self.namespace) > 63:
+            raise ValidationError({"slug": f"With the namespace prefix “{settings.PORTAL_NAMESPACE_PREFIX}” the namespace "
+                                           f"“{self.namespace}” would be longer than 63 characters; choose a shorter slug."})
 
     class SyncState(models.TextChoices):
         IN_SYNC = "in_sync", "In sync"

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -44,8 +45,10 @@ OWNED_KINDS: tuple[tuple[str, str], ...] = (
 
 
 def _mark_applied(team_id: int, version: int) -> None:
+    # Every object now carries the uid, so the team no longer needs to adopt unannotated ones.
     Team.objects.filter(pk=team_id).update(
-        applied_version=Greatest(F("applied_version"), version), synced_at=timezone.now(), sync_error=""
+        applied_version=Greatest(F("applied_version"), version), synced_at=timezone.now(), sync_error="",
+        adopts_unannotated=False,
     )
 
 
@@ -53,16 +56,59 @@ def _mark_failed(team_id: int, error: Exception) -> None:
     Team.objects.filter(pk=team_id).update(sync_error=str(error)[:2000])
 
 
+class NotOwned(KubeError):
+    """A team's namespace or ClusterQueue exists without the proof that the portal created it for
+    that team, so the portal applies nothing for the team. Not transient: no retry changes who
+    owns the object, only a person can (status 409, so `retriable` is False)."""
+
+    def __init__(self, ref: ObjectRef) -> None:
+        what = "namespace" if ref.kind == "Namespace" else ref.kind
+        super().__init__(
+            f"The {what} {ref.name} already exists in the cluster and was not created by the portal for this team, "
+            "so the portal will not adopt it. Remove it, or set PORTAL_NAMESPACE_PREFIX.",
+            status=409, reason="NotOwnedByTeam",
+        )
+        self.ref = ref
+
+
+def team_roots(spec: manifests.TeamSpec) -> tuple[ObjectRef, ObjectRef]:
+    """The team's objects that may collide with what others made: the namespace (everything else
+    of the team lives inside it) and the cluster-scoped ClusterQueue."""
+    return ObjectRef("v1", "Namespace", spec.namespace), ObjectRef(manifests.KUEUE, "ClusterQueue", spec.cluster_queue)
+
+
+def _owned(obj: dict[str, Any], spec: manifests.TeamSpec) -> bool:
+    return manifests.owned_by_team(obj, uid=spec.uid, slug=spec.slug, adopts_unannotated=spec.adopts_unannotated)
+
+
+def team_roots_check(spec: manifests.TeamSpec, live: dict[ObjectRef, dict[str, Any]] | None = None) -> None:
+    """Raises NotOwned unless each root is absent or carries this team's proof. `live` is what
+    the periodic pass listed by label; a root missing from it is read directly, since an object
+    without the portal's label is not in that list."""
+    for ref in team_roots(spec):
+        current = live.get(ref) if live is not None else None
+        if current is None:
+            current = gateway().get(ref)
+        if current is not None and not _owned(current, spec):
+            raise NotOwned(ref)
+
+
 def team_reconcile(*, team_id: int) -> bool:
-    """Applies the team's objects. Returns False when the team no longer exists."""
+    """Applies the team's objects. Returns False when the team no longer exists, or when its
+    namespace or queue is not the portal's (recorded on the team: retrying cannot help)."""
     specs = team_specs([team_id])
     if team_id not in specs:
         return False
     team, spec = specs[team_id]
     cluster = gateway()
     try:
+        team_roots_check(spec)
         for obj in manifests.make_team_objects(team=spec):
             cluster.apply(obj)
+    except NotOwned as refusal:
+        log.warning("team %s not provisioned: %s", team.slug, refusal)
+        _mark_failed(team_id, refusal)
+        return False
     except KubeError as error:
         _mark_failed(team_id, error)
         raise
@@ -80,17 +126,24 @@ def platform_reconcile() -> None:
     ])
 
 
-def team_teardown(*, slug: str) -> bool:
-    """Removes what a deleted team had. True once nothing is left (namespaces take a while)."""
-    if Team.objects.filter(slug=slug).exists():
-        return True  # re-created meanwhile: the team's reconcile owns it again
+def team_teardown(*, slug: str, uid: str) -> bool:
+    """Removes what the portal created for a deleted team: only objects carrying its uid, so a
+    namespace it never created, or one a new team of the same slug owns, stays. True once none
+    of the team's is left (namespaces take a while)."""
     cluster = gateway()
-    namespace = ObjectRef("v1", "Namespace", slug)
-    queue = ObjectRef(manifests.KUEUE, "ClusterQueue", slug)
+    name = manifests.team_object_name(prefix=settings.PORTAL_NAMESPACE_PREFIX, slug=slug)
     # The namespace first: it takes the workloads with it, then the queue can go.
-    cluster.delete(namespace)
-    cluster.delete(queue)
-    return cluster.get(namespace) is None and cluster.get(queue) is None
+    refs = (ObjectRef("v1", "Namespace", name), ObjectRef(manifests.KUEUE, "ClusterQueue", name))
+
+    def still_ours(ref: ObjectRef) -> dict[str, Any] | None:
+        current = cluster.get(ref)
+        return current if current is not None and manifests.owned_by_team(current, uid=uid) else None
+
+    for ref in refs:
+        current = still_ours(ref)
+        if current is not None and not current["metadata"].get("deletionTimestamp"):
+            cluster.delete(ref)
+    return all(still_ours(ref) is None for ref in refs)
 
 
 # --- The periodic pass ------------------------------------------------------------------------------
@@ -120,7 +173,7 @@ class PassResult:
     applied: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
-    reads: int = 0
+    reads: int = 0  # lists of what the portal owns; a root missing from them is then read directly, uncounted
 
     @property
     def writes(self) -> int:
@@ -152,9 +205,23 @@ def cluster_reconcile() -> PassResult:
             _converge(obj, live, result)
         except KubeError as error:
             result.errors[str(ref_of(obj))] = str(error)
+    wanted_by_team: dict[str, set[ObjectRef]] = {}
     for team_id, (team, spec) in specs.items():
+        objects = manifests.make_team_objects(team=spec)
+        wanted_by_team[spec.uid] = {ref_of(obj) for obj in objects}
+        try:
+            team_roots_check(spec, live)
+        except NotOwned as refusal:
+            result.errors[team.slug] = str(refusal)
+            if team.sync_error != str(refusal):
+                _mark_failed(team_id, refusal)
+            continue
+        except KubeError as error:
+            result.errors[team.slug] = str(error)
+            _mark_failed(team_id, error)
+            continue
         failed = False
-        for obj in manifests.make_team_objects(team=spec):
+        for obj in objects:
             wanted[ref_of(obj)] = obj
             if failed:
                 continue
@@ -164,10 +231,10 @@ def cluster_reconcile() -> PassResult:
                 failed = True
                 result.errors[team.slug] = str(error)
                 _mark_failed(team_id, error)
-        if not failed and (team.applied_version < team.config_version or team.sync_error):
+        if not failed and (team.applied_version < team.config_version or team.sync_error or team.adopts_unannotated):
             _mark_applied(team_id, team.config_version)
 
-    unwanted = [ref for ref in live if ref not in wanted]
+    unwanted = [ref for ref, obj in live.items() if _prunable(ref, obj, wanted, wanted_by_team)]
     gone_namespaces = {ref.name for ref in unwanted if ref.kind == "Namespace"}
     for ref in sorted(unwanted, key=lambda r: -[k for _, k in OWNED_KINDS].index(r.kind)):
         if ref.namespace in gone_namespaces:
@@ -182,6 +249,21 @@ def cluster_reconcile() -> PassResult:
     if result.writes:
         log.info("cluster reconcile: applied %d, deleted %d objects", len(result.applied), len(result.deleted))
     return result
+
+
+def _prunable(
+    ref: ObjectRef, obj: dict[str, Any], wanted: dict[ObjectRef, dict[str, Any]], wanted_by_team: dict[str, set[ObjectRef]]
+) -> bool:
+    """Whether the pass may delete a listed object. The catalog's shared objects go when no longer
+    wanted; a team's object only with a uid as proof, and only when that team is gone or no
+    longer wants it. Without a uid it is nobody's to delete (a copied label proves nothing)."""
+    meta = obj.get("metadata") or {}
+    if manifests.TEAM_LABEL not in (meta.get("labels") or {}):
+        return ref not in wanted
+    uid = (meta.get("annotations") or {}).get(manifests.TEAM_UID_ANNOTATION)
+    if not uid:
+        return False
+    return ref not in wanted_by_team.get(uid, set())
 
 
 def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result: PassResult) -> None:

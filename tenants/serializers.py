@@ -70,10 +70,12 @@ class TeamSerializer(serializers.ModelSerializer):
     sync_state = serializers.ChoiceField(choices=Team.SyncState.choices, read_only=True)
     members = TeamMemberSerializer(source="memberships", many=True, read_only=True)
     guarantees = serializers.SerializerMethodField()
+    uid = serializers.UUIDField(read_only=True, help_text="Written on each of the team's cluster objects (annotation "
+                                "gpu-portal.io/team-uid): the proof that the portal created them for this team.")
 
     class Meta:
         model = Team
-        fields = ["id", "slug", "name", "cost_center", "description", "created_at", "member_count",
+        fields = ["id", "uid", "slug", "name", "cost_center", "description", "created_at", "member_count",
                   "pending_requests", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit",
                   "sync_state", "synced_at", "sync_error", "members", "guarantees"]
         read_only_fields = fields
@@ -101,7 +103,8 @@ class QueueUsageSerializer(serializers.Serializer):
 
 class ClusterPictureSerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=Team.SyncState.choices)
-    error = serializers.CharField(help_text="Why the last apply failed, empty when it did not.")
+    error = serializers.CharField(help_text="Why the last apply failed, or why the team cannot be provisioned (its namespace "
+                                  "or ClusterQueue exists and was not created by the portal for it); empty when neither.")
     synced_at = serializers.DateTimeField(allow_null=True, help_text="The last successful apply.")
     unreachable = serializers.CharField(help_text="Set when the cluster did not answer for the live usage.")
     usage = QueueUsageSerializer(many=True)

@@ -94,11 +94,11 @@ def team_delete(*, actor: User, team: Team) -> None:
     _require(actor.has_perm("tenants.manage_teams"))
     from tenants import tasks
 
-    slug = team.slug
+    slug, uid = team.slug, str(team.uid)
     audit_record(actor=actor, action="team.deleted", obj=team, team_id=team.pk,
                  message=f"{actor.username} deleted team {slug} and its namespace")
     team.delete()
-    transaction.on_commit(lambda: tasks.team_teardown.delay(slug))
+    transaction.on_commit(lambda: tasks.team_teardown.delay(slug, uid))
 
 
 def _last_lead(membership: Membership) -> bool:

@@ -38,8 +38,9 @@ def platform_reconcile() -> None:
 
 
 @cluster_task(bind=True, max_retries=TEARDOWN_POLLS)
-def team_teardown(self, slug: str) -> None:  # type: ignore[no-untyped-def]
-    if not reconcile.team_teardown(slug=slug):
+def team_teardown(self, slug: str, uid: str = "") -> None:  # type: ignore[no-untyped-def]
+    # Without a uid (a task queued before teams had one) nothing carries the proof, so nothing is deleted.
+    if not reconcile.team_teardown(slug=slug, uid=uid):
         # Not a failure: namespaces take a while to terminate. Look again later.
         if self.request.retries < self.max_retries:
             raise self.retry(countdown=retry_delay(self.request.retries))

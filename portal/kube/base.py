@@ -44,6 +44,7 @@ KINDS: dict[tuple[str, str], KindInfo] = {
         KindInfo("v1", "Namespace", "namespaces", False),
         KindInfo("v1", "ResourceQuota", "resourcequotas", True),
         KindInfo("v1", "LimitRange", "limitranges", True),
+        KindInfo("v1", "ConfigMap", "configmaps", True),
         KindInfo("v1", "Pod", "pods", True),
         KindInfo("v1", "Service", "services", True),
         KindInfo("v1", "Event", "events", True),

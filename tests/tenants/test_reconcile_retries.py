@@ -7,7 +7,7 @@ import pytest
 
 from portal.kube import ObjectRef, reset_gateway
 from portal.tasks import CLUSTER_TASK_RETRIES
-from tenants import tasks
+from tenants import manifests, tasks
 from tests.scripted_gateway import ScriptedGateway, refusal, unavailable
 
 pytestmark = pytest.mark.django_db
@@ -67,12 +67,19 @@ def test_a_bug_in_a_team_task_is_raised_and_not_retried(team, flavor, simulated)
     assert cluster.attempts == 1
 
 
+UID = "6f1c2b1e-0000-4000-8000-000000000001"
+PROOF = {"labels": {manifests.MANAGED_BY_LABEL: manifests.MANAGER}, "annotations": {manifests.TEAM_UID_ANNOTATION: UID}}
+
+
 class StillTerminating(ScriptedGateway):
     """A cluster whose namespaces take longer to go than the teardown is willing to wait."""
 
+    looks = 0
+
     def get(self, ref: ObjectRef) -> dict | None:
         if ref.kind == "Namespace":
-            metadata = {"name": ref.name, "deletionTimestamp": "2026-11-23T10:00:00Z"}
+            self.looks += 1
+            metadata = {"name": ref.name, "deletionTimestamp": "2026-11-23T10:00:00Z", **PROOF}
             return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
         return super().get(ref)
 
@@ -81,16 +88,19 @@ def test_a_teardown_looks_again_a_bounded_number_of_times_for_a_terminating_name
     cluster = StillTerminating(simulated)
     reset_gateway(cluster)
 
-    result = tasks.team_teardown.delay("vision")
+    result = tasks.team_teardown.delay("vision", UID)
 
     assert result.successful()
-    assert cluster.attempts == 2 * (1 + tasks.TEARDOWN_POLLS)  # the namespace and the queue, each time
+    # Each run reads the namespace twice (before deleting, then to see whether it is gone), and
+    # deletes nothing that is already terminating.
+    assert (cluster.looks, cluster.attempts) == (2 * (1 + tasks.TEARDOWN_POLLS), 0)
 
 
 def test_a_teardown_the_cluster_refuses_is_not_retried(simulated):
+    simulated.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vision", **PROOF}})
     cluster = ScriptedGateway(simulated, always=refusal("namespaces \"vision\" is forbidden", status=403))
     reset_gateway(cluster)
 
-    result = tasks.team_teardown.delay("vision")
+    result = tasks.team_teardown.delay("vision", UID)
 
     assert result.successful() and cluster.attempts == 1
