@@ -34,10 +34,6 @@ class CountingGateway:
         self.by_method: Counter[str] = Counter()
         self.objects_listed = 0
 
-    @property
-    def calls(self) -> int:
-        return int(self.inner.calls)
-
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
         if name not in {"apply", "delete", "get", "list", "watch", "pod_logs"}:
@@ -128,7 +124,7 @@ def run(polls: int, other_events: int) -> dict[str, Any]:
         cluster.apply(event)
 
     counting = CountingGateway(cluster)
-    reset_gateway(counting)  # type: ignore[arg-type]
+    reset_gateway(counting)
     browser = Client()
     browser.force_login(member)
 

@@ -75,12 +75,17 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     from jobs.models import Workload, WorkloadTransition
     from jobs.watch import WorkloadInformer
     from portal import tokens
-    from portal.kube import gateway, ref_of
+    from portal.kube import gateway, ref_of, reset_gateway
+    from portal.kube.counting import CountingGateway
     from portal.kube.kubernetes import KubernetesGateway
     from portal.models import User
     from tenants import reconcile
     from tenants.models import Flavor, Membership, QuotaGrant, Team
 
+    real = gateway()
+    assert isinstance(real, KubernetesGateway)  # the benchmark runs against a real control plane
+    cluster = CountingGateway(real)
+    reset_gateway(cluster)
     admin = User.objects.create(username="bench-admin", is_platform_admin=True)
     member = User.objects.create(username="bench-member")
     flavor = Flavor.objects.create(name="H100", slug="h100", resource_name="nvidia.com/gpu", gpu_model="H100",
@@ -96,14 +101,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     _, secret = tokens.api_token_create(user=member, name="bench", expires_in_days=1)
     body = json.dumps({"team": "bench", "template": "bench-train", "flavor": "h100", "units": 1})
 
-    cluster = gateway()
-    assert isinstance(cluster, KubernetesGateway)  # the benchmark runs against a real control plane
     informer = WorkloadInformer()
     watcher = threading.Thread(target=informer.run, daemon=True)
     watcher.start()
     while not all(ready.is_set() for ready in informer.ready.values()):
         time.sleep(0.05)
-    calls_before = cluster.calls
+    calls_before = cluster.total
 
     errors: list[str] = []
     local = threading.local()
@@ -144,7 +147,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         time.sleep(1)
     drained = time.monotonic()
     informer.stop()
-    portal_calls = cluster.calls - calls_before
+    portal_calls = cluster.total - calls_before
 
     # Status lag: pod finishedAt (whole seconds) to the portal's "succeeded" transition.
     finished_at: dict[int, float] = {}
@@ -165,7 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     # The floor: the same Job, applied with the bare client.
     from kubernetes import client as k8s
 
-    api = k8s.ApiClient(cluster.configuration)
+    api = k8s.ApiClient(real.configuration)
     sample = Workload.objects.first()
     assert sample is not None  # the launches above recorded workloads
     job = manifests.make_workload_objects(spec=services.workload_spec(sample))[0]

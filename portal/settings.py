@@ -291,6 +291,12 @@ LOGGING = {
 
 # --- The cluster gateway ---------------------------------------------------------------------
 PORTAL_CLUSTER = env("PORTAL_CLUSTER", "simulated")  # "simulated" or "kubernetes"
+if PORTAL_CLUSTER == "simulated":
+    # The simulated cluster keeps its objects in this database; a site on a real cluster has no such tables.
+    INSTALLED_APPS.append("portal.kube.simulated")
+# Seeds the simulated cluster's watch streams, so which kind's events arrive first when several
+# change at once varies as on a real cluster, yet the same seed gives the same interleaving again.
+SIMULATED_WATCH_SEED = env("SIMULATED_WATCH_SEED", "1")
 KUBECONFIG = env("KUBECONFIG")
 KUBE_CONTEXT = env("KUBE_CONTEXT")
 KUBE_IN_CLUSTER = env_bool("KUBE_IN_CLUSTER", False)

@@ -7,10 +7,10 @@ mock of the client, and every call it does not fail reaches the simulated cluste
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from portal.kube import FIELD_MANAGER, Gateway, KubeError, ObjectRef, WatchEvent
+from portal.kube import FIELD_MANAGER, Gateway, KubeError, NodeSpec, ObjectRef, WatchEvent
 from portal.kube.simulated import SimulatedGateway
 
 
@@ -30,14 +30,6 @@ class ScriptedGateway:
         self.cluster, self.errors, self.always = cluster, list(errors), always
         self.attempts = 0  # writes tried, failed or not
         self.failures = 0
-
-    @property
-    def calls(self) -> int:
-        return self.cluster.calls
-
-    @calls.setter
-    def calls(self, value: int) -> None:
-        self.cluster.calls = value
 
     def _write(self) -> None:
         self.attempts += 1
@@ -83,6 +75,12 @@ class ScriptedGateway:
 
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
         return self.cluster.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines)
+
+    def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
+        self.cluster.expect_nodes(nodes)
+
+    def tick(self) -> None:
+        self.cluster.tick()
 
 
 def _implements_the_gateway(scripted: ScriptedGateway) -> Gateway:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -114,10 +114,18 @@ class WatchEvent:
     object: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class NodeSpec:
+    """A GPU node the portal expects a cluster to have: its name, labels and allocatable units."""
+
+    name: str
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, int | str]  # resource name -> units, e.g. {"nvidia.com/gpu": 8}
+    taints: Sequence[Mapping[str, str]] = ()
+
+
 class Gateway(Protocol):
     """What the portal may do with a cluster."""
-
-    calls: int  # API calls made so far: the benchmarks read it
 
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
         """Server-side apply. Idempotent: the same object twice changes nothing the second time."""
@@ -150,6 +158,14 @@ class Gateway(Protocol):
         (410), it yields RELISTED with every current object, then goes on watching."""
 
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str: ...
+
+    def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
+        """These are the GPU nodes the catalog describes. A cluster that makes its nodes from the
+        catalog (the simulated one) makes exactly these; a real cluster has its own and ignores it."""
+
+    def tick(self) -> None:
+        """Lets a cluster that only moves when told (the simulated one) catch up with the clock:
+        its controllers admit, place and finish. A real cluster moves by itself and ignores it."""
 
 
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")

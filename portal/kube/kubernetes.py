@@ -13,7 +13,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -22,7 +22,7 @@ from django.conf import settings
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from portal.kube.base import FIELD_MANAGER, KubeError, ObjectRef, WatchEvent, kind_info, label_selector, ref_of
+from portal.kube.base import FIELD_MANAGER, KubeError, NodeSpec, ObjectRef, WatchEvent, kind_info, label_selector, ref_of
 
 log = logging.getLogger(__name__)
 
@@ -110,8 +110,6 @@ class KubernetesGateway:
         self.limiter = TokenBucket(qps, burst, sleep=sleep)
         self.timeout = timeout
         self.max_attempts = max_attempts
-        self.calls = 0
-        self._calls_lock = threading.Lock()
 
     @classmethod
     def from_settings(cls) -> KubernetesGateway:
@@ -159,8 +157,6 @@ class KubernetesGateway:
         payload = json.dumps(body).encode() if body is not None else None
         for attempt in range(1, self.max_attempts + 1):
             self.limiter.take()
-            with self._calls_lock:
-                self.calls += 1
             try:
                 response = self.pool.request(
                     method, url, body=payload, headers=self._headers(content_type), preload_content=not stream,
@@ -293,6 +289,12 @@ class KubernetesGateway:
         if status == 400:
             raise KubeError(_status_message(status, text.encode())[0], ref=ref, status=status)
         return text
+
+    def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
+        """Nothing to do: a real cluster has its own GPU nodes, registered by their kubelets."""
+
+    def tick(self) -> None:
+        """Nothing to do: a real cluster's controllers run by themselves."""
 
 
 def _json_lines(response: Any) -> Iterator[dict[str, Any]]:

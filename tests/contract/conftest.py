@@ -13,7 +13,7 @@ import pytest
 
 from jobs import services as job_services
 from jobs.models import WorkloadKind
-from portal.kube import Gateway, reset_gateway
+from portal.kube import Gateway, NodeSpec, reset_gateway
 from portal.kube.simulated import SimulatedGateway
 from tenants import services
 from tenants.models import Flavor, Membership
@@ -36,10 +36,10 @@ class ClusterUnderTest:
         else:
             assert isinstance(self.gateway, SimulatedGateway)
             existing = [
-                {"name": n["metadata"]["name"], "labels": n["metadata"]["labels"], "allocatable": n["status"]["allocatable"]}
+                NodeSpec(name=n["metadata"]["name"], labels=n["metadata"]["labels"], allocatable=n["status"]["allocatable"])
                 for n in self.gateway.list("v1", "Node")[0]
             ]
-            self.gateway.sync_nodes([*existing, {"name": name, "labels": labels, "allocatable": allocatable}])
+            self.gateway.expect_nodes([*existing, NodeSpec(name=name, labels=labels, allocatable=allocatable)])
 
     def wait_for(self, predicate: Callable[[], Any], *, what: str, timeout: float = 60) -> Any:
         """Polls until predicate() is truthy. On the simulated cluster time moves a second a poll."""

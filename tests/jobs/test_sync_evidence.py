@@ -23,6 +23,7 @@ from jobs import manifests, services, sync
 from jobs.models import RunInterval, Workload, WorkloadKind, WorkloadTransition
 from jobs.watch import WorkloadInformer
 from portal.kube import KubeError, ObjectRef, WatchEvent, gateway, ref_of, reset_gateway
+from portal.kube.counting import CountingGateway
 from portal.kube.simulated import SimulatedGateway
 from portal.models import AuditEvent
 from tests.helpers import api, launch
@@ -166,12 +167,14 @@ def test_a_pod_delivered_before_its_job_leaves_the_workload_queued(life):
 
 def test_a_workload_whose_objects_never_reached_the_cluster_is_left_alone_without_a_read(life, simulated):
     Workload.objects.filter(pk=life.workload.pk).update(phase=Workload.Phase.SUBMITTING, submitted_at=None)
+    counting = CountingGateway(simulated)
+    reset_gateway(counting)  # the simulated fixture drops it again afterwards
     informer = started_informer()
-    calls = simulated.calls
+    calls = counting.total
     informer.handle([("Pod", WatchEvent("ADDED", life.pod_running))])
     life.workload.refresh_from_db()
     assert life.workload.phase == Workload.Phase.SUBMITTING and life.workload.seen_in_cluster_at is None
-    assert simulated.calls == calls  # nothing to prove gone, so nothing read
+    assert counting.total == calls  # nothing to prove gone, so nothing read
 
 
 def test_a_job_deleted_before_any_sync_saw_it_is_failed_as_gone_by_the_next_pass(life):

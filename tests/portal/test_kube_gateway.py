@@ -17,7 +17,7 @@ from kubernetes import client as k8s_client
 from portal.kube import KubeError, ObjectRef
 from portal.kube.kubernetes import KubernetesGateway, TokenBucket
 from portal.kube.simulated import SimulatedGateway
-from portal.models import SimulatedEvent
+from portal.kube.simulated.models import SimulatedEvent
 
 DROP = None  # a scripted status that closes the connection without an answer
 

@@ -8,7 +8,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from portal.kube import KubeError, ObjectRef
+from portal.kube import KubeError, ObjectRef, reset_gateway
+from portal.kube.counting import CountingGateway
 from tenants import cluster_selectors, desired, manifests, reconcile, services, tasks
 from tenants.models import Team
 from tests.factories import TeamFactory
@@ -49,11 +50,12 @@ def test_the_team_api_shows_the_uid_its_objects_carry(team, member, simulated):
 def test_a_refusal_applies_nothing_and_the_task_does_not_retry_it(team, simulated):
     someone_elses_namespace(simulated)
     before = simulated.get(NAMESPACE)
-    calls = simulated.calls
+    counting = CountingGateway(simulated)
+    reset_gateway(counting)  # the simulated fixture drops it again afterwards
 
     assert tasks.team_reconcile.delay(team.pk).get() is False
 
-    assert simulated.calls - calls == 1  # one read of the namespace, no write
+    assert counting.total == 1  # one read of the namespace, no write
     assert simulated.get(NAMESPACE) == before
     assert simulated.get(QUEUE) is None
 
@@ -68,14 +70,15 @@ def test_a_refusal_is_a_kube_error_that_no_retry_policy_retries():
 def test_the_periodic_pass_reads_directly_only_the_teams_it_did_not_find_by_label(team, other_team, flavor, simulated):
     make_ready(team, flavor)
     make_ready(other_team, flavor)
-    calls = simulated.calls
+    counting = CountingGateway(simulated)
+    reset_gateway(counting)  # the simulated fixture drops it again afterwards
     reconcile.cluster_reconcile()
-    assert simulated.calls - calls == len(reconcile.OWNED_KINDS)  # one list per kind and not a single get
+    assert counting.total == len(reconcile.OWNED_KINDS)  # one list per kind and not a single get
 
     TeamFactory(slug="recsys", name="Recsys")
-    calls = simulated.calls
+    calls = counting.total
     result = reconcile.cluster_reconcile()
-    assert simulated.calls - calls == len(reconcile.OWNED_KINDS) + 2 + 7  # its namespace and queue read, its 7 objects applied
+    assert counting.total - calls == len(reconcile.OWNED_KINDS) + 2 + 7  # its namespace and queue read, its 7 objects applied
     assert len(result.applied) == 7 and not result.errors
 
 

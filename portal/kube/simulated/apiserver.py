@@ -1,0 +1,192 @@
+"""The API server's part of the simulated cluster: validation, defaults, server-side apply's
+merge, get, list, delete with its cascades, and watches.
+
+Each watch is its own stream, as on a real cluster, where every kind comes over its own
+connection and nothing orders one kind's events against another's. So that the portal meets
+such orders here too, every stream holds each event back by a delay drawn from a random
+generator seeded with `SIMULATED_WATCH_SEED` and the stream's kind: the streams interleave
+differently from kind to kind, the same way on every run with the same seed. Within one
+stream, events keep the order they happened in, as a real watch keeps them.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import re
+import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from django.db import transaction
+
+from portal.kube.base import (
+    FIELD_MANAGER,
+    KubeError,
+    ObjectRef,
+    WatchEvent,
+    kind_info,
+    ref_of,
+)
+from portal.kube.simulated.controllers import controllers_reconcile
+from portal.kube.simulated.state import JOB_NAME_LABEL, OWNER_LABEL, QUEUED_KINDS
+from portal.kube.simulated.store import Store
+
+DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# Fields an apply by the portal owns wholesale; metadata is merged, status belongs to controllers.
+SERVER_OWNED = {"status"}
+WATCH_POLL_SECONDS = 0.2
+# Small enough that the suite does not notice, large enough to reorder events a poll apart.
+WATCH_DELAY_MAX_SECONDS = 0.3
+
+
+def watch_delays(seed: str, api_version: str, kind: str, namespace: str | None = None) -> Iterator[float]:
+    """The hold-back of each successive event on one watch stream: the same for the same seed and stream."""
+    generator = random.Random(f"{seed}/{api_version}/{kind}/{namespace or ''}")  # an interleaving, not a secret
+    while True:
+        yield generator.uniform(0, WATCH_DELAY_MAX_SECONDS)
+
+
+def _matches(body: dict[str, Any], labels: dict[str, str] | None) -> bool:
+    have = body["metadata"].get("labels", {})
+    return all(have.get(key) == value for key, value in (labels or {}).items())
+
+
+def _field_value(body: dict[str, Any], path: str) -> str:
+    """As the API server reads a field selector: follow the dotted path, compare as text, a missing field is ""."""
+    value: Any = body
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def _fields_match(body: dict[str, Any], fields: dict[str, str] | None) -> bool:
+    return all(_field_value(body, path) == wanted for path, wanted in (fields or {}).items())
+
+
+class ApiServer:
+    def __init__(self, store: Store, *, watch_seed: str) -> None:
+        self.store = store
+        self.watch_seed = watch_seed
+
+    def _validate(self, ref: ObjectRef) -> None:
+        if not DNS_NAME.match(ref.name) or len(ref.name) > 253:
+            raise KubeError(
+                f"rejected as invalid: metadata.name: Invalid value: {ref.name!r}: a lowercase RFC 1123 subdomain "
+                "must consist of lower case alphanumeric characters, '-' or '.'", ref=ref, status=422, reason="Invalid",
+            )
+        if ref.info.namespaced:
+            if not ref.namespace:
+                raise KubeError("rejected as invalid: metadata.namespace: Required value", ref=ref, status=422, reason="Invalid")
+            if self.store.get(ObjectRef("v1", "Namespace", ref.namespace)) is None:
+                raise KubeError(f'namespaces "{ref.namespace}" not found', ref=ref, status=404, reason="NotFound")
+
+    @staticmethod
+    def _defaults(body: dict[str, Any]) -> dict[str, Any]:
+        if body["kind"] == "Namespace":
+            body["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = body["metadata"]["name"]
+            body.setdefault("status", {"phase": "Active"})
+        if body["kind"] == "Job":
+            body["spec"].setdefault("parallelism", 1)
+            body["spec"].setdefault("completions", body["spec"]["parallelism"])
+            body["spec"].setdefault("suspend", False)
+        if body["kind"] == "ResourceQuota":
+            hard = body["spec"].get("hard", {})
+            body["status"] = {"hard": dict(hard), "used": dict.fromkeys(hard, "0")}
+        return body
+
+    def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
+        ref = ref_of(obj)
+        self._validate(ref)
+        with transaction.atomic():
+            row = self.store.get(ref, lock=True)
+            if row is None:
+                body = copy.deepcopy(obj)
+                body.setdefault("metadata", {})
+            else:
+                body = copy.deepcopy(row.body)
+                meta = obj.get("metadata", {})
+                for key in ("labels", "annotations"):
+                    if key in meta:
+                        body["metadata"][key] = {**body["metadata"].get(key, {}), **meta[key]}
+                for key, value in obj.items():
+                    if key not in ("metadata", "apiVersion", "kind") and key not in SERVER_OWNED:
+                        body[key] = copy.deepcopy(value)
+            if ref.info.namespaced:
+                body["metadata"]["namespace"] = ref.namespace
+            stored = self.store.write(ref, self._defaults(body), row)
+            controllers_reconcile(self.store)
+        return copy.deepcopy(stored)
+
+    def delete(self, ref: ObjectRef) -> None:
+        with transaction.atomic():
+            row = self.store.get(ref, lock=True)
+            if row is None:
+                return
+            if ref.kind == "Namespace":
+                for child in self.store.namespace_contents(ref.name):
+                    self.store.remove(child)
+            if ref.kind in QUEUED_KINDS:
+                # The garbage collector's part: what the workload owns goes with it.
+                for pod in self.store.objects("Pod", ref.namespace or ""):
+                    if pod.body["metadata"].get("labels", {}).get(OWNER_LABEL) == ref.name:
+                        self.store.remove(pod)
+                for workload in self.store.objects("Workload", ref.namespace or ""):
+                    if workload.body["metadata"].get("labels", {}).get(JOB_NAME_LABEL) == ref.name:
+                        self.store.remove(workload)
+            self.store.remove(row)
+            controllers_reconcile(self.store)
+
+    def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        row = self.store.get(ref)
+        return copy.deepcopy(row.body) if row else None
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        kind_info(api_version, kind)
+        rows = sorted(self.store.objects(kind, namespace or None, api_version=api_version), key=lambda r: (r.namespace, r.name))
+        items = [row.body for row in rows if _matches(row.body, labels) and _fields_match(row.body, fields)]
+        return items, str(self.store.latest_version())
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        deadline = time.monotonic() + timeout_seconds
+        since = int(resource_version) if resource_version else None
+        delays = watch_delays(self.watch_seed, api_version, kind, namespace)
+        held: deque[tuple[float, WatchEvent]] = deque()  # (when it is due, the event), in the order they happened
+        while True:
+            oldest = self.store.oldest_version()
+            if since is None or (oldest is not None and since < oldest - 1):
+                items, latest = self.list(api_version, kind, namespace=namespace, labels=labels)
+                held.clear()  # the list already holds whatever they said
+                yield WatchEvent("RELISTED", {"items": items})
+                since = int(latest)
+            polled = time.monotonic()
+            for event in self.store.events_after(since, api_version=api_version, kind=kind, namespace=namespace):
+                since = event.id
+                if _matches(event.body, labels):
+                    due = polled + next(delays)
+                    held.append((max(due, held[-1][0]) if held else due, WatchEvent(event.type, event.body)))
+            while held and held[0][0] <= time.monotonic():
+                yield held.popleft()[1]
+            now = time.monotonic()
+            if now >= deadline:
+                return
+            wake = min(polled + WATCH_POLL_SECONDS, held[0][0] if held else deadline, deadline)
+            time.sleep(max(wake - now, 0))

@@ -1,0 +1,103 @@
+"""The simulated cluster behind the gateway interface: the API server over the store, with the
+controllers catching up after every write and on every tick. Time advances only when `tick()`
+runs (or a test calls `advance()`)."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from portal.kube.base import FIELD_MANAGER, NodeSpec, ObjectRef, WatchEvent
+from portal.kube.simulated.apiserver import ApiServer
+from portal.kube.simulated.controllers import controllers_reconcile
+from portal.kube.simulated.kubelet import pod_logs
+from portal.kube.simulated.store import Store
+
+# What a simulated node offers besides its GPUs, so CPU and memory never decide placement.
+NODE_BASE_ALLOCATABLE = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+
+
+class SimulatedGateway:
+    def __init__(self, *, clock: Callable[[], float] = time.time, watch_seed: str | None = None) -> None:
+        self.clock = clock
+        self.offset = 0.0
+        self.store = Store(now=self.now)
+        self.api = ApiServer(self.store, watch_seed=settings.SIMULATED_WATCH_SEED if watch_seed is None else watch_seed)
+
+    def now(self) -> float:
+        return self.clock() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        """Moves the simulated clock forward (tests), then lets the controllers catch up."""
+        self.offset += seconds
+        self.tick()
+
+    # --- The gateway ------------------------------------------------------------------------------
+
+    def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
+        return self.api.apply(obj, field_manager=field_manager, force=force)
+
+    def delete(self, ref: ObjectRef) -> None:
+        self.api.delete(ref)
+
+    def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        return self.api.get(ref)
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        return self.api.list(api_version, kind, namespace=namespace, labels=labels, fields=fields)
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        return self.api.watch(api_version, kind, namespace=namespace, labels=labels, resource_version=resource_version,
+                              timeout_seconds=timeout_seconds)
+
+    def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
+        return pod_logs(self.store.get(ObjectRef("v1", "Pod", name, namespace)), name=name, tail_lines=tail_lines)
+
+    def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
+        """Makes the simulated nodes exactly these: the catalog's, or a test's."""
+        with transaction.atomic():
+            wanted = {node.name: node for node in nodes}
+            for stale in self.store.objects("Node"):
+                if stale.name not in wanted:
+                    self.store.remove(stale)
+            for name, node in wanted.items():
+                ref = ObjectRef("v1", "Node", name)
+                row = self.store.get(ref, lock=True)
+                body: dict[str, Any] = (
+                    copy.deepcopy(row.body) if row else {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+                )
+                body["metadata"]["labels"] = {"kubernetes.io/hostname": name, "type": "simulated", **node.labels}
+                body["spec"] = {"taints": [dict(taint) for taint in node.taints]} if node.taints else {}
+                allocatable = {**NODE_BASE_ALLOCATABLE, **{k: str(v) for k, v in node.allocatable.items()}}
+                body["status"] = {"allocatable": allocatable, "capacity": dict(allocatable),
+                                  "conditions": [{"type": "Ready", "status": "True", "reason": "SimulatedKubelet"}]}
+                self.store.write(ref, body, row)
+            controllers_reconcile(self.store)
+
+    def tick(self) -> None:
+        """The controllers catch up with the clock (pods finish, queues admit); old changes are forgotten."""
+        with transaction.atomic():
+            controllers_reconcile(self.store)
+            self.store.trim()

@@ -1,0 +1,352 @@
+"""Kueue, as far as the portal relies on it: a queued Job, Deployment or StatefulSet gets a
+Workload; workloads are admitted by their ClusterQueue's quota per flavor, may borrow what other
+queues of the cohort leave idle, and are preempted when a lender reclaims its quota or a higher
+priority needs room in the team; each ClusterQueue reports its usage in its status."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from portal.kube.base import ObjectRef
+from portal.kube.simulated.models import SimulatedObject
+from portal.kube.simulated.state import (
+    JOB_NAME_LABEL,
+    PRIORITY_LABEL,
+    QUEUE_LABEL,
+    QUEUED_KINDS,
+    ClusterState,
+    pod_requests,
+    to_units,
+    units_text,
+)
+from portal.kube.simulated.store import now_iso
+
+
+@dataclass
+class Workload:
+    row: SimulatedObject
+    job: SimulatedObject | None
+    queue: str
+    cluster_queue: str | None
+    priority: int
+    created: str
+    requests: dict[str, float]  # resource name -> units for all pods
+    pods: int
+    admitted_flavor: dict[str, str] = field(default_factory=dict)  # resource -> flavor
+
+    @property
+    def name(self) -> str:
+        return self.row.body["metadata"]["name"]
+
+    @property
+    def namespace(self) -> str:
+        return self.row.namespace
+
+    @property
+    def admitted(self) -> bool:
+        return bool(self.admitted_flavor)
+
+    @property
+    def finished(self) -> bool:
+        conditions = self.row.body.get("status", {}).get("conditions", [])
+        return any(c["type"] == "Finished" and c["status"] == "True" for c in conditions)
+
+
+class Kueue:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    # One Workload per queued Job.
+    def create_workloads(self) -> None:
+        have = {(w.namespace, w.body["metadata"].get("labels", {}).get(JOB_NAME_LABEL)) for w in self.state.workload_rows}
+        for (namespace, name), job in self.state.jobs.items():
+            labels = job.body["metadata"].get("labels", {})
+            if QUEUE_LABEL not in labels or (namespace, name) in have:
+                continue
+            # Kueue reads the pods' requests; a malformed quantity fails here, as it would at admission.
+            pod_requests({"spec": job.body["spec"]["template"]["spec"]})
+            kind = job.body["kind"]
+            count = int(job.body["spec"].get("parallelism" if kind == "Job" else "replicas", 1))
+            digest = hashlib.sha256(job.body["metadata"]["uid"].encode()).hexdigest()[:5]
+            body: dict[str, Any] = {
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {
+                    "name": f"job-{name}-{digest}"[:253], "namespace": namespace,
+                    "labels": {JOB_NAME_LABEL: name, "kueue.x-k8s.io/job-uid": job.body["metadata"]["uid"]},
+                    "ownerReferences": [
+                        {"apiVersion": QUEUED_KINDS[kind], "kind": kind, "name": name, "uid": job.body["metadata"]["uid"]},
+                    ],
+                },
+                "spec": {
+                    "queueName": labels[QUEUE_LABEL],
+                    "priorityClassName": labels.get(PRIORITY_LABEL, ""),
+                    "priority": self.state.priorities.get(labels.get(PRIORITY_LABEL, ""), 0),
+                    "podSets": [{"name": "main", "count": count, "template": job.body["spec"]["template"]}],
+                },
+                "status": {"conditions": []},
+            }
+            ref = ObjectRef("kueue.x-k8s.io/v1beta2", "Workload", body["metadata"]["name"], namespace)
+            self.state.workload_rows.append(self.state.create(ref, body))
+            # Kueue suspends what it has not admitted yet.
+            if kind == "Job" and not job.body["spec"].get("suspend"):
+                job.body["spec"]["suspend"] = True
+                self.state.save(job, job.body)
+
+    def workloads(self) -> list[Workload]:
+        result = []
+        for row in self.state.workload_rows:
+            spec = row.body["spec"]
+            labels = row.body["metadata"].get("labels", {})
+            job = self.state.jobs.get((row.namespace, labels.get(JOB_NAME_LABEL)))
+            local_queue = self.state.local_queues.get((row.namespace, spec.get("queueName", "")))
+            requests: dict[str, float] = defaultdict(float)
+            pod_set = spec["podSets"][0]
+            for container in pod_set["template"]["spec"].get("containers", []):
+                res = container.get("resources", {})
+                for resource, value in (res.get("requests") or res.get("limits") or {}).items():
+                    requests[resource] += to_units(value) * pod_set["count"]
+            admission = row.body.get("status", {}).get("admission")
+            flavors = admission["podSetAssignments"][0]["flavors"] if admission else {}
+            result.append(Workload(
+                row=row, job=job, queue=spec.get("queueName", ""),
+                cluster_queue=local_queue.body["spec"]["clusterQueue"] if local_queue else None,
+                priority=int(spec.get("priority", 0)), created=row.body["metadata"]["creationTimestamp"],
+                requests=dict(requests), pods=pod_set["count"], admitted_flavor=dict(flavors),
+            ))
+        return result
+
+    # Quota arithmetic, per (flavor, resource).
+    def _quota(self, cq: str, flavor: str, resource: str) -> tuple[float, float | None, float | None] | None:
+        row = self.state.cluster_queues.get(cq)
+        if row is None:
+            return None
+        for group in row.body["spec"].get("resourceGroups", []):
+            if resource not in group.get("coveredResources", []):
+                continue
+            for fq in group["flavors"]:
+                if fq["name"] != flavor:
+                    continue
+                for r in fq["resources"]:
+                    if r["name"] == resource:
+                        borrow = to_units(r["borrowingLimit"]) if "borrowingLimit" in r else None
+                        lend = to_units(r["lendingLimit"]) if "lendingLimit" in r else None
+                        return to_units(r["nominalQuota"]), borrow, lend
+        return None
+
+    def _flavor_order(self, cq: str, resource: str) -> list[str]:
+        row = self.state.cluster_queues.get(cq)
+        if row is None:
+            return []
+        for group in row.body["spec"].get("resourceGroups", []):
+            if resource in group.get("coveredResources", []):
+                return [fq["name"] for fq in group["flavors"]]
+        return []
+
+    def _cohort(self, cq: str) -> list[str]:
+        cohort = self.state.cluster_queues[cq].body["spec"].get("cohortName")
+        if not cohort:
+            return [cq]
+        return [name for name, row in self.state.cluster_queues.items() if row.body["spec"].get("cohortName") == cohort]
+
+    def usage(self, workloads: list[Workload], cq: str, flavor: str, resource: str) -> float:
+        return sum(w.requests.get(resource, 0) for w in workloads
+                   if w.admitted and w.cluster_queue == cq and w.admitted_flavor.get(resource) == flavor)
+
+    def _fits(self, workloads: list[Workload], cq: str, flavor: str, resource: str, amount: float) -> tuple[bool, float]:
+        """Whether `amount` more fits, and how much is missing when it does not."""
+        quota = self._quota(cq, flavor, resource)
+        if quota is None:
+            return False, amount
+        nominal, borrowing_limit, _ = quota
+        used = self.usage(workloads, cq, flavor, resource)
+        own_ceiling = nominal + (borrowing_limit if borrowing_limit is not None else math.inf)
+        missing = max(used + amount - own_ceiling, 0)
+        # The cohort lends what its queues do not use of their lendable quota.
+        pool, borrowed = 0.0, 0.0
+        for member in self._cohort(cq):
+            member_quota = self._quota(member, flavor, resource)
+            if member_quota is None:
+                continue
+            m_nominal, _, m_lend = member_quota
+            lendable = m_nominal if m_lend is None else min(m_lend, m_nominal)
+            guaranteed = m_nominal - lendable
+            m_used = self.usage(workloads, member, flavor, resource) + (amount if member == cq else 0)
+            pool += lendable
+            borrowed += max(m_used - guaranteed, 0)
+        missing = max(missing, borrowed - pool)
+        return missing <= 0, missing
+
+    def admit(self) -> None:
+        workloads = self.workloads()
+        pending = sorted(
+            (w for w in workloads if not w.admitted and not w.finished and w.cluster_queue in self.state.cluster_queues),
+            key=lambda w: (-w.priority, w.created, w.name),
+        )
+        for workload in pending:
+            assignment, message = self._assign(workloads, workload)
+            if assignment is None:
+                assignment = self._preempt_for(workloads, workload)
+            if assignment is None:
+                self._set_pending(workload, message)
+                continue
+            workload.admitted_flavor = assignment
+            self._set_admitted(workload)
+
+    def _assign(self, workloads: list[Workload], workload: Workload) -> tuple[dict[str, str] | None, str]:
+        assignment: dict[str, str] = {}
+        problems = []
+        for resource, amount in workload.requests.items():
+            if resource in ("cpu", "memory") or amount == 0:
+                continue  # Kueue is configured to check GPU resources only (IgnoreUndeclared).
+            flavors = self._flavor_order(workload.cluster_queue or "", resource)
+            if not flavors:
+                return None, f"couldn't assign flavors to pod set main: resource {resource} unavailable in ClusterQueue"
+            for flavor in flavors:
+                fits, missing = self._fits(workloads, workload.cluster_queue or "", flavor, resource, amount)
+                if fits:
+                    assignment[resource] = flavor
+                    break
+                problems.append(f"insufficient unused quota for {resource} in flavor {flavor}, {units_text(missing)} more needed")
+            else:
+                return None, "couldn't assign flavors to pod set main: " + ", ".join(problems)
+        return assignment, ""
+
+    def _preempt_for(self, workloads: list[Workload], workload: Workload) -> dict[str, str] | None:
+        """Reclaims lent quota from borrowers, or makes room inside the team by lower priority."""
+        cq = workload.cluster_queue or ""
+        for resource, amount in workload.requests.items():
+            if resource in ("cpu", "memory") or amount == 0:
+                continue
+            for flavor in self._flavor_order(cq, resource):
+                quota = self._quota(cq, flavor, resource)
+                if quota is None:
+                    continue
+                reclaiming = self.usage(workloads, cq, flavor, resource) + amount <= quota[0]
+                candidates = []
+                for other in workloads:
+                    if not other.admitted or other.admitted_flavor.get(resource) != flavor:
+                        continue
+                    if other.cluster_queue == cq:
+                        if other.priority < workload.priority:
+                            candidates.append(other)
+                    elif reclaiming and other.cluster_queue in self._cohort(cq):
+                        lender = self._quota(other.cluster_queue or "", flavor, resource)
+                        if lender and self.usage(workloads, other.cluster_queue or "", flavor, resource) > lender[0]:
+                            candidates.append(other)
+                # Lowest priority first, and among equals the newest, as Kueue does.
+                candidates.sort(key=lambda w: w.created, reverse=True)
+                candidates.sort(key=lambda w: w.priority)
+                chosen: list[Workload] = []
+                fits = False
+                for victim in candidates:
+                    chosen.append(victim)
+                    victim.admitted_flavor = {}
+                    fits = self._fits(workloads, cq, flavor, resource, amount)[0]
+                    if fits:
+                        break
+                if fits:
+                    for victim in chosen:
+                        in_cohort = victim.cluster_queue != cq
+                        self._evict(victim, "InCohortReclamation" if in_cohort else "InClusterQueue",
+                                    f"Preempted to accommodate a workload (UID: {workload.row.body['metadata']['uid']}) due to "
+                                    + ("reclamation within the cohort" if in_cohort else "prioritization in the ClusterQueue"))
+                    return self._assign(workloads, workload)[0]
+                for victim in chosen:
+                    victim.admitted_flavor = self._restore(victim)
+        return None
+
+    @staticmethod
+    def _restore(workload: Workload) -> dict[str, str]:
+        admission = workload.row.body.get("status", {}).get("admission")
+        return dict(admission["podSetAssignments"][0]["flavors"]) if admission else {}
+
+    def set_condition(self, workload: Workload, type_: str, status: str, reason: str, message: str) -> None:
+        conditions = [c for c in workload.row.body.setdefault("status", {}).setdefault("conditions", []) if c["type"] != type_]
+        previous = next((c for c in workload.row.body["status"]["conditions"] if c["type"] == type_), None)
+        stamp = previous["lastTransitionTime"] if previous and previous["status"] == status else now_iso(self.state.now)
+        conditions.append({"type": type_, "status": status, "reason": reason, "message": message,
+                           "lastTransitionTime": stamp, "observedGeneration": 1})
+        workload.row.body["status"]["conditions"] = sorted(conditions, key=lambda c: c["type"])
+
+    def _set_pending(self, workload: Workload, message: str) -> None:
+        self.set_condition(workload, "QuotaReserved", "False", "Pending", message)
+        self.state.save(workload.row, workload.row.body)
+
+    def _set_admitted(self, workload: Workload) -> None:
+        body = workload.row.body
+        body.setdefault("status", {})["admission"] = {
+            "clusterQueue": workload.cluster_queue,
+            "podSetAssignments": [{
+                "name": "main", "count": workload.pods, "flavors": dict(workload.admitted_flavor),
+                "resourceUsage": {r: units_text(v) for r, v in workload.requests.items() if r in workload.admitted_flavor},
+            }],
+        }
+        reserved = f"Quota reserved in ClusterQueue {workload.cluster_queue}"
+        self.set_condition(workload, "QuotaReserved", "True", "QuotaReserved", reserved)
+        self.set_condition(workload, "Admitted", "True", "Admitted", "The workload is admitted")
+        body["status"]["conditions"] = [c for c in body["status"]["conditions"] if c["type"] not in ("Evicted", "Preempted")]
+        self.state.save(workload.row, body)
+        if workload.job is not None:
+            job = workload.job.body
+            if job["kind"] == "Job":
+                job["spec"]["suspend"] = False
+            pod_spec = job["spec"]["template"]["spec"]
+            for flavor_name in set(workload.admitted_flavor.values()):
+                flavor = self.state.flavors.get(flavor_name)
+                if flavor is None:
+                    continue
+                pod_spec.setdefault("nodeSelector", {}).update(flavor.body["spec"].get("nodeLabels", {}))
+                for toleration in flavor.body["spec"].get("tolerations", []):
+                    if toleration not in pod_spec.setdefault("tolerations", []):
+                        pod_spec["tolerations"].append(toleration)
+            job.setdefault("status", {}).setdefault("startTime", now_iso(self.state.now))
+            self.state.save(workload.job, job)
+
+    def _evict(self, workload: Workload, reason: str, message: str) -> None:
+        body = workload.row.body
+        body.setdefault("status", {}).pop("admission", None)
+        self.set_condition(workload, "Evicted", "True", "Preempted", message)
+        self.set_condition(workload, "Preempted", "True", reason, message)
+        self.set_condition(workload, "Admitted", "False", "NoReservation", "The workload has no reservation")
+        self.set_condition(workload, "QuotaReserved", "False", "Pending", "Preempted; waiting for quota to be admitted again")
+        self.state.save(workload.row, body)
+        if workload.job is not None:
+            job = workload.job.body
+            if job["kind"] == "Job":
+                job["spec"]["suspend"] = True
+                self.state.save(workload.job, job)
+            for pod in list(self.state.pods):
+                labels = pod.body["metadata"].get("labels", {})
+                if pod.namespace == workload.namespace and labels.get("job-name") == job["metadata"]["name"] \
+                        and pod.body.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+                    self.state.remove(pod)
+                    self.state.pods.remove(pod)
+
+    def write_queue_statuses(self, workloads: list[Workload]) -> None:
+        live = [w for w in workloads if not w.finished]
+        for name, row in self.state.cluster_queues.items():
+            mine = [w for w in live if w.cluster_queue == name]
+            usage = []
+            for group in row.body["spec"].get("resourceGroups", []):
+                for fq in group["flavors"]:
+                    resources = []
+                    for r in fq["resources"]:
+                        total = self.usage(live, name, fq["name"], r["name"])
+                        borrowed = max(total - to_units(r["nominalQuota"]), 0)
+                        resources.append({"name": r["name"], "total": units_text(total), "borrowed": units_text(borrowed)})
+                    usage.append({"name": fq["name"], "resources": resources})
+            admitted = sum(1 for w in mine if w.admitted)
+            status = {
+                "flavorsUsage": usage, "flavorsReservation": usage,
+                "admittedWorkloads": admitted, "reservingWorkloads": admitted,
+                "pendingWorkloads": sum(1 for w in mine if not w.admitted),
+                "conditions": [{"type": "Active", "status": "True", "reason": "Ready", "message": "Can admit new workloads",
+                                "lastTransitionTime": row.body["metadata"]["creationTimestamp"]}],
+            }
+            if row.body.get("status") != status:
+                row.body["status"] = status
+                self.state.save(row, row.body)

@@ -1,0 +1,95 @@
+"""The scheduler, with the Job and workload controllers' part of making pods: an admitted,
+unsuspended workload gets the pods it lacks, each placed on a Node whose labels match the flavor's
+and that has the GPU units free (whole GPUs, MIG slices or shares alike). A pod that fits nowhere
+stays Pending as Unschedulable, as on a real cluster."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections import defaultdict
+from typing import Any
+
+from portal.kube.base import ObjectRef
+from portal.kube.simulated.kueue import Kueue, Workload
+from portal.kube.simulated.state import (
+    OWNER_LABEL,
+    QUEUED_KINDS,
+    ClusterState,
+    pod_requests,
+    to_units,
+)
+from portal.kube.simulated.store import now_iso
+
+
+class Scheduler:
+    def __init__(self, state: ClusterState, kueue: Kueue) -> None:
+        self.state, self.kueue = state, kueue
+
+    def schedule_pods(self) -> None:
+        used: dict[tuple[str, str], float] = defaultdict(float)
+        for pod in self.state.pods:
+            if pod.body.get("status", {}).get("phase") in ("Pending", "Running"):
+                for resource, value in pod_requests(pod.body).items():
+                    used[(pod.body["spec"].get("nodeName", ""), resource)] += value
+        for workload in self.kueue.workloads():
+            if not workload.admitted or workload.job is None or workload.finished:
+                continue
+            job = workload.job.body
+            if job["kind"] == "Job" and job["spec"].get("suspend"):
+                continue
+            name = job["metadata"]["name"]
+            pods = self.state.pods_of(workload.namespace, name)
+            done = sum(1 for p in pods if p.body.get("status", {}).get("phase") == "Succeeded")
+            active = [p for p in pods if p.body.get("status", {}).get("phase") in ("Pending", "Running")]
+            if job["kind"] == "Job":
+                wanted = min(int(job["spec"].get("parallelism", 1)), int(job["spec"].get("completions", 1)) - done) - len(active)
+            else:
+                wanted = int(job["spec"].get("replicas", 1)) - len(active)
+            for index in range(max(wanted, 0)):
+                new_pod = self._make_pod(job, workload, len(pods) + index)
+                node = self._place(new_pod, used)
+                if node:
+                    new_pod["spec"]["nodeName"] = node
+                    new_pod["status"] = {
+                        "phase": "Running", "startTime": now_iso(self.state.now),
+                        "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+                    }
+                    for resource, value in pod_requests(new_pod).items():
+                        used[(node, resource)] += value
+                else:
+                    new_pod["status"] = {"phase": "Pending", "conditions": [{
+                        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                        "message": f"0/{len(self.state.nodes)} nodes are available: "
+                                   "insufficient GPU resources on nodes of the flavor."}]}
+                ref = ObjectRef("v1", "Pod", new_pod["metadata"]["name"], workload.namespace)
+                self.state.pods.append(self.state.create(ref, new_pod))
+
+    def _make_pod(self, job: dict[str, Any], workload: Workload, index: int) -> dict[str, Any]:
+        template = copy.deepcopy(job["spec"]["template"])
+        suffix = hashlib.sha256(f"{job['metadata']['uid']}-{index}-{self.state.now}".encode()).hexdigest()[:5]
+        if job["kind"] == "StatefulSet":
+            suffix = str(index)
+        labels = {**template.get("metadata", {}).get("labels", {}), OWNER_LABEL: job["metadata"]["name"]}
+        if job["kind"] == "Job":
+            labels["batch.kubernetes.io/job-name"] = job["metadata"]["name"]
+        return {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"{job['metadata']['name']}-{suffix}", "namespace": workload.namespace, "labels": labels,
+                         "annotations": dict(template.get("metadata", {}).get("annotations", {})),
+                         "ownerReferences": [{"apiVersion": QUEUED_KINDS[job["kind"]], "kind": job["kind"],
+                                              "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}]},
+            "spec": template["spec"],
+        }
+
+    def _place(self, pod: dict[str, Any], used: dict[tuple[str, str], float]) -> str | None:
+        selector = pod["spec"].get("nodeSelector", {})
+        wanted = {r: v for r, v in pod_requests(pod).items() if r not in ("cpu", "memory")}
+        for node in self.state.nodes:
+            labels = node.body["metadata"].get("labels", {})
+            if any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            allocatable = node.body.get("status", {}).get("allocatable", {})
+            if all(used[(node.name, r)] + v <= to_units(allocatable.get(r, 0)) for r, v in wanted.items()):
+                return node.name
+        return None

@@ -1,0 +1,107 @@
+"""What the simulated controllers share: one consistent read of the cluster, the writes they
+make through the store, and the quantities and labels they agree on."""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from portal.kube.base import KubeError, ObjectRef, quantity
+from portal.kube.simulated.models import SimulatedObject
+from portal.kube.simulated.store import Store
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_NAME_LABEL = "kueue.x-k8s.io/job-name"  # on a Workload: the Job, Deployment or StatefulSet it admits
+RUN_SECONDS_ANNOTATION = "gpu-portal.io/simulated-run-seconds"
+EXIT_CODE_ANNOTATION = "gpu-portal.io/simulated-exit-code"
+DEFAULT_RUN_SECONDS = 30.0
+# The simulated controllers' own label on the pods they make: which Job, Deployment or StatefulSet owns it.
+OWNER_LABEL = "simulated.gpu-portal.io/owner"
+# Kinds Kueue queues: a Job is suspended until admitted; servers' pods wait, ungated, until then.
+QUEUED_KINDS = {"Job": "batch/v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1"}
+CONTROLLED_KINDS = (
+    "ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", *QUEUED_KINDS, "Workload", "Pod", "Node",
+)
+
+
+def to_units(value: Any) -> float:
+    parsed = quantity(value)
+    if parsed is None:
+        raise KubeError(f"quantities must match the regular expression of Kubernetes quantities, not {value!r}", status=422)
+    return float(parsed)
+
+
+def units_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def pod_requests(pod: dict[str, Any]) -> dict[str, float]:
+    totals: dict[str, float] = defaultdict(float)
+    for container in pod["spec"].get("containers", []):
+        res = container.get("resources", {})
+        for resource, value in (res.get("requests") or res.get("limits") or {}).items():
+            totals[resource] += to_units(value)
+    return totals
+
+
+def ref_of_row(row: SimulatedObject) -> ObjectRef:
+    return ObjectRef(row.api_version, row.kind, row.name, row.namespace or None)
+
+
+@dataclass
+class ClusterState:
+    """One consistent read of the objects the controllers need, and the writes they make."""
+
+    store: Store
+    now: float
+    cluster_queues: dict[str, SimulatedObject]
+    local_queues: dict[tuple[str, str], SimulatedObject]
+    flavors: dict[str, SimulatedObject]
+    priorities: dict[str, int]
+    jobs: dict[tuple[str, str], SimulatedObject]  # (namespace, name) of Jobs, Deployments and StatefulSets
+    workload_rows: list[SimulatedObject]
+    pods: list[SimulatedObject]
+    nodes: list[SimulatedObject]
+
+    @classmethod
+    def read(cls, store: Store) -> ClusterState:
+        rows = store.snapshot(CONTROLLED_KINDS)
+        return cls(
+            store=store,
+            now=store.now(),
+            cluster_queues={r.name: r for r in rows["ClusterQueue"]},
+            local_queues={(r.namespace, r.name): r for r in rows["LocalQueue"]},
+            flavors={r.name: r for r in rows["ResourceFlavor"]},
+            priorities={r.name: int(r.body.get("value", 0)) for r in rows["WorkloadPriorityClass"]},
+            jobs={(r.namespace, r.name): r for kind in QUEUED_KINDS for r in rows[kind]},
+            workload_rows=rows["Workload"],
+            pods=rows["Pod"],
+            nodes=rows["Node"],
+        )
+
+    def pods_of(self, namespace: str, owner: str) -> list[SimulatedObject]:
+        """The pods the simulated controllers made for one Job, Deployment or StatefulSet."""
+        return [
+            pod for pod in self.pods
+            if pod.namespace == namespace and pod.body["metadata"].get("labels", {}).get(OWNER_LABEL) == owner
+        ]
+
+    def create(self, ref: ObjectRef, body: dict[str, Any]) -> SimulatedObject:
+        """Stores a new object the controllers made and returns its row."""
+        self.store.write(ref, body, None)
+        row = self.store.get(ref)
+        assert row is not None, f"{ref} was written but cannot be read back"
+        return row
+
+    def save(self, row: SimulatedObject, body: dict[str, Any]) -> None:
+        """Writes the controllers' change unless the stored object already says the same."""
+        ref = ObjectRef(body["apiVersion"], body["kind"], body["metadata"]["name"], row.namespace or None)
+        fresh = self.store.get(ref)
+        if fresh is not None and fresh.body != body:
+            self.store.write(ref, copy.deepcopy(body), fresh)
+
+    def remove(self, row: SimulatedObject) -> None:
+        self.store.remove(row)
