@@ -225,18 +225,19 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery --------------------------------------------------------------------------------
-# Embedded: a broker on the file system, so a worker needs no server. Production: Redis.
+# Embedded: a broker on the file system, so a worker needs no server; portal/broker.py makes
+# kombu's transport safe for several producers and consumers. Production: Redis.
 REDIS_URL = env("REDIS_URL", required_in_production=True)
 CELERY_BROKER_URL = REDIS_URL or "filesystem://"
 if not REDIS_URL:
     _broker_dir = VAR_DIR / "broker"
-    for sub in ("queue", "processed"):
-        (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT = "portal.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "store_processed": False,
+        "claimed_folder": str(_broker_dir / "claimed"),
+        "quarantine_folder": str(_broker_dir / "quarantine"),
+        "control_folder": str(_broker_dir / "control"),
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
