@@ -160,7 +160,7 @@ if PRODUCTION:
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
@@ -255,7 +255,16 @@ CELERY_BEAT_SCHEDULE = {
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 60.0},
     "notebooks-stop-idle": {"task": "jobs.tasks.notebooks_stop_idle", "schedule": 300.0},
+    # Readiness reads beat's and the worker's heartbeats from it; an old one is useless, so it expires.
+    "portal-heartbeat": {"task": "portal.tasks.heartbeat", "schedule": 10.0, "options": {"expire_seconds": 10}},
 }
+
+# --- Readiness (/readyz) -------------------------------------------------------------------
+# What /readyz checks; a site that runs no watch sync, say, leaves "watcher" out.
+PORTAL_READINESS_CHECKS = env_list("PORTAL_READINESS_CHECKS", "database,broker,worker,beat,watcher")
+# A heartbeat (every 10 s) older than this means its process is down or stuck.
+PORTAL_HEARTBEAT_STALE_SECONDS = int(env("PORTAL_HEARTBEAT_STALE_SECONDS", "60"))
+PORTAL_READINESS_BROKER_TIMEOUT = float(env("PORTAL_READINESS_BROKER_TIMEOUT", "2"))
 
 # --- Email ---------------------------------------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
