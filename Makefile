@@ -1,5 +1,5 @@
 # The two commands of the README, and the local real control plane.
-.PHONY: demo test setup cluster-build cluster-up portal-on-cluster bench
+.PHONY: demo test setup cluster-build cluster-up portal-on-cluster bench soak
 
 demo:            ## run the portal on its embedded defaults with demo data
 	scripts/demo.sh
@@ -22,3 +22,6 @@ portal-on-cluster: ## the demo portal against the control plane that `make clust
 bench:           ## the benchmarks, against a control plane they start themselves
 	scripts/setup.sh && .venv/bin/python benchmarks/onboarding.py
 	scripts/with-services.sh .venv/bin/python benchmarks/workloads.py
+
+soak:            ## the demo's processes under steady launches for 30 minutes (SQLite, file-system broker)
+	scripts/setup.sh && .venv/bin/python benchmarks/soak_demo.py --minutes 30
