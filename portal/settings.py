@@ -259,6 +259,9 @@ CELERY_BEAT_SCHEDULE = {
     "portal-heartbeat": {"task": "portal.tasks.heartbeat", "schedule": 10.0, "options": {"expire_seconds": 10}},
 }
 
+# A workload still 'submitting' after this long gets a reason in words and is sent again.
+PORTAL_SUBMITTING_BOUND_SECONDS = int(env("PORTAL_SUBMITTING_BOUND_SECONDS", "120"))
+
 # --- Readiness (/readyz) -------------------------------------------------------------------
 # What /readyz checks; a site that runs no watch sync, say, leaves "watcher" out.
 PORTAL_READINESS_CHECKS = env_list("PORTAL_READINESS_CHECKS", "database,broker,worker,beat,watcher")
