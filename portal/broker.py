@@ -100,7 +100,8 @@ class Channel(filesystem.Channel):
 
     # --- producing ----------------------------------------------------------------------------
 
-    def _put(self, queue: str, payload: dict[str, Any], **kwargs: Any) -> None:
+    # kombu's base and file-system channels name the second parameter differently; ours follows its parent.
+    def _put(self, queue: str, payload: dict[str, Any], **kwargs: Any) -> None:  # type: ignore[override]
         # A fixed-width nanosecond stamp sorts as text in the order it was written.
         name = f"{time.time_ns():020d}_{uuid.uuid4().hex}.{queue}{MESSAGE_SUFFIX}"
         try:
@@ -110,7 +111,7 @@ class Channel(filesystem.Channel):
 
     # --- consuming ----------------------------------------------------------------------------
 
-    def _get(self, queue: str) -> dict[str, Any]:
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
         wanted = f"{queue}{MESSAGE_SUFFIX}"
         for name in sorted(os.listdir(self.queue_folder)):
             if name.startswith(".") or name.partition(".")[2] != wanted:
