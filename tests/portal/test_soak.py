@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-from pathlib import Path
 
 import pytest
 
+from benchmarks import soak_demo as soak
+
 pytestmark = pytest.mark.soak
-
-SOAK = Path(__file__).resolve().parents[2] / "benchmarks" / "soak_demo.py"
-
-
-def _soak_module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("soak_demo", SOAK)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def test_a_minute_of_steady_launches_leaves_nothing_submitting_even_when_the_worker_is_killed(tmp_path):
-    soak = _soak_module()
     args = argparse.Namespace(minutes=1.0, max_launches=40, interval=2.0, port=0, var_dir=str(tmp_path / "var"),
                               kill_worker_after=20.0, keep=True, json=None)
 
