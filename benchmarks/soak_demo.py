@@ -162,6 +162,14 @@ class Portal:
             time.sleep(1)
         return problems
 
+    def phase_counts(self) -> dict[str, int]:
+        """How many of the member's team's workloads are in each phase, by the API's list counts."""
+        counts = {}
+        for phase in ("submitting", "queued", "admitted", "running", "preempted", "succeeded", "failed", "stopped"):
+            status, body = self.call("GET", f"/api/workloads/?team=vision&phase={phase}&page_size=1")
+            counts[phase] = body["count"] if status == 200 else -1
+        return counts
+
     def worker_pid(self) -> int | None:
         """The worker's pid, from the supervisor's log (its latest start)."""
         pid = None
@@ -244,10 +252,14 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(0.05)
         soaked = time.monotonic() - t0
         final_ready, final_problems = portal.readiness()
+        final_phases = portal.phase_counts()
     finally:
         portal.stop()
-    return report(args, portal, figures, launches, ready_after=ready_after, soaked=soaked,
-                  final_ready=final_ready, final_problems=final_problems, killed_worker_at=killed_worker_at)
+    result = report(args, portal, figures, launches, ready_after=ready_after, soaked=soaked,
+                    final_ready=final_ready, final_problems=final_problems, killed_worker_at=killed_worker_at)
+    # For reading, not judged: queueing behind a full quota is the cluster's answer, not a stuck portal.
+    result["final_phases"] = final_phases
+    return result
 
 
 def report(args: argparse.Namespace, portal: Portal, figures: Figures, launches: dict[int, Launch], *,
