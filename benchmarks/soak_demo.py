@@ -170,6 +170,19 @@ class Portal:
             counts[phase] = body["count"] if status == 200 else -1
         return counts
 
+    def live_children(self) -> list[int]:
+        """Processes the supervisor started that are still alive (after stop: none should be)."""
+        pids = [int(line.split("(pid ")[1].split(")")[0])
+                for line in (self.var_dir / "supervisor.log").read_text().splitlines() if "started " in line and "(pid " in line]
+        alive = []
+        for pid in pids:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                continue
+            alive.append(pid)
+        return alive
+
     def worker_pid(self) -> int | None:
         """The worker's pid, from the supervisor's log (its latest start)."""
         pid = None
@@ -255,10 +268,16 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         final_phases = portal.phase_counts()
     finally:
         portal.stop()
+    left_running = portal.live_children()
     result = report(args, portal, figures, launches, ready_after=ready_after, soaked=soaked,
                     final_ready=final_ready, final_problems=final_problems, killed_worker_at=killed_worker_at)
     # For reading, not judged: queueing behind a full quota is the cluster's answer, not a stuck portal.
     result["final_phases"] = final_phases
+    # Stopping the supervisor (as Ctrl-C does) must stop everything it started.
+    result["processes_left_running_after_stop"] = left_running
+    if left_running:
+        result["failures"].append(f"{len(left_running)} process(es) still running after the supervisor stopped")
+        result["ok"] = False
     return result
 
 
