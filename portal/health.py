@@ -50,7 +50,7 @@ def _broker_problem() -> str | None:
 
     try:
         with app.connection_for_write() as conn:
-            conn.ensure_connection(max_retries=1, timeout=settings.PORTAL_READINESS_BROKER_TIMEOUT)
+            conn.ensure_connection(max_retries=0, timeout=settings.PORTAL_READINESS_BROKER_TIMEOUT)  # a probe fails fast
             conn.default_channel  # noqa: B018 - opening a channel is the check
     except Exception as error:  # noqa: BLE001 - any failure means not ready
         return f"broker: did not accept a connection ({type(error).__name__})"
