@@ -1,11 +1,14 @@
 # The two commands of the README, and the local real control plane.
-.PHONY: demo test setup cluster-build cluster-up portal-on-cluster bench soak
+.PHONY: demo test lint setup cluster-build cluster-up portal-on-cluster bench soak
 
 demo:            ## run the portal on its embedded defaults with demo data
 	scripts/demo.sh
 
 test:            ## run the whole suite on PostgreSQL, Redis, the real control plane and Chromium
 	scripts/test.sh
+
+lint:            ## ruff and mypy, as `make test` runs them first
+	scripts/setup.sh && scripts/lint.sh
 
 setup:
 	scripts/setup.sh
@@ -22,6 +25,7 @@ portal-on-cluster: ## the demo portal against the control plane that `make clust
 bench:           ## the benchmarks, against a control plane they start themselves
 	scripts/setup.sh && .venv/bin/python benchmarks/onboarding.py
 	scripts/with-services.sh .venv/bin/python benchmarks/workloads.py
+	.venv/bin/python benchmarks/live_page.py
 
 soak:            ## the demo's processes under steady launches for 30 minutes (SQLite, file-system broker)
 	scripts/setup.sh && .venv/bin/python benchmarks/soak_demo.py --minutes 30

@@ -16,6 +16,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.cluster.harness import ControlPlane
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -45,12 +49,13 @@ def main() -> None:
         print(json.dumps(run(cp, args.teams), indent=2))
 
 
-def run(cp, team_count: int) -> dict[str, float]:
+def run(cp: ControlPlane, team_count: int) -> dict[str, Any]:
     from kubernetes import client as k8s
 
     from portal.kube import gateway, ref_of
+    from portal.kube.kubernetes import KubernetesGateway
     from portal.models import User
-    from tenants import manifests, reconcile
+    from tenants import desired, manifests, reconcile
     from tenants.models import Flavor, QuotaGrant, Team
 
     admin = User.objects.create(username="bench", is_platform_admin=True)
@@ -68,14 +73,17 @@ def run(cp, team_count: int) -> dict[str, float]:
     del admin
 
     # The floor: the same objects, other names, applied with the bare client.
-    specs = reconcile.team_specs()
+    specs = desired.team_specs()
     floor_objects = []
     for _, spec in specs.values():
         for obj in manifests.make_team_objects(team=spec):
             # Same shape, other names, and not labelled as the portal's: the pass must not prune them.
             text = json.dumps(obj).replace(spec.slug, spec.slug.replace("bench-", "floor-"))
-            floor_objects.append(json.loads(text.replace('"gpu-portal"}', '"gpu-portal-floor"}').replace('"gpu-portal",', '"gpu-portal-floor",')))
-    api = k8s.ApiClient(gateway().configuration)
+            text = text.replace('"gpu-portal"}', '"gpu-portal-floor"}').replace('"gpu-portal",', '"gpu-portal-floor",')
+            floor_objects.append(json.loads(text))
+    cluster = gateway()
+    assert isinstance(cluster, KubernetesGateway)  # the benchmark runs against a real control plane
+    api = k8s.ApiClient(cluster.configuration)
 
     def bare_apply(obj: dict) -> None:
         ref = ref_of(obj)
@@ -106,8 +114,10 @@ def run(cp, team_count: int) -> dict[str, float]:
 
     started = time.perf_counter()
     for api_version, kind in reconcile.OWNED_KINDS:
-        info_path = ref_of({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "namespace": "x"}}).info.collection_path()
-        params = api.param_serialize("GET", info_path, query_params=[("labelSelector", "app.kubernetes.io/managed-by=gpu-portal")],
+        probe = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "namespace": "x"}}
+        info_path = ref_of(probe).info.collection_path()
+        params = api.param_serialize("GET", info_path,
+                                     query_params=[("labelSelector", "app.kubernetes.io/managed-by=gpu-portal")],
                                      header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
         api.call_api(*params).read()
     floor_list = time.perf_counter() - started

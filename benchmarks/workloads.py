@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     from jobs.watch import WorkloadInformer
     from portal import tokens
     from portal.kube import gateway, ref_of
+    from portal.kube.kubernetes import KubernetesGateway
     from portal.models import User
     from tenants import reconcile
     from tenants.models import Flavor, Membership, QuotaGrant, Team
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     body = json.dumps({"team": "bench", "template": "bench-train", "flavor": "h100", "units": 1})
 
     cluster = gateway()
+    assert isinstance(cluster, KubernetesGateway)  # the benchmark runs against a real control plane
     informer = WorkloadInformer()
     watcher = threading.Thread(target=informer.run, daemon=True)
     watcher.start()
@@ -151,7 +153,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             terminated = (status.get("state") or {}).get("terminated")
             if label.isdigit() and terminated and terminated.get("finishedAt"):
-                finished_at[int(label)] = parse_datetime(terminated["finishedAt"]).timestamp()
+                finished = parse_datetime(terminated["finishedAt"])
+                if finished is not None:
+                    finished_at[int(label)] = finished.timestamp()
     lags = [
         t.at.timestamp() - finished_at[t.workload_id]
         for t in WorkloadTransition.objects.filter(phase=Workload.Phase.SUCCEEDED)
@@ -163,6 +167,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
     api = k8s.ApiClient(cluster.configuration)
     sample = Workload.objects.first()
+    assert sample is not None  # the launches above recorded workloads
     job = manifests.make_workload_objects(spec=services.workload_spec(sample))[0]
     floor: list[float] = []
     for index in range(200):
@@ -181,10 +186,13 @@ def run(args: argparse.Namespace) -> dict[str, object]:
 
     succeeded = Workload.objects.filter(phase=Workload.Phase.SUCCEEDED).count()
     return {
-        "steady": {"launches": len(steady), "target_rate_per_s": args.rate, "achieved_rate_per_s": round(len(steady) / steady_wall, 1),
-                   "launch_p50_ms": round(1000 * percentile(steady, 0.5), 1), "launch_p95_ms": round(1000 * percentile(steady, 0.95), 1)},
+        "steady": {"launches": len(steady), "target_rate_per_s": args.rate,
+                   "achieved_rate_per_s": round(len(steady) / steady_wall, 1),
+                   "launch_p50_ms": round(1000 * percentile(steady, 0.5), 1),
+                   "launch_p95_ms": round(1000 * percentile(steady, 0.95), 1)},
         "burst": {"launches": len(burst), "wall_s": round(burst_wall, 2),
-                  "launch_p50_ms": round(1000 * percentile(burst, 0.5), 1), "launch_p95_ms": round(1000 * percentile(burst, 0.95), 1)},
+                  "launch_p50_ms": round(1000 * percentile(burst, 0.5), 1),
+                  "launch_p95_ms": round(1000 * percentile(burst, 0.95), 1)},
         "errors": errors[:5], "error_count": len(errors),
         "workloads_recorded": Workload.objects.count(), "workloads_succeeded": succeeded,
         "lost": total - Workload.objects.count(),

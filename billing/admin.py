@@ -6,11 +6,12 @@ from django.http import HttpRequest
 
 from billing import services
 from billing.models import Rate
+from portal.adapters import signed_in_user
 from portal.errors import DomainError
 
 
 @admin.register(Rate)
-class RateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class RateAdmin(admin.ModelAdmin):
     list_display = ("flavor", "price_per_gpu_hour", "currency", "effective_from", "created_by")
     list_filter = ("flavor",)
     fields = ("flavor", "price_per_gpu_hour", "currency", "effective_from", "note")
@@ -25,11 +26,11 @@ class RateAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return request.user.has_perm("billing.set_rates")
 
     def has_view_permission(self, request: HttpRequest, obj: Rate | None = None) -> bool:
-        return request.user.has_perm("billing.set_rates")
+        return request.user.has_perm("portal.read_costs")
 
-    def save_model(self, request: HttpRequest, obj: Rate, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+    def save_model(self, request: HttpRequest, obj: Rate, form: ModelForm, change: bool) -> None:
         try:
-            rate = services.rate_set(actor=request.user, flavor=obj.flavor, price_per_gpu_hour=obj.price_per_gpu_hour,  # type: ignore[arg-type]
+            rate = services.rate_set(actor=signed_in_user(request), flavor=obj.flavor, price_per_gpu_hour=obj.price_per_gpu_hour,
                                      currency=obj.currency, effective_from=obj.effective_from, note=obj.note)
         except DomainError as error:
             messages.error(request, error.message)

@@ -24,7 +24,9 @@ def rate_set(*, actor: User, flavor: Flavor, price_per_gpu_hour: Any, currency: 
     try:
         price = Decimal(str(price_per_gpu_hour))
     except InvalidOperation:
-        raise DomainError(f"“{price_per_gpu_hour}” is not a price; give a number such as 2.75.", field="price_per_gpu_hour") from None
+        raise DomainError(
+            f"“{price_per_gpu_hour}” is not a price; give a number such as 2.75.", field="price_per_gpu_hour"
+        ) from None
     if not price.is_finite() or price < 0:
         raise DomainError("A price per GPU-hour is zero or more.", field="price_per_gpu_hour")
     now = timezone.now()
@@ -38,5 +40,6 @@ def rate_set(*, actor: User, flavor: Flavor, price_per_gpu_hour: Any, currency: 
     rate = Rate.objects.create(flavor=flavor, price_per_gpu_hour=price, currency=currency, effective_from=effective_from,
                                note=note.strip(), created_by=actor)
     audit_record(actor=actor, action="rate.set", obj=rate,
-                 message=f"{actor.username} set {flavor.name} to {price} {currency} per GPU-hour from {effective_from:%Y-%m-%d %H:%M}")
+                 message=f"{actor.username} set {flavor.name} to {price} {currency} per GPU-hour"
+                 f" from {effective_from:%Y-%m-%d %H:%M}")
     return rate

@@ -14,8 +14,10 @@ from jobs.models import Workload, WorkloadTemplate, WorkloadTemplateVersion
 
 
 class PlatformAdminReadOnly:
+    """Shown to those who manage the teams (platform admins), like the team pages of the admin."""
+
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return bool(getattr(request.user, "is_platform_admin", False) or request.user.is_superuser)
+        return request.user.has_perm("tenants.manage_teams")
 
     def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return self.has_module_permission(request)
@@ -30,7 +32,7 @@ class PlatformAdminReadOnly:
         return False
 
 
-class VersionInline(PlatformAdminReadOnly, admin.TabularInline):  # type: ignore[type-arg]
+class VersionInline(PlatformAdminReadOnly, admin.TabularInline):
     model = WorkloadTemplateVersion
     extra = 0
     fields = ("number", "image", "default_units", "max_units", "default_priority", "parameters", "created_by", "created_at")
@@ -39,7 +41,7 @@ class VersionInline(PlatformAdminReadOnly, admin.TabularInline):  # type: ignore
 
 
 @admin.register(WorkloadTemplate)
-class WorkloadTemplateAdmin(PlatformAdminReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkloadTemplateAdmin(PlatformAdminReadOnly, admin.ModelAdmin):
     list_display = ("name", "slug", "kind", "is_global", "owner_team", "is_active", "created_at")
     list_filter = ("kind", "is_global", "is_active")
     search_fields = ("name", "slug")
@@ -47,7 +49,7 @@ class WorkloadTemplateAdmin(PlatformAdminReadOnly, admin.ModelAdmin):  # type: i
 
 
 @admin.register(Workload)
-class WorkloadAdmin(PlatformAdminReadOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class WorkloadAdmin(PlatformAdminReadOnly, admin.ModelAdmin):
     list_display = ("id", "name", "team", "owner", "phase", "flavor", "units", "workers", "on_borrowed", "created_at")
     list_filter = ("phase", "team", "flavor", "on_borrowed")
     search_fields = ("name", "owner__username", "team__slug")

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.contrib.auth.models import AnonymousUser
 from django.forms import BoundField
 from django.http import QueryDict
 
 from jobs import services
 from jobs.models import Priority, WorkloadTemplate, WorkloadTemplateVersion
 from portal.errors import DomainError
+from portal.models import User
 from tenants.models import Flavor, Team
 
 PARAMETER_PREFIX = "p_"
@@ -42,7 +44,7 @@ class ParameterRow:
         return "1" if self.type == "int" else "any"
 
 
-def launchable_teams(user: Any) -> list[Team]:
+def launchable_teams(user: User | AnonymousUser) -> list[Team]:
     return [team for team in Team.objects.for_user(user).order_by("name") if user.has_perm("jobs.launch_workload", team)]
 
 
@@ -65,7 +67,7 @@ class LaunchForm(forms.Form):
     priority = forms.ChoiceField(choices=Priority.choices, required=False)
     name = forms.CharField(max_length=60, required=False, strip=True)
 
-    def __init__(self, data: QueryDict | None = None, *, user: Any, templates: list[WorkloadTemplate],
+    def __init__(self, data: QueryDict | None = None, *, user: User | AnonymousUser, templates: list[WorkloadTemplate],
                  team: Team | None = None, template: WorkloadTemplate | None = None, initial_name: str = "") -> None:
         super().__init__(data)
         self.teams = launchable_teams(user)

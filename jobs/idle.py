@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import urllib.error
@@ -52,11 +53,13 @@ def notebooks_stop_idle(*, now: dt.datetime | None = None) -> list[int]:
             if locked.phase != Workload.Phase.RUNNING:
                 continue
             minutes = int((now - last).total_seconds() // 60)
-            record_transition(locked, Workload.Phase.STOPPED, f"Stopped after {minutes} minutes idle (limit {int(limit.total_seconds() // 60)})")
+            limit_minutes = int(limit.total_seconds() // 60)
+            record_transition(locked, Workload.Phase.STOPPED, f"Stopped after {minutes} minutes idle (limit {limit_minutes})")
             audit_record(actor=None, action="workload.stopped_idle", obj=locked, team_id=locked.team_id,
-                         message=f"Notebook {locked.name} (#{locked.pk}) of {locked.team.slug} stopped after {minutes} minutes idle")
+                         message=f"Notebook {locked.name} (#{locked.pk}) of {locked.team.slug}"
+                         f" stopped after {minutes} minutes idle")
             from jobs import tasks
 
-            transaction.on_commit(lambda pk=locked.pk: tasks.workload_teardown.delay(pk))
+            transaction.on_commit(functools.partial(tasks.workload_teardown.delay, locked.pk))
             stopped.append(locked.pk)
     return stopped

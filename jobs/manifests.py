@@ -9,7 +9,9 @@ only as values of the template's declared parameters, as arguments and environme
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
+
+from tenants.manifests import TierName
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 TEAM_LABEL = "gpu-portal.io/team"
@@ -20,13 +22,25 @@ QUEUE_NAME = "default"
 TTL_AFTER_FINISHED = 24 * 3600
 
 
+Kind = Literal["training", "distributed", "inference", "notebook"]
+KINDS: tuple[Kind, ...] = get_args(Kind)
+
+
+def workload_kind(value: str) -> Kind:
+    """A stored template kind as a Kind, refusing one no builder here knows."""
+    for kind in KINDS:
+        if value == kind:
+            return kind
+    raise ValueError(f"unknown workload kind {value!r}")
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
     workload_id: int
     name: str  # the Kubernetes name, e.g. wl-42
     namespace: str
     team: str
-    kind: str  # training, distributed, inference, notebook
+    kind: Kind
     image: str
     command: tuple[str, ...]
     args: tuple[str, ...]
@@ -36,7 +50,7 @@ class WorkloadSpec:
     workers: int = 1
     cpu: int = 4
     memory_gib: int = 16
-    priority: str = "normal"
+    priority: TierName = "normal"
     max_runtime_seconds: int = 24 * 3600
     port: int = 0
     storage_gib: int = 0

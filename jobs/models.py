@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from django.contrib.auth.models import AnonymousUser
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from portal.models import User
+from portal.roles import sees_all_teams
 from tenants.models import Flavor, Team, user_team_roles
 
 
@@ -26,11 +26,11 @@ class Priority(models.TextChoices):
 
 
 class WorkloadTemplateQuerySet(models.QuerySet["WorkloadTemplate"]):
-    def for_user(self, user: Any) -> WorkloadTemplateQuerySet:
+    def for_user(self, user: User | AnonymousUser) -> WorkloadTemplateQuerySet:
         """Global templates, and those shared with (or owned by) one of the user's teams."""
-        if not getattr(user, "is_authenticated", False):
+        if not user.is_authenticated:
             return self.none()
-        if user.sees_all_teams:
+        if sees_all_teams(user):
             return self
         teams = list(user_team_roles(user))
         return self.filter(Q(is_global=True) | Q(teams__in=teams) | Q(owner_team__in=teams)).distinct()
@@ -100,10 +100,10 @@ class WorkloadTemplateVersion(models.Model):
 
 
 class WorkloadQuerySet(models.QuerySet["Workload"]):
-    def for_user(self, user: Any) -> WorkloadQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> WorkloadQuerySet:
+        if not user.is_authenticated:
             return self.none()
-        if user.sees_all_teams:
+        if sees_all_teams(user):
             return self
         return self.filter(team_id__in=list(user_team_roles(user)))
 
@@ -144,6 +144,10 @@ class Workload(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     submitted_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Only an owner once in the cluster can be proven gone (see reached_cluster): absence from a
+    # cache that has not caught up with a new Job proves nothing.
+    seen_in_cluster_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the status sync first saw its Job, Deployment or StatefulSet in the cluster.")
     submit_attempts = models.PositiveSmallIntegerField(default=0)
 
     objects = WorkloadQuerySet.as_manager()
@@ -172,6 +176,11 @@ class Workload(models.Model):
     def total_units(self) -> int:
         return self.units * self.workers
 
+    @property
+    def reached_cluster(self) -> bool:
+        """Its owner was in the cluster once: the API server took it at submission, or the sync saw it."""
+        return self.submitted_at is not None or self.seen_in_cluster_at is not None
+
 
 class WorkloadTransition(models.Model):
     """The status timeline: every phase a workload went through, when and why."""
@@ -183,6 +192,9 @@ class WorkloadTransition(models.Model):
 
     class Meta:
         ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.phase} at {self.at:%Y-%m-%d %H:%M:%S}"
 
 
 class RunInterval(models.Model):
@@ -199,3 +211,6 @@ class RunInterval(models.Model):
 
     class Meta:
         ordering = ["started_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.pod_name} ({self.units} × {self.resource_name})"

@@ -37,6 +37,7 @@ def check_declarations(declared: list[dict[str, Any]]) -> None:
 
 def _coerce(spec: dict[str, Any], raw: Any) -> Any:
     name, kind = spec["name"], spec["type"]
+    value: int | float | bool
     if kind == "int":
         try:
             value = int(str(raw).strip())
@@ -59,10 +60,10 @@ def _coerce(spec: dict[str, Any], raw: Any) -> Any:
         else:
             raise ParameterError(f"{name} must be true or false, not “{raw}”.", name=name)
     else:
-        value = str(raw)
-        if value not in [str(c) for c in spec["choices"]]:
+        choice = str(raw)
+        if choice not in [str(c) for c in spec["choices"]]:
             raise ParameterError(f"{name} must be one of {', '.join(map(str, spec['choices']))}, not “{raw}”.", name=name)
-        return value
+        return choice
     low, high = spec.get("min"), spec.get("max")
     if kind in ("int", "float") and ((low is not None and value < low) or (high is not None and value > high)):
         raise ParameterError(f"{name} must be between {low} and {high}; {value} is outside.", name=name)
@@ -88,7 +89,7 @@ def validate_parameters(*, declared: list[dict[str, Any]], given: dict[str, Any]
     return values
 
 
-class _Strict(dict):  # type: ignore[type-arg]
+class _Strict(dict[str, Any]):
     def __missing__(self, key: str) -> str:
         raise ParameterError(f"The template refers to {{{key}}}, which is not one of its parameters.")
 

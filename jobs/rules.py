@@ -22,9 +22,12 @@ def leads_template_team(user: Any, template: Any) -> bool:
 
 can_launch = is_platform_admin | is_team_member
 can_stop_workload = is_platform_admin | is_owner | is_team_lead
+# The same people as stopping today, but a rule of its own so that the two may part.
+can_scale_workload = is_platform_admin | is_owner | is_team_lead
 can_manage_template = is_platform_admin | leads_template_team
 
 rules.add_perm("jobs.launch_workload", can_launch)
 rules.add_perm("jobs.stop_workload", can_stop_workload)
+rules.add_perm("jobs.scale_workload", can_scale_workload)
 rules.add_perm("jobs.manage_template", can_manage_template)
 rules.add_perm("jobs.create_global_template", is_platform_admin)

@@ -11,56 +11,30 @@ from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
 from jobs import manifests, pricing
 from jobs.models import Priority, Workload, WorkloadTemplate, WorkloadTemplateVersion
-from jobs.services import team_ceiling
 from portal.kube import KubeError, gateway
-from tenants import reconcile
+from tenants import cluster_selectors
 from tenants import selectors as tenant_selectors
+from tenants.cluster_selectors import QueueUsage
 from tenants.models import Flavor, Team
 
 PRIORITY_ORDER = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
 
 
-def workloads_for_user(
-    *, user: Any, team: Team | None = None, phase: str | None = None, owner: Any = None, template: WorkloadTemplate | None = None
-) -> QuerySet[Workload]:
-    workloads = Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
-    if team is not None:
-        workloads = workloads.filter(team=team)
-    if phase:
-        workloads = workloads.filter(phase=phase)
-    if owner is not None:
-        workloads = workloads.filter(owner=owner)
-    if template is not None:
-        workloads = workloads.filter(template_version__template=template)
-    return workloads
+def workloads_for_user(*, user: Any) -> QuerySet[Workload]:
+    """The workloads the user can see; the lists narrow them with jobs.filters.WorkloadFilter."""
+    return Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
 
 
-def templates_for_team(*, team: Team) -> QuerySet[WorkloadTemplate]:
-    return WorkloadTemplate.objects.for_team(team).prefetch_related("versions__flavors")
-
-
-@dataclass(frozen=True)
-class QueueUsage:
-    guaranteed: int
-    in_use: int
-    borrowed: int
-    lent: int
-
-    @property
-    def free(self) -> int:
-        return max(self.guaranteed - self.in_use, 0)
-
-
-def _queues() -> dict[str, list[reconcile.QueueUsage]] | None:
+def _queues() -> dict[str, list[QueueUsage]] | None:
     """Every team queue's usage in one read, or None when the cluster is silent."""
     try:
-        return reconcile.cluster_queue_usage()
+        return cluster_selectors.cluster_queue_usage()
     except KubeError:
         return None
 
 
 def team_queue_usage(
-    *, team: Team, flavor: Flavor, queues: dict[str, list[reconcile.QueueUsage]] | None = None
+    *, team: Team, flavor: Flavor, queues: dict[str, list[QueueUsage]] | None = None
 ) -> QueueUsage | None:
     """The team's queue for this flavor as Kueue reports it, or None when the cluster is silent."""
     queues = _queues() if queues is None else queues
@@ -68,8 +42,9 @@ def team_queue_usage(
         return None
     for row in queues.get(team.slug, []):
         if row.flavor == flavor.slug:
-            return QueueUsage(guaranteed=row.guaranteed, in_use=row.in_use, borrowed=row.borrowed, lent=row.lent)
-    return QueueUsage(guaranteed=tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0), in_use=0, borrowed=0, lent=0)
+            return row
+    return QueueUsage(flavor=flavor.slug, resource=flavor.resource_name,
+                      guaranteed=tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0), in_use=0, borrowed=0, lent=0)
 
 
 @dataclass(frozen=True)
@@ -104,7 +79,7 @@ class LaunchHint:
         return float(self.units * self.flavor.fraction)
 
 
-def cohort_idle(*, team: Team, flavor: Flavor, queues: dict[str, list[reconcile.QueueUsage]]) -> int:
+def cohort_idle(*, team: Team, flavor: Flavor, queues: dict[str, list[QueueUsage]]) -> int:
     """What the other teams' queues leave idle of the flavor and nobody borrows yet."""
     idle = borrowed = 0
     for slug, rows in queues.items():
@@ -113,7 +88,7 @@ def cohort_idle(*, team: Team, flavor: Flavor, queues: dict[str, list[reconcile.
                 continue
             borrowed += row.borrowed
             if slug != team.slug:
-                idle += max(row.guaranteed - row.in_use, 0)
+                idle += row.free
     return max(idle - borrowed, 0)
 
 
@@ -121,7 +96,7 @@ def launch_hint(*, team: Team, flavor: Flavor, units: int) -> LaunchHint:
     queues = _queues()
     usage = None if queues is None else team_queue_usage(team=team, flavor=flavor, queues=queues)
     lendable = cohort_idle(team=team, flavor=flavor, queues=queues) if queues is not None and team.may_borrow else 0
-    return LaunchHint(flavor=flavor, units=units, usage=usage, ceiling=team_ceiling(team=team, flavor=flavor), lendable=lendable,
+    return LaunchHint(flavor=flavor, units=units, usage=usage, ceiling=tenant_selectors.team_ceiling(team=team, flavor=flavor), lendable=lendable,
                       cost=pricing.hourly_cost(flavor=flavor, units=units))
 
 
@@ -146,42 +121,63 @@ def why_waiting(*, workload: Workload) -> WhyWaiting:
 
 
 @dataclass(frozen=True)
+class EventRow:
+    at: str
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
 class LivePicture:
+    """What only the cluster knows about the workload now. Its phase and timeline are not here:
+    the status sync keeps them in the database, so a poll reads them there for free."""
+
     pods: list[dict[str, Any]]
-    events: list[dict[str, Any]]
-    logs: str
+    events: list[EventRow]
+    events_of: str = ""  # the object the events are about
     unreachable: str = ""
 
 
-def _pods_and_logs(workload: Workload, tail_lines: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None, str]:
-    """The workload's pods, the newest of them and its last log lines."""
-    cluster = gateway()
-    pods = cluster.list("v1", "Pod", namespace=workload.team.namespace, labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
-    newest = max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
-    logs = cluster.pod_logs(namespace=workload.team.namespace, name=newest["metadata"]["name"], tail_lines=tail_lines) if newest else ""
-    return pods, newest, logs
+def _pods(workload: Workload) -> list[dict[str, Any]]:
+    return gateway().list("v1", "Pod", namespace=workload.team.namespace, labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
 
 
-def live_picture(*, workload: Workload, tail_lines: int = 50) -> LivePicture:
-    """The workload's pods, recent events and the last log lines, read from the cluster now."""
+def _newest(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return max(pods, key=lambda p: p["metadata"].get("creationTimestamp", ""), default=None)
+
+
+def _event_row(event: dict[str, Any]) -> EventRow:
+    return EventRow(at=event.get("lastTimestamp") or event.get("eventTime") or "", type=event.get("type") or "",
+                    reason=event.get("reason") or "", message=event.get("message") or "")
+
+
+def live_picture(*, workload: Workload, max_events: int = 20) -> LivePicture:
+    """The workload's pods and the recent events of its newest pod (of the workload's own object
+    while it has none), read from the cluster now in two calls.
+
+    A field selector matches one name, so the events are those of one object: the newest pod
+    says why a run stalls (pulling, crashing, evicted); before any pod exists the Job,
+    Deployment or StatefulSet does. The rest of the namespace's events are never read.
+    """
     try:
-        pods, _, logs = _pods_and_logs(workload, tail_lines)
-        names = {workload.k8s_name, *(p["metadata"]["name"] for p in pods)}
-        events = [e for e in gateway().list("v1", "Event", namespace=workload.team.namespace)[0]
-                  if (e.get("involvedObject") or {}).get("name") in names]
-        events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "", reverse=True)
+        pods = _pods(workload)
+        newest = _newest(pods)
+        subject = newest["metadata"]["name"] if newest else workload.k8s_name
+        events = gateway().list("v1", "Event", namespace=workload.team.namespace, fields={"involvedObject.name": subject})[0]
     except KubeError as error:
-        return LivePicture(pods=[], events=[], logs="", unreachable=f"The cluster did not answer: {error}")
-    return LivePicture(pods=pods, events=events[:20], logs=logs)
+        return LivePicture(pods=[], events=[], unreachable=f"The cluster did not answer: {error}")
+    rows = sorted((_event_row(e) for e in events), key=lambda row: row.at, reverse=True)
+    return LivePicture(pods=pods, events=rows[:max_events], events_of=subject)
 
 
 # --- Reads for the REST API (jobs/api.py) -------------------------------------------------------
 
 
-def templates_with_current_version(*, user: Any, team: Team | None = None) -> QuerySet[WorkloadTemplate]:
-    """The templates the user can see (inactive ones too), or those a team can launch when a team (one the user can
-    see) is given, each with its current version in `current_versions`, in a fixed number of queries."""
-    templates = templates_for_team(team=team) if team is not None else WorkloadTemplate.objects.for_user(user)
+def templates_with_current_version(*, user: Any) -> QuerySet[WorkloadTemplate]:
+    """The templates the user can see (inactive ones too), each with its current version in `current_versions`, in a
+    fixed number of queries; jobs.filters.TemplateFilter narrows them to what a team can launch."""
+    templates = WorkloadTemplate.objects.for_user(user)
     newest = WorkloadTemplateVersion.objects.filter(template=OuterRef("template")).order_by("-number").values("number")[:1]
     current = WorkloadTemplateVersion.objects.filter(number=Subquery(newest)).prefetch_related("flavors")
     return templates.select_related("owner_team").prefetch_related(
@@ -195,11 +191,17 @@ class WorkloadLogs:
     lines: list[str]
     unreachable: str = ""
 
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
 
 def workload_logs(*, workload: Workload, tail_lines: int = 100) -> WorkloadLogs:
-    """The last log lines of the workload's newest pod, the one live_picture reads."""
+    """The last log lines of the workload's newest pod. Read only when asked for (the page's logs
+    panel, the API): logs are the dearest read the API server serves."""
     try:
-        _, newest, logs = _pods_and_logs(workload, tail_lines)
+        newest = _newest(_pods(workload))
+        logs = gateway().pod_logs(namespace=workload.team.namespace, name=newest["metadata"]["name"], tail_lines=tail_lines) if newest else ""
     except KubeError as error:
         return WorkloadLogs(pod="", lines=[], unreachable=f"The cluster did not answer: {error}")
     return WorkloadLogs(pod=newest["metadata"]["name"] if newest else "", lines=logs.splitlines())

@@ -19,6 +19,7 @@ from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.models import User
 from tenants import selectors as tenant_selectors
+from tenants.manifests import tier_name
 from tenants.models import Flavor, Team
 
 
@@ -52,13 +53,6 @@ def record_transition(workload: Workload, phase: str, reason: str = "") -> None:
         workload.finished_at = now
     workload.save(update_fields=["phase", "reason", "finished_at"])
     WorkloadTransition.objects.create(workload=workload, phase=phase, reason=reason, at=now)
-
-
-def team_ceiling(*, team: Team, flavor: Flavor) -> int:
-    """The most units of the flavor the team could ever hold at once: its guarantee, plus the
-    rest of the flavor when it may borrow."""
-    guaranteed = tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0)
-    return max(flavor.capacity_units, guaranteed) if team.may_borrow else guaranteed
 
 
 def _workers(version: WorkloadTemplateVersion, values: dict[str, Any]) -> int:
@@ -99,10 +93,12 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
         raise DomainError(f"Priority must be one of {', '.join(Priority.values)}.", field="priority")
     workers = _workers(version, values)
     total = units * workers
-    ceiling = team_ceiling(team=team, flavor=flavor)
+    ceiling = tenant_selectors.team_ceiling(team=team, flavor=flavor)
     if total > ceiling:
         if ceiling == 0:
-            raise DomainError(f"{team.slug} has no {flavor.name} quota and may not borrow any: request quota first.", field="units")
+            raise DomainError(
+                f"{team.slug} has no {flavor.name} quota and may not borrow any: request quota first.", field="units"
+            )
         raise DomainError(
             f"{total} {flavor.name} units is more than {team.slug} could ever get at once ({ceiling}); ask for fewer.",
             field="units",
@@ -121,7 +117,9 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
         notebook_token=secrets.token_urlsafe(24) if request.template.kind == WorkloadKind.NOTEBOOK else "",
         relaunch_of=relaunch_of, **resources,
     )
-    WorkloadTransition.objects.create(workload=workload, phase=workload.phase, reason="Recorded; creating its objects in the cluster")
+    WorkloadTransition.objects.create(
+        workload=workload, phase=workload.phase, reason="Recorded; creating its objects in the cluster"
+    )
     audit_record(actor=user, action="workload.launched", obj=workload, team_id=workload.team_id,
                  message=f"{user.username} launched {workload.name} (#{workload.pk}, {version}) on "
                  f"{workload.total_units} {workload.flavor.name} for {workload.team.slug}")
@@ -134,12 +132,21 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
 @transaction.atomic
 def workload_stop(*, user: User, workload: Workload) -> Workload:
     _require(user.has_perm("jobs.stop_workload", workload))
+    """Deletes the workload's objects. A failed workload whose objects were once in the cluster
+    may be stopped too: its pods can outlive the verdict and hold GPUs, and deleting what is
+    left is harmless when nothing is. It stays failed, with the reason it failed."""
     locked = Workload.objects.select_for_update(of=("self",)).select_related("team").get(pk=workload.pk)
-    if not locked.is_active:
+    leftovers = locked.phase == Workload.Phase.FAILED and locked.reached_cluster
+    if not locked.is_active and not leftovers:
         raise StateConflict(f"{locked.name} has already {locked.get_phase_display().lower()}; there is nothing to stop.")
-    record_transition(locked, Workload.Phase.STOPPED, f"Stopped by {user.username}")
-    audit_record(actor=user, action="workload.stopped", obj=locked, team_id=locked.team_id,
-                 message=f"{user.username} stopped {locked.name} (#{locked.pk}) of {locked.team.slug}")
+    if leftovers:
+        audit_record(actor=user, action="workload.stopped", obj=locked, team_id=locked.team_id,
+                     message=f"{user.username} deleted what was left in the cluster of failed {locked.name} "
+                             f"(#{locked.pk}) of {locked.team.slug}")
+    else:
+        record_transition(locked, Workload.Phase.STOPPED, f"Stopped by {user.username}")
+        audit_record(actor=user, action="workload.stopped", obj=locked, team_id=locked.team_id,
+                     message=f"{user.username} stopped {locked.name} (#{locked.pk}) of {locked.team.slug}")
     from jobs import tasks
 
     transaction.on_commit(lambda: tasks.workload_teardown.delay(locked.pk))
@@ -149,8 +156,12 @@ def workload_stop(*, user: User, workload: Workload) -> Workload:
 @transaction.atomic
 def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload:
     """Inference servers grow or shrink within the template's bounds and the team's reach."""
-    _require(user.has_perm("jobs.stop_workload", workload))
-    locked = Workload.objects.select_for_update(of=("self",)).select_related("team", "flavor", "template_version__template").get(pk=workload.pk)
+    _require(user.has_perm("jobs.scale_workload", workload))
+    locked = (
+        Workload.objects.select_for_update(of=("self",))
+        .select_related("team", "flavor", "template_version__template")
+        .get(pk=workload.pk)
+    )
     if locked.kind != WorkloadKind.INFERENCE:
         raise DomainError("Only inference servers have replicas to scale.", field="replicas")
     if not locked.is_active:
@@ -159,8 +170,10 @@ def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload
     spec = declared.get("workers") or declared.get("replicas") or {"min": 1, "max": 1}
     low, high = spec.get("min", 1), spec.get("max", 1)
     if not low <= replicas <= high:
-        raise DomainError(f"Replicas must be between {low} and {high} for {locked.template_version.template.name}.", field="replicas")
-    ceiling = team_ceiling(team=locked.team, flavor=locked.flavor)
+        raise DomainError(
+            f"Replicas must be between {low} and {high} for {locked.template_version.template.name}.", field="replicas"
+        )
+    ceiling = tenant_selectors.team_ceiling(team=locked.team, flavor=locked.flavor)
     if locked.units * replicas > ceiling:
         raise DomainError(f"{replicas} replicas need {locked.units * replicas} {locked.flavor.name} units; "
                           f"{locked.team.slug} could get at most {ceiling}.", field="replicas")
@@ -210,9 +223,10 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         raise DomainError(f"Template {version} is broken: {error}") from None
     return manifests.WorkloadSpec(
         workload_id=workload.pk, name=workload.k8s_name, namespace=workload.team.namespace, team=workload.team.slug,
-        kind=version.template.kind, image=version.image, command=tuple(version.command), args=args, env=env,
+        kind=manifests.workload_kind(version.template.kind), image=version.image, command=tuple(version.command),
+        args=args, env=env,
         resource_name=workload.flavor.resource_name, units=workload.units, workers=workload.workers, cpu=workload.cpu,
-        memory_gib=workload.memory_gib, priority=workload.priority, max_runtime_seconds=version.max_runtime_seconds,
+        memory_gib=workload.memory_gib, priority=tier_name(workload.priority), max_runtime_seconds=version.max_runtime_seconds,
         port=version.port, storage_gib=version.storage_gib, notebook_token=workload.notebook_token,
         ingress_host=ingress_host(workload) if version.template.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK) else "",
         annotations=tuple(sorted(settings.PORTAL_POD_ANNOTATIONS.items())),
@@ -266,7 +280,9 @@ def template_create(*, user: User, slug: str, name: str, kind: str, description:
 
 
 @transaction.atomic
-def template_revise(*, user: User, template: WorkloadTemplate, flavors: list[Flavor] | None = None, **changes: Any) -> WorkloadTemplateVersion:
+def template_revise(
+    *, user: User, template: WorkloadTemplate, flavors: list[Flavor] | None = None, **changes: Any
+) -> WorkloadTemplateVersion:
     """Editing makes a new version; workloads keep the version they were launched with."""
     _require(user.has_perm("jobs.manage_template", template))
     current = WorkloadTemplate.objects.select_for_update().get(pk=template.pk).current

@@ -4,28 +4,47 @@ One pass lists the portal's Jobs, Deployments, StatefulSets and pods and Kueue's
 calls, however many workloads), derives each active workload's phase with the reason in
 words, and records every pod's run interval keyed by its UID, so reading the same cluster
 again, after a watch expired or the worker restarted, changes nothing.
+
+A snapshot is never the whole truth at one instant: the full pass lists five kinds one after
+another, and an informer's caches are fed by one watch per kind, in no common order. So a
+terminal verdict comes only from evidence no later event can contradict: the Job's own
+Complete or Failed condition, a succeeded pod for every completion, or, for "gone", a direct
+read of an owner once in the cluster that answers 404. Absence from a snapshot proves nothing.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from jobs import manifests
-from jobs.models import RunInterval, Workload
+from jobs.models import RunInterval, Workload, WorkloadKind
 from jobs.services import record_transition
-from portal.kube import gateway
+from portal.kube import KubeError, ObjectRef, gateway
 from portal.kube.base import quantity
 from tenants import selectors as tenant_selectors
 
+log = logging.getLogger(__name__)
+
 MANAGED = {manifests.MANAGED_BY_LABEL: "gpu-portal"}
 KUEUE = "kueue.x-k8s.io/v1beta2"
+GONE_REASON = "Its objects are gone from the cluster (deleted outside the portal)."
+# The object that owns a workload's pods, by workload kind, as jobs.manifests builds it.
+OWNER_KINDS: dict[str, tuple[str, str]] = {
+    WorkloadKind.TRAINING: ("batch/v1", "Job"),
+    WorkloadKind.DISTRIBUTED: ("batch/v1", "Job"),
+    WorkloadKind.INFERENCE: ("apps/v1", "Deployment"),
+    WorkloadKind.NOTEBOOK: ("apps/v1", "StatefulSet"),
+}
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 Key = tuple[str, int]  # (namespace, workload id): an object counts only in its team's namespace
@@ -87,6 +106,28 @@ def key_of(workload: Workload) -> Key:
     return (workload.team.namespace, workload.pk)
 
 
+def owner_ref(workload: Workload) -> ObjectRef:
+    api_version, kind = OWNER_KINDS[workload.kind]
+    return ObjectRef(api_version, kind, workload.k8s_name, workload.team.namespace)
+
+
+def owner_gone(workload: Workload) -> bool:
+    """Whether the workload's owner is proven gone: it was in the cluster once, and a direct read,
+    which no cache stands between, answers 404. A cluster that does not answer proves nothing.
+    A read that finds it counts as seeing it."""
+    if not workload.reached_cluster:
+        return False
+    try:
+        owner = gateway().get(owner_ref(workload))
+    except KubeError as error:
+        log.warning("could not confirm whether %s is gone: %s", owner_ref(workload), error)
+        return False
+    if owner is not None and workload.seen_in_cluster_at is None:
+        workload.seen_in_cluster_at = timezone.now()
+        workload.save(update_fields=["seen_in_cluster_at"])
+    return owner is None
+
+
 def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     for cond in (obj.get("status") or {}).get("conditions", []) or []:
         if cond.get("type") == type_:
@@ -107,27 +148,47 @@ def waiting_reason(message: str) -> str:
     return f"Waiting: {message}"
 
 
+def _completions_succeeded(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+    """Whether a succeeded pod of this very Job stands for each of its completions. A pod's
+    success is final, so no later event can take it back; pods of another Job of the same name
+    (deleted and made again), pods being deleted (killed, not finished) and a second pod of
+    the same index do not count, and a Job without completions is done at its first success."""
+    uid = job["metadata"].get("uid")
+    indexed = job["spec"].get("completionMode") == "Indexed"
+    done: set[str] = set()
+    for pod in pods:
+        meta = pod["metadata"]
+        if (pod.get("status") or {}).get("phase") != "Succeeded" or meta.get("deletionTimestamp"):
+            continue
+        owners = {o.get("uid") for o in meta.get("ownerReferences", []) if o.get("kind") == "Job"}
+        if uid and owners and uid not in owners:
+            continue
+        index = (meta.get("annotations") or {}).get(COMPLETION_INDEX) or (meta.get("labels") or {}).get(COMPLETION_INDEX)
+        done.add(f"index {index}" if indexed and index is not None else f"pod {meta.get('uid') or meta['name']}")
+    return len(done) >= int(job["spec"].get("completions") or 1)
+
+
 def derive(workload: Workload, snapshot: Snapshot) -> tuple[str, str] | None:
-    """The phase and reason the cluster shows for one workload, or None to leave it as it is."""
+    """The phase and reason the cluster shows for one workload, or None to leave it as it is.
+    Without its owner in the snapshot nothing can be said: whether it is gone takes a direct
+    read (owner_gone), which this pure function does not make."""
     owner = snapshot.owners.get(key_of(workload))
     pods = snapshot.pods.get(key_of(workload), [])
     kueue = snapshot.kueue.get(key_of(workload), [])
     if owner is None:
-        if workload.phase == Workload.Phase.SUBMITTING:
-            return None
-        return Workload.Phase.FAILED, "Its objects are gone from the cluster (deleted outside the portal)."
+        return None
     running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
     evicted = [w for w in kueue if _true(w, "Evicted") and not _true(w, "QuotaReserved")]
     pending = [w for w in kueue if not _true(w, "QuotaReserved")]
     if owner["kind"] == "Job":
-        completions = int(owner["spec"].get("completions") or owner["spec"].get("parallelism") or 1)
-        succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
-        # All pods done is what the Job controller will conclude a moment later: say it now.
-        if _true(owner, "Complete") or succeeded >= completions:
+        if _true(owner, "Complete"):
             return Workload.Phase.SUCCEEDED, "Finished successfully"
         if _true(owner, "Failed"):
             failed = _condition(owner, "Failed")
             return Workload.Phase.FAILED, f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".rstrip(": ")
+        # Every completion succeeded is what the Job controller will conclude a moment later: say it now.
+        if _completions_succeeded(owner, pods):
+            return Workload.Phase.SUCCEEDED, "Finished successfully"
         if evicted:
             cond = _condition(evicted[0], "Evicted")
             return Workload.Phase.PREEMPTED, f"Preempted and queued again: {cond.get('message', '')}".rstrip(": ")
@@ -211,13 +272,27 @@ def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: Syn
             interval.ended_at = finished
             interval.save(update_fields=["ended_at"])
             result.intervals_closed += 1
-    # A pod that is gone (deleted, preempted, garbage-collected) ran until now at the latest.
-    now = timezone.now()
     for uid, interval in open_intervals.items():
         if uid not in seen and interval.ended_at is None:
-            interval.ended_at = now
-            interval.save(update_fields=["ended_at"])
-            result.intervals_closed += 1
+            ended = _ended_while_unseen(workload, interval)
+            if ended is not None:
+                interval.ended_at = ended
+                interval.save(update_fields=["ended_at"])
+                result.intervals_closed += 1
+
+
+def _ended_while_unseen(workload: Workload, interval: RunInterval) -> dt.datetime | None:
+    """When a pod missing from the snapshot stopped running, or None while it may still run.
+    Another writer (the full pass, or the watch) may have opened the interval from a fresher read
+    than this snapshot, so its absence is confirmed by a direct read before the interval ends."""
+    try:
+        pod = gateway().get(ObjectRef("v1", "Pod", interval.pod_name, workload.team.namespace))
+    except KubeError as error:
+        log.warning("could not confirm whether pod %s is gone: %s", interval.pod_name, error)
+        return None
+    if pod is None or pod["metadata"].get("uid") != interval.pod_uid:
+        return timezone.now()  # gone (deleted, preempted, garbage-collected): it ran until now at the latest
+    return _pod_interval(pod)[1]
 
 
 def mark_borrowed(team_ids: set[int] | None = None) -> None:
@@ -248,6 +323,14 @@ def sync_all() -> SyncResult:
     return sync_snapshot(Snapshot.read())
 
 
+def _unchanged_since_read(workload: Workload) -> bool:
+    """Whether the workload is still in the phase this pass read, locked until the transaction
+    ends: a stop committed meanwhile deletes its objects, and their absence must not then be
+    recorded over it as gone."""
+    current = Workload.objects.select_for_update().filter(pk=workload.pk).values_list("phase", flat=True).first()
+    return current == workload.phase
+
+
 def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResult:
     """Records what the snapshot says about active workloads (only those in keys, when given)."""
     result = SyncResult()
@@ -256,17 +339,29 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResul
         workloads = workloads.filter(pk__in={workload_id for _, workload_id in keys})
     workloads = list(workloads.prefetch_related("intervals"))
     for workload in workloads:
-        with transaction.atomic():
+        if key_of(workload) in snapshot.owners:
+            if workload.seen_in_cluster_at is None:
+                workload.seen_in_cluster_at = timezone.now()
+                workload.save(update_fields=["seen_in_cluster_at"])
             derived = derive(workload, snapshot)
+        else:
+            # Read before the transaction: a call to the cluster should not hold the database.
+            derived = (Workload.Phase.FAILED, GONE_REASON) if owner_gone(workload) else None
+        with transaction.atomic():
             record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
-            if derived and derived != (workload.phase, workload.reason):
+            if derived and derived != (workload.phase, workload.reason) and _unchanged_since_read(workload):
                 record_transition(workload, *derived)
                 result.changed += 1
     mark_borrowed(None if keys is None else _teams(workloads))
-    # Stopped or finished workloads may still have pods winding down: close their intervals too.
-    recently = Workload.objects.filter(phase__in=Workload.FINAL_PHASES, intervals__ended_at__isnull=True).distinct()
+    # Stopped or finished workloads may still have pods winding down, or pods the snapshot
+    # shows only now (a watch delivered the Job's end before the pod's start): record those too.
+    recently = Workload.objects.filter(phase__in=Workload.FINAL_PHASES)
     if keys is not None:
         recently = recently.filter(pk__in={workload_id for _, workload_id in keys})
+    else:
+        with_pods = {workload_id for (_, workload_id), pods in snapshot.pods.items() if pods}
+        still_open = Exists(RunInterval.objects.filter(workload=OuterRef("pk"), ended_at__isnull=True))
+        recently = recently.filter(Q(still_open) | Q(pk__in=with_pods))
     for workload in recently.select_related("team", "flavor").prefetch_related("intervals"):
         record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
     return result

@@ -4,29 +4,54 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import random
 
 from celery import shared_task
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from jobs import manifests, services, sync
 from jobs.models import Workload
+from portal.audit import audit_record
 from portal.errors import DomainError
 from portal.kube import KubeError, gateway, ref_of
+from portal.tasks import GaveUp, cluster_task
 
 log = logging.getLogger(__name__)
-SUBMIT_RETRIES = 5
 # The resubmit pass runs every 60 s (CELERY_BEAT_SCHEDULE).
 RESUBMIT_EXPIRES_SECONDS = 60
 
 
-@shared_task(bind=True, acks_late=True, max_retries=SUBMIT_RETRIES)
-def workload_submit(self, workload_id: int) -> str:  # type: ignore[no-untyped-def]
-    """Creates the workload's objects, suspended and queued. A cluster that fails is tried again
-    with backoff; one that still fails, or refuses the objects, leaves the workload failed with
+def _load(workload_id: int) -> Workload | None:
+    return Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+
+
+def _submit_gave_up(error: KubeError, workload_id: int) -> None:
+    """A refused submission, or one the cluster never answered, leaves the workload failed with
     the reason, never lost."""
-    workload = Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+    with transaction.atomic():
+        workload = Workload.objects.select_for_update().filter(pk=workload_id).first()
+        if workload is not None and workload.phase == Workload.Phase.SUBMITTING:
+            services.record_transition(workload, Workload.Phase.FAILED, f"The cluster did not take it: {error}")
+
+
+def _change_gave_up(action: str, what: str) -> GaveUp:
+    """A change to a workload already running (apply again, tear down) that the cluster refused
+    does not make the workload failed: it is written to the audit trail with the reason."""
+
+    def record(error: KubeError, workload_id: int) -> None:
+        workload = Workload.objects.filter(pk=workload_id).first()
+        if workload is not None:
+            audit_record(actor=None, action=action, obj=workload, team_id=workload.team_id,
+                         message=f"The cluster did not take {what} of {workload.name}: {error}")
+
+    return record
+
+
+@cluster_task(gave_up=_submit_gave_up)
+def workload_submit(workload_id: int) -> str:
+    """Creates the workload's objects, suspended and queued."""
+    workload = _load(workload_id)
     if workload is None or workload.phase != Workload.Phase.SUBMITTING:
         return "nothing to do"
     try:
@@ -36,32 +61,29 @@ def workload_submit(self, workload_id: int) -> str:  # type: ignore[no-untyped-d
     except DomainError as error:
         services.record_transition(workload, Workload.Phase.FAILED, error.message)
         return "failed"
-    except KubeError as error:
+    except KubeError:
         Workload.objects.filter(pk=workload.pk).update(submit_attempts=workload.submit_attempts + 1)
-        if error.retriable and self.request.retries < SUBMIT_RETRIES:
-            raise self.retry(exc=error, countdown=min(2 ** self.request.retries, 30) * (0.5 + random.random()))  # noqa: S311
-        services.record_transition(workload, Workload.Phase.FAILED, f"The cluster did not take it: {error}")
-        return "failed"
+        raise
     workload.submitted_at = timezone.now()
     workload.save(update_fields=["submitted_at"])
     services.record_transition(workload, Workload.Phase.QUEUED, "Waiting for Kueue to admit it")
     return "submitted"
 
 
-@shared_task(acks_late=True, autoretry_for=(KubeError,), retry_backoff=2, retry_jitter=True, max_retries=8)
+@cluster_task(gave_up=_change_gave_up("workload.apply_refused", "the change"))
 def workload_apply(workload_id: int) -> None:
     """Applies a running workload's objects again after a change (e.g. its replicas)."""
-    workload = Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+    workload = _load(workload_id)
     if workload is None or not workload.is_active or workload.phase == Workload.Phase.SUBMITTING:
         return
     for obj in manifests.make_workload_objects(spec=services.workload_spec(workload)):
         gateway().apply(obj)
 
 
-@shared_task(acks_late=True, autoretry_for=(KubeError,), retry_backoff=2, retry_jitter=True, max_retries=8)
+@cluster_task(gave_up=_change_gave_up("workload.teardown_refused", "the removal"))
 def workload_teardown(workload_id: int) -> None:
     """Deletes every object of a stopped workload; its pods go with them."""
-    workload = Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+    workload = _load(workload_id)
     if workload is None:
         return
     for obj in reversed(manifests.make_workload_objects(spec=services.workload_spec(workload))):

@@ -11,33 +11,22 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Page, Paginator
-from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
-from django_htmx.middleware import HtmxDetails
 
 from jobs import selectors, services
+from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import Workload, WorkloadKind, WorkloadTemplate
+from portal.adapters import HtmxHttpRequest, page
 from portal.errors import DomainError
-from portal.models import User
 from tenants.models import Team
 
-PAGE_SIZE = 25
 WAITING_PHASES = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED)
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-    user: User  # type: ignore[assignment]
-
-
-def _page(items: QuerySet[Any], number: str | None) -> Page:
-    return Paginator(items, PAGE_SIZE).get_page(number)
+LOG_LINES = 50
 
 
 def _visible_workload(request: HtmxHttpRequest, pk: int) -> Workload:
@@ -65,7 +54,7 @@ def _visible_template(templates: list[WorkloadTemplate], slug: str) -> WorkloadT
 @login_required
 @require_GET
 def template_list(request: HtmxHttpRequest) -> HttpResponse:
-    templates = _page(selectors.templates_for_user(user=request.user), request.GET.get("page"))
+    templates = page(selectors.templates_for_user(user=request.user), request.GET.get("page"))
     rows = [(template, template.versions.all()[0]) for template in templates]
     template = "jobs/template_list.html#template-rows" if request.htmx else "jobs/template_list.html"
     return render(request, template, {"templates": templates, "rows": rows})
@@ -138,20 +127,17 @@ def workload_list(request: HtmxHttpRequest) -> HttpResponse:
     user = request.user
     teams = list(Team.objects.for_user(user).only("slug", "name").order_by("name"))
     templates = list(WorkloadTemplate.objects.for_user(user).only("slug", "name").order_by("name"))
-    team_slug, template_slug = request.GET.get("team", ""), request.GET.get("template", "")
-    team = next((t for t in teams if t.slug == team_slug), None)
-    template = next((t for t in templates if t.slug == template_slug), None)
-    phase = request.GET.get("phase", "")
-    if phase not in Workload.Phase.values:
-        phase = ""
-    mine = request.GET.get("mine") == "1"
-    workloads = _page(selectors.workloads_for_user(user=user, team=team, phase=phase or None, owner=user if mine else None,
-                                                   template=template), request.GET.get("page"))
+    filters = WorkloadFilter(request.GET, queryset=selectors.workloads_for_user(user=user), request=request)
+    workloads = page(filters.qs, request.GET.get("page"))  # a value it does not understand is left out, not refused
+    chosen = filters.form.cleaned_data
+    team = next((t for t in teams if t.slug == chosen.get("team")), None)
+    template = next((t for t in templates if t.slug == chosen.get("template")), None)
+    phase, mine = chosen.get("phase") or "", bool(chosen.get("mine"))
     context = {
         "workloads": workloads, "any_active": any(w.is_active for w in workloads),
         "teams": teams, "templates": templates, "phases": Workload.Phase.choices,
         "team": team, "template": template, "phase": phase, "mine": mine,
-        "filtered": bool(team or template or phase or mine),
+        "filtered": any(chosen.values()),
     }
     name = "jobs/workload_list.html#workload-rows" if request.htmx else "jobs/workload_list.html"
     return render(request, name, context)
@@ -191,12 +177,23 @@ def workload_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def workload_live(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Phase, timeline, why it waits, and the pods, events and logs the cluster shows now."""
+    """Phase, timeline and why it waits from the database; the pods and events the cluster shows now."""
     workload = _visible_workload(request, pk)
     picture = selectors.live_picture(workload=workload)
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, picture=picture))
     return render(request, "jobs/workload_detail.html", _detail_context(workload, picture=picture))
+
+
+@login_required
+@require_GET
+def workload_logs(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The logs panel, opened: the newest pod's last lines, read only on this request, never by the poll."""
+    workload = _visible_workload(request, pk)
+    logs = selectors.workload_logs(workload=workload, tail_lines=LOG_LINES)
+    if request.htmx:
+        return render(request, "jobs/workload_detail.html#workload-logs", {"workload": workload, "logs": logs})
+    return render(request, "jobs/workload_detail.html", {**_detail_context(workload), "logs": logs})
 
 
 def _after_action(request: HtmxHttpRequest, pk: int, *, error: str | None, done: str | None = None) -> HttpResponse:

@@ -1,6 +1,10 @@
 """The low-latency half of the status sync: watches keep a cache of the objects the sync reads,
 and each change re-derives just the workloads it touches. The periodic full pass
-(jobs.sync.sync_all) stays as the safety net for anything a watch could miss."""
+(jobs.sync.sync_all) stays as the safety net for anything a watch could miss.
+
+Each kind has its own watch, and watches of different kinds deliver in no common order: the
+caches are never one instant of the cluster. The sync is built for that (jobs.sync): what a
+lagging cache lacks is never taken as gone."""
 
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ class WorkloadInformer:
         self.watch_seconds = watch_seconds
         self.batch_seconds = batch_seconds
         self.ready = {kind: threading.Event() for _, kind, _ in WATCHED}
+        # Workloads touched before every kind was listed once: synced as soon as all are.
+        self.pending: set[Key] = set()
         self.threads: list[threading.Thread] = []
 
     def _watch(self, api_version: str, kind: str, labels: dict[str, str] | None) -> None:
@@ -103,13 +109,19 @@ class WorkloadInformer:
                         batch.append(self.events.get(timeout=max(deadline - time.monotonic(), 0)))
                     except queue.Empty:
                         break
-                touched: set[Key] = set()
-                for kind, event in batch:
-                    touched |= self._apply(kind, event)
-                if touched and all(ready.is_set() for ready in self.ready.values()):
-                    close_old_connections()
-                    result = sync_snapshot(Snapshot.of({kind: list(objs.values()) for kind, objs in self.store.items()}), touched)
-                    if on_sync:
-                        on_sync(result)
+                close_old_connections()
+                result = self.handle(batch)
+                if result is not None and on_sync:
+                    on_sync(result)
         finally:
             self.stop()
+
+    def handle(self, batch: list[tuple[str, WatchEvent]]) -> SyncResult | None:
+        """Applies a batch of events to the caches and syncs the workloads they touch, once every
+        kind has been listed (before that, a missing kind would say nothing about anything)."""
+        for kind, event in batch:
+            self.pending |= self._apply(kind, event)
+        if not self.pending or not all(ready.is_set() for ready in self.ready.values()):
+            return None
+        touched, self.pending = self.pending, set()
+        return sync_snapshot(Snapshot.of({kind: list(objs.values()) for kind, objs in self.store.items()}), touched)

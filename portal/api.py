@@ -1,63 +1,72 @@
-"""What every API endpoint shares: pagination and errors a person can act on."""
+"""API endpoints of the portal itself: the caller's own notifications and API tokens."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.plumbing import build_bearer_security_scheme_object
-from rest_framework import exceptions, pagination, status
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.routers import BaseRouter
 
-from portal.errors import DomainError
-
-
-class TokenScheme(OpenApiAuthenticationExtension):
-    """Documents portal.tokens.TokenAuthentication in the OpenAPI schema."""
-
-    target_class = "portal.tokens.TokenAuthentication"
-    name = "tokenAuth"
-
-    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
-        return build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Token")
+from portal import notifications as notification_services
+from portal import tokens as token_services
+from portal.adapters import parse, signed_in_user
+from portal.filters import NotificationFilter
+from portal.models import ApiToken, Notification
+from portal.serializers import ApiTokenSerializer, NotificationSerializer
 
 
-class Pagination(pagination.PageNumberPagination):
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200
+class NotificationViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = NotificationSerializer
+    queryset = Notification.objects.none()
+    filterset_class = NotificationFilter
+
+    def get_queryset(self) -> Any:
+        return Notification.objects.for_user(self.request.user)
+
+    @extend_schema(request=None, responses={200: NotificationSerializer})
+    @action(detail=True, methods=["post"])
+    def read(self, request: Request, pk: str | None = None) -> Response:
+        note = self.get_object()
+        notification_services.notifications_mark_read(user=signed_in_user(request), notification_id=note.pk)
+        note.refresh_from_db()
+        return Response(self.get_serializer(note).data)
+
+    @extend_schema(
+        request=None,
+        responses={200: inline_serializer("NotificationsMarkedRead", {"marked_read": serializers.IntegerField()})},
+    )
+    @action(detail=False, methods=["post"], url_path="read-all")
+    def read_all(self, request: Request) -> Response:
+        return Response({"marked_read": notification_services.notifications_mark_read(user=signed_in_user(request))})
 
 
-def _flatten(detail: Any, prefix: str = "") -> list[str]:
-    if isinstance(detail, dict):
-        return [m for key, value in detail.items() for m in _flatten(value, "" if key in ("non_field_errors", "detail") else f"{key}: ")]
-    if isinstance(detail, list):
-        return [m for item in detail for m in _flatten(item, prefix)]
-    return [f"{prefix}{detail}"]
+class ApiTokenViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    serializer_class = ApiTokenSerializer
+    queryset = ApiToken.objects.none()
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):
+            return self.queryset
+        return ApiToken.objects.filter(user=signed_in_user(self.request))
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        data = parse(ApiTokenSerializer, request)
+        token, secret = token_services.api_token_create(
+            user=signed_in_user(request), name=data["name"], expires_in_days=data["expires_in_days"],
+        )
+        return Response(dict(self.get_serializer(token).data, secret=secret), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: ApiTokenSerializer})
+    @action(detail=True, methods=["post"])
+    def revoke(self, request: Request, pk: str | None = None) -> Response:
+        token = token_services.api_token_revoke(token=self.get_object(), actor=signed_in_user(request))
+        return Response(self.get_serializer(token).data)
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Every error is `{"message": "...", "errors": {...}}` with a sentence at the top."""
-    if isinstance(exc, DomainError):
-        errors = {exc.field: [exc.message]} if exc.field else {}
-        return Response({"message": exc.message, "errors": errors}, status=exc.status_code)
-    if isinstance(exc, ValidationError):
-        errors = exc.message_dict if hasattr(exc, "message_dict") else {"non_field_errors": exc.messages}
-        return Response({"message": " ".join(_flatten(errors)), "errors": errors}, status=status.HTTP_400_BAD_REQUEST)
-    if isinstance(exc, PermissionDenied):
-        exc = exceptions.PermissionDenied("You are not allowed to do this.")
-    elif isinstance(exc, Http404):
-        exc = exceptions.NotFound("Not found, or not visible to you.")
-    response = drf_exception_handler(exc, context)
-    if response is None:
-        return None
-    detail = response.data
-    if isinstance(exc, exceptions.ValidationError):
-        response.data = {"message": " ".join(_flatten(detail)), "errors": detail}
-    else:
-        message = detail.get("detail", detail) if isinstance(detail, dict) else detail
-        response.data = {"message": str(message), "errors": {}}
-    return response
+def register(router: BaseRouter) -> None:
+    router.register("notifications", NotificationViewSet, basename="notification")
+    router.register("tokens", ApiTokenViewSet, basename="token")

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, AnonymousUser
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -19,16 +18,16 @@ class User(AbstractUser):
     )
     is_finance = models.BooleanField(default=False, help_text="Reads all usage and cost.")
 
+    # The user's teams and role in each (team id -> role), cached per request by
+    # tenants.models.user_team_roles; not a column.
+    _team_roles: dict[int, str]
+
     class Meta:
         ordering = ["username"]
 
     @property
     def display_name(self) -> str:
         return self.get_full_name() or self.username
-
-    @property
-    def sees_all_teams(self) -> bool:
-        return self.is_active and (self.is_platform_admin or self.is_finance or self.is_superuser)
 
 
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
@@ -97,7 +96,7 @@ class AuditEvent(models.Model):
 
 
 class NotificationQuerySet(models.QuerySet["Notification"]):
-    def for_user(self, user: Any) -> NotificationQuerySet:
+    def for_user(self, user: User | AnonymousUser) -> NotificationQuerySet:
         if not user.is_authenticated:
             return self.none()
         return self.filter(recipient=user)
@@ -142,6 +141,9 @@ class SimulatedObject(models.Model):
         ]
         indexes = [models.Index(fields=["kind", "namespace"])]
 
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
 
 class SimulatedEvent(models.Model):
     """The simulated cluster's change log: its ids are resourceVersions, watches read it."""
@@ -154,6 +156,9 @@ class SimulatedEvent(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["kind", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.kind} #{self.pk}"
 
 
 class Heartbeat(models.Model):

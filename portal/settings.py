@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -64,6 +65,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "django_filters",
     "django_htmx",
     "template_partials",
     "django_celery_beat",
@@ -117,7 +119,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "portal.sqlite3",
+            "NAME": str(VAR_DIR / "portal.sqlite3"),
             # The web process and the worker write the same file; wait instead of failing.
             "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
         }
@@ -200,11 +202,11 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "portal.api.Pagination",
+    "DEFAULT_PAGINATION_CLASS": "portal.adapters.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "portal.api.exception_handler",
-    "DEFAULT_FILTER_BACKENDS": [],
+    "EXCEPTION_HANDLER": "portal.adapters.exception_handler",
+    "DEFAULT_FILTER_BACKENDS": ["portal.adapters.ListFilterBackend"],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
@@ -309,6 +311,15 @@ KUBE_QPS = float(env("KUBE_QPS", "50"))
 KUBE_BURST = int(env("KUBE_BURST", "100"))
 # The Kueue cohort every team's ClusterQueue joins, so idle quota can be borrowed across teams.
 PORTAL_COHORT = env("PORTAL_COHORT", "gpu-portal")
+# Put before every team's namespace and ClusterQueue name ("gpu-" makes team vision's namespace
+# gpu-vision), so team slugs never collide with namespaces the cluster already has. Empty keeps
+# the names of existing teams; changing it later moves every team to new names.
+PORTAL_NAMESPACE_PREFIX = env("PORTAL_NAMESPACE_PREFIX", "")
+if PORTAL_NAMESPACE_PREFIX and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,30})", PORTAL_NAMESPACE_PREFIX):
+    raise ImproperlyConfigured(
+        f"PORTAL_NAMESPACE_PREFIX “{PORTAL_NAMESPACE_PREFIX}” must be at most 31 lowercase letters, digits and hyphens, "
+        "starting with a letter or digit (it begins a Kubernetes namespace name)."
+    )
 # Namespace of the ingress controller: the only outside source a team's NetworkPolicy admits.
 PORTAL_INGRESS_NAMESPACE = env("PORTAL_INGRESS_NAMESPACE", "ingress-nginx")
 # How the cluster names people who log in with OIDC (the apiserver's --oidc-username-prefix);

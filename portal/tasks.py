@@ -1,9 +1,75 @@
+"""The portal's own tasks, and the one retry policy every task that talks to a cluster follows.
+
+The gateway already retries what is transient (429, 5xx, a dropped connection) with its own
+budget of attempts and backoff, so a task sees a transient KubeError only after that budget is
+spent. Retrying such a task 6 to 8 times on top multiplied one outage into dozens of calls, and
+`autoretry_for=(Exception,)` retried refusals (a 422) that can never succeed. The policy here:
+
+- a KubeError the gateway calls retriable: the task runs again a few times, later each time,
+  with jitter so that tasks failing together do not come back together;
+- a KubeError that is a refusal (4xx), or a transient one whose retries are spent: the task
+  records the reason where people see it (`gave_up`) at once and ends;
+- any other exception is a bug, not weather: it is raised and not retried.
+"""
+
 from __future__ import annotations
 
-from celery import shared_task
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from celery import Task, shared_task
 from django.conf import settings
 
-from portal.kube import gateway
+from portal.kube import KubeError, gateway
+
+log = logging.getLogger(__name__)
+
+# Few: each task attempt already spent the gateway's own retries. What still fails after these
+# is recorded, and the periodic passes (cluster reconcile, resubmitting lost workloads) repair it.
+CLUSTER_TASK_RETRIES = 3
+RETRY_DELAY_BASE = 10.0
+RETRY_DELAY_MAX = 120.0
+
+
+def retry_delay(retries: int, *, rand: Callable[[], float] = random.random) -> float:
+    """Seconds before retry number `retries + 1`: doubling from the base up to the cap, each
+    drawn at random from its upper half so that a crowd of failed tasks spreads out."""
+    ceiling = min(RETRY_DELAY_BASE * 2**retries, RETRY_DELAY_MAX)
+    return ceiling * (0.5 + rand() / 2)
+
+
+GaveUp = Callable[..., None]
+
+
+class ClusterTask(Task):
+    """Base of every task that talks to a cluster: acknowledged late, and retried only as the
+    module docstring says. A task names how to record that it gave up with `gave_up=`."""
+
+    acks_late = True
+    max_retries = CLUSTER_TASK_RETRIES
+    # Called as gave_up(error, *task_args, **task_kwargs); None only logs (the periodic pass repairs).
+    gave_up: GaveUp | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)
+        except KubeError as error:
+            request = self.request
+            if error.retriable and not request.called_directly and request.retries < self.max_retries:
+                raise self.retry(exc=error, countdown=retry_delay(request.retries)) from error
+            log.warning("%s gave up after %d retries: %s", self.name, request.retries or 0, error)
+            if self.gave_up is not None:
+                self.gave_up(error, *args, **kwargs)
+            return None
+
+
+def cluster_task(*, gave_up: GaveUp | None = None, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """`@shared_task` with the cluster retry policy; `gave_up` records why the task ended."""
+    if gave_up is not None:
+        options["gave_up"] = staticmethod(gave_up)
+    return shared_task(base=ClusterTask, **options)
 
 
 @shared_task(acks_late=True, ignore_result=True)

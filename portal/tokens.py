@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
-from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from rest_framework import authentication, exceptions
+from rest_framework.request import Request
 
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
@@ -42,7 +42,7 @@ def api_token_create(*, user: User, name: str, expires_in_days: int | None) -> t
 
 @transaction.atomic
 def api_token_revoke(*, token: ApiToken, actor: User) -> ApiToken:
-    if token.user_id != actor.pk and not actor.is_platform_admin:
+    if not actor.has_perm("portal.revoke_apitoken", token):
         raise DomainError("You can only revoke your own tokens.")
     if token.revoked_at:
         raise StateConflict(f"Token “{token.name}” is already revoked.")
@@ -58,7 +58,7 @@ class TokenAuthentication(authentication.BaseAuthentication):
 
     keywords = ("token", "bearer")
 
-    def authenticate(self, request: Any) -> tuple[User, ApiToken] | None:
+    def authenticate(self, request: Request) -> tuple[User, ApiToken] | None:
         header = authentication.get_authorization_header(request).decode(errors="replace").split()
         if not header or header[0].lower() not in self.keywords:
             return None
@@ -66,11 +66,13 @@ class TokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("The Authorization header must be “Token <secret>”.")
         token = ApiToken.objects.usable().select_related("user").filter(digest=ApiToken.digest_of(header[1])).first()
         if token is None:
-            raise exceptions.AuthenticationFailed("This API token is unknown, revoked or expired. Create a new one under API tokens.")
+            raise exceptions.AuthenticationFailed(
+                "This API token is unknown, revoked or expired. Create a new one under API tokens."
+            )
         now = timezone.now()
         if not token.last_used_at or now - token.last_used_at > dt.timedelta(minutes=1):
             ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return token.user, token
 
-    def authenticate_header(self, request: Any) -> str:
+    def authenticate_header(self, request: Request) -> str:
         return "Token"

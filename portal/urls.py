@@ -8,11 +8,12 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from rest_framework.routers import DefaultRouter
 
 from jobs import api as jobs_api
-from portal import api_views, views
+from portal import api as portal_api
+from portal import views
 from tenants import api as tenants_api
 
 router = DefaultRouter()
-api_views.register(router)
+portal_api.register(router)
 tenants_api.register(router)
 jobs_api.register(router)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -14,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from portal import health
 from portal import notifications as notification_services
 from portal import tokens as token_services
+from portal.adapters import HtmxHttpRequest, page
 from portal.errors import DomainError
 from portal.forms import ApiTokenForm
 from portal.models import ApiToken, Notification
@@ -40,7 +40,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def api_tokens(request: HttpRequest) -> HttpResponse:
+def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
     form = ApiTokenForm(request.POST or None)
     secret = None
     if request.method == "POST" and form.is_valid():
@@ -53,13 +53,13 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
         else:
             form = ApiTokenForm()
             messages.success(request, f"Token “{token.name}” created. Copy it now: it is not shown again.")
-    tokens = Paginator(ApiToken.objects.filter(user=request.user), 25).get_page(request.GET.get("page"))
+    tokens = page(ApiToken.objects.filter(user=request.user), request.GET.get("page"))
     return render(request, "portal/api_tokens.html", {"form": form, "tokens": tokens, "secret": secret})
 
 
 @login_required
 @require_POST
-def api_token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+def api_token_revoke(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     token = get_object_or_404(ApiToken.objects.filter(user=request.user), pk=pk)
     try:
         token_services.api_token_revoke(token=token, actor=request.user)
@@ -71,15 +71,15 @@ def api_token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-def notification_list(request: HttpRequest) -> HttpResponse:
-    notes = Paginator(Notification.objects.for_user(request.user), 25).get_page(request.GET.get("page"))
+def notification_list(request: HtmxHttpRequest) -> HttpResponse:
+    notes = page(Notification.objects.for_user(request.user), request.GET.get("page"))
     template = "portal/notifications.html#notification-list" if request.htmx else "portal/notifications.html"
     return render(request, template, {"notes": notes})
 
 
 @login_required
 @require_POST
-def notifications_read(request: HttpRequest) -> HttpResponse:
+def notifications_read(request: HtmxHttpRequest) -> HttpResponse:
     pk = request.POST.get("id")
     notification_services.notifications_mark_read(user=request.user, notification_id=int(pk) if pk and pk.isdigit() else None)
     if request.htmx:
@@ -88,7 +88,7 @@ def notifications_read(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def notification_open(request: HttpRequest, pk: int) -> HttpResponse:
+def notification_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     note = get_object_or_404(Notification.objects.for_user(request.user), pk=pk)
     notification_services.notifications_mark_read(user=request.user, notification_id=note.pk)
     return redirect(note.url or "notifications")

@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+scripts/lint.sh
+
 echo "== Production settings pass Django's deployment checks"
 PORTAL_PRODUCTION=1 SECRET_KEY="$(head -c 48 /dev/urandom | base64)" ALLOWED_HOSTS=portal.example.com \
   SITE_URL=https://portal.example.com .venv/bin/python manage.py check --deploy --fail-level WARNING

@@ -14,6 +14,7 @@ from django.db.models import Model
 from django.forms import BaseInlineFormSet, ModelForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
+from portal.adapters import signed_in_user
 from portal.errors import DomainError
 from tenants import services
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team
@@ -41,7 +42,7 @@ class PlatformAdminOnly:
         return False
 
 
-class RefusalAsMessage(admin.ModelAdmin):  # type: ignore[type-arg]
+class RefusalAsMessage(admin.ModelAdmin):
     """Turns a DomainError raised while saving into an error message on the same form.
 
     The admin saves inside one transaction, so letting the error leave it rolls everything back.
@@ -63,11 +64,11 @@ class FlavorAdmin(PlatformAdminOnly, RefusalAsMessage):
     list_filter = ("sharing_mode", "is_active")
     search_fields = ("name", "slug", "resource_name", "gpu_model")
 
-    def save_model(self, request: HttpRequest, obj: Flavor, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
-        services.flavor_save(actor=request.user, flavor=obj)  # type: ignore[arg-type]
+    def save_model(self, request: HttpRequest, obj: Flavor, form: ModelForm, change: bool) -> None:
+        services.flavor_save(actor=signed_in_user(request), flavor=obj)
 
 
-class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
+class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 1
     raw_id_fields = ("user",)
@@ -97,48 +98,48 @@ class TeamAdmin(PlatformAdminOnly, RefusalAsMessage):
     policy_fields = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit")
     sync_fields = ("config_version", "applied_version", "synced_at", "sync_error")
 
-    def get_fields(self, request: HttpRequest, obj: Team | None = None) -> tuple[str, ...]:  # type: ignore[override]
+    def get_fields(self, request: HttpRequest, obj: Team | None = None) -> tuple[str, ...]:
         if obj is None:
             return self.editable_fields
         return self.editable_fields + self.policy_fields + self.sync_fields
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Team | None = None) -> tuple[str, ...]:  # type: ignore[override]
+    def get_readonly_fields(self, request: HttpRequest, obj: Team | None = None) -> tuple[str, ...]:
         if obj is None:
             return ()
         return ("slug",) + self.sync_fields
 
-    def get_inlines(self, request: HttpRequest, obj: Team | None) -> tuple[type[MembershipInline], ...]:  # type: ignore[override]
+    def get_inlines(self, request: HttpRequest, obj: Team | None) -> tuple[type[MembershipInline], ...]:
         return self.inlines if obj is not None else ()
 
-    def save_model(self, request: HttpRequest, obj: Team, form: ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+    def save_model(self, request: HttpRequest, obj: Team, form: ModelForm, change: bool) -> None:
         data = {field: form.cleaned_data[field] for field in ("name", "cost_center", "description")}
         if change:
             data |= {field: form.cleaned_data[field] for field in self.policy_fields}
             # The form has already copied the new values onto obj; the service compares against the stored team.
-            services.team_update(actor=request.user, team=Team.objects.get(pk=obj.pk), **data)  # type: ignore[arg-type]
+            services.team_update(actor=signed_in_user(request), team=Team.objects.get(pk=obj.pk), **data)
         else:
-            obj.pk = services.team_create(actor=request.user, slug=form.cleaned_data["slug"], **data).pk  # type: ignore[arg-type]
+            obj.pk = services.team_create(actor=signed_in_user(request), slug=form.cleaned_data["slug"], **data).pk
         obj.refresh_from_db()
 
-    def save_formset(self, request: HttpRequest, form: ModelForm, formset: BaseInlineFormSet, change: bool) -> None:  # type: ignore[type-arg]
+    def save_formset(self, request: HttpRequest, form: ModelForm, formset: BaseInlineFormSet, change: bool) -> None:
         if formset.model is not Membership:
             super().save_formset(request, form, formset, change)
             return
         team: Team = form.instance
         formset.save(commit=False)
-        actor = request.user
+        actor = signed_in_user(request)
         for membership in formset.deleted_objects:
-            services.membership_remove(actor=actor, membership=membership)  # type: ignore[arg-type]
+            services.membership_remove(actor=actor, membership=membership)
         for membership, changed in formset.changed_objects:
             if "user" in changed:
                 raise DomainError("To put someone else in a member's place, remove the member and add the other person.")
             if "role" in changed:
-                services.membership_set_role(actor=actor, membership=membership, role=membership.role)  # type: ignore[arg-type]
+                services.membership_set_role(actor=actor, membership=membership, role=membership.role)
         for membership in formset.new_objects:
-            services.membership_add(actor=actor, team=team, user=membership.user, role=membership.role)  # type: ignore[arg-type]
+            services.membership_add(actor=actor, team=team, user=membership.user, role=membership.role)
 
 
-class QuotaRequestLineInline(admin.TabularInline):  # type: ignore[type-arg]
+class QuotaRequestLineInline(admin.TabularInline):
     model = QuotaRequestLine
     fields = ("flavor", "units")
     readonly_fields = fields
@@ -155,7 +156,7 @@ class QuotaRequestLineInline(admin.TabularInline):  # type: ignore[type-arg]
         return request.user.has_perm("tenants.manage_teams")
 
 
-class ReadOnlyAdmin(PlatformAdminOnly, admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyAdmin(PlatformAdminOnly, admin.ModelAdmin):
     """Requests and grants change only through their lifecycle (the pages, the API, expiry)."""
 
     def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.contrib.auth.models import AnonymousUser
 from django.http import QueryDict
 
 from portal.errors import DomainError
@@ -68,7 +69,7 @@ class QuotaRequestForm(forms.Form):
         help_text="Last day of temporary quota. Leave empty for permanent quota.",
     )
 
-    def __init__(self, data: QueryDict | None = None, *, user: Any, initial_team: str | None = None) -> None:
+    def __init__(self, data: QueryDict | None = None, *, user: User | AnonymousUser, initial_team: str | None = None) -> None:
         super().__init__(data)
         self.flavors = {flavor.slug: flavor for flavor in Flavor.objects.filter(is_active=True).order_by("name")}
         allowed = [team.pk for team in Team.objects.for_user(user) if user.has_perm("tenants.request_quota", team)]
@@ -84,11 +85,13 @@ class QuotaRequestForm(forms.Form):
     def _line_rows(self, data: QueryDict | None) -> list[LineRow]:
         flavors = data.getlist("flavor") if data is not None else []
         units = data.getlist("units") if data is not None else []
-        rows = [
-            LineRow(index=i, flavor=(flavors[i] if i < len(flavors) else "").strip(), units=(units[i] if i < len(units) else "").strip())
+        return [
+            LineRow(
+                index=i, flavor=(flavors[i] if i < len(flavors) else "").strip(),
+                units=(units[i] if i < len(units) else "").strip(),
+            )
             for i in range(self.MAX_LINES)
         ]
-        return rows
 
     @property
     def visible_line_count(self) -> int:
@@ -104,7 +107,11 @@ class QuotaRequestForm(forms.Form):
                 continue
             flavor = self.flavors.get(row.flavor)
             if flavor is None:
-                self.add_error(None, f"Choose a flavor for the line with “{row.units}” units." if row.flavor == "" else "Choose a flavor from the list.")
+                self.add_error(
+                    None,
+                    f"Choose a flavor for the line with “{row.units}” units." if row.flavor == ""
+                    else "Choose a flavor from the list.",
+                )
                 continue
             if not row.units:
                 self.add_error(None, f"{flavor.name}: how many units? Enter a whole number, negative to give units back.")

@@ -7,19 +7,35 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGER = "gpu-portal"
 TEAM_LABEL = "gpu-portal.io/team"
 ROLE_LABEL = "gpu-portal.io/role"
+# The proof that the portal created an object for one team: the managed-by label plus this
+# annotation holding the team's uid. A label alone could be copied by hand or left behind by a
+# deleted team of the same slug; the uid is made once per team and never reused.
+TEAM_UID_ANNOTATION = "gpu-portal.io/team-uid"
 QUEUE_NAME = "default"
+
+
+TierName = Literal["low", "normal", "high"]
+TIER_NAMES: tuple[TierName, ...] = get_args(TierName)
+
+
+def tier_name(value: str) -> TierName:
+    """A stored priority as a tier name, refusing one the cluster has no priority class for."""
+    for name in TIER_NAMES:
+        if value == name:
+            return name
+    raise ValueError(f"unknown priority tier {value!r}")
 
 
 @dataclass(frozen=True)
 class PriorityTier:
-    name: str
+    name: TierName
     value: int
     description: str
 
@@ -59,39 +75,76 @@ class TeamPolicy:
     pods: int = 100
 
 
+def team_object_name(*, prefix: str, slug: str) -> str:
+    """The name of a team's namespace and of its ClusterQueue: the one place it is derived."""
+    return f"{prefix}{slug}"
+
+
 @dataclass(frozen=True)
 class TeamSpec:
     slug: str
     quotas: tuple[FlavorQuota, ...]  # every active flavor, nominal 0 where the team has no grant
+    uid: str  # the team's uid: written on every object as the proof that it is this team's
     members: tuple[str, ...] = ()
     policy: TeamPolicy = TeamPolicy()
     cohort: str = "gpu-portal"
     ingress_namespace: str = "ingress-nginx"
     user_prefix: str = "oidc:"
+    name_prefix: str = ""
+    # A team provisioned before objects carried the uid: until its first apply annotates them,
+    # objects with the managed-by label, its team label and no uid at all count as its own.
+    adopts_unannotated: bool = False
 
     @property
     def namespace(self) -> str:
-        return self.slug
+        return team_object_name(prefix=self.name_prefix, slug=self.slug)
 
     @property
     def cluster_queue(self) -> str:
-        return self.slug
+        return team_object_name(prefix=self.name_prefix, slug=self.slug)
 
     @property
     def labels(self) -> dict[str, str]:
         return {MANAGED_BY_LABEL: MANAGER, TEAM_LABEL: self.slug}
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return {TEAM_UID_ANNOTATION: self.uid}
+
+
+def owned_by_team(obj: dict[str, Any], *, uid: str, slug: str = "", adopts_unannotated: bool = False) -> bool:
+    """Whether a live object carries the proof that the portal created it for the team with this uid.
+
+    Another team's uid, or none at all, is not proof: such an object is never adopted, changed
+    or deleted (the one exception is a team from before the uid, see TeamSpec)."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) != MANAGER:
+        return False
+    found = (meta.get("annotations") or {}).get(TEAM_UID_ANNOTATION)
+    if found is None:
+        return adopts_unannotated and bool(slug) and labels.get(TEAM_LABEL) == slug
+    return bool(uid) and found == uid
 
 
 def platform_labels(role: str) -> dict[str, str]:
     return {MANAGED_BY_LABEL: MANAGER, ROLE_LABEL: role}
 
 
-def _meta(name: str, labels: Mapping[str, str], namespace: str | None = None) -> dict[str, Any]:
+def _meta(
+    name: str, labels: Mapping[str, str], namespace: str | None = None, annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name}
     if namespace:
         meta["namespace"] = namespace
     meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
     return meta
+
+
+def _team_meta(name: str, team: TeamSpec, *, namespaced: bool = True, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    return _meta(name, team.labels if labels is None else labels, team.namespace if namespaced else None, team.annotations)
 
 
 # --- What every team shares --------------------------------------------------------------------
@@ -101,7 +154,9 @@ def make_resource_flavor(*, flavor: FlavorSpec) -> dict[str, Any]:
     spec: dict[str, Any] = {"nodeLabels": dict(flavor.node_labels)}
     if flavor.tolerations:
         spec["tolerations"] = [dict(t) for t in flavor.tolerations]
-    return {"apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": _meta(flavor.name, platform_labels("flavor")), "spec": spec}
+    return {
+        "apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": _meta(flavor.name, platform_labels("flavor")), "spec": spec
+    }
 
 
 def make_workload_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
@@ -139,7 +194,8 @@ def make_namespace(*, team: TeamSpec) -> dict[str, Any]:
         "pod-security.kubernetes.io/enforce-version": "latest",
         "pod-security.kubernetes.io/warn": "restricted",
     }
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(team.namespace, labels)}
+    metadata = _team_meta(team.namespace, team, namespaced=False, labels=labels)
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
 def backstop_limits(*, team: TeamSpec) -> dict[str, int]:
@@ -162,7 +218,7 @@ def make_resource_quota(*, team: TeamSpec) -> dict[str, Any]:
         hard[f"requests.{resource}"] = str(units)
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
-        "metadata": _meta("gpu-portal", team.labels, team.namespace),
+        "metadata": _team_meta("gpu-portal", team),
         "spec": {"hard": hard},
     }
 
@@ -170,7 +226,7 @@ def make_resource_quota(*, team: TeamSpec) -> dict[str, Any]:
 def make_limit_range(*, team: TeamSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "LimitRange",
-        "metadata": _meta("gpu-portal", team.labels, team.namespace),
+        "metadata": _team_meta("gpu-portal", team),
         "spec": {"limits": [{
             "type": "Container",
             "default": {"cpu": "2", "memory": "8Gi"},
@@ -182,7 +238,7 @@ def make_limit_range(*, team: TeamSpec) -> dict[str, Any]:
 def make_network_policy(*, team: TeamSpec) -> dict[str, Any]:
     return {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": _meta("gpu-portal-default-deny-ingress", team.labels, team.namespace),
+        "metadata": _team_meta("gpu-portal-default-deny-ingress", team),
         "spec": {
             "podSelector": {},
             "policyTypes": ["Ingress"],
@@ -198,7 +254,7 @@ def make_role_binding(*, team: TeamSpec) -> dict[str, Any]:
     """Members read their pods and logs with their own credentials (the built-in `view` role)."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": _meta("gpu-portal-members", team.labels, team.namespace),
+        "metadata": _team_meta("gpu-portal-members", team),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
         "subjects": [
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"{team.user_prefix}{username}"}
@@ -220,7 +276,7 @@ def make_cluster_queue(*, team: TeamSpec) -> dict[str, Any]:
         groups.setdefault(quota.flavor.resource_name, []).append({"name": quota.flavor.name, "resources": [limits]})
     return {
         "apiVersion": KUEUE, "kind": "ClusterQueue",
-        "metadata": _meta(team.cluster_queue, team.labels),
+        "metadata": _team_meta(team.cluster_queue, team, namespaced=False),
         "spec": {
             "cohortName": team.cohort,
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
@@ -240,7 +296,7 @@ def make_cluster_queue(*, team: TeamSpec) -> dict[str, Any]:
 def make_local_queue(*, team: TeamSpec) -> dict[str, Any]:
     return {
         "apiVersion": KUEUE, "kind": "LocalQueue",
-        "metadata": _meta(QUEUE_NAME, team.labels, team.namespace),
+        "metadata": _team_meta(QUEUE_NAME, team),
         "spec": {"clusterQueue": team.cluster_queue},
     }
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from fractions import Fraction
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
@@ -12,6 +15,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from portal.models import User
+from portal.roles import sees_all_teams
+from tenants import manifests
 
 DNS_LABEL_HELP = (
     "Lowercase letters, digits and hyphens, starting and ending with a letter or digit, "
@@ -31,26 +36,26 @@ def validate_dns_label(value: str) -> None:
         raise ValidationError(f"“{value}” is reserved by Kubernetes; choose another name.")
 
 
-def user_team_roles(user: Any) -> dict[int, str]:
+def user_team_roles(user: User | AnonymousUser) -> dict[int, str]:
     """The user's teams and role in each, read once per request and cached on the user."""
-    if not getattr(user, "is_authenticated", False):
+    if not user.is_authenticated:
         return {}
-    cached = getattr(user, "_team_roles", None)
+    cached: dict[int, str] | None = getattr(user, "_team_roles", None)
     if cached is None:
         cached = dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
         user._team_roles = cached
     return cached
 
 
-def forget_team_roles(user: Any) -> None:
+def forget_team_roles(user: User) -> None:
     user.__dict__.pop("_team_roles", None)
 
 
 class TeamQuerySet(models.QuerySet["Team"]):
-    def for_user(self, user: Any) -> TeamQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> TeamQuerySet:
+        if not user.is_authenticated:
             return self.none()
-        if user.sees_all_teams:
+        if sees_all_teams(user):
             return self
         return self.filter(pk__in=list(user_team_roles(user)))
 
@@ -64,6 +69,14 @@ class Team(models.Model):
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     members = models.ManyToManyField(User, through="Membership", related_name="teams")
+    # The team's identity in the cluster, written on each of its objects as the proof that the
+    # portal created them for this team. Not the primary key or the slug: both come back when a
+    # team is deleted and another created (SQLite reuses ids, the slug is a person's choice), and
+    # the new team must not take over what the old one left behind.
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    # Set for teams that existed before objects carried the uid: their labelled objects without
+    # any uid are still theirs, until the first complete apply annotates them and clears this.
+    adopts_unannotated = models.BooleanField(default=False, editable=False)
 
     # Sharing policy: by default a team borrows idle capacity of the cohort and lends its own.
     may_borrow = models.BooleanField(default=True, help_text="May run on other teams' idle quota (preemptible).")
@@ -89,7 +102,16 @@ class Team(models.Model):
 
     @property
     def namespace(self) -> str:
-        return self.slug
+        return manifests.team_object_name(prefix=settings.PORTAL_NAMESPACE_PREFIX, slug=self.slug)
+
+    @property
+    def cluster_queue(self) -> str:
+        return manifests.team_object_name(prefix=settings.PORTAL_NAMESPACE_PREFIX, slug=self.slug)
+
+    def clean(self) -> None:
+        if self.slug and len(self.namespace) > 63:
+            raise ValidationError({"slug": f"With the namespace prefix “{settings.PORTAL_NAMESPACE_PREFIX}” the namespace "
+                                           f"“{self.namespace}” would be longer than 63 characters; choose a shorter slug."})
 
     class SyncState(models.TextChoices):
         IN_SYNC = "in_sync", "In sync"
@@ -159,7 +181,9 @@ class Flavor(models.Model):
     fraction_denominator = models.PositiveSmallIntegerField(
         default=1,
         validators=[MinValueValidator(1), MaxValueValidator(64)],
-        help_text="One unit is numerator/denominator of a physical GPU: 1/1 whole, 1/7 a 1g MIG slice, 1/4 a GPU shared four ways.",
+        help_text=(
+            "One unit is numerator/denominator of a physical GPU: 1/1 whole, 1/7 a 1g MIG slice, 1/4 a GPU shared four ways."
+        ),
     )
     capacity_units = models.PositiveIntegerField(help_text="How many units the cluster has.")
     node_labels = models.JSONField(default=dict, blank=True, help_text="Labels of the nodes that carry it.")
@@ -189,14 +213,16 @@ class Flavor(models.Model):
         ):
             raise ValidationError({"node_labels": 'Node labels are an object of strings, e.g. {"gpu": "h100"}.'})
         if not isinstance(self.tolerations, list) or not all(isinstance(t, dict) for t in self.tolerations):
-            raise ValidationError({"tolerations": 'Tolerations are a list of objects, e.g. [{"key": "gpu", "operator": "Exists"}].'})
+            raise ValidationError(
+                {"tolerations": 'Tolerations are a list of objects, e.g. [{"key": "gpu", "operator": "Exists"}].'}
+            )
 
 
 class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
-    def for_user(self, user: Any) -> QuotaRequestQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> QuotaRequestQuerySet:
+        if not user.is_authenticated:
             return self.none()
-        if user.sees_all_teams:
+        if sees_all_teams(user):
             return self
         return self.filter(team_id__in=list(user_team_roles(user)))
 
@@ -252,10 +278,10 @@ class QuotaRequestLine(models.Model):
 
 
 class QuotaGrantQuerySet(models.QuerySet["QuotaGrant"]):
-    def for_user(self, user: Any) -> QuotaGrantQuerySet:
-        if not getattr(user, "is_authenticated", False):
+    def for_user(self, user: User | AnonymousUser) -> QuotaGrantQuerySet:
+        if not user.is_authenticated:
             return self.none()
-        if user.sees_all_teams:
+        if sees_all_teams(user):
             return self
         return self.filter(team_id__in=list(user_team_roles(user)))
 

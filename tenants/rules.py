@@ -10,7 +10,7 @@ from typing import Any
 
 import rules
 
-from portal.roles import is_finance, is_platform_admin, sees_all_teams
+from portal.roles import is_platform_admin, sees_all_teams
 from tenants.models import Membership, QuotaRequest, Team, user_team_roles
 
 
@@ -29,7 +29,13 @@ def is_team_member(user: Any, obj: Any) -> bool:
 
 @rules.predicate
 def is_team_lead(user: Any, obj: Any) -> bool:
-    return user_team_roles(user).get(_team_id(obj)) == Membership.Role.LEAD
+    team_id = _team_id(obj)
+    return team_id is not None and user_team_roles(user).get(team_id) == Membership.Role.LEAD
+
+
+@rules.predicate
+def leads_a_team(user: Any) -> bool:
+    return Membership.Role.LEAD in user_team_roles(user).values()
 
 
 @rules.predicate
@@ -37,18 +43,18 @@ def is_requester(user: Any, quota_request: QuotaRequest | None) -> bool:
     return quota_request is not None and quota_request.requester_id == user.pk
 
 
-can_view_team = sees_all_teams | is_team_member
 can_manage_team = is_platform_admin | is_team_lead
 can_request_quota = is_platform_admin | is_team_member
 can_decide_quota_request = is_platform_admin | is_team_lead
 can_cancel_quota_request = is_platform_admin | is_requester
+# "Is a decider": someone quota requests come to (a lead of some team, or a platform admin).
+receives_quota_requests = is_platform_admin | leads_a_team
 
-rules.add_perm("tenants.view_team", can_view_team)
 rules.add_perm("tenants.manage_members", can_manage_team)
 rules.add_perm("tenants.request_quota", can_request_quota)
 rules.add_perm("tenants.decide_quotarequest", can_decide_quota_request)
 rules.add_perm("tenants.cancel_quotarequest", can_cancel_quota_request)
+rules.add_perm("tenants.receive_quotarequests", receives_quota_requests)
 rules.add_perm("tenants.manage_flavors", is_platform_admin)
 rules.add_perm("tenants.manage_teams", is_platform_admin)
 rules.add_perm("tenants.view_all_teams", sees_all_teams)
-rules.add_perm("portal.read_costs", is_finance | is_platform_admin)

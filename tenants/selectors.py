@@ -10,6 +10,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
 from portal.models import AuditEvent
+from portal.roles import is_platform_admin, sees_all_teams
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team, user_team_roles
 
 
@@ -30,6 +31,13 @@ def team_guarantees(*, team: Team, permanent_only: bool = False) -> dict[int, in
         flavor_id: units
         for (_, flavor_id), units in guarantees_by_flavor(team_ids=[team.pk], permanent_only=permanent_only).items()
     }
+
+
+def team_ceiling(*, team: Team, flavor: Flavor) -> int:
+    """The most units of the flavor the team could ever hold at once: its guarantee, plus the
+    rest of the flavor when it may borrow."""
+    guaranteed = team_guarantees(team=team).get(flavor.pk, 0)
+    return max(flavor.capacity_units, guaranteed) if team.may_borrow else guaranteed
 
 
 def flavor_guaranteed_totals() -> dict[int, int]:
@@ -92,7 +100,7 @@ def quota_requests_for_user(*, user: Any, status: str | None = None, team: Team 
 def approvals_inbox(*, user: Any) -> QuerySet[QuotaRequest]:
     """Pending requests this user may decide: their led teams, or every team for an admin."""
     pending = QuotaRequest.objects.filter(status=QuotaRequest.Status.PENDING)
-    if not (user.is_platform_admin or user.is_superuser):
+    if not is_platform_admin(user):
         led = [team_id for team_id, role in user_team_roles(user).items() if role == Membership.Role.LEAD]
         pending = pending.filter(team_id__in=led)
     return quota_requests_with_lines(pending).order_by("created_at", "id")
@@ -120,8 +128,8 @@ def audit_events_for_user(*, user: Any, team: Team | None = None) -> QuerySet[Au
     if not getattr(user, "is_authenticated", False):
         return events.none()
     if team is not None:
-        return events.filter(team_id=team.pk) if user.sees_all_teams or team.pk in user_team_roles(user) else events.none()
-    if user.sees_all_teams:
+        return events.filter(team_id=team.pk) if sees_all_teams(user) or team.pk in user_team_roles(user) else events.none()
+    if sees_all_teams(user):
         return events
     return events.filter(Q(team_id__in=list(user_team_roles(user))) | Q(actor=user))
 

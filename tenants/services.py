@@ -12,8 +12,8 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.urls import reverse
 from django.db.models import F
+from django.urls import reverse
 from django.utils import timezone
 
 from portal.audit import audit_record
@@ -94,11 +94,11 @@ def team_delete(*, actor: User, team: Team) -> None:
     _require(actor.has_perm("tenants.manage_teams"))
     from tenants import tasks
 
-    slug = team.slug
+    slug, uid = team.slug, str(team.uid)
     audit_record(actor=actor, action="team.deleted", obj=team, team_id=team.pk,
                  message=f"{actor.username} deleted team {slug} and its namespace")
     team.delete()
-    transaction.on_commit(lambda: tasks.team_teardown.delay(slug))
+    transaction.on_commit(lambda: tasks.team_teardown.delay(slug, uid))
 
 
 def _last_lead(membership: Membership) -> bool:
@@ -145,7 +145,8 @@ def membership_set_role(*, actor: User, membership: Membership, role: str) -> Me
     forget_team_roles(membership.user)
     forget_team_roles(actor)
     audit_record(actor=actor, action="membership.role_changed", obj=membership, team_id=membership.team_id,
-                 message=f"{actor.username} made {membership.user.username} {membership.get_role_display().lower()} of {membership.team.slug}")
+                 message=f"{actor.username} made {membership.user.username} {membership.get_role_display().lower()}"
+                 f" of {membership.team.slug}")
     _on_team_change(membership.team_id)
     return membership
 
@@ -284,7 +285,9 @@ def quota_request_create(
 def _locked_pending(quota_request: QuotaRequest, verb: str) -> QuotaRequest:
     locked = QuotaRequest.objects.select_for_update(of=("self",)).select_related("team", "requester").get(pk=quota_request.pk)
     if locked.status != QuotaRequest.Status.PENDING:
-        raise StateConflict(f"Request #{locked.pk} is {locked.get_status_display().lower()}; only a pending request can be {verb}.")
+        raise StateConflict(
+            f"Request #{locked.pk} is {locked.get_status_display().lower()}; only a pending request can be {verb}."
+        )
     return locked
 
 
@@ -301,7 +304,8 @@ def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: 
     lines = list(locked.lines.select_related("flavor"))
     # Lock the flavors (in id order, so two approvals cannot deadlock) before reading the totals:
     # two leads approving at once must not overcommit a flavor between them.
-    flavors = {f.pk: f for f in Flavor.objects.select_for_update().filter(pk__in=[l.flavor_id for l in lines]).order_by("pk")}
+    flavor_ids = [line.flavor_id for line in lines]
+    flavors = {f.pk: f for f in Flavor.objects.select_for_update().filter(pk__in=flavor_ids).order_by("pk")}
     totals = selectors.flavor_guaranteed_totals()
     permanent = selectors.team_guarantees(team=locked.team, permanent_only=True)
     problems = []
@@ -325,8 +329,12 @@ def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: 
     now = timezone.now()
     valid_until = _end_of_day(locked.ends_on) if locked.ends_on else None
     QuotaGrant.objects.bulk_create(
-        [QuotaGrant(team=locked.team, flavor=line.flavor, units=line.units, request=locked, valid_from=now, valid_until=valid_until)
-         for line in lines]
+        [
+            QuotaGrant(
+                team=locked.team, flavor=line.flavor, units=line.units, request=locked, valid_from=now, valid_until=valid_until
+            )
+            for line in lines
+        ]
     )
     locked.status = QuotaRequest.Status.APPROVED
     locked.decided_by, locked.decided_at, locked.decision_note = approver, now, note.strip()
@@ -388,7 +396,11 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     Safe to run at any time and more than once: rows are locked and each grant ends once.
     """
     now = now or timezone.now()
-    due = list(selectors.grants_past_end(now=now).select_for_update(skip_locked=True, of=("self",)).select_related("team", "flavor", "request"))
+    due = list(
+        selectors.grants_past_end(now=now)
+        .select_for_update(skip_locked=True, of=("self",))
+        .select_related("team", "flavor", "request")
+    )
     for grant in due:
         grant.ended_at = now
     QuotaGrant.objects.bulk_update(due, ["ended_at"])
@@ -420,10 +432,12 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     leads = selectors.team_leads(team_ids=[g.team_id for g in ending])
     for grant in ending:
         grant.ending_notice_sent_at = now
-        last_day = timezone.localtime(grant.valid_until - dt.timedelta(seconds=1)).date()  # type: ignore[operator]
+        assert grant.valid_until is not None  # grants_ending_between returns only grants that end
+        last_day = timezone.localtime(grant.valid_until - dt.timedelta(seconds=1)).date()
         recipients = list(leads[grant.team_id]) + ([grant.request.requester] if grant.request else [])
         notify(recipients=recipients,
-               message=f"The temporary grant of {grant.units:+d} {grant.flavor.name} for {grant.team.name} ends after {last_day.isoformat()}.",
+               message=f"The temporary grant of {grant.units:+d} {grant.flavor.name} for {grant.team.name}"
+               f" ends after {last_day.isoformat()}.",
                url=reverse("tenants:team-detail", args=[grant.team.slug]))
     QuotaGrant.objects.bulk_update(ending, ["ending_notice_sent_at"])
     return ExpiryResult(ended=len(due), warned=len(ending))
@@ -457,24 +471,26 @@ def memberships_sync_from_groups(*, user: User, groups: Sequence[str]) -> None:
             wanted.setdefault(name, Membership.Role.MEMBER)
     teams = {team.slug: team for team in Team.objects.filter(slug__in=wanted)}
     current = {m.team.slug: m for m in Membership.objects.filter(user=user).select_related("team")}
-    for slug, membership in current.items():
+    for slug, stale in current.items():
         if slug not in teams:
-            audit_record(actor=None, action="membership.removed", obj=membership, team_id=membership.team_id,
+            audit_record(actor=None, action="membership.removed", obj=stale, team_id=stale.team_id,
                          message=f"{user.username} left {slug}: the identity provider no longer lists the group")
-            membership.delete()
-            _on_team_change(membership.team_id)
+            stale.delete()
+            _on_team_change(stale.team_id)
     for slug, team in teams.items():
         role = wanted[slug]
         membership = current.get(slug)
         if membership is None:
             membership = Membership.objects.create(team=team, user=user, role=role)
             audit_record(actor=None, action="membership.added", obj=membership, team_id=team.pk,
-                         message=f"{user.username} joined {slug} as {membership.get_role_display().lower()} through single sign-on")
+                         message=f"{user.username} joined {slug} as {membership.get_role_display().lower()}"
+                         " through single sign-on")
             _on_team_change(team.pk)
         elif membership.role != role:
             membership.role = role
             membership.save(update_fields=["role"])
             audit_record(actor=None, action="membership.role_changed", obj=membership, team_id=team.pk,
-                         message=f"{user.username} is now {membership.get_role_display().lower()} of {slug} through single sign-on")
+                         message=f"{user.username} is now {membership.get_role_display().lower()} of {slug}"
+                         " through single sign-on")
             _on_team_change(team.pk)
     forget_team_roles(user)

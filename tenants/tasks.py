@@ -1,4 +1,5 @@
-"""Celery tasks for teams: they take ids, reload, and are safe to run twice."""
+"""Celery tasks for teams: they take ids, reload, and are safe to run twice. Those that talk to
+the cluster follow the one retry policy of portal.tasks.ClusterTask."""
 
 from __future__ import annotations
 
@@ -6,17 +7,14 @@ import logging
 
 from celery import shared_task
 
+from portal.tasks import cluster_task, retry_delay
 from tenants import reconcile, services
 
 log = logging.getLogger(__name__)
 
-# Bounded retries with exponential backoff and jitter: a cluster that is down for a while
-# leaves the team "applying" and the periodic pass finishes the job once it is back.
-RETRY = {"autoretry_for": (Exception,), "retry_backoff": 2, "retry_backoff_max": 60, "retry_jitter": True, "max_retries": 6}
-
-
-class TeardownPending(Exception):
-    """The namespace is still terminating; try again shortly."""
+# How many times a teardown looks again for a terminating namespace (about four minutes in all);
+# whatever is still there after that is deleted by the periodic cluster reconcile.
+TEARDOWN_POLLS = 6
 
 
 @shared_task(acks_late=True)
@@ -27,20 +25,26 @@ def quota_grants_expire() -> dict[str, int]:
     return {"ended": result.ended, "warned": result.warned}
 
 
-@shared_task(acks_late=True, **RETRY)
+# A failure is already on the team (reconcile.team_reconcile writes sync_error before it raises),
+# so giving up needs no record of its own; the team page shows the reason.
+@cluster_task()
 def team_reconcile(team_id: int) -> bool:
     return reconcile.team_reconcile(team_id=team_id)
 
 
-@shared_task(acks_late=True, **RETRY)
+@cluster_task()
 def platform_reconcile() -> None:
     reconcile.platform_reconcile()
 
 
-@shared_task(acks_late=True, autoretry_for=(Exception,), retry_backoff=1, retry_backoff_max=30, retry_jitter=True, max_retries=20)
-def team_teardown(slug: str) -> None:
-    if not reconcile.team_teardown(slug=slug):
-        raise TeardownPending(f"namespace {slug} is still terminating")
+@cluster_task(bind=True, max_retries=TEARDOWN_POLLS)
+def team_teardown(self, slug: str, uid: str = "") -> None:  # type: ignore[no-untyped-def]
+    # Without a uid (a task queued before teams had one) nothing carries the proof, so nothing is deleted.
+    if not reconcile.team_teardown(slug=slug, uid=uid):
+        # Not a failure: namespaces take a while to terminate. Look again later.
+        if self.request.retries < self.max_retries:
+            raise self.retry(countdown=retry_delay(self.request.retries))
+        log.info("namespace %s is still terminating; the periodic reconcile finishes it", slug)
 
 
 @shared_task(acks_late=True)

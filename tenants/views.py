@@ -13,31 +13,18 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Page, Paginator
-from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.middleware import HtmxDetails
 
+from portal.adapters import HtmxHttpRequest, page
 from portal.errors import DomainError
-from portal.models import User
-from tenants import reconcile, selectors, services
+from tenants import cluster_selectors, selectors, services
+from tenants.filters import AuditEventFilter, QuotaRequestFilter
 from tenants.forms import DecisionForm, MembershipAddForm, MembershipRoleForm, QuotaRequestForm
-from tenants.models import Flavor, Membership, QuotaRequest, Team, user_team_roles
-
-PAGE_SIZE = 25
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-    user: User  # type: ignore[assignment]
-
-
-def _page(items: QuerySet[Any], number: str | None) -> Page:
-    return Paginator(items, PAGE_SIZE).get_page(number)
+from tenants.models import Flavor, QuotaRequest, Team, user_team_roles
 
 
 def _visible_team(request: HtmxHttpRequest, slug: str) -> Team:
@@ -85,14 +72,13 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     for capacity in selectors.flavor_capacities():
         by_team = [(teams_by_id[team_id], units) for (team_id, flavor_id), units in held.items() if flavor_id == capacity.flavor.pk and units]
         standings.append(FlavorStanding(capacity=capacity, mine=sum(units for _, units in by_team), by_team=by_team))
-    is_decider = user.is_platform_admin or user.is_superuser or Membership.Role.LEAD in roles.values()
     context = {
         "my_teams": [(team, roles[team.pk]) for team in my_teams],
         "standings": standings,
         "my_pending": list(
             selectors.quota_requests_for_user(user=user, status=QuotaRequest.Status.PENDING).filter(requester=user)[:10]
         ),
-        "inbox_count": selectors.approvals_inbox(user=user).count() if is_decider else None,
+        "inbox_count": selectors.approvals_inbox(user=user).count() if user.has_perm("tenants.receive_quotarequests") else None,
     }
     return render(request, "tenants/dashboard.html", context)
 
@@ -100,7 +86,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def team_list(request: HtmxHttpRequest) -> HttpResponse:
-    teams = _page(selectors.teams_for_user(user=request.user).order_by("name", "pk"), request.GET.get("page"))
+    teams = page(selectors.teams_for_user(user=request.user).order_by("name", "pk"), request.GET.get("page"))
     roles = user_team_roles(request.user)
     context = {"teams": teams, "rows": [(team, roles.get(team.pk)) for team in teams]}
     template = "tenants/team_list.html#team-rows" if request.htmx else "tenants/team_list.html"
@@ -121,7 +107,7 @@ def _team_context(request: HtmxHttpRequest, team: Team, *, requests_page: str | 
 
 def _team_requests_context(request: HtmxHttpRequest, team: Team, number: str | None) -> dict[str, Any]:
     return {
-        "requests": _page(selectors.quota_requests_for_user(user=request.user, team=team), number),
+        "requests": page(selectors.quota_requests_for_user(user=request.user, team=team), number),
         "rows_url": reverse("tenants:team-requests", args=[team.slug]),
         "hide_team": True,
     }
@@ -129,7 +115,7 @@ def _team_requests_context(request: HtmxHttpRequest, team: Team, number: str | N
 
 def _team_audit_context(request: HtmxHttpRequest, team: Team, number: str | None) -> dict[str, Any]:
     return {
-        "events": _page(selectors.audit_events_for_user(user=request.user, team=team), number),
+        "events": page(selectors.audit_events_for_user(user=request.user, team=team), number),
         "events_url": reverse("tenants:team-audit", args=[team.slug]),
     }
 
@@ -166,7 +152,7 @@ def team_audit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 def team_cluster(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """The team's live cluster picture; the team page loads it after it renders."""
     team = _visible_team(request, slug)
-    picture = reconcile.team_cluster_picture(team=team)
+    picture = cluster_selectors.team_cluster_picture(team=team)
     if request.htmx:
         return render(request, "tenants/team_detail.html#cluster-state", {"team": team, "picture": picture})
     return render(request, "tenants/team_detail.html", {**_team_context(request, team), "picture": picture})
@@ -177,7 +163,7 @@ def team_cluster(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 def cluster_capacity(request: HtmxHttpRequest) -> HttpResponse:
     if not request.user.has_perm("tenants.manage_flavors"):
         raise PermissionDenied
-    flavors, unreachable = reconcile.cluster_capacity_picture()
+    flavors, unreachable = cluster_selectors.cluster_capacity_picture()
     return render(request, "tenants/capacity.html", {"flavors": flavors, "unreachable": unreachable})
 
 
@@ -302,15 +288,11 @@ def quota_preview(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def quota_request_list(request: HtmxHttpRequest) -> HttpResponse:
-    status = request.GET.get("status", "")
-    if status not in QuotaRequest.Status.values:
-        status = ""
-    mine = request.GET.get("mine") == "1"
-    requests = selectors.quota_requests_for_user(user=request.user, status=status or None)
-    if mine:
-        requests = requests.filter(requester=request.user)
-    context = {"requests": _page(requests, request.GET.get("page")), "status": status, "mine": mine,
-               "statuses": QuotaRequest.Status.choices}
+    filters = QuotaRequestFilter(request.GET, queryset=selectors.quota_requests_for_user(user=request.user), request=request)
+    requests = filters.qs  # a value the filter does not understand (a stale link) is left out, not refused
+    chosen = filters.form.cleaned_data
+    context = {"requests": page(requests, request.GET.get("page")), "status": chosen.get("status") or "",
+               "mine": bool(chosen.get("mine")), "statuses": QuotaRequest.Status.choices}
     template = "tenants/quota_request_list.html#request-rows" if request.htmx else "tenants/quota_request_list.html"
     return render(request, template, context)
 
@@ -325,10 +307,8 @@ def quota_request_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def approvals(request: HtmxHttpRequest) -> HttpResponse:
-    inbox = _page(selectors.approvals_inbox(user=request.user), request.GET.get("page"))
-    roles = user_team_roles(request.user)
-    context = {"inbox": inbox, "is_decider": request.user.is_platform_admin or request.user.is_superuser
-               or Membership.Role.LEAD in roles.values()}
+    inbox = page(selectors.approvals_inbox(user=request.user), request.GET.get("page"))
+    context = {"inbox": inbox, "is_decider": request.user.has_perm("tenants.receive_quotarequests")}
     template = "tenants/approvals.html#approval-rows" if request.htmx else "tenants/approvals.html"
     return render(request, template, context)
 
@@ -380,12 +360,14 @@ def quota_request_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def audit(request: HtmxHttpRequest) -> HttpResponse:
-    slug = request.GET.get("team", "").strip()
-    team = _visible_team(request, slug) if slug else None
+    # A team the user cannot see leaves the trail empty, as on every list, rather than answering 404.
+    filters = AuditEventFilter(request.GET, queryset=selectors.audit_events_for_user(user=request.user), request=request)
+    events = filters.qs
+    teams = list(Team.objects.for_user(request.user).only("slug", "name"))
     context = {
-        "events": _page(selectors.audit_events_for_user(user=request.user, team=team), request.GET.get("page")),
-        "team": team,
-        "teams": Team.objects.for_user(request.user).only("slug", "name"),
+        "events": page(events, request.GET.get("page")),
+        "team": next((team for team in teams if team.slug == filters.form.cleaned_data.get("team")), None),
+        "teams": teams,
     }
     template = "tenants/audit.html#audit-rows" if request.htmx else "tenants/audit.html"
     return render(request, template, context)

@@ -10,7 +10,7 @@ from typing import Any
 # Playwright's sync API runs an event loop in this thread; Django would refuse ORM calls under it.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
-from playwright import sync_api  # noqa: E402, F401 - after the environment above; the tests use it from here
+from playwright import sync_api as sync_api  # noqa: E402 - after the environment above; the tests use it from here
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

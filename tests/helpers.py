@@ -37,7 +37,8 @@ TRAINING_PARAMS = [
 
 def launch(user: Any, team: Team, template: Any, flavor: Flavor, **kwargs: Any) -> Any:
     """A workload launched through the service, as the form and the API would."""
-    return job_services.workload_launch(user=user, request=job_services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs))
+    request = job_services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs)
+    return job_services.workload_launch(user=user, request=request)
 
 
 def make_ready(team: Team, flavor: Flavor, units: int = 4, *, may_borrow: bool = True) -> Team:

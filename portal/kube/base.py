@@ -44,6 +44,7 @@ KINDS: dict[tuple[str, str], KindInfo] = {
         KindInfo("v1", "Namespace", "namespaces", False),
         KindInfo("v1", "ResourceQuota", "resourcequotas", True),
         KindInfo("v1", "LimitRange", "limitranges", True),
+        KindInfo("v1", "ConfigMap", "configmaps", True),
         KindInfo("v1", "Pod", "pods", True),
         KindInfo("v1", "Service", "services", True),
         KindInfo("v1", "Event", "events", True),
@@ -127,9 +128,13 @@ class Gateway(Protocol):
     def get(self, ref: ObjectRef) -> dict[str, Any] | None: ...
 
     def list(
-        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
-        """The matching objects and the resourceVersion to watch from."""
+        """The matching objects and the resourceVersion to watch from. `fields` is a field
+        selector (dotted path: value, all must match), which the API server supports only for
+        some fields of some kinds: metadata.name and metadata.namespace everywhere, and for
+        Events involvedObject.*, reason, type and source."""
 
     def watch(
         self,

@@ -13,7 +13,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -27,20 +27,26 @@ from portal.kube.base import FIELD_MANAGER, KubeError, ObjectRef, WatchEvent, ki
 log = logging.getLogger(__name__)
 
 RETRIABLE_STATUS = {429, 500, 502, 503, 504}
+# The longest Retry-After the gateway waits out itself, holding a web request or a worker.
+RETRY_AFTER_MAX = 10
 
 
 class TokenBucket:
-    """The client-side rate limit the Python client lacks: `qps` on average, `burst` at once."""
+    """The client-side rate limit the Python client lacks: `qps` on average, `burst` at once.
+    The clock and sleep are parameters so that tests can drive the bucket without waiting."""
 
-    def __init__(self, qps: float, burst: int) -> None:
+    def __init__(
+        self, qps: float, burst: int, *, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+    ) -> None:
         self.qps, self.burst = qps, burst
+        self.clock, self.sleep = clock, sleep
         self.tokens = float(burst)
-        self.updated = time.monotonic()
+        self.updated = clock()
         self.lock = threading.Lock()
 
     def take(self) -> None:
         with self.lock:
-            now = time.monotonic()
+            now = self.clock()
             self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.qps)
             self.updated = now
             if self.tokens >= 1:
@@ -49,7 +55,7 @@ class TokenBucket:
             wait = (1 - self.tokens) / self.qps
             self.tokens = 0
             self.updated = now + wait
-        time.sleep(wait)
+        self.sleep(wait)
 
 
 def _status_message(status: int, body: bytes) -> tuple[str, str]:
@@ -69,6 +75,21 @@ def _status_message(status: int, body: bytes) -> tuple[str, str]:
     return data.get("message") or f"HTTP {status}", reason
 
 
+def _backoff(attempt: int) -> float:
+    return min(0.1 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())  # jitter, not security: random is fine
+
+
+def _retry_delay(attempt: int, retry_after: str | None) -> float | None:
+    """Seconds to wait before the next attempt, or None to stop retrying here. A server that
+    says when to come back (Retry-After) is not called earlier; one that asks for longer than a
+    caller should be kept waiting gets its answer, still retriable, and the task retries later."""
+    if retry_after and retry_after.isdigit():
+        if int(retry_after) > RETRY_AFTER_MAX:
+            return None
+        return float(retry_after) * (1 + random.random() / 2)  # jitter, not security: random is fine
+    return _backoff(attempt)
+
+
 class KubernetesGateway:
     def __init__(
         self,
@@ -78,13 +99,15 @@ class KubernetesGateway:
         burst: int = 100,
         timeout: float = 30,
         max_attempts: int = 5,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.configuration = configuration
         # One connection per concurrent caller (web threads, the informer's watches) at most.
         configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, 32)
         self.api_client = k8s_client.ApiClient(configuration)
         self.pool = self.api_client.rest_client.pool_manager
-        self.limiter = TokenBucket(qps, burst)
+        self.sleep = sleep  # between retries; tests pass one that records instead of waiting
+        self.limiter = TokenBucket(qps, burst, sleep=sleep)
         self.timeout = timeout
         self.max_attempts = max_attempts
         self.calls = 0
@@ -146,7 +169,7 @@ class KubernetesGateway:
             except (urllib3.exceptions.HTTPError, OSError) as error:
                 if attempt == self.max_attempts:
                     raise KubeError(f"the API server did not answer ({error.__class__.__name__}: {error})", ref=ref) from error
-                self._backoff(attempt, None)
+                self.sleep(_backoff(attempt))
                 continue
             status = response.status
             if status < 400 or status in ok_statuses:
@@ -157,19 +180,13 @@ class KubernetesGateway:
             if stream:
                 response.release_conn()
             if status in RETRIABLE_STATUS and attempt < self.max_attempts:
-                self._backoff(attempt, response.headers.get("Retry-After"))
-                continue
+                delay = _retry_delay(attempt, response.headers.get("Retry-After"))
+                if delay is not None:
+                    self.sleep(delay)
+                    continue
             message, reason = _status_message(status, data)
             raise KubeError(message, ref=ref, status=status, reason=reason)
         raise AssertionError("unreachable")
-
-    @staticmethod
-    def _backoff(attempt: int, retry_after: str | None) -> None:
-        if retry_after and retry_after.isdigit():
-            delay = min(float(retry_after), 10.0)
-        else:
-            delay = min(0.1 * 2 ** (attempt - 1), 5.0)
-        time.sleep(delay * (0.5 + random.random()))  # noqa: S311 - jitter, not security
 
     # --- The gateway ----------------------------------------------------------------------------
 
@@ -193,10 +210,13 @@ class KubernetesGateway:
         return None if status == 404 else data
 
     def list(
-        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         info = kind_info(api_version, kind)
         query = {"labelSelector": label_selector(labels)} if labels else {}
+        if fields:
+            query["fieldSelector"] = label_selector(fields)  # the same key=value,key=value syntax
         items: list[dict[str, Any]] = []
         while True:
             _, data = self._request("GET", info.collection_path(namespace), query={**query, "limit": 500})

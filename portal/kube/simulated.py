@@ -174,7 +174,8 @@ class SimulatedGateway:
         return copy.deepcopy(row.body) if row else None
 
     def list(
-        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None
+        self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         self.calls += 1
         kind_info(api_version, kind)
@@ -184,6 +185,15 @@ class SimulatedGateway:
         items = [row.body for row in rows.order_by("namespace", "name")]
         if labels:
             items = [i for i in items if all(i["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())]
+        for path, wanted in (fields or {}).items():
+            # As the API server does: follow the dotted path, compare as text, a missing field is "".
+            def value_at(item: dict[str, Any], path: str = path) -> str:
+                value: Any = item
+                for key in path.split("."):
+                    value = value.get(key) if isinstance(value, dict) else None
+                return "" if value is None else str(value)
+
+            items = [i for i in items if value_at(i) == wanted]
         latest = SimulatedEvent.objects.aggregate(latest=Max("id"))["latest"] or 0
         return items, str(latest)
 

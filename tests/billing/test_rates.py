@@ -24,7 +24,8 @@ def test_the_rate_in_force_is_the_latest_that_has_started(finance_user, flavor):
     assert selectors.rate_at(flavor=flavor) == first
     assert selectors.rate_at(flavor=flavor, at=timezone.now() + dt.timedelta(days=11)) == later
     assert selectors.rate_at(flavor=flavor, at=timezone.now() - dt.timedelta(days=1)) is None
-    assert AuditEvent.objects.filter(action="rate.set").first().message.startswith("fiona set H100 80GB to 3.00 USD per GPU-hour")
+    event = AuditEvent.objects.filter(action="rate.set").first()
+    assert event is not None and event.message.startswith("fiona set H100 80GB to 3.00 USD per GPU-hour")
 
 
 def test_a_slice_or_share_costs_its_fraction_of_a_gpu(finance_user, mig_flavor):

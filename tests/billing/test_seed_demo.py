@@ -19,7 +19,8 @@ def test_the_demo_has_teams_people_flavors_requests_in_every_state_and_templates
     call_command("seed_demo", stdout=out)
 
     assert sorted(Team.objects.values_list("slug", flat=True)) == ["nlp", "recsys", "vision"]
-    assert {f.resource_name for f in Flavor.objects.all()} == {"nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared"}
+    resource_names = {f.resource_name for f in Flavor.objects.all()}
+    assert resource_names == {"nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared"}
     assert set(QuotaRequest.objects.values_list("status", flat=True)) == set(QuotaRequest.Status.values)
     assert sorted(WorkloadTemplate.objects.values_list("kind", flat=True)) == ["distributed", "inference", "notebook", "training"]
     assert User.objects.get(username="admin").is_platform_admin and User.objects.get(username="finance").is_finance

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import FrameType
 
 from .harness import BUILD_SH, ControlPlane, add_demo_nodes, cache_dir, ensure_built
 
@@ -22,7 +23,7 @@ from .harness import BUILD_SH, ControlPlane, add_demo_nodes, cache_dir, ensure_b
 def _up(args: argparse.Namespace) -> int:
     stop = threading.Event()
 
-    def handler(signum, frame):  # noqa: ARG001
+    def handler(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001
         stop.set()
 
     signal.signal(signal.SIGTERM, handler)

@@ -12,19 +12,20 @@ Standalone: ``pytest -p tests.cluster.fixtures tests/cluster``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
 from .harness import ControlPlane, ControlPlaneError, ensure_built
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "cluster: needs the real local Kubernetes control plane (etcd, kube-apiserver, Kueue, KWOK)")
 
 
 @pytest.fixture(scope="session")
-def control_plane():
+def control_plane() -> Iterator[ControlPlane]:
     """A started ``ControlPlane`` shared by the whole session; stopped at the end.
 
     Builds the binaries first if they are not cached (slow, once); fails loudly if the

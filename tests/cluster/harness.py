@@ -34,10 +34,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient, V1Node
 
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build.sh"
@@ -84,7 +88,7 @@ def is_built(path: Path | None = None) -> bool:
     return ((path or cache_dir()) / ".complete").is_file()
 
 
-def ensure_built(*, build_if_missing: bool = True, stream=None) -> Path:
+def ensure_built(*, build_if_missing: bool = True, stream: IO[str] | None = None) -> Path:
     """Return the cache dir with complete binaries, running build.sh first if needed.
 
     Raises ControlPlaneError (with the tail of the build log) if the build fails.
@@ -153,10 +157,8 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 
 
 
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
-    try:
+    with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001
-        pass
 
 
 class _Proc:
@@ -210,8 +212,12 @@ class ControlPlane:
 
     @property
     def bin_dir(self) -> Path:
-        assert self.cache is not None
-        return self.cache / "bin"
+        return self._need_cache() / "bin"
+
+    def _need_cache(self) -> Path:
+        if self.cache is None:
+            raise ControlPlaneError("control plane not started")
+        return self.cache
 
     def _need_workdir(self) -> Path:
         if self.workdir is None:
@@ -219,14 +225,14 @@ class ControlPlane:
         return self.workdir
 
     # ---- lifecycle -----------------------------------------------------------------------
-    def __enter__(self) -> "ControlPlane":
+    def __enter__(self) -> ControlPlane:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def start(self) -> "ControlPlane":
+    def start(self) -> ControlPlane:
         if self._started:
             return self
         t0 = time.monotonic()
@@ -257,10 +263,8 @@ class ControlPlane:
                     os.killpg(p.popen.pid, signal.SIGTERM)
         deadline = time.monotonic() + 1.0  # throw-away cluster: no need for graceful drains
         for p in reversed(procs):
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 p.popen.wait(timeout=max(0.05, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.popen.pid, signal.SIGKILL)  # also stray children of the group
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -273,15 +277,15 @@ class ControlPlane:
         self._started = False
 
     # ---- clients -----------------------------------------------------------------------
-    def api_client(self):
+    def api_client(self) -> ApiClient:
         """A new ``kubernetes.client.ApiClient`` authenticated as cluster admin."""
         import kubernetes.client
 
         cfg = kubernetes.client.Configuration()
         cfg.host = self.server
-        cfg.ssl_ca_cert = str(self.workdir / "pki" / "ca.crt")
-        cfg.cert_file = str(self.workdir / "pki" / "admin.crt")
-        cfg.key_file = str(self.workdir / "pki" / "admin.key")
+        cfg.ssl_ca_cert = str(self._need_workdir() / "pki" / "ca.crt")
+        cfg.cert_file = str(self._need_workdir() / "pki" / "admin.crt")
+        cfg.key_file = str(self._need_workdir() / "pki" / "admin.key")
         cfg.verify_ssl = True
         return kubernetes.client.ApiClient(cfg)
 
@@ -295,7 +299,7 @@ class ControlPlane:
 
     # ---- nodes -------------------------------------------------------------------------
     def add_gpu_node(self, name: str, *, labels: dict[str, str] | None = None,
-                     allocatable: dict[str, str | int] | None = None, taints: list[dict] | None = None,
+                     allocatable: Mapping[str, str | int] | None = None, taints: list[dict] | None = None,
                      timeout: float = 30.0) -> dict:
         """Create a KWOK-managed fake node and wait until it is Ready and schedulable.
 
@@ -326,13 +330,14 @@ class ControlPlane:
         }
         with self.api_client() as api:
             core = kubernetes.client.CoreV1Api(api)
-            core.create_node(body)
+            core.create_node(body)  # type: ignore[arg-type]  # the client sends a plain dict as it is
 
-            def ready():
+            def ready() -> V1Node | None:
                 node = core.read_node(name)
-                conds = {c.type: c.status for c in (node.status.conditions or [])}
-                not_ready_taints = [t for t in (node.spec.taints or []) if t.key.startswith("node.kubernetes.io/")]
-                return conds.get("Ready") == "True" and not not_ready_taints and node
+                conds = {c.type: c.status for c in ((node.status and node.status.conditions) or [])}
+                taints = (node.spec and node.spec.taints) or []
+                not_ready_taints = [t for t in taints if t.key.startswith("node.kubernetes.io/")]
+                return node if conds.get("Ready") == "True" and not not_ready_taints else None
 
             node = wait_for(ready, timeout=timeout, message=f"fake node {name} to become Ready",
                             on_poll=self._check_alive)
@@ -351,7 +356,7 @@ class ControlPlane:
                 if e.status != 404:
                     raise
 
-            def gone():
+            def gone() -> bool:
                 try:
                     core.read_node(name)
                     return False
@@ -364,7 +369,7 @@ class ControlPlane:
     def _start(self) -> None:
         names = ["etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kueue_webhook", "kueue_metrics",
                  "kueue_health", "kueue_visibility", "kwok"]
-        self.ports = dict(zip(names, _free_ports(len(names))))
+        self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
         t = time.monotonic()
         self._make_pki()
         self._write_kubeconfig()
@@ -394,17 +399,14 @@ class ControlPlane:
     # -- processes
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> _Proc:
         log_path = self.logs_dir / f"{name}.log"
-        log = open(log_path, "ab")
         full_env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG",)}
         full_env.update(env or {})
         with open(self.logs_dir / "commands.txt", "a") as f:
             f.write(f"# {name}\n{' '.join(argv)}\n")
-        try:
+        with open(log_path, "ab") as log:
             popen = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      env=full_env, cwd=str(self.workdir), start_new_session=True,
                                      preexec_fn=_set_pdeathsig)
-        finally:
-            log.close()
         proc = _Proc(name, popen, log_path)
         self._procs.append(proc)
         return proc
@@ -422,14 +424,14 @@ class ControlPlane:
         return ControlPlaneError(f"{component}: {why}{tail}")
 
     def _ssl_context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=str(self.workdir / "pki" / "ca.crt"))
-        ctx.load_cert_chain(str(self.workdir / "pki" / "admin.crt"), str(self.workdir / "pki" / "admin.key"))
+        ctx = ssl.create_default_context(cafile=str(self._need_workdir() / "pki" / "ca.crt"))
+        ctx.load_cert_chain(str(self._need_workdir() / "pki" / "admin.crt"), str(self._need_workdir() / "pki" / "admin.key"))
         return ctx
 
     def _wait_https(self, component: str, url: str, *, timeout: float) -> None:
         ctx = self._ssl_context()
 
-        def ok():
+        def ok() -> bool:
             with urllib.request.urlopen(url, context=ctx, timeout=5) as r:
                 return r.status == 200
 
@@ -439,7 +441,7 @@ class ControlPlane:
             raise self._fail(component.split(" ")[0], str(e)) from None
 
     def _wait_http(self, component: str, url: str, *, timeout: float) -> None:
-        def ok():
+        def ok() -> bool:
             with urllib.request.urlopen(url, timeout=5) as r:
                 return r.status == 200
 
@@ -450,14 +452,14 @@ class ControlPlane:
 
     # -- PKI
     def _openssl(self, *args: str) -> None:
-        res = subprocess.run(["openssl", *args], cwd=str(self.workdir / "pki"), capture_output=True, text=True)
+        res = subprocess.run(["openssl", *args], cwd=str(self._need_workdir() / "pki"), capture_output=True, text=True)
         if res.returncode != 0:
             raise ControlPlaneError(f"openssl {' '.join(args)} failed: {res.stderr.strip()}")
 
     def _make_pki(self) -> None:
         if shutil.which("openssl") is None:
             raise ControlPlaneError("openssl not found; run build.sh (it installs it) or apt-get install openssl")
-        pki = self.workdir / "pki"
+        pki = self._need_workdir() / "pki"
         pki.mkdir()
         ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
         (pki / "openssl.cnf").write_text(
@@ -490,14 +492,14 @@ class ControlPlane:
         # service-account token signing key pair
         self._openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", "sa.key")
         self._openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub")
-        certs = self.workdir / "kueue-webhook-certs"
+        certs = self._need_workdir() / "kueue-webhook-certs"
         certs.mkdir()
         shutil.copy(pki / "kueue-webhook.crt", certs / "tls.crt")
         shutil.copy(pki / "kueue-webhook.key", certs / "tls.key")
         shutil.copy(pki / "ca.crt", certs / "ca.crt")
 
     def _write_kubeconfig(self) -> None:
-        pki = self.workdir / "pki"
+        pki = self._need_workdir() / "pki"
         cfg = {
             "apiVersion": "v1",
             "kind": "Config",
@@ -530,7 +532,7 @@ class ControlPlane:
         ])
 
     def _start_apiserver(self) -> None:
-        pki = self.workdir / "pki"
+        pki = self._need_workdir() / "pki"
         self._spawn("kube-apiserver", [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
@@ -549,12 +551,14 @@ class ControlPlane:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.0.0.0/24",
             "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,"
-            "ResourceQuota,Priority,DefaultTolerationSeconds,TaintNodesByCondition,NodeRestriction,"
-            "MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            (
+                "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,PodSecurity,"
+                "ResourceQuota,Priority,DefaultTolerationSeconds,TaintNodesByCondition,NodeRestriction,"
+                "MutatingAdmissionWebhook,ValidatingAdmissionWebhook"
+            ),
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",  # 127.0.0.1 is not a valid Endpoints address
-            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--cert-dir={self._need_workdir() / 'apiserver-certs'}",
             "--profiling=false",
             "--event-ttl=1h",
             "--delete-collection-workers=4",
@@ -563,18 +567,19 @@ class ControlPlane:
 
     def _component_common(self, port: int) -> list[str]:
         kc = str(self.kubeconfig_path)
-        pki = self.workdir / "pki"
+        pki = self._need_workdir() / "pki"
         return [f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
                 "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={port}",
                 f"--tls-cert-file={pki / 'serving.crt'}", f"--tls-private-key-file={pki / 'serving.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}", f"--v={self.verbosity}"]
 
     def _start_kcm(self) -> None:
-        pki = self.workdir / "pki"
+        pki = self._need_workdir() / "pki"
         self._spawn("kube-controller-manager", [
             str(self.bin_dir / "kube-controller-manager"), *self._component_common(self.ports["kcm"]),
-            "--controllers=*",  # all default-on controllers: job, deployment, replicaset, statefulset,
-            # resourcequota, namespace, garbagecollector, serviceaccount(-token), nodelifecycle, podgc, ...
+            # Every default-on controller: the Job, Deployment, ReplicaSet and StatefulSet ones, resource
+            # quota, namespace, garbage collector, service-account tokens, node lifecycle, pod GC and more.
+            "--controllers=*",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             f"--cluster-signing-cert-file={pki / 'ca.crt'}", f"--cluster-signing-key-file={pki / 'ca.key'}",
@@ -593,7 +598,7 @@ class ControlPlane:
 
     # -- KWOK
     def _kwok_stages(self) -> list[dict]:
-        stage_dir = self.cache / "kwok" / "stage"
+        stage_dir = self._need_cache() / "kwok" / "stage"
 
         def load(rel: str) -> dict:
             return yaml.safe_load((stage_dir / rel).read_text())
@@ -657,7 +662,7 @@ class ControlPlane:
                 "nodeIP": "10.255.0.1",
             },
         }
-        path = self.workdir / "kwok.yaml"
+        path = self._need_workdir() / "kwok.yaml"
         path.write_text(yaml.safe_dump_all([cfg, *self._kwok_stages()], sort_keys=False))
         self._spawn("kwok", [
             str(self.bin_dir / "kwok"), f"--kubeconfig={self.kubeconfig_path}", f"--config={path}",
@@ -668,7 +673,7 @@ class ControlPlane:
 
     # -- Kueue
     def _ca_bundle(self) -> str:
-        return base64.b64encode((self.workdir / "pki" / "ca.crt").read_bytes()).decode()
+        return base64.b64encode((self._need_workdir() / "pki" / "ca.crt").read_bytes()).decode()
 
     def _webhook_url(self, path: str) -> str:
         return f"https://127.0.0.1:{self.ports['kueue_webhook']}{path}"
@@ -677,7 +682,7 @@ class ControlPlane:
         import kubernetes.client
         from kubernetes.client.exceptions import ApiException
 
-        crd_dir = self.cache / "kueue" / "crd"
+        crd_dir = self._need_cache() / "kueue" / "crd"
         kust = yaml.safe_load((crd_dir / "kustomization.yaml").read_text()) or {}
         conversion_crds = set()
         for patch in kust.get("patches") or []:
@@ -700,13 +705,13 @@ class ControlPlane:
             self.timings["crds_created"] = time.monotonic() - self._t_addons
             core = kubernetes.client.CoreV1Api(api)
             try:
-                core.create_namespace({"metadata": {"name": "kueue-system"}})
+                core.create_namespace({"metadata": {"name": "kueue-system"}})  # type: ignore[arg-type]  # as create_node
             except ApiException as e:
                 if e.status != 409:
                     raise
 
             adm = kubernetes.client.AdmissionregistrationV1Api(api)
-            for doc in yaml.safe_load_all((self.cache / "kueue" / "webhook" / "manifests.yaml").read_text()):
+            for doc in yaml.safe_load_all((self._need_cache() / "kueue" / "webhook" / "manifests.yaml").read_text()):
                 if not doc:
                     continue
                 doc["metadata"]["name"] = "kueue-" + doc["metadata"]["name"]
@@ -724,10 +729,10 @@ class ControlPlane:
                 else:
                     adm.create_validating_webhook_configuration(doc)
 
-            def established():
+            def established() -> bool:
                 for n in names:
                     crd = ext.read_custom_resource_definition(n)
-                    conds = {c.type: c.status for c in (crd.status.conditions or [])}
+                    conds = {c.type: c.status for c in ((crd.status and crd.status.conditions) or [])}
                     if conds.get("Established") != "True":
                         return False
                 return True
@@ -774,14 +779,14 @@ class ControlPlane:
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['kueue_health']}"},
             "metrics": {"bindAddress": f"127.0.0.1:{self.ports['kueue_metrics']}"},
             "webhook": {"port": self.ports["kueue_webhook"], "host": "127.0.0.1",
-                        "certDir": str(self.workdir / "kueue-webhook-certs")},
+                        "certDir": str(self._need_workdir() / "kueue-webhook-certs")},
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
             "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": self.ports["kueue_visibility"]},
             "clientConnection": {"qps": 200, "burst": 400},
             "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
         }
-        path = self.workdir / "kueue-config.yaml"
+        path = self._need_workdir() / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         self._spawn("kueue", [str(self.bin_dir / "kueue"), f"--config={path}",
                               f"--zap-log-level={max(self.verbosity, 1) + 1}",

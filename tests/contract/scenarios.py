@@ -8,7 +8,7 @@ from typing import Any
 from jobs import services as job_services
 from jobs.models import Workload
 from portal.kube import ObjectRef, gateway
-from tenants import reconcile
+from tenants import cluster_selectors
 from tenants.manifests import KUEUE
 
 TEAM_KINDS = [("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "LimitRange"), ("networking.k8s.io/v1", "NetworkPolicy"),
@@ -95,7 +95,7 @@ def waits_for_quota(namespace: str, job: str) -> str:
 
 
 def queue_usage(slug: str, flavor: str) -> tuple[int, int]:
-    for row in reconcile.cluster_queue_usage(slugs=[slug]).get(slug, []):
+    for row in cluster_selectors.cluster_queue_usage(slugs=[slug]).get(slug, []):
         if row.flavor == flavor:
             return row.in_use, row.borrowed
     return 0, 0

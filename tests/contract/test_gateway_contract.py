@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from portal.kube import KubeError, ObjectRef, gateway
-from tenants import reconcile, services
+from tenants import desired, reconcile, services
 from tenants.manifests import KUEUE
 from tests.contract.scenarios import team_objects
 from tests.factories import UserFactory
@@ -51,6 +51,18 @@ def test_an_object_in_a_missing_namespace_is_refused_as_not_found(cluster):
     assert "not found" in str(refused.value)
 
 
+def test_a_list_narrowed_by_a_field_selector_returns_only_the_matching_objects(cluster):
+    wanted, other = cluster.unique("fields-wanted"), cluster.unique("fields-other")
+    gateway().apply(namespace(wanted))
+    gateway().apply(namespace(other))
+    labels = {"gpu-portal.io/test": "gateway"}
+    items, _ = gateway().list("v1", "Namespace", labels=labels, fields={"metadata.name": wanted})
+    assert [item["metadata"]["name"] for item in items] == [wanted]
+    assert gateway().list("v1", "Namespace", labels=labels, fields={"metadata.name": cluster.unique("no-such")})[0] == []
+    gateway().delete(ObjectRef("v1", "Namespace", wanted))
+    gateway().delete(ObjectRef("v1", "Namespace", other))
+
+
 def test_a_watch_from_a_version_sees_the_changes_after_it(cluster):
     name = cluster.unique("watched")
     gateway().apply(namespace(name))
@@ -74,7 +86,7 @@ def test_a_reconcile_cut_off_half_way_is_completed_by_the_next_and_creates_nothi
     reconcile.platform_reconcile()
     admin = UserFactory(username="root", is_platform_admin=True)
     team = services.team_create(actor=admin, slug=cluster.unique("halfway"), name="Halfway")
-    _, spec = reconcile.team_specs([team.pk])[team.pk]
+    _, spec = desired.team_specs([team.pk])[team.pk]
     from tenants.manifests import make_team_objects
 
     for obj in make_team_objects(team=spec)[:3]:  # the worker died after three objects

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from portal.kube import ObjectRef, gateway
-from tenants import reconcile, services
+from tenants import cluster_selectors, reconcile, services
 from tenants.manifests import KUEUE
 from tenants.models import QuotaGrant
 from tests.contract.scenarios import (
@@ -142,11 +142,104 @@ def test_deleting_a_team_leaves_no_object_behind(cluster, site, django_capture_o
     team = site.team("gone", gpus=1)
     gateway().apply(probe_job(team.slug, "running", gpus=1))
     cluster.wait_for(lambda: is_admitted(team.slug, "running"), what="a job to run before the team goes")
-    slug = team.slug
+    slug, uid = team.slug, str(team.uid)
 
     with django_capture_on_commit_callbacks(execute=False):
         services.team_delete(actor=site.admin, team=team)
-    cluster.wait_for(lambda: reconcile.team_teardown(slug=slug), what="the namespace and queue to be gone", timeout=90)
+    cluster.wait_for(lambda: reconcile.team_teardown(slug=slug, uid=uid), what="the namespace and queue to be gone", timeout=90)
 
     assert team_objects(slug) == set()
     assert gateway().get(ObjectRef(KUEUE, "ClusterQueue", slug)) is None
+    assert gateway().get(ObjectRef("v1", "Namespace", slug)) is None
+
+
+# --- What the portal did not create ------------------------------------------------------------
+
+
+def refusal(kind: str, name: str) -> str:
+    return (f"The {kind} {name} already exists in the cluster and was not created by the portal for this team, "
+            "so the portal will not adopt it. Remove it, or set PORTAL_NAMESPACE_PREFIX.")
+
+
+def test_a_namespace_the_portal_did_not_create_is_never_adopted_changed_or_deleted(cluster, site, django_capture_on_commit_callbacks):
+    name = cluster.unique("monitoring")
+    gateway().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"team": "observability"}}},
+                    field_manager="someone-by-hand")
+    gateway().apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dashboards", "namespace": name},
+                     "data": {"gpu.json": "{}"}}, field_manager="someone-by-hand")
+    namespace_before = gateway().get(ObjectRef("v1", "Namespace", name))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        team = services.team_create(actor=site.admin, slug=name, name="Monitoring")
+    team.refresh_from_db()
+    passes = [reconcile.cluster_reconcile(), reconcile.cluster_reconcile()]
+
+    assert team.sync_state == "error" and team.sync_error == refusal("namespace", name)
+    assert cluster_selectors.team_cluster_picture(team=team).error == refusal("namespace", name)
+    assert all(p.errors[name] == refusal("namespace", name) for p in passes)
+    assert not [ref for p in passes for ref in p.applied + p.deleted if name in ref]
+    assert team_objects(name) == set()
+    assert gateway().get(ObjectRef(KUEUE, "ClusterQueue", name)) is None
+    namespace = gateway().get(ObjectRef("v1", "Namespace", name))
+    assert namespace["metadata"]["labels"] == namespace_before["metadata"]["labels"]
+    assert "gpu-portal.io/team-uid" not in (namespace["metadata"].get("annotations") or {})
+
+    uid = str(team.uid)
+    with django_capture_on_commit_callbacks(execute=False):
+        services.team_delete(actor=site.admin, team=team)
+    assert reconcile.team_teardown(slug=name, uid=uid)
+    reconcile.cluster_reconcile()
+
+    assert gateway().get(ObjectRef("v1", "Namespace", name)) is not None
+    assert gateway().get(ObjectRef("v1", "ConfigMap", "dashboards", name))["data"] == {"gpu.json": "{}"}
+
+
+def test_a_cluster_queue_the_portal_did_not_create_stops_the_team_before_anything_is_applied(cluster, site, django_capture_on_commit_callbacks):
+    name = cluster.unique("shared")
+    gateway().apply({"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name},
+                     "spec": {"namespaceSelector": {"matchLabels": {"team": "shared"}}, "resourceGroups": []}},
+                    field_manager="someone-by-hand")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        team = services.team_create(actor=site.admin, slug=name, name="Shared")
+    team.refresh_from_db()
+
+    assert team.sync_error == refusal("ClusterQueue", name)
+    assert gateway().get(ObjectRef("v1", "Namespace", name)) is None
+    assert "labels" not in gateway().get(ObjectRef(KUEUE, "ClusterQueue", name))["metadata"]
+
+    uid = str(team.uid)
+    with django_capture_on_commit_callbacks(execute=False):
+        services.team_delete(actor=site.admin, team=team)
+    assert reconcile.team_teardown(slug=name, uid=uid)
+    assert gateway().get(ObjectRef(KUEUE, "ClusterQueue", name)) is not None
+    gateway().delete(ObjectRef(KUEUE, "ClusterQueue", name))
+
+
+def test_a_namespace_left_by_a_deleted_team_is_not_adopted_by_a_new_team_of_the_same_slug(cluster, site, django_capture_on_commit_callbacks):
+    old = site.team("reused")
+    slug, old_uid = old.slug, str(old.uid)
+    with django_capture_on_commit_callbacks(execute=False):  # the teardown is lost
+        services.team_delete(actor=site.admin, team=old)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        new = services.team_create(actor=site.admin, slug=slug, name="Reused")
+    new.refresh_from_db()
+
+    assert new.sync_error == refusal("namespace", slug)
+    namespace = gateway().get(ObjectRef("v1", "Namespace", slug))
+    assert namespace["metadata"]["annotations"]["gpu-portal.io/team-uid"] == old_uid
+    assert reconcile.team_teardown(slug=slug, uid=str(new.uid)) is True  # the new team's teardown may not take it either
+    assert gateway().get(ObjectRef("v1", "Namespace", slug)) is not None
+
+    # The periodic pass removes what the deleted team left, then provisions the new team.
+    first = reconcile.cluster_reconcile()
+    assert f"Namespace {slug}" in first.deleted and f"ClusterQueue {slug}" in first.deleted
+    cluster.wait_for(lambda: gateway().get(ObjectRef("v1", "Namespace", slug)) is None
+                     and gateway().get(ObjectRef(KUEUE, "ClusterQueue", slug)) is None, what="the old namespace and queue to be gone", timeout=90)
+    reconcile.cluster_reconcile()
+
+    new.refresh_from_db()
+    assert new.sync_state == "in_sync"
+    for ref in (ObjectRef("v1", "Namespace", slug), ObjectRef(KUEUE, "ClusterQueue", slug)):
+        assert gateway().get(ref)["metadata"]["annotations"]["gpu-portal.io/team-uid"] == str(new.uid)

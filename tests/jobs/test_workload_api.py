@@ -242,15 +242,43 @@ def test_an_outsider_gets_404_for_every_endpoint_of_another_teams_workload(workl
     assert workload_snapshot() == before
 
 
-@pytest.mark.parametrize(("method", "path"), WORKLOAD_ENDPOINTS, ids=[f"{m} {p}" for m, p in WORKLOAD_ENDPOINTS])
-def test_the_owner_reaches_the_same_endpoints(workload, member, method, path):
-    body = {"replicas": 2} if path.endswith("/scale/") else None
-    response = getattr(api(member), method)(path.format(id=workload.pk), body, format="json")
+# What each role gets on the workload's endpoints, exactly: (the member who owns it, a colleague
+# in the team, the team lead, finance, a platform admin). Scaling a training job is reached and
+# refused for what it is (400: it has no replicas), where a role may scale at all.
+ROLE_ANSWERS: dict[str, tuple[int, int, int, int, int]] = {
+    "get /api/workloads/{id}/": (200, 200, 200, 200, 200),
+    "post /api/workloads/{id}/stop/": (200, 403, 200, 403, 200),
+    "post /api/workloads/{id}/relaunch/": (201, 201, 201, 403, 201),
+    "post /api/workloads/{id}/scale/": (400, 403, 400, 403, 400),
+    "get /api/workloads/{id}/logs/": (200, 200, 200, 200, 200),
+    "get /api/workloads/{id}/why-waiting/": (200, 200, 200, 200, 200),
+}
+ROLES = ("member", "colleague", "lead", "finance_user", "admin_user")
+ROLE_CASES = [
+    pytest.param(method, path, role, ROLE_ANSWERS[f"{method} {path}"][index], id=f"{role} {method} {path}")
+    for method, path in WORKLOAD_ENDPOINTS
+    for index, role in enumerate(ROLES)
+]
 
-    if path.endswith("/scale/"):  # reached, and refused for what it is: a training job has no replicas
+
+def test_every_workload_endpoint_has_an_answer_for_every_role():
+    assert set(ROLE_ANSWERS) == {f"{m} {p}" for m, p in WORKLOAD_ENDPOINTS}
+
+
+@pytest.mark.parametrize(("method", "path", "role", "status"), ROLE_CASES)
+def test_each_role_gets_exactly_its_answer_on_the_workload_endpoints(request, workload, method, path, role, status):
+    body = {"replicas": 2} if path.endswith("/scale/") else None
+    before = workload_snapshot()
+
+    response = getattr(api(request.getfixturevalue(role)), method)(path.format(id=workload.pk), body, format="json")
+
+    assert response.status_code == status, response.content
+    if status == 400:
         assert response.json()["message"] == "Only inference servers have replicas to scale."
-    else:
-        assert response.status_code in {200, 201}, response.content
+    if status == 403:
+        assert response.json()["message"] == "You are not allowed to do this."
+    if status >= 400:
+        assert workload_snapshot() == before
 
 
 @pytest.mark.parametrize("method", ["get", "patch"])
@@ -274,6 +302,24 @@ def test_workload_lists_never_show_another_teams_workloads(both_teams_launched, 
     assert [row["id"] for row in api(member).get("/api/workloads/").json()["results"]] == [mine.pk]
     assert [row["id"] for row in api(outsider).get("/api/workloads/").json()["results"]] == [theirs.pk]
     assert api(outsider).get("/api/workloads/", {"team": "vision"}).json()["results"] == []
+
+
+@pytest.mark.parametrize("path", ["/api/workloads/", "/api/templates/"])
+@pytest.mark.parametrize("slug", ["vision", "no-such-team"], ids=["invisible", "missing"])
+def test_a_team_you_cannot_see_filters_workloads_and_templates_to_nothing_like_a_missing_team(
+    both_teams_launched, outsider, path, slug
+):
+    response = api(outsider).get(path, {"team": slug})
+
+    assert (response.status_code, response.json()["results"]) == (200, [])
+
+
+def test_a_stray_filter_parameter_does_not_hide_or_refuse_a_workload(both_teams_launched, member):
+    mine, _ = both_teams_launched
+
+    response = api(member).get(f"/api/workloads/{mine.pk}/", {"team": "speech", "phase": "done"})
+
+    assert (response.status_code, response.json()["id"]) == (200, mine.pk)
 
 
 def test_template_lists_never_show_another_teams_private_templates(both_teams_launched, member, outsider):

@@ -118,6 +118,9 @@ def test_a_member_launches_from_the_form_and_watches_the_run_finish(browser, liv
     drive_until(alice, "Running", seconds=1)
     expect(alice.locator("#workload-live [data-testid=capacity]")).to_contain_text("guaranteed")
     expect(alice.locator("#workload-live [data-testid=pod]")).to_have_count(1)
+    expect(alice.locator("[data-testid=logs]")).to_have_count(0)
+    alice.click("[data-testid=show-logs]")
+    expect(alice.locator("#workload-logs [data-testid=logs]")).to_contain_text("[simulated] phase Running")
     alice.screenshot(path=str(SHOTS / "workload.png"), full_page=True)
 
     drive_until(alice, "Succeeded", seconds=10)

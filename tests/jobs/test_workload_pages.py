@@ -4,6 +4,8 @@ stop and relaunch through htmx, isolation between teams, CSRF, and bounded queri
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -13,8 +15,9 @@ from django.urls import reverse
 
 from jobs import services, sync
 from jobs.models import Workload, WorkloadKind
+from portal.kube import reset_gateway
 from portal.kube.simulated import SimulatedGateway
-from tenants import reconcile
+from tenants import cluster_selectors
 from tests.factories import MembershipFactory, UserFactory
 from tests.helpers import make_ready
 
@@ -57,6 +60,12 @@ def launch(user, team, template, flavor, **kwargs):
     return services.workload_launch(user=user, request=services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs))
 
 
+def ok(response: Any) -> str:
+    """The body of a page that must have rendered: what a page does not show means nothing on an error page."""
+    assert response.status_code == 200, response.status_code
+    return response.content.decode()
+
+
 def advance(cluster: SimulatedGateway, seconds: float) -> None:
     cluster.advance(seconds)
     sync.sync_all()
@@ -76,12 +85,12 @@ def test_the_template_list_shows_kind_image_flavors_parameters_and_a_launch_butt
 def test_the_template_list_hides_another_teams_private_template(training, member, admin_user, other_team, flavor, as_user):
     services.template_create(user=admin_user, slug="speech-only", name="Speech only", kind="training", owner_team=other_team,
                              flavors=[flavor], image="x")
-    page = as_user(member).get(reverse("jobs:template-list")).content.decode()
+    page = ok(as_user(member).get(reverse("jobs:template-list")))
     assert "PyTorch training" in page and "Speech only" not in page
 
 
 def test_the_launch_form_renders_an_input_per_parameter_with_defaults_and_bounds(ready_team, member, training, mig_flavor, as_user):
-    page = as_user(member).get(reverse("jobs:workload-launch") + "?template=pytorch-train&team=vision").content.decode()
+    page = ok(as_user(member).get(reverse("jobs:workload-launch") + "?template=pytorch-train&team=vision"))
     assert 'name="p_epochs" value="10"' in page and 'min="1" max="1000"' in page
     assert 'name="p_learning_rate" value="0.001"' in page and 'step="any"' in page
     assert '<option value="2.5" selected>' in page
@@ -186,7 +195,7 @@ def test_the_hint_says_so_when_the_cluster_is_silent(ready_team, member, trainin
     def silent(**kwargs: Any) -> None:
         raise KubeError("connection refused")
 
-    monkeypatch.setattr(reconcile, "cluster_queue_usage", silent)
+    monkeypatch.setattr(cluster_selectors, "cluster_queue_usage", silent)
     fragment = hint(as_user(member))
     assert "The cluster did not answer" in fragment and "no rate for H100 80GB on the rate card yet" in fragment
 
@@ -220,8 +229,8 @@ def test_the_list_polls_only_while_something_on_it_is_active(ready_team, member,
     client = as_user(member)
     assert 'hx-trigger="every 3s"' in client.get(reverse("jobs:workload-list")).content.decode()
     Workload.objects.filter(pk=workload.pk).update(phase=Workload.Phase.SUCCEEDED)
-    fragment = client.get(reverse("jobs:workload-list"), **HTMX).content.decode()
-    assert fragment.lstrip().startswith('<div id="workload-rows"')
+    fragment = ok(client.get(reverse("jobs:workload-list"), **HTMX))
+    assert fragment.lstrip().startswith('<div id="workload-rows"') and f"#{workload.pk}<" in fragment
     assert "every 3s" not in fragment
 
 
@@ -236,10 +245,15 @@ def test_lists_never_show_another_teams_workloads(ready_team, other_team, member
     make_ready(other_team, flavor, 2)
     launch(member, ready_team, training, flavor, name="vision-secret")
     launch(outsider, other_team, training, flavor, name="speech-run")
-    page = as_user(outsider).get(reverse("jobs:workload-list")).content.decode()
+    page = ok(as_user(outsider).get(reverse("jobs:workload-list")))
     assert "speech-run" in page and "vision-secret" not in page
-    filtered = as_user(outsider).get(reverse("jobs:workload-list") + "?team=vision").content.decode()
+    response = as_user(outsider).get(reverse("jobs:workload-list") + "?team=vision")
+    filtered = ok(response)
+    assert re.search(r"<h1[^>]*>\s*Workloads\s*</h1>", filtered)
     assert "vision-secret" not in filtered
+    # A team the user cannot see matches nothing, like a team that does not exist.
+    assert list(response.context["workloads"]) == []
+    assert list(as_user(outsider).get(reverse("jobs:workload-list") + "?team=no-such-team").context["workloads"]) == []
 
 
 # --- One workload ------------------------------------------------------------------------------------------
@@ -274,17 +288,107 @@ def test_a_queued_workload_page_shows_its_timeline_and_why_it_waits(waiting_pair
     assert "every 3s" in page
 
 
-def test_a_running_workload_says_it_runs_on_guaranteed_capacity_and_shows_pods_and_logs(waiting_pair, member, as_user):
+def test_a_running_workload_says_it_runs_on_guaranteed_capacity_and_shows_pods_but_not_logs(waiting_pair, member, as_user):
     first, _ = waiting_pair
     client = as_user(member)
-    page = client.get(reverse("jobs:workload-detail", args=[first.pk])).content.decode()
+    page = ok(client.get(reverse("jobs:workload-detail", args=[first.pk])))
     assert "Runs on vision's <strong>guaranteed</strong> quota" in page and "Why is it waiting?" not in page
     live = client.get(reverse("jobs:workload-live", args=[first.pk]), **HTMX).content.decode()
     assert live.lstrip().startswith("<section id=\"workload-live\"")
-    assert 'data-testid="pod"' in live and "[simulated] phase Running" in live
+    assert 'data-testid="pod"' in live and "[simulated]" not in live
     assert 'hx-trigger="every 3s"' in live
     interval = first.intervals.get()
     assert interval.pod_name in live and interval.node in live
+
+
+def test_the_logs_panel_is_closed_until_opened_and_has_a_real_link(waiting_pair, member, as_user):
+    first, _ = waiting_pair
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[first.pk])).content.decode()
+    logs_url = reverse("jobs:workload-logs", args=[first.pk])
+    assert f'href="{logs_url}" hx-get="{logs_url}"' in page and 'data-testid="show-logs"' in page
+    assert 'data-testid="logs"' not in page and "[simulated]" not in page
+
+
+def test_opening_the_logs_panel_through_htmx_answers_with_the_newest_pods_last_lines(waiting_pair, member, as_user):
+    first, _ = waiting_pair
+    pod = first.intervals.get().pod_name
+    fragment = as_user(member).get(reverse("jobs:workload-logs", args=[first.pk]), **HTMX).content.decode()
+    assert fragment.lstrip().startswith('<section class="card" id="workload-logs"')
+    assert 'data-testid="logs"' in fragment and "[simulated] phase Running" in fragment and f"<code>{pod}</code>" in fragment
+    assert 'data-testid="refresh-logs"' in fragment and 'id="workload-live"' not in fragment
+
+
+def test_the_logs_link_without_htmx_renders_the_whole_page_with_the_panel_open(waiting_pair, member, as_user):
+    first, _ = waiting_pair
+    page = as_user(member).get(reverse("jobs:workload-logs", args=[first.pk])).content.decode()
+    assert "<html" in page and 'id="workload-live"' in page
+    assert 'data-testid="logs"' in page and "[simulated] phase Running" in page
+
+
+class CountingGateway:
+    """Delegates to the real gateway and counts its calls by method, lists by kind too."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.counts = inner, Counter[str]()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.counts[f"list {args[1]}" if name == "list" else name] += 1
+            return attr(*args, **kwargs)
+
+        return counted
+
+
+@pytest.fixture
+def counting(simulated):
+    wrapper = CountingGateway(simulated)
+    reset_gateway(wrapper)  # type: ignore[arg-type]
+    yield wrapper
+    reset_gateway(simulated)
+
+
+def test_a_poll_of_a_running_workloads_live_fragment_reads_no_logs_and_one_list_of_events(waiting_pair, member, as_user,
+                                                                                           counting):
+    first, _ = waiting_pair
+    assert first.phase == Workload.Phase.RUNNING
+    assert as_user(member).get(reverse("jobs:workload-live", args=[first.pk]), **HTMX).status_code == 200
+    assert counting.counts["pod_logs"] == 0
+    assert counting.counts["list Event"] == 1
+    assert dict(counting.counts) == {"list Pod": 1, "list Event": 1}
+
+
+def event(namespace: str, involved: str, kind: str, reason: str, at: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"name": f"{involved}.{reason.lower()}", "namespace": namespace},
+            "involvedObject": {"kind": kind, "name": involved, "namespace": namespace}, "reason": reason,
+            "message": f"{reason} of {involved}", "type": "Warning" if reason == "BackOff" else "Normal", "lastTimestamp": at}
+
+
+def test_the_live_fragment_shows_the_newest_pods_events_and_none_of_the_rest_of_the_namespace(waiting_pair, member, simulated,
+                                                                                                as_user):
+    first, _ = waiting_pair
+    pod = first.intervals.get().pod_name
+    namespace = first.team.namespace
+    for obj in [event(namespace, pod, "Pod", "Pulled", "2026-11-23T10:00:01Z"),
+                event(namespace, pod, "Pod", "BackOff", "2026-11-23T10:00:02Z"),
+                event(namespace, first.k8s_name, "Job", "SuccessfulCreate", "2026-11-23T10:00:00Z"),
+                event(namespace, "someone-elses-pod", "Pod", "Started", "2026-11-23T10:00:03Z")]:
+        simulated.apply(obj)
+    live = as_user(member).get(reverse("jobs:workload-live", args=[first.pk]), **HTMX).content.decode()
+    assert f"of <code>{pod}</code>" in live
+    assert live.index("BackOff of") < live.index("Pulled of"), "newest first"
+    assert "someone-elses-pod" not in live and "SuccessfulCreate" not in live
+
+
+def test_a_workload_without_pods_shows_the_events_of_its_own_object(waiting_pair, member, simulated, as_user):
+    _, second = waiting_pair
+    namespace = second.team.namespace
+    simulated.apply(event(namespace, second.k8s_name, "Job", "Suspended", "2026-11-23T10:00:00Z"))
+    live = as_user(member).get(reverse("jobs:workload-live", args=[second.pk]), **HTMX).content.decode()
+    assert f"of <code>{second.k8s_name}</code>" in live and "Suspended of" in live
 
 
 def test_a_finished_workload_stops_polling(waiting_pair, member, simulated, as_user):
@@ -293,9 +397,9 @@ def test_a_finished_workload_stops_polling(waiting_pair, member, simulated, as_u
     first.refresh_from_db()
     assert first.phase == Workload.Phase.SUCCEEDED
     client = as_user(member)
-    page = client.get(reverse("jobs:workload-detail", args=[first.pk])).content.decode()
+    page = ok(client.get(reverse("jobs:workload-detail", args=[first.pk])))
     assert 'hx-trigger="load"' in page and "every 3s" not in page
-    live = client.get(reverse("jobs:workload-live", args=[first.pk]), **HTMX).content.decode()
+    live = ok(client.get(reverse("jobs:workload-live", args=[first.pk]), **HTMX))
     assert "hx-trigger" not in live and "Succeeded" in live
 
 
@@ -337,8 +441,9 @@ def test_stopping_through_htmx_answers_with_the_stopped_fragment(ready_team, mem
 
 def test_a_member_cannot_stop_someone_elses_workload(ready_team, member, lead, training, flavor, as_user):
     workload = launch(lead, ready_team, training, flavor)
-    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    page = ok(as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])))
     assert 'data-testid="stop"' not in page
+    assert 'data-testid="stop"' in ok(as_user(lead).get(reverse("jobs:workload-detail", args=[workload.pk])))
     assert as_user(member).post(reverse("jobs:workload-stop", args=[workload.pk]), **HTMX).status_code == 403
     workload.refresh_from_db()
     assert workload.is_active
@@ -364,7 +469,7 @@ def test_stop_refuses_a_post_without_a_csrf_token(ready_team, member, training, 
 
 
 @pytest.mark.parametrize(("name", "method"), [
-    ("jobs:workload-detail", "get"), ("jobs:workload-live", "get"), ("jobs:workload-stop", "post"),
+    ("jobs:workload-detail", "get"), ("jobs:workload-live", "get"), ("jobs:workload-logs", "get"), ("jobs:workload-stop", "post"),
     ("jobs:workload-relaunch", "post"),
     ("jobs:workload-scale", "post"),
 ])
@@ -387,19 +492,22 @@ def test_an_outsider_gets_404_launching_for_another_team(ready_team, outsider, t
 # --- Pages and queries ------------------------------------------------------------------------------------
 
 
-PAGES = [("jobs:template-list", []), ("jobs:workload-launch", []), ("jobs:workload-list", [])]
+# Each page with the heading it must show: an error page or the wrong template has another.
+PAGES = [("jobs:template-list", [], "Workload templates"), ("jobs:workload-launch", [], "Launch a workload"),
+         ("jobs:workload-list", [], "Workloads")]
 
 
-@pytest.mark.parametrize(("name", "args"), PAGES)
+@pytest.mark.parametrize(("name", "args", "title"), PAGES)
 @pytest.mark.parametrize("who", ["member", "lead", "admin_user", "finance_user"])
-def test_every_workload_page_renders_for_members_leads_admins_and_finance(name, args, who, request, training, member, lead,
+def test_every_workload_page_renders_for_members_leads_admins_and_finance(name, args, title, who, request, training, member, lead,
                                                                           as_user):
     response = as_user(request.getfixturevalue(who)).get(reverse(name, args=args))
-    assert response.status_code == 200 and b"<html" in response.content
+    assert response.status_code == 200
+    assert re.search(rf"<h1[^>]*>\s*{re.escape(title)}\s*</h1>", response.content.decode())
 
 
-@pytest.mark.parametrize(("name", "args"), PAGES)
-def test_every_workload_page_sends_anonymous_visitors_to_the_login_page(name, args, client):
+@pytest.mark.parametrize(("name", "args", "title"), PAGES)
+def test_every_workload_page_sends_anonymous_visitors_to_the_login_page(name, args, title, client):
     response = client.get(reverse(name, args=args))
     assert response.status_code == 302 and response["Location"].startswith("/login/")
 

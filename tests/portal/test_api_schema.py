@@ -110,3 +110,19 @@ def test_the_docs_page_renders_swagger_ui_from_local_static_files(as_user, membe
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui.css" in html
     for cdn in ("cdn.jsdelivr.net", "unpkg.com", "cdnjs.cloudflare.com"):
         assert cdn not in html
+
+
+@pytest.mark.parametrize("path", ["/api/memberships/", "/api/flavors/", "/api/quota-requests/", "/api/grants/",
+                                  "/api/audit-events/", "/api/templates/", "/api/workloads/"])
+def test_every_list_documents_its_team_filter_from_the_filterset(schema, path):
+    team = next(p for p in schema["paths"][path]["get"]["parameters"] if p["name"] == "team")
+
+    assert team["in"] == "query" and team["schema"] == {"type": "string"} and team["description"]
+
+
+def test_flags_are_documented_as_booleans(schema):
+    flags = {(path, p["name"]): p["schema"] for path in ("/api/quota-requests/", "/api/grants/", "/api/notifications/")
+             for p in schema["paths"][path]["get"]["parameters"] if p["name"] in {"mine", "active", "unread"}}
+
+    assert flags == {("/api/quota-requests/", "mine"): {"type": "boolean"}, ("/api/grants/", "active"): {"type": "boolean"},
+                     ("/api/notifications/", "unread"): {"type": "boolean"}}

@@ -31,7 +31,7 @@ def redis_worker():
 
 
 def test_a_team_change_travels_through_redis_to_a_worker_that_reconciles_it(redis_worker):
-    team = TeamFactory(slug="vision")
+    team = TeamFactory.create(slug="vision")
     QuotaGrantFactory(team=team, flavor=FlavorFactory(slug="h100-80gb"), units=4)
     Team.objects.filter(pk=team.pk).update(config_version=5)
 
@@ -44,3 +44,61 @@ def test_a_team_change_travels_through_redis_to_a_worker_that_reconciles_it(redi
             break
         time.sleep(0.1)
     assert (team.sync_state, team.applied_version) == ("in_sync", 5)
+
+
+def wait_for(condition, seconds: float = 20) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.fixture
+def scripted_cluster(monkeypatch):
+    from portal import tasks as portal_tasks
+    from portal.kube import reset_gateway
+    from portal.kube.simulated import SimulatedGateway
+
+    monkeypatch.setattr(portal_tasks, "RETRY_DELAY_BASE", 0.05)  # the policy, minus the minutes of waiting
+
+    def install(**script):
+        from tests.scripted_gateway import ScriptedGateway
+
+        cluster = ScriptedGateway(SimulatedGateway(), **script)
+        reset_gateway(cluster)
+        return cluster
+
+    yield install
+    reset_gateway(None)
+
+
+def test_a_worker_retries_an_outage_through_redis_a_bounded_number_of_times_then_records_it(redis_worker, scripted_cluster):
+    from portal.tasks import CLUSTER_TASK_RETRIES
+    from tests.scripted_gateway import unavailable
+
+    cluster = scripted_cluster(always=unavailable("etcdserver: request timed out"))
+    team = TeamFactory.create(slug="vision")
+
+    tasks.team_reconcile.delay(team.pk)
+
+    assert wait_for(lambda: cluster.attempts == 1 + CLUSTER_TASK_RETRIES)
+    time.sleep(1)  # room for a retry too many to show up
+    team.refresh_from_db()
+    assert cluster.attempts == 1 + CLUSTER_TASK_RETRIES
+    assert team.sync_error == "etcdserver: request timed out"
+
+
+def test_a_worker_records_a_refusal_at_once_and_does_not_retry_it(redis_worker, scripted_cluster):
+    from tests.scripted_gateway import refusal
+
+    cluster = scripted_cluster(always=refusal("rejected as invalid: spec.cohortName: Invalid value"))
+    team = TeamFactory.create(slug="vision")
+
+    tasks.team_reconcile.delay(team.pk)
+
+    assert wait_for(lambda: Team.objects.filter(pk=team.pk).exclude(sync_error="").exists())
+    time.sleep(1)
+    assert cluster.attempts == 1
+    assert Team.objects.get(pk=team.pk).sync_error == "rejected as invalid: spec.cohortName: Invalid value"

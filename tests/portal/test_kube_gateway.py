@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from kubernetes import client as k8s_client
@@ -18,12 +19,17 @@ from portal.kube.kubernetes import KubernetesGateway, TokenBucket
 from portal.kube.simulated import SimulatedGateway
 from portal.models import SimulatedEvent
 
+DROP = None  # a scripted status that closes the connection without an answer
+
 
 class FakeApiServer:
-    """Answers each request with the next scripted (status, body) for its path."""
+    """Answers each request with the next scripted (status, body) or (status, body, headers)
+    for its path; a status of DROP hangs up instead."""
 
-    def __init__(self, script: dict[str, list[tuple[int, Any]]]) -> None:
-        self.script, self.seen = script, []
+    def __init__(self, script: dict[str, list[tuple[Any, ...]]]) -> None:
+        self.script = script
+        self.seen: list[tuple[str, str]] = []  # (method, path) of each request
+        self.slept: list[float] = []  # what the gateway waited between attempts
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -33,9 +39,14 @@ class FakeApiServer:
             def _answer(self) -> None:
                 path = self.path.split("?")[0]
                 server.seen.append((self.command, self.path))
-                status, body = server.script[path].pop(0)
+                status, body, *headers = server.script[path].pop(0)
+                if status is DROP:
+                    self.close_connection = True
+                    return
                 data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
                 self.send_response(status)
+                for name, value in (headers[0] if headers else {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -49,7 +60,7 @@ class FakeApiServer:
     def gateway(self) -> KubernetesGateway:
         configuration = k8s_client.Configuration()
         configuration.host = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        return KubernetesGateway(configuration, max_attempts=3)
+        return KubernetesGateway(configuration, max_attempts=3, sleep=self.slept.append)
 
     def close(self) -> None:
         self.httpd.shutdown()
@@ -59,7 +70,7 @@ class FakeApiServer:
 def api_server() -> Iterator[Any]:
     servers: list[FakeApiServer] = []
 
-    def make(script: dict[str, list[tuple[int, Any]]]) -> FakeApiServer:
+    def make(script: dict[str, list[tuple[Any, ...]]]) -> FakeApiServer:
         servers.append(FakeApiServer(script))
         return servers[-1]
 
@@ -72,7 +83,9 @@ NS_PATH = "/api/v1/namespaces/vision"
 
 
 def test_overload_and_server_errors_are_retried_then_succeed(api_server):
-    server = api_server({NS_PATH: [(429, {"message": "slow down"}), (503, "unavailable"), (200, {"metadata": {"name": "vision"}})]})
+    server = api_server({
+        NS_PATH: [(429, {"message": "slow down"}), (503, "unavailable"), (200, {"metadata": {"name": "vision"}})],
+    })
     answer = server.gateway().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vision"}})
     assert answer == {"metadata": {"name": "vision"}}
     assert [method for method, _ in server.seen] == ["PATCH", "PATCH", "PATCH"]
@@ -86,14 +99,57 @@ def test_retries_are_bounded_and_the_last_error_names_the_object(api_server):
     assert failed.value.status == 503 and len(server.seen) == 3
 
 
+@pytest.mark.parametrize("status", [429, 500, 502, 503, 504])
+def test_each_transient_status_is_retried_until_the_gateways_budget_is_spent(api_server, status):
+    server = api_server({NS_PATH: [(status, {"message": "try later"})] * 3})
+    with pytest.raises(KubeError) as failed:
+        server.gateway().get(ObjectRef("v1", "Namespace", "vision"))
+    assert failed.value.status == status and failed.value.retriable
+    assert len(server.seen) == 3 and len(server.slept) == 2
+
+
+def test_a_dropped_connection_is_retried_then_succeeds(api_server):
+    server = api_server({NS_PATH: [(DROP, None), (DROP, None), (200, {"metadata": {"name": "vision"}})]})
+    assert server.gateway().get(ObjectRef("v1", "Namespace", "vision")) == {"metadata": {"name": "vision"}}
+    assert len(server.seen) == 3 and len(server.slept) == 2
+
+
+def test_a_server_that_keeps_hanging_up_is_a_retriable_error_after_the_budget(api_server):
+    server = api_server({NS_PATH: [(DROP, None)] * 3})
+    with pytest.raises(KubeError, match="the API server did not answer") as failed:
+        server.gateway().get(ObjectRef("v1", "Namespace", "vision"))
+    assert failed.value.status is None and failed.value.retriable
+    assert len(server.seen) == 3
+
+
+def test_retry_after_is_waited_out_never_shortened(api_server):
+    server = api_server({
+        NS_PATH: [(429, {"message": "slow down"}, {"Retry-After": "3"}), (200, {"metadata": {"name": "vision"}})],
+    })
+    server.gateway().get(ObjectRef("v1", "Namespace", "vision"))
+    (waited,) = server.slept
+    assert 3 <= waited <= 4.5
+
+
+def test_a_retry_after_longer_than_a_caller_should_wait_is_handed_to_the_task_at_once(api_server):
+    server = api_server({NS_PATH: [(429, {"message": "slow down"}, {"Retry-After": "120"})]})
+    with pytest.raises(KubeError) as failed:
+        server.gateway().get(ObjectRef("v1", "Namespace", "vision"))
+    assert failed.value.status == 429 and failed.value.retriable
+    assert len(server.seen) == 1 and server.slept == []
+
+
 def test_validation_and_conflict_errors_are_not_retried_and_say_why(api_server):
     invalid = {"kind": "Status", "code": 422, "reason": "Invalid", "message": "long machine text",
                "details": {"causes": [{"field": "spec.resourceGroups[0].flavors[0].name", "message": "Required value"}]}}
     server = api_server({"/apis/kueue.x-k8s.io/v1beta2/clusterqueues/vision": [(422, invalid)]})
     with pytest.raises(KubeError) as refused:
         server.gateway().apply({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "vision"}})
-    assert str(refused.value) == "ClusterQueue vision: rejected as invalid: spec.resourceGroups[0].flavors[0].name: Required value"
-    assert len(server.seen) == 1
+    assert str(refused.value) == (
+        "ClusterQueue vision: rejected as invalid: spec.resourceGroups[0].flavors[0].name: Required value"
+    )
+    assert not refused.value.retriable
+    assert len(server.seen) == 1 and server.slept == []
 
 
 def test_a_watch_whose_version_expired_lists_afresh_and_goes_on(api_server):
@@ -111,15 +167,54 @@ def test_a_watch_whose_version_expired_lists_afresh_and_goes_on(api_server):
     assert "resourceVersion=11" in server.seen[2][1]
 
 
-def test_the_rate_limit_lets_a_burst_through_then_paces_calls():
-    import time
+def test_a_list_sends_its_field_selector_beside_the_label_selector(api_server):
+    listing = {"metadata": {"resourceVersion": "7"}, "items": [{"metadata": {"name": "wl-1-abcde.1"}}]}
+    server = api_server({"/api/v1/namespaces/vision/events": [(200, listing)]})
+    items, version = server.gateway().list("v1", "Event", namespace="vision", labels={"a": "b"},
+                                           fields={"involvedObject.name": "wl-1-abcde", "type": "Warning"})
+    assert ([item["metadata"]["name"] for item in items], version) == (["wl-1-abcde.1"], "7")
+    query = parse_qs(urlsplit(server.seen[0][1]).query)
+    assert query["fieldSelector"] == ["involvedObject.name=wl-1-abcde,type=Warning"] and query["labelSelector"] == ["a=b"]
 
-    bucket = TokenBucket(qps=50, burst=5)
-    started = time.monotonic()
-    for _ in range(10):
+
+class FakeClock:
+    """Time that passes only when someone sleeps, or the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def test_the_rate_limit_lets_a_burst_through_then_paces_calls():
+    clock = FakeClock()
+    bucket = TokenBucket(qps=50, burst=5, clock=clock, sleep=clock.sleep)
+
+    for _ in range(5):
         bucket.take()
-    elapsed = time.monotonic() - started
-    assert 0.08 <= elapsed < 0.5  # five at once, then five more at 50 per second
+    assert clock.slept == []
+    for _ in range(5):
+        bucket.take()
+    assert clock.slept == pytest.approx([0.02] * 5)  # five more at 50 per second
+
+
+def test_the_rate_limit_refills_with_idle_time_up_to_the_burst_only():
+    clock = FakeClock()
+    bucket = TokenBucket(qps=50, burst=5, clock=clock, sleep=clock.sleep)
+    for _ in range(5):
+        bucket.take()
+
+    clock.now += 60  # a quiet minute earns 3000 tokens, but the bucket holds five
+    for _ in range(6):
+        bucket.take()
+
+    assert clock.slept == pytest.approx([0.02])
 
 
 @pytest.mark.django_db

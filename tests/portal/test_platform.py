@@ -80,7 +80,8 @@ def test_production_logs_are_one_json_object_per_line_with_the_request_id(settin
 
     assert "\n" not in line
     parsed = json.loads(line)
-    assert (parsed["level"], parsed["logger"], parsed["message"], parsed["request_id"]) == ("INFO", "tenants", "approved #12", "req-1")
+    fields = (parsed["level"], parsed["logger"], parsed["message"], parsed["request_id"])
+    assert fields == ("INFO", "tenants", "approved #12", "req-1")
 
 
 @pytest.mark.django_db
@@ -95,7 +96,9 @@ def test_api_tokens_are_shown_once_stored_hashed_and_expire(member):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("name", "days", "message"), [("", 30, "Give the token a name"), ("x", 0, "1 to 365 days"), ("x", 400, "1 to 365 days")])
+@pytest.mark.parametrize(("name", "days", "message"), [
+    ("", 30, "Give the token a name"), ("x", 0, "1 to 365 days"), ("x", 400, "1 to 365 days"),
+])
 def test_api_tokens_need_a_name_and_a_bounded_expiry(member, name, days, message):
     with pytest.raises(DomainError, match=message):
         tokens.api_token_create(user=member, name=name, expires_in_days=days)

@@ -311,7 +311,7 @@ def test_a_request_changes_only_through_its_actions(team, other_team, member, fl
     ("post", "/api/grants/"), ("put", "/api/grants/{id}/"), ("patch", "/api/grants/{id}/"), ("delete", "/api/grants/{id}/"),
 ])
 def test_nobody_changes_grant_sizes_through_the_api(team, lead, flavor, admin_user, method, path):
-    grant = QuotaGrantFactory(team=team, flavor=flavor, units=4)
+    grant = QuotaGrantFactory.create(team=team, flavor=flavor, units=4)
 
     for user in (lead, admin_user):
         response = getattr(api(user), method)(path.format(id=grant.pk),
@@ -429,7 +429,8 @@ def test_a_lead_adds_a_member_by_username(team, lead):
     response = api(lead).post("/api/memberships/", {"team": "vision", "username": "bob"}, format="json")
 
     assert response.status_code == 201, response.json()
-    assert {k: response.json()[k] for k in ("team", "username", "role")} == {"team": "vision", "username": "bob", "role": "member"}
+    membership = {k: response.json()[k] for k in ("team", "username", "role")}
+    assert membership == {"team": "vision", "username": "bob", "role": "member"}
 
 
 @pytest.mark.parametrize(("body", "message"), [
@@ -539,6 +540,13 @@ def test_the_flavor_list_shows_what_a_team_holds(team, member, flavor, mig_flavo
     assert {r["slug"]: r["team_guaranteed_units"] for r in rows} == {"h100-80gb": 6, "a100-1g10gb": 0}
 
 
+@pytest.mark.parametrize("slug", ["vision", "no-such-team"], ids=["invisible", "missing"])
+def test_the_flavor_list_for_a_team_you_cannot_see_is_empty_like_for_a_missing_team(team, outsider, flavor, slug):
+    response = api(outsider).get("/api/flavors/", {"team": slug})
+
+    assert (response.status_code, response.json()["results"]) == (200, [])
+
+
 def test_a_flavor_reads_with_its_capacity(member, flavor):
     response = api(member).get(f"/api/flavors/{flavor.pk}/")
 
@@ -614,8 +622,8 @@ def test_a_team_slug_too_long_for_a_namespace_says_how_long_it_is(admin_user):
 
 
 def test_grants_filter_by_whether_they_are_in_force(team, member, flavor, mig_flavor):
-    current = QuotaGrantFactory(team=team, flavor=flavor, units=4)
-    ended = QuotaGrantFactory(team=team, flavor=mig_flavor, units=7, valid_until=timezone.now() - dt.timedelta(hours=1))
+    current = QuotaGrantFactory.create(team=team, flavor=flavor, units=4)
+    ended = QuotaGrantFactory.create(team=team, flavor=mig_flavor, units=7, valid_until=timezone.now() - dt.timedelta(hours=1))
 
     def ids(**params: str) -> list[int]:
         return [row["id"] for row in api(member).get("/api/grants/", params).json()["results"]]
@@ -632,4 +640,5 @@ def test_memberships_filter_by_team(team, other_team, lead, member, admin_user):
 
     rows = api(admin_user).get("/api/memberships/", {"team": "vision"}).json()["results"]
 
-    assert [(row["team"], row["username"], row["role"]) for row in rows] == [("vision", "alice", "member"), ("vision", "lena", "lead")]
+    memberships = [(row["team"], row["username"], row["role"]) for row in rows]
+    assert memberships == [("vision", "alice", "member"), ("vision", "lena", "lead")]

@@ -31,9 +31,9 @@ def real_cluster(control_plane, settings):
 
 def test_an_approval_in_the_browser_reaches_the_real_cluster_within_seconds(browser, live_server, real_cluster):
     suffix = real_cluster
-    flavor = FlavorFactory(name="H100 80GB", slug=f"h100-{suffix}", resource_name="nvidia.com/gpu", capacity_units=16)
-    team = TeamFactory(slug=f"vision-{suffix}", name="Computer Vision")
-    lena, alice = UserFactory(username="lena"), UserFactory(username="alice")
+    flavor = FlavorFactory.create(name="H100 80GB", slug=f"h100-{suffix}", resource_name="nvidia.com/gpu", capacity_units=16)
+    team = TeamFactory.create(slug=f"vision-{suffix}", name="Computer Vision")
+    lena, alice = UserFactory.create(username="lena"), UserFactory.create(username="alice")
     MembershipFactory(team=team, user=lena, role=Membership.Role.LEAD)
     MembershipFactory(team=team, user=alice)
     reconcile.platform_reconcile()
@@ -51,6 +51,7 @@ def test_an_approval_in_the_browser_reaches_the_real_cluster_within_seconds(brow
     rq = gateway().get(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))
     local_queue = gateway().get(ObjectRef(KUEUE, "LocalQueue", "default", team.slug))
     reached = time.monotonic() - started
+    assert cq is not None and rq is not None and local_queue is not None
     assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "6"
     assert rq["spec"]["hard"]["requests.nvidia.com/gpu"] == "16"
     assert local_queue["spec"]["clusterQueue"] == team.slug

@@ -24,12 +24,14 @@ MIG = m.FlavorSpec(name="a100-1g-10gb", resource_name="nvidia.com/mig-1g.10gb", 
                    node_labels={"nvidia.com/mig.config": "all-1g.10gb"})
 A100 = m.FlavorSpec(name="a100-80gb", resource_name="nvidia.com/gpu", capacity=16, node_labels={"gpu": "a100"})
 
+UID = "8d5c2b1e-6f0a-4b7e-9c3d-2a1f0e9b8c7d"
 TEAM = m.TeamSpec(
-    slug="vision",
+    slug="vision", uid=UID,
     quotas=(m.FlavorQuota(flavor=H100, nominal=8), m.FlavorQuota(flavor=MIG, nominal=0), m.FlavorQuota(flavor=A100, nominal=2)),
     members=("bob", "alice"),
 )
 LABELS = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/team": "vision"}
+PROOF = {"gpu-portal.io/team-uid": UID}
 
 
 def test_a_team_gets_seven_objects_in_creation_order():
@@ -48,14 +50,14 @@ def test_the_namespace_enforces_restricted_pod_security():
             "pod-security.kubernetes.io/enforce": "restricted",
             "pod-security.kubernetes.io/enforce-version": "latest",
             "pod-security.kubernetes.io/warn": "restricted",
-        }},
+        }, "annotations": PROOF},
     }
 
 
 def test_the_cluster_queue_guarantees_the_grants_and_groups_flavors_by_resource():
     assert m.make_cluster_queue(team=TEAM) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-        "metadata": {"name": "vision", "labels": LABELS},
+        "metadata": {"name": "vision", "labels": LABELS, "annotations": PROOF},
         "spec": {
             "cohortName": "gpu-portal",
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "vision"}},
@@ -69,13 +71,15 @@ def test_the_cluster_queue_guarantees_the_grants_and_groups_flavors_by_resource(
                     {"name": "a100-1g-10gb", "resources": [{"name": "nvidia.com/mig-1g.10gb", "nominalQuota": "0"}]},
                 ]},
             ],
-            "preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"}, "withinClusterQueue": "LowerPriority"},
+            "preemption": {
+                "reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"}, "withinClusterQueue": "LowerPriority",
+            },
         },
     }
 
 
 def test_a_team_that_may_not_borrow_or_lend_gets_zero_limits_and_a_tight_backstop():
-    team = m.TeamSpec(slug="vision", quotas=(m.FlavorQuota(flavor=H100, nominal=8),),
+    team = m.TeamSpec(slug="vision", uid=UID, quotas=(m.FlavorQuota(flavor=H100, nominal=8),),
                       policy=m.TeamPolicy(may_borrow=False, lends_idle=False))
     resources = m.make_cluster_queue(team=team)["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     assert resources == [{"name": "nvidia.com/gpu", "nominalQuota": "8", "borrowingLimit": "0", "lendingLimit": "0"}]
@@ -85,7 +89,7 @@ def test_a_team_that_may_not_borrow_or_lend_gets_zero_limits_and_a_tight_backsto
 def test_the_backstop_quota_never_blocks_what_kueue_may_admit():
     assert m.make_resource_quota(team=TEAM) == {
         "apiVersion": "v1", "kind": "ResourceQuota",
-        "metadata": {"name": "gpu-portal", "namespace": "vision", "labels": LABELS},
+        "metadata": {"name": "gpu-portal", "namespace": "vision", "labels": LABELS, "annotations": PROOF},
         "spec": {"hard": {
             "requests.cpu": "64", "requests.memory": "512Gi", "pods": "100",
             # may borrow: up to the whole flavor capacity, summed over flavors of one resource
@@ -114,15 +118,65 @@ def test_members_may_read_their_pods_with_their_own_credentials():
 def test_the_local_queue_points_at_the_team_queue():
     assert m.make_local_queue(team=TEAM) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-        "metadata": {"name": "default", "namespace": "vision", "labels": LABELS},
+        "metadata": {"name": "default", "namespace": "vision", "labels": LABELS, "annotations": PROOF},
         "spec": {"clusterQueue": "vision"},
     }
+
+
+def test_every_team_object_carries_the_managed_by_label_and_the_team_uid():
+    for obj in m.make_team_objects(team=TEAM):
+        assert obj["metadata"]["labels"].items() >= LABELS.items(), obj["kind"]
+        assert obj["metadata"]["annotations"] == PROOF, obj["kind"]
+
+
+def test_the_name_prefix_names_the_namespace_and_the_queue_and_everything_that_points_at_them():
+    team = m.TeamSpec(slug="vision", uid=UID, quotas=(m.FlavorQuota(flavor=H100, nominal=8),), name_prefix="gpu-")
+    objects = {o["kind"]: o for o in m.make_team_objects(team=team)}
+
+    assert (team.namespace, team.cluster_queue) == ("gpu-vision", "gpu-vision")
+    assert objects["Namespace"]["metadata"]["name"] == "gpu-vision"
+    assert {o["metadata"].get("namespace") for o in objects.values()} == {None, "gpu-vision"}
+    assert objects["ClusterQueue"]["metadata"]["name"] == "gpu-vision"
+    assert objects["ClusterQueue"]["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "gpu-vision"}}
+    assert objects["LocalQueue"]["spec"]["clusterQueue"] == "gpu-vision"
+    assert objects["Namespace"]["metadata"]["labels"]["gpu-portal.io/team"] == "vision"
+
+
+def _live(labels: dict, annotations: dict | None = None) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "vision", "labels": labels,
+                                                                   **({"annotations": annotations} if annotations else {})}}
+
+
+def test_an_object_is_the_teams_only_with_the_managed_by_label_and_its_uid():
+    assert m.owned_by_team(m.make_namespace(team=TEAM), uid=UID)
+    assert m.owned_by_team(_live(LABELS, PROOF), uid=UID, slug="vision")
+
+
+def test_another_teams_uid_is_no_proof_even_with_the_same_slug():
+    assert not m.owned_by_team(_live(LABELS, {"gpu-portal.io/team-uid": "another-team"}), uid=UID, slug="vision")
+    assert not m.owned_by_team(_live(LABELS, {"gpu-portal.io/team-uid": "another-team"}), uid=UID, slug="vision",
+                               adopts_unannotated=True)
+
+
+def test_a_namespace_someone_else_made_is_no_ones_proof():
+    assert not m.owned_by_team(_live({"team": "monitoring"}), uid=UID, slug="vision")
+    assert not m.owned_by_team(_live({}), uid="", slug="vision")
+    # the uid copied without the portal's label proves nothing either
+    assert not m.owned_by_team(_live({"gpu-portal.io/team": "vision"}, PROOF), uid=UID, slug="vision")
+
+
+def test_labels_without_a_uid_count_only_for_a_team_from_before_the_uid():
+    assert not m.owned_by_team(_live(LABELS), uid=UID, slug="vision")
+    assert m.owned_by_team(_live(LABELS), uid=UID, slug="vision", adopts_unannotated=True)
+    assert not m.owned_by_team(_live({**LABELS, "gpu-portal.io/team": "speech"}), uid=UID, slug="vision", adopts_unannotated=True)
 
 
 def test_flavors_become_resource_flavors_with_their_placement():
     assert m.make_resource_flavor(flavor=H100) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-        "metadata": {"name": "h100-80gb", "labels": {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/role": "flavor"}},
+        "metadata": {
+            "name": "h100-80gb", "labels": {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/role": "flavor"},
+        },
         "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
     }
@@ -179,4 +233,5 @@ def test_schema_validation_can_fail():
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, _strict(_crd_schema("ClusterQueue")) | {})
     with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate({**m.make_namespace(team=TEAM), "spec": {"finalizers": "x"}}, KUBERNETES_VERSION, strict=True)
+        namespace = {**m.make_namespace(team=TEAM), "spec": {"finalizers": "x"}}
+        kubernetes_validate.validate(namespace, KUBERNETES_VERSION, strict=True)

@@ -4,6 +4,7 @@ CSRF, and a number of queries that does not grow with the rows on a page."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -52,32 +53,47 @@ def form_data(team: str = "vision", lines: list[tuple[str, str]] | None = None, 
 # --- Every page renders for the right people ----------------------------------------------------
 
 
+def ok(response: Any) -> str:
+    """The body of a page that must have rendered: what a page does not show means nothing on an error page."""
+    assert response.status_code == 200, response.status_code
+    return response.content.decode()
+
+
+def heading(page: str) -> str:
+    """The page's <h1>, which says which page it is: an error page or the wrong template has another."""
+    found = re.search(r"<h1[^>]*>(.*?)</h1>", page, re.DOTALL)
+    return found.group(1).strip() if found else ""
+
+
+# Each page with the heading it must show ({username}: the visitor's).
 PAGES = [
-    ("tenants:dashboard", []),
-    ("tenants:team-list", []),
-    ("tenants:team-detail", ["vision"]),
-    ("tenants:team-requests", ["vision"]),
-    ("tenants:team-audit", ["vision"]),
-    ("tenants:quota-request-create", []),
-    ("tenants:quota-request-list", []),
-    ("tenants:approvals", []),
-    ("tenants:audit", []),
-    ("api-tokens", []),
-    ("notifications", []),
+    ("tenants:dashboard", [], "Hello, {username}"),
+    ("tenants:team-list", [], "Teams"),
+    ("tenants:team-detail", ["vision"], "Vision"),
+    ("tenants:team-requests", ["vision"], "Vision"),
+    ("tenants:team-audit", ["vision"], "Vision"),
+    ("tenants:quota-request-create", [], "Request GPU quota"),
+    ("tenants:quota-request-list", [], "Quota requests"),
+    ("tenants:approvals", [], "Approvals"),
+    ("tenants:audit", [], "Audit trail"),
+    ("api-tokens", [], "API tokens"),
+    ("notifications", [], "Notifications"),
 ]
 
 
-@pytest.mark.parametrize(("name", "args"), PAGES)
+@pytest.mark.parametrize(("name", "args", "title"), PAGES)
 @pytest.mark.parametrize("who", ["member", "lead", "admin_user", "finance_user"])
-def test_every_page_renders_for_members_leads_admins_and_finance(name, args, who, request, team, flavor, member, lead, as_user):
+def test_every_page_renders_for_members_leads_admins_and_finance(
+    name, args, title, who, request, team, flavor, member, lead, as_user,
+):
     user = request.getfixturevalue(who)
     response = as_user(user).get(reverse(name, args=args))
     assert response.status_code == 200
-    assert b"<html" in response.content
+    assert heading(response.content.decode()) == title.format(username=user.username)
 
 
-@pytest.mark.parametrize(("name", "args"), PAGES)
-def test_every_page_sends_anonymous_visitors_to_the_login_page(name, args, client, team):
+@pytest.mark.parametrize(("name", "args", "title"), PAGES)
+def test_every_page_sends_anonymous_visitors_to_the_login_page(name, args, title, client, team):
     response = client.get(reverse(name, args=args))
     assert response.status_code == 302
     assert response["Location"].startswith("/login/")
@@ -88,8 +104,8 @@ def test_the_dashboard_shows_my_teams_capacity_pending_requests_and_the_inbox_co
     QuotaGrantFactory(team=TeamFactory(slug="nlp"), flavor=flavor, units=8)
     file_request(team, member, flavor, 2)
 
-    lead_page = as_user(lead).get(reverse("tenants:dashboard")).content.decode()
-    member_page = as_user(member).get(reverse("tenants:dashboard")).content.decode()
+    lead_page = ok(as_user(lead).get(reverse("tenants:dashboard")))
+    member_page = ok(as_user(member).get(reverse("tenants:dashboard")))
 
     assert "Vision" in member_page and "H100 80GB" in member_page
     assert "<strong>4</strong> your teams" in member_page
@@ -101,11 +117,13 @@ def test_the_dashboard_shows_my_teams_capacity_pending_requests_and_the_inbox_co
     assert "request for you to decide" in lead_page
 
 
-def test_the_team_list_shows_only_my_teams_but_finance_and_admins_see_all(team, other_team, member, finance_user, admin_user, as_user):
-    mine = as_user(member).get(reverse("tenants:team-list")).content.decode()
+def test_the_team_list_shows_only_my_teams_but_finance_and_admins_see_all(
+    team, other_team, member, finance_user, admin_user, as_user,
+):
+    mine = ok(as_user(member).get(reverse("tenants:team-list")))
     assert "Vision" in mine and "Speech" not in mine
     for user in (finance_user, admin_user):
-        everything = as_user(user).get(reverse("tenants:team-list")).content.decode()
+        everything = ok(as_user(user).get(reverse("tenants:team-list")))
         assert "Vision" in everything and "Speech" in everything
 
 
@@ -113,16 +131,18 @@ def test_the_team_list_paginates_by_25(admin_user, as_user):
     TeamFactory.create_batch(30)
     page_one = as_user(admin_user).get(reverse("tenants:team-list")).content.decode()
     assert "Page 1 of 2" in page_one
-    fragment = as_user(admin_user).get(reverse("tenants:team-list") + "?page=2", **HTMX).content.decode()
+    fragment = ok(as_user(admin_user).get(reverse("tenants:team-list") + "?page=2", **HTMX))
     assert fragment.lstrip().startswith('<div id="team-rows">')
     assert "Page 2 of 2" in fragment and "<html" not in fragment
 
 
 def test_finance_sees_any_team_page_but_cannot_manage_its_members(team, member, lead, finance_user, as_user):
     client = as_user(finance_user)
-    page = client.get(reverse("tenants:team-detail", args=["vision"])).content.decode()
+    page = ok(client.get(reverse("tenants:team-detail", args=["vision"])))
     assert "alice" in page and "lena" in page
     assert "Add a member" not in page and "Remove" not in page
+    lead_page = ok(as_user(lead).get(reverse("tenants:team-detail", args=["vision"])))
+    assert "Add a member" in lead_page and "Remove" in lead_page
     response = client.post(reverse("tenants:membership-add", args=["vision"]), {"username": "fiona", "role": "member"}, **HTMX)
     assert response.status_code == 403
     assert not Membership.objects.filter(team=team, user=finance_user).exists()
@@ -131,10 +151,13 @@ def test_finance_sees_any_team_page_but_cannot_manage_its_members(team, member, 
 def test_a_plain_member_sees_no_decision_buttons_and_no_member_controls(team, member, lead, flavor, as_user):
     qr = file_request(team, member, flavor, 2)
     client = as_user(member)
-    detail = client.get(reverse("tenants:quota-request-detail", args=[qr.pk])).content.decode()
+    detail = ok(client.get(reverse("tenants:quota-request-detail", args=[qr.pk])))
     assert "Approve" not in detail and "Cancel this request" in detail
-    team_page = client.get(reverse("tenants:team-detail", args=["vision"])).content.decode()
+    team_page = ok(client.get(reverse("tenants:team-detail", args=["vision"])))
     assert "Add a member" not in team_page
+    lena = as_user(lead)
+    assert "Approve" in ok(lena.get(reverse("tenants:quota-request-detail", args=[qr.pk])))
+    assert "Add a member" in ok(lena.get(reverse("tenants:team-detail", args=["vision"])))
     assert client.post(reverse("tenants:quota-request-approve", args=[qr.pk]), **HTMX).status_code == 403
     qr.refresh_from_db()
     assert qr.status == QuotaRequest.Status.PENDING
@@ -171,7 +194,9 @@ def test_the_quota_story_from_the_form_to_the_approved_grant_on_the_team_page(te
     assert "No pending requests — you're all caught up." in lena.get(reverse("tenants:approvals")).content.decode()
 
 
-def test_approval_over_capacity_is_refused_in_the_row_with_the_numbers_and_keeps_the_buttons(team, other_team, member, lead, flavor, as_user):
+def test_approval_over_capacity_is_refused_in_the_row_with_the_numbers_and_keeps_the_buttons(
+    team, other_team, member, lead, flavor, as_user,
+):
     QuotaGrantFactory(team=other_team, flavor=flavor, units=14)
     qr = file_request(team, member, flavor, 4)
 
@@ -190,7 +215,8 @@ def test_a_lead_rejects_in_place_and_the_requester_cancels_from_the_detail_page(
     rejected = file_request(team, member, flavor, 2)
     cancelled = file_request(team, member, flavor, 1)
 
-    fragment = as_user(lead).post(reverse("tenants:quota-request-reject", args=[rejected.pk]), {"note": "Use the MIG slices"}, **HTMX)
+    reject = reverse("tenants:quota-request-reject", args=[rejected.pk])
+    fragment = as_user(lead).post(reject, {"note": "Use the MIG slices"}, **HTMX)
     assert "Rejected" in fragment.content.decode()
 
     alice = as_user(member)
@@ -252,7 +278,8 @@ def test_the_live_preview_tells_where_the_flavor_stands_for_the_team(team, other
 
 def test_the_preview_flags_giving_back_more_than_the_team_holds(team, member, flavor, as_user):
     QuotaGrantFactory(team=team, flavor=flavor, units=2)
-    fragment = as_user(member).get(reverse("tenants:quota-preview"), {"team": "vision", "flavor": "h100-80gb", "units": "-3"}).content.decode()
+    preview = as_user(member).get(reverse("tenants:quota-preview"), {"team": "vision", "flavor": "h100-80gb", "units": "-3"})
+    fragment = preview.content.decode()
     assert 'class="hint bad"' in fragment and "only 2 of its units are permanent" in fragment
 
 
@@ -292,8 +319,10 @@ def test_bad_input_is_explained_and_the_form_keeps_what_was_typed(data, message,
         assert data["justification"] in page
 
 
-def test_the_form_offers_only_teams_the_user_may_request_quota_for(team, other_team, member, finance_user, admin_user, flavor, as_user):
-    mine = as_user(member).get(reverse("tenants:quota-request-create")).content.decode()
+def test_the_form_offers_only_teams_the_user_may_request_quota_for(
+    team, other_team, member, finance_user, admin_user, flavor, as_user,
+):
+    mine = ok(as_user(member).get(reverse("tenants:quota-request-create")))
     assert 'value="vision"' in mine and 'value="speech"' not in mine
     finance = as_user(finance_user).get(reverse("tenants:quota-request-create")).content.decode()
     assert "no team to request quota for" in finance
@@ -375,8 +404,8 @@ def test_team_history_and_audit_page_through_htmx_fragments(team, member, flavor
     assert rows.lstrip().startswith('<div id="request-rows">') and "Page 2 of 2" in rows
     audit = client.get(reverse("tenants:team-audit", args=["vision"]) + "?page=2", **HTMX).content.decode()
     assert audit.lstrip().startswith('<div id="audit-rows">') and "Page 2 of 2" in audit
-    full = client.get(reverse("tenants:team-requests", args=["vision"]) + "?page=2").content.decode()
-    assert "<html" in full and "Page 2 of 2" in full
+    full = ok(client.get(reverse("tenants:team-requests", args=["vision"]) + "?page=2"))
+    assert heading(full) == "Vision" and "Page 2 of 2" in full
 
 
 def test_the_request_list_filters_by_status_and_keeps_the_filter_when_paging(team, member, lead, flavor, as_user):
@@ -390,13 +419,37 @@ def test_the_request_list_filters_by_status_and_keeps_the_filter_when_paging(tea
     approved = client.get(reverse("tenants:quota-request-list"), {"status": "approved"}, **HTMX).content.decode()
     assert "Page 1 of 2 · 27 in all" in approved
     assert 'href="?status=approved&amp;page=2"' in approved
-    assert "No requests match this filter." in client.get(reverse("tenants:quota-request-list"), {"status": "expired"}).content.decode()
+    expired = client.get(reverse("tenants:quota-request-list"), {"status": "expired"}).content.decode()
+    assert "No requests match this filter." in expired
 
 
 def test_the_audit_page_filters_by_team_and_shows_sentences(team, member, lead, flavor, as_user):
     qr = file_request(team, member, flavor, 4)
     page = as_user(lead).get(reverse("tenants:audit"), {"team": "vision"}).content.decode()
     assert f"alice requested +4 H100 80GB for vision (request #{qr.pk})" in page
+
+
+@pytest.mark.parametrize("team_filter", ["vision", "no-such-team"], ids=["invisible", "missing"])
+@pytest.mark.parametrize("htmx", [False, True], ids=["page", "htmx"])
+def test_the_audit_page_filtered_by_a_team_you_cannot_see_is_empty_like_a_missing_team(
+    team, member, flavor, outsider, as_user, team_filter, htmx
+):
+    file_request(team, member, flavor, 4)
+    response = as_user(outsider).get(reverse("tenants:audit"), {"team": team_filter}, **(HTMX if htmx else {}))
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Nothing has happened here yet." in page
+    assert "requested +4" not in page
+
+
+def test_the_request_list_leaves_out_a_filter_value_it_does_not_understand(team, member, flavor, as_user):
+    file_request(team, member, flavor, 2)
+    response = as_user(member).get(reverse("tenants:quota-request-list"), {"status": "done", "mine": "maybe"})
+
+    assert response.status_code == 200
+    assert len(response.context["requests"]) == 1
+    assert (response.context["status"], response.context["mine"]) == ("", False)
 
 
 # --- Isolation: another team's objects are 404 ----------------------------------------------------
@@ -415,12 +468,12 @@ ISOLATION_CASES: list[tuple[str, str, Callable[[dict[str, Any]], str]]] = [
     ("team request rows", "get", lambda o: reverse("tenants:team-requests", args=["vision"])),
     ("team audit rows", "get", lambda o: reverse("tenants:team-audit", args=["vision"])),
     ("team cluster state", "get", lambda o: reverse("tenants:team-cluster", args=["vision"])),
-    ("audit filtered by the team", "get", lambda o: reverse("tenants:audit") + "?team=vision"),
     ("member add", "post", lambda o: reverse("tenants:membership-add", args=["vision"])),
     ("member role", "post", lambda o: reverse("tenants:membership-role", args=["vision", o["membership"].pk])),
     ("member remove", "post", lambda o: reverse("tenants:membership-remove", args=["vision", o["membership"].pk])),
     ("member role under my own team", "post", lambda o: reverse("tenants:membership-role", args=["speech", o["membership"].pk])),
-    ("member remove under my own team", "post", lambda o: reverse("tenants:membership-remove", args=["speech", o["membership"].pk])),
+    ("member remove under my own team", "post",
+     lambda o: reverse("tenants:membership-remove", args=["speech", o["membership"].pk])),
     ("request detail", "get", lambda o: reverse("tenants:quota-request-detail", args=[o["qr"].pk])),
     ("approve", "post", lambda o: reverse("tenants:quota-request-approve", args=[o["qr"].pk])),
     ("reject", "post", lambda o: reverse("tenants:quota-request-reject", args=[o["qr"].pk])),
@@ -449,11 +502,32 @@ def test_an_outsider_gets_404_for_every_object_of_another_team(case, method, url
     assert Notification.objects.get(pk=vision_objects["note"].pk).read_at is None
 
 
-@pytest.mark.parametrize(
-    "name", ["tenants:dashboard", "tenants:team-list", "tenants:quota-request-list", "tenants:approvals", "tenants:audit", "notifications", "api-tokens"]
-)
-def test_list_pages_never_show_another_teams_rows(name, vision_objects, outsider, as_user):
-    page = as_user(outsider).get(reverse(name)).content.decode()
+@pytest.fixture
+def speech_objects(other_team, outsider, flavor) -> dict[str, Any]:
+    """The outsider's own rows, of the same kinds: each list page must show these, or not
+    showing vision's would prove nothing."""
+    qr = file_request(other_team, outsider, flavor, 3)
+    tokens.api_token_create(user=outsider, name="oscar-workstation", expires_in_days=30)
+    notify(recipients=[outsider], message="note-for-oscar", url="/")
+    return {"qr": qr}
+
+
+# Each list page with what it must show the outsider of their own (the speech team's) rows.
+LIST_PAGES: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("tenants:dashboard", lambda o: "Speech"),
+    ("tenants:team-list", lambda o: "Speech"),
+    ("tenants:quota-request-list", lambda o: f"#{o['qr'].pk}<"),
+    ("tenants:approvals", lambda o: f"#{o['qr'].pk}<"),
+    ("tenants:audit", lambda o: f"oscar requested +3 H100 80GB for speech (request #{o['qr'].pk})"),
+    ("notifications", lambda o: "note-for-oscar"),
+    ("api-tokens", lambda o: "oscar-workstation"),
+]
+
+
+@pytest.mark.parametrize(("name", "own"), LIST_PAGES, ids=[name for name, _ in LIST_PAGES])
+def test_list_pages_never_show_another_teams_rows(name, own, vision_objects, speech_objects, outsider, as_user):
+    page = ok(as_user(outsider).get(reverse(name)))
+    assert own(speech_objects) in page
     qr = vision_objects["qr"]
     assert "Vision" not in page
     assert f"#{qr.pk}<" not in page
@@ -492,10 +566,10 @@ def count_queries(client: Any, url: str, **headers: Any) -> int:
 
 def fill_team(team: Team, requester: Any, flavors: list[Any], n: int) -> None:
     for i in range(n):
-        qr = QuotaRequestFactory(team=team, requester=requester, status="pending" if i % 2 else "approved")
+        qr = QuotaRequestFactory.create(team=team, requester=requester, status="pending" if i % 2 else "approved")
         for flavor in flavors:
             QuotaRequestLineFactory(request=qr, flavor=flavor, units=1)
-        person = UserFactory()
+        person = UserFactory.create()
         MembershipFactory(team=team, user=person)
         QuotaGrantFactory(team=team, flavor=flavors[i % len(flavors)], units=1, request=qr,
                           valid_until=timezone.now() + dt.timedelta(days=i + 1) if i % 3 else None)
@@ -566,7 +640,9 @@ def test_the_admin_refuses_to_lower_a_flavor_below_its_guarantees_with_a_message
 
 def test_teams_created_in_the_admin_go_through_the_service(admin_user, as_user):
     client = as_user(admin_user)
-    response = client.post(reverse("admin:tenants_team_add"), {"slug": "robotics", "name": "Robotics", "cost_center": "CC-9", "description": ""})
+    response = client.post(
+        reverse("admin:tenants_team_add"), {"slug": "robotics", "name": "Robotics", "cost_center": "CC-9", "description": ""},
+    )
     assert response.status_code == 302
     team = Team.objects.get(slug="robotics")
     assert AuditEvent.objects.get(action="team.created", team_id=team.pk).message == "root created team robotics (Robotics)"
@@ -574,16 +650,19 @@ def test_teams_created_in_the_admin_go_through_the_service(admin_user, as_user):
 
 
 def test_admin_member_changes_go_through_the_services(team, lead, admin_user, as_user):
-    bob = UserFactory(username="bob")
+    bob = UserFactory.create(username="bob")
     lead_membership = Membership.objects.get(team=team, user=lead)
     client = as_user(admin_user)
     url = reverse("admin:tenants_team_change", args=[team.pk])
     data = {
         "name": "Vision", "cost_center": "CC-100", "description": "",
         "may_borrow": "on", "lends_idle": "on", "cpu_limit_cores": "64", "memory_limit_gib": "512", "pod_limit": "100",
-        "memberships-TOTAL_FORMS": "2", "memberships-INITIAL_FORMS": "1", "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000",
-        "memberships-0-id": str(lead_membership.pk), "memberships-0-team": str(team.pk), "memberships-0-user": str(lead.pk), "memberships-0-role": "lead",
-        "memberships-1-id": "", "memberships-1-team": str(team.pk), "memberships-1-user": str(bob.pk), "memberships-1-role": "member",
+        "memberships-TOTAL_FORMS": "2", "memberships-INITIAL_FORMS": "1",
+        "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000",
+        "memberships-0-id": str(lead_membership.pk), "memberships-0-team": str(team.pk),
+        "memberships-0-user": str(lead.pk), "memberships-0-role": "lead",
+        "memberships-1-id": "", "memberships-1-team": str(team.pk),
+        "memberships-1-user": str(bob.pk), "memberships-1-role": "member",
     }
     response = client.post(url, data)
     assert response.status_code == 302, response.content.decode()[:3000]
@@ -600,7 +679,7 @@ def test_requests_and_grants_are_read_only_in_the_admin(team, member, flavor, ad
     client = as_user(admin_user)
     assert client.get(reverse("admin:tenants_quotarequest_changelist")).status_code == 200
     assert client.get(reverse("admin:tenants_quotagrant_changelist")).status_code == 200
-    page = client.get(reverse("admin:tenants_quotarequest_change", args=[qr.pk])).content.decode()
+    page = ok(client.get(reverse("admin:tenants_quotarequest_change", args=[qr.pk])))
     assert "H100 80GB" in page and 'name="_save"' not in page
     assert client.get(reverse("admin:tenants_quotarequest_add")).status_code == 403
 
@@ -614,10 +693,10 @@ def test_a_new_token_secret_is_shown_once_and_revoked_in_place(member, as_user):
     token = ApiToken.objects.get(user=member)
     assert '<code class="secret" data-testid="secret">' in created
     assert "laptop" in created
-    again = client.get(reverse("api-tokens")).content.decode()
+    again = ok(client.get(reverse("api-tokens")))
     assert 'class="secret"' not in again and "Revoke" in again
 
-    row = client.post(f"/tokens/{token.pk}/revoke/", **HTMX).content.decode()
+    row = ok(client.post(f"/tokens/{token.pk}/revoke/", **HTMX))
     assert row.lstrip().startswith(f'<tr id="token-{token.pk}">')
     assert "Revoked" in row and "hx-post" not in row
 

@@ -172,7 +172,7 @@ def test_lowering_quota_gives_units_back(team, member, lead, flavor):
 
 
 def test_lowering_below_zero_is_refused_at_approval_when_quota_shrank_meanwhile(team, member, lead, flavor):
-    grant = QuotaGrantFactory(team=team, flavor=flavor, units=4)
+    grant = QuotaGrantFactory.create(team=team, flavor=flavor, units=4)
     qr = request_units(team, member, flavor, -4)
     grant.ended_at = timezone.now()
     grant.save()
@@ -207,13 +207,14 @@ def test_a_temporary_grant_warns_three_days_ahead_then_expires_once(team, member
     qr = request_units(team, member, flavor, 8, ends_on=last_day)
     services.quota_request_approve(quota_request=qr, approver=lead)
     grant = QuotaGrant.objects.get()
-    assert timezone.localtime(grant.valid_until).date() == last_day + dt.timedelta(days=1)
+    assert grant.valid_until is not None and timezone.localtime(grant.valid_until).date() == last_day + dt.timedelta(days=1)
     assert services.quota_grants_expire() == services.ExpiryResult(ended=0, warned=0)
 
     three_days_before = grant.valid_until - dt.timedelta(days=2, hours=12)
     assert services.quota_grants_expire(now=three_days_before) == services.ExpiryResult(ended=0, warned=1)
     assert services.quota_grants_expire(now=three_days_before) == services.ExpiryResult(ended=0, warned=0)
-    assert f"ends after {last_day.isoformat()}" in Notification.objects.filter(recipient=member).first().message
+    warning = Notification.objects.filter(recipient=member).first()
+    assert warning is not None and f"ends after {last_day.isoformat()}" in warning.message
     assert QuotaGrant.objects.active(at=three_days_before).count() == 1
 
     just_after = grant.valid_until + dt.timedelta(seconds=30)
@@ -263,14 +264,14 @@ def test_team_slugs_follow_kubernetes_naming_and_say_so(admin_user):
 
 
 def test_leads_manage_members_but_the_last_lead_stays(team, lead, member):
-    newcomer = UserFactory(username="nina")
+    newcomer = UserFactory.create(username="nina")
     membership = services.membership_add(actor=lead, team=team, user=newcomer)
     services.membership_set_role(actor=lead, membership=membership, role=Membership.Role.LEAD)
     services.membership_remove(actor=newcomer, membership=Membership.objects.get(user=lead))
     with pytest.raises(DomainError, match="only lead"):
         services.membership_set_role(actor=newcomer, membership=Membership.objects.get(user=newcomer), role="member")
     with pytest.raises(PermissionDenied):
-        services.membership_add(actor=member, team=team, user=UserFactory(username="mallory"))
+        services.membership_add(actor=member, team=team, user=UserFactory.create(username="mallory"))
 
 
 def test_adding_someone_twice_is_refused(team, lead, member):
@@ -279,7 +280,7 @@ def test_adding_someone_twice_is_refused(team, lead, member):
 
 
 def test_single_sign_on_groups_become_memberships(team, other_team, settings):
-    user = UserFactory(username="sam")
+    user = UserFactory.create(username="sam")
     MembershipFactory(team=other_team, user=user)
     TeamFactory(slug="nlp")
 
@@ -296,9 +297,8 @@ def test_only_a_platform_admin_changes_how_a_team_shares_the_cluster(team, lead,
     services.team_update(actor=admin_user, team=team, may_borrow=False, pod_limit=50)
     team.refresh_from_db()
     assert (team.description, team.may_borrow, team.pod_limit) == ("Detection models", False, 50)
-    assert AuditEvent.objects.filter(action="team.updated").first().message == (
-        "root changed may_borrow to False, pod_limit to 50 of team vision"
-    )
+    event = AuditEvent.objects.filter(action="team.updated").first()
+    assert event is not None and event.message == "root changed may_borrow to False, pod_limit to 50 of team vision"
 
 
 def test_a_flavor_keeps_its_slug_because_it_names_the_resource_flavor(admin_user, flavor):

@@ -11,15 +11,15 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from portal.models import User
 from billing import services as billing_services
 from jobs import services as job_services
+from portal.models import User
 from tenants import services
 from tenants.models import Flavor, Membership, QuotaRequest, Team
 
 PASSWORD = "gpu-portal-demo"
 
-FLAVORS = [
+FLAVORS: list[dict[str, Any]] = [
     dict(name="H100 80GB", slug="h100-80gb", resource_name="nvidia.com/gpu", sharing_mode="exclusive",
          gpu_model="NVIDIA H100 80GB HBM3", fraction_numerator=1, fraction_denominator=1, capacity_units=32,
          node_labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
@@ -61,7 +61,7 @@ class Command(BaseCommand):
             self.stdout.write("Demo data is already there.")
         else:
             self.seed()
-        self.stdout.write("\nLog in with any of these (password for all: %s):" % PASSWORD)
+        self.stdout.write(f"\nLog in with any of these (password for all: {PASSWORD}):")
         for username, *_rest, roles in PEOPLE:
             user = User.objects.get(username=username)
             what = ", ".join(f"{role} of {team}" for team, role in roles) or (
@@ -97,16 +97,36 @@ class Command(BaseCommand):
             )
 
         approve = services.quota_request_approve
-        approve(quota_request=ask("vision", "alice", [("h100-80gb", 8), ("t4-shared", 8)], "Baseline for the detector team."), approver=users["lena"])
-        approve(quota_request=ask("nlp", "bob", [("h100-80gb", 12)], "Fine-tuning the 8B assistant model."), approver=users["omar"])
-        approve(quota_request=ask("recsys", "carol", [("a100-1g-10gb", 21), ("t4-shared", 8)], "Ranking experiments and batch scoring."), approver=users["rita"])
-        approve(quota_request=ask("vision", "alice", [("h100-80gb", 4)], "Conference deadline push.", ends_in_days=2), approver=users["lena"], note="Good luck with the paper!")
-        services.quota_request_reject(quota_request=ask("nlp", "bob", [("h100-80gb", 16)], "Pre-training from scratch."), approver=users["omar"], note="Too large for this quarter; let's talk about a smaller run.")
-        services.quota_request_cancel(quota_request=ask("recsys", "carol", [("t4-shared", 4)], "Extra scoring capacity."), actor=users["carol"])
+        approve(
+            quota_request=ask("vision", "alice", [("h100-80gb", 8), ("t4-shared", 8)], "Baseline for the detector team."),
+            approver=users["lena"],
+        )
+        approve(
+            quota_request=ask("nlp", "bob", [("h100-80gb", 12)], "Fine-tuning the 8B assistant model."), approver=users["omar"]
+        )
+        approve(
+            quota_request=ask(
+                "recsys", "carol", [("a100-1g-10gb", 21), ("t4-shared", 8)], "Ranking experiments and batch scoring."
+            ),
+            approver=users["rita"],
+        )
+        approve(
+            quota_request=ask("vision", "alice", [("h100-80gb", 4)], "Conference deadline push.", ends_in_days=2),
+            approver=users["lena"], note="Good luck with the paper!",
+        )
+        services.quota_request_reject(
+            quota_request=ask("nlp", "bob", [("h100-80gb", 16)], "Pre-training from scratch."),
+            approver=users["omar"], note="Too large for this quarter; let's talk about a smaller run.",
+        )
+        services.quota_request_cancel(
+            quota_request=ask("recsys", "carol", [("t4-shared", 4)], "Extra scoring capacity."), actor=users["carol"]
+        )
         # One temporary grant that has already run its course, so the demo shows an expired request.
         finished = ask("recsys", "carol", [("h100-80gb", 2)], "Holiday traffic backfill.", ends_in_days=1)
         approve(quota_request=finished, approver=users["rita"])
-        finished.grants.update(valid_from=timezone.now() - dt.timedelta(days=20), valid_until=timezone.now() - dt.timedelta(days=1))
+        finished.grants.update(
+            valid_from=timezone.now() - dt.timedelta(days=20), valid_until=timezone.now() - dt.timedelta(days=1)
+        )
         services.quota_grants_expire()
         ask("vision", "alice", [("a100-1g-10gb", 14)], "Notebooks for the new interns.", ends_in_days=30)
         ask("nlp", "bob", [("t4-shared", 4), ("a100-1g-10gb", 7)], "Serving the small model for the demo.")
@@ -140,20 +160,26 @@ def seed_templates(*, admin: User, flavors: dict[str, Flavor]) -> None:
               "--master_addr", "$(MASTER_ADDR)", "--master_port", "$(MASTER_PORT)", "train.py", "--epochs", "{epochs}"],
         default_units=1, max_units=8, default_cpu=16, max_cpu=96, default_memory_gib=64, max_memory_gib=1024,
         max_runtime_seconds=7 * 24 * 3600,
-        parameters=[{"name": "workers", "type": "int", "default": 2, "min": 2, "max": 8, "help": "Pods, each with the GPUs above"},
-                    epochs],
+        parameters=[
+            {"name": "workers", "type": "int", "default": 2, "min": 2, "max": 8, "help": "Pods, each with the GPUs above"},
+            epochs,
+        ],
     )
     job_services.template_create(
         user=admin, slug="vllm-inference", name="vLLM inference server", kind="inference", flavors=[h100, mig],
-        description="An OpenAI-compatible server for an open model, behind a Service (and an Ingress when the site has a domain).",
+        description=(
+            "An OpenAI-compatible server for an open model, behind a Service (and an Ingress when the site has a domain)."
+        ),
         image="vllm/vllm-openai:v0.6.3", command=[],
         args=["--model", "{model}", "--port", "8000", "--max-model-len", "{max_model_len}"],
         default_units=1, max_units=4, default_cpu=8, max_cpu=32, default_memory_gib=48, max_memory_gib=256, port=8000,
         default_priority="high", max_runtime_seconds=30 * 24 * 3600,
-        parameters=[{"name": "model", "type": "choice", "default": "Qwen/Qwen2.5-7B-Instruct",
-                     "choices": ["Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mistral-7B-Instruct-v0.3"]},
-                    {"name": "max_model_len", "type": "int", "default": 8192, "min": 1024, "max": 131072},
-                    {"name": "workers", "type": "int", "default": 1, "min": 1, "max": 4, "help": "Replicas"}],
+        parameters=[
+            {"name": "model", "type": "choice", "default": "Qwen/Qwen2.5-7B-Instruct",
+             "choices": ["Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mistral-7B-Instruct-v0.3"]},
+            {"name": "max_model_len", "type": "int", "default": 8192, "min": 1024, "max": 131072},
+            {"name": "workers", "type": "int", "default": 1, "min": 1, "max": 4, "help": "Replicas"},
+        ],
     )
     job_services.template_create(
         user=admin, slug="jupyterlab", name="JupyterLab notebook", kind="notebook", flavors=[t4, mig],

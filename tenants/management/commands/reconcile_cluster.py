@@ -21,7 +21,7 @@ class Command(BaseCommand):
         except KubeError as error:
             raise CommandError(f"The cluster did not take the change: {error}") from error
         self.stdout.write(f"Cluster reconciled: {len(result.applied)} applied, {len(result.deleted)} deleted.")
-        for team, error in result.errors.items():
-            self.stderr.write(f"  {team}: {error}")
+        for team, problem in result.errors.items():
+            self.stderr.write(f"  {team}: {problem}")
         if result.errors:
             raise CommandError(f"{len(result.errors)} teams could not be reconciled (see above).")

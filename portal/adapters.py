@@ -1,0 +1,251 @@
+"""The adapter kit every app's views and API endpoints share.
+
+Pages: the typed htmx request and one paginator. API: pagination, strict input, request
+parsing, objects named by slug among those the caller can see, list filters and one error
+format. Filters: a flag and a "visible object named by its slug" filter, so every list treats a
+team (or template) the caller cannot see the same way: as a filter that matches nothing.
+
+Nothing here knows a model of another app: tenants and jobs subclass the generic pieces with
+their own `for_user` querysets, because dependencies point from them to portal, never back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import django_filters
+from django import forms
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest
+from django_filters.rest_framework import DjangoFilterBackend
+from django_htmx.middleware import HtmxDetails
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import exceptions, pagination, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from portal.errors import DomainError
+from portal.models import User
+
+PAGE_SIZE = 25
+TRUE_VALUES = {"1", "true", "yes"}
+FALSE_VALUES = {"0", "false", "no"}
+
+
+# --- Pages -------------------------------------------------------------------------------------
+
+
+def signed_in_user(request: HttpRequest) -> User:
+    """The user behind a page or endpoint that requires a login (the admin, login_required views,
+    the API behind IsAuthenticated).
+
+    `request.user` is typed `User | AnonymousUser`; this narrows it for the services, which act for
+    a person, and refuses rather than passing an anonymous user on if a login check was forgotten.
+    """
+    user = request.user
+    if not isinstance(user, User):
+        raise PermissionDenied
+    return user
+
+
+class AuthenticatedHttpRequest(HttpRequest):
+    """The request of a view behind login_required: its user is a User, never anonymous."""
+
+    user: User  # login_required guarantees it; HttpRequest says User | AnonymousUser
+
+
+class HtmxHttpRequest(AuthenticatedHttpRequest):
+    """The same, with django-htmx's details of an htmx request (HtmxMiddleware sets them)."""
+
+    htmx: HtmxDetails
+
+
+def page(items: QuerySet[Any], number: str | None) -> Page:
+    return Paginator(items, PAGE_SIZE).get_page(number)
+
+
+# --- Errors ------------------------------------------------------------------------------------
+
+
+def error_sentences(detail: Any, *, keyed: bool = True, prefix: str = "") -> list[str]:
+    """Validation errors as sentences; `keyed` names the field in front ("team: There is no ...")."""
+    if isinstance(detail, Mapping):
+        return [
+            sentence
+            for key, value in detail.items()
+            for sentence in error_sentences(
+                value, keyed=keyed, prefix=f"{key}: " if keyed and key not in ("non_field_errors", "detail") else ""
+            )
+        ]
+    if isinstance(detail, list):
+        return [sentence for item in detail for sentence in error_sentences(item, keyed=keyed, prefix=prefix)]
+    return [f"{prefix}{detail}"]
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Every error is `{"message": "...", "errors": {...}}` with a sentence at the top."""
+    if isinstance(exc, DomainError):
+        errors = {exc.field: [exc.message]} if exc.field else {}
+        return Response({"message": exc.message, "errors": errors}, status=exc.status_code)
+    if isinstance(exc, ValidationError):
+        errors = exc.message_dict if hasattr(exc, "message_dict") else {"non_field_errors": exc.messages}
+        return Response({"message": " ".join(error_sentences(errors)), "errors": errors}, status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied("You are not allowed to do this.")
+    elif isinstance(exc, Http404):
+        exc = exceptions.NotFound("Not found, or not visible to you.")
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    detail = response.data
+    if isinstance(exc, exceptions.ValidationError):
+        response.data = {"message": " ".join(error_sentences(detail)), "errors": detail}
+    else:
+        message = detail.get("detail", detail) if isinstance(detail, dict) else detail
+        response.data = {"message": str(message), "errors": {}}
+    return response
+
+
+# --- API input ---------------------------------------------------------------------------------
+
+
+class TokenScheme(OpenApiAuthenticationExtension):
+    """Documents portal.tokens.TokenAuthentication in the OpenAPI schema."""
+
+    target_class = "portal.tokens.TokenAuthentication"
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Token")
+
+
+class Pagination(pagination.PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+class StrictInputMixin:
+    """Refuses fields the endpoint does not accept: a client that sends `status` or `slug`
+    learns it cannot change them instead of believing it did."""
+
+    refusals: ClassVar[dict[str, str]] = {}
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            fields = self.fields  # type: ignore[attr-defined]
+            writable = [name for name, field in fields.items() if not field.read_only]
+            refused = [key for key in data if key not in writable]
+            if refused:
+                accepted = ", ".join(writable)
+                raise serializers.ValidationError(
+                    {key: [self.refusals.get(key, f"{key} cannot be set here; this endpoint accepts {accepted}.")]
+                     for key in refused}
+                )
+        return super().to_internal_value(data)  # type: ignore[misc]
+
+
+def parse(serializer_class: type[serializers.Serializer], request: Request, **kwargs: Any) -> dict[str, Any]:
+    """The request body, validated by the serializer (400 with sentences when it is not valid)."""
+    serializer = serializer_class(data=request.data, context={"request": request}, **kwargs)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class VisibleSlugField(serializers.SlugRelatedField):
+    """An object named by its slug, among those the caller can see: one that exists but is not
+    visible gets the same answer as one that does not exist."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", "Its slug.")
+        super().__init__(slug_field="slug", **kwargs)
+
+    def visible(self, user: Any) -> QuerySet[Any]:
+        raise NotImplementedError
+
+    def get_queryset(self) -> QuerySet[Any]:
+        request = self.context.get("request")
+        return self.visible(request.user if request else None)
+
+
+# --- List filters ------------------------------------------------------------------------------
+
+
+class ListFilterBackend(DjangoFilterBackend):
+    """django-filter for lists only: a detail URL names its object, and a stray query parameter
+    must neither hide it nor turn its answer into a 400."""
+
+    def filter_queryset(self, request: Request, queryset: QuerySet[Any], view: Any) -> QuerySet[Any]:
+        if getattr(view, "action", "list") != "list":
+            return queryset
+        return super().filter_queryset(request, queryset, view)
+
+
+class FlagField(forms.Field):
+    """1/true/yes or 0/false/no; anything else is refused rather than quietly ignored."""
+
+    def to_python(self, value: Any) -> bool | None:
+        text = str(value or "").strip().lower()
+        if not text:
+            return None
+        if text in TRUE_VALUES:
+            return True
+        if text in FALSE_VALUES:
+            return False
+        raise ValidationError(self.error_messages["invalid"], code="invalid", params={"value": value})
+
+
+def _documented(list_filter: django_filters.Filter, schema_type: str) -> None:
+    """drf-spectacular cannot guess a custom filter's type, and a type given on the class drops
+    the help text; given on the filter itself, with the help text, it keeps both."""
+    extend_schema_field({"type": schema_type, "description": str(list_filter.extra.get("help_text", ""))})(list_filter)
+
+
+class FlagFilter(django_filters.Filter):
+    field_class = FlagField
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        _documented(self, "boolean")
+
+    @property
+    def field(self) -> forms.Field:
+        if not hasattr(self, "_field"):
+            self.extra.setdefault("error_messages", {"invalid": f"{self.field_name} is 1 or 0, not “%(value)s”."})
+        return super().field
+
+    def filter(self, qs: QuerySet[Any], value: Any) -> QuerySet[Any]:
+        return qs if value is None else super().filter(qs, value)
+
+
+class VisibleSlugFilter(django_filters.CharFilter):
+    """Rows of the object with this slug, among those the caller can see. An object the caller
+    cannot see matches nothing, exactly like one that does not exist: the list is empty, so a
+    filter never tells whether it exists. Subclasses say what the caller can see."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        _documented(self, "string")
+
+    def visible(self, user: Any) -> QuerySet[Any]:
+        raise NotImplementedError
+
+    def filter(self, qs: QuerySet[Any], value: Any) -> QuerySet[Any]:
+        if not value:
+            return qs
+        user = getattr(self.parent, "request", None) and self.parent.request.user
+        wanted = self.visible(user).filter(slug=value).values("pk")
+        return qs.filter(**{f"{self.field_name}__in": wanted})
+
+
+def choice_errors(noun: str, values: list[str]) -> dict[str, str]:
+    """The refusal of a value that is not one of the choices, naming them."""
+    return {"invalid_choice": f"“%(value)s” is not a {noun}; choose one of {', '.join(values)}."}

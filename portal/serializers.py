@@ -1,0 +1,26 @@
+"""What the portal's own API endpoints read and write: notifications and API tokens."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from rest_framework import serializers
+
+from portal.models import ApiToken, Notification
+
+
+class NotificationSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Notification
+        fields = ["id", "created_at", "message", "url", "read_at"]
+        read_only_fields = fields
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):
+    expires_in_days = serializers.IntegerField(write_only=True, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
+    secret = serializers.CharField(read_only=True, help_text="Shown once, in the answer to create.")
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "status",
+                  "expires_in_days", "secret"]
+        read_only_fields = ["id", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "status"]

@@ -1,0 +1,140 @@
+"""Reads of the live cluster about teams and capacity: what Kueue says each team's queue is
+guaranteed, uses, borrows and lends. The one read model behind the team page, /capacity/, the
+team's cluster API, the launch hint and why a workload waits; database-only reads stay in tenants/selectors.py."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from portal.kube import KubeError, gateway
+from tenants import manifests, selectors
+from tenants.models import Flavor, Team
+
+# Team queues are the portal's own: other ClusterQueues in the cluster are not a team's.
+MANAGED = {manifests.MANAGED_BY_LABEL: manifests.MANAGER}
+
+
+@dataclass(frozen=True)
+class QueueUsage:
+    flavor: str
+    resource: str
+    guaranteed: int
+    in_use: int
+    borrowed: int
+    lent: int
+
+    @property
+    def free(self) -> int:
+        """What is left of the guarantee: more than this borrows or waits."""
+        return max(self.guaranteed - self.in_use, 0)
+
+
+def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
+    """Per team: what its ClusterQueue is guaranteed, uses, borrows and lends, per flavor.
+
+    Kueue reports usage and borrowing per queue; what a queue lends is not reported, so it is
+    the cohort's borrowing shared among the lenders by their idle guarantee.
+    """
+    items, _ = gateway().list(manifests.KUEUE, "ClusterQueue", labels=MANAGED)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for cq in items:
+        # Keyed by the team's slug, whatever PORTAL_NAMESPACE_PREFIX made of the queue's name.
+        name = (cq["metadata"].get("labels") or {}).get(manifests.TEAM_LABEL, cq["metadata"]["name"])
+        usage = {
+            (f["name"], r["name"]): r for f in (cq.get("status") or {}).get("flavorsUsage", []) for r in f.get("resources", [])
+        }
+        for group in cq["spec"].get("resourceGroups", []):
+            for fq in group.get("flavors", []):
+                for r in fq.get("resources", []):
+                    used = usage.get((fq["name"], r["name"]), {})
+                    nominal = int(float(r.get("nominalQuota", 0)))
+                    lendable = nominal if "lendingLimit" not in r else min(nominal, int(float(r["lendingLimit"])))
+                    rows.setdefault(name, []).append({
+                        "flavor": fq["name"], "resource": r["name"], "guaranteed": nominal,
+                        "in_use": int(float(used.get("total", 0) or 0)), "borrowed": int(float(used.get("borrowed", 0) or 0)),
+                        "lendable": lendable,
+                    })
+    borrowed_by_flavor: dict[str, int] = defaultdict(int)
+    idle_by_flavor: dict[str, int] = defaultdict(int)
+    for queue_rows in rows.values():
+        for row in queue_rows:
+            borrowed_by_flavor[row["flavor"]] += row["borrowed"]
+            row["idle"] = max(min(row["lendable"], row["guaranteed"] - row["in_use"]), 0)
+            idle_by_flavor[row["flavor"]] += row["idle"]
+    wanted = set(slugs) if slugs is not None else None
+    result: dict[str, list[QueueUsage]] = {}
+    for name, queue_rows in rows.items():
+        if wanted is not None and name not in wanted:
+            continue
+        result[name] = [
+            QueueUsage(
+                flavor=row["flavor"], resource=row["resource"], guaranteed=row["guaranteed"], in_use=row["in_use"],
+                borrowed=row["borrowed"],
+                lent=round(borrowed_by_flavor[row["flavor"]] * row["idle"] / idle_by_flavor[row["flavor"]])
+                if idle_by_flavor[row["flavor"]] else 0,
+            )
+            for row in queue_rows
+        ]
+    return result
+
+
+@dataclass(frozen=True)
+class ClusterPicture:
+    """What the team page and API say about a team in the cluster."""
+
+    state: str
+    state_display: str
+    error: str
+    synced_at: Any
+    usage: list[QueueUsage]
+    unreachable: str = ""
+
+
+def team_cluster_picture(*, team: Team) -> ClusterPicture:
+    names = dict(Flavor.objects.values_list("slug", "name"))
+    try:
+        usage = cluster_queue_usage(slugs=[team.slug]).get(team.slug, [])
+        unreachable = ""
+    except KubeError as error:
+        usage, unreachable = [], f"The cluster did not answer: {error}"
+    usage = [replace(row, flavor=names.get(row.flavor, row.flavor)) for row in usage]
+    return ClusterPicture(state=team.sync_state, state_display=team.sync_state_display, error=team.sync_error,
+                          synced_at=team.synced_at, usage=usage, unreachable=unreachable)
+
+
+@dataclass(frozen=True)
+class FlavorPicture:
+    name: str
+    resource: str
+    capacity: int
+    guaranteed: int
+    in_use: int
+    borrowed: int
+
+    @property
+    def idle(self) -> int:
+        return max(self.capacity - self.in_use, 0)
+
+
+def cluster_capacity_picture() -> tuple[list[FlavorPicture], str]:
+    """Per flavor: capacity, guaranteed to teams, in use and borrowed across every team queue."""
+    totals = selectors.flavor_guaranteed_totals()
+    in_use: dict[str, int] = defaultdict(int)
+    borrowed: dict[str, int] = defaultdict(int)
+    unreachable = ""
+    try:
+        for rows in cluster_queue_usage().values():
+            for row in rows:
+                in_use[row.flavor] += row.in_use
+                borrowed[row.flavor] += row.borrowed
+    except KubeError as error:
+        unreachable = f"The cluster did not answer: {error}"
+    flavors = [
+        FlavorPicture(name=f.name, resource=f.resource_name, capacity=f.capacity_units, guaranteed=totals.get(f.pk, 0),
+                      in_use=in_use[f.slug], borrowed=borrowed[f.slug])
+        for f in Flavor.objects.filter(is_active=True).order_by("name")
+    ]
+    return flavors, unreachable

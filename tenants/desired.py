@@ -1,0 +1,83 @@
+"""The desired state of the cluster, read from the database as plain specs for tenants/manifests.py.
+
+manifests.py stays pure (no Django); this module is its only bridge to the models. Reconcile
+applies what these return; the simulated cluster's nodes are made from the same catalog.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from django.conf import settings
+
+from tenants import manifests, selectors
+from tenants.models import Flavor, Membership, Team
+
+
+def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
+    return manifests.FlavorSpec(
+        name=flavor.slug, resource_name=flavor.resource_name, capacity=flavor.capacity_units,
+        node_labels=dict(flavor.node_labels), tolerations=tuple(flavor.tolerations),
+    )
+
+
+def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, manifests.TeamSpec]]:
+    """The desired state of the given teams (all when None), read in four queries (teams, flavors, grants, members)."""
+    teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=list(team_ids))
+    teams_by_id = {team.pk: team for team in teams}
+    active = list(Flavor.objects.filter(is_active=True).order_by("pk"))
+    flavors = [flavor_spec(f) for f in active]
+    flavor_ids = {f.slug: f.pk for f in active}
+    guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
+    members: dict[int, list[str]] = defaultdict(list)
+    for team_id, username in Membership.objects.filter(team_id__in=list(teams_by_id)).values_list("team_id", "user__username"):
+        members[team_id].append(username)
+    specs = {}
+    for team in teams_by_id.values():
+        specs[team.pk] = (team, manifests.TeamSpec(
+            slug=team.slug,
+            uid=str(team.uid),
+            adopts_unannotated=team.adopts_unannotated,
+            name_prefix=settings.PORTAL_NAMESPACE_PREFIX,
+            quotas=tuple(
+                manifests.FlavorQuota(flavor=f, nominal=max(guarantees.get((team.pk, flavor_ids[f.name]), 0), 0))
+                for f in flavors
+            ),
+            members=tuple(sorted(members[team.pk])),
+            policy=manifests.TeamPolicy(
+                may_borrow=team.may_borrow, lends_idle=team.lends_idle, cpu=str(team.cpu_limit_cores),
+                memory=f"{team.memory_limit_gib}Gi", pods=team.pod_limit,
+            ),
+            cohort=settings.PORTAL_COHORT,
+            ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,
+            user_prefix=settings.PORTAL_CLUSTER_USER_PREFIX,
+        ))
+    return specs
+
+
+def platform_objects() -> list[dict[str, Any]]:
+    return manifests.make_platform_objects(
+        flavors=tuple(flavor_spec(f) for f in Flavor.objects.filter(is_active=True).order_by("pk"))
+    )
+
+
+GPUS_PER_SIMULATED_NODE = 8
+
+
+def simulated_nodes() -> list[dict[str, Any]]:
+    """The simulated cluster's nodes, made from the catalog: 8 physical GPUs a node, each
+    split into as many units as the flavor's fraction says (7 MIG slices, 4 shared...)."""
+    nodes = []
+    for flavor in Flavor.objects.filter(is_active=True).order_by("pk"):
+        per_node = GPUS_PER_SIMULATED_NODE * flavor.fraction_denominator // flavor.fraction_numerator
+        count = -(-flavor.capacity_units // per_node)
+        for index in range(count):
+            units = min(per_node, flavor.capacity_units - index * per_node)
+            nodes.append({
+                "name": f"sim-{flavor.slug}-{index}",
+                "labels": dict(flavor.node_labels),
+                "allocatable": {flavor.resource_name: units},
+            })
+    return nodes

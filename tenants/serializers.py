@@ -1,0 +1,309 @@
+"""What the team and quota API endpoints read and write, and how their input is refused.
+
+`VisibleTeamField` is public: every app's serializers name a team the same way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.adapters import StrictInputMixin, VisibleSlugField, error_sentences
+from portal.models import AuditEvent, User
+from tenants import selectors
+from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
+
+
+class VisibleTeamField(VisibleSlugField):
+    """A team named by its slug, among the teams the caller can see."""
+
+    default_error_messages = {
+        "does_not_exist": "There is no team “{value}” that you can see.",
+        "invalid": "A team is named by its slug, e.g. “vision”.",
+    }
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(help_text="The team's slug.", **kwargs)
+
+    def visible(self, user: Any) -> QuerySet[Team]:
+        return Team.objects.for_user(user)
+
+
+# --- Teams -------------------------------------------------------------------------------------
+
+
+class TeamMemberSerializer(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role"]
+        read_only_fields = fields
+
+
+class GuaranteeSerializer(serializers.Serializer):
+    flavor = serializers.IntegerField(help_text="Flavor id.")
+    flavor_slug = serializers.CharField()
+    flavor_name = serializers.CharField()
+    units = serializers.IntegerField(help_text="Guaranteed units of this flavor, from active grants.")
+
+
+class TeamListSerializer(serializers.ListSerializer):
+    def to_representation(self, data: Any) -> list[Any]:
+        teams = list(data.all() if isinstance(data, QuerySet) else data)
+        # Every serializer in the tree reads the root's context dict (the stubs call it a Mapping), so
+        # each TeamSerializer below finds the guarantees of the whole page there.
+        context = cast("dict[str, Any]", self.context)
+        context["guarantees"] = selectors.guarantee_rows_by_team(team_ids=[team.pk for team in teams])
+        return super().to_representation(teams)
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    member_count = serializers.IntegerField(read_only=True)
+    pending_requests = serializers.IntegerField(source="pending_count", read_only=True)
+    sync_state = serializers.ChoiceField(choices=Team.SyncState.choices, read_only=True)
+    members = TeamMemberSerializer(source="memberships", many=True, read_only=True)
+    guarantees = serializers.SerializerMethodField()
+    uid = serializers.UUIDField(read_only=True, help_text="Written on each of the team's cluster objects (annotation "
+                                "gpu-portal.io/team-uid): the proof that the portal created them for this team.")
+
+    class Meta:
+        model = Team
+        fields = ["id", "uid", "slug", "name", "cost_center", "description", "created_at", "member_count",
+                  "pending_requests", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit",
+                  "sync_state", "synced_at", "sync_error", "members", "guarantees"]
+        read_only_fields = fields
+        list_serializer_class = TeamListSerializer
+
+    @extend_schema_field(GuaranteeSerializer(many=True))
+    def get_guarantees(self, team: Team) -> list[dict[str, Any]]:
+        by_team = self.context.get("guarantees")
+        if by_team is None:
+            by_team = selectors.guarantee_rows_by_team(team_ids=[team.pk])
+        return [
+            {"flavor": flavor.pk, "flavor_slug": flavor.slug, "flavor_name": flavor.name, "units": units}
+            for flavor, units in by_team.get(team.pk, [])
+        ]
+
+
+class QueueUsageSerializer(serializers.Serializer):
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    guaranteed = serializers.IntegerField()
+    in_use = serializers.IntegerField()
+    borrowed = serializers.IntegerField(help_text="Units running on other teams' idle quota (preemptible).")
+    lent = serializers.IntegerField(help_text="This team's idle units in use by other teams.")
+
+
+class ClusterPictureSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=Team.SyncState.choices)
+    error = serializers.CharField(help_text="Why the last apply failed, or why the team cannot be provisioned (its namespace "
+                                  "or ClusterQueue exists and was not created by the portal for it); empty when neither.")
+    synced_at = serializers.DateTimeField(allow_null=True, help_text="The last successful apply.")
+    unreachable = serializers.CharField(help_text="Set when the cluster did not answer for the live usage.")
+    usage = QueueUsageSerializer(many=True)
+
+
+class TeamCreateSerializer(StrictInputMixin, serializers.Serializer):
+    slug = serializers.CharField(help_text="Becomes the namespace; cannot change later.")
+    name = serializers.CharField()
+    cost_center = serializers.CharField(allow_blank=True, default="")
+    description = serializers.CharField(allow_blank=True, default="")
+
+
+class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
+    refusals = {
+        "slug": "A team's slug is its Kubernetes namespace and cannot change after the team is created.",
+    }
+
+    name = serializers.CharField(required=False)
+    cost_center = serializers.CharField(allow_blank=True, required=False)
+    description = serializers.CharField(allow_blank=True, required=False)
+    may_borrow = serializers.BooleanField(required=False, help_text="Platform admins only.")
+    lends_idle = serializers.BooleanField(required=False, help_text="Platform admins only.")
+    cpu_limit_cores = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
+    memory_limit_gib = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
+    pod_limit = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
+
+
+# --- Memberships -------------------------------------------------------------------------------
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["id", "team", "username", "role", "created_at"]
+        read_only_fields = fields
+
+
+ROLE_ERRORS: dict[str, str | StrPromise] = {"invalid_choice": "“{input}” is not a role; choose member or lead."}
+
+
+class MembershipCreateSerializer(StrictInputMixin, serializers.Serializer):
+    team = VisibleTeamField()
+    username = serializers.CharField(help_text="The person to add.")
+    role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER,
+                                   error_messages=ROLE_ERRORS)
+
+    def validate_username(self, value: str) -> User:
+        user = User.objects.filter(username=value).first()
+        if user is None:
+            raise serializers.ValidationError(f"There is no user “{value}”; they appear after their first login.")
+        return user
+
+
+class MembershipUpdateSerializer(StrictInputMixin, serializers.Serializer):
+    refusals = {
+        "team": "A membership cannot move to another team; add the person to that team instead.",
+        "user": "A membership cannot change its person; remove it and add the other person.",
+        "username": "A membership cannot change its person; remove it and add the other person.",
+    }
+
+    role = serializers.ChoiceField(choices=Membership.Role.choices, error_messages=ROLE_ERRORS)
+
+
+# --- Flavors -----------------------------------------------------------------------------------
+
+
+class FlavorSerializer(serializers.Serializer):
+    """A flavor and where its capacity stands."""
+
+    id = serializers.IntegerField(source="flavor.pk")
+    name = serializers.CharField(source="flavor.name")
+    slug = serializers.CharField(source="flavor.slug")
+    resource_name = serializers.CharField(source="flavor.resource_name")
+    sharing_mode = serializers.ChoiceField(source="flavor.sharing_mode", choices=Flavor.SharingMode.choices)
+    gpu_model = serializers.CharField(source="flavor.gpu_model")
+    fraction_numerator = serializers.IntegerField(source="flavor.fraction_numerator")
+    fraction_denominator = serializers.IntegerField(source="flavor.fraction_denominator")
+    node_labels = serializers.DictField(source="flavor.node_labels", child=serializers.CharField())
+    tolerations = serializers.ListField(source="flavor.tolerations", child=serializers.DictField())
+    is_active = serializers.BooleanField(source="flavor.is_active")
+    created_at = serializers.DateTimeField(source="flavor.created_at")
+    capacity_units = serializers.IntegerField(source="capacity", help_text="Units the cluster has.")
+    guaranteed_units = serializers.IntegerField(source="guaranteed", help_text="Units all teams are guaranteed.")
+    free_units = serializers.IntegerField(source="free", help_text="Units no team is guaranteed yet.")
+    team_guaranteed_units = serializers.IntegerField(
+        source="team_guaranteed", allow_null=True, help_text="With ?team=, the units that team is guaranteed."
+    )
+
+
+class FlavorWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
+    class Meta:
+        model = Flavor
+        fields = ["name", "slug", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
+                  "fraction_denominator", "capacity_units", "node_labels", "tolerations", "is_active"]
+
+
+# --- Quota requests ----------------------------------------------------------------------------
+
+
+class QuotaLineSerializer(serializers.Serializer):
+    flavor = serializers.IntegerField(source="flavor.pk", help_text="Flavor id.")
+    flavor_slug = serializers.CharField(source="flavor.slug")
+    flavor_name = serializers.CharField(source="flavor.name")
+    units = serializers.IntegerField()
+
+
+class UnitsField(serializers.IntegerField):
+    def to_internal_value(self, data: Any) -> int:
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError:
+            raise serializers.ValidationError(f"units “{data}” is not a whole number, e.g. 4") from None
+
+
+class QuotaLinesSerializer(serializers.ListSerializer):
+    """Errors as plain sentences, so the message reads "lines: flavor 999 does not exist"."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError(error_sentences(exc.detail, keyed=False)) from None
+
+
+class QuotaLineInputSerializer(serializers.Serializer):
+    flavor = serializers.PrimaryKeyRelatedField(
+        queryset=Flavor.objects.all(),
+        help_text="Flavor id, from /api/flavors/.",
+        error_messages={
+            "required": "every line needs a flavor id",
+            "null": "every line needs a flavor id",
+            "does_not_exist": "flavor {pk_value} does not exist",
+            "incorrect_type": "flavor is a flavor id (a number), not {data_type}",
+        },
+    )
+    units = UnitsField(
+        help_text="GPUs (or slices) to add; negative to give permanent units back.",
+        error_messages={
+            "required": "every line needs a number of units",
+            "null": "every line needs a number of units",
+        },
+    )
+
+    class Meta:
+        list_serializer_class = QuotaLinesSerializer
+
+
+class QuotaRequestSerializer(serializers.ModelSerializer):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    requester: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+    )
+    lines = QuotaLineSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = QuotaRequest
+        fields = ["id", "team", "requester", "status", "justification", "ends_on", "created_at",
+                  "decided_by", "decided_at", "decision_note", "lines"]
+        read_only_fields = fields
+
+
+class QuotaRequestCreateSerializer(StrictInputMixin, serializers.Serializer):
+    team = VisibleTeamField()
+    lines = QuotaLineInputSerializer(many=True, required=False)
+    justification = serializers.CharField(allow_blank=True, default="", help_text="Why the team needs it.")
+    ends_on = serializers.DateField(allow_null=True, default=None,
+                                    help_text="Last day of temporary quota; leave out for permanent.")
+
+
+class QuotaDecisionSerializer(StrictInputMixin, serializers.Serializer):
+    note = serializers.CharField(allow_blank=True, default="", help_text="Shown to the requester.")
+
+
+# --- Grants and the audit trail ----------------------------------------------------------------
+
+
+class QuotaGrantSerializer(serializers.ModelSerializer):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    flavor_slug = serializers.CharField(source="flavor.slug", read_only=True)
+    flavor_name = serializers.CharField(source="flavor.name", read_only=True)
+    is_active = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = QuotaGrant
+        fields = ["id", "team", "flavor", "flavor_slug", "flavor_name", "units", "request", "valid_from",
+                  "valid_until", "ended_at", "is_active"]
+        read_only_fields = fields
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    actor = serializers.CharField(source="actor_name", read_only=True)
+    # SerializerMetaclass takes declared fields out of the class body, so Serializer.data stays the property.
+    data = serializers.DictField(read_only=True)  # type: ignore[assignment]
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "created_at", "actor", "action", "object_type", "object_id", "team_id", "message", "data"]
+        read_only_fields = fields

@@ -1,0 +1,89 @@
+"""A gateway that fails as scripted, in front of the simulated cluster.
+
+Tasks are tested against it to see what they do when the cluster refuses (4xx) or stays
+unavailable (5xx) after the gateway's own retries: it is a cluster that answers badly, not a
+mock of the client, and every call it does not fail reaches the simulated cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from portal.kube import FIELD_MANAGER, Gateway, KubeError, ObjectRef, WatchEvent
+from portal.kube.simulated import SimulatedGateway
+
+
+def refusal(message: str = "rejected as invalid: spec.cohortName: Invalid value", status: int = 422) -> KubeError:
+    return KubeError(message, status=status, reason="Invalid")
+
+
+def unavailable(message: str = "etcdserver: request timed out", status: int = 503) -> KubeError:
+    return KubeError(message, status=status, reason="ServiceUnavailable")
+
+
+class ScriptedGateway:
+    """Raises the scripted errors, one per write (apply or delete), in order; then lets writes
+    through. `always` fails every write with the same error. Reads always go through."""
+
+    def __init__(self, cluster: SimulatedGateway, *errors: Exception, always: Exception | None = None) -> None:
+        self.cluster, self.errors, self.always = cluster, list(errors), always
+        self.attempts = 0  # writes tried, failed or not
+        self.failures = 0
+
+    @property
+    def calls(self) -> int:
+        return self.cluster.calls
+
+    @calls.setter
+    def calls(self, value: int) -> None:
+        self.cluster.calls = value
+
+    def _write(self) -> None:
+        self.attempts += 1
+        error = self.errors.pop(0) if self.errors else self.always
+        if error is not None:
+            self.failures += 1
+            raise error
+
+    def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
+        self._write()
+        return self.cluster.apply(obj, field_manager=field_manager, force=force)
+
+    def delete(self, ref: ObjectRef) -> None:
+        self._write()
+        self.cluster.delete(ref)
+
+    def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        return self.cluster.get(ref)
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        fields: dict[str, str] | None = None,
+    ) -> tuple[list[dict[str, Any]], str]:
+        return self.cluster.list(api_version, kind, namespace=namespace, labels=labels, fields=fields)
+
+    def watch(
+        self,
+        api_version: str,
+        kind: str,
+        *,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+        resource_version: str | None = None,
+        timeout_seconds: int = 60,
+    ) -> Iterator[WatchEvent]:
+        return self.cluster.watch(api_version, kind, namespace=namespace, labels=labels,
+                                  resource_version=resource_version, timeout_seconds=timeout_seconds)
+
+    def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
+        return self.cluster.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines)
+
+
+def _implements_the_gateway(scripted: ScriptedGateway) -> Gateway:
+    return scripted  # mypy checks here that ScriptedGateway keeps up with the Protocol
