@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kombu import Connection
+from kombu.connection import Connection
 
 from portal.broker import Transport
 
@@ -19,7 +19,7 @@ from portal.broker import Transport
 QUEUE = "portal-test"
 
 
-def _options(root: Path) -> dict[str, str]:
+def _options(root: Path) -> dict[str, str | float]:
     return {
         "data_folder_in": str(root / "queue"),
         "data_folder_out": str(root / "queue"),

@@ -20,7 +20,6 @@ from portal.management.commands.run_demo_processes import Child
 from portal.models import Heartbeat
 from portal.tasks import heartbeat
 
-
 BROKER_KEYS = ("broker_url", "broker_transport", "broker_transport_options")
 
 

@@ -8,6 +8,7 @@ Production runs each process under its own supervisor (Kubernetes, systemd); thi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -80,10 +81,8 @@ class Child:
 
     def signal_group(self, signum: int) -> None:
         if self.process is not None and self.process.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signum)
-            except ProcessLookupError:
-                pass
 
 
 def demo_children(*, web: str | None) -> list[Child]:
