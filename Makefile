@@ -1,5 +1,5 @@
 # The two commands of the README, and the local real control plane.
-.PHONY: demo test lint setup cluster-build cluster-up portal-on-cluster bench
+.PHONY: demo test lint setup cluster-build cluster-up portal-on-cluster bench soak
 
 demo:            ## run the portal on its embedded defaults with demo data
 	scripts/demo.sh
@@ -26,3 +26,6 @@ bench:           ## the benchmarks, against a control plane they start themselve
 	scripts/setup.sh && .venv/bin/python benchmarks/onboarding.py
 	scripts/with-services.sh .venv/bin/python benchmarks/workloads.py
 	.venv/bin/python benchmarks/live_page.py
+
+soak:            ## the demo's processes under steady launches for 30 minutes (SQLite, file-system broker)
+	scripts/setup.sh && .venv/bin/python benchmarks/soak_demo.py --minutes 30

@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 
 from celery import shared_task
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -17,6 +18,8 @@ from portal.kube import KubeError, gateway, ref_of
 from portal.tasks import GaveUp, cluster_task
 
 log = logging.getLogger(__name__)
+# The resubmit pass runs every 60 s (CELERY_BEAT_SCHEDULE).
+RESUBMIT_EXPIRES_SECONDS = 60
 
 
 def _load(workload_id: int) -> Workload | None:
@@ -92,14 +95,32 @@ def workloads_sync() -> dict[str, int]:
     return sync.sync_all().as_dict()
 
 
+def unsubmitted_reason(*, minutes: int, attempts: int) -> str:
+    tried = f" ({attempts} attempt{'s' if attempts != 1 else ''} so far)" if attempts else ""
+    return (f"Not submitted yet: no worker has taken it for {minutes} minute{'s' if minutes != 1 else ''}{tried}; "
+            "the portal's worker may be down — it is being retried.")
+
+
 @shared_task(acks_late=True)
 def workloads_resubmit_lost() -> int:
-    """A submission whose task was lost (a broker restart) is sent again: creating is idempotent."""
-    lost = Workload.objects.filter(phase=Workload.Phase.SUBMITTING, created_at__lt=timezone.now() - dt.timedelta(minutes=2))
-    ids = list(lost.values_list("pk", flat=True)[:500])
-    for workload_id in ids:
-        workload_submit.delay(workload_id)
-    return len(ids)
+    """A submission whose task was lost (a broker restart, a dead worker) is sent again: creating is
+    idempotent. Each says why it still waits, on its page and in the API, instead of only
+    'Submitting'."""
+    now = timezone.now()
+    bound = dt.timedelta(seconds=settings.PORTAL_SUBMITTING_BOUND_SECONDS)
+    lost = Workload.objects.filter(phase=Workload.Phase.SUBMITTING, created_at__lt=now - bound).order_by("created_at")
+    rows = list(lost.values_list("pk", "created_at", "submit_attempts")[:500])
+    for workload_id, created_at, attempts in rows:
+        minutes = max(int((now - created_at).total_seconds() // 60), 1)
+        # Guarded by the phase: a worker that submitted it meanwhile keeps its own reason.
+        Workload.objects.filter(pk=workload_id, phase=Workload.Phase.SUBMITTING).update(
+            reason=unsubmitted_reason(minutes=minutes, attempts=attempts))
+        # Expires before the next pass sends it again, so a worker that comes back after a long
+        # outage finds one submission per workload, not one per missed pass.
+        workload_submit.apply_async((workload_id,), expires=RESUBMIT_EXPIRES_SECONDS)
+    if rows:
+        log.warning("Resubmitted %d workload(s) still submitting after %.0f s", len(rows), bound.total_seconds())
+    return len(rows)
 
 
 @shared_task(acks_late=True)

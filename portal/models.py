@@ -121,3 +121,15 @@ class Notification(models.Model):
     def __str__(self) -> str:
         return self.message
 
+
+class Heartbeat(models.Model):
+    """The last sign of life of a background process (worker, beat, watcher), for readiness.
+
+    In the database because it is the one thing every process of a site shares, embedded or not.
+    """
+
+    name = models.CharField(max_length=40, unique=True)
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} at {self.at:%Y-%m-%d %H:%M:%S}"

@@ -162,7 +162,7 @@ if PRODUCTION:
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
@@ -227,18 +227,19 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery --------------------------------------------------------------------------------
-# Embedded: a broker on the file system, so a worker needs no server. Production: Redis.
+# Embedded: a broker on the file system, so a worker needs no server; portal/broker.py makes
+# kombu's transport safe for several producers and consumers. Production: Redis.
 REDIS_URL = env("REDIS_URL", required_in_production=True)
 CELERY_BROKER_URL = REDIS_URL or "filesystem://"
 if not REDIS_URL:
     _broker_dir = VAR_DIR / "broker"
-    for sub in ("queue", "processed"):
-        (_broker_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT = "portal.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
-        "processed_folder": str(_broker_dir / "processed"),
-        "store_processed": False,
+        "claimed_folder": str(_broker_dir / "claimed"),
+        "quarantine_folder": str(_broker_dir / "quarantine"),
+        "control_folder": str(_broker_dir / "control"),
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
@@ -256,7 +257,19 @@ CELERY_BEAT_SCHEDULE = {
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 60.0},
     "notebooks-stop-idle": {"task": "jobs.tasks.notebooks_stop_idle", "schedule": 300.0},
+    # Readiness reads beat's and the worker's heartbeats from it; an old one is useless, so it expires.
+    "portal-heartbeat": {"task": "portal.tasks.heartbeat", "schedule": 10.0, "options": {"expire_seconds": 10}},
 }
+
+# A workload still 'submitting' after this long gets a reason in words and is sent again.
+PORTAL_SUBMITTING_BOUND_SECONDS = int(env("PORTAL_SUBMITTING_BOUND_SECONDS", "120"))
+
+# --- Readiness (/readyz) -------------------------------------------------------------------
+# What /readyz checks; a site that runs no watch sync, say, leaves "watcher" out.
+PORTAL_READINESS_CHECKS = env_list("PORTAL_READINESS_CHECKS", "database,broker,worker,beat,watcher")
+# A heartbeat (every 10 s) older than this means its process is down or stuck.
+PORTAL_HEARTBEAT_STALE_SECONDS = int(env("PORTAL_HEARTBEAT_STALE_SECONDS", "60"))
+PORTAL_READINESS_BROKER_TIMEOUT = float(env("PORTAL_READINESS_BROKER_TIMEOUT", "2"))
 
 # --- Email ---------------------------------------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

@@ -76,3 +76,11 @@ def simulated_cluster_tick() -> None:
     """Lets the simulated cluster's controllers move on (pods finish, queues admit); a real
     cluster ignores it. The name stays so the schedules beat already stored keep working."""
     gateway().tick()
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def heartbeat() -> None:
+    """Proves to readiness that a worker takes tasks off the broker; beat sends it on a schedule."""
+    from portal.health import WORKER, heartbeat_record
+
+    heartbeat_record(name=WORKER)

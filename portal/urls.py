@@ -28,6 +28,7 @@ urlpatterns = [
     path("notifications/read/", views.notifications_read, name="notifications-read"),
     path("notifications/<int:pk>/", views.notification_open, name="notification-open"),
     path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/", include(router.urls)),
