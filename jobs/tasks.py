@@ -64,9 +64,19 @@ def workload_submit(workload_id: int) -> str:
     except KubeError:
         Workload.objects.filter(pk=workload.pk).update(submit_attempts=workload.submit_attempts + 1)
         raise
-    workload.submitted_at = timezone.now()
-    workload.save(update_fields=["submitted_at"])
-    services.record_transition(workload, Workload.Phase.QUEUED, "Waiting for Kueue to admit it")
+    with transaction.atomic():
+        # The status sync may have seen the objects (and recorded queued, admitted or running)
+        # while they were being created, or the owner may have stopped the workload: only a
+        # workload still submitting moves to queued, so a later phase is never undone.
+        current = Workload.objects.select_for_update().get(pk=workload.pk)
+        if current.submitted_at is None:
+            current.submitted_at = timezone.now()
+            current.save(update_fields=["submitted_at"])
+        if current.phase == Workload.Phase.SUBMITTING:
+            services.record_transition(current, Workload.Phase.QUEUED, "Waiting for Kueue to admit it")
+        elif current.phase == Workload.Phase.STOPPED:
+            # Its teardown may have run before these objects existed: remove them again.
+            transaction.on_commit(lambda: workload_teardown.delay(current.pk))
     return "submitted"
 
 
