@@ -58,6 +58,19 @@ def test_a_training_job_runs_to_success_and_its_interval_is_recorded_once(cluste
     assert [t.phase for t in workload.transitions.all()][-1] == Workload.Phase.SUCCEEDED
 
 
+def test_a_finished_job_gives_its_quota_back_to_the_next_one(cluster, site, templates, settings,
+                                                            django_capture_on_commit_callbacks):
+    # Kueue releases a workload's quota when it finishes: the next launch of the same size is
+    # admitted on the same guarantee, however many ran before it.
+    settings.PORTAL_POD_ANNOTATIONS = QUICK
+    team = site.team("again", gpus=2)
+    member = team.memberships.get().user
+    for round_ in range(2):
+        workload = launch(team, member, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=2)
+        cluster.wait_for(lambda w=workload: phase_of(w) == Workload.Phase.SUCCEEDED,
+                         what=f"training run {round_ + 1} on the whole guarantee to succeed", timeout=90)
+
+
 def test_an_over_quota_launch_waits_and_says_why(cluster, site, templates, settings, django_capture_on_commit_callbacks):
     settings.PORTAL_POD_ANNOTATIONS = HOLD
     team = site.team("small", gpus=1)

@@ -153,8 +153,9 @@ class Kueue:
         return [name for name, row in self.state.cluster_queues.items() if row.body["spec"].get("cohortName") == cohort]
 
     def usage(self, workloads: list[Workload], cq: str, flavor: str, resource: str) -> float:
+        # A finished workload keeps its admission in its status, but Kueue gives its quota back.
         return sum(w.requests.get(resource, 0) for w in workloads
-                   if w.admitted and w.cluster_queue == cq and w.admitted_flavor.get(resource) == flavor)
+                   if w.admitted and not w.finished and w.cluster_queue == cq and w.admitted_flavor.get(resource) == flavor)
 
     def _fits(self, workloads: list[Workload], cq: str, flavor: str, resource: str, amount: float) -> tuple[bool, float]:
         """Whether `amount` more fits, and how much is missing when it does not."""
@@ -228,7 +229,7 @@ class Kueue:
                 reclaiming = self.usage(workloads, cq, flavor, resource) + amount <= quota[0]
                 candidates = []
                 for other in workloads:
-                    if not other.admitted or other.admitted_flavor.get(resource) != flavor:
+                    if not other.admitted or other.finished or other.admitted_flavor.get(resource) != flavor:
                         continue
                     if other.cluster_queue == cq:
                         if other.priority < workload.priority:
