@@ -17,7 +17,7 @@ from tenants import selectors as tenant_selectors
 from tenants.cluster_selectors import QueueUsage
 from tenants.models import Flavor, Team
 
-PRIORITY_ORDER = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
+PRIORITY_ORDER: dict[str, int] = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
 
 
 def workloads_for_user(*, user: Any) -> QuerySet[Workload]:
@@ -96,8 +96,8 @@ def launch_hint(*, team: Team, flavor: Flavor, units: int) -> LaunchHint:
     queues = _queues()
     usage = None if queues is None else team_queue_usage(team=team, flavor=flavor, queues=queues)
     lendable = cohort_idle(team=team, flavor=flavor, queues=queues) if queues is not None and team.may_borrow else 0
-    return LaunchHint(flavor=flavor, units=units, usage=usage, ceiling=tenant_selectors.team_ceiling(team=team, flavor=flavor), lendable=lendable,
-                      cost=pricing.hourly_cost(flavor=flavor, units=units))
+    return LaunchHint(flavor=flavor, units=units, usage=usage, ceiling=tenant_selectors.team_ceiling(team=team, flavor=flavor),
+                      lendable=lendable, cost=pricing.hourly_cost(flavor=flavor, units=units))
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,8 @@ def workload_logs(*, workload: Workload, tail_lines: int = 100) -> WorkloadLogs:
     panel, the API): logs are the dearest read the API server serves."""
     try:
         newest = _newest(_pods(workload))
-        logs = gateway().pod_logs(namespace=workload.team.namespace, name=newest["metadata"]["name"], tail_lines=tail_lines) if newest else ""
+        logs = (gateway().pod_logs(namespace=workload.team.namespace, name=newest["metadata"]["name"], tail_lines=tail_lines)
+                if newest else "")
     except KubeError as error:
         return WorkloadLogs(pod="", lines=[], unreachable=f"The cluster did not answer: {error}")
     return WorkloadLogs(pod=newest["metadata"]["name"] if newest else "", lines=logs.splitlines())

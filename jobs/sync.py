@@ -225,7 +225,8 @@ def _pod_interval(pod: dict[str, Any]) -> tuple[dt.datetime | None, dt.datetime 
         if "terminated" in state:
             starts.append(_time(state["terminated"].get("startedAt")))
             ends.append(_time(state["terminated"].get("finishedAt")))
-    started = min((s for s in starts if s), default=None) or (_time(status.get("startTime")) if status.get("phase") in ("Running", "Succeeded", "Failed") else None)
+    started = min((s for s in starts if s), default=None) or (
+        _time(status.get("startTime")) if status.get("phase") in ("Running", "Succeeded", "Failed") else None)
     finished = None
     if status.get("phase") in ("Succeeded", "Failed"):
         finished = max((e for e in ends if e), default=None) or timezone.now()
@@ -312,7 +313,8 @@ def mark_borrowed(team_ids: set[int] | None = None) -> None:
         borrowed = used[key] > guarantees.get(key, 0)
         if borrowed != workload.on_borrowed:
             Workload.objects.filter(pk=workload.pk).update(on_borrowed=borrowed)
-    Workload.objects.exclude(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING)).filter(on_borrowed=True).update(on_borrowed=False)
+    (Workload.objects.exclude(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
+     .filter(on_borrowed=True).update(on_borrowed=False))
 
 
 def _teams(workloads: list[Workload]) -> set[int]:
@@ -334,10 +336,11 @@ def _unchanged_since_read(workload: Workload) -> bool:
 def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResult:
     """Records what the snapshot says about active workloads (only those in keys, when given)."""
     result = SyncResult()
-    workloads = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES).select_related("team", "flavor", "template_version__template")
+    active = (Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES)
+              .select_related("team", "flavor", "template_version__template"))
     if keys is not None:
-        workloads = workloads.filter(pk__in={workload_id for _, workload_id in keys})
-    workloads = list(workloads.prefetch_related("intervals"))
+        active = active.filter(pk__in={workload_id for _, workload_id in keys})
+    workloads = list(active.prefetch_related("intervals"))
     for workload in workloads:
         if key_of(workload) in snapshot.owners:
             if workload.seen_in_cluster_at is None:

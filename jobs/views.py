@@ -143,7 +143,9 @@ def workload_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, name, context)
 
 
-def _live_context(workload: Workload, *, picture: selectors.LivePicture | None = None, error: str | None = None) -> dict[str, Any]:
+def _live_context(
+    workload: Workload, *, picture: selectors.LivePicture | None = None, error: str | None = None
+) -> dict[str, Any]:
     return {
         "workload": workload,
         "transitions": list(workload.transitions.all()),

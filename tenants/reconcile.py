@@ -157,7 +157,8 @@ def contains(live: Any, wanted: Any) -> bool:
         return all(contains(live.get(key), value) for key, value in wanted.items())
     if isinstance(wanted, list):
         live = live or []
-        return isinstance(live, list) and len(live) == len(wanted) and all(contains(l, w) for l, w in zip(live, wanted, strict=True))
+        return (isinstance(live, list) and len(live) == len(wanted)
+                and all(contains(item, w) for item, w in zip(live, wanted, strict=True)))
     if live is None:
         return wanted in ("", False, 0) or wanted == {}
     if live == wanted or str(live) == str(wanted):

@@ -70,7 +70,8 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     held = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
     standings = []
     for capacity in selectors.flavor_capacities():
-        by_team = [(teams_by_id[team_id], units) for (team_id, flavor_id), units in held.items() if flavor_id == capacity.flavor.pk and units]
+        by_team = [(teams_by_id[team_id], units) for (team_id, flavor_id), units in held.items()
+                   if flavor_id == capacity.flavor.pk and units]
         standings.append(FlavorStanding(capacity=capacity, mine=sum(units for _, units in by_team), by_team=by_team))
     context = {
         "my_teams": [(team, roles[team.pk]) for team in my_teams],
@@ -93,7 +94,9 @@ def team_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-def _team_context(request: HtmxHttpRequest, team: Team, *, requests_page: str | None = None, audit_page: str | None = None) -> dict[str, Any]:
+def _team_context(
+    request: HtmxHttpRequest, team: Team, *, requests_page: str | None = None, audit_page: str | None = None
+) -> dict[str, Any]:
     return {
         "team": team,
         "members": selectors.team_members(team=team),
@@ -133,7 +136,8 @@ def team_requests(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     team = _visible_team(request, slug)
     number = request.GET.get("page")
     if request.htmx:
-        return render(request, "tenants/quota_request_list.html#request-rows", {"team": team, **_team_requests_context(request, team, number)})
+        return render(request, "tenants/quota_request_list.html#request-rows",
+                      {"team": team, **_team_requests_context(request, team, number)})
     return render(request, "tenants/team_detail.html", _team_context(request, team, requests_page=number))
 
 
@@ -194,7 +198,8 @@ def membership_add(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if not form.is_valid():
         return _members_response(request, team, form=form, error=None if request.htmx else _form_error_text(form))
     try:
-        membership = services.membership_add(actor=request.user, team=team, user=form.cleaned_data["username"], role=form.cleaned_data["role"])
+        membership = services.membership_add(actor=request.user, team=team, user=form.cleaned_data["username"],
+                                             role=form.cleaned_data["role"])
     except DomainError as error:
         form.add_error("username" if error.field == "user" else None, error.message)
         return _members_response(request, team, form=form, error=None if request.htmx else error.message)
@@ -301,7 +306,8 @@ def quota_request_list(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def quota_request_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     quota_request = _visible_request(request, pk)
-    return render(request, "tenants/quota_request_detail.html", {"qr": quota_request, "grants": quota_request.grants.select_related("flavor")})
+    return render(request, "tenants/quota_request_detail.html",
+                  {"qr": quota_request, "grants": quota_request.grants.select_related("flavor")})
 
 
 @login_required
@@ -328,7 +334,8 @@ def _decide(request: HtmxHttpRequest, pk: int, act: Callable[[QuotaRequest, str]
         error = refusal.message
     quota_request = _visible_request(request, pk)
     if request.htmx:
-        return render(request, "tenants/approvals.html#approval-row", {"qr": quota_request, "error": error, "note": note if error else ""})
+        return render(request, "tenants/approvals.html#approval-row",
+                      {"qr": quota_request, "error": error, "note": note if error else ""})
     if error:
         messages.error(request, error)
     else:
@@ -339,13 +346,19 @@ def _decide(request: HtmxHttpRequest, pk: int, act: Callable[[QuotaRequest, str]
 @login_required
 @require_POST
 def quota_request_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    return _decide(request, pk, lambda qr, note: services.quota_request_approve(quota_request=qr, approver=request.user, note=note), "approved")
+    return _decide(
+        request, pk, lambda qr, note: services.quota_request_approve(quota_request=qr, approver=request.user, note=note),
+        "approved",
+    )
 
 
 @login_required
 @require_POST
 def quota_request_reject(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    return _decide(request, pk, lambda qr, note: services.quota_request_reject(quota_request=qr, approver=request.user, note=note), "rejected")
+    return _decide(
+        request, pk, lambda qr, note: services.quota_request_reject(quota_request=qr, approver=request.user, note=note),
+        "rejected",
+    )
 
 
 @login_required

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from fractions import Fraction
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any, Protocol
 
 FIELD_MANAGER = "gpu-portal"
@@ -169,7 +169,7 @@ class Gateway(Protocol):
 
 
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_SUFFIXES = {
+_SUFFIXES: dict[str | None, int | Fraction] = {
     None: 1, "m": Fraction(1, 1000), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
 }

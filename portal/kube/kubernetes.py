@@ -135,7 +135,8 @@ class KubernetesGateway:
         headers = {"Accept": "application/json", "User-Agent": "gpu-portal"}
         if content_type:
             headers["Content-Type"] = content_type
-        token = self.configuration.get_api_key_with_prefix("BearerToken") or self.configuration.get_api_key_with_prefix("authorization")
+        token = (self.configuration.get_api_key_with_prefix("BearerToken")
+                 or self.configuration.get_api_key_with_prefix("authorization"))
         if token:
             headers["Authorization"] = token
         return headers
@@ -252,7 +253,7 @@ class KubernetesGateway:
             if not expired:
                 try:
                     for event in _json_lines(response):
-                        kind_of = event.get("type")
+                        kind_of: str = event.get("type", "")
                         obj = event.get("object") or {}
                         if kind_of == "ERROR":
                             if obj.get("code") == 410:

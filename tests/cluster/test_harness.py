@@ -162,7 +162,7 @@ def test_a_suspended_job_in_a_local_queue_is_admitted_and_runs_to_success_on_a_f
 
     def finished():
         w = _workload_for(custom, ns, name)
-        return any(c["type"] == "Finished" and c["status"] == "True" for c in w["status"].get("conditions", []))
+        return w is not None and any(c["type"] == "Finished" and c["status"] == "True" for c in w["status"].get("conditions", []))
 
     wait_for(finished, timeout=30, message=f"the Workload of job {name} to be Finished")
 

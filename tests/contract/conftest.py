@@ -15,6 +15,7 @@ from jobs import services as job_services
 from jobs.models import WorkloadKind
 from portal.kube import Gateway, NodeSpec, reset_gateway
 from portal.kube.simulated import SimulatedGateway
+from portal.models import User
 from tenants import services
 from tenants.models import Flavor, Membership
 from tests.contract.scenarios import wait_for_quota_status
@@ -77,7 +78,7 @@ def cluster(request, settings, db):
 @pytest.fixture
 def site(cluster, django_capture_on_commit_callbacks):
     """An admin, a GPU flavor with a node to run on, and a helper to make provisioned teams."""
-    admin = UserFactory(username="root", is_platform_admin=True)
+    admin = UserFactory.create(username="root", is_platform_admin=True)
     with django_capture_on_commit_callbacks(execute=True):
         flavor = services.flavor_save(actor=admin, flavor=Flavor(
             name=cluster.unique("H100"), slug=cluster.unique("h100"), resource_name="nvidia.com/gpu", gpu_model="H100",
@@ -87,6 +88,9 @@ def site(cluster, django_capture_on_commit_callbacks):
                          allocatable={"nvidia.com/gpu": 8})
 
     class Site:
+        admin: User
+        flavor: Flavor
+
         def team(self, name: str, *, gpus: int = 0) -> Any:
             with django_capture_on_commit_callbacks(execute=True):
                 team = services.team_create(actor=admin, slug=cluster.unique(name), name=name)
@@ -117,7 +121,8 @@ def templates(site):
             user=site.admin, slug=f"{kind}-{site.flavor.slug}"[:40], name=kind.title(), kind=kind, flavors=[site.flavor],
             image="registry.example.com/ml/runtime:1", command=["python", "main.py"], max_units=8, default_cpu=1,
             default_memory_gib=1, port=8080 if kind in ("inference", "notebook") else 0,
-            parameters=[{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8}] if kind in ("distributed", "inference") else [],
+            parameters=([{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8}]
+                        if kind in ("distributed", "inference") else []),
             **extra,
         )
     return {kind: make(kind) for kind in WorkloadKind.values}

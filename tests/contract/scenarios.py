@@ -21,8 +21,16 @@ QUICK = {"kwok.gpu-portal.test/run-duration": "2s", "gpu-portal.io/simulated-run
 
 def wait_for_quota_status(cluster, namespace: str) -> None:
     """Pods are refused until a new namespace's ResourceQuota has status (real clusters)."""
-    cluster.wait_for(lambda: (cluster.gateway.get(ObjectRef("v1", "ResourceQuota", "gpu-portal", namespace)) or {}).get("status", {}).get("hard"),
+    ref = ObjectRef("v1", "ResourceQuota", "gpu-portal", namespace)
+    cluster.wait_for(lambda: (cluster.gateway.get(ref) or {}).get("status", {}).get("hard"),
                      what=f"the ResourceQuota of {namespace} to get status")
+
+
+def existing(ref: ObjectRef) -> dict[str, Any]:
+    """The object the scenario expects to be there; its absence fails the test by name."""
+    obj = gateway().get(ref)
+    assert obj is not None, f"{ref} is not in the cluster"
+    return obj
 
 
 def nominal(cq: dict[str, Any], flavor: str) -> str:
@@ -41,7 +49,9 @@ def team_objects(slug: str) -> set[tuple[str, str, str | None]]:
     return found
 
 
-def probe_job(namespace: str, name: str, *, gpus: int, priority: str = "gpu-portal-normal", run: str = "forever") -> dict[str, Any]:
+def probe_job(
+    namespace: str, name: str, *, gpus: int, priority: str = "gpu-portal-normal", run: str = "forever"
+) -> dict[str, Any]:
     """A suspended Job for the team's LocalQueue that satisfies Pod Security `restricted`."""
     annotations = {"gpu-portal.io/simulated-run-seconds": "100000" if run == "forever" else run,
                    "kwok.gpu-portal.test/outcome": "Running" if run == "forever" else "Succeeded",
@@ -91,7 +101,8 @@ def is_admitted(namespace: str, job: str) -> bool:
 
 def waits_for_quota(namespace: str, job: str) -> str:
     reserved = condition(workload_of(namespace, job), "QuotaReserved")
-    return reserved.get("message", "") if reserved.get("status") == "False" and "insufficient unused quota" in reserved.get("message", "") else ""
+    message: str = reserved.get("message", "")
+    return message if reserved.get("status") == "False" and "insufficient unused quota" in message else ""
 
 
 def queue_usage(slug: str, flavor: str) -> tuple[int, int]:

@@ -82,9 +82,11 @@ def test_a_watch_from_a_version_sees_the_changes_after_it(cluster):
     gateway().delete(ObjectRef("v1", "Namespace", name))
 
 
-def test_a_reconcile_cut_off_half_way_is_completed_by_the_next_and_creates_nothing_twice(cluster, django_capture_on_commit_callbacks):
+def test_a_reconcile_cut_off_half_way_is_completed_by_the_next_and_creates_nothing_twice(
+    cluster, django_capture_on_commit_callbacks,
+):
     reconcile.platform_reconcile()
-    admin = UserFactory(username="root", is_platform_admin=True)
+    admin = UserFactory.create(username="root", is_platform_admin=True)
     team = services.team_create(actor=admin, slug=cluster.unique("halfway"), name="Halfway")
     _, spec = desired.team_specs([team.pk])[team.pk]
     from tenants.manifests import make_team_objects
@@ -102,7 +104,7 @@ def test_a_reconcile_cut_off_half_way_is_completed_by_the_next_and_creates_nothi
 
 @pytest.mark.services  # concurrent writers need PostgreSQL; SQLite's in-memory test database locks
 def test_two_reconciles_at_once_converge_to_the_same_objects(cluster, transactional_db):
-    admin = UserFactory(username="root2", is_platform_admin=True)
+    admin = UserFactory.create(username="root2", is_platform_admin=True)
     team = services.team_create(actor=admin, slug=cluster.unique("twins"), name="Twins")
     errors: list[Exception] = []
 

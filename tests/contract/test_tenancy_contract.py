@@ -14,6 +14,7 @@ from tenants.manifests import KUEUE
 from tenants.models import QuotaGrant
 from tests.contract.scenarios import (
     condition,
+    existing,
     is_admitted,
     nominal,
     probe_job,
@@ -37,21 +38,25 @@ def test_provisioning_a_team_creates_exactly_its_objects_and_kueue_accepts_them(
         ("NetworkPolicy", "gpu-portal-default-deny-ingress", team.slug), ("RoleBinding", "gpu-portal-members", team.slug),
         ("ClusterQueue", team.slug, None), ("LocalQueue", "default", team.slug),
     }
-    cq = gateway().get(ObjectRef(KUEUE, "ClusterQueue", team.slug))
+    cq = existing(ObjectRef(KUEUE, "ClusterQueue", team.slug))
     assert nominal(cq, site.flavor.slug) == "4"
-    cluster.wait_for(lambda: condition(gateway().get(ObjectRef(KUEUE, "ClusterQueue", team.slug)), "Active").get("status") == "True",
-                     what="Kueue to mark the ClusterQueue active")
+    cluster.wait_for(
+        lambda: condition(gateway().get(ObjectRef(KUEUE, "ClusterQueue", team.slug)), "Active").get("status") == "True",
+        what="Kueue to mark the ClusterQueue active",
+    )
     team.refresh_from_db()
     assert team.sync_state == "in_sync" and team.synced_at is not None
 
 
-def test_approving_shrinking_and_expiring_grants_move_nominal_quota_and_the_backstop(cluster, site, django_capture_on_commit_callbacks):
+def test_approving_shrinking_and_expiring_grants_move_nominal_quota_and_the_backstop(
+    cluster, site, django_capture_on_commit_callbacks,
+):
     team = site.team("nlp", gpus=2)
     lead = team.memberships.get().user
 
     def quota() -> tuple[str, str]:
-        cq = gateway().get(ObjectRef(KUEUE, "ClusterQueue", team.slug))
-        rq = gateway().get(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))
+        cq = existing(ObjectRef(KUEUE, "ClusterQueue", team.slug))
+        rq = existing(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))
         return nominal(cq, site.flavor.slug), rq["spec"]["hard"]["requests.nvidia.com/gpu"]
 
     assert quota() == ("2", "8")  # the backstop allows borrowing up to the flavor's capacity
@@ -85,7 +90,7 @@ def test_a_queued_job_is_admitted_within_quota_borrows_idle_quota_and_otherwise_
     gateway().apply(probe_job(ns, "too-much", gpus=1))
     message = cluster.wait_for(lambda: waits_for_quota(ns, "too-much"), what="the third job to wait for quota")
     assert "nvidia.com/gpu" in message and site.flavor.slug in message
-    assert gateway().get(ObjectRef("batch/v1", "Job", "too-much", ns))["spec"]["suspend"] is True
+    assert existing(ObjectRef("batch/v1", "Job", "too-much", ns))["spec"]["suspend"] is True
 
 
 def test_a_lender_reclaiming_its_quota_preempts_the_borrower(cluster, site):
@@ -94,11 +99,13 @@ def test_a_lender_reclaiming_its_quota_preempts_the_borrower(cluster, site):
 
     gateway().apply(probe_job(vision.slug, "own", gpus=2))
     gateway().apply(probe_job(vision.slug, "borrowed", gpus=2, priority="gpu-portal-low"))
-    cluster.wait_for(lambda: is_admitted(vision.slug, "own") and is_admitted(vision.slug, "borrowed"), what="vision to run on 4 GPUs")
+    cluster.wait_for(lambda: is_admitted(vision.slug, "own") and is_admitted(vision.slug, "borrowed"),
+                     what="vision to run on 4 GPUs")
 
     gateway().apply(probe_job(speech.slug, "reclaim", gpus=2))
     cluster.wait_for(lambda: is_admitted(speech.slug, "reclaim"), what="speech to get its quota back")
-    evicted = cluster.wait_for(lambda: condition(workload_of(vision.slug, "borrowed"), "Evicted"), what="the borrower to be preempted")
+    evicted = cluster.wait_for(lambda: condition(workload_of(vision.slug, "borrowed"), "Evicted"),
+                               what="the borrower to be preempted")
     assert evicted["reason"] == "Preempted"
     assert is_admitted(vision.slug, "own")
     cluster.wait_for(lambda: queue_usage(vision.slug, site.flavor.slug) == (2, 0), what="vision back on its own quota")
@@ -115,14 +122,14 @@ def test_a_job_runs_to_success_on_a_gpu_node_of_its_flavor(cluster, site):
     cluster.wait_for(complete, what="the job to complete", timeout=90)
     pods = gateway().list("v1", "Pod", namespace=team.slug)[0]
     assert pods and pods[0]["spec"]["nodeSelector"] == {"gpu-portal.io/test-flavor": site.flavor.slug}
-    node = gateway().get(ObjectRef("v1", "Node", pods[0]["spec"]["nodeName"]))
+    node = existing(ObjectRef("v1", "Node", pods[0]["spec"]["nodeName"]))
     assert node["metadata"]["labels"]["gpu-portal.io/test-flavor"] == site.flavor.slug
     cluster.wait_for(lambda: queue_usage(team.slug, site.flavor.slug) == (0, 0), what="the finished job to release its quota")
 
 
 def test_the_periodic_pass_repairs_drift_and_then_writes_nothing(cluster, site):
     team = site.team("drift", gpus=2)
-    rq = gateway().get(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))
+    rq = existing(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))
     gateway().apply({"apiVersion": "v1", "kind": "ResourceQuota",
                      "metadata": {"name": "gpu-portal", "namespace": team.slug},
                      "spec": {"hard": {**rq["spec"]["hard"], "requests.nvidia.com/gpu": "0"}}}, field_manager="someone-by-hand")
@@ -132,7 +139,7 @@ def test_the_periodic_pass_repairs_drift_and_then_writes_nothing(cluster, site):
 
     assert f"ResourceQuota {team.slug}/gpu-portal" in repaired.applied
     assert f"NetworkPolicy {team.slug}/gpu-portal-default-deny-ingress" in repaired.applied
-    assert gateway().get(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
+    assert existing(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
     assert not repaired.errors
     again = reconcile.cluster_reconcile()
     assert (again.applied, again.errors) == ([], {})
@@ -161,13 +168,15 @@ def refusal(kind: str, name: str) -> str:
             "so the portal will not adopt it. Remove it, or set PORTAL_NAMESPACE_PREFIX.")
 
 
-def test_a_namespace_the_portal_did_not_create_is_never_adopted_changed_or_deleted(cluster, site, django_capture_on_commit_callbacks):
+def test_a_namespace_the_portal_did_not_create_is_never_adopted_changed_or_deleted(
+    cluster, site, django_capture_on_commit_callbacks,
+):
     name = cluster.unique("monitoring")
     gateway().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"team": "observability"}}},
                     field_manager="someone-by-hand")
     gateway().apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dashboards", "namespace": name},
                      "data": {"gpu.json": "{}"}}, field_manager="someone-by-hand")
-    namespace_before = gateway().get(ObjectRef("v1", "Namespace", name))
+    namespace_before = existing(ObjectRef("v1", "Namespace", name))
 
     with django_capture_on_commit_callbacks(execute=True):
         team = services.team_create(actor=site.admin, slug=name, name="Monitoring")
@@ -180,7 +189,7 @@ def test_a_namespace_the_portal_did_not_create_is_never_adopted_changed_or_delet
     assert not [ref for p in passes for ref in p.applied + p.deleted if name in ref]
     assert team_objects(name) == set()
     assert gateway().get(ObjectRef(KUEUE, "ClusterQueue", name)) is None
-    namespace = gateway().get(ObjectRef("v1", "Namespace", name))
+    namespace = existing(ObjectRef("v1", "Namespace", name))
     assert namespace["metadata"]["labels"] == namespace_before["metadata"]["labels"]
     assert "gpu-portal.io/team-uid" not in (namespace["metadata"].get("annotations") or {})
 
@@ -191,10 +200,12 @@ def test_a_namespace_the_portal_did_not_create_is_never_adopted_changed_or_delet
     reconcile.cluster_reconcile()
 
     assert gateway().get(ObjectRef("v1", "Namespace", name)) is not None
-    assert gateway().get(ObjectRef("v1", "ConfigMap", "dashboards", name))["data"] == {"gpu.json": "{}"}
+    assert existing(ObjectRef("v1", "ConfigMap", "dashboards", name))["data"] == {"gpu.json": "{}"}
 
 
-def test_a_cluster_queue_the_portal_did_not_create_stops_the_team_before_anything_is_applied(cluster, site, django_capture_on_commit_callbacks):
+def test_a_cluster_queue_the_portal_did_not_create_stops_the_team_before_anything_is_applied(
+    cluster, site, django_capture_on_commit_callbacks,
+):
     name = cluster.unique("shared")
     gateway().apply({"apiVersion": KUEUE, "kind": "ClusterQueue", "metadata": {"name": name},
                      "spec": {"namespaceSelector": {"matchLabels": {"team": "shared"}}, "resourceGroups": []}},
@@ -206,7 +217,7 @@ def test_a_cluster_queue_the_portal_did_not_create_stops_the_team_before_anythin
 
     assert team.sync_error == refusal("ClusterQueue", name)
     assert gateway().get(ObjectRef("v1", "Namespace", name)) is None
-    assert "labels" not in gateway().get(ObjectRef(KUEUE, "ClusterQueue", name))["metadata"]
+    assert "labels" not in existing(ObjectRef(KUEUE, "ClusterQueue", name))["metadata"]
 
     uid = str(team.uid)
     with django_capture_on_commit_callbacks(execute=False):
@@ -216,7 +227,9 @@ def test_a_cluster_queue_the_portal_did_not_create_stops_the_team_before_anythin
     gateway().delete(ObjectRef(KUEUE, "ClusterQueue", name))
 
 
-def test_a_namespace_left_by_a_deleted_team_is_not_adopted_by_a_new_team_of_the_same_slug(cluster, site, django_capture_on_commit_callbacks):
+def test_a_namespace_left_by_a_deleted_team_is_not_adopted_by_a_new_team_of_the_same_slug(
+    cluster, site, django_capture_on_commit_callbacks,
+):
     old = site.team("reused")
     slug, old_uid = old.slug, str(old.uid)
     with django_capture_on_commit_callbacks(execute=False):  # the teardown is lost
@@ -227,7 +240,7 @@ def test_a_namespace_left_by_a_deleted_team_is_not_adopted_by_a_new_team_of_the_
     new.refresh_from_db()
 
     assert new.sync_error == refusal("namespace", slug)
-    namespace = gateway().get(ObjectRef("v1", "Namespace", slug))
+    namespace = existing(ObjectRef("v1", "Namespace", slug))
     assert namespace["metadata"]["annotations"]["gpu-portal.io/team-uid"] == old_uid
     assert reconcile.team_teardown(slug=slug, uid=str(new.uid)) is True  # the new team's teardown may not take it either
     assert gateway().get(ObjectRef("v1", "Namespace", slug)) is not None
@@ -236,10 +249,11 @@ def test_a_namespace_left_by_a_deleted_team_is_not_adopted_by_a_new_team_of_the_
     first = reconcile.cluster_reconcile()
     assert f"Namespace {slug}" in first.deleted and f"ClusterQueue {slug}" in first.deleted
     cluster.wait_for(lambda: gateway().get(ObjectRef("v1", "Namespace", slug)) is None
-                     and gateway().get(ObjectRef(KUEUE, "ClusterQueue", slug)) is None, what="the old namespace and queue to be gone", timeout=90)
+                     and gateway().get(ObjectRef(KUEUE, "ClusterQueue", slug)) is None,
+                     what="the old namespace and queue to be gone", timeout=90)
     reconcile.cluster_reconcile()
 
     new.refresh_from_db()
     assert new.sync_state == "in_sync"
     for ref in (ObjectRef("v1", "Namespace", slug), ObjectRef(KUEUE, "ClusterQueue", slug)):
-        assert gateway().get(ref)["metadata"]["annotations"]["gpu-portal.io/team-uid"] == str(new.uid)
+        assert existing(ref)["metadata"]["annotations"]["gpu-portal.io/team-uid"] == str(new.uid)

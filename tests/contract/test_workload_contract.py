@@ -23,7 +23,8 @@ def phase_of(workload: Workload) -> str:
 
 
 def objects_of(workload: Workload) -> list[dict[str, Any]]:
-    return [o for o in (gateway().get(ref_of(obj)) for obj in manifests.make_workload_objects(spec=services.workload_spec(workload))) if o]
+    wanted = manifests.make_workload_objects(spec=services.workload_spec(workload))
+    return [o for o in (gateway().get(ref_of(obj)) for obj in wanted) if o]
 
 
 @pytest.mark.parametrize("kind", WorkloadKind.values)

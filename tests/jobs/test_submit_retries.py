@@ -56,7 +56,8 @@ def test_a_submission_during_an_outage_is_retried_a_bounded_number_of_times_then
 
     assert cluster.attempts == 1 + CLUSTER_TASK_RETRIES
     assert workload.submit_attempts == 1 + CLUSTER_TASK_RETRIES
-    assert (workload.phase, workload.reason) == (Workload.Phase.FAILED, "The cluster did not take it: etcdserver: request timed out")
+    assert (workload.phase, workload.reason) == (
+        Workload.Phase.FAILED, "The cluster did not take it: etcdserver: request timed out")
 
 
 def test_a_submission_that_outlasts_a_short_outage_is_queued(
@@ -84,7 +85,8 @@ def test_a_change_the_cluster_refuses_is_audited_and_leaves_the_running_workload
     assert cluster.attempts == 1
     assert workload.phase == Workload.Phase.QUEUED
     event = AuditEvent.objects.get(action="workload.apply_refused")
-    assert event.message == f"The cluster did not take the change of {workload.name}: rejected as invalid: spec.parallelism: Invalid value"
+    assert event.message == (f"The cluster did not take the change of {workload.name}: "
+                             "rejected as invalid: spec.parallelism: Invalid value")
     assert event.team_id == ready_team.pk and event.actor is None
 
 

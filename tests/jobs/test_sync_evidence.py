@@ -228,7 +228,8 @@ def test_a_cluster_that_does_not_answer_the_direct_read_proves_nothing(life):
 
 @pytest.mark.parametrize("missing", ["Job", "Pod", "Workload"])
 def test_a_partial_snapshot_of_a_seen_workload_whose_job_exists_never_fails_it(life, missing):
-    sync.sync_snapshot(sync.Snapshot.of({"Job": [life.job_admitted], "Pod": [life.pod_running], "Workload": [life.kueue_admitted]}))
+    sync.sync_snapshot(sync.Snapshot.of({"Job": [life.job_admitted], "Pod": [life.pod_running],
+                                         "Workload": [life.kueue_admitted]}))
     life.workload.refresh_from_db()
     assert life.workload.phase == Workload.Phase.RUNNING and life.workload.seen_in_cluster_at is not None
     full = {"Job": [life.job_admitted], "Pod": [life.pod_running], "Workload": [life.kueue_admitted]}
@@ -280,7 +281,8 @@ def _job(*, uid: str = "job-uid", completions: int | None = None, indexed: bool 
 
 
 def _pod(name: str, phase: str, *, job_uid: str = "job-uid", index: str | None = None, deleting: bool = False) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "uid": f"uid-{name}", "ownerReferences": [{"kind": "Job", "name": "wl-x", "uid": job_uid}]}
+    meta: dict[str, Any] = {"name": name, "uid": f"uid-{name}",
+                            "ownerReferences": [{"kind": "Job", "name": "wl-x", "uid": job_uid}]}
     if index is not None:
         meta["annotations"] = {sync.COMPLETION_INDEX: index}
     if deleting:
@@ -312,7 +314,8 @@ def _derived(workload: Workload, job: dict[str, Any], pods: list[dict[str, Any]]
 ], ids=["one-success", "earlier-job", "killed-pod", "same-index-twice", "every-index", "one-of-two",
         "job-failed", "job-complete", "nothing-yet"])
 def test_a_job_ends_only_on_its_own_condition_or_a_success_for_every_completion(life, job, pods, phase):
-    assert _derived(life.workload, job, pods)[0] == phase
+    derived = _derived(life.workload, job, pods)
+    assert derived is not None and derived[0] == phase
 
 
 def test_a_workload_without_its_owner_in_the_snapshot_is_left_to_the_proof_of_gone(life):

@@ -587,7 +587,7 @@ def test_templates_are_neither_replaced_nor_deleted_through_the_api(admin_user, 
 
 def grow(path: str, *, start: int, rounds: int, admin_user: Any, member: Any, team: Any, training: Any) -> None:
     for n in range(start, start + rounds):
-        flavor = FlavorFactory(name=f"Flavor {n}", slug=f"flavor-{n}")
+        flavor = FlavorFactory.create(name=f"Flavor {n}", slug=f"flavor-{n}")
         if path == "/api/templates/":
             template = services.template_create(user=admin_user, slug=f"tpl-{n}", name=f"Template {n}", kind="training",
                                                 flavors=[flavor], image="x/y:1", parameters=TRAINING_PARAMS)

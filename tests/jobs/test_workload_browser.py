@@ -42,11 +42,11 @@ def simulated() -> Iterator[SimulatedGateway]:
 
 @pytest.fixture
 def site(simulated: SimulatedGateway) -> dict[str, Any]:
-    vision = TeamFactory(slug="vision", name="Computer Vision")
-    nlp = TeamFactory(slug="nlp", name="Language Models")
-    h100 = FlavorFactory(name="H100 80GB", slug="h100-80gb", resource_name="nvidia.com/gpu", capacity_units=16)
-    alice = UserFactory(username="alice", first_name="Alice", last_name="Scientist")
-    admin = UserFactory(username="root", is_platform_admin=True)
+    vision = TeamFactory.create(slug="vision", name="Computer Vision")
+    nlp = TeamFactory.create(slug="nlp", name="Language Models")
+    h100 = FlavorFactory.create(name="H100 80GB", slug="h100-80gb", resource_name="nvidia.com/gpu", capacity_units=16)
+    alice = UserFactory.create(username="alice", first_name="Alice", last_name="Scientist")
+    admin = UserFactory.create(username="root", is_platform_admin=True)
     MembershipFactory(team=vision, user=alice, role=Membership.Role.MEMBER)
     QuotaGrantFactory(team=vision, flavor=h100, units=2)
     QuotaGrantFactory(team=nlp, flavor=h100, units=8)

@@ -13,7 +13,8 @@ SPEC = m.WorkloadSpec(
     resource_name="nvidia.com/gpu", units=2, cpu=8, memory_gib=32, priority="high", max_runtime_seconds=3600,
 )
 LABELS = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/team": "vision", "gpu-portal.io/workload": "42"}
-POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                "seccompProfile": {"type": "RuntimeDefault"}}
 CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
                       "seccompProfile": {"type": "RuntimeDefault"}}
 
@@ -54,7 +55,8 @@ def test_a_distributed_job_is_indexed_and_its_workers_find_each_other():
 
 
 def test_an_inference_server_gets_a_deployment_a_service_and_an_ingress_when_asked():
-    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "workers": 2, "port": 8000, "ingress_host": "wl-42-vision.apps.example.com"})
+    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "workers": 2, "port": 8000,
+                             "ingress_host": "wl-42-vision.apps.example.com"})
     service, deployment, ingress = m.make_inference(spec=spec)
     assert deployment["spec"]["replicas"] == 2
     assert deployment["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"

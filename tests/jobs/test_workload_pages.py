@@ -57,7 +57,8 @@ def launch_data(**overrides: Any) -> dict[str, Any]:
 
 
 def launch(user, team, template, flavor, **kwargs):
-    return services.workload_launch(user=user, request=services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs))
+    return services.workload_launch(user=user,
+                                    request=services.LaunchRequest(team=team, template=template, flavor=flavor, **kwargs))
 
 
 def ok(response: Any) -> str:
@@ -89,7 +90,9 @@ def test_the_template_list_hides_another_teams_private_template(training, member
     assert "PyTorch training" in page and "Speech only" not in page
 
 
-def test_the_launch_form_renders_an_input_per_parameter_with_defaults_and_bounds(ready_team, member, training, mig_flavor, as_user):
+def test_the_launch_form_renders_an_input_per_parameter_with_defaults_and_bounds(
+    ready_team, member, training, mig_flavor, as_user,
+):
     page = ok(as_user(member).get(reverse("jobs:workload-launch") + "?template=pytorch-train&team=vision"))
     assert 'name="p_epochs" value="10"' in page and 'min="1" max="1000"' in page
     assert 'name="p_learning_rate" value="0.001"' in page and 'step="any"' in page
@@ -346,7 +349,7 @@ class CountingGateway:
 @pytest.fixture
 def counting(simulated):
     wrapper = CountingGateway(simulated)
-    reset_gateway(wrapper)  # type: ignore[arg-type]
+    reset_gateway(wrapper)
     yield wrapper
     reset_gateway(simulated)
 
@@ -493,8 +496,10 @@ def test_an_outsider_gets_404_launching_for_another_team(ready_team, outsider, t
 
 
 # Each page with the heading it must show: an error page or the wrong template has another.
-PAGES = [("jobs:template-list", [], "Workload templates"), ("jobs:workload-launch", [], "Launch a workload"),
-         ("jobs:workload-list", [], "Workloads")]
+PAGES: list[tuple[str, list[Any], str]] = [
+    ("jobs:template-list", [], "Workload templates"), ("jobs:workload-launch", [], "Launch a workload"),
+    ("jobs:workload-list", [], "Workloads"),
+]
 
 
 @pytest.mark.parametrize(("name", "args", "title"), PAGES)

@@ -24,6 +24,7 @@ def test_a_training_launch_runs_to_success_and_records_its_run_interval(ready_te
     workload.refresh_from_db()
     assert workload.phase == Workload.Phase.QUEUED
     job = gateway().get(ObjectRef("batch/v1", "Job", workload.k8s_name, "vision"))
+    assert job is not None
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["args"] == ["--epochs", "3", "--lr", "0.001"]
     assert {"name": "TAG", "value": "2.5"} in container["env"]
@@ -40,7 +41,7 @@ def test_a_training_launch_runs_to_success_and_records_its_run_interval(ready_te
     assert [t.phase for t in workload.transitions.all()] == ["submitting", "queued", "running", "succeeded"]
     (interval,) = RunInterval.objects.filter(workload=workload)
     assert (interval.units, interval.resource_name) == (2, "nvidia.com/gpu")
-    assert interval.ended_at > interval.started_at
+    assert interval.ended_at is not None and interval.ended_at > interval.started_at
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
@@ -140,6 +141,7 @@ def test_an_inference_server_scales_within_its_bounds_and_the_team_quota(ready_t
     with django_capture_on_commit_callbacks(execute=True):
         services.workload_scale(user=member, workload=server, replicas=3)
     deployment = gateway().get(ObjectRef("apps/v1", "Deployment", server.k8s_name, "vision"))
+    assert deployment is not None
     assert deployment["spec"]["replicas"] == 3
     assert AuditEvent.objects.filter(action="workload.scaled").get().message.endswith("from 1 to 3 replicas")
 
