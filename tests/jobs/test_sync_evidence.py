@@ -463,6 +463,9 @@ class ScriptedWatches(SimulatedGateway):
         self.finished.wait(10)  # a watch that stays open, quiet, until the test ends
 
 
+# The informer closes stale connections between batches, as it must in a long-lived process:
+# on PostgreSQL that needs a real transaction per test, not the wrapping one pytest-django gives.
+@pytest.mark.django_db(transaction=True)
 def test_the_running_informer_does_not_fail_a_job_whose_pod_it_hears_of_first(life):
     cluster = ScriptedWatches({
         "Pod": [(0.0, WatchEvent("ADDED", life.pod_running)), (0.4, WatchEvent("MODIFIED", life.pod_succeeded))],
