@@ -452,16 +452,28 @@ def parse_units(value: Any, *, flavor: Flavor) -> int:
 
 
 
+def groups_from_claim(claim: Any) -> list[str]:
+    """The group names in an identity provider's groups claim. A provider may send one name as a
+    string, nothing, or (misconfigured) numbers and nulls: only strings name groups, and the rest
+    is ignored rather than failing the login."""
+    if isinstance(claim, str):
+        return [claim]
+    if not isinstance(claim, list | tuple):
+        return []
+    return [group for group in claim if isinstance(group, str)]
+
+
 @transaction.atomic
-def memberships_sync_from_groups(*, user: User, groups: Sequence[str]) -> None:
+def memberships_sync_from_groups(*, user: User, groups: Any) -> None:
     """Makes the user's memberships match the identity provider's team groups.
 
     "<prefix><slug>" makes a member and "<prefix><slug><lead suffix>" a lead. Teams the claims
-    name but the portal does not have are ignored: a platform admin creates teams.
+    name but the portal does not have are ignored: a platform admin creates teams. `groups` is
+    the claim as the provider sent it (see groups_from_claim).
     """
     prefix, lead_suffix = settings.OIDC_TEAM_GROUP_PREFIX, settings.OIDC_TEAM_LEAD_SUFFIX
     wanted: dict[str, str] = {}
-    for group in groups:
+    for group in groups_from_claim(groups):
         if not group.startswith(prefix):
             continue
         name = group[len(prefix):]
