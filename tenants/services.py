@@ -116,7 +116,7 @@ def membership_add(*, actor: User, team: Team, user: User, role: str = Membershi
     if role not in Membership.Role.values:
         raise DomainError(f"“{role}” is not a role; choose member or lead.", field="role")
     if not user.is_active:
-        raise DomainError(f"{user.username} is deactivated and cannot join a team.", field="user")
+        raise DomainError(no_account_to_add(user.username), field="user")
     if Membership.objects.filter(team=team, user=user).exists():
         raise DomainError(f"{user.username} is already in {team.slug}.", field="user")
     membership = Membership.objects.create(team=team, user=user, role=role)
@@ -127,6 +127,25 @@ def membership_add(*, actor: User, team: Team, user: User, role: str = Membershi
            url=reverse("tenants:team-detail", args=[team.slug]))
     _on_team_change(team.pk)
     return membership
+
+
+def no_account_to_add(username: str) -> str:
+    """The one answer for a username that names nobody who can join a team.
+
+    Unknown and deactivated accounts get the same sentence, and only someone who may manage the
+    team's members ever sees it: adding a member is a lead's job and needs a yes or no, but no one
+    else should learn from the portal who has an account (issue 8, finding 15)."""
+    return f"There is no active account “{username}” you can add; people appear after their first login."
+
+
+def membership_add_by_username(*, actor: User, team: Team, username: str, role: str = Membership.Role.MEMBER) -> Membership:
+    """membership_add for a person named by username: whether the actor may add members is
+    asked before the name is looked up, so the answer about the name goes only to them."""
+    _require(actor.has_perm("tenants.manage_members", team))
+    user = User.objects.filter(username=username.strip(), is_active=True).first()
+    if user is None:
+        raise DomainError(no_account_to_add(username.strip()), field="username")
+    return membership_add(actor=actor, team=team, user=user, role=role)
 
 
 @transaction.atomic
