@@ -10,6 +10,9 @@ from typing import Any
 
 TYPES = ("int", "float", "choice", "bool")
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# ASCII digits with an optional sign: int() would also read "١٢" (Arabic-Indic digits) as 12, and
+# a number beyond 2^53 is rounded by JSON readers.
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,16}")
 # Bounds and defaults are stored as JSON and compared as numbers: beyond 2^53 a JSON reader may
 # round them, and far beyond it a database's JSON column refuses them.
 LARGEST = 2**53
@@ -66,10 +69,10 @@ def _coerce(spec: dict[str, Any], raw: Any) -> Any:
     name, kind = spec["name"], spec["type"]
     value: int | float | bool
     if kind == "int":
-        try:
-            value = int(str(raw).strip())
-        except ValueError:
-            raise ParameterError(f"{name} must be a whole number, not “{raw}”.", name=name) from None
+        text = str(raw).strip()
+        if isinstance(raw, bool) or not WHOLE_NUMBER.fullmatch(text):
+            raise ParameterError(f"{name} must be a whole number, not “{raw}”.", name=name)
+        value = int(text)
     elif kind == "float":
         try:
             value = float(str(raw).strip())

@@ -4,6 +4,7 @@ transaction, writes the audit event and notifications, and queues cluster work a
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -462,12 +463,15 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     return ExpiryResult(ended=len(due), warned=len(ending))
 
 
+# ASCII digits with an optional sign: int() would also read "١٢" (Arabic-Indic digits) as 12.
+SIGNED_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,18}")
+
+
 def parse_units(value: Any, *, flavor: Flavor) -> int:
-    try:
-        units = int(str(value).strip())
-    except (TypeError, ValueError):
-        raise DomainError(f"{flavor.name}: “{value}” is not a whole number of units.", field="lines") from None
-    return units
+    text = str(value).strip()
+    if not SIGNED_WHOLE_NUMBER.fullmatch(text):
+        raise DomainError(f"{flavor.name}: “{value}” is not a whole number of units.", field="lines")
+    return int(text)
 
 
 

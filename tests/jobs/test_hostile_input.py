@@ -139,3 +139,11 @@ def test_a_relaunch_on_a_flavor_retired_since_is_refused_with_a_sentence(workloa
     assert response.status_code == 400
     assert "is retired" in response.json()["message"]
     assert Workload.objects.count() == 1
+
+
+@pytest.mark.parametrize("epochs", ["١٢", "１２", "²", "1" * 17])
+def test_an_int_parameter_is_written_in_ascii_digits(ready_team, member, training, flavor, epochs):
+    response = api(member).post("/api/workloads/", launch_body(parameters={"epochs": epochs}), format="json")
+
+    assert response.status_code == 400
+    assert response.json()["message"] == f"epochs must be a whole number, not “{epochs}”."

@@ -98,3 +98,10 @@ def test_the_members_page_answers_an_unknown_and_a_deactivated_account_alike(tea
                                   HTTP_HX_REQUEST="true")
 
     assert f"There is no active account “{username}” you can add" in response.content.decode()
+
+
+@pytest.mark.parametrize("units", ["١٢", "１２", "²"])
+def test_units_typed_in_the_request_form_are_ascii_digits(team, member, flavor, as_user, units):
+    response = as_user(member).get(reverse("tenants:quota-preview"), {"team": "vision", "flavor": flavor.slug, "units": units})
+
+    assert f"“{units}” is not a whole number of units." in response.content.decode()
