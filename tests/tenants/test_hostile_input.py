@@ -42,7 +42,7 @@ def test_rejecting_or_cancelling_with_next_zero_is_not_a_500(team, member, lead,
 
 @pytest.mark.parametrize("groups", [[123], [None], 5, None, [["team-vision"]], {"team-vision": 1}, "team-vision"])
 def test_a_groups_claim_that_is_not_a_list_of_strings_is_read_as_the_strings_it_holds(team, groups):
-    user = UserFactory(username="grace")
+    user = UserFactory.create(username="grace")
 
     services.memberships_sync_from_groups(user=user, groups=groups)
 
