@@ -33,7 +33,7 @@ from jobs.serializers import (
     WorkloadLaunchSerializer,
     WorkloadSerializer,
 )
-from portal.adapters import parse, signed_in_user
+from portal.adapters import parse, signed_in_user, whole_number
 from tenants.models import Team
 
 MAX_LOG_LINES = 5000
@@ -81,9 +81,10 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
 
 def _tail(request: Request) -> int:
     raw = request.query_params.get("tail", "100")
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LOG_LINES:
+    lines = whole_number(raw)
+    if lines is None or not 1 <= lines <= MAX_LOG_LINES:
         raise serializers.ValidationError({"tail": [f"tail is a number of lines from 1 to {MAX_LOG_LINES}, not “{raw}”."]})
-    return int(raw)
+    return lines
 
 
 @extend_schema_view(

@@ -10,6 +10,14 @@ from typing import Any
 
 TYPES = ("int", "float", "choice", "bool")
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+# ASCII digits with an optional sign: int() would also read "١٢" (Arabic-Indic digits) as 12, and
+# a number beyond 2^53 is rounded by JSON readers.
+WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,16}")
+# Bounds and defaults are stored as JSON and compared as numbers: beyond 2^53 a JSON reader may
+# round them, and far beyond it a database's JSON column refuses them.
+LARGEST = 2**53
+# The parameter that counts a distributed job's pods or an inference server's replicas.
+POD_COUNT_NAMES = ("workers", "replicas")
 
 
 class ParameterError(ValueError):
@@ -32,17 +40,39 @@ def check_declarations(declared: list[dict[str, Any]]) -> None:
             raise ParameterError(f"Parameter {name} has type “{spec.get('type')}”; use one of {', '.join(TYPES)}.")
         if spec["type"] == "choice" and not spec.get("choices"):
             raise ParameterError(f"Parameter {name} is a choice but lists no choices.")
+        for key in ("min", "max", "default"):
+            value = spec.get(key)
+            if key != "default" and value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ParameterError(f"Parameter {name}: its {key} must be a number, not “{value}”.", name=name)
+            if isinstance(value, int | float) and not isinstance(value, bool) and not -LARGEST <= value <= LARGEST:
+                raise ParameterError(f"Parameter {name}: its {key} must be between -2^53 and 2^53.", name=name)
         validate_parameters(declared=[spec], given={})  # the default must satisfy its own bounds
+
+
+def check_pod_count(declared: list[dict[str, Any]]) -> None:
+    """For a template whose workers or replicas parameter counts pods: a whole number, at least
+    1, with a maximum, or every launch from it would be refused or break."""
+    for spec in declared:
+        name = spec.get("name")
+        if name not in POD_COUNT_NAMES:
+            continue
+        if spec.get("type") != "int":
+            raise ParameterError(f"{name} must be a whole number (type int): it counts pods.", name=name)
+        low, high = spec.get("min"), spec.get("max")
+        if low is None or high is None:
+            raise ParameterError(f"{name} needs a minimum of at least 1 and a maximum: it counts pods.", name=name)
+        if low < 1:
+            raise ParameterError(f"{name} must be at least 1: it counts pods.", name=name)
 
 
 def _coerce(spec: dict[str, Any], raw: Any) -> Any:
     name, kind = spec["name"], spec["type"]
     value: int | float | bool
     if kind == "int":
-        try:
-            value = int(str(raw).strip())
-        except ValueError:
-            raise ParameterError(f"{name} must be a whole number, not “{raw}”.", name=name) from None
+        text = str(raw).strip()
+        if isinstance(raw, bool) or not WHOLE_NUMBER.fullmatch(text):
+            raise ParameterError(f"{name} must be a whole number, not “{raw}”.", name=name)
+        value = int(text)
     elif kind == "float":
         try:
             value = float(str(raw).strip())
@@ -65,6 +95,8 @@ def _coerce(spec: dict[str, Any], raw: Any) -> Any:
             raise ParameterError(f"{name} must be one of {', '.join(map(str, spec['choices']))}, not “{raw}”.", name=name)
         return choice
     low, high = spec.get("min"), spec.get("max")
+    if any(isinstance(bound, bool) or not isinstance(bound, int | float | None) for bound in (low, high)):
+        raise ParameterError(f"Parameter {name} has a bound that is not a number; ask the template's owner to fix it.", name=name)
     if kind in ("int", "float") and ((low is not None and value < low) or (high is not None and value > high)):
         raise ParameterError(f"{name} must be between {low} and {high}; {value} is outside.", name=name)
     return value

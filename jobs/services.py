@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from jobs import manifests
 from jobs.models import Priority, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion, WorkloadTransition
-from jobs.parameters import ParameterError, check_declarations, render, validate_parameters
+from jobs.parameters import ParameterError, check_declarations, check_pod_count, render, validate_parameters
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.models import User
@@ -55,11 +55,22 @@ def record_transition(workload: Workload, phase: str, reason: str = "") -> None:
     WorkloadTransition.objects.create(workload=workload, phase=phase, reason=reason, at=now)
 
 
+POD_COUNT_KINDS = (WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE)
+
+
 def _workers(version: WorkloadTemplateVersion, values: dict[str, Any]) -> int:
-    kind = version.template.kind
-    if kind in (WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE):
-        return int(values.get("workers", values.get("replicas", 1)))
-    return 1
+    """Pods of a distributed job, replicas of a server. A version saved before templates were
+    checked for it may declare them as text or below 1: that refuses the launch, with a sentence
+    for the member and the fix for the template's owner, instead of breaking it."""
+    template = version.template
+    if template.kind not in POD_COUNT_KINDS:
+        return 1
+    name = "workers" if "workers" in values else "replicas"
+    count = values.get(name, 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise DomainError(f"{template.name} declares {name} as “{count}”, not a whole number of at least 1; "
+                          "ask its owner to fix the template.", field="parameters")
+    return count
 
 
 def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplateVersion, dict[str, Any], dict[str, Any]]:
@@ -67,6 +78,8 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     version, the parameter values and the resources to record."""
     team, template, flavor = request.team, request.template, request.flavor
     _require(user.has_perm("jobs.launch_workload", team))
+    if not flavor.is_active:
+        raise DomainError(f"{flavor.name} is retired: nothing new runs on it; choose another flavor.", field="flavor")
     if not WorkloadTemplate.objects.for_team(team).filter(pk=template.pk).exists():
         raise DomainError(f"The template “{template.name}” is not available to {team.slug}.", field="template")
     version = request.version or template.current
@@ -169,6 +182,9 @@ def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload
     declared = {spec["name"]: spec for spec in locked.template_version.parameters}
     spec = declared.get("workers") or declared.get("replicas") or {"min": 1, "max": 1}
     low, high = spec.get("min", 1), spec.get("max", 1)
+    if not all(isinstance(bound, int) and not isinstance(bound, bool) for bound in (low, high)):
+        raise DomainError(f"{locked.template_version.template.name} declares replicas without whole-number bounds; "
+                          "ask its owner to fix the template.", field="replicas")
     if not low <= replicas <= high:
         raise DomainError(
             f"Replicas must be between {low} and {high} for {locked.template_version.template.name}.", field="replicas"
@@ -242,13 +258,28 @@ TEMPLATE_VERSION_FIELDS = (
 )
 
 
-def _check_version(fields: dict[str, Any], flavors: list[Flavor]) -> None:
+# What a PositiveIntegerField holds on every database the portal runs on (PostgreSQL's integer);
+# a larger limit would be a database error, not a refusal.
+LARGEST_LIMIT = 2**31 - 1
+TEMPLATE_LIMIT_FIELDS = (
+    "default_units", "max_units", "default_cpu", "max_cpu", "default_memory_gib", "max_memory_gib",
+    "max_runtime_seconds", "storage_gib", "idle_minutes", "port",
+)
+
+
+def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) -> None:
     if not flavors:
         raise DomainError("Choose at least one GPU flavor the template may use.", field="flavors")
     if not str(fields.get("image", "")).strip():
         raise DomainError("A template needs a container image.", field="image")
+    for field in TEMPLATE_LIMIT_FIELDS:
+        value = fields.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= LARGEST_LIMIT):
+            raise DomainError(f"{field} must be a whole number from 0 to {LARGEST_LIMIT}, not “{value}”.", field=field)
     try:
         check_declarations(fields.get("parameters") or [])
+        if kind in POD_COUNT_KINDS:
+            check_pod_count(fields.get("parameters") or [])
         names = {spec["name"]: spec.get("default") for spec in fields.get("parameters") or []}
         for arg in fields.get("args") or []:
             render(str(arg), {k: v if v is not None else "" for k, v in names.items()})
@@ -267,7 +298,7 @@ def template_create(*, user: User, slug: str, name: str, kind: str, description:
         _require(user.has_perm("tenants.manage_members", owner_team))
     if kind not in WorkloadKind.values:
         raise DomainError(f"Kind must be one of {', '.join(WorkloadKind.values)}.", field="kind")
-    _check_version(fields, flavors)
+    _check_version(fields, flavors, kind=kind)
     if WorkloadTemplate.objects.filter(slug=slug).exists():
         raise DomainError(f"A template named “{slug}” exists already; choose another slug.", field="slug")
     template = WorkloadTemplate.objects.create(slug=slug, name=name, kind=kind, description=description,
@@ -292,7 +323,7 @@ def template_revise(
         raise DomainError(f"These template fields do not exist: {', '.join(sorted(unknown))}.")
     fields.update(changes)
     flavor_list = list(flavors) if flavors is not None else list(current.flavors.all())
-    _check_version(fields, flavor_list)
+    _check_version(fields, flavor_list, kind=template.kind)
     version = WorkloadTemplateVersion.objects.create(template=template, number=current.number + 1, created_by=user, **fields)
     version.flavors.set(flavor_list)
     audit_record(actor=user, action="template.revised", obj=template,

@@ -28,6 +28,7 @@ from django.utils.dateparse import parse_datetime
 from jobs import manifests
 from jobs.models import RunInterval, Workload, WorkloadKind
 from jobs.services import record_transition
+from portal.adapters import whole_number
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.kube.base import quantity
 from tenants import selectors as tenant_selectors
@@ -99,7 +100,8 @@ class Snapshot:
 
 def _key(obj: dict[str, Any]) -> Key | None:
     value = obj["metadata"].get("labels", {}).get(manifests.WORKLOAD_LABEL, "")
-    return (obj["metadata"].get("namespace", ""), int(value)) if value.isdigit() else None
+    workload_id = whole_number(value)
+    return (obj["metadata"].get("namespace", ""), workload_id) if workload_id is not None else None
 
 
 def key_of(workload: Workload) -> Key:

@@ -21,7 +21,7 @@ from jobs import selectors, services
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import Workload, WorkloadKind, WorkloadTemplate
-from portal.adapters import HtmxHttpRequest, page
+from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
 from tenants.models import Team
 
@@ -226,13 +226,14 @@ def workload_stop(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def workload_scale(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     workload = _visible_workload(request, pk)
     raw = request.POST.get("replicas", "")
+    replicas = whole_number(raw)
     try:
-        if not raw.strip().isdigit():
+        if replicas is None:
             raise DomainError(f"Replicas must be a whole number, not “{raw}”.", field="replicas")
-        services.workload_scale(user=request.user, workload=workload, replicas=int(raw))
+        services.workload_scale(user=request.user, workload=workload, replicas=replicas)
     except DomainError as refusal:
         return _after_action(request, pk, error=refusal.message)
-    return _after_action(request, pk, error=None, done=f"{workload.name} now has {raw.strip()} replicas.")
+    return _after_action(request, pk, error=None, done=f"{workload.name} now has {replicas} replicas.")
 
 
 @login_required

@@ -18,6 +18,7 @@ from typing import Any
 from django.db import close_old_connections, connection
 
 from jobs.sync import WATCHED, Key, Snapshot, SyncResult, sync_snapshot
+from portal.adapters import whole_number
 from portal.kube import WatchEvent, gateway
 
 log = logging.getLogger(__name__)
@@ -84,14 +85,14 @@ class WorkloadInformer:
         keys: set[Key] = set()
         for obj in objects:
             namespace = obj["metadata"].get("namespace", "")
-            label = obj["metadata"].get("labels", {}).get("gpu-portal.io/workload", "")
-            if label.isdigit():
-                keys.add((namespace, int(label)))
+            workload_id = whole_number(obj["metadata"].get("labels", {}).get("gpu-portal.io/workload", ""))
+            if workload_id is not None:
+                keys.add((namespace, workload_id))
             for owner in obj["metadata"].get("ownerReferences", []):  # Kueue's Workloads
                 owned = self.store.get(owner["kind"], {}).get((namespace, owner["name"]))
-                label = (owned or {}).get("metadata", {}).get("labels", {}).get("gpu-portal.io/workload", "")
-                if label.isdigit():
-                    keys.add((namespace, int(label)))
+                workload_id = whole_number((owned or {}).get("metadata", {}).get("labels", {}).get("gpu-portal.io/workload", ""))
+                if workload_id is not None:
+                    keys.add((namespace, workload_id))
         return keys
 
     def run(self, *, until: Callable[[], bool] | None = None, on_sync: Callable[[SyncResult], None] | None = None) -> None:

@@ -11,6 +11,7 @@ their own `for_user` querysets, because dependencies point from them to portal, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -37,6 +38,15 @@ from portal.models import User
 PAGE_SIZE = 25
 TRUE_VALUES = {"1", "true", "yes"}
 FALSE_VALUES = {"0", "false", "no"}
+# ASCII digits only: str.isdigit() also says yes to "²" and "①", which int() then refuses, and
+# int() itself reads Arabic-Indic or full-width digits that nobody meant as a number here.
+WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")  # 18 digits stay below 2^63, what a database column holds
+
+
+def whole_number(text: str | None) -> int | None:
+    """The whole number written in ASCII digits, or None for anything else (signs, spaces, "²")."""
+    text = (text or "").strip()
+    return int(text) if WHOLE_NUMBER.fullmatch(text) else None
 
 
 # --- Pages -------------------------------------------------------------------------------------
@@ -114,6 +124,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
 
 # --- API input ---------------------------------------------------------------------------------
+
 
 
 class TokenScheme(OpenApiAuthenticationExtension):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from portal import health
 from portal import notifications as notification_services
 from portal import tokens as token_services
-from portal.adapters import HtmxHttpRequest, page
+from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
 from portal.forms import ApiTokenForm
 from portal.models import ApiToken, Notification
@@ -80,8 +80,11 @@ def notification_list(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def notifications_read(request: HtmxHttpRequest) -> HttpResponse:
-    pk = request.POST.get("id")
-    notification_services.notifications_mark_read(user=request.user, notification_id=int(pk) if pk and pk.isdigit() else None)
+    pk = request.POST.get("id") or None
+    notification_id = whole_number(pk)
+    if pk is not None and notification_id is None:  # without an id all are marked read: not what a bad id asked for
+        return HttpResponseBadRequest(f"“{pk}” is not a notification id.")
+    notification_services.notifications_mark_read(user=request.user, notification_id=notification_id)
     if request.htmx:
         return HttpResponseClientRefresh()
     return redirect("notifications")

@@ -105,8 +105,8 @@ class MembershipViewSet(
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(MembershipCreateSerializer, request)
-        membership = services.membership_add(
-            actor=signed_in_user(request), team=data["team"], user=data["username"], role=data["role"],
+        membership = services.membership_add_by_username(
+            actor=signed_in_user(request), team=data["team"], username=data["username"], role=data["role"],
         )
         return Response(self.get_serializer(membership).data, status=status.HTTP_201_CREATED)
 

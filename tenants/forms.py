@@ -20,10 +20,11 @@ class MembershipAddForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
 
     def clean_username(self) -> User:
+        # The page asks only after the view checked that the caller may manage the team's members.
         username = self.cleaned_data["username"].strip()
-        user = User.objects.filter(username=username).first()
+        user = User.objects.filter(username=username, is_active=True).first()
         if user is None:
-            raise forms.ValidationError(f"There is no account named “{username}”.")
+            raise forms.ValidationError(services.no_account_to_add(username))
         return user
 
 

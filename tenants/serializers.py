@@ -150,15 +150,11 @@ ROLE_ERRORS: dict[str, str | StrPromise] = {"invalid_choice": "“{input}” is 
 
 class MembershipCreateSerializer(StrictInputMixin, serializers.Serializer):
     team = VisibleTeamField()
+    # Looked up by the service, after it has checked that the caller may add members: a lookup
+    # here would tell anyone whether an account exists.
     username = serializers.CharField(help_text="The person to add.")
     role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER,
                                    error_messages=ROLE_ERRORS)
-
-    def validate_username(self, value: str) -> User:
-        user = User.objects.filter(username=value).first()
-        if user is None:
-            raise serializers.ValidationError(f"There is no user “{value}”; they appear after their first login.")
-        return user
 
 
 class MembershipUpdateSerializer(StrictInputMixin, serializers.Serializer):

@@ -4,6 +4,7 @@ transaction, writes the audit event and notifications, and queues cluster work a
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -116,7 +117,7 @@ def membership_add(*, actor: User, team: Team, user: User, role: str = Membershi
     if role not in Membership.Role.values:
         raise DomainError(f"“{role}” is not a role; choose member or lead.", field="role")
     if not user.is_active:
-        raise DomainError(f"{user.username} is deactivated and cannot join a team.", field="user")
+        raise DomainError(no_account_to_add(user.username), field="user")
     if Membership.objects.filter(team=team, user=user).exists():
         raise DomainError(f"{user.username} is already in {team.slug}.", field="user")
     membership = Membership.objects.create(team=team, user=user, role=role)
@@ -127,6 +128,25 @@ def membership_add(*, actor: User, team: Team, user: User, role: str = Membershi
            url=reverse("tenants:team-detail", args=[team.slug]))
     _on_team_change(team.pk)
     return membership
+
+
+def no_account_to_add(username: str) -> str:
+    """The one answer for a username that names nobody who can join a team.
+
+    Unknown and deactivated accounts get the same sentence, and only someone who may manage the
+    team's members ever sees it: adding a member is a lead's job and needs a yes or no, but no one
+    else should learn from the portal who has an account (issue 8, finding 15)."""
+    return f"There is no active account “{username}” you can add; people appear after their first login."
+
+
+def membership_add_by_username(*, actor: User, team: Team, username: str, role: str = Membership.Role.MEMBER) -> Membership:
+    """membership_add for a person named by username: whether the actor may add members is
+    asked before the name is looked up, so the answer about the name goes only to them."""
+    _require(actor.has_perm("tenants.manage_members", team))
+    user = User.objects.filter(username=username.strip(), is_active=True).first()
+    if user is None:
+        raise DomainError(no_account_to_add(username.strip()), field="username")
+    return membership_add(actor=actor, team=team, user=user, role=role)
 
 
 @transaction.atomic
@@ -443,25 +463,40 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     return ExpiryResult(ended=len(due), warned=len(ending))
 
 
-def parse_units(value: Any, *, flavor: Flavor) -> int:
-    try:
-        units = int(str(value).strip())
-    except (TypeError, ValueError):
-        raise DomainError(f"{flavor.name}: “{value}” is not a whole number of units.", field="lines") from None
-    return units
+# ASCII digits with an optional sign: int() would also read "١٢" (Arabic-Indic digits) as 12.
+SIGNED_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,18}")
 
+
+def parse_units(value: Any, *, flavor: Flavor) -> int:
+    text = str(value).strip()
+    if not SIGNED_WHOLE_NUMBER.fullmatch(text):
+        raise DomainError(f"{flavor.name}: “{value}” is not a whole number of units.", field="lines")
+    return int(text)
+
+
+
+def groups_from_claim(claim: Any) -> list[str]:
+    """The group names in an identity provider's groups claim. A provider may send one name as a
+    string, nothing, or (misconfigured) numbers and nulls: only strings name groups, and the rest
+    is ignored rather than failing the login."""
+    if isinstance(claim, str):
+        return [claim]
+    if not isinstance(claim, list | tuple):
+        return []
+    return [group for group in claim if isinstance(group, str)]
 
 
 @transaction.atomic
-def memberships_sync_from_groups(*, user: User, groups: Sequence[str]) -> None:
+def memberships_sync_from_groups(*, user: User, groups: Any) -> None:
     """Makes the user's memberships match the identity provider's team groups.
 
     "<prefix><slug>" makes a member and "<prefix><slug><lead suffix>" a lead. Teams the claims
-    name but the portal does not have are ignored: a platform admin creates teams.
+    name but the portal does not have are ignored: a platform admin creates teams. `groups` is
+    the claim as the provider sent it (see groups_from_claim).
     """
     prefix, lead_suffix = settings.OIDC_TEAM_GROUP_PREFIX, settings.OIDC_TEAM_LEAD_SUFFIX
     wanted: dict[str, str] = {}
-    for group in groups:
+    for group in groups_from_claim(groups):
         if not group.startswith(prefix):
             continue
         name = group[len(prefix):]

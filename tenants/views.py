@@ -13,7 +13,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -36,10 +36,14 @@ def _visible_request(request: HtmxHttpRequest, pk: int) -> QuotaRequest:
 
 
 def _safe_next(request: HtmxHttpRequest) -> str | None:
+    """A path on this site to go back to, or None. Only an absolute path is taken: redirect()
+    reads anything else ("0", "approvals") as a URL name, and a name it cannot reverse is a 500
+    after the decision was already saved."""
     target = request.POST.get("next") or ""
-    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
-        return target
-    return None
+    local = target.startswith("/") and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    return target if local else None
 
 
 # --- Dashboard and teams ----------------------------------------------------------------------
@@ -340,7 +344,7 @@ def _decide(request: HtmxHttpRequest, pk: int, act: Callable[[QuotaRequest, str]
         messages.error(request, error)
     else:
         messages.success(request, f"Request #{quota_request.pk} {done}.")
-    return redirect(_safe_next(request) or reverse("tenants:quota-request-detail", args=[quota_request.pk]))
+    return HttpResponseRedirect(_safe_next(request) or reverse("tenants:quota-request-detail", args=[quota_request.pk]))
 
 
 @login_required

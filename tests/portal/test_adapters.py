@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.adapters import error_sentences
+from portal.adapters import error_sentences, whole_number
 from portal.notifications import notify
 from tests.helpers import api
 
@@ -37,3 +37,28 @@ def test_a_value_that_is_not_a_choice_is_a_400_that_names_the_choices(member, pa
 
     assert response.status_code == 400
     assert "is not a" in response.json()["message"] and "choose one of" in response.json()["message"]
+
+
+@pytest.mark.parametrize("depth", [65, 100_000])
+def test_a_json_body_nested_too_deeply_is_a_400_with_a_sentence(member, depth):
+    body = "[" * depth + "]" * depth
+
+    response = api(member).post("/api/quota-requests/", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["message"].startswith("The JSON is nested too deeply")
+
+
+def test_a_json_body_nested_reasonably_is_read_as_before(member):
+    body = '{"team": "vision", "lines": [' + "[" * 60 + "]" * 60 + "]}"
+
+    response = api(member).post("/api/quota-requests/", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert "nested" not in response.json()["message"]
+
+
+@pytest.mark.parametrize(("text", "number"), [("7", 7), (" 12 ", 12), ("²", None), ("١٢", None), ("１２", None), ("-1", None),
+                                              ("+1", None), ("1_000", None), ("", None), (None, None), ("9" * 19, None)])
+def test_a_whole_number_is_written_in_ascii_digits_only(text, number):
+    assert whole_number(text) == number

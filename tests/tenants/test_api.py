@@ -434,7 +434,8 @@ def test_a_lead_adds_a_member_by_username(team, lead):
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    ({"team": "vision", "username": "nobody"}, "username: There is no user “nobody”; they appear after their first login."),
+    ({"team": "vision", "username": "nobody"},
+     "There is no active account “nobody” you can add; people appear after their first login."),
     ({"team": "vision", "username": "alice"}, "alice is already in vision."),
     ({"team": "vision", "username": "bob", "role": "owner"}, "role: “owner” is not a role; choose member or lead."),
     ({"team": "speech", "username": "bob"}, "team: There is no team “speech” that you can see."),

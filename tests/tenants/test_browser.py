@@ -104,7 +104,7 @@ def test_a_lead_manages_members_in_place(browser, live_server, site):
     expect(lena.locator("#members")).to_contain_text("Added bob to vision as member.")
     lena.fill("#id_username", "nobody")
     lena.click("#members button:has-text('Add')")
-    expect(lena.locator("#members [role=alert]")).to_contain_text("There is no account named “nobody”.")
+    expect(lena.locator("#members [role=alert]")).to_contain_text("There is no active account “nobody” you can add")
     htmx_settled(lena)
     bob = Membership.objects.get(user__username="bob")
     with lena.expect_response(lambda r: f"/members/{bob.pk}/role/" in r.url) as answer:

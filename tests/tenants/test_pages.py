@@ -370,7 +370,7 @@ def test_a_lead_adds_changes_and_removes_members_in_place(team, member, lead, as
 def test_member_refusals_are_shown_inline(team, member, lead, as_user):
     client = as_user(lead)
     unknown = client.post(reverse("tenants:membership-add", args=["vision"]), {"username": "nobody", "role": "member"}, **HTMX)
-    assert "There is no account named “nobody”." in unknown.content.decode()
+    assert "There is no active account “nobody” you can add" in unknown.content.decode()
     assert 'value="nobody"' in unknown.content.decode()
     twice = client.post(reverse("tenants:membership-add", args=["vision"]), {"username": "alice", "role": "member"}, **HTMX)
     assert "alice is already in vision." in twice.content.decode()

@@ -1,0 +1,149 @@
+"""Input that once answered 500 (issue 8, finding 13) and launches on a retired flavor (finding 17):
+each is now a 400, or a refused launch, with a sentence, and nothing already saved is lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from jobs import services
+from jobs.models import Workload, WorkloadKind, WorkloadTemplateVersion
+from portal.errors import DomainError
+from tests.helpers import api, launch
+
+pytestmark = pytest.mark.django_db
+
+
+def launch_body(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"team": "vision", "template": "pytorch-train", "flavor": "h100-80gb", "units": 1,
+                            "parameters": {"epochs": 3}}
+    return {**body, **overrides}
+
+
+@pytest.fixture
+def workload(ready_team, member, training, flavor):
+    return launch(member, ready_team, training, flavor, units=1, name="detector", parameters={"epochs": 3})
+
+
+@pytest.fixture
+def vllm(admin_user, flavor):
+    return services.template_create(user=admin_user, slug="vllm", name="vLLM", kind=WorkloadKind.INFERENCE, flavors=[flavor],
+                                    image="vllm/vllm-openai:v0.6.3", port=8000,
+                                    parameters=[{"name": "workers", "type": "int", "default": 1, "min": 1, "max": 4}])
+
+
+@pytest.mark.parametrize("tail", ["²", "١٠", "１０", "-5", "1e3"])
+def test_a_log_tail_that_is_not_ascii_digits_is_a_400_with_a_sentence(workload, member, tail):
+    response = api(member).get(f"/api/workloads/{workload.pk}/logs/", {"tail": tail})
+
+    assert response.status_code == 400
+    assert response.json()["message"].startswith("tail: tail is a number of lines from 1 to")
+
+
+def test_replicas_written_with_a_superscript_digit_are_refused_with_a_sentence(ready_team, member, vllm, flavor, as_user):
+    server = launch(member, ready_team, vllm, flavor)
+
+    refused = as_user(member).post(reverse("jobs:workload-scale", args=[server.pk]), {"replicas": "²"}, HTTP_HX_REQUEST="true")
+
+    assert refused.status_code == 200
+    assert "Replicas must be a whole number, not “²”." in refused.content.decode()
+    server.refresh_from_db()
+    assert server.workers == 1
+
+
+@pytest.mark.parametrize("field", ["max_units", "max_cpu", "max_memory_gib", "max_runtime_seconds", "storage_gib", "idle_minutes"])
+def test_a_template_limit_too_large_for_the_database_is_a_400_with_a_sentence(admin_user, flavor, field):
+    body = {"slug": "huge", "name": "Huge", "kind": "training", "flavors": [flavor.slug], "image": "x/y:1", field: 2**63}
+
+    response = api(admin_user).post("/api/templates/", body, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["message"].startswith(f"{field}: Ensure this value is less than or equal to")
+
+
+def test_a_template_limit_too_large_is_refused_by_the_service_too(admin_user, flavor):
+    with pytest.raises(DomainError, match="max_units must be a whole number from 0 to 2147483647"):
+        services.template_create(user=admin_user, slug="huge", name="Huge", kind=WorkloadKind.TRAINING, flavors=[flavor],
+                                 image="x/y:1", max_units=2**63)
+
+
+def test_a_parameter_bound_too_large_for_the_database_is_refused(admin_user, flavor):
+    parameters = [{"name": "workers", "type": "int", "default": 1, "min": 1, "max": 2**70}]
+    body = {"slug": "huge", "name": "Huge", "kind": "inference", "flavors": [flavor.slug], "image": "x/y:1",
+            "parameters": parameters}
+
+    response = api(admin_user).post("/api/templates/", body, format="json")
+
+    assert response.status_code == 400
+    assert "workers" in response.json()["message"]
+
+
+@pytest.mark.parametrize(("declared", "sentence"), [
+    ({"name": "workers", "type": "int", "default": -1, "min": -5, "max": 4}, "workers must be at least 1"),
+    ({"name": "workers", "type": "int", "default": 1}, "workers needs a minimum of at least 1 and a maximum"),
+    ({"name": "workers", "type": "choice", "default": "two", "choices": ["two", "three"]}, "workers must be a whole number"),
+    ({"name": "replicas", "type": "float", "default": 1.5, "min": 1, "max": 2}, "replicas must be a whole number"),
+    ({"name": "replicas", "type": "bool", "default": True}, "replicas must be a whole number"),
+])
+def test_a_distributed_template_refuses_workers_that_are_not_a_positive_whole_number(admin_user, flavor, declared, sentence):
+    with pytest.raises(DomainError, match=sentence):
+        services.template_create(user=admin_user, slug="bad", name="Bad", kind=WorkloadKind.DISTRIBUTED, flavors=[flavor],
+                                 image="x/y:1", parameters=[declared])
+
+
+def test_a_training_template_may_still_use_workers_for_something_else(admin_user, flavor):
+    dataloader = {"name": "workers", "type": "int", "default": 0, "min": 0, "max": 16}
+
+    services.template_create(user=admin_user, slug="loader", name="Loader", kind=WorkloadKind.TRAINING, flavors=[flavor],
+                             image="x/y:1", parameters=[dataloader])
+
+
+@pytest.mark.parametrize("declared", [
+    {"name": "workers", "type": "int", "default": -1, "min": -5, "max": 4},
+    {"name": "workers", "type": "choice", "default": "two", "choices": ["two", "three"]},
+])
+def test_launching_from_an_existing_template_with_broken_workers_is_a_400_not_a_500(ready_team, member, admin_user, flavor,
+                                                                                    declared):
+    template = services.template_create(user=admin_user, slug="ddp", name="DDP", kind=WorkloadKind.DISTRIBUTED,
+                                        flavors=[flavor], image="x/y:1")
+    WorkloadTemplateVersion.objects.filter(template=template).update(parameters=[declared])  # saved before the check
+
+    response = api(member).post("/api/workloads/", launch_body(template="ddp", parameters={}), format="json")
+
+    assert response.status_code == 400
+    assert "DDP declares workers" in response.json()["message"]
+    assert not Workload.objects.exists()
+
+
+def test_a_launch_on_a_retired_flavor_is_refused_with_a_sentence(ready_team, member, training, flavor):
+    flavor.is_active = False
+    flavor.save()
+
+    with pytest.raises(DomainError, match="is retired"):
+        launch(member, ready_team, training, flavor, units=1)
+    response = api(member).post("/api/workloads/", launch_body(), format="json")
+
+    assert response.status_code == 400
+    assert "is retired" in response.json()["message"]
+    assert not Workload.objects.exists()
+
+
+def test_a_relaunch_on_a_flavor_retired_since_is_refused_with_a_sentence(workload, member, flavor):
+    flavor.is_active = False
+    flavor.save()
+
+    response = api(member).post(f"/api/workloads/{workload.pk}/relaunch/")
+
+    assert response.status_code == 400
+    assert "is retired" in response.json()["message"]
+    assert Workload.objects.count() == 1
+
+
+@pytest.mark.parametrize("epochs", ["١٢", "１２", "²", "1" * 17])
+def test_an_int_parameter_is_written_in_ascii_digits(ready_team, member, training, flavor, epochs):
+    response = api(member).post("/api/workloads/", launch_body(parameters={"epochs": epochs}), format="json")
+
+    assert response.status_code == 400
+    assert response.json()["message"] == f"epochs must be a whole number, not “{epochs}”."
