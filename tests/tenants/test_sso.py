@@ -131,6 +131,16 @@ def test_a_new_subject_with_a_taken_username_gets_an_account_of_its_own(client, 
     assert dict(SsoIdentity.objects.values_list("subject", "user__username")) == {"u-1": "sam", "u-2": "sam-2"}
 
 
+def test_a_userinfo_answer_about_another_subject_logs_nobody_in(client, provider):
+    provider.next_user = {"sub": "u-123", "preferred_username": "grace", "email": "grace@example.com", "groups": []}
+    provider.userinfo_overrides = {"sub": "u-somebody-else"}
+
+    sso_login(client, provider)
+
+    assert signed_in_user(client) is None
+    assert not SsoIdentity.objects.exists()
+
+
 def test_single_sign_on_refuses_an_account_that_was_given_a_local_password(client, provider):
     provider.next_user = {"sub": "u-123", "preferred_username": "grace", "email": "grace@example.com", "groups": []}
     sso_login(client, provider)
@@ -226,3 +236,66 @@ def test_tokens_are_revoked_when_single_sign_on_takes_away_the_last_role(client,
 
     token.refresh_from_db()
     assert token.status == "revoked"
+
+
+# --- Session refresh -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def refreshing(settings, provider):
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, "tenants.oidc.PortalSessionRefresh"]
+    return provider
+
+
+def expire_id_token(client) -> None:
+    session = client.session
+    session["oidc_id_token_expiration"] = 0
+    session.save()
+
+
+def follow_to_provider_and_back(client, provider, response) -> Any:
+    assert response.status_code == 302 and response.url.startswith(f"{provider.url}/authorize?")
+    at_provider = requests.get(response.url, allow_redirects=False, timeout=5)
+    callback = urlparse(at_provider.headers["Location"])
+    return client.get(f"{callback.path}?{callback.query}")
+
+
+def test_an_expired_sso_session_refreshes_silently_and_picks_up_group_changes(client, refreshing):
+    TeamFactory(slug="vision")
+    refreshing.next_user = {"sub": "u-123", "preferred_username": "grace", "email": "grace@example.com",
+                            "groups": ["team-vision"]}
+    sso_login(client, refreshing)
+    assert client.get("/teams/vision/").status_code == 200
+    refreshing.next_user = {**refreshing.next_user, "groups": []}
+    expire_id_token(client)
+
+    to_provider = client.get("/teams/vision/")
+
+    assert "prompt=none" in to_provider.url
+    back = follow_to_provider_and_back(client, refreshing, to_provider)
+    assert back.status_code == 302 and back.url == "/teams/vision/"
+    assert not Membership.objects.exists()
+    assert client.get("/teams/vision/").status_code == 404
+
+
+def test_a_user_signed_out_at_the_provider_is_signed_out_at_the_next_refresh(client, refreshing):
+    refreshing.next_user = {"sub": "u-123", "preferred_username": "grace", "email": "grace@example.com", "groups": []}
+    sso_login(client, refreshing)
+    refreshing.signed_out = True
+    expire_id_token(client)
+
+    follow_to_provider_and_back(client, refreshing, client.get("/"))
+
+    assert signed_in_user(client) is None
+
+
+def test_htmx_fragments_and_local_accounts_are_not_sent_to_the_provider(client, refreshing, member):
+    refreshing.next_user = {"sub": "u-123", "preferred_username": "grace", "email": "grace@example.com", "groups": []}
+    sso_login(client, refreshing)
+    expire_id_token(client)
+    assert client.get("/notifications/", HTTP_HX_REQUEST="true").status_code == 200
+
+    client.logout()
+    # How a local account signs in: the password form, answered by Django's own backend.
+    client.force_login(member, backend="django.contrib.auth.backends.ModelBackend")
+    assert client.get("/notifications/").status_code == 200
