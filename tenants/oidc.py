@@ -11,12 +11,14 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.core.exceptions import SuspiciousOperation
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.middleware import SessionRefresh
 
+from portal.audit import audit_record
 from portal.models import SsoIdentity, User
 from portal.tokens import api_tokens_revoke_all
 from tenants.models import Membership
@@ -62,7 +64,17 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         return claims
 
     def filter_users_by_claims(self, claims: dict[str, Any]) -> Any:
-        return self.UserModel.objects.filter(sso_identity__issuer=claims["iss"], sso_identity__subject=claims["sub"])
+        linked = self.UserModel.objects.filter(sso_identity__issuer=claims["iss"], sso_identity__subject=claims["sub"])
+        if linked.exists() or not settings.OIDC_ADOPT_UNLINKED_ACCOUNTS:
+            return linked
+        # Accounts made by single sign-on before identities were recorded have no identity yet.
+        # Only one the old code could have made is adopted: no password (so nobody signs in to
+        # it locally), no identity of its own, no superuser or staff bit.
+        username = claims.get("preferred_username") or claims["sub"]
+        return self.UserModel.objects.filter(
+            username=username, sso_identity__isnull=True, password__startswith=UNUSABLE_PASSWORD_PREFIX,
+            is_superuser=False, is_staff=False,
+        )
 
     @transaction.atomic
     def create_user(self, claims: dict[str, Any]) -> User:
@@ -83,6 +95,8 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         if user is None:
             raise SuspiciousOperation(f"No free username near “{base}” for a new single sign-on account.")
         SsoIdentity.objects.create(user=user, issuer=claims["iss"], subject=claims["sub"])
+        audit_record(actor=None, action="user.created", obj=user,
+                     message=f"{user.username} signed in for the first time through single sign-on")
         return self.update_user(user, claims)
 
     @transaction.atomic
@@ -90,6 +104,11 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         if user.has_usable_password():
             # An admin gave this account a local password: it is no longer the provider's to enter.
             raise SuspiciousOperation(f"{user.username} has a local password; single sign-on may not log into it.")
+        if not SsoIdentity.objects.filter(user=user).exists():
+            SsoIdentity.objects.create(user=user, issuer=claims["iss"], subject=claims["sub"])
+            audit_record(actor=None, action="sso_identity.linked", obj=user,
+                         message=f"{user.username} was linked to subject {claims['sub']} of {claims['iss']}"
+                         " at their first single sign-on since identities are recorded")
         groups = groups_from_claims(claims)
         had_roles = _holds_a_role(user)
         user.email = claims.get("email", user.email)

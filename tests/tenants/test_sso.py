@@ -165,6 +165,38 @@ def test_an_sso_account_loses_a_superuser_bit_at_its_next_login(client, provider
     assert (user.is_superuser, user.is_staff, user.is_platform_admin) == (False, False, False)
 
 
+def test_an_account_made_by_the_old_username_matching_is_adopted_only_when_the_site_allows_it(
+    client, provider, settings,
+):
+    legacy = get_user_model().objects.create_user(username="grace", email="grace@example.com")
+    provider.next_user = {"sub": "u-123", "preferred_username": "grace", "email": "grace@example.com", "groups": []}
+    sso_login(client, provider)
+    assert signed_in_user(client).username == "grace-2"
+    client.logout()
+    get_user_model().objects.filter(username="grace-2").delete()
+    settings.OIDC_ADOPT_UNLINKED_ACCOUNTS = True
+
+    sso_login(client, provider)
+
+    assert signed_in_user(client).pk == legacy.pk
+    assert SsoIdentity.objects.get(user=legacy).subject == "u-123"
+
+
+@pytest.mark.parametrize("local", [
+    {"password": "pw"}, {"is_staff": True}, {"is_superuser": True},
+])
+def test_adoption_never_takes_an_account_with_a_password_or_admin_bits(client, provider, settings, local):
+    settings.OIDC_ADOPT_UNLINKED_ACCOUNTS = True
+    admin = get_user_model().objects.create_user(username="admin", email="root@example.com", **local)
+    provider.next_user = {"sub": "u-evil", "preferred_username": "admin", "email": "evil@example.com", "groups": []}
+
+    sso_login(client, provider)
+
+    assert signed_in_user(client).pk != admin.pk
+    admin.refresh_from_db()
+    assert admin.email == "root@example.com"
+
+
 # --- Groups ----------------------------------------------------------------------------------
 
 
