@@ -57,6 +57,8 @@ class ApiTokenViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         data = parse(ApiTokenSerializer, request)
         token, secret = token_services.api_token_create(
             user=signed_in_user(request), name=data["name"], expires_in_days=data["expires_in_days"],
+            scope=data.get("scope", ApiToken.Scope.WRITE),
+            created_with=request.auth if isinstance(request.auth, ApiToken) else None,
         )
         return Response(dict(self.get_serializer(token).data, secret=secret), status=status.HTTP_201_CREATED)
 

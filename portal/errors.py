@@ -21,3 +21,10 @@ class StateConflict(DomainError):
 
     status_code = 409
 
+
+
+class NotAllowed(DomainError):
+    """A refusal worth explaining (403): how the caller signed in may not do this, and the
+    sentence says what would. Plain `PermissionDenied` stays for refusals that explain nothing."""
+
+    status_code = 403

@@ -30,6 +30,24 @@ class User(AbstractUser):
         return self.get_full_name() or self.username
 
 
+class SsoIdentity(models.Model):
+    """Who the identity provider says a user is: its issuer and subject, the one pair an
+    OpenID provider promises never to reassign. Usernames and emails change and collide, so
+    single sign-on finds its account by this pair alone, and only accounts it created have one.
+    """
+
+    user = models.OneToOneField(User, on_delete=models.CASCADE, related_name="sso_identity")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_unique_issuer_subject")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
+
+
 class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
     def usable(self) -> ApiTokenQuerySet:
         now = timezone.now()
@@ -43,6 +61,10 @@ class ApiToken(models.Model):
 
     PREFIX_LENGTH = 8
 
+    class Scope(models.TextChoices):
+        READ = "read", "Read only"
+        WRITE = "write", "Read and write"
+
     user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100)
     prefix = models.CharField(max_length=PREFIX_LENGTH, db_index=True)
@@ -51,6 +73,10 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    scope = models.CharField(
+        max_length=10, choices=Scope.choices, default=Scope.WRITE,
+        help_text="A read-only token may only make GET, HEAD and OPTIONS calls.",
+    )
 
     objects = ApiTokenQuerySet.as_manager()
 

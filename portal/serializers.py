@@ -21,6 +21,6 @@ class ApiTokenSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "status",
+        fields = ["id", "name", "scope", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "status",
                   "expires_in_days", "secret"]
         read_only_fields = ["id", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "status"]

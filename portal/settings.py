@@ -185,14 +185,25 @@ if OIDC_ENABLED:
     OIDC_OP_JWKS_ENDPOINT = env("OIDC_OP_JWKS_ENDPOINT")
     OIDC_OP_ISSUER = env("OIDC_OP_ISSUER")
     OIDC_OP_LOGOUT_URL_METHOD = ""
-# Group claims map to roles: a group in OIDC_ADMIN_GROUPS makes a platform admin, one in
-# OIDC_FINANCE_GROUPS finance; "<prefix><slug>" a team member and "<prefix><slug><lead suffix>"
-# a team lead. Memberships the claims no longer carry are removed at the next login.
+    # A signed-in SSO user goes back to the provider (silently, prompt=none) this often, so
+    # group changes and accounts disabled at the provider take effect without a new login.
+    OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = int(env("OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS", "900"))
+    MIDDLEWARE.append("tenants.oidc.PortalSessionRefresh")
+# Group claims map to roles: a group in OIDC_ADMIN_GROUPS makes a platform admin (and Django
+# admin staff), one in OIDC_FINANCE_GROUPS finance; "<prefix><slug>" a team member and
+# "<prefix><slug><lead suffix>" a team lead, except that a group naming an existing team exactly
+# is always that team's membership. Roles and memberships the claims no longer carry are removed
+# at the next login; an SSO account is never a superuser. SSO accounts are found by the ID
+# token's (iss, sub), never by username, and never log into an account with a local password.
 OIDC_GROUPS_CLAIM = env("OIDC_GROUPS_CLAIM", "groups")
 OIDC_ADMIN_GROUPS = env_list("OIDC_ADMIN_GROUPS", "gpu-portal-admins")
 OIDC_FINANCE_GROUPS = env_list("OIDC_FINANCE_GROUPS", "gpu-portal-finance")
 OIDC_TEAM_GROUP_PREFIX = env("OIDC_TEAM_GROUP_PREFIX", "team-")
 OIDC_TEAM_LEAD_SUFFIX = env("OIDC_TEAM_LEAD_SUFFIX", "-leads")
+# For a site upgrading from username matching: an SSO login may adopt an account of the same
+# username that only the old single sign-on could have made (no password, no superuser or staff
+# bit, no identity yet). Off by default; turn it on for the first logins after the upgrade.
+OIDC_ADOPT_UNLINKED_ACCOUNTS = env("OIDC_ADOPT_UNLINKED_ACCOUNTS", "") in ("1", "true", "yes")
 API_TOKEN_MAX_DAYS = int(env("API_TOKEN_MAX_DAYS", "365"))
 
 # --- REST API ----------------------------------------------------------------------------

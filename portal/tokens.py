@@ -8,19 +8,32 @@ import secrets
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from rest_framework import authentication, exceptions
+from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
 from portal.audit import audit_record
-from portal.errors import DomainError, StateConflict
+from portal.errors import DomainError, NotAllowed, StateConflict
 from portal.models import ApiToken, User
 
 TOKEN_PREFIX = "gpp_"
 
 
 @transaction.atomic
-def api_token_create(*, user: User, name: str, expires_in_days: int | None) -> tuple[ApiToken, str]:
-    """Returns the token and its secret. The secret is never stored and cannot be shown again."""
+def api_token_create(
+    *, user: User, name: str, expires_in_days: int | None, scope: str = ApiToken.Scope.WRITE,
+    created_with: ApiToken | None = None,
+) -> tuple[ApiToken, str]:
+    """Returns the token and its secret. The secret is never stored and cannot be shown again.
+
+    `created_with` is the token that authenticated the request, if one did: a token may not
+    mint another, or a short-lived or leaked token could outlive its own expiry and revocation.
+    """
+    if created_with is not None:
+        raise NotAllowed(
+            "An API token cannot create tokens. Create one on the API tokens page, signed in as yourself."
+        )
+    if scope not in ApiToken.Scope.values:
+        raise DomainError("A token's scope is “read” or “write”.", field="scope")
     name = name.strip()
     if not name:
         raise DomainError("Give the token a name, e.g. the script or laptop that will use it.", field="name")
@@ -34,9 +47,11 @@ def api_token_create(*, user: User, name: str, expires_in_days: int | None) -> t
         prefix=secret[len(TOKEN_PREFIX) : len(TOKEN_PREFIX) + ApiToken.PREFIX_LENGTH],
         digest=ApiToken.digest_of(secret),
         expires_at=timezone.now() + dt.timedelta(days=expires_in_days),
+        scope=scope,
     )
     audit_record(actor=user, action="api_token.created", obj=token,
-                 message=f"{user.username} created API token “{token.name}” expiring {token.expires_at:%Y-%m-%d}")
+                 message=f"{user.username} created {token.get_scope_display().lower()} API token “{token.name}”"
+                 f" expiring {token.expires_at:%Y-%m-%d}")
     return token, secret
 
 
@@ -51,6 +66,20 @@ def api_token_revoke(*, token: ApiToken, actor: User) -> ApiToken:
     audit_record(actor=actor, action="api_token.revoked", obj=token,
                  message=f"{actor.username} revoked API token “{token.name}” of {token.user.username}")
     return token
+
+
+@transaction.atomic
+def api_tokens_revoke_all(*, user: User, reason: str) -> int:
+    """Revokes every token of a user who lost what the tokens acted on. No actor: the portal
+    does it (single sign-on took their last role), so no permission is asked."""
+    now = timezone.now()
+    revoked = list(ApiToken.objects.filter(user=user).usable().select_for_update())
+    for token in revoked:
+        token.revoked_at = now
+        token.save(update_fields=["revoked_at"])
+        audit_record(actor=None, action="api_token.revoked", obj=token,
+                     message=f"API token “{token.name}” of {user.username} was revoked: {reason}")
+    return len(revoked)
 
 
 class TokenAuthentication(authentication.BaseAuthentication):
@@ -68,6 +97,11 @@ class TokenAuthentication(authentication.BaseAuthentication):
         if token is None:
             raise exceptions.AuthenticationFailed(
                 "This API token is unknown, revoked or expired. Create a new one under API tokens."
+            )
+        if token.scope == ApiToken.Scope.READ and request.method not in permissions.SAFE_METHODS:
+            # Refused here rather than in a permission class, so no view can forget to ask.
+            raise exceptions.PermissionDenied(
+                f"Token “{token.name}” is read-only: it may only read. Use a read-and-write token to change things."
             )
         now = timezone.now()
         if not token.last_used_at or now - token.last_used_at > dt.timedelta(minutes=1):

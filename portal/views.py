@@ -46,7 +46,8 @@ def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST" and form.is_valid():
         try:
             token, secret = token_services.api_token_create(
-                user=request.user, name=form.cleaned_data["name"], expires_in_days=form.cleaned_data["expires_in_days"]
+                user=request.user, name=form.cleaned_data["name"], expires_in_days=form.cleaned_data["expires_in_days"],
+                scope=form.cleaned_data["scope"],
             )
         except DomainError as error:
             form.add_error(error.field if error.field in form.fields else None, error.message)

@@ -1,16 +1,31 @@
-"""Single sign-on: OpenID Connect group claims become platform roles and team memberships."""
+"""Single sign-on: OpenID Connect group claims become platform roles and team memberships.
+
+An SSO account is found by its (issuer, subject) pair in `portal.SsoIdentity`, never by
+username or email: a provider account named like a local one gets an account of its own, and
+an account with a usable local password is never logged into by single sign-on.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.core.exceptions import SuspiciousOperation
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+from mozilla_django_oidc.middleware import SessionRefresh
 
-from portal.models import User
-from tenants.services import memberships_sync_from_groups
+from portal.audit import audit_record
+from portal.models import SsoIdentity, User
+from portal.tokens import api_tokens_revoke_all
+from tenants.models import Membership
+from tenants.services import groups_from_claim, memberships_sync_from_groups
+
+# What Django's username validator accepts; anything else in a provider's name becomes "-".
+_NOT_USERNAME = re.compile(r"[^\w.@+-]")
 
 
 class PortalOIDCBackend(OIDCAuthenticationBackend):
@@ -26,25 +41,94 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("The ID token comes from an unexpected issuer.")
         return payload
 
-    def filter_users_by_claims(self, claims: dict[str, Any]) -> Any:
-        username = claims.get("preferred_username") or claims.get("sub")
-        return self.UserModel.objects.filter(username=username)
+    def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> dict[str, Any]:
+        claims = dict(super().get_userinfo(access_token, id_token, payload))
+        # Userinfo carries no issuer and its subject is only trustworthy when it is the signed
+        # ID token's (OpenID Connect Core 5.3.2), so identity comes from the verified token.
+        if "sub" in claims and str(claims["sub"]) != str(payload.get("sub")):
+            raise SuspiciousOperation("The userinfo answer is about another subject than the ID token.")
+        if not payload.get("iss") or not payload.get("sub"):
+            raise SuspiciousOperation("The ID token names no issuer or subject.")
+        claims["iss"], claims["sub"] = str(payload["iss"]), str(payload["sub"])
+        return claims
 
+    def filter_users_by_claims(self, claims: dict[str, Any]) -> Any:
+        linked = self.UserModel.objects.filter(sso_identity__issuer=claims["iss"], sso_identity__subject=claims["sub"])
+        if linked.exists() or not settings.OIDC_ADOPT_UNLINKED_ACCOUNTS:
+            return linked
+        # Accounts made by single sign-on before identities were recorded have no identity yet.
+        # Only one the old code could have made is adopted: no password (so nobody signs in to
+        # it locally), no identity of its own, no superuser or staff bit.
+        username = claims.get("preferred_username") or claims["sub"]
+        return self.UserModel.objects.filter(
+            username=username, sso_identity__isnull=True, password__startswith=UNUSABLE_PASSWORD_PREFIX,
+            is_superuser=False, is_staff=False,
+        )
+
+    @transaction.atomic
     def create_user(self, claims: dict[str, Any]) -> User:
-        username = claims.get("preferred_username") or claims.get("sub")
-        user = self.UserModel.objects.create_user(username=username, email=claims.get("email", ""))
+        wanted = claims.get("preferred_username") or claims["sub"]
+        base = _NOT_USERNAME.sub("-", str(wanted))[:140] or "user"
+        user = None
+        for attempt in range(1, 100):
+            username = base if attempt == 1 else f"{base}-{attempt}"
+            if self.UserModel.objects.filter(username__iexact=username).exists():
+                continue
+            try:
+                with transaction.atomic():
+                    # No password: an SSO account can only be entered through its provider.
+                    user = self.UserModel.objects.create_user(username=username, email=claims.get("email", ""))
+            except IntegrityError:
+                continue  # another login took the name between the check and the insert
+            break
+        if user is None:
+            raise SuspiciousOperation(f"No free username near “{base}” for a new single sign-on account.")
+        SsoIdentity.objects.create(user=user, issuer=claims["iss"], subject=claims["sub"])
+        audit_record(actor=None, action="user.created", obj=user,
+                     message=f"{user.username} signed in for the first time through single sign-on")
         return self.update_user(user, claims)
 
     @transaction.atomic
     def update_user(self, user: User, claims: dict[str, Any]) -> User:
-        groups = claims.get(settings.OIDC_GROUPS_CLAIM) or []
-        if isinstance(groups, str):
-            groups = [groups]
+        if user.has_usable_password():
+            # An admin gave this account a local password: it is no longer the provider's to enter.
+            raise SuspiciousOperation(f"{user.username} has a local password; single sign-on may not log into it.")
+        if not SsoIdentity.objects.filter(user=user).exists():
+            SsoIdentity.objects.create(user=user, issuer=claims["iss"], subject=claims["sub"])
+            audit_record(actor=None, action="sso_identity.linked", obj=user,
+                         message=f"{user.username} was linked to subject {claims['sub']} of {claims['iss']}"
+                         " at their first single sign-on since identities are recorded")
+        groups = groups_from_claim(claims.get(settings.OIDC_GROUPS_CLAIM))
+        had_roles = _holds_a_role(user)
         user.email = claims.get("email", user.email)
         user.first_name = claims.get("given_name", user.first_name)
         user.last_name = claims.get("family_name", user.last_name)
         user.is_platform_admin = any(g in settings.OIDC_ADMIN_GROUPS for g in groups)
         user.is_finance = any(g in settings.OIDC_FINANCE_GROUPS for g in groups)
+        # The provider's groups are the whole truth for an SSO account: platform admins reach
+        # Django's admin through the group, and nobody holds a superuser bit the groups can't take away.
+        user.is_staff = user.is_platform_admin
+        user.is_superuser = False
         user.save()
         memberships_sync_from_groups(user=user, groups=groups)
+        if had_roles and not _holds_a_role(user):
+            api_tokens_revoke_all(user=user, reason="single sign-on no longer gives them any role")
         return user
+
+
+def _holds_a_role(user: User) -> bool:
+    return user.is_platform_admin or user.is_finance or Membership.objects.filter(user=user).exists()
+
+
+class PortalSessionRefresh(SessionRefresh):
+    """Sends a signed-in SSO user back to the provider, silently, when the ID token is older
+    than OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS, so group changes and disabled accounts take effect.
+
+    htmx fragments are left alone: a fetch cannot follow a redirect to the provider, and the
+    next full page load refreshes.
+    """
+
+    def is_refreshable_url(self, request: HttpRequest) -> bool:
+        if request.headers.get("HX-Request"):
+            return False
+        return bool(super().is_refreshable_url(request))

@@ -490,20 +490,24 @@ def groups_from_claim(claim: Any) -> list[str]:
 def memberships_sync_from_groups(*, user: User, groups: Any) -> None:
     """Makes the user's memberships match the identity provider's team groups.
 
-    "<prefix><slug>" makes a member and "<prefix><slug><lead suffix>" a lead. Teams the claims
-    name but the portal does not have are ignored: a platform admin creates teams. `groups` is
-    the claim as the provider sent it (see groups_from_claim).
+    "<prefix><slug>" makes a member and "<prefix><slug><lead suffix>" a lead. A group that
+    names an existing team exactly is always that team's membership, so with teams `ml` and
+    `ml-leads` both present, `team-ml-leads` means member of `ml-leads`, never lead of `ml`
+    (pick a lead suffix no slug can contain, e.g. ":lead", to lead such a team). Teams the
+    claims name but the portal does not have are ignored: a platform admin creates teams.
+    `groups` is the claim as the provider sent it (see groups_from_claim).
     """
     prefix, lead_suffix = settings.OIDC_TEAM_GROUP_PREFIX, settings.OIDC_TEAM_LEAD_SUFFIX
+    names = [group[len(prefix):] for group in groups_from_claim(groups) if group.startswith(prefix)]
+    lead_of = {name[: -len(lead_suffix)]: name for name in names if lead_suffix and name.endswith(lead_suffix)}
+    existing = set(Team.objects.filter(slug__in=[*names, *lead_of]).values_list("slug", flat=True))
     wanted: dict[str, str] = {}
-    for group in groups_from_claim(groups):
-        if not group.startswith(prefix):
-            continue
-        name = group[len(prefix):]
-        if lead_suffix and name.endswith(lead_suffix):
-            wanted[name[: -len(lead_suffix)]] = Membership.Role.LEAD
-        else:
+    for name in names:
+        if name in existing:
             wanted.setdefault(name, Membership.Role.MEMBER)
+    for slug, name in lead_of.items():
+        if slug in existing and name not in existing:
+            wanted[slug] = Membership.Role.LEAD
     teams = {team.slug: team for team in Team.objects.filter(slug__in=wanted)}
     current = {m.team.slug: m for m in Membership.objects.filter(user=user).select_related("team")}
     for slug, stale in current.items():

@@ -21,6 +21,10 @@ class MockOpenIDProvider:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.kid = "test-key"
         self.next_user: dict[str, Any] = {}
+        # No live session at the provider: a silent (prompt=none) request answers login_required.
+        self.signed_out = False
+        # Claims the userinfo endpoint answers on top of the user's, to play a misbehaving provider.
+        self.userinfo_overrides: dict[str, Any] = {}
         self.codes: dict[str, dict[str, Any]] = {}
         self.access_tokens: dict[str, dict[str, Any]] = {}
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -76,6 +80,12 @@ class MockOpenIDProvider:
                 if url.path == "/authorize":
                     if query.get("client_id") != provider.client_id or query.get("response_type") != "code":
                         return self._json(400, {"error": "invalid_request"})
+                    if query.get("prompt") == "none" and provider.signed_out:
+                        params = {"error": "login_required", "state": query["state"]}
+                        self.send_response(302)
+                        self.send_header("Location", f"{query['redirect_uri']}?{urlencode(params)}")
+                        self.end_headers()
+                        return None
                     code = secrets.token_urlsafe(16)
                     provider.codes[code] = {"nonce": query.get("nonce"), "user": provider.next_user}
                     target = f"{query['redirect_uri']}?{urlencode({'code': code, 'state': query['state']})}"
@@ -89,7 +99,7 @@ class MockOpenIDProvider:
                     user = provider.access_tokens.get(token)
                     if user is None:
                         return self._json(401, {"error": "invalid_token"})
-                    self._json(200, user)
+                    self._json(200, {**user, **provider.userinfo_overrides})
                 else:
                     self._json(404, {"error": "not_found"})
 

@@ -53,7 +53,10 @@ def test_replicas_written_with_a_superscript_digit_are_refused_with_a_sentence(r
     assert server.workers == 1
 
 
-@pytest.mark.parametrize("field", ["max_units", "max_cpu", "max_memory_gib", "max_runtime_seconds", "storage_gib", "idle_minutes"])
+LIMITS = ["max_units", "max_cpu", "max_memory_gib", "max_runtime_seconds", "storage_gib", "idle_minutes"]
+
+
+@pytest.mark.parametrize("field", LIMITS)
 def test_a_template_limit_too_large_for_the_database_is_a_400_with_a_sentence(admin_user, flavor, field):
     body = {"slug": "huge", "name": "Huge", "kind": "training", "flavors": [flavor.slug], "image": "x/y:1", field: 2**63}
 
