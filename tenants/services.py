@@ -89,6 +89,14 @@ def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
     return team
 
 
+def user_activity_changed(*, user: User) -> None:
+    """A user was deactivated or reactivated: the teams they belong to bind them (or no longer)
+    in the cluster. Called wherever an account's is_active changes, which today is only a save
+    of the User (the admin, the shell, single sign-on), so a signal calls it."""
+    for team_id in Membership.objects.filter(user=user).values_list("team_id", flat=True):
+        _on_team_change(team_id)
+
+
 @transaction.atomic
 def team_delete(*, actor: User, team: Team) -> None:
     """Deletes the team; its cluster objects (and the workloads in them) go after commit."""
