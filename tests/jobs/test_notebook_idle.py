@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -28,6 +29,8 @@ class JupyterStatus:
         self.tokens: list[str] = []
         # A notebook whose name is a key here gets this answer (HTTP status, body) instead.
         self.answers: dict[str, tuple[int, bytes]] = {}
+        # A notebook whose name is a key here answers only after this many seconds.
+        self.delays: dict[str, float] = {}
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,6 +40,9 @@ class JupyterStatus:
             def do_GET(self) -> None:
                 owner.tokens.append(self.path.split("token=")[-1])
                 code, data = 200, json.dumps(owner.status).encode()
+                for name, seconds in owner.delays.items():
+                    if f"/{name}/" in self.path:
+                        time.sleep(seconds)
                 for name, answer in owner.answers.items():
                     if f"/{name}/" in self.path:
                         code, data = answer
@@ -151,3 +157,16 @@ def test_an_error_checking_one_notebook_is_logged_and_the_others_are_still_check
     running_notebook.refresh_from_db()
     assert running_notebook.phase == Workload.Phase.RUNNING
     assert f"notebook {running_notebook.pk} ({running_notebook.k8s_name} of vision)" in caplog.text
+
+
+def test_a_notebook_that_answers_too_late_is_left_running_and_the_idle_one_is_still_stopped(
+        running_notebook, jupyter, django_capture_on_commit_callbacks):
+    slow = launch(running_notebook.owner, running_notebook.team, running_notebook.template_version.template,
+                  running_notebook.flavor)
+    Workload.objects.filter(pk=slow.pk).update(phase=Workload.Phase.RUNNING)
+    jupyter.delays = {slow.k8s_name: 4}
+    jupyter.status = {"last_activity": (timezone.now() - dt.timedelta(minutes=95)).isoformat(), "kernels": 0, "connections": 0}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert idle.notebooks_stop_idle() == [running_notebook.pk]
+    slow.refresh_from_db()
+    assert slow.phase == Workload.Phase.RUNNING
