@@ -95,7 +95,7 @@ class TeamAdmin(PlatformAdminOnly, RefusalAsMessage):
     inlines = (MembershipInline,)
     # These go through a service (team_create / team_update); the sync fields are shown, not edited.
     editable_fields = ("slug", "name", "cost_center", "description")
-    policy_fields = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit")
+    policy_fields = services.POLICY_FIELDS
     sync_fields = ("config_version", "applied_version", "synced_at", "sync_error")
 
     def get_fields(self, request: HttpRequest, obj: Team | None = None) -> tuple[str, ...]:

@@ -32,7 +32,10 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     flavor_ids = {f.slug: f.pk for f in active}
     guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
     members: dict[int, list[str]] = defaultdict(list)
-    for team_id, username in Membership.objects.filter(team_id__in=list(teams_by_id)).values_list("team_id", "user__username"):
+    # A deactivated account keeps its memberships (reactivating restores them) but loses its
+    # access to the namespace at once.
+    memberships = Membership.objects.filter(team_id__in=list(teams_by_id), user__is_active=True)
+    for team_id, username in memberships.values_list("team_id", "user__username"):
         members[team_id].append(username)
     specs = {}
     for team in teams_by_id.values():

@@ -84,6 +84,10 @@ class Team(models.Model):
     cpu_limit_cores = models.PositiveIntegerField(default=64, help_text="Backstop: CPU cores all pods may request.")
     memory_limit_gib = models.PositiveIntegerField(default=512, help_text="Backstop: memory (GiB) all pods may request.")
     pod_limit = models.PositiveIntegerField(default=100, help_text="Backstop: pods at once.")
+    # Four eyes on quota: some teams (or their budget holders) want every grant seen by two people.
+    requires_second_approver = models.BooleanField(
+        default=False, help_text="Whoever files a quota request cannot approve it, not even a lead or a platform admin."
+    )
 
     # Cluster sync: every change bumps config_version; a reconcile that applied everything it
     # read at version N records N. In sync means applied_version == config_version.
@@ -257,6 +261,12 @@ class QuotaRequest(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.status == self.Status.PENDING
+
+    @property
+    def second_approver_sentence(self) -> str:
+        """Why the person who filed this request cannot approve it, when the team asks for four eyes."""
+        return (f"{self.team.name} asks for a second person to approve quota: someone other than "
+                f"{self.requester.username}, who filed #{self.pk}, must decide.")
 
 
 class QuotaRequestLine(models.Model):

@@ -43,9 +43,17 @@ def is_requester(user: Any, quota_request: QuotaRequest | None) -> bool:
     return quota_request is not None and quota_request.requester_id == user.pk
 
 
+@rules.predicate
+def filed_it_and_team_wants_four_eyes(user: Any, quota_request: QuotaRequest | None) -> bool:
+    return (quota_request is not None and quota_request.requester_id == user.pk
+            and quota_request.team.requires_second_approver)
+
+
 can_manage_team = is_platform_admin | is_team_lead
 can_request_quota = is_platform_admin | is_team_member
 can_decide_quota_request = is_platform_admin | is_team_lead
+# Rejecting one's own request is withdrawing it, so four eyes only stand between the filer and approval.
+can_approve_quota_request = can_decide_quota_request & ~filed_it_and_team_wants_four_eyes
 can_cancel_quota_request = is_platform_admin | is_requester
 # "Is a decider": someone quota requests come to (a lead of some team, or a platform admin).
 receives_quota_requests = is_platform_admin | leads_a_team
@@ -53,6 +61,7 @@ receives_quota_requests = is_platform_admin | leads_a_team
 rules.add_perm("tenants.manage_members", can_manage_team)
 rules.add_perm("tenants.request_quota", can_request_quota)
 rules.add_perm("tenants.decide_quotarequest", can_decide_quota_request)
+rules.add_perm("tenants.approve_quotarequest", can_approve_quota_request)
 rules.add_perm("tenants.cancel_quotarequest", can_cancel_quota_request)
 rules.add_perm("tenants.receive_quotarequests", receives_quota_requests)
 rules.add_perm("tenants.manage_flavors", is_platform_admin)

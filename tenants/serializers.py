@@ -77,6 +77,7 @@ class TeamSerializer(serializers.ModelSerializer):
         model = Team
         fields = ["id", "uid", "slug", "name", "cost_center", "description", "created_at", "member_count",
                   "pending_requests", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit",
+                  "requires_second_approver",
                   "sync_state", "synced_at", "sync_error", "members", "guarantees"]
         read_only_fields = fields
         list_serializer_class = TeamListSerializer
@@ -130,6 +131,9 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
     cpu_limit_cores = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
     memory_limit_gib = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
     pod_limit = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
+    requires_second_approver = serializers.BooleanField(
+        required=False, help_text="Whoever files a quota request cannot approve it. Platform admins only."
+    )
 
 
 # --- Memberships -------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from portal.audit import audit_record
-from portal.errors import DomainError, StateConflict
+from portal.errors import DomainError, NotAllowed, StateConflict
 from portal.models import User
 from portal.notifications import notify
 from tenants import selectors
@@ -35,7 +35,7 @@ from tenants.models import (
 GRANT_ENDING_NOTICE = dt.timedelta(days=3)
 TEAM_FIELDS = ("name", "cost_center", "description")
 # How the team shares the cluster: only a platform admin changes these.
-POLICY_FIELDS = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit")
+POLICY_FIELDS = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit", "requires_second_approver")
 
 
 def _require(allowed: bool) -> None:
@@ -87,6 +87,14 @@ def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
                  message=f"{actor.username} changed {described} of team {team.slug}")
     _on_team_change(team.pk)
     return team
+
+
+def user_activity_changed(*, user: User) -> None:
+    """A user was deactivated or reactivated: the teams they belong to bind them (or no longer)
+    in the cluster. Called wherever an account's is_active changes, which today is only a save
+    of the User (the admin, the shell, single sign-on), so a signal calls it."""
+    for team_id in Membership.objects.filter(user=user).values_list("team_id", flat=True):
+        _on_team_change(team_id)
 
 
 @transaction.atomic
@@ -321,6 +329,9 @@ def _sync_caller_copy(original: QuotaRequest, locked: QuotaRequest) -> QuotaRequ
 def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: str = "") -> QuotaRequest:
     _require(approver.has_perm("tenants.decide_quotarequest", quota_request))
     locked = _locked_pending(quota_request, "approved")
+    # Asked of the locked row: its team's policy as it stands now, not as the caller loaded it.
+    if not approver.has_perm("tenants.approve_quotarequest", locked):
+        raise NotAllowed(locked.second_approver_sentence)
     lines = list(locked.lines.select_related("flavor"))
     # Lock the flavors (in id order, so two approvals cannot deadlock) before reading the totals:
     # two leads approving at once must not overcommit a flavor between them.
