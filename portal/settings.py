@@ -162,7 +162,11 @@ if PRODUCTION:
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+    # Probes speak plain HTTP to the pod; /metrics carries a bearer token, so it goes over HTTPS like the rest.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+# /metrics names every route and how often it is used: with a token only its bearer reads them;
+# without one they are open in the embedded setup and closed in production (portal/observability.py).
+METRICS_TOKEN = env("METRICS_TOKEN")
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
