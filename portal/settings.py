@@ -170,6 +170,11 @@ METRICS_TOKEN = env("METRICS_TOKEN")
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
+# A session ends after this long without a request, not 14 days after login: each request
+# saves the session and so moves its end, and a laptop left signed in stops being a way in.
+SESSION_IDLE_SECONDS = int(env("SESSION_IDLE_SECONDS", str(8 * 60 * 60)))
+SESSION_COOKIE_AGE = SESSION_IDLE_SECONDS
+SESSION_SAVE_EVERY_REQUEST = True
 
 # --- Authentication: local accounts, API tokens, optional OpenID Connect ------------------
 OIDC_ENABLED = bool(os.environ.get("OIDC_RP_CLIENT_ID"))
