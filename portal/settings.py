@@ -80,6 +80,7 @@ MIDDLEWARE = [
     "portal.observability.RequestIdMiddleware",
     "portal.observability.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -167,6 +168,15 @@ if PRODUCTION:
 # /metrics names every route and how often it is used: with a token only its bearer reads them;
 # without one they are open in the embedded setup and closed in production (portal/observability.py).
 METRICS_TOKEN = env("METRICS_TOKEN")
+# Scripts and styles come only from the portal's own static files: no inline <script>, no
+# style="" attributes, no eval (htmx's is turned off in base.html). The API docs relax it for
+# their pages only (portal/urls.py). A site trying a changed policy can send it report-only.
+CONTENT_SECURITY_POLICY = env(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+    "base-uri 'self'; form-action 'self'; object-src 'none'",
+)
+CONTENT_SECURITY_POLICY_REPORT_ONLY = env_bool("CONTENT_SECURITY_POLICY_REPORT_ONLY", False)
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
@@ -234,7 +244,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["portal.adapters.ListFilterBackend"],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
-        "rest_framework.renderers.BrowsableAPIRenderer",
+        "portal.security.BrowsableAPIRenderer",
     ],
 }
 SPECTACULAR_SETTINGS = {

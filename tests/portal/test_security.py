@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
+from pathlib import Path
 from unittest import mock
 
+import pytest
 from django.conf import settings as django_settings
+from django.http import HttpResponse
+from django.test import RequestFactory
 from django.utils import timezone
+
+from portal.security import ContentSecurityPolicyMiddleware, csp_relaxed, parse_policy
+
+TEMPLATES = Path(django_settings.BASE_DIR) / "templates"
+STRICT = {
+    "default-src": ["'self'"], "script-src": ["'self'"], "style-src": ["'self'"], "img-src": ["'self'", "data:"],
+    "frame-ancestors": ["'none'"], "base-uri": ["'self'"], "form-action": ["'self'"], "object-src": ["'none'"],
+}
+PAGES = [
+    "/", "/teams/", "/teams/vision/", "/teams/vision/cluster/", "/capacity/", "/requests/", "/requests/new/",
+    "/approvals/", "/audit/", "/templates/", "/launch/", "/workloads/", "/tokens/", "/notifications/",
+    "/admin/", "/api/schema/", "/healthz", "/no-such-page/",
+]
 
 
 def _at(moment: dt.datetime) -> mock._patch:
@@ -40,3 +58,59 @@ def test_each_request_moves_the_end_of_a_session_so_one_in_use_stays_signed_in(c
     for step in range(1, 4):
         with _at(start + step * (idle - dt.timedelta(minutes=5))):
             assert client.get("/").status_code == 200, f"signed out at step {step}"
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_answers_with_the_strict_content_security_policy(as_user, admin_user, team, path):
+    response = as_user(admin_user).get(path)
+    assert response.status_code in {200, 404}, response.status_code
+    assert parse_policy(response.headers["Content-Security-Policy"]) == STRICT
+
+
+def test_the_login_page_carries_the_policy_too(client, db):
+    assert "script-src 'self'" in client.get("/login/").headers["Content-Security-Policy"]
+
+
+def test_no_page_template_carries_an_inline_script_a_style_attribute_or_an_inline_handler():
+    offenders = []
+    for template in TEMPLATES.rglob("*.html"):
+        text = re.sub(r"{#.*?#}", "", template.read_text())  # a comment may name what it keeps out
+        for pattern in (r"<script(?![^>]*\bsrc=)[^>]*>", r"\sstyle=", r"<style\b", r"\son[a-z]+=", r"\bhx-on", r"javascript:"):
+            offenders += [f"{template.relative_to(TEMPLATES)}: {m.group(0)}" for m in re.finditer(pattern, text)]
+    assert offenders == []
+
+
+def test_the_api_docs_relax_styles_for_their_own_pages_only_and_keep_scripts_strict(as_user, admin_user):
+    client = as_user(admin_user)
+    for path in ("/api/docs/", "/api/redoc/"):
+        policy = parse_policy(client.get(path).headers["Content-Security-Policy"])
+        assert policy["style-src"] == ["'self'", "'unsafe-inline'"]
+        assert policy["script-src"] == ["'self'"]
+    assert "<script>" not in client.get("/api/docs/").content.decode()
+    assert client.get("/api/docs/?script=").status_code == 200
+
+
+def test_the_browsable_api_allows_inline_styles_but_json_answers_stay_strict(as_user, admin_user):
+    client = as_user(admin_user)
+    page = parse_policy(client.get("/api/teams/", headers={"Accept": "text/html"}).headers["Content-Security-Policy"])
+    assert page["style-src"] == ["'self'", "'unsafe-inline'"]
+    assert page["script-src"] == ["'self'"]
+    answer = parse_policy(client.get("/api/teams/", headers={"Accept": "application/json"}).headers["Content-Security-Policy"])
+    assert answer == STRICT
+
+
+def test_a_relaxed_directive_the_policy_lacks_starts_from_default_src(settings):
+    settings.CONTENT_SECURITY_POLICY = "default-src 'self'; object-src 'none'"
+    view = csp_relaxed(worker_src=["blob:"])(lambda request: HttpResponse("ok"))
+    response = ContentSecurityPolicyMiddleware(view)(RequestFactory().get("/"))
+    assert response.headers["Content-Security-Policy"] == "default-src 'self'; object-src 'none'; worker-src 'self' blob:"
+
+
+def test_a_site_can_send_the_policy_report_only_or_not_at_all(settings):
+    settings.CONTENT_SECURITY_POLICY_REPORT_ONLY = True
+    response = ContentSecurityPolicyMiddleware(lambda request: HttpResponse("ok"))(RequestFactory().get("/"))
+    assert "Content-Security-Policy" not in response.headers
+    assert "script-src 'self'" in response.headers["Content-Security-Policy-Report-Only"]
+    settings.CONTENT_SECURITY_POLICY = ""
+    response = ContentSecurityPolicyMiddleware(lambda request: HttpResponse("ok"))(RequestFactory().get("/"))
+    assert "Content-Security-Policy-Report-Only" not in response.headers
