@@ -1,4 +1,5 @@
-"""The Content-Security-Policy every response carries, and the one way a view relaxes it.
+"""The Content-Security-Policy every response carries and the one way a view relaxes it; the
+sessions' idle timeout.
 
 Django 5.2 has no CSP of its own (6.0 brings one), so this small middleware sets the header. The
 policy comes from settings (CONTENT_SECURITY_POLICY): pages load scripts and styles only from
@@ -13,10 +14,12 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 from rest_framework import renderers
 
 Directives = dict[str, list[str]]
 _OVERRIDE_ATTRIBUTE = "portal_csp_extra"
+_SEEN_KEY = "_portal_seen"
 
 
 def parse_policy(policy: str) -> Directives:
@@ -73,6 +76,25 @@ class BrowsableAPIRenderer(renderers.BrowsableAPIRenderer):
         if response is not None:
             csp_relax(response, style_src=["'unsafe-inline'"])
         return super().render(data, accepted_media_type, renderer_context)
+
+
+class SessionIdleMiddleware:
+    """Moves a signed-in session's end SESSION_IDLE_SECONDS past its latest request, writing the
+    session at most once per SESSION_REFRESH_SECONDS: pages poll every few seconds, and a write
+    per poll (SESSION_SAVE_EVERY_REQUEST) would put one on the database each time."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        session = getattr(request, "session", None)
+        if session is None or session.is_empty():
+            return response
+        now = int(timezone.now().timestamp())  # the session store's clock, so its expiry agrees
+        if now - int(session.get(_SEEN_KEY, 0)) >= settings.SESSION_REFRESH_SECONDS:
+            session[_SEEN_KEY] = now  # modified, so SessionMiddleware saves it with a new expiry
+        return response
 
 
 class ContentSecurityPolicyMiddleware:

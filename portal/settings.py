@@ -83,6 +83,7 @@ MIDDLEWARE = [
     "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "portal.security.SessionIdleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -180,11 +181,12 @@ CONTENT_SECURITY_POLICY_REPORT_ONLY = env_bool("CONTENT_SECURITY_POLICY_REPORT_O
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
-# A session ends after this long without a request, not 14 days after login: each request
-# saves the session and so moves its end, and a laptop left signed in stops being a way in.
+# A session ends after this long without a request, not 14 days after login, so a laptop left
+# signed in stops being a way in. Requests move its end forward (portal.security.SessionIdleMiddleware),
+# saving the session at most once per SESSION_REFRESH_SECONDS rather than on every poll.
 SESSION_IDLE_SECONDS = int(env("SESSION_IDLE_SECONDS", str(8 * 60 * 60)))
+SESSION_REFRESH_SECONDS = int(env("SESSION_REFRESH_SECONDS", "60"))
 SESSION_COOKIE_AGE = SESSION_IDLE_SECONDS
-SESSION_SAVE_EVERY_REQUEST = True
 
 # --- Authentication: local accounts, API tokens, optional OpenID Connect ------------------
 OIDC_ENABLED = bool(os.environ.get("OIDC_RP_CLIENT_ID"))

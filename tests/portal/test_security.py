@@ -9,6 +9,7 @@ from unittest import mock
 
 import pytest
 from django.conf import settings as django_settings
+from django.contrib.sessions.models import Session
 from django.http import HttpResponse
 from django.test import RequestFactory
 from django.utils import timezone
@@ -35,7 +36,6 @@ def _at(moment: dt.datetime) -> mock._patch:
 def test_sessions_time_out_after_eight_idle_hours_by_default():
     assert django_settings.SESSION_IDLE_SECONDS == 8 * 60 * 60
     assert django_settings.SESSION_COOKIE_AGE == django_settings.SESSION_IDLE_SECONDS
-    assert django_settings.SESSION_SAVE_EVERY_REQUEST
 
 
 def test_an_idle_session_expires_and_the_next_page_asks_for_a_login(client, member):
@@ -58,6 +58,21 @@ def test_each_request_moves_the_end_of_a_session_so_one_in_use_stays_signed_in(c
     for step in range(1, 4):
         with _at(start + step * (idle - dt.timedelta(minutes=5))):
             assert client.get("/").status_code == 200, f"signed out at step {step}"
+
+
+def test_a_polling_page_writes_the_session_at_most_once_a_minute(client, member):
+    start = timezone.now()
+    with _at(start):
+        client.force_login(member)
+        client.get("/")
+    session = Session.objects.get()
+    first_end = session.expire_date
+    with _at(start + dt.timedelta(seconds=30)):
+        client.get("/")
+    assert Session.objects.get().expire_date == first_end
+    with _at(start + dt.timedelta(seconds=90)):
+        client.get("/")
+    assert Session.objects.get().expire_date == first_end + dt.timedelta(seconds=90)
 
 
 @pytest.mark.parametrize("path", PAGES)
