@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import SESSION_KEY as AUTH_SESSION_KEY
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from rest_framework import renderers
@@ -89,7 +90,8 @@ class SessionIdleMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
         session = getattr(request, "session", None)
-        if session is None or session.is_empty():
+        # Only a signed-in session has an idle end to move; an anonymous one is never written for it.
+        if session is None or session.is_empty() or AUTH_SESSION_KEY not in session:
             return response
         now = int(timezone.now().timestamp())  # the session store's clock, so its expiry agrees
         if now - int(session.get(_SEEN_KEY, 0)) >= settings.SESSION_REFRESH_SECONDS:
