@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextvars
+import hmac
 import logging
 import re
 import time
 import uuid
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import Counter, Histogram
 
@@ -63,3 +65,30 @@ class MetricsMiddleware:
         HTTP_LATENCY.labels(route).observe(time.perf_counter() - started)
         HTTP_REQUESTS.labels(route, request.method, f"{response.status_code // 100}xx").inc()
         return response
+
+
+def metrics_refusal(request: HttpRequest) -> HttpResponse | None:
+    """Why this caller may not read /metrics, as the response to send; None when it may.
+
+    With METRICS_TOKEN set, only `Authorization: Bearer <token>` reads them. Without it they are
+    open in the embedded setup and closed to everyone in production: a loopback exception would
+    let every outside caller in through a reverse proxy on the same host.
+    """
+    token: str = settings.METRICS_TOKEN
+    if not token:
+        if settings.PRODUCTION:
+            return HttpResponse(
+                "Metrics are off: set METRICS_TOKEN and scrape with Authorization: Bearer <token>.\n",
+                status=403, content_type="text/plain",
+            )
+        return None
+    scheme, _, offered = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not offered.strip():
+        response = HttpResponse("Metrics need Authorization: Bearer <METRICS_TOKEN>.\n", status=401,
+                                content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    # Compared in constant time, so response timing does not spell the token out.
+    if not hmac.compare_digest(offered.strip().encode(), token.encode()):
+        return HttpResponse("That token does not read metrics.\n", status=403, content_type="text/plain")
+    return None

@@ -80,8 +80,10 @@ MIDDLEWARE = [
     "portal.observability.RequestIdMiddleware",
     "portal.observability.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "portal.security.SessionIdleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -162,10 +164,29 @@ if PRODUCTION:
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+    # Probes speak plain HTTP to the pod; /metrics carries a bearer token, so it goes over HTTPS like the rest.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+# /metrics names every route and how often it is used: with a token only its bearer reads them;
+# without one they are open in the embedded setup and closed in production (portal/observability.py).
+METRICS_TOKEN = env("METRICS_TOKEN")
+# Scripts and styles come only from the portal's own static files: no inline <script>, no
+# style="" attributes, no eval (htmx's is turned off in base.html). The API docs relax it for
+# their pages only (portal/urls.py). A site trying a changed policy can send it report-only.
+CONTENT_SECURITY_POLICY = env(
+    "CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+    "base-uri 'self'; form-action 'self'; object-src 'none'",
+)
+CONTENT_SECURITY_POLICY_REPORT_ONLY = env_bool("CONTENT_SECURITY_POLICY_REPORT_ONLY", False)
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
+# A session ends after this long without a request, not 14 days after login, so a laptop left
+# signed in stops being a way in. Requests move its end forward (portal.security.SessionIdleMiddleware),
+# saving the session at most once per SESSION_REFRESH_SECONDS rather than on every poll.
+SESSION_IDLE_SECONDS = int(env("SESSION_IDLE_SECONDS", str(8 * 60 * 60)))
+SESSION_REFRESH_SECONDS = int(env("SESSION_REFRESH_SECONDS", "60"))
+SESSION_COOKIE_AGE = SESSION_IDLE_SECONDS
 
 # --- Authentication: local accounts, API tokens, optional OpenID Connect ------------------
 OIDC_ENABLED = bool(os.environ.get("OIDC_RP_CLIENT_ID"))
@@ -225,7 +246,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["portal.adapters.ListFilterBackend"],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
-        "rest_framework.renderers.BrowsableAPIRenderer",
+        "portal.security.BrowsableAPIRenderer",
     ],
 }
 SPECTACULAR_SETTINGS = {

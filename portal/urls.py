@@ -4,12 +4,13 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from jobs import api as jobs_api
 from portal import api as portal_api
 from portal import views
+from portal.security import csp_relaxed
 from tenants import api as tenants_api
 
 router = DefaultRouter()
@@ -33,8 +34,20 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    # Swagger UI's start script comes from its own URL (the split view), so scripts stay strict;
+    # its page and Redoc's bring <style> elements, and Redoc searches in a worker made from a blob.
+    path(
+        "api/docs/",
+        csp_relaxed(style_src=["'unsafe-inline'"])(SpectacularSwaggerSplitView.as_view(url_name="api-schema")),
+        name="api-docs",
+    ),
+    path(
+        "api/redoc/",
+        csp_relaxed(style_src=["'unsafe-inline'"], worker_src=["blob:"])(
+            SpectacularRedocView.as_view(url_name="api-schema")
+        ),
+        name="api-redoc",
+    ),
 ]
 
 if settings.OIDC_ENABLED:

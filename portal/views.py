@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from portal import health
+from portal import health, observability
 from portal import notifications as notification_services
 from portal import tokens as token_services
 from portal.adapters import HtmxHttpRequest, page, whole_number
@@ -36,6 +36,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus metrics, for the bearer of METRICS_TOKEN; route names and counts say how the site is used."""
+    refusal = observability.metrics_refusal(request)
+    if refusal is not None:
+        return refusal
     return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)
 
 

@@ -59,6 +59,46 @@ def test_metrics_count_requests_by_route_not_by_path(client, db):
     assert "portal_http_request_duration_seconds_bucket" in body
 
 
+def test_metrics_with_a_token_set_answer_only_its_bearer(client, db, settings):
+    settings.METRICS_TOKEN = "s3cret-metrics-token"
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics").headers["WWW-Authenticate"].startswith("Bearer")
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 403
+    assert client.get("/metrics", headers={"Authorization": "Token s3cret-metrics-token"}).status_code == 401
+    response = client.get("/metrics", headers={"Authorization": "Bearer s3cret-metrics-token"})
+    assert response.status_code == 200
+    assert "portal_http_requests_total" in response.content.decode()
+
+
+def test_metrics_in_production_without_a_token_are_refused_even_from_loopback(client, db, settings):
+    settings.PRODUCTION = True
+    settings.METRICS_TOKEN = ""
+    response = client.get("/metrics", REMOTE_ADDR="127.0.0.1")
+    assert response.status_code == 403
+    assert "METRICS_TOKEN" in response.content.decode()
+
+
+def test_production_redirects_metrics_to_https_but_not_the_probes(tmp_path):
+    code = (
+        "from django.conf import settings; import re; "
+        "print([p for p in ('healthz', 'readyz', 'metrics') "
+        "if any(re.search(r, p) for r in settings.SECURE_REDIRECT_EXEMPT)])"
+    )
+    env = {
+        "PORTAL_PRODUCTION": "1", "PORTAL_VAR_DIR": str(tmp_path), "SECRET_KEY": "x" * 60,
+        "DATABASE_URL": "postgres://u@127.0.0.1:1/db", "REDIS_URL": "redis://127.0.0.1:1/0",
+        "SITE_URL": "https://portal.example.com", "ALLOWED_HOSTS": "portal.example.com",
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+    }
+    clean = {k: v for k, v in os.environ.items() if k not in env}
+    result = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"], cwd=ROOT, env={**clean, **env},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['healthz', 'readyz']"
+
+
 def test_every_response_carries_a_request_id_and_keeps_a_sane_incoming_one(client, db):
     assert len(client.get("/healthz")["X-Request-ID"]) == 32
     assert client.get("/healthz", HTTP_X_REQUEST_ID="abc-123")["X-Request-ID"] == "abc-123"

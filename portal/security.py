@@ -1,0 +1,117 @@
+"""The Content-Security-Policy every response carries and the one way a view relaxes it; the
+sessions' idle timeout.
+
+Django 5.2 has no CSP of its own (6.0 brings one), so this small middleware sets the header. The
+policy comes from settings (CONTENT_SECURITY_POLICY): pages load scripts and styles only from
+the portal itself, so a value that slips past escaping into a page cannot run as script.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY as AUTH_SESSION_KEY
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from rest_framework import renderers
+
+Directives = dict[str, list[str]]
+_OVERRIDE_ATTRIBUTE = "portal_csp_extra"
+_SEEN_KEY = "_portal_seen"
+
+
+def parse_policy(policy: str) -> Directives:
+    directives: Directives = {}
+    for part in policy.split(";"):
+        words = part.split()
+        if words:
+            directives[words[0].lower()] = words[1:]
+    return directives
+
+
+def format_policy(directives: Directives) -> str:
+    return "; ".join(" ".join([name, *sources]) for name, sources in directives.items())
+
+
+def policy_with(extra: Directives) -> str:
+    """The site's policy with `extra`'s sources added to their directives (a new directive starts
+    from default-src, as the browser would have fallen back to it)."""
+    directives = parse_policy(settings.CONTENT_SECURITY_POLICY)
+    for name, sources in extra.items():
+        current = directives.get(name, list(directives.get("default-src", [])))
+        directives[name] = current + [source for source in sources if source not in current]
+    return format_policy(directives)
+
+
+def csp_relax(response: HttpResponse, **extra: list[str]) -> None:
+    """Adds sources to this one response's policy: `csp_relax(response, style_src=["'unsafe-inline'"])`."""
+    setattr(response, _OVERRIDE_ATTRIBUTE, {name.replace("_", "-"): sources for name, sources in extra.items()})
+
+
+def csp_relaxed(**extra: list[str]) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+    """Adds sources for one view only, e.g. `csp_relaxed(style_src=["'unsafe-inline'"])`, for
+    third-party pages (the API docs) that cannot be served under the strict policy."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @functools.wraps(view)
+        def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            response = view(request, *args, **kwargs)
+            csp_relax(response, **extra)
+            return response
+
+        return wrapped
+
+    return decorate
+
+
+class BrowsableAPIRenderer(renderers.BrowsableAPIRenderer):
+    """DRF's browsable API, whose templates carry style="" attributes: its pages allow inline
+    styles; its scripts are all files, so script-src stays strict there too."""
+
+    def render(self, data: Any, accepted_media_type: str | None = None,
+               renderer_context: Mapping[str, Any] | None = None) -> Any:
+        response = (renderer_context or {}).get("response")
+        if response is not None:
+            csp_relax(response, style_src=["'unsafe-inline'"])
+        return super().render(data, accepted_media_type, renderer_context)
+
+
+class SessionIdleMiddleware:
+    """Moves a signed-in session's end SESSION_IDLE_SECONDS past its latest request, writing the
+    session at most once per SESSION_REFRESH_SECONDS: pages poll every few seconds, and a write
+    per poll (SESSION_SAVE_EVERY_REQUEST) would put one on the database each time."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        session = getattr(request, "session", None)
+        # Only a signed-in session has an idle end to move; an anonymous one is never written for it.
+        if session is None or session.is_empty() or AUTH_SESSION_KEY not in session:
+            return response
+        now = int(timezone.now().timestamp())  # the session store's clock, so its expiry agrees
+        if now - int(session.get(_SEEN_KEY, 0)) >= settings.SESSION_REFRESH_SECONDS:
+            session[_SEEN_KEY] = now  # modified, so SessionMiddleware saves it with a new expiry
+        return response
+
+
+class ContentSecurityPolicyMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        policy: str = settings.CONTENT_SECURITY_POLICY
+        if not policy:
+            return response
+        extra: Directives | None = getattr(response, _OVERRIDE_ATTRIBUTE, None)
+        header = (
+            "Content-Security-Policy-Report-Only" if settings.CONTENT_SECURITY_POLICY_REPORT_ONLY
+            else "Content-Security-Policy"
+        )
+        response.headers.setdefault(header, policy_with(extra) if extra else policy)
+        return response

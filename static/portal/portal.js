@@ -1,0 +1,21 @@
+// The portal's only script of its own. It lives here, not inline in a template, because the
+// Content-Security-Policy runs scripts from the portal's static files only. Listeners sit on the
+// document, so they also serve content htmx swaps in later.
+"use strict";
+
+// Request quota: "+ Add another flavor" shows the next hidden line and hides itself after the last.
+document.addEventListener("click", function (event) {
+  var button = event.target.closest("#add-line");
+  if (!button) { return; }
+  var next = document.querySelector(".lines .line[hidden]");
+  if (next) { next.hidden = false; next.querySelector("select").focus(); }
+  if (!document.querySelector(".lines .line[hidden]")) { button.hidden = true; }
+});
+
+// Request quota: another team means other numbers, so every filled-in line asks for its preview again.
+document.addEventListener("change", function (event) {
+  if (event.target.id !== "id_team") { return; }
+  document.querySelectorAll(".lines .line:not([hidden]) input[name=units]").forEach(function (input) {
+    if (input.value) { htmx.trigger(input, "refresh"); }
+  });
+});
