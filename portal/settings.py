@@ -171,7 +171,7 @@ SESSION_COOKIE_HTTPONLY = True
 OIDC_ENABLED = bool(os.environ.get("OIDC_RP_CLIENT_ID"))
 AUTHENTICATION_BACKENDS = [
     "rules.permissions.ObjectPermissionBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "portal.signin.ThrottledModelBackend",
 ]
 if OIDC_ENABLED:
     AUTHENTICATION_BACKENDS.insert(0, "tenants.oidc.PortalOIDCBackend")
@@ -310,6 +310,9 @@ PORTAL_LAUNCH_RATE = env_rate("PORTAL_LAUNCH_RATE", "30/minute")
 PORTAL_LOGIN_FAILURE_LIMIT = int(env("PORTAL_LOGIN_FAILURE_LIMIT", "10"))
 PORTAL_LOGIN_FAILURE_WINDOW_SECONDS = int(env("PORTAL_LOGIN_FAILURE_WINDOW_SECONDS", "900"))
 PORTAL_LOGIN_LOCKOUT_SECONDS = int(env("PORTAL_LOGIN_LOCKOUT_SECONDS", "900"))
+# How many proxies in front of the portal append to X-Forwarded-For; the client's address is
+# that many entries from the right. 0 (the default) takes the connection's own address.
+PORTAL_PROXY_HOPS = int(env("PORTAL_PROXY_HOPS", "0"))
 # The counters live in the cache. Several web processes must share one, so with Redis (the
 # production setup) they use it; the embedded setup runs one web process and keeps them in memory.
 CACHES = {
