@@ -171,7 +171,8 @@ SESSION_COOKIE_HTTPONLY = True
 OIDC_ENABLED = bool(os.environ.get("OIDC_RP_CLIENT_ID"))
 AUTHENTICATION_BACKENDS = [
     "rules.permissions.ObjectPermissionBackend",
-    "portal.signin.ThrottledModelBackend",
+    "portal.signin.SignInLockout",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 if OIDC_ENABLED:
     AUTHENTICATION_BACKENDS.insert(0, "tenants.oidc.PortalOIDCBackend")

@@ -5,7 +5,7 @@ Failures are counted per name typed, whether or not such an account exists, so t
 nothing about which names are real. Counting per address stops one client trying many names;
 counting per name stops many clients trying one. The counters live in the cache (see CACHES).
 
-`ThrottledModelBackend` refuses while a lock holds, so every password form (the portal's and the
+`SignInLockout` refuses while a lock holds, so every password form (the portal's and the
 admin's) is covered; `SignInForm` says why on the login page. The failures themselves are counted
 from Django's `user_login_failed` signal. API tokens are not passwords and are not counted.
 """
@@ -16,18 +16,18 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django import forms
 from django.conf import settings
 from django.contrib.auth import user_logged_in, user_login_failed
-from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
 from django.http import HttpRequest
 
 from portal import limits
-from portal.models import User
 
 
 @dataclass(frozen=True)
@@ -112,25 +112,20 @@ def _clear_failures(sender: Any, request: HttpRequest | None, user: AbstractBase
     success_record(username=user.get_username())
 
 
-class ThrottledModelBackend(ModelBackend):
-    """Django's password backend, refusing while the name or the address is locked out."""
+class SignInLockout:
+    """Listed before Django's ModelBackend: while the name or the address is locked out it stops
+    the sign-in (PermissionDenied ends authenticate() without asking later backends); otherwise
+    it steps aside. It has no get_user(), so it never owns a session: sessions keep naming
+    ModelBackend, and the ones open before this backend existed stay valid."""
 
     def authenticate(self, request: HttpRequest | None, username: str | None = None, password: str | None = None,
-                     **kwargs: Any) -> User | None:
-        if self._locked(request, username):
-            return None
-        return super().authenticate(request, username=username, password=password, **kwargs)
+                     **kwargs: Any) -> None:
+        if username and lockout_for(username=username, address=client_address(request)) is not None:
+            raise PermissionDenied
 
     async def aauthenticate(self, request: HttpRequest | None, username: str | None = None,
-                            password: str | None = None, **kwargs: Any) -> User | None:
-        # ModelBackend's async twin does not go through authenticate(), so it is guarded too.
-        if self._locked(request, username):
-            return None
-        return await super().aauthenticate(request, username=username, password=password, **kwargs)
-
-    @staticmethod
-    def _locked(request: HttpRequest | None, username: str | None) -> bool:
-        return bool(username) and lockout_for(username=username or "", address=client_address(request)) is not None
+                            password: str | None = None, **kwargs: Any) -> None:
+        await sync_to_async(self.authenticate)(request, username=username, password=password, **kwargs)
 
 
 class SignInForm(AuthenticationForm):

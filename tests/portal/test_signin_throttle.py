@@ -113,3 +113,16 @@ def test_behind_a_proxy_the_client_is_the_address_the_proxy_saw(clock, settings)
 
     assert from_elsewhere.status_code == 302
     assert spoofing.status_code == 200
+
+
+def test_the_lockout_backend_refuses_a_locked_account_when_asked_asynchronously_too(clock):
+    from asgiref.sync import async_to_sync
+    from django.core.exceptions import PermissionDenied
+
+    from portal.signin import SignInLockout
+
+    for _ in range(10):
+        sign_in("alice", "guess")
+
+    with pytest.raises(PermissionDenied):
+        async_to_sync(SignInLockout().aauthenticate)(None, username="alice", password=RIGHT)
