@@ -136,7 +136,7 @@ def launch_rate_check(*, user: User) -> None:
     outcome = limits.hit(key=f"launch:{user.pk}", count=count, seconds=seconds)
     if not outcome.allowed:
         raise limits.RateLimited(
-            f"You have launched {count} workloads in the last {limits.in_words(seconds)}, the most allowed; "
+            f"You may launch {count} workloads {limits.per(seconds)} and have reached that; "
             f"try again in {limits.in_words(outcome.retry_after)}.",
             retry_after=outcome.retry_after,
         )

@@ -17,7 +17,7 @@ from django.core.cache import cache
 
 from portal.errors import RateLimited
 
-__all__ = ["Hit", "RateLimited", "clock", "hit", "in_words"]
+__all__ = ["Hit", "RateLimited", "clock", "hit", "in_words", "per"]
 
 # Tests replace this to move time forward without sleeping.
 clock: Callable[[], float] = time.time
@@ -43,6 +43,12 @@ def hit(*, key: str, count: int, seconds: int) -> Hit:
         attempts = 1
     retry_after = max(math.ceil((window + 1) * seconds - now), 1)
     return Hit(allowed=attempts <= count, retry_after=retry_after)
+
+
+def per(seconds: int) -> str:
+    """A rate's window in words: "a minute", "an hour", "every 90 seconds"."""
+    named = {1: "a second", 60: "a minute", 3600: "an hour", 86400: "a day"}
+    return named.get(seconds, f"every {seconds} seconds")
 
 
 def in_words(seconds: int) -> str:

@@ -61,7 +61,7 @@ def test_the_api_answers_429_with_retry_after_once_a_user_is_over_the_launch_rat
     assert refused.status_code == 429
     assert refused["Retry-After"] == "40"
     assert refused.json()["message"] == (
-        "You have launched 2 workloads in the last 1 minute, the most allowed; try again in 40 seconds.")
+        "You may launch 2 workloads a minute and have reached that; try again in 40 seconds.")
     assert Workload.objects.count() == 2
 
 
@@ -104,7 +104,7 @@ def test_the_launch_page_shows_the_rate_sentence(ready_team, member, training, f
     page = as_user(member).post(reverse("jobs:workload-launch"), form)
 
     assert page.status_code == 200
-    assert "the most allowed; try again in 1 minute." in page.content.decode()
+    assert "and have reached that; try again in 1 minute." in page.content.decode()
     assert Workload.objects.count() == 1
 
 
