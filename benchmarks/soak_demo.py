@@ -89,7 +89,9 @@ class Portal:
         self.env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "PORTAL_PRODUCTION"}}
         # The embedded defaults, whatever the caller's environment (make test sets PostgreSQL and Redis).
         self.env.update(PORTAL_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="portal.settings", PORTAL_CLUSTER="simulated",
-                        CELERY_TASK_ALWAYS_EAGER="0")
+                        CELERY_TASK_ALWAYS_EAGER="0",
+                        # One token launches steadily on purpose; the per-user rate is not what is measured.
+                        PORTAL_LAUNCH_RATE="1000000/minute", PORTAL_TEAM_MAX_WORKLOADS="1000000")
         self.supervisor: subprocess.Popen[bytes] | None = None
         self.token = ""
 

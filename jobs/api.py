@@ -91,7 +91,9 @@ def _tail(request: Request) -> int:
     retrieve=extend_schema(responses={200: WorkloadDetailSerializer}),
     create=extend_schema(request=WorkloadLaunchSerializer, responses={201: WorkloadDetailSerializer},
                          description="Launches a workload from a template for one of the caller's teams. It is recorded "
-                                     "as submitting and then queued in the team's Kueue queue."),
+                                     "as submitting and then queued in the team's Kueue queue. A team has at most "
+                                     "PORTAL_TEAM_MAX_WORKLOADS active workloads; a user launching faster than "
+                                     "PORTAL_LAUNCH_RATE gets 429 with Retry-After (seconds) and a sentence."),
 )
 class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Workloads change state only through launch, stop and relaunch: no PUT, PATCH or DELETE."""
@@ -126,7 +128,8 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=None, responses={201: WorkloadDetailSerializer},
                    description="Launches a new workload from the same template version with the same "
-                               "flavor, resources and parameters; members of the team may relaunch.")
+                               "flavor, resources and parameters; members of the team may relaunch. It counts "
+                               "against the same limits as a launch (429 with Retry-After past the rate).")
     @action(detail=True, methods=["post"])
     def relaunch(self, request: Request, pk: str | None = None) -> Response:
         workload = services.workload_relaunch(user=signed_in_user(request), workload=self.get_object())

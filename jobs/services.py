@@ -15,6 +15,7 @@ from django.utils import timezone
 from jobs import manifests
 from jobs.models import Priority, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion, WorkloadTransition
 from jobs.parameters import ParameterError, check_declarations, check_pod_count, render, validate_parameters
+from portal import limits
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.models import User
@@ -116,14 +117,35 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
             f"{total} {flavor.name} units is more than {team.slug} could ever get at once ({ceiling}); ask for fewer.",
             field="units",
         )
+    limit = settings.PORTAL_TEAM_MAX_WORKLOADS
+    if Workload.objects.filter(team=team).active().count() >= limit:
+        raise DomainError(
+            f"{team.slug} already has {limit} active workloads, the most a team may have at once; "
+            "stop one before launching another.", field="team",
+        )
     if team.synced_at is None:
         raise DomainError(f"The namespace of {team.slug} is not ready in the cluster yet; try again in a minute.", field="team")
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
 
 
+def launch_rate_check(*, user: User) -> None:
+    """Counts a launch against the user's rate (PORTAL_LAUNCH_RATE), shared by the pages, the
+    API and relaunch. Only launches that passed every other check count, so a form sent back
+    with a mistake costs nothing."""
+    count, seconds = settings.PORTAL_LAUNCH_RATE
+    outcome = limits.hit(key=f"launch:{user.pk}", count=count, seconds=seconds)
+    if not outcome.allowed:
+        raise limits.RateLimited(
+            f"You may launch {count} workloads {limits.per(seconds)} and have reached that; "
+            f"try again in {limits.in_words(outcome.retry_after)}.",
+            retry_after=outcome.retry_after,
+        )
+
+
 @transaction.atomic
 def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload | None = None) -> Workload:
     version, values, resources = check_launch(user=user, request=request)
+    launch_rate_check(user=user)
     name = (request.name or f"{request.template.slug}").strip()[:60]
     workload = Workload.objects.create(
         team=request.team, owner=user, template_version=version, name=name, parameters=values, flavor=request.flavor,

@@ -32,7 +32,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from portal.errors import DomainError
+from portal.errors import DomainError, RateLimited
 from portal.models import User
 
 PAGE_SIZE = 25
@@ -103,7 +103,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     """Every error is `{"message": "...", "errors": {...}}` with a sentence at the top."""
     if isinstance(exc, DomainError):
         errors = {exc.field: [exc.message]} if exc.field else {}
-        return Response({"message": exc.message, "errors": errors}, status=exc.status_code)
+        refusal = Response({"message": exc.message, "errors": errors}, status=exc.status_code)
+        if isinstance(exc, RateLimited):
+            refusal["Retry-After"] = str(exc.retry_after)
+        return refusal
     if isinstance(exc, ValidationError):
         errors = exc.message_dict if hasattr(exc, "message_dict") else {"non_field_errors": exc.messages}
         return Response({"message": " ".join(error_sentences(errors)), "errors": errors}, status=status.HTTP_400_BAD_REQUEST)

@@ -1,7 +1,8 @@
 """Errors a service raises when a request cannot be carried out as asked.
 
 `DomainError` carries a sentence meant for the person who asked: the pages show it inline and
-the API returns it as JSON with status 400 (or 409 for a state conflict).
+the API returns it as JSON with status 400 (409 for a state conflict, 429 with Retry-After
+when the caller is over a rate).
 """
 
 from __future__ import annotations
@@ -28,3 +29,13 @@ class NotAllowed(DomainError):
     sentence says what would. Plain `PermissionDenied` stays for refusals that explain nothing."""
 
     status_code = 403
+
+
+class RateLimited(DomainError):
+    """Too many attempts: the API answers 429 with Retry-After, the pages show the sentence."""
+
+    status_code = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -192,6 +192,7 @@ SESSION_COOKIE_AGE = SESSION_IDLE_SECONDS
 OIDC_ENABLED = bool(os.environ.get("OIDC_RP_CLIENT_ID"))
 AUTHENTICATION_BACKENDS = [
     "rules.permissions.ObjectPermissionBackend",
+    "portal.signin.SignInLockout",
     "django.contrib.auth.backends.ModelBackend",
 ]
 if OIDC_ENABLED:
@@ -307,6 +308,41 @@ PORTAL_READINESS_CHECKS = env_list("PORTAL_READINESS_CHECKS", "database,broker,w
 # A heartbeat (every 10 s) older than this means its process is down or stuck.
 PORTAL_HEARTBEAT_STALE_SECONDS = int(env("PORTAL_HEARTBEAT_STALE_SECONDS", "60"))
 PORTAL_READINESS_BROKER_TIMEOUT = float(env("PORTAL_READINESS_BROKER_TIMEOUT", "2"))
+
+# --- Limits: workloads per team, launches per user, failed sign-ins -------------------------
+def env_rate(name: str, default: str) -> tuple[int, int]:
+    """A rate written "30/minute" (or second, hour, day) as (count, seconds)."""
+    text = env(name, default)
+    count, _, unit = text.partition("/")
+    seconds = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}.get(unit.strip().removesuffix("s"))
+    if not count.strip().isascii() or not count.strip().isdigit() or int(count) < 1 or seconds is None:
+        raise ImproperlyConfigured(f'{name} must be a count per second, minute, hour or day, such as "30/minute"; '
+                                   f"it is {text!r}.")
+    return int(count), seconds
+
+
+# The most workloads a team may have active at once. The portal refuses the next launch with a
+# sentence; the namespace's ResourceQuota counts Jobs, Deployments, StatefulSets, Services and
+# Ingresses to the same number, so a token used straight against the cluster meets it too.
+PORTAL_TEAM_MAX_WORKLOADS = int(env("PORTAL_TEAM_MAX_WORKLOADS", "200"))
+# Launches (and relaunches) one user may make, from the pages and the API together.
+PORTAL_LAUNCH_RATE = env_rate("PORTAL_LAUNCH_RATE", "30/minute")
+# Failed password sign-ins: this many within the window locks the account, and separately the
+# client address, for the lockout. A correct password during a lockout is refused as well.
+PORTAL_LOGIN_FAILURE_LIMIT = int(env("PORTAL_LOGIN_FAILURE_LIMIT", "10"))
+PORTAL_LOGIN_FAILURE_WINDOW_SECONDS = int(env("PORTAL_LOGIN_FAILURE_WINDOW_SECONDS", "900"))
+PORTAL_LOGIN_LOCKOUT_SECONDS = int(env("PORTAL_LOGIN_LOCKOUT_SECONDS", "900"))
+# How many proxies in front of the portal append to X-Forwarded-For; the client's address is
+# that many entries from the right. 0 (the default) takes the connection's own address.
+PORTAL_PROXY_HOPS = int(env("PORTAL_PROXY_HOPS", "0"))
+# The counters live in the cache. Several web processes must share one, so with Redis (the
+# production setup) they use it; the embedded setup runs one web process and keeps them in memory.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                "KEY_PREFIX": "gpu-portal"}
+    if REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+}
 
 # --- Email ---------------------------------------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")

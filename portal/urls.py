@@ -11,6 +11,7 @@ from jobs import api as jobs_api
 from portal import api as portal_api
 from portal import views
 from portal.security import csp_relaxed
+from portal.signin import SignInForm
 from tenants import api as tenants_api
 
 router = DefaultRouter()
@@ -21,7 +22,7 @@ jobs_api.register(router)
 urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("tenants.urls")),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", views.api_tokens, name="api-tokens"),
     path("tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),

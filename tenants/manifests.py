@@ -73,6 +73,7 @@ class TeamPolicy:
     cpu: str = "64"
     memory: str = "512Gi"
     pods: int = 100
+    workloads: int = 200  # objects of each workload kind: a backstop behind the portal's own count
 
 
 def team_object_name(*, prefix: str, slug: str) -> str:
@@ -208,11 +209,16 @@ def backstop_limits(*, team: TeamSpec) -> dict[str, int]:
     return limits
 
 
+# Each kind a workload creates, as ResourceQuota counts it; a workload makes at most one of each.
+WORKLOAD_OBJECT_KINDS = ("jobs.batch", "deployments.apps", "statefulsets.apps", "services", "ingresses.networking.k8s.io")
+
+
 def make_resource_quota(*, team: TeamSpec) -> dict[str, Any]:
     hard = {
         "requests.cpu": team.policy.cpu,
         "requests.memory": team.policy.memory,
         "pods": str(team.policy.pods),
+        **{f"count/{kind}": str(team.policy.workloads) for kind in WORKLOAD_OBJECT_KINDS},
     }
     for resource, units in sorted(backstop_limits(team=team).items()):
         hard[f"requests.{resource}"] = str(units)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,14 @@ def _eager_celery(settings):
 def _fast_passwords(settings):
     # PBKDF2's deliberate slowness would make the suite ten times longer; hashing is not under test.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(settings):
+    # Rate and sign-in counters live in the cache: each test gets an empty one of its own, and
+    # never the services' Redis, whose clear() would flush the broker's queues too.
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                                   "LOCATION": f"test-{uuid.uuid4()}"}}
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ pinned Kubernetes (kubernetes-validate) and Kueue (the CRDs in deploy/kueue/crds
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -92,10 +93,21 @@ def test_the_backstop_quota_never_blocks_what_kueue_may_admit():
         "metadata": {"name": "gpu-portal", "namespace": "vision", "labels": LABELS, "annotations": PROOF},
         "spec": {"hard": {
             "requests.cpu": "64", "requests.memory": "512Gi", "pods": "100",
+            "count/jobs.batch": "200", "count/deployments.apps": "200", "count/statefulsets.apps": "200",
+            "count/services": "200", "count/ingresses.networking.k8s.io": "200",
             # may borrow: up to the whole flavor capacity, summed over flavors of one resource
             "requests.nvidia.com/gpu": "48",
             "requests.nvidia.com/mig-1g.10gb": "56",
         }},
+    }
+
+
+def test_the_backstop_quota_counts_each_workload_kind_to_the_team_workload_limit():
+    team = replace(TEAM, policy=m.TeamPolicy(workloads=3))
+    hard = m.make_resource_quota(team=team)["spec"]["hard"]
+    assert {key: value for key, value in hard.items() if key.startswith("count/")} == {
+        "count/jobs.batch": "3", "count/deployments.apps": "3", "count/statefulsets.apps": "3",
+        "count/services": "3", "count/ingresses.networking.k8s.io": "3",
     }
 
 
