@@ -99,8 +99,11 @@ def test_a_distributed_template_refuses_workers_that_are_not_a_positive_whole_nu
 def test_a_training_template_may_still_use_workers_for_something_else(admin_user, flavor):
     dataloader = {"name": "workers", "type": "int", "default": 0, "min": 0, "max": 16}
 
-    services.template_create(user=admin_user, slug="loader", name="Loader", kind=WorkloadKind.TRAINING, flavors=[flavor],
-                             image="x/y:1", parameters=[dataloader])
+    template = services.template_create(user=admin_user, slug="loader", name="Loader", kind=WorkloadKind.TRAINING,
+                                        flavors=[flavor], image="x/y:1", parameters=[dataloader])
+
+    assert template.kind == WorkloadKind.TRAINING
+    assert template.versions.get().parameters == [dataloader]
 
 
 @pytest.mark.parametrize("declared", [

@@ -102,6 +102,7 @@ def test_a_notebook_in_use_keeps_running(running_notebook, jupyter, status):
         status = {**status, "last_activity": (timezone.now() - dt.timedelta(minutes=5)).isoformat()}
     jupyter.status = status
     assert idle.notebooks_stop_idle() == []
+    assert jupyter.tokens == [running_notebook.notebook_token]  # asked, and answered "in use"
 
 
 def test_a_notebook_that_does_not_answer_is_left_running(running_notebook, settings):

@@ -210,7 +210,10 @@ def test_a_job_missing_only_from_the_cache_is_not_failed_while_a_direct_read_fin
 class Unreachable(SimulatedGateway):
     """A cluster whose API server does not answer reads."""
 
+    asked: list[ObjectRef]
+
     def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        self.asked = [*getattr(self, "asked", []), ref]
         raise KubeError("connection refused", ref=ref)
 
 
@@ -219,9 +222,11 @@ def test_a_cluster_that_does_not_answer_the_direct_read_proves_nothing(life):
     life.workload.refresh_from_db()
     assert life.workload.phase == Workload.Phase.RUNNING and life.workload.seen_in_cluster_at is not None
 
-    reset_gateway(Unreachable())
+    unreachable = Unreachable()
+    reset_gateway(unreachable)
     sync.sync_snapshot(sync.Snapshot.of({}))
     life.workload.refresh_from_db()
+    assert sync.owner_ref(life.workload) in unreachable.asked  # the sync did try to prove it gone
     assert life.workload.phase == Workload.Phase.RUNNING
     assert RunInterval.objects.get(workload=life.workload).ended_at is None
 

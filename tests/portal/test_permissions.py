@@ -62,9 +62,12 @@ def test_a_token_is_revoked_by_its_owner_or_a_platform_admin(request, member):
 
 
 def test_an_inactive_platform_admin_holds_no_platform_permission(admin_user):
+    platform = ("tenants.manage_teams", "portal.read_costs", "tenants.view_all_teams")
+    assert all(admin_user.has_perm(perm) for perm in platform)
+
     admin_user.is_active = False
 
-    assert not any(admin_user.has_perm(perm) for perm in ("tenants.manage_teams", "portal.read_costs", "tenants.view_all_teams"))
+    assert not any(admin_user.has_perm(perm) for perm in platform)
 
 
 def test_a_superuser_sees_every_team_by_the_same_rule_as_platform_admins(superuser, team, other_team):

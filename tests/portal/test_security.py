@@ -129,3 +129,4 @@ def test_a_site_can_send_the_policy_report_only_or_not_at_all(settings):
     settings.CONTENT_SECURITY_POLICY = ""
     response = ContentSecurityPolicyMiddleware(lambda request: HttpResponse("ok"))(RequestFactory().get("/"))
     assert "Content-Security-Policy-Report-Only" not in response.headers
+    assert "Content-Security-Policy" not in response.headers

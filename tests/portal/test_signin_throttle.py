@@ -47,6 +47,7 @@ def test_another_account_from_another_address_is_unaffected_by_a_lockout(clock):
         sign_in("alice", "guess")
 
     assert sign_in("bob", RIGHT, address="203.0.113.9")[0] == 302
+    assert LOCKED_ACCOUNT in sign_in("alice", RIGHT, address="203.0.113.9")[1]  # while alice is locked
 
 
 def test_the_address_is_locked_after_ten_failures_across_names(clock):
