@@ -29,18 +29,23 @@ class Hit:
     retry_after: int  # whole seconds until the window that refused this attempt ends
 
 
+def increment(cache_key: str, *, timeout: int) -> int:
+    """Adds one to a counter in the cache and returns it; the counter expires `timeout` seconds
+    after its first count."""
+    # add() is a no-op when the key exists, so concurrent first counts do not reset each other.
+    cache.add(cache_key, 0, timeout=timeout)
+    try:
+        return cache.incr(cache_key)
+    except ValueError:  # expired between add() and incr()
+        cache.add(cache_key, 1, timeout=timeout)
+        return 1
+
+
 def hit(*, key: str, count: int, seconds: int) -> Hit:
     """Counts one attempt under `key` and says whether it is within `count` per `seconds`."""
     now = clock()
     window = int(now // seconds)
-    cache_key = f"limit:{key}:{seconds}:{window}"
-    # add() is a no-op when the key exists, so concurrent first attempts do not reset each other.
-    cache.add(cache_key, 0, timeout=seconds + 1)
-    try:
-        attempts = cache.incr(cache_key)
-    except ValueError:  # expired between add() and incr()
-        cache.add(cache_key, 1, timeout=seconds + 1)
-        attempts = 1
+    attempts = increment(f"limit:{key}:{seconds}:{window}", timeout=seconds + 1)
     retry_after = max(math.ceil((window + 1) * seconds - now), 1)
     return Hit(allowed=attempts <= count, retry_after=retry_after)
 

@@ -225,7 +225,7 @@ OIDC_TEAM_LEAD_SUFFIX = env("OIDC_TEAM_LEAD_SUFFIX", "-leads")
 # For a site upgrading from username matching: an SSO login may adopt an account of the same
 # username that only the old single sign-on could have made (no password, no superuser or staff
 # bit, no identity yet). Off by default; turn it on for the first logins after the upgrade.
-OIDC_ADOPT_UNLINKED_ACCOUNTS = env("OIDC_ADOPT_UNLINKED_ACCOUNTS", "") in ("1", "true", "yes")
+OIDC_ADOPT_UNLINKED_ACCOUNTS = env_bool("OIDC_ADOPT_UNLINKED_ACCOUNTS")
 API_TOKEN_MAX_DAYS = int(env("API_TOKEN_MAX_DAYS", "365"))
 
 # --- REST API ----------------------------------------------------------------------------

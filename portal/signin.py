@@ -13,6 +13,7 @@ from Django's `user_login_failed` signal. API tokens are not passwords and are n
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +74,7 @@ def lockout_for(*, username: str, address: str) -> Lockout | None:
     for what, value in _subjects(username, address):
         until = cache.get(_key("lock", what, value))
         if until is not None and until > now:
-            return Lockout(what=what, seconds_left=max(int(until - now + 0.999), 1))
+            return Lockout(what=what, seconds_left=max(math.ceil(until - now), 1))
     return None
 
 
@@ -82,13 +83,7 @@ def failure_record(*, username: str, address: str) -> None:
     window, lockout = settings.PORTAL_LOGIN_FAILURE_WINDOW_SECONDS, settings.PORTAL_LOGIN_LOCKOUT_SECONDS
     for what, value in _subjects(username, address):
         counter = _key("failures", what, value)
-        # The window runs from the first failure: add() sets its expiry only when it creates it.
-        cache.add(counter, 0, timeout=window)
-        try:
-            failures = cache.incr(counter)
-        except ValueError:  # the window ended between add() and incr()
-            cache.add(counter, 1, timeout=window)
-            failures = 1
+        failures = limits.increment(counter, timeout=window)  # the window runs from the first failure
         if failures >= settings.PORTAL_LOGIN_FAILURE_LIMIT:
             cache.set(_key("lock", what, value), limits.clock() + lockout, timeout=lockout)
             cache.delete(counter)
