@@ -5,7 +5,6 @@ stop and relaunch through htmx, isolation between teams, CSRF, and bounded queri
 from __future__ import annotations
 
 import re
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from django.urls import reverse
 from jobs import services, sync
 from jobs.models import Workload, WorkloadKind
 from portal.kube import reset_gateway
+from portal.kube.counting import CountingGateway
 from portal.kube.simulated import SimulatedGateway
 from tenants import cluster_selectors
 from tests.factories import MembershipFactory, UserFactory
@@ -328,24 +328,6 @@ def test_the_logs_link_without_htmx_renders_the_whole_page_with_the_panel_open(w
     assert 'data-testid="logs"' in page and "[simulated] phase Running" in page
 
 
-class CountingGateway:
-    """Delegates to the real gateway and counts its calls by method, lists by kind too."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.counts = inner, Counter[str]()
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self.inner, name)
-        if not callable(attr):
-            return attr
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.counts[f"list {args[1]}" if name == "list" else name] += 1
-            return attr(*args, **kwargs)
-
-        return counted
-
-
 @pytest.fixture
 def counting(simulated):
     wrapper = CountingGateway(simulated)
@@ -359,9 +341,9 @@ def test_a_poll_of_a_running_workloads_live_fragment_reads_no_logs_and_one_list_
     first, _ = waiting_pair
     assert first.phase == Workload.Phase.RUNNING
     assert as_user(member).get(reverse("jobs:workload-live", args=[first.pk]), **HTMX).status_code == 200
-    assert counting.counts["pod_logs"] == 0
-    assert counting.counts["list Event"] == 1
-    assert dict(counting.counts) == {"list Pod": 1, "list Event": 1}
+    assert counting.calls["pod_logs"] == 0
+    assert counting.kinds[("list", "Event")] == 1
+    assert (dict(counting.kinds), counting.total) == ({("list", "Pod"): 1, ("list", "Event"): 1}, 2)
 
 
 def event(namespace: str, involved: str, kind: str, reason: str, at: str) -> dict[str, Any]:
