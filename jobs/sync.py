@@ -124,10 +124,16 @@ def owner_gone(workload: Workload) -> bool:
     except KubeError as error:
         log.warning("could not confirm whether %s is gone: %s", owner_ref(workload), error)
         return False
-    if owner is not None and workload.seen_in_cluster_at is None:
+    if owner is not None:
+        _mark_seen(workload)
+    return owner is None
+
+
+def _mark_seen(workload: Workload) -> None:
+    """Records the first time the sync saw the workload's owner in the cluster."""
+    if workload.seen_in_cluster_at is None:
         workload.seen_in_cluster_at = timezone.now()
         workload.save(update_fields=["seen_in_cluster_at"])
-    return owner is None
 
 
 def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -254,16 +260,33 @@ class SyncResult:
         return {"changed": self.changed, "intervals_opened": self.intervals_opened, "intervals_closed": self.intervals_closed}
 
 
-def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: SyncResult) -> None:
-    seen = set()
+def _ran(pod: dict[str, Any]) -> bool:
+    """Whether the pod has run on a node: only such a pod has a run interval."""
+    return bool(pod["metadata"].get("uid")) and _pod_interval(pod)[0] is not None and bool(pod["spec"].get("nodeName"))
+
+
+def unseen_endings(workload: Workload, pods: list[dict[str, Any]]) -> dict[str, dt.datetime | None]:
+    """For each open interval whose pod the snapshot lacks: when the pod stopped, by a direct read
+    (None while it may still run). Made before the transaction that records them, so a call to
+    the cluster never holds the database."""
+    seen = {pod["metadata"]["uid"] for pod in pods if _ran(pod)}
+    return {interval.pod_uid: _ended_while_unseen(workload, interval) for interval in workload.intervals.all()
+            if interval.ended_at is None and interval.pod_uid not in seen}
+
+
+def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: SyncResult,
+                     unseen: dict[str, dt.datetime | None] | None = None) -> None:
+    """Opens and closes the workload's run intervals from its pods; `unseen` is unseen_endings(),
+    read beforehand (read here when not given)."""
+    if unseen is None:
+        unseen = unseen_endings(workload, pods)
     resource = workload.flavor.resource_name
     open_intervals = {i.pod_uid: i for i in workload.intervals.all()}
     for pod in pods:
-        uid = pod["metadata"].get("uid")
         started, finished = _pod_interval(pod)
-        if not uid or started is None or not pod["spec"].get("nodeName"):
+        if started is None or not _ran(pod):
             continue
-        seen.add(uid)
+        uid = pod["metadata"]["uid"]
         interval = open_intervals.get(uid)
         if interval is None:
             _, created = RunInterval.objects.get_or_create(pod_uid=uid, defaults={
@@ -275,13 +298,12 @@ def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: Syn
             interval.ended_at = finished
             interval.save(update_fields=["ended_at"])
             result.intervals_closed += 1
-    for uid, interval in open_intervals.items():
-        if uid not in seen and interval.ended_at is None:
-            ended = _ended_while_unseen(workload, interval)
-            if ended is not None:
-                interval.ended_at = ended
-                interval.save(update_fields=["ended_at"])
-                result.intervals_closed += 1
+    for uid, ended in unseen.items():
+        interval = open_intervals[uid]
+        if ended is not None and interval.ended_at is None:
+            interval.ended_at = ended
+            interval.save(update_fields=["ended_at"])
+            result.intervals_closed += 1
 
 
 def _ended_while_unseen(workload: Workload, interval: RunInterval) -> dt.datetime | None:
@@ -344,16 +366,16 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResul
         active = active.filter(pk__in={workload_id for _, workload_id in keys})
     workloads = list(active.prefetch_related("intervals"))
     for workload in workloads:
+        pods = snapshot.pods.get(key_of(workload), [])
         if key_of(workload) in snapshot.owners:
-            if workload.seen_in_cluster_at is None:
-                workload.seen_in_cluster_at = timezone.now()
-                workload.save(update_fields=["seen_in_cluster_at"])
+            _mark_seen(workload)
             derived = derive(workload, snapshot)
         else:
             # Read before the transaction: a call to the cluster should not hold the database.
             derived = (Workload.Phase.FAILED, GONE_REASON) if owner_gone(workload) else None
+        unseen = unseen_endings(workload, pods)
         with transaction.atomic():
-            record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
+            record_intervals(workload, pods, result, unseen)
             if derived and derived != (workload.phase, workload.reason) and _unchanged_since_read(workload):
                 record_transition(workload, *derived)
                 result.changed += 1

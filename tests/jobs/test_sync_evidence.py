@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.urls import reverse
 
 from jobs import manifests, services, sync
@@ -490,3 +491,24 @@ def test_the_running_informer_does_not_fail_a_job_whose_pod_it_hears_of_first(li
     assert workload.phase == Workload.Phase.SUCCEEDED, workload.reason
     assert not workload.transitions.filter(phase=Workload.Phase.FAILED).exists()
     assert RunInterval.objects.get(workload=workload).ended_at is not None
+
+
+class RecordsTransactionDepth(SimulatedGateway):
+    """A cluster that notes how deep in database transactions each direct read is made."""
+
+    depths: list[int]
+
+    def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        self.depths = [*getattr(self, "depths", []), len(connection.atomic_blocks)]
+        return super().get(ref)
+
+
+def test_a_pod_missing_from_the_snapshot_is_read_before_the_sync_opens_its_transaction(life):
+    sync.sync_snapshot(sync.Snapshot.of({"Job": [life.job_admitted], "Pod": [life.pod_running]}))
+    recording = RecordsTransactionDepth()
+    reset_gateway(recording)
+    outside = len(connection.atomic_blocks)  # the test's own transaction
+
+    sync.sync_snapshot(sync.Snapshot.of({"Job": [life.job_admitted]}))
+
+    assert recording.depths and set(recording.depths) == {outside}
