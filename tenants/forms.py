@@ -19,14 +19,6 @@ class MembershipAddForm(forms.Form):
     username = forms.CharField(max_length=150, widget=forms.TextInput(attrs={"placeholder": "username", "autocomplete": "off"}))
     role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.MEMBER)
 
-    def clean_username(self) -> User:
-        # The page asks only after the view checked that the caller may manage the team's members.
-        username = self.cleaned_data["username"].strip()
-        user = User.objects.filter(username=username, is_active=True).first()
-        if user is None:
-            raise forms.ValidationError(services.no_account_to_add(username))
-        return user
-
 
 class MembershipRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.Role.choices)

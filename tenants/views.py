@@ -202,10 +202,10 @@ def membership_add(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if not form.is_valid():
         return _members_response(request, team, form=form, error=None if request.htmx else _form_error_text(form))
     try:
-        membership = services.membership_add(actor=request.user, team=team, user=form.cleaned_data["username"],
-                                             role=form.cleaned_data["role"])
+        membership = services.membership_add_by_username(actor=request.user, team=team, username=form.cleaned_data["username"],
+                                                         role=form.cleaned_data["role"])
     except DomainError as error:
-        form.add_error("username" if error.field == "user" else None, error.message)
+        form.add_error("username" if error.field in ("user", "username") else None, error.message)
         return _members_response(request, team, form=form, error=None if request.htmx else error.message)
     done = f"Added {membership.user.username} to {team.slug} as {membership.get_role_display().lower()}."
     return _members_response(request, team, done=done)
