@@ -3,6 +3,7 @@
 # cluster, demo data. A supervisor restarts any process that exits; Ctrl-C stops them all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/apt.sh libpango-1.0-0 libpangoft2-1.0-0 fonts-dejavu-core  # WeasyPrint, for PDF statements
 scripts/setup.sh
 export DJANGO_SETTINGS_MODULE=portal.settings
 PORT=${PORT:-8000}
