@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import zoneinfo
 from pathlib import Path
 
 import dj_database_url
@@ -298,6 +299,15 @@ CELERY_BEAT_SCHEDULE = {
     # Readiness reads beat's and the worker's heartbeats from it; an old one is useless, so it expires.
     "portal-heartbeat": {"task": "portal.tasks.heartbeat", "schedule": 10.0, "options": {"expire_seconds": 10}},
 }
+
+# --- Billing ---------------------------------------------------------------------------------
+# Hours, days and months of usage and statements are those of this zone (a day may be 23 or 25 h).
+BILLING_TIME_ZONE = env("BILLING_TIME_ZONE", "UTC")
+try:
+    zoneinfo.ZoneInfo(BILLING_TIME_ZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    raise ImproperlyConfigured(
+        f"BILLING_TIME_ZONE must be a time zone such as UTC or Europe/Berlin; it is {BILLING_TIME_ZONE!r}.") from None
 
 # A workload still 'submitting' after this long gets a reason in words and is sent again.
 PORTAL_SUBMITTING_BOUND_SECONDS = int(env("PORTAL_SUBMITTING_BOUND_SECONDS", "120"))

@@ -1,0 +1,6 @@
+"""Billing's tables, one module per concern: the rate card, metered usage, statements, budgets."""
+
+from billing.models.rates import Rate
+from billing.models.usage import Account, CapacityHour, GuaranteeHour, UsageHour
+
+__all__ = ["Account", "CapacityHour", "GuaranteeHour", "Rate", "UsageHour"]

@@ -1,0 +1,88 @@
+"""Billing periods in the billing zone and exact money: the ground every statement stands on."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from fractions import Fraction
+
+import pytest
+
+from billing import money, periods
+
+UTC = dt.UTC
+
+
+def at(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text).astimezone(UTC)
+
+
+@pytest.mark.parametrize(("zone", "day", "hours"), [
+    ("UTC", dt.date(2026, 3, 29), 24),
+    ("Europe/Berlin", dt.date(2026, 3, 29), 23),   # clocks go forward
+    ("Europe/Berlin", dt.date(2026, 10, 25), 25),  # clocks go back
+    ("America/New_York", dt.date(2026, 11, 1), 25),
+    ("Asia/Kolkata", dt.date(2026, 3, 29), 24),
+])
+def test_a_local_day_has_as_many_hours_as_its_clock(settings, zone, day, hours):
+    settings.BILLING_TIME_ZONE = zone
+    start, end = periods.day_bounds(day)
+    assert (end - start) == dt.timedelta(hours=hours)
+    assert len(list(periods.hour_starts(start, end))) == hours
+    assert sum(seconds for _, seconds in periods.split_by_hour(start, end)) == hours * 3600
+
+
+def test_a_month_is_the_local_calendar_month(settings):
+    settings.BILLING_TIME_ZONE = "Europe/Berlin"
+    start, end = periods.month_bounds(dt.date(2026, 10, 17))
+    assert start == at("2026-09-30T22:00:00+00:00")
+    assert end == at("2026-10-31T23:00:00+00:00")
+    assert periods.next_month(dt.date(2026, 12, 1)) == dt.date(2027, 1, 1)
+    assert periods.current_month(at("2026-10-31T23:30:00+00:00")) == dt.date(2026, 11, 1)
+
+
+def test_hours_in_a_half_hour_zone_start_at_the_local_hour(settings):
+    settings.BILLING_TIME_ZONE = "Asia/Kolkata"
+    hours = list(periods.hour_starts(at("2026-01-01T00:10:00+00:00"), at("2026-01-01T01:40:00+00:00")))
+    assert hours == [at("2025-12-31T23:30:00+00:00"), at("2026-01-01T00:30:00+00:00"), at("2026-01-01T01:30:00+00:00")]
+
+
+def test_an_interval_across_midnight_and_month_end_is_split_and_each_second_counted_once(settings):
+    settings.BILLING_TIME_ZONE = "UTC"
+    parts = list(periods.split_by_hour(at("2026-10-31T23:59:50+00:00"), at("2026-11-01T01:00:05+00:00")))
+    assert parts == [(at("2026-10-31T23:00:00+00:00"), 10), (at("2026-11-01T00:00:00+00:00"), 3600),
+                     (at("2026-11-01T01:00:00+00:00"), 5)]
+    # Two intervals that meet at an instant share no second, even with sub-second ends.
+    first = sum(s for _, s in periods.split_by_hour(at("2026-11-01T00:00:00.900+00:00"), at("2026-11-01T00:00:10.400+00:00")))
+    second = sum(s for _, s in periods.split_by_hour(at("2026-11-01T00:00:10.400+00:00"), at("2026-11-01T00:00:20+00:00")))
+    assert first + second == 20
+    assert list(periods.split_by_hour(at("2026-11-01T00:00:10+00:00"), at("2026-11-01T00:00:10+00:00"))) == []
+
+
+def test_the_hour_the_clocks_go_back_is_two_rows(settings):
+    settings.BILLING_TIME_ZONE = "Europe/Berlin"
+    parts = list(periods.split_by_hour(at("2026-10-25T00:30:00+00:00"), at("2026-10-25T01:30:00+00:00")))
+    # 02:30 CEST → 02:30 CET: the local 02:00 hour happens twice, as two different instants.
+    assert parts == [(at("2026-10-25T00:00:00+00:00"), 1800), (at("2026-10-25T01:00:00+00:00"), 1800)]
+
+
+def test_a_mig_slice_is_exact_where_decimals_are_not():
+    seconds = money.gpu_seconds(unit_seconds=7 * 3600, numerator=1, denominator=7)
+    assert seconds == 3600
+    assert money.gpu_hours(unit_seconds=3600, numerator=1, denominator=7) == Fraction(1, 7)
+    assert money.cost(unit_seconds=3 * 3600, numerator=1, denominator=4, price_per_gpu_hour=Decimal("2.00")) == Fraction(3, 2)
+
+
+@pytest.mark.parametrize(("value", "currency", "expected"), [
+    (Fraction(5, 1000), "USD", Decimal("0.00")),   # half to even: down
+    (Fraction(15, 1000), "USD", Decimal("0.02")),  # half to even: up
+    (Fraction(1, 7), "USD", Decimal("0.14")),
+    (Fraction(5, 2), "JPY", Decimal("2")),
+    (Fraction(7, 2), "JPY", Decimal("4")),
+    (Fraction(12345, 10000), "KWD", Decimal("1.234")),
+    (Fraction(-15, 1000), "USD", Decimal("-0.02")),
+])
+def test_money_rounds_half_even_to_the_minor_unit(value, currency, expected):
+    rounded = money.round_money(value, currency)
+    assert rounded == expected
+    assert rounded.as_tuple().exponent == -money.minor_unit(currency)
