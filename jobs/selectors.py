@@ -80,7 +80,7 @@ class LaunchHint:
 
 
 def cohort_idle(*, team: Team, flavor: Flavor, queues: dict[str, list[QueueUsage]]) -> int:
-    """What the other teams' queues leave idle of the flavor and nobody borrows yet."""
+    """What the other teams' queues leave idle of the flavor, may lend, and nobody borrows yet."""
     idle = borrowed = 0
     for slug, rows in queues.items():
         for row in rows:
@@ -88,7 +88,7 @@ def cohort_idle(*, team: Team, flavor: Flavor, queues: dict[str, list[QueueUsage
                 continue
             borrowed += row.borrowed
             if slug != team.slug:
-                idle += row.free
+                idle += row.idle
     return max(idle - borrowed, 0)
 
 

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from django.conf import settings
+
 from portal.kube import KubeError, gateway
 from tenants import manifests, selectors
 from tenants.models import Flavor, Team
@@ -25,6 +27,7 @@ class QueueUsage:
     in_use: int
     borrowed: int
     lent: int
+    idle: int = 0  # what it leaves idle and may lend: none for a team that does not lend
 
     @property
     def free(self) -> int:
@@ -41,6 +44,8 @@ def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list
     items, _ = gateway().list(manifests.KUEUE, "ClusterQueue", labels=MANAGED)
     rows: dict[str, list[dict[str, Any]]] = {}
     for cq in items:
+        if cq["spec"].get("cohortName") != settings.PORTAL_COHORT:
+            continue  # borrowing and lending happen within the portal's cohort only
         # Keyed by the team's slug, whatever PORTAL_NAMESPACE_PREFIX made of the queue's name.
         name = (cq["metadata"].get("labels") or {}).get(manifests.TEAM_LABEL, cq["metadata"]["name"])
         usage = {
@@ -72,7 +77,7 @@ def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list
         result[name] = [
             QueueUsage(
                 flavor=row["flavor"], resource=row["resource"], guaranteed=row["guaranteed"], in_use=row["in_use"],
-                borrowed=row["borrowed"],
+                borrowed=row["borrowed"], idle=row["idle"],
                 lent=round(borrowed_by_flavor[row["flavor"]] * row["idle"] / idle_by_flavor[row["flavor"]])
                 if idle_by_flavor[row["flavor"]] else 0,
             )

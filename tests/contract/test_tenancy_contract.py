@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from jobs import selectors as job_selectors
 from portal.kube import ObjectRef, gateway
 from tenants import cluster_selectors, reconcile, services
 from tenants.manifests import KUEUE
@@ -257,3 +258,25 @@ def test_a_namespace_left_by_a_deleted_team_is_not_adopted_by_a_new_team_of_the_
     assert new.sync_state == "in_sync"
     for ref in (ObjectRef("v1", "Namespace", slug), ObjectRef(KUEUE, "ClusterQueue", slug)):
         assert existing(ref)["metadata"]["annotations"]["gpu-portal.io/team-uid"] == str(new.uid)
+
+
+def test_the_launch_hint_counts_only_quota_other_teams_lend(cluster, site, django_capture_on_commit_callbacks):
+    """A team that keeps its idle quota (lendingLimit 0) is not capacity another team may borrow."""
+    borrower = site.team("borrower")
+    keeper = site.team("keeper", gpus=4)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.team_update(actor=site.admin, team=keeper, lends_idle=False)
+    cluster.wait_for(lambda: "lendingLimit" in str(existing(
+        ObjectRef(KUEUE, "ClusterQueue", keeper.slug))["spec"]), what="the keeper's queue to stop lending")
+
+    hint = job_selectors.launch_hint(team=borrower, flavor=site.flavor, units=2)
+    assert hint.lendable == 0
+    assert not hint.would_borrow
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.team_update(actor=site.admin, team=keeper, lends_idle=True)
+    cluster.wait_for(lambda: "lendingLimit" not in str(existing(
+        ObjectRef(KUEUE, "ClusterQueue", keeper.slug))["spec"]), what="the keeper's queue to lend again")
+    hint = job_selectors.launch_hint(team=borrower, flavor=site.flavor, units=2)
+    assert hint.lendable == 4
+    assert hint.would_borrow
