@@ -401,9 +401,24 @@ if PORTAL_NAMESPACE_PREFIX and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,30})", PO
     )
 # Namespace of the ingress controller: the only outside source a team's NetworkPolicy admits.
 PORTAL_INGRESS_NAMESPACE = env("PORTAL_INGRESS_NAMESPACE", "ingress-nginx")
-# How the cluster names people who log in with OIDC (the apiserver's --oidc-username-prefix);
-# the team RoleBinding grants members read access to their pods and logs under that name.
-PORTAL_CLUSTER_USER_PREFIX = env("PORTAL_CLUSTER_USER_PREFIX", "oidc:")
+# How the API server names people who sign in to it with OIDC: these must equal its
+# --oidc-username-claim and --oidc-username-prefix (and --oidc-issuer-url), or the team
+# RoleBinding, which grants members read access to their pods and logs, names nobody. Only SSO
+# accounts are bound, by the claim's value in their identity; local accounts have no cluster
+# identity. "sub" (the default) is the provider's subject, which it never reassigns; "email" is
+# the address the provider last gave. PORTAL_CLUSTER_USER_PREFIX is the prefix's former name.
+KUBE_OIDC_USERNAME_CLAIM = env("KUBE_OIDC_USERNAME_CLAIM", "sub")
+if KUBE_OIDC_USERNAME_CLAIM not in ("sub", "email"):
+    raise ImproperlyConfigured(
+        f"KUBE_OIDC_USERNAME_CLAIM is “sub” or “email”, the claims the portal knows of each SSO account; "
+        f"it is {KUBE_OIDC_USERNAME_CLAIM!r}."
+    )
+# "-" means no prefix, as it does for the API server.
+KUBE_OIDC_USERNAME_PREFIX = env("KUBE_OIDC_USERNAME_PREFIX", env("PORTAL_CLUSTER_USER_PREFIX", "oidc:"))
+if KUBE_OIDC_USERNAME_PREFIX == "-":
+    KUBE_OIDC_USERNAME_PREFIX = ""
+# Only identities of this issuer are bound (the API server trusts one); empty binds every SSO account.
+KUBE_OIDC_ISSUER = env("KUBE_OIDC_ISSUER", os.environ.get("OIDC_OP_ISSUER", ""))
 # Inference servers and notebooks get an Ingress at <name>-<team>.<domain> when this is set.
 PORTAL_INGRESS_DOMAIN = env("PORTAL_INGRESS_DOMAIN")
 # Annotations every workload pod gets, set by the site, never by users: the simulated cluster
