@@ -226,6 +226,15 @@ OIDC_TEAM_LEAD_SUFFIX = env("OIDC_TEAM_LEAD_SUFFIX", "-leads")
 # username that only the old single sign-on could have made (no password, no superuser or staff
 # bit, no identity yet). Off by default; turn it on for the first logins after the upgrade.
 OIDC_ADOPT_UNLINKED_ACCOUNTS = env_bool("OIDC_ADOPT_UNLINKED_ACCOUNTS")
+# Roles otherwise change only at a sign-in: an SSO account whose groups the provider has not
+# vouched for (a login, a silent refresh, the check below) for OIDC_REVALIDATE_AFTER seconds is
+# due for confirmation, and one still unconfirmed OIDC_REVALIDATE_GRACE seconds later loses every
+# group-derived role (platform admin, finance, team memberships) and its API tokens, until it
+# signs in again. OIDC_REVALIDATE_CHECK names a callable(SsoIdentity) -> claims | None that asks
+# the provider (e.g. its admin or SCIM API); without one, only sign-ins confirm.
+OIDC_REVALIDATE_AFTER = int(env("OIDC_REVALIDATE_AFTER", str(24 * 60 * 60)))
+OIDC_REVALIDATE_GRACE = int(env("OIDC_REVALIDATE_GRACE", str(60 * 60)))
+OIDC_REVALIDATE_CHECK = env("OIDC_REVALIDATE_CHECK")
 API_TOKEN_MAX_DAYS = int(env("API_TOKEN_MAX_DAYS", "365"))
 
 # --- REST API ----------------------------------------------------------------------------
@@ -295,6 +304,7 @@ CELERY_BEAT_SCHEDULE = {
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 60.0},
     "notebooks-stop-idle": {"task": "jobs.tasks.notebooks_stop_idle", "schedule": 300.0},
+    "sso-identities-revalidate": {"task": "tenants.tasks.sso_identities_revalidate", "schedule": 900.0},
     # Readiness reads beat's and the worker's heartbeats from it; an old one is useless, so it expires.
     "portal-heartbeat": {"task": "portal.tasks.heartbeat", "schedule": 10.0, "options": {"expire_seconds": 10}},
 }
