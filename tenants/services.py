@@ -652,7 +652,8 @@ def _sso_identity_revalidate(*, identity_id: int, now: dt.datetime, check: Any) 
         return "waiting"
     last = timezone.localtime(identity.confirmed_at)
     roles = [name for name, held in (("platform admin", user.is_platform_admin), ("finance", user.is_finance)) if held]
-    roles += [f"{m.get_role_display().lower()} of {m.team.slug}" for m in Membership.objects.filter(user=user).select_related("team")]
+    memberships = Membership.objects.filter(user=user).select_related("team")
+    roles += [f"{m.get_role_display().lower()} of {m.team.slug}" for m in memberships]
     window = (settings.OIDC_REVALIDATE_AFTER + settings.OIDC_REVALIDATE_GRACE) / 3600
     reason = f"the identity provider has not confirmed their groups since {last:%Y-%m-%d %H:%M} (over {window:g} h)"
     audit_record(actor=None, action="sso_identity.unconfirmed", obj=user,

@@ -13,7 +13,6 @@ from portal.models import SsoIdentity
 from tenants import cluster_selectors, reconcile, services
 from tenants.manifests import KUEUE
 from tenants.models import QuotaGrant
-from tests.factories import UserFactory
 from tests.contract.scenarios import (
     condition,
     existing,
@@ -25,6 +24,7 @@ from tests.contract.scenarios import (
     waits_for_quota,
     workload_of,
 )
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -153,7 +153,7 @@ def test_the_members_role_binding_names_sso_members_by_subject_and_no_local_acco
     team = site.team("rbac")  # its lead is a local account: no cluster identity
     binding = ObjectRef("rbac.authorization.k8s.io/v1", "RoleBinding", "gpu-portal-members", team.slug)
     assert existing(binding).get("subjects", []) == []
-    sso = UserFactory(username=cluster.unique("sso-member"))
+    sso = UserFactory.create(username=cluster.unique("sso-member"))
     SsoIdentity.objects.create(user=sso, issuer="https://id.example.org", subject="0f9e8d7c-6b5a")
     with django_capture_on_commit_callbacks(execute=True):
         services.membership_add(actor=site.admin, team=team, user=sso)
