@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs import manifests
@@ -330,11 +330,16 @@ def template_create(*, user: User, slug: str, name: str, kind: str, description:
                           "of them a letter (a number names a template by its id).", field="slug")
     # Only among the templates of the same owner: another team's slugs are theirs, and saying a
     # name is taken there would tell this team what the other one has.
+    where = f"{owner_team.slug} already has" if owner_team else "The portal already has"
+    taken = DomainError(f"{where} a template named “{slug}”; choose another slug.", field="slug")
     if WorkloadTemplate.objects.filter(slug=slug, owner_team=owner_team).exists():
-        where = f"{owner_team.slug} already has" if owner_team else "The portal already has"
-        raise DomainError(f"{where} a template named “{slug}”; choose another slug.", field="slug")
-    template = WorkloadTemplate.objects.create(slug=slug, name=name, kind=kind, description=description,
-                                               is_global=owner_team is None, owner_team=owner_team)
+        raise taken
+    try:
+        with transaction.atomic():
+            template = WorkloadTemplate.objects.create(slug=slug, name=name, kind=kind, description=description,
+                                                       is_global=owner_team is None, owner_team=owner_team)
+    except IntegrityError:
+        raise taken from None  # another request took the slug between the check and the insert
     version = WorkloadTemplateVersion.objects.create(template=template, number=1, created_by=user, **fields)
     version.flavors.set(flavors)
     audit_record(actor=user, action="template.created", obj=template, team_id=owner_team.pk if owner_team else None,

@@ -498,7 +498,8 @@ def groups_from_claim(claim: Any) -> list[str]:
 
 
 @transaction.atomic
-def memberships_sync_from_groups(*, user: User, groups: Any) -> None:
+def memberships_sync_from_groups(*, user: User, groups: Any,
+                                 why_left: str = "the identity provider no longer lists the group") -> None:
     """Makes the user's memberships match the identity provider's team groups.
 
     "<prefix><slug>" makes a member and "<prefix><slug><lead suffix>" a lead. A group that
@@ -524,7 +525,7 @@ def memberships_sync_from_groups(*, user: User, groups: Any) -> None:
     for slug, stale in current.items():
         if slug not in teams:
             audit_record(actor=None, action="membership.removed", obj=stale, team_id=stale.team_id,
-                         message=f"{user.username} left {slug}: the identity provider no longer lists the group")
+                         message=f"{user.username} left {slug}: {why_left}")
             stale.delete()
             _on_team_change(stale.team_id)
     for slug, team in teams.items():
@@ -662,7 +663,7 @@ def _sso_identity_revalidate(*, identity_id: int, now: dt.datetime, check: Any) 
                  " signing in gives back what their groups carry")
     user.is_platform_admin = user.is_finance = user.is_staff = user.is_superuser = False
     user.save()
-    memberships_sync_from_groups(user=user, groups=[])
+    memberships_sync_from_groups(user=user, groups=[], why_left=reason)
     api_tokens_revoke_all(user=user, reason=reason)
     identity.demoted_at = now
     identity.save(update_fields=["demoted_at"])

@@ -84,6 +84,8 @@ def test_a_user_whose_groups_vanished_and_who_never_signs_in_loses_admin_lead_an
     event = AuditEvent.objects.get(action="sso_identity.unconfirmed")
     assert "grace lost platform admin, team lead of vision and their API tokens" in event.message
     assert AuditEvent.objects.filter(action="api_token.revoked", message__contains="has not confirmed").count() == 1
+    assert AuditEvent.objects.get(action="membership.removed").message.startswith(
+        "grace left vision: the identity provider has not confirmed their groups since")
     assert Notification.objects.filter(recipient=user, message__contains="Sign in again").exists()
 
 
