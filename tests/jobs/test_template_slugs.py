@@ -113,3 +113,17 @@ def test_the_database_keeps_slugs_unique_within_a_team_and_among_the_portals_tem
         WorkloadTemplate.objects.create(slug="foo", name="Twice", kind="training", owner_team=other_team, is_global=False)
     with pytest.raises(IntegrityError), transaction.atomic():
         WorkloadTemplate.objects.create(slug="foo", name="Twice", kind="training", owner_team=None)
+
+
+def test_the_launch_page_launches_the_template_its_id_names(world, lead, member, flavor, as_user):
+    vision_foo = services.template_create(user=lead, slug="foo", name="Vision foo", kind=WorkloadKind.TRAINING,
+                                          owner_team=lead.memberships.get().team, flavors=[flavor], image="vision/foo:1")
+    form = {"team": "vision", "flavor": "h100-80gb", "units": "1", "cpu": "4", "memory_gib": "16", "priority": "normal"}
+    page = as_user(member).get(reverse("jobs:workload-launch") + "?team=vision").content.decode()
+    assert f'<option value="{vision_foo.pk}">Vision foo · Training · vision\'s</option>' in page.replace("&#x27;", "'")
+    assert f'value="{world["speech"].pk}"' not in page
+
+    for template in (vision_foo, world["global"]):
+        answer = as_user(member).post(reverse("jobs:workload-launch"), {**form, "template": str(template.pk)})
+        assert answer.status_code == 302, answer.content.decode()[:2000]
+        assert Workload.objects.order_by("-pk").first().template_version.template_id == template.pk  # type: ignore[union-attr]
