@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
+from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
@@ -56,11 +58,22 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     serializer_class = TemplateSerializer
     queryset = WorkloadTemplate.objects.none()
     filterset_class = TemplateFilter
-    lookup_field = "slug"
     http_method_names = ["get", "post", "patch", "head", "options"]
 
     def get_queryset(self) -> QuerySet[WorkloadTemplate]:
         return selectors.templates_with_current_version(user=self.request.user)
+
+    def get_object(self) -> WorkloadTemplate:
+        """/api/templates/<id>/; an old /api/templates/<slug>/ still answers when only one template
+        the caller can see has that slug. Another team's template is 404 by either."""
+        reference = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
+        found = list(selectors.templates_named(templates=self.get_queryset(), reference=reference)[:2])
+        if len(found) > 1:
+            raise NotFound(f"Several templates you can see are named “{reference}”; name the one you mean by its id.")
+        if not found:
+            raise Http404
+        self.check_object_permissions(self.request, found[0])
+        return found[0]
 
     def _answer(self, template: WorkloadTemplate, code: int = status.HTTP_200_OK) -> Response:
         fresh = selectors.templates_with_current_version(user=self.request.user).get(pk=template.pk)

@@ -11,6 +11,7 @@ from typing import Any
 import django_filters
 from django.db.models import QuerySet
 
+from jobs import selectors
 from jobs.models import Workload, WorkloadTemplate
 from portal.adapters import FlagFilter, VisibleSlugFilter, choice_errors
 from tenants.filters import VisibleTeamFilter
@@ -18,8 +19,18 @@ from tenants.models import Team
 
 
 class VisibleTemplateFilter(VisibleSlugFilter):
+    """A template named by its id, or by a slug (old links), which matches every template the
+    caller can see that has it: slugs are unique only within a team."""
+
     def visible(self, user: Any) -> QuerySet[WorkloadTemplate]:
         return WorkloadTemplate.objects.for_user(user)
+
+    def filter(self, qs: QuerySet[Any], value: Any) -> QuerySet[Any]:
+        if not value:
+            return qs
+        user = getattr(self.parent, "request", None) and self.parent.request.user
+        wanted = selectors.templates_named(templates=self.visible(user), reference=value).values("pk")
+        return qs.filter(**{f"{self.field_name}__in": wanted})
 
 
 class TemplateFilter(django_filters.FilterSet):
@@ -44,7 +55,8 @@ class WorkloadFilter(django_filters.FilterSet):
     owner = django_filters.CharFilter(method="filter_owner", help_text="“me”, or a username.")
     mine = FlagFilter(method="filter_mine", help_text="1: only the caller's workloads, like owner=me.")
     template = VisibleTemplateFilter(field_name="template_version__template",
-                                     help_text="Only workloads launched from the template with this slug.")
+                                     help_text="Only workloads launched from the template with this id "
+                                               "(or slug: every template you can see that has it).")
 
     class Meta:
         model = Workload

@@ -57,8 +57,8 @@ class LaunchForm(forms.Form):
 
     team = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="slug", empty_label="Choose a team…",
                                   error_messages={"invalid_choice": "You may not launch workloads for this team."})
-    template = forms.ModelChoiceField(queryset=WorkloadTemplate.objects.none(), to_field_name="slug",
-                                      empty_label="Choose a template…")
+    # By id: a slug is unique only within its team, so two templates the user sees may share one.
+    template = forms.ModelChoiceField(queryset=WorkloadTemplate.objects.none(), empty_label="Choose a template…")
     flavor = forms.ModelChoiceField(queryset=Flavor.objects.filter(is_active=True), to_field_name="slug",
                                     empty_label="Choose a flavor…")
     units = forms.IntegerField(required=False, label="GPU units")
@@ -81,7 +81,7 @@ class LaunchForm(forms.Form):
         self.chosen_team, self.chosen_template = team, template
         self.version: WorkloadTemplateVersion | None = template.versions.all()[0] if template is not None else None
         self.allowed_flavors: list[Flavor] = list(self.version.flavors.all()) if self.version else []
-        self.initial.update({"team": team.slug if team else None, "template": template.slug if template else None,
+        self.initial.update({"team": team.slug if team else None, "template": template.pk if template else None,
                              "name": initial_name})
         if self.version is not None:
             version = self.version

@@ -42,7 +42,9 @@ class WorkloadTemplateQuerySet(models.QuerySet["WorkloadTemplate"]):
 class WorkloadTemplate(models.Model):
     """What users launch. Its settings live in versions; editing makes a new version."""
 
-    slug = models.SlugField(max_length=40, unique=True)
+    # Unique within its owner team, and among the portal's own templates (no owner team): a lead
+    # choosing a slug learns nothing of other teams' templates. Addressed by id; see selectors.template_named.
+    slug = models.SlugField(max_length=40)
     name = models.CharField(max_length=80)
     kind = models.CharField(max_length=12, choices=WorkloadKind.choices)
     description = models.TextField(blank=True)
@@ -57,6 +59,12 @@ class WorkloadTemplate(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner_team", "slug"], condition=Q(owner_team__isnull=False),
+                                    name="template_slug_unique_in_its_team"),
+            models.UniqueConstraint(fields=["slug"], condition=Q(owner_team__isnull=True),
+                                    name="template_slug_unique_among_portal_templates"),
+        ]
 
     def __str__(self) -> str:
         return self.name

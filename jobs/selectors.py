@@ -3,6 +3,8 @@ launch hint, and the answer to "why is it still waiting?"."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -209,6 +211,31 @@ def workload_logs(*, workload: Workload, tail_lines: int = 100) -> WorkloadLogs:
 
 
 # --- Reads for the workload pages (added with jobs/views.py) ---------------------------------
+
+
+_TEMPLATE_ID = re.compile(r"[0-9]{1,18}")
+
+
+def templates_named(*, templates: QuerySet[WorkloadTemplate], reference: Any) -> QuerySet[WorkloadTemplate]:
+    """The templates among `templates` (those the caller can see) that a reference names.
+
+    A template is named by its id. A slug, which old links and scripts use, is unique only within
+    its team (and among the portal's own templates), so it may name several: callers that need
+    one template take it only when it is the only one. A slug is never all digits (services
+    refuse one), so a number is always an id.
+    """
+    text = str(reference).strip()
+    if _TEMPLATE_ID.fullmatch(text):
+        return templates.filter(pk=int(text))
+    return templates.filter(slug=text)
+
+
+def templates_named_among(*, templates: Iterable[WorkloadTemplate], reference: Any) -> list[WorkloadTemplate]:
+    """templates_named for templates already read (the launch form's, a list's choices)."""
+    text = str(reference).strip()
+    if _TEMPLATE_ID.fullmatch(text):
+        return [template for template in templates if template.pk == int(text)]
+    return [template for template in templates if template.slug == text]
 
 
 def templates_for_user(*, user: Any) -> QuerySet[WorkloadTemplate]:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from jobs import services
+from jobs import selectors, services
 from jobs.models import (
     Priority,
     RunInterval,
@@ -20,7 +19,7 @@ from jobs.models import (
     WorkloadTransition,
 )
 from jobs.parameters import TYPES as PARAMETER_TYPES
-from portal.adapters import StrictInputMixin, VisibleSlugField
+from portal.adapters import StrictInputMixin
 from portal.models import User
 from tenants.models import Flavor, Team
 from tenants.serializers import VisibleTeamField
@@ -157,7 +156,8 @@ class TemplateSettingsSerializer(StrictInputMixin, serializers.Serializer):
 
 
 class TemplateCreateSerializer(TemplateSettingsSerializer):
-    slug = serializers.SlugField(max_length=40, help_text="Names the template in launches; cannot change later.")
+    slug = serializers.SlugField(max_length=40, help_text="A short name, unique among the owner team's templates (or the "
+                                 "portal's own); cannot change later. Launches name the template by its id.")
     name = serializers.CharField(max_length=80)
     kind = serializers.ChoiceField(choices=WorkloadKind.choices, error_messages=KIND_ERRORS)
     description = serializers.CharField(allow_blank=True, default="")
@@ -166,10 +166,6 @@ class TemplateCreateSerializer(TemplateSettingsSerializer):
     flavors = FlavorSlugsField(many=True, help_text="Flavor slugs the template may run on.")
     image = serializers.CharField()
 
-    def validate_slug(self, value: str) -> str:
-        if WorkloadTemplate.objects.filter(slug=value).exists():
-            raise serializers.ValidationError(f"A template named “{value}” already exists; choose another slug.")
-        return value
 
 
 class TemplateReviseSerializer(TemplateSettingsSerializer):
@@ -199,7 +195,9 @@ class RunIntervalSerializer(serializers.ModelSerializer):
 class WorkloadSerializer(serializers.ModelSerializer):
     team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     owner: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    template = serializers.CharField(source="template_version.template.slug", read_only=True)
+    template = serializers.CharField(source="template_version.template.slug", read_only=True,
+                                     help_text="The template's slug, for people; template_id names it.")
+    template_id = serializers.IntegerField(source="template_version.template_id", read_only=True)
     template_version = serializers.IntegerField(source="template_version.number", read_only=True)
     kind = serializers.ChoiceField(choices=WorkloadKind.choices, read_only=True)
     flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -208,7 +206,8 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Workload
-        fields = ["id", "name", "team", "owner", "template", "template_version", "kind", "phase", "reason", "on_borrowed",
+        fields = ["id", "name", "team", "owner", "template", "template_id", "template_version", "kind",
+                   "phase", "reason", "on_borrowed",
                   "flavor", "units", "workers", "total_units", "cpu", "memory_gib", "priority", "endpoint",
                   "relaunch_of", "created_at", "submitted_at", "finished_at"]
         read_only_fields = fields
@@ -233,19 +232,33 @@ class WorkloadDetailSerializer(WorkloadSerializer):
         return workload.notebook_token if workload.kind == WorkloadKind.NOTEBOOK and is_owner else None
 
 
-class TemplateSlugField(VisibleSlugField):
-    """A template named by its slug, among the templates the caller can see."""
+@extend_schema_field(OpenApiTypes.STR)
+class TemplateReferenceField(serializers.Field):
+    """A template named by its id, among the templates the caller can see; a slug is taken too
+    (scripts written before slugs were per team) when exactly one template the caller can see has it."""
 
     default_error_messages = {
         "does_not_exist": "There is no template “{value}” that you can see; see /api/templates/.",
-        "invalid": "A template is named by its slug, e.g. “pytorch-train”.",
+        "ambiguous": "Several templates you can see are named “{value}” (ids {ids}); name the one you mean by its id.",
+        "invalid": "A template is named by its id (see /api/templates/), e.g. 12.",
     }
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(help_text="The template's slug.", **kwargs)
+        super().__init__(help_text="The template's id (a slug works where only one template you can see has it).", **kwargs)
 
-    def visible(self, user: Any) -> QuerySet[WorkloadTemplate]:
-        return WorkloadTemplate.objects.for_user(user)
+    def to_internal_value(self, data: Any) -> WorkloadTemplate:
+        if isinstance(data, bool) or not isinstance(data, str | int) or not str(data).strip():
+            self.fail("invalid")
+        visible = WorkloadTemplate.objects.for_user(self.context["request"].user)
+        found = list(selectors.templates_named(templates=visible, reference=data).order_by("pk")[:10])
+        if not found:
+            self.fail("does_not_exist", value=data)
+        if len(found) > 1:
+            self.fail("ambiguous", value=data, ids=", ".join(str(t.pk) for t in found))
+        return found[0]
+
+    def to_representation(self, value: WorkloadTemplate) -> int:
+        return value.pk
 
 
 class WorkloadLaunchSerializer(StrictInputMixin, serializers.Serializer):
@@ -255,7 +268,7 @@ class WorkloadLaunchSerializer(StrictInputMixin, serializers.Serializer):
     }
 
     team = serializers.SlugField(help_text="The team's slug; the workload runs in its namespace and quota.")
-    template = TemplateSlugField()
+    template = TemplateReferenceField()
     flavor = serializers.SlugRelatedField(
         slug_field="slug", queryset=Flavor.objects.all(), help_text="Flavor slug; one the template allows.",
         error_messages={"does_not_exist": "There is no flavor “{value}”; see /api/flavors/ for their slugs."},

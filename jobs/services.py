@@ -3,13 +3,14 @@ touches the cluster (through tasks)."""
 
 from __future__ import annotations
 
+import re
 import secrets
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from jobs import manifests
@@ -311,6 +312,9 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
         raise DomainError("The default GPU units cannot exceed the maximum.", field="default_units")
 
 
+TEMPLATE_SLUG = re.compile(r"(?=.*[A-Za-z_])[-A-Za-z0-9_]{1,40}")
+
+
 @transaction.atomic
 def template_create(*, user: User, slug: str, name: str, kind: str, description: str = "", owner_team: Team | None = None,
                     flavors: list[Flavor], **fields: Any) -> WorkloadTemplate:
@@ -321,10 +325,21 @@ def template_create(*, user: User, slug: str, name: str, kind: str, description:
     if kind not in WorkloadKind.values:
         raise DomainError(f"Kind must be one of {', '.join(WorkloadKind.values)}.", field="kind")
     _check_version(fields, flavors, kind=kind)
-    if WorkloadTemplate.objects.filter(slug=slug).exists():
-        raise DomainError(f"A template named “{slug}” exists already; choose another slug.", field="slug")
-    template = WorkloadTemplate.objects.create(slug=slug, name=name, kind=kind, description=description,
-                                               is_global=owner_team is None, owner_team=owner_team)
+    if not TEMPLATE_SLUG.fullmatch(slug):
+        raise DomainError(f"“{slug}” is not a slug: up to 40 letters, digits, hyphens and underscores, at least one "
+                          "of them a letter (a number names a template by its id).", field="slug")
+    # Only among the templates of the same owner: another team's slugs are theirs, and saying a
+    # name is taken there would tell this team what the other one has.
+    where = f"{owner_team.slug} already has" if owner_team else "The portal already has"
+    taken = DomainError(f"{where} a template named “{slug}”; choose another slug.", field="slug")
+    if WorkloadTemplate.objects.filter(slug=slug, owner_team=owner_team).exists():
+        raise taken
+    try:
+        with transaction.atomic():
+            template = WorkloadTemplate.objects.create(slug=slug, name=name, kind=kind, description=description,
+                                                       is_global=owner_team is None, owner_team=owner_team)
+    except IntegrityError:
+        raise taken from None  # another request took the slug between the check and the insert
     version = WorkloadTemplateVersion.objects.create(template=template, number=1, created_by=user, **fields)
     version.flavors.set(flavors)
     audit_record(actor=user, action="template.created", obj=template, team_id=owner_team.pk if owner_team else None,

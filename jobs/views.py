@@ -39,13 +39,15 @@ def _visible_team(request: HtmxHttpRequest, slug: str) -> Team | None:
     return get_object_or_404(Team.objects.for_user(request.user), slug=slug) if slug else None
 
 
-def _visible_template(templates: list[WorkloadTemplate], slug: str) -> WorkloadTemplate | None:
-    if not slug:
+def _visible_template(templates: list[WorkloadTemplate], reference: str) -> WorkloadTemplate | None:
+    """The template an id (or an old link's slug) names among those the user may launch; a slug
+    several of them share names none, so the form asks. One the user cannot see is 404."""
+    if not reference:
         return None
-    for template in templates:
-        if template.slug == slug:
-            return template
-    raise Http404("No such template.")
+    named = selectors.templates_named_among(templates=templates, reference=reference)
+    if not named:
+        raise Http404("No such template.")
+    return named[0] if len(named) == 1 else None
 
 
 # --- Templates --------------------------------------------------------------------------------
@@ -70,6 +72,9 @@ def _launch_form(request: HtmxHttpRequest, data: QueryDict | None, source: Query
     template = _visible_template(templates, source.get("template", "").strip())
     if template is None and len(templates) == 1:
         template = templates[0]
+    if data is not None and template is not None:
+        data = data.copy()
+        data["template"] = str(template.pk)  # the form names templates by id; a unique slug meant this one
     return LaunchForm(data, user=request.user, templates=templates, team=team, template=template,
                       initial_name=source.get("name", "").strip())
 
@@ -89,6 +94,12 @@ def workload_launch(request: HtmxHttpRequest) -> HttpResponse:
                 return redirect("jobs:workload-detail", workload.pk)
     else:
         form = _launch_form(request, None, request.GET)
+        chosen, asked = form.chosen_template, request.GET.get("template", "").strip()
+        if chosen is not None and asked and asked != str(chosen.pk):
+            # An old link named the template by slug: answer with the address that names it for good.
+            query = request.GET.copy()
+            query["template"] = str(chosen.pk)
+            return redirect(f"{reverse('jobs:workload-launch')}?{query.urlencode()}")
     template = "jobs/launch.html#launch-form" if request.htmx else "jobs/launch.html"
     return render(request, template, {"form": form})
 
@@ -126,12 +137,14 @@ def launch_hint(request: HtmxHttpRequest) -> HttpResponse:
 def workload_list(request: HtmxHttpRequest) -> HttpResponse:
     user = request.user
     teams = list(Team.objects.for_user(user).only("slug", "name").order_by("name"))
-    templates = list(WorkloadTemplate.objects.for_user(user).only("slug", "name").order_by("name"))
+    templates = list(WorkloadTemplate.objects.for_user(user).select_related("owner_team").only(
+        "slug", "name", "owner_team__slug").order_by("name", "pk"))
     filters = WorkloadFilter(request.GET, queryset=selectors.workloads_for_user(user=user), request=request)
     workloads = page(filters.qs, request.GET.get("page"))  # a value it does not understand is left out, not refused
     chosen = filters.form.cleaned_data
     team = next((t for t in teams if t.slug == chosen.get("team")), None)
-    template = next((t for t in templates if t.slug == chosen.get("template")), None)
+    named = selectors.templates_named_among(templates=templates, reference=chosen.get("template") or "")
+    template = named[0] if len(named) == 1 else None
     phase, mine = chosen.get("phase") or "", bool(chosen.get("mine"))
     context = {
         "workloads": workloads, "any_active": any(w.is_active for w in workloads),

@@ -40,6 +40,11 @@ class SsoIdentity(models.Model):
     issuer = models.CharField(max_length=255)
     subject = models.CharField(max_length=255)
     created_at = models.DateTimeField(default=timezone.now)
+    # When the provider last vouched for the user's groups (a login, a silent session refresh or
+    # the revalidation check); roles older than OIDC_REVALIDATE_AFTER are due to be confirmed again.
+    confirmed_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # When revalidation last took the group-derived roles of an unconfirmed user away.
+    demoted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="sso_identity_unique_issuer_subject")]

@@ -227,6 +227,15 @@ OIDC_TEAM_LEAD_SUFFIX = env("OIDC_TEAM_LEAD_SUFFIX", "-leads")
 # username that only the old single sign-on could have made (no password, no superuser or staff
 # bit, no identity yet). Off by default; turn it on for the first logins after the upgrade.
 OIDC_ADOPT_UNLINKED_ACCOUNTS = env_bool("OIDC_ADOPT_UNLINKED_ACCOUNTS")
+# Roles otherwise change only at a sign-in: an SSO account whose groups the provider has not
+# vouched for (a login, a silent refresh, the check below) for OIDC_REVALIDATE_AFTER seconds is
+# due for confirmation, and one still unconfirmed OIDC_REVALIDATE_GRACE seconds later loses every
+# group-derived role (platform admin, finance, team memberships) and its API tokens, until it
+# signs in again. OIDC_REVALIDATE_CHECK names a callable(SsoIdentity) -> claims | None that asks
+# the provider (e.g. its admin or SCIM API); without one, only sign-ins confirm.
+OIDC_REVALIDATE_AFTER = int(env("OIDC_REVALIDATE_AFTER", str(24 * 60 * 60)))
+OIDC_REVALIDATE_GRACE = int(env("OIDC_REVALIDATE_GRACE", str(60 * 60)))
+OIDC_REVALIDATE_CHECK = env("OIDC_REVALIDATE_CHECK")
 API_TOKEN_MAX_DAYS = int(env("API_TOKEN_MAX_DAYS", "365"))
 
 # --- REST API ----------------------------------------------------------------------------
@@ -296,6 +305,7 @@ CELERY_BEAT_SCHEDULE = {
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 60.0},
     "notebooks-stop-idle": {"task": "jobs.tasks.notebooks_stop_idle", "schedule": 300.0},
+    "sso-identities-revalidate": {"task": "tenants.tasks.sso_identities_revalidate", "schedule": 900.0},
     # Readiness reads beat's and the worker's heartbeats from it; an old one is useless, so it expires.
     "portal-heartbeat": {"task": "portal.tasks.heartbeat", "schedule": 10.0, "options": {"expire_seconds": 10}},
 }
@@ -411,9 +421,24 @@ if PORTAL_NAMESPACE_PREFIX and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,30})", PO
     )
 # Namespace of the ingress controller: the only outside source a team's NetworkPolicy admits.
 PORTAL_INGRESS_NAMESPACE = env("PORTAL_INGRESS_NAMESPACE", "ingress-nginx")
-# How the cluster names people who log in with OIDC (the apiserver's --oidc-username-prefix);
-# the team RoleBinding grants members read access to their pods and logs under that name.
-PORTAL_CLUSTER_USER_PREFIX = env("PORTAL_CLUSTER_USER_PREFIX", "oidc:")
+# How the API server names people who sign in to it with OIDC: these must equal its
+# --oidc-username-claim and --oidc-username-prefix (and --oidc-issuer-url), or the team
+# RoleBinding, which grants members read access to their pods and logs, names nobody. Only SSO
+# accounts are bound, by the claim's value in their identity; local accounts have no cluster
+# identity. "sub" (the default) is the provider's subject, which it never reassigns; "email" is
+# the address the provider last gave. PORTAL_CLUSTER_USER_PREFIX is the prefix's former name.
+KUBE_OIDC_USERNAME_CLAIM = env("KUBE_OIDC_USERNAME_CLAIM", "sub")
+if KUBE_OIDC_USERNAME_CLAIM not in ("sub", "email"):
+    raise ImproperlyConfigured(
+        f"KUBE_OIDC_USERNAME_CLAIM is “sub” or “email”, the claims the portal knows of each SSO account; "
+        f"it is {KUBE_OIDC_USERNAME_CLAIM!r}."
+    )
+# "-" means no prefix, as it does for the API server.
+KUBE_OIDC_USERNAME_PREFIX = env("KUBE_OIDC_USERNAME_PREFIX", env("PORTAL_CLUSTER_USER_PREFIX", "oidc:"))
+if KUBE_OIDC_USERNAME_PREFIX == "-":
+    KUBE_OIDC_USERNAME_PREFIX = ""
+# Only identities of this issuer are bound (the API server trusts one); empty binds every SSO account.
+KUBE_OIDC_ISSUER = env("KUBE_OIDC_ISSUER", os.environ.get("OIDC_OP_ISSUER", ""))
 # Inference servers and notebooks get an Ingress at <name>-<team>.<domain> when this is set.
 PORTAL_INGRESS_DOMAIN = env("PORTAL_INGRESS_DOMAIN")
 # Annotations every workload pod gets, set by the site, never by users: the simulated cluster

@@ -31,12 +31,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     flavors = [flavor_spec(f) for f in active]
     flavor_ids = {f.slug: f.pk for f in active}
     guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
-    members: dict[int, list[str]] = defaultdict(list)
-    # A deactivated account keeps its memberships (reactivating restores them) but loses its
-    # access to the namespace at once.
-    memberships = Membership.objects.filter(team_id__in=list(teams_by_id), user__is_active=True)
-    for team_id, username in memberships.values_list("team_id", "user__username"):
-        members[team_id].append(username)
+    subjects = cluster_subjects(team_ids=list(teams_by_id))
     specs = {}
     for team in teams_by_id.values():
         specs[team.pk] = (team, manifests.TeamSpec(
@@ -48,7 +43,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
                 manifests.FlavorQuota(flavor=f, nominal=max(guarantees.get((team.pk, flavor_ids[f.name]), 0), 0))
                 for f in flavors
             ),
-            members=tuple(sorted(members[team.pk])),
+            subjects=tuple(sorted(subjects[team.pk])),
             policy=manifests.TeamPolicy(
                 may_borrow=team.may_borrow, lends_idle=team.lends_idle, cpu=str(team.cpu_limit_cores),
                 memory=f"{team.memory_limit_gib}Gi", pods=team.pod_limit,
@@ -56,9 +51,27 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             ),
             cohort=settings.PORTAL_COHORT,
             ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,
-            user_prefix=settings.PORTAL_CLUSTER_USER_PREFIX,
+            user_prefix=settings.KUBE_OIDC_USERNAME_PREFIX,
         ))
     return specs
+
+
+def cluster_subjects(*, team_ids: list[int]) -> dict[int, list[str]]:
+    """Per team, what the API server calls each of its active members who sign in through the
+    identity provider: the KUBE_OIDC_USERNAME_CLAIM of their identity ("sub": the subject the
+    provider never reassigns; "email": their address). A local account has no cluster identity,
+    and a deactivated one keeps its memberships (reactivating restores them) but loses its access
+    to the namespace at once. With KUBE_OIDC_ISSUER set, only that issuer's subjects are the
+    API server's to recognise."""
+    memberships = Membership.objects.filter(team_id__in=team_ids, user__is_active=True, user__sso_identity__isnull=False)
+    if settings.KUBE_OIDC_ISSUER:
+        memberships = memberships.filter(user__sso_identity__issuer=settings.KUBE_OIDC_ISSUER)
+    claim = "user__email" if settings.KUBE_OIDC_USERNAME_CLAIM == "email" else "user__sso_identity__subject"
+    subjects: dict[int, list[str]] = defaultdict(list)
+    for team_id, subject in memberships.values_list("team_id", claim):
+        if subject:
+            subjects[team_id].append(subject)
+    return subjects
 
 
 def platform_objects() -> list[dict[str, Any]]:

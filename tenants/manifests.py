@@ -86,7 +86,9 @@ class TeamSpec:
     slug: str
     quotas: tuple[FlavorQuota, ...]  # every active flavor, nominal 0 where the team has no grant
     uid: str  # the team's uid: written on every object as the proof that it is this team's
-    members: tuple[str, ...] = ()
+    # What the API server calls each active SSO member (their KUBE_OIDC_USERNAME_CLAIM), without
+    # the prefix: local accounts have no cluster identity and are not among them.
+    subjects: tuple[str, ...] = ()
     policy: TeamPolicy = TeamPolicy()
     cohort: str = "gpu-portal"
     ingress_namespace: str = "ingress-nginx"
@@ -257,14 +259,17 @@ def make_network_policy(*, team: TeamSpec) -> dict[str, Any]:
 
 
 def make_role_binding(*, team: TeamSpec) -> dict[str, Any]:
-    """Members read their pods and logs with their own credentials (the built-in `view` role)."""
+    """Members read their pods and logs with their own credentials (the built-in `view` role).
+
+    Each is bound as the API server names an OIDC user, `<user_prefix><claim value>`, so the
+    name is the provider's subject, which no one can choose, rather than a portal username."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": _team_meta("gpu-portal-members", team),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
         "subjects": [
-            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"{team.user_prefix}{username}"}
-            for username in sorted(team.members)
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"{team.user_prefix}{subject}"}
+            for subject in sorted(team.subjects)
         ],
     }
 

@@ -15,14 +15,13 @@ from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.core.exceptions import SuspiciousOperation
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest
+from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.middleware import SessionRefresh
 
 from portal.audit import audit_record
 from portal.models import SsoIdentity, User
-from portal.tokens import api_tokens_revoke_all
-from tenants.models import Membership
-from tenants.services import groups_from_claim, memberships_sync_from_groups
+from tenants.services import sso_roles_apply
 
 # What Django's username validator accepts; anything else in a provider's name becomes "-".
 _NOT_USERNAME = re.compile(r"[^\w.@+-]")
@@ -98,26 +97,14 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             audit_record(actor=None, action="sso_identity.linked", obj=user,
                          message=f"{user.username} was linked to subject {claims['sub']} of {claims['iss']}"
                          " at their first single sign-on since identities are recorded")
-        groups = groups_from_claim(claims.get(settings.OIDC_GROUPS_CLAIM))
-        had_roles = _holds_a_role(user)
         user.email = claims.get("email", user.email)
         user.first_name = claims.get("given_name", user.first_name)
         user.last_name = claims.get("family_name", user.last_name)
-        user.is_platform_admin = any(g in settings.OIDC_ADMIN_GROUPS for g in groups)
-        user.is_finance = any(g in settings.OIDC_FINANCE_GROUPS for g in groups)
-        # The provider's groups are the whole truth for an SSO account: platform admins reach
-        # Django's admin through the group, and nobody holds a superuser bit the groups can't take away.
-        user.is_staff = user.is_platform_admin
-        user.is_superuser = False
-        user.save()
-        memberships_sync_from_groups(user=user, groups=groups)
-        if had_roles and not _holds_a_role(user):
-            api_tokens_revoke_all(user=user, reason="single sign-on no longer gives them any role")
+        # The provider's groups are the whole truth for an SSO account, and this login is the
+        # provider vouching for them now: revalidation counts its window from here.
+        sso_roles_apply(user=user, groups=claims.get(settings.OIDC_GROUPS_CLAIM), source="single sign-on")
+        SsoIdentity.objects.filter(user=user).update(confirmed_at=timezone.now())
         return user
-
-
-def _holds_a_role(user: User) -> bool:
-    return user.is_platform_admin or user.is_finance or Membership.objects.filter(user=user).exists()
 
 
 class PortalSessionRefresh(SessionRefresh):

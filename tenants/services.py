@@ -498,7 +498,8 @@ def groups_from_claim(claim: Any) -> list[str]:
 
 
 @transaction.atomic
-def memberships_sync_from_groups(*, user: User, groups: Any) -> None:
+def memberships_sync_from_groups(*, user: User, groups: Any,
+                                 why_left: str = "the identity provider no longer lists the group") -> None:
     """Makes the user's memberships match the identity provider's team groups.
 
     "<prefix><slug>" makes a member and "<prefix><slug><lead suffix>" a lead. A group that
@@ -524,7 +525,7 @@ def memberships_sync_from_groups(*, user: User, groups: Any) -> None:
     for slug, stale in current.items():
         if slug not in teams:
             audit_record(actor=None, action="membership.removed", obj=stale, team_id=stale.team_id,
-                         message=f"{user.username} left {slug}: the identity provider no longer lists the group")
+                         message=f"{user.username} left {slug}: {why_left}")
             stale.delete()
             _on_team_change(stale.team_id)
     for slug, team in teams.items():
@@ -544,3 +545,129 @@ def memberships_sync_from_groups(*, user: User, groups: Any) -> None:
                          " through single sign-on")
             _on_team_change(team.pk)
     forget_team_roles(user)
+
+
+# --- Single sign-on: roles from the provider's groups, and their revalidation -----------------
+
+
+def _holds_a_role(user: User) -> bool:
+    return user.is_platform_admin or user.is_finance or Membership.objects.filter(user=user).exists()
+
+
+@transaction.atomic
+def sso_roles_apply(*, user: User, groups: Any, source: str) -> None:
+    """Gives an SSO account exactly the roles its provider groups carry, as at a login: platform
+    admin (and Django admin staff), finance, team memberships. Never a superuser bit the groups
+    cannot take away. A user left with no role loses their API tokens too. `source` says, for the
+    audit trail, what vouched for the groups."""
+    from portal.tokens import api_tokens_revoke_all
+
+    names = groups_from_claim(groups)
+    had_roles = _holds_a_role(user)
+    user.is_platform_admin = any(g in settings.OIDC_ADMIN_GROUPS for g in names)
+    user.is_finance = any(g in settings.OIDC_FINANCE_GROUPS for g in names)
+    user.is_staff = user.is_platform_admin
+    user.is_superuser = False
+    user.save()
+    memberships_sync_from_groups(user=user, groups=names)
+    if had_roles and not _holds_a_role(user):
+        api_tokens_revoke_all(user=user, reason=f"{source} no longer gives them any role")
+
+
+@dataclass(frozen=True)
+class RevalidationResult:
+    confirmed: int
+    demoted: int
+    waiting: int  # past due, still within the grace period
+
+
+def _revalidation_check() -> Any:
+    path = settings.OIDC_REVALIDATE_CHECK
+    if not path:
+        return None
+    from django.utils.module_loading import import_string
+
+    return import_string(path)
+
+
+def sso_identities_revalidate(*, now: dt.datetime | None = None) -> RevalidationResult:
+    """Re-confirms SSO accounts whose groups the provider last vouched for more than
+    OIDC_REVALIDATE_AFTER ago, and takes every group-derived role and API token from those it
+    cannot confirm within OIDC_REVALIDATE_GRACE after that.
+
+    Roles otherwise change only when the user signs in, so someone removed from the admin group
+    who never signs in again would keep admin, and their 365-day token with it. Confirming means
+    asking the check named by OIDC_REVALIDATE_CHECK (a callable taking the SsoIdentity and
+    returning the provider's current claims, or None when it cannot tell); a site without one
+    confirms only through sign-ins. Each user is handled in a transaction of their own, so one
+    failure or a slow check does not hold up the rest. Safe to run at any time and twice.
+    """
+    from portal.models import SsoIdentity
+
+    now = now or timezone.now()
+    due_before = now - dt.timedelta(seconds=settings.OIDC_REVALIDATE_AFTER)
+    check = _revalidation_check()
+    confirmed = demoted = waiting = 0
+    due = (SsoIdentity.objects.filter(confirmed_at__lt=due_before, user__is_active=True)
+           .exclude(demoted_at__gte=F("confirmed_at")).values_list("pk", flat=True))
+    for identity_id in list(due):
+        outcome = _sso_identity_revalidate(identity_id=identity_id, now=now, check=check)
+        confirmed += outcome == "confirmed"
+        demoted += outcome == "demoted"
+        waiting += outcome == "waiting"
+    return RevalidationResult(confirmed=confirmed, demoted=demoted, waiting=waiting)
+
+
+def _ask(check: Any, identity: Any) -> dict[str, Any] | None:
+    if check is None:
+        return None
+    try:
+        claims = check(identity)
+    except Exception:  # the provider's trouble is a reason to wait, never to crash the pass for everyone
+        import logging
+
+        logging.getLogger(__name__).warning("revalidation check failed for %s", identity, exc_info=True)
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
+@transaction.atomic
+def _sso_identity_revalidate(*, identity_id: int, now: dt.datetime, check: Any) -> str:
+    from portal.models import SsoIdentity
+    from portal.tokens import api_tokens_revoke_all
+
+    identity = (SsoIdentity.objects.select_for_update(skip_locked=True, of=("self",)).select_related("user")
+                .filter(pk=identity_id).first())
+    after = dt.timedelta(seconds=settings.OIDC_REVALIDATE_AFTER)
+    # Locked by a login confirming it right now, or confirmed since the list was read: nothing to do.
+    if identity is None or identity.confirmed_at >= now - after:
+        return "current"
+    user = identity.user
+    claims = _ask(check, identity)
+    if claims is not None:
+        sso_roles_apply(user=user, groups=claims.get(settings.OIDC_GROUPS_CLAIM), source="the identity provider")
+        identity.confirmed_at = now
+        identity.save(update_fields=["confirmed_at"])
+        return "confirmed"
+    if identity.confirmed_at >= now - after - dt.timedelta(seconds=settings.OIDC_REVALIDATE_GRACE):
+        return "waiting"
+    last = timezone.localtime(identity.confirmed_at)
+    roles = [name for name, held in (("platform admin", user.is_platform_admin), ("finance", user.is_finance)) if held]
+    memberships = Membership.objects.filter(user=user).select_related("team")
+    roles += [f"{m.get_role_display().lower()} of {m.team.slug}" for m in memberships]
+    window = (settings.OIDC_REVALIDATE_AFTER + settings.OIDC_REVALIDATE_GRACE) / 3600
+    reason = f"the identity provider has not confirmed their groups since {last:%Y-%m-%d %H:%M} (over {window:g} h)"
+    audit_record(actor=None, action="sso_identity.unconfirmed", obj=user,
+                 data={"confirmed_at": identity.confirmed_at.isoformat(), "roles": roles},
+                 message=f"{user.username} lost {', '.join(roles) or 'no role'} and their API tokens: {reason};"
+                 " signing in gives back what their groups carry")
+    user.is_platform_admin = user.is_finance = user.is_staff = user.is_superuser = False
+    user.save()
+    memberships_sync_from_groups(user=user, groups=[], why_left=reason)
+    api_tokens_revoke_all(user=user, reason=reason)
+    identity.demoted_at = now
+    identity.save(update_fields=["demoted_at"])
+    notify(recipients=[user], url=reverse("tenants:dashboard"),
+           message="Your roles and API tokens were taken away because your identity provider has not confirmed your "
+           "groups for a while. Sign in again to get back what your groups give you.")
+    return "demoted"

@@ -25,6 +25,14 @@ def quota_grants_expire() -> dict[str, int]:
     return {"ended": result.ended, "warned": result.warned}
 
 
+@shared_task(acks_late=True)
+def sso_identities_revalidate() -> dict[str, int]:
+    result = services.sso_identities_revalidate()
+    if result.demoted or result.confirmed:
+        log.info("single sign-on: %d confirmed, %d demoted, %d waiting", result.confirmed, result.demoted, result.waiting)
+    return {"confirmed": result.confirmed, "demoted": result.demoted, "waiting": result.waiting}
+
+
 # A failure is already on the team (reconcile.team_reconcile writes sync_error before it raises),
 # so giving up needs no record of its own; the team page shows the reason.
 @cluster_task()

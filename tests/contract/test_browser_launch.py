@@ -25,7 +25,7 @@ def test_a_member_launches_each_kind_from_the_browser_and_sees_it_run(kind, clus
     lead = team.memberships.get().user
     page = log_in(browser, live_server, lead.username)
 
-    page.goto(f"{live_server.url}/launch/?team={team.slug}&template={templates[kind].slug}")
+    page.goto(f"{live_server.url}/launch/?team={team.slug}&template={templates[kind].pk}")
     page.select_option("#id_flavor", site.flavor.slug)
     page.fill("#id_units", "1")
     sync_api.expect(page.locator("[data-testid=hint-verdict]")).to_contain_text("Fits your guarantee")

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from jobs import selectors as job_selectors
 from portal.kube import ObjectRef, gateway
+from portal.models import SsoIdentity
 from tenants import cluster_selectors, reconcile, services
 from tenants.manifests import KUEUE
 from tenants.models import QuotaGrant
@@ -24,6 +25,7 @@ from tests.contract.scenarios import (
     waits_for_quota,
     workload_of,
 )
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -142,6 +144,25 @@ def test_the_periodic_pass_repairs_drift_and_then_writes_nothing(cluster, site):
     assert f"NetworkPolicy {team.slug}/gpu-portal-default-deny-ingress" in repaired.applied
     assert existing(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
     assert not repaired.errors
+    again = reconcile.cluster_reconcile()
+    assert (again.applied, again.errors) == ([], {})
+
+
+def test_the_members_role_binding_names_sso_members_by_subject_and_no_local_account(
+    cluster, site, django_capture_on_commit_callbacks,
+):
+    team = site.team("rbac")  # its lead is a local account: no cluster identity
+    binding = ObjectRef("rbac.authorization.k8s.io/v1", "RoleBinding", "gpu-portal-members", team.slug)
+    assert existing(binding).get("subjects", []) == []
+    sso = UserFactory.create(username=cluster.unique("sso-member"))
+    SsoIdentity.objects.create(user=sso, issuer="https://id.example.org", subject="0f9e8d7c-6b5a")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.membership_add(actor=site.admin, team=team, user=sso)
+
+    assert existing(binding)["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:0f9e8d7c-6b5a"},
+    ]
+    assert existing(binding)["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}
     again = reconcile.cluster_reconcile()
     assert (again.applied, again.errors) == ([], {})
 

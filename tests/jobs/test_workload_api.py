@@ -530,8 +530,11 @@ def test_only_platform_admins_create_global_templates_and_members_create_none(re
     ({"flavors": ["b200"]}, "flavors", "There is no flavor “b200”; see /api/flavors/ for their slugs."),
     ({"kind": "batch"}, "kind",
      "“batch” is not a kind; choose one of training, distributed, inference, notebook."),
-    ({"slug": "pytorch-train"}, "slug", "A template named “pytorch-train” already exists; choose another slug."),
-], ids=["parameter-name", "parameter-unknown-key", "no-flavors", "unknown-flavor", "unknown-kind", "slug-taken"])
+    ({"slug": "pytorch-train"}, "slug", "The portal already has a template named “pytorch-train”; choose another slug."),
+    ({"slug": "2024"}, "slug", ("“2024” is not a slug: up to 40 letters, digits, hyphens and underscores, at least one of "
+                                "them a letter (a number names a template by its id).")),
+], ids=["parameter-name", "parameter-unknown-key", "no-flavors", "unknown-flavor", "unknown-kind", "slug-taken",
+        "slug-a-number"])
 def test_a_template_that_does_not_make_sense_is_refused(admin_user, training, flavor, overrides, field, message):
     body = {"slug": "new", "name": "New", "kind": "training", "flavors": ["h100-80gb"], "image": "x/y:1", **overrides}
 

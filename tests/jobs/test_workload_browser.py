@@ -85,7 +85,7 @@ def test_a_member_launches_from_the_form_and_watches_the_run_finish(browser, liv
 
     alice.click("nav >> text=Launch")
     expect(alice.locator("#id_team")).to_have_value("vision")
-    expect(alice.locator("#id_template")).to_have_value("pytorch-train")
+    expect(alice.locator("#id_template")).to_have_value(str(site["template"].pk))
     verdict = alice.locator("[data-testid=hint-verdict]")
     expect(verdict).to_contain_text("Fits your guarantee")
     expect(alice.locator("[data-testid=hint-guaranteed]")).to_have_text("2")
@@ -134,5 +134,5 @@ def test_a_member_launches_from_the_form_and_watches_the_run_finish(browser, liv
     assert alice.locator("#workload-rows").get_attribute("hx-trigger") is None
     alice.screenshot(path=str(SHOTS / "workloads.png"), full_page=True)
     alice.click("text=Templates")
-    expect(alice.locator("#template-pytorch-train")).to_contain_text("epochs = 10")
+    expect(alice.locator(f"#template-{site['template'].pk}")).to_contain_text("epochs = 10")
     alice.screenshot(path=str(SHOTS / "templates.png"), full_page=True)

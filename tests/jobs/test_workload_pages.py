@@ -80,7 +80,7 @@ def test_the_template_list_shows_kind_image_flavors_parameters_and_a_launch_butt
     assert "PyTorch training" in page and "Training" in page
     assert "pytorch/pytorch:2.5" in page and "H100 80GB" in page
     assert "epochs = 10" in page and "(2.4, 2.5)" in page
-    assert f'{reverse("jobs:workload-launch")}?template=pytorch-train' in page
+    assert f'{reverse("jobs:workload-launch")}?template={training.pk}' in page
 
 
 def test_the_template_list_hides_another_teams_private_template(training, member, admin_user, other_team, flavor, as_user):
@@ -93,7 +93,7 @@ def test_the_template_list_hides_another_teams_private_template(training, member
 def test_the_launch_form_renders_an_input_per_parameter_with_defaults_and_bounds(
     ready_team, member, training, mig_flavor, as_user,
 ):
-    page = ok(as_user(member).get(reverse("jobs:workload-launch") + "?template=pytorch-train&team=vision"))
+    page = ok(as_user(member).get(reverse("jobs:workload-launch") + f"?template={training.pk}&team=vision"))
     assert 'name="p_epochs" value="10"' in page and 'min="1" max="1000"' in page
     assert 'name="p_learning_rate" value="0.001"' in page and 'step="any"' in page
     assert '<option value="2.5" selected>' in page

@@ -32,7 +32,7 @@ ENDPOINTS = {
     "/api/notifications/": {"get"},
     "/api/tokens/": {"get", "post"},
     "/api/templates/": {"get", "post"},
-    "/api/templates/{slug}/": {"get", "patch"},
+    "/api/templates/{id}/": {"get", "patch"},
     "/api/workloads/": {"get", "post"},
     "/api/workloads/{id}/": {"get"},
     "/api/workloads/{id}/stop/": {"post"},

@@ -29,7 +29,7 @@ UID = "8d5c2b1e-6f0a-4b7e-9c3d-2a1f0e9b8c7d"
 TEAM = m.TeamSpec(
     slug="vision", uid=UID,
     quotas=(m.FlavorQuota(flavor=H100, nominal=8), m.FlavorQuota(flavor=MIG, nominal=0), m.FlavorQuota(flavor=A100, nominal=2)),
-    members=("bob", "alice"),
+    subjects=("9f3c1b7e-bob", "24a8e0d2-alice"),
 )
 LABELS = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/team": "vision"}
 PROOF = {"gpu-portal.io/team-uid": UID}
@@ -121,10 +121,22 @@ def test_network_policy_denies_ingress_but_the_namespace_and_the_ingress_control
     }
 
 
-def test_members_may_read_their_pods_with_their_own_credentials():
-    binding = m.make_role_binding(team=TEAM)
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}
-    assert [s["name"] for s in binding["subjects"]] == ["oidc:alice", "oidc:bob"]
+def test_members_may_read_their_pods_with_their_own_credentials_named_by_subject():
+    assert m.make_role_binding(team=TEAM) == {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "gpu-portal-members", "namespace": "vision", "labels": LABELS, "annotations": PROOF},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:24a8e0d2-alice"},
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:9f3c1b7e-bob"},
+        ],
+    }
+
+
+def test_a_team_without_sso_members_binds_nobody_under_the_prefix_the_api_server_uses():
+    assert m.make_role_binding(team=replace(TEAM, subjects=()))["subjects"] == []
+    unprefixed = m.make_role_binding(team=replace(TEAM, subjects=("24a8e0d2-alice",), user_prefix=""))
+    assert unprefixed["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "24a8e0d2-alice"}]
 
 
 def test_the_local_queue_points_at_the_team_queue():
