@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from tenants import manifests, selectors
 from tenants.models import Flavor, Membership, Team
@@ -21,6 +22,27 @@ def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
         name=flavor.slug, resource_name=flavor.resource_name, capacity=flavor.capacity_units,
         node_labels=dict(flavor.node_labels), tolerations=tuple(flavor.tolerations),
     )
+
+
+def network_spec() -> manifests.NetworkSpec:
+    """The settings' network policy for every team, checked as the builders will use it: a
+    malformed network, or one inside the cloud metadata address, is a configuration error (the
+    tenants app asks at start, so a site never runs with it)."""
+    spec = manifests.NetworkSpec(
+        portal_namespace=settings.PORTAL_NAMESPACE,
+        portal_pod_labels=tuple(settings.PORTAL_POD_LABELS),
+        dns_namespace=settings.PORTAL_DNS_NAMESPACE,
+        dns_pod_labels=tuple(settings.PORTAL_DNS_POD_LABELS),
+        internet=settings.PORTAL_EGRESS_INTERNET == "on",
+        exclude_private=settings.PORTAL_EGRESS_EXCLUDE_PRIVATE,
+        cidrs=tuple(settings.PORTAL_EGRESS_ALLOW_CIDRS),
+        namespaces=tuple(settings.PORTAL_EGRESS_ALLOW_NAMESPACES),
+    )
+    try:
+        manifests.egress_allowance(network=spec)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"PORTAL_EGRESS_ALLOW_CIDRS: {error}") from None
+    return spec
 
 
 def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, manifests.TeamSpec]]:
@@ -38,6 +60,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     for team_id, username in memberships.values_list("team_id", "user__username"):
         members[team_id].append(username)
     specs = {}
+    network = network_spec()
     for team in teams_by_id.values():
         specs[team.pk] = (team, manifests.TeamSpec(
             slug=team.slug,
@@ -56,6 +79,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             ),
             cohort=settings.PORTAL_COHORT,
             ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,
+            network=network,
             user_prefix=settings.PORTAL_CLUSTER_USER_PREFIX,
         ))
     return specs
