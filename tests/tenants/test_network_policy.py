@@ -30,7 +30,7 @@ DNS_RULE = {
             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
     "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
 }
-OWN_NAMESPACE_RULE = {"to": [{"podSelector": {}}]}
+OWN_NAMESPACE_RULE: dict[str, Any] = {"to": [{"podSelector": {}}]}
 # The literal peers each setting adds, in the order the rule lists them.
 EXTRA_NAMESPACES = ("registry-mirror", "minio")
 NAMESPACE_PEERS = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "registry-mirror"}}},
