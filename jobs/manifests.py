@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from tenants.manifests import TierName
+from tenants.manifests import WORKLOAD_KIND_LABEL, TierName
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 TEAM_LABEL = "gpu-portal.io/team"
@@ -109,7 +109,8 @@ def _pod_template(spec: WorkloadSpec, container: dict[str, Any], *, restart: str
         "containers": [container],
         **extra,
     }
-    metadata: dict[str, Any] = {"labels": dict(spec.labels)}
+    # The kind tells the team's network policies which pods the portal and the ingress controller may reach.
+    metadata: dict[str, Any] = {"labels": {**spec.labels, WORKLOAD_KIND_LABEL: spec.kind}}
     if spec.annotations:
         metadata["annotations"] = dict(spec.annotations)
     return {"metadata": metadata, "spec": pod}

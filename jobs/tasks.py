@@ -137,4 +137,4 @@ def workloads_resubmit_lost() -> int:
 def notebooks_stop_idle() -> int:
     from jobs import idle
 
-    return len(idle.notebooks_stop_idle())
+    return len(idle.notebooks_stop_idle().stopped)

@@ -419,7 +419,7 @@ if PORTAL_NAMESPACE_PREFIX and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,30})", PO
         f"PORTAL_NAMESPACE_PREFIX “{PORTAL_NAMESPACE_PREFIX}” must be at most 31 lowercase letters, digits and hyphens, "
         "starting with a letter or digit (it begins a Kubernetes namespace name)."
     )
-# Namespace of the ingress controller: the only outside source a team's NetworkPolicy admits.
+# Namespace of the ingress controller: team NetworkPolicies let it reach inference and notebook pods.
 PORTAL_INGRESS_NAMESPACE = env("PORTAL_INGRESS_NAMESPACE", "ingress-nginx")
 # How the API server names people who sign in to it with OIDC: these must equal its
 # --oidc-username-claim and --oidc-username-prefix (and --oidc-issuer-url), or the team
@@ -439,6 +439,52 @@ if KUBE_OIDC_USERNAME_PREFIX == "-":
     KUBE_OIDC_USERNAME_PREFIX = ""
 # Only identities of this issuer are bound (the API server trusts one); empty binds every SSO account.
 KUBE_OIDC_ISSUER = env("KUBE_OIDC_ISSUER", os.environ.get("OIDC_OP_ISSUER", ""))
+
+
+def env_labels(name: str, default: str) -> tuple[tuple[str, str], ...]:
+    """Pod labels written "key=value,key=value" (empty: none), as pairs."""
+    pairs = []
+    for item in env_list(name, default):
+        key, equals, value = item.partition("=")
+        if not equals or not re.fullmatch(r"([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", key.strip()) \
+                or not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", value.strip()):
+            raise ImproperlyConfigured(f'{name} must be Kubernetes labels written "key=value,key=value"; {item!r} is not one.')
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
+
+
+def namespace_name(name: str, value: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
+        raise ImproperlyConfigured(f"{name}: “{value}” is not a Kubernetes namespace name.")
+    return value
+
+
+def service_account_namespace(path: str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace") -> str:
+    """The namespace this process runs in, when it runs in a pod; else empty."""
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+# Team NetworkPolicies. The portal's pods (these labels in this namespace) may reach notebooks'
+# HTTP port, for the idle check. The namespace defaults to the one the portal's pod runs in.
+PORTAL_NAMESPACE = namespace_name("PORTAL_NAMESPACE", env("PORTAL_NAMESPACE", service_account_namespace() or "gpu-portal"))
+PORTAL_POD_LABELS = env_labels("PORTAL_POD_LABELS", "app.kubernetes.io/name=gpu-portal")
+# Team pods reach only DNS (these pods in this namespace, UDP and TCP 53), each other, and what
+# follows: the internet when PORTAL_EGRESS_INTERNET is "on" (private ranges left out while
+# PORTAL_EGRESS_EXCLUDE_PRIVATE is on), and extra networks and namespaces, e.g. a registry
+# mirror or object storage. The cloud metadata address is never reachable: a network that
+# contains it gets it cut out, and one inside it stops the start (tenants/apps.py).
+PORTAL_DNS_NAMESPACE = namespace_name("PORTAL_DNS_NAMESPACE", env("PORTAL_DNS_NAMESPACE", "kube-system"))
+PORTAL_DNS_POD_LABELS = env_labels("PORTAL_DNS_POD_LABELS", "k8s-app=kube-dns")
+PORTAL_EGRESS_INTERNET = env("PORTAL_EGRESS_INTERNET", "off").lower()
+if PORTAL_EGRESS_INTERNET not in {"off", "on"}:
+    raise ImproperlyConfigured(f"PORTAL_EGRESS_INTERNET must be “off” or “on”; it is “{PORTAL_EGRESS_INTERNET}”.")
+PORTAL_EGRESS_EXCLUDE_PRIVATE = env_bool("PORTAL_EGRESS_EXCLUDE_PRIVATE", True)
+PORTAL_EGRESS_ALLOW_CIDRS = env_list("PORTAL_EGRESS_ALLOW_CIDRS")
+PORTAL_EGRESS_ALLOW_NAMESPACES = [namespace_name("PORTAL_EGRESS_ALLOW_NAMESPACES", name)
+                                  for name in env_list("PORTAL_EGRESS_ALLOW_NAMESPACES")]
 # Inference servers and notebooks get an Ingress at <name>-<team>.<domain> when this is set.
 PORTAL_INGRESS_DOMAIN = env("PORTAL_INGRESS_DOMAIN")
 # Annotations every workload pod gets, set by the site, never by users: the simulated cluster

@@ -7,3 +7,6 @@ class TenantsConfig(AppConfig):
 
     def ready(self) -> None:
         from tenants import signals  # noqa: F401 - connects the receivers
+        from tenants.desired import network_spec
+
+        network_spec()  # an egress setting that could open the metadata address stops the start here

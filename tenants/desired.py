@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 from tenants import manifests, selectors
 from tenants.models import Flavor, Membership, Team
@@ -23,6 +24,27 @@ def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
     )
 
 
+def network_spec() -> manifests.NetworkSpec:
+    """The settings' network policy for every team, checked as the builders will use it: a
+    malformed network, or one inside the cloud metadata address, is a configuration error (the
+    tenants app asks at start, so a site never runs with it)."""
+    spec = manifests.NetworkSpec(
+        portal_namespace=settings.PORTAL_NAMESPACE,
+        portal_pod_labels=tuple(settings.PORTAL_POD_LABELS),
+        dns_namespace=settings.PORTAL_DNS_NAMESPACE,
+        dns_pod_labels=tuple(settings.PORTAL_DNS_POD_LABELS),
+        internet=settings.PORTAL_EGRESS_INTERNET == "on",
+        exclude_private=settings.PORTAL_EGRESS_EXCLUDE_PRIVATE,
+        cidrs=tuple(settings.PORTAL_EGRESS_ALLOW_CIDRS),
+        namespaces=tuple(settings.PORTAL_EGRESS_ALLOW_NAMESPACES),
+    )
+    try:
+        manifests.egress_allowance(network=spec)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"PORTAL_EGRESS_ALLOW_CIDRS: {error}") from None
+    return spec
+
+
 def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, manifests.TeamSpec]]:
     """The desired state of the given teams (all when None), read in four queries (teams, flavors, grants, members)."""
     teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=list(team_ids))
@@ -33,6 +55,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
     subjects = cluster_subjects(team_ids=list(teams_by_id))
     specs = {}
+    network = network_spec()
     for team in teams_by_id.values():
         specs[team.pk] = (team, manifests.TeamSpec(
             slug=team.slug,
@@ -51,6 +74,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             ),
             cohort=settings.PORTAL_COHORT,
             ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,
+            network=network,
             user_prefix=settings.KUBE_OIDC_USERNAME_PREFIX,
         ))
     return specs

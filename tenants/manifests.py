@@ -5,7 +5,8 @@ Nothing here imports Django or talks to a cluster; tests compare whole manifests
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ipaddress
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -19,6 +20,13 @@ ROLE_LABEL = "gpu-portal.io/role"
 # deleted team of the same slug; the uid is made once per team and never reused.
 TEAM_UID_ANNOTATION = "gpu-portal.io/team-uid"
 QUEUE_NAME = "default"
+# What kind of workload a pod belongs to (jobs/manifests.py puts it on every pod): the team's
+# network policies admit the portal and the ingress controller to some kinds only.
+WORKLOAD_KIND_LABEL = "gpu-portal.io/workload-kind"
+NOTEBOOK_KIND = "notebook"
+SERVING_KINDS = ("inference", "notebook")
+# The name of the container port that serves HTTP on inference and notebook pods.
+HTTP_PORT_NAME = "http"
 
 
 TierName = Literal["low", "normal", "high"]
@@ -81,6 +89,78 @@ def team_object_name(*, prefix: str, slug: str) -> str:
     return f"{prefix}{slug}"
 
 
+# The cloud metadata service (AWS, GCP, Azure and others answer here; AWS also on IPv6). It hands
+# out the node's credentials, so no allowance may ever reach it, whatever the settings say.
+METADATA_NETWORKS = ("169.254.169.254/32", "fd00:ec2::254/128")
+# What "private" means for the internet allowance: RFC 1918, shared address space (100.64/10),
+# link-local and the IPv6 unique-local and link-local ranges. Pod, service and node addresses
+# live here, so excluding them keeps "the internet" from meaning "every other team's pods".
+PRIVATE_NETWORKS = (
+    "10.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7", "fe80::/10",
+)
+INTERNET_NETWORKS = ("0.0.0.0/0", "::/0")
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """Who may talk to a team's pods, and whom they may reach, beyond each other.
+
+    Ingress: the portal's pods (to notebooks, for the idle check) and the ingress controller (to
+    inference servers and notebooks), both on the HTTP port only. Egress: DNS, then whatever the
+    site allows: the internet (`internet`, private ranges left out unless `exclude_private` is
+    off), extra networks (`cidrs`) and namespaces (`namespaces`). The metadata address is left
+    out of every network, and a network inside it is refused (see `egress_ip_block`)."""
+
+    portal_namespace: str = "gpu-portal"
+    portal_pod_labels: tuple[tuple[str, str], ...] = (("app.kubernetes.io/name", "gpu-portal"),)
+    dns_namespace: str = "kube-system"
+    dns_pod_labels: tuple[tuple[str, str], ...] = (("k8s-app", "kube-dns"),)
+    internet: bool = False
+    exclude_private: bool = True
+    cidrs: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()
+
+
+def _ip_network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text.strip(), strict=True)
+    except ValueError as error:
+        raise ValueError(f"“{text}” is not a network in CIDR notation such as 10.20.0.0/16 ({error}).") from None
+
+
+def egress_ip_block(cidr: str, *, excluding: Iterable[str] = ()) -> dict[str, Any]:
+    """An ipBlock peer for `cidr`, with `excluding` and the metadata address cut out where they
+    fall inside it. A network that lies inside the metadata address is refused with ValueError:
+    nothing of it could be allowed, and a policy must never be wider than the site meant."""
+    network = _ip_network(cidr)
+    cut = set()
+    for text in (*excluding, *METADATA_NETWORKS):
+        other = _ip_network(text)
+        if other.version != network.version:
+            continue
+        if text in METADATA_NETWORKS and network.subnet_of(other):  # type: ignore[arg-type]
+            raise ValueError(f"{cidr} is the cloud metadata address ({text}), which pods may never reach.")
+        if other != network and other.subnet_of(network):  # type: ignore[arg-type]
+            cut.add(other)
+    block: dict[str, Any] = {"cidr": str(network)}
+    if cut:
+        block["except"] = [str(n) for n in sorted(cut, key=lambda n: (n.network_address, n.prefixlen))]
+    return {"ipBlock": block}
+
+
+def egress_allowance(*, network: NetworkSpec) -> list[dict[str, Any]]:
+    """The peers the site allows beyond DNS and the team's own namespace, in a fixed order:
+    extra namespaces, extra networks, then the internet."""
+    peers: list[dict[str, Any]] = [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}} for name in network.namespaces
+    ]
+    peers += [egress_ip_block(cidr) for cidr in network.cidrs]
+    if network.internet:
+        private = PRIVATE_NETWORKS if network.exclude_private else ()
+        peers += [egress_ip_block(cidr, excluding=private) for cidr in INTERNET_NETWORKS]
+    return peers
+
+
 @dataclass(frozen=True)
 class TeamSpec:
     slug: str
@@ -92,6 +172,7 @@ class TeamSpec:
     policy: TeamPolicy = TeamPolicy()
     cohort: str = "gpu-portal"
     ingress_namespace: str = "ingress-nginx"
+    network: NetworkSpec = NetworkSpec()
     user_prefix: str = "oidc:"
     name_prefix: str = ""
     # A team provisioned before objects carried the uid: until its first apply annotates them,
@@ -243,19 +324,77 @@ def make_limit_range(*, team: TeamSpec) -> dict[str, Any]:
     }
 
 
+def _network_policy(name: str, team: TeamSpec, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _team_meta(name, team), "spec": spec}
+
+
+def _http_port() -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": HTTP_PORT_NAME}]
+
+
 def make_network_policy(*, team: TeamSpec) -> dict[str, Any]:
-    return {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": _team_meta("gpu-portal-default-deny-ingress", team),
-        "spec": {
-            "podSelector": {},
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": [
-                {"podSelector": {}},
-                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.ingress_namespace}}},
-            ]}],
-        },
+    """Default-deny ingress: a team's pods hear only each other. The two policies below open
+    the HTTP port of some kinds to the portal and the ingress controller (policies add up)."""
+    return _network_policy("gpu-portal-default-deny-ingress", team, {
+        "podSelector": {},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [{"podSelector": {}}]}],
+    })
+
+
+def make_egress_network_policy(*, team: TeamSpec) -> dict[str, Any]:
+    """Default-deny egress: a team's pods reach DNS, each other, and what the site allows."""
+    network = team.network
+    dns: dict[str, Any] = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": network.dns_namespace}}}
+    if network.dns_pod_labels:
+        dns["podSelector"] = {"matchLabels": dict(network.dns_pod_labels)}
+    egress: list[dict[str, Any]] = [
+        {"to": [dns], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {"to": [{"podSelector": {}}]},
+    ]
+    allowance = egress_allowance(network=network)
+    if allowance:
+        egress.append({"to": allowance})
+    return _network_policy("gpu-portal-default-deny-egress", team, {
+        "podSelector": {}, "policyTypes": ["Egress"], "egress": egress,
+    })
+
+
+def make_portal_network_policy(*, team: TeamSpec) -> dict[str, Any]:
+    """The portal's pods may ask a notebook how idle it is: notebook pods, HTTP port only."""
+    peer: dict[str, Any] = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.network.portal_namespace}},
     }
+    if team.network.portal_pod_labels:
+        peer["podSelector"] = {"matchLabels": dict(team.network.portal_pod_labels)}
+    return _network_policy("gpu-portal-allow-portal", team, {
+        "podSelector": {"matchLabels": {WORKLOAD_KIND_LABEL: NOTEBOOK_KIND}},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": [peer], "ports": _http_port()}],
+    })
+
+
+def make_ingress_controller_network_policy(*, team: TeamSpec) -> dict[str, Any]:
+    """The ingress controller reaches inference servers and notebooks, HTTP port only."""
+    return _network_policy("gpu-portal-allow-ingress-controller", team, {
+        "podSelector": {"matchExpressions": [
+            {"key": WORKLOAD_KIND_LABEL, "operator": "In", "values": list(SERVING_KINDS)},
+        ]},
+        "policyTypes": ["Ingress"],
+        "ingress": [{
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.ingress_namespace}}}],
+            "ports": _http_port(),
+        }],
+    })
+
+
+def make_network_policies(*, team: TeamSpec) -> list[dict[str, Any]]:
+    return [
+        make_network_policy(team=team),
+        make_egress_network_policy(team=team),
+        make_portal_network_policy(team=team),
+        make_ingress_controller_network_policy(team=team),
+    ]
 
 
 def make_role_binding(*, team: TeamSpec) -> dict[str, Any]:
@@ -318,7 +457,7 @@ def make_team_objects(*, team: TeamSpec) -> list[dict[str, Any]]:
         make_namespace(team=team),
         make_resource_quota(team=team),
         make_limit_range(team=team),
-        make_network_policy(team=team),
+        *make_network_policies(team=team),
         make_role_binding(team=team),
         make_cluster_queue(team=team),
         make_local_queue(team=team),

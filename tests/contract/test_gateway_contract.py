@@ -98,7 +98,7 @@ def test_a_reconcile_cut_off_half_way_is_completed_by_the_next_and_creates_nothi
     reconcile.team_reconcile(team_id=team.pk)
     reconcile.team_reconcile(team_id=team.pk)
 
-    assert len(team_objects(team.slug)) == 7
+    assert len(team_objects(team.slug)) == 10
     assert [ref for ref in reconcile.cluster_reconcile().applied if team.slug in ref] == []
 
 
@@ -120,6 +120,6 @@ def test_two_reconciles_at_once_converge_to_the_same_objects(cluster, transactio
     for thread in threads:
         thread.join()
     assert errors == []
-    assert len(team_objects(team.slug)) == 7
+    assert len(team_objects(team.slug)) == 10
     team.refresh_from_db()
     assert team.sync_state == "in_sync"

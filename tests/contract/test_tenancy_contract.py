@@ -38,7 +38,9 @@ def test_provisioning_a_team_creates_exactly_its_objects_and_kueue_accepts_them(
 
     assert team_objects(team.slug) == {
         ("Namespace", team.slug, None), ("ResourceQuota", "gpu-portal", team.slug), ("LimitRange", "gpu-portal", team.slug),
-        ("NetworkPolicy", "gpu-portal-default-deny-ingress", team.slug), ("RoleBinding", "gpu-portal-members", team.slug),
+        ("NetworkPolicy", "gpu-portal-default-deny-ingress", team.slug),
+        ("NetworkPolicy", "gpu-portal-default-deny-egress", team.slug), ("NetworkPolicy", "gpu-portal-allow-portal", team.slug),
+        ("NetworkPolicy", "gpu-portal-allow-ingress-controller", team.slug), ("RoleBinding", "gpu-portal-members", team.slug),
         ("ClusterQueue", team.slug, None), ("LocalQueue", "default", team.slug),
     }
     cq = existing(ObjectRef(KUEUE, "ClusterQueue", team.slug))

@@ -28,7 +28,7 @@ def test_a_training_job_is_suspended_queued_bounded_and_locked_down():
         "spec": {
             "suspend": True, "backoffLimit": 2, "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 86400,
             "template": {
-                "metadata": {"labels": LABELS},
+                "metadata": {"labels": {**LABELS, "gpu-portal.io/workload-kind": "training"}},
                 "spec": {
                     "automountServiceAccountToken": False, "enableServiceLinks": False,
                     "priorityClassName": "gpu-portal-high", "securityContext": POD_SECURITY, "restartPolicy": "Never",

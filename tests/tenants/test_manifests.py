@@ -35,11 +35,12 @@ LABELS = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/team": "v
 PROOF = {"gpu-portal.io/team-uid": UID}
 
 
-def test_a_team_gets_seven_objects_in_creation_order():
+def test_a_team_gets_ten_objects_in_creation_order():
     assert [(o["kind"], o["metadata"]["name"]) for o in m.make_team_objects(team=TEAM)] == [
         ("Namespace", "vision"), ("ResourceQuota", "gpu-portal"), ("LimitRange", "gpu-portal"),
-        ("NetworkPolicy", "gpu-portal-default-deny-ingress"), ("RoleBinding", "gpu-portal-members"),
-        ("ClusterQueue", "vision"), ("LocalQueue", "default"),
+        ("NetworkPolicy", "gpu-portal-default-deny-ingress"), ("NetworkPolicy", "gpu-portal-default-deny-egress"),
+        ("NetworkPolicy", "gpu-portal-allow-portal"), ("NetworkPolicy", "gpu-portal-allow-ingress-controller"),
+        ("RoleBinding", "gpu-portal-members"), ("ClusterQueue", "vision"), ("LocalQueue", "default"),
     ]
 
 
@@ -108,16 +109,6 @@ def test_the_backstop_quota_counts_each_workload_kind_to_the_team_workload_limit
     assert {key: value for key, value in hard.items() if key.startswith("count/")} == {
         "count/jobs.batch": "3", "count/deployments.apps": "3", "count/statefulsets.apps": "3",
         "count/services": "3", "count/ingresses.networking.k8s.io": "3",
-    }
-
-
-def test_network_policy_denies_ingress_but_the_namespace_and_the_ingress_controller():
-    assert m.make_network_policy(team=TEAM)["spec"] == {
-        "podSelector": {}, "policyTypes": ["Ingress"],
-        "ingress": [{"from": [
-            {"podSelector": {}},
-            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
-        ]}],
     }
 
 

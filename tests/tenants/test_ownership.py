@@ -78,8 +78,8 @@ def test_the_periodic_pass_reads_directly_only_the_teams_it_did_not_find_by_labe
     TeamFactory(slug="recsys", name="Recsys")
     calls = counting.total
     result = reconcile.cluster_reconcile()
-    assert counting.total - calls == len(reconcile.OWNED_KINDS) + 2 + 7  # its namespace and queue read, its 7 objects applied
-    assert len(result.applied) == 7 and not result.errors
+    assert counting.total - calls == len(reconcile.OWNED_KINDS) + 2 + 10  # its namespace and queue read, its 10 objects applied
+    assert len(result.applied) == 10 and not result.errors
 
 
 def test_the_periodic_pass_refuses_a_team_whose_root_carries_another_teams_uid(team, other_team, flavor, simulated):

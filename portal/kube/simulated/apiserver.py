@@ -12,6 +12,7 @@ stream, events keep the order they happened in, as a real watch keeps them.
 from __future__ import annotations
 
 import copy
+import ipaddress
 import random
 import re
 import time
@@ -65,6 +66,46 @@ def _fields_match(body: dict[str, Any], fields: dict[str, str] | None) -> bool:
     return all(_field_value(body, path) == wanted for path, wanted in (fields or {}).items())
 
 
+def _invalid(ref: ObjectRef, path: str, value: Any, why: str) -> KubeError:
+    return KubeError(f"rejected as invalid: {path}: Invalid value: {value!r}: {why}", ref=ref, status=422, reason="Invalid")
+
+
+SERVICE_PORT_NAME = re.compile(r"^(?=.*[a-z])[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$")
+
+
+def network_policy_check(ref: ObjectRef, body: dict[str, Any]) -> None:
+    """What the API server refuses in a NetworkPolicy's peers and ports, and its one default (TCP)."""
+    spec = body.get("spec") or {}
+    for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+        for r, rule in enumerate(spec.get(direction) or []):
+            for n, port in enumerate(rule.get("ports") or []):
+                path = f"spec.{direction}[{r}].ports[{n}]"
+                port.setdefault("protocol", "TCP")
+                if port["protocol"] not in ("TCP", "UDP", "SCTP"):
+                    raise _invalid(ref, f"{path}.protocol", port["protocol"], 'supported values: "SCTP", "TCP", "UDP"')
+                value = port.get("port")
+                if isinstance(value, int) and not 1 <= value <= 65535:
+                    raise _invalid(ref, f"{path}.port", value, "must be between 1 and 65535, inclusive")
+                if isinstance(value, str) and not SERVICE_PORT_NAME.match(value):
+                    raise _invalid(ref, f"{path}.port", value, "must be a valid port name")
+            for n, peer in enumerate(rule.get(peers_key) or []):
+                block = peer.get("ipBlock")
+                if block is None:
+                    continue
+                path = f"spec.{direction}[{r}].{peers_key}[{n}].ipBlock"
+                try:
+                    cidr = ipaddress.ip_network(block.get("cidr", ""), strict=False)
+                except ValueError:
+                    raise _invalid(ref, f"{path}.cidr", block.get("cidr"), "must be a valid CIDR value") from None
+                for e, text in enumerate(block.get("except") or []):
+                    try:
+                        cut = ipaddress.ip_network(text, strict=False)
+                    except ValueError:
+                        raise _invalid(ref, f"{path}.except[{e}]", text, "must be a valid CIDR value") from None
+                    if cut.version != cidr.version or cut == cidr or not cut.subnet_of(cidr):  # type: ignore[arg-type]
+                        raise _invalid(ref, f"{path}.except[{e}]", text, "must be a strict subset of `cidr`")
+
+
 class ApiServer:
     def __init__(self, store: Store, *, watch_seed: str) -> None:
         self.store = store
@@ -115,6 +156,8 @@ class ApiServer:
                         body[key] = copy.deepcopy(value)
             if ref.info.namespaced:
                 body["metadata"]["namespace"] = ref.namespace
+            if ref.kind == "NetworkPolicy":
+                network_policy_check(ref, body)
             stored = self.store.write(ref, self._defaults(body), row)
             controllers_reconcile(self.store)
         return copy.deepcopy(stored)
