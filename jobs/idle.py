@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from jobs.access import notebook_token
 from jobs.models import Workload, WorkloadKind
 from jobs.services import record_transition
 from portal.audit import audit_record
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 def notebook_last_activity(workload: Workload) -> dt.datetime | None:
     """When the notebook was last used, or None when its answer does not say (it is left running)."""
     url = settings.PORTAL_NOTEBOOK_STATUS_URL.format(name=workload.k8s_name, namespace=workload.team.namespace)
-    url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"token": workload.notebook_token})
+    url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"token": notebook_token(workload)})
     try:
         with urllib.request.urlopen(url, timeout=3) as response:  # noqa: S310 - a URL of the site's own config
             status = json.loads(response.read())
