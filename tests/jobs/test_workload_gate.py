@@ -64,7 +64,7 @@ def teammate(team):
 
 def gate(workload_id: int, *, client: Client | None = None, token: str = "", method: str = "GET", url: str = "",
          authorization: str = "") -> Any:
-    headers: dict[str, str] = {"HTTP_X_ORIGINAL_METHOD": method, "HTTP_X_ORIGINAL_URL": url or f"https://wl-{workload_id}.x/"}
+    headers: dict[str, Any] = {"HTTP_X_ORIGINAL_METHOD": method, "HTTP_X_ORIGINAL_URL": url or f"https://wl-{workload_id}.x/"}
     if token or authorization:
         headers["HTTP_AUTHORIZATION"] = authorization or f"Token {token}"
     return (client or Client()).get(f"/auth/workloads/{workload_id}/", **headers)
