@@ -424,6 +424,8 @@ if PORTAL_INGRESS_TLS_SECRET and PORTAL_INGRESS_CLUSTER_ISSUER:
 PORTAL_INGRESS_AUTH_URL = env("PORTAL_INGRESS_AUTH_URL", SITE_URL).rstrip("/")
 if PRODUCTION:
     SECURE_REDIRECT_EXEMPT = [*SECURE_REDIRECT_EXEMPT, r"^auth/workloads/"]
+# The controller cannot follow a redirect to the identity provider: the gate answers, never redirects.
+OIDC_EXEMPT_URLS = [re.compile(r"^/auth/workloads/")]
 # A notebook's token is derived from this key and the workload (HMAC), so the database keeps only
 # its hash; whoever holds the key could mint sessions anyway, so SECRET_KEY is its default.
 PORTAL_NOTEBOOK_TOKEN_KEY = env("PORTAL_NOTEBOOK_TOKEN_KEY", SECRET_KEY)

@@ -4,7 +4,11 @@ browser is handed over from the portal's session, and what the workload learns o
 from __future__ import annotations
 
 import datetime as dt
+import os
+import subprocess
+import sys
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -271,3 +275,36 @@ def test_the_ingress_sends_the_controller_to_the_gate_and_browsers_to_the_portal
     assert ingress.signin_url == f"https://portal.example.com/workloads/{notebook.pk}/open/?rd=$escaped_request_uri"
     assert reverse("jobs:workload-gate", args=[notebook.pk]) == urllib.parse.urlsplit(ingress.auth_url).path
     assert reverse("jobs:workload-open", args=[notebook.pk]) == urllib.parse.urlsplit(ingress.signin_url).path
+
+
+# --- Settings ------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCTION = {
+    "PORTAL_PRODUCTION": "1", "SECRET_KEY": "x" * 60, "DATABASE_URL": "postgres://u@127.0.0.1:1/db",
+    "REDIS_URL": "redis://127.0.0.1:1/0", "SITE_URL": "https://portal.example.com", "ALLOWED_HOSTS": "portal.example.com",
+    "DJANGO_SETTINGS_MODULE": "portal.settings",
+}
+
+
+def settings_in_a_fresh_process(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in env and not k.startswith("PORTAL_INGRESS")}
+    return subprocess.run([sys.executable, "-c", f"import django; django.setup(); {code}"], cwd=ROOT,
+                          env={**clean, **env}, capture_output=True, text=True, timeout=60)
+
+
+def test_production_does_not_redirect_the_controllers_call_to_the_gate(tmp_path):
+    code = ("from django.conf import settings; import re; "
+            "print(any(re.search(r, 'auth/workloads/42/') for r in settings.SECURE_REDIRECT_EXEMPT), "
+            "settings.SECURE_SSL_REDIRECT)")
+    result = settings_in_a_fresh_process({**PRODUCTION, "PORTAL_VAR_DIR": str(tmp_path)}, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True True"
+
+
+def test_a_wildcard_certificate_and_an_issuer_together_refuse_to_start(tmp_path):
+    env = {"PORTAL_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "portal.settings",
+           "PORTAL_INGRESS_TLS_SECRET": "apps-wildcard", "PORTAL_INGRESS_CLUSTER_ISSUER": "letsencrypt"}
+    result = settings_in_a_fresh_process(env, "pass")
+    assert result.returncode != 0
+    assert "not both" in result.stderr
