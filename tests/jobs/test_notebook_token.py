@@ -118,6 +118,8 @@ def test_only_the_owner_is_handed_the_token_and_only_in_the_answer_to_a_post(not
 
     owner = Client()
     owner.force_login(member)
+    page = owner.get(reverse("jobs:workload-detail", args=[notebook.pk])).content.decode()
+    assert f'href="{reverse("jobs:workload-open", args=[notebook.pk])}"' in page and 'data-testid="reveal-token"' in page
     assert owner.get(url).status_code == 405  # a GET would put it in a URL's history
     fragment = owner.post(url, **HTMX)
     assert fragment.status_code == 200 and fragment["Cache-Control"] == "no-store"
