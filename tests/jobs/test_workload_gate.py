@@ -154,13 +154,17 @@ def test_a_member_who_leaves_the_team_is_out_at_the_next_request(server, teammat
 
 def test_the_gate_never_redirects_and_answers_in_a_few_queries(notebook, member, outsider):
     secret = token_of(member)
+    counted: list[int] = []
     for kwargs in ({}, {"token": secret}, {"token": token_of(outsider)}, {"token": "gpp_unknown"},
                    {"client": signed_in(member)}, {"authorization": "Bearer not-a-portal-token"}):
+        connection.queries_log.clear()  # a full log (it keeps 9,000) would count nothing new
         with CaptureQueriesContext(connection) as queries:
             response = gate(notebook.pk, **kwargs)
         assert response.status_code in (200, 401, 403) and "Location" not in response, kwargs
-        assert len(queries) <= 6, [q["sql"] for q in queries]
+        assert len(queries) <= 6, [q["sql"] for q in queries]  # the session path: load, user, idle refresh
         assert response["Cache-Control"] == "no-store"
+        counted.append(len(queries))
+    assert counted[0] == 0 and counted[1] > 0  # nobody costs nothing; a token is looked up
 
 
 # --- What the workload learns ----------------------------------------------------------------------
