@@ -26,6 +26,7 @@ from jobs.filters import TemplateFilter, WorkloadFilter
 from jobs.models import Workload, WorkloadTemplate
 from jobs.serializers import (
     LogsSerializer,
+    NotebookTokenSerializer,
     ScaleSerializer,
     TemplateCreateSerializer,
     TemplateReviseSerializer,
@@ -165,6 +166,14 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def logs(self, request: Request, pk: str | None = None) -> Response:
         workload = self.get_object()
         return Response(LogsSerializer(selectors.workload_logs(workload=workload, tail_lines=_tail(request))).data)
+
+    @extend_schema(request=None, responses={200: NotebookTokenSerializer},
+                   description="A notebook's owner only: its login token, in this answer and nowhere else (the portal "
+                               "keeps only its hash). A read-only API token cannot ask for it.")
+    @action(detail=True, methods=["post"], url_path="notebook-token")
+    def notebook_token(self, request: Request, pk: str | None = None) -> Response:
+        token = services.notebook_token_reveal(user=signed_in_user(request), workload=self.get_object())
+        return Response(NotebookTokenSerializer({"notebook_token": token}).data, headers={"Cache-Control": "no-store"})
 
     @extend_schema(responses={200: WhyWaitingSerializer},
                    description="Why it has not started: Kueue's reason, the team's quota of the flavor, and the team's "

@@ -29,6 +29,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from jobs.access import notebook_token
 from jobs.models import Workload, WorkloadKind
 from jobs.services import record_transition
 from portal.audit import audit_record
@@ -68,7 +69,7 @@ class IdlePass:
 
 def notebook_activity(workload: Workload) -> NotebookActivity:
     url = settings.PORTAL_NOTEBOOK_STATUS_URL.format(name=workload.k8s_name, namespace=workload.team.namespace)
-    url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"token": workload.notebook_token})
+    url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"token": notebook_token(workload)})
     try:
         with urllib.request.urlopen(url, timeout=STATUS_TIMEOUT_SECONDS) as response:  # noqa: S310 - the site's own config
             body = response.read()

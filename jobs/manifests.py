@@ -8,6 +8,7 @@ only as values of the template's declared parameters, as arguments and environme
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -20,6 +21,12 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 QUEUE_NAME = "default"
 TTL_AFTER_FINISHED = 24 * 3600
+NGINX = "nginx.ingress.kubernetes.io"
+CLUSTER_ISSUER_ANNOTATION = "cert-manager.io/cluster-issuer"
+# What the portal's gate answers that reaches the workload: who called, and the caller's
+# Authorization header with a portal API token taken out (see jobs/access.py).
+AUTH_RESPONSE_HEADERS = "X-Portal-User, Authorization"
+NOTEBOOK_TOKEN_KEY = "token"
 
 
 Kind = Literal["training", "distributed", "inference", "notebook"]
@@ -32,6 +39,24 @@ def workload_kind(value: str) -> Kind:
         if value == kind:
             return kind
     raise ValueError(f"unknown workload kind {value!r}")
+
+
+@dataclass(frozen=True)
+class IngressSpec:
+    """How an inference server or notebook is reached from outside: its host, the ingress class,
+    TLS from a wildcard certificate's Secret or from a cert-manager ClusterIssuer (or none), and
+    the portal's gate in front (ingress-nginx external authentication)."""
+
+    host: str
+    class_name: str = ""
+    tls_secret: str = ""  # a Secret of that name holds a certificate for the host, in the team's namespace
+    cluster_issuer: str = ""  # cert-manager issues a certificate per host into <name>-tls
+    auth_url: str = ""  # asked before every request: 200 lets it through, 401 / 403 do not
+    signin_url: str = ""  # where a browser answered 401 is sent to sign in
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_secret or self.cluster_issuer)
 
 
 @dataclass(frozen=True)
@@ -55,7 +80,7 @@ class WorkloadSpec:
     port: int = 0
     storage_gib: int = 0
     notebook_token: str = ""
-    ingress_host: str = ""
+    ingress: IngressSpec | None = None
     annotations: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -70,17 +95,23 @@ class WorkloadSpec:
     def service_name(self) -> str:
         return self.name
 
+    @property
+    def token_secret_name(self) -> str:
+        return f"{self.name}-token"
+
 
 def _meta(spec: WorkloadSpec, labels: dict[str, str], name: str | None = None) -> dict[str, Any]:
     return {"name": name or spec.name, "namespace": spec.namespace, "labels": labels}
 
 
-def _container(spec: WorkloadSpec, *, extra_env: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+def _container(
+    spec: WorkloadSpec, *, extra_env: tuple[tuple[str, str], ...] = (), secret_env: tuple[dict[str, Any], ...] = ()
+) -> dict[str, Any]:
     resources = {"cpu": str(spec.cpu), "memory": f"{spec.memory_gib}Gi", spec.resource_name: str(spec.units)}
     container: dict[str, Any] = {
         "name": spec.kind,
         "image": spec.image,
-        "env": [{"name": k, "value": v} for k, v in (*spec.env, *extra_env)],
+        "env": [*({"name": k, "value": v} for k, v in (*spec.env, *extra_env)), *secret_env],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -172,14 +203,37 @@ def _service(spec: WorkloadSpec) -> dict[str, Any]:
     }
 
 
-def _ingress(spec: WorkloadSpec) -> dict[str, Any]:
+def _ingress(spec: WorkloadSpec, ingress: IngressSpec) -> dict[str, Any]:
+    annotations: dict[str, str] = {}
+    if ingress.auth_url:
+        annotations[f"{NGINX}/auth-url"] = ingress.auth_url
+        annotations[f"{NGINX}/auth-response-headers"] = AUTH_RESPONSE_HEADERS
+    if ingress.signin_url:
+        annotations[f"{NGINX}/auth-signin"] = ingress.signin_url
+    if ingress.cluster_issuer:
+        annotations[CLUSTER_ISSUER_ANNOTATION] = ingress.cluster_issuer
+    metadata = _meta(spec, spec.labels)
+    if annotations:
+        metadata["annotations"] = annotations
+    body: dict[str, Any] = {"rules": [{"host": ingress.host, "http": {"paths": [{
+        "path": "/", "pathType": "Prefix",
+        "backend": {"service": {"name": spec.service_name, "port": {"name": "http"}}},
+    }]}}]}
+    if ingress.class_name:
+        body = {"ingressClassName": ingress.class_name, **body}
+    if ingress.tls:
+        body["tls"] = [{"hosts": [ingress.host], "secretName": ingress.tls_secret or f"{spec.name}-tls"}]
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": metadata, "spec": body}
+
+
+def make_secret(*, spec: WorkloadSpec) -> dict[str, Any]:
+    """The notebook's token, for its pod only: members' `view` role reads pod specs but not Secrets."""
+    token = base64.b64encode(spec.notebook_token.encode()).decode()
     return {
-        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
-        "metadata": _meta(spec, spec.labels),
-        "spec": {"rules": [{"host": spec.ingress_host, "http": {"paths": [{
-            "path": "/", "pathType": "Prefix",
-            "backend": {"service": {"name": spec.service_name, "port": {"name": "http"}}},
-        }]}}]},
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": _meta(spec, spec.labels, spec.token_secret_name),
+        "type": "Opaque",
+        "data": {NOTEBOOK_TOKEN_KEY: token},
     }
 
 
@@ -194,13 +248,14 @@ def make_inference(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
         },
     }
     objects = [_service(spec), deployment]
-    if spec.ingress_host:
-        objects.append(_ingress(spec))
+    if spec.ingress:
+        objects.append(_ingress(spec, spec.ingress))
     return objects
 
 
 def make_notebook(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
-    container = _container(spec, extra_env=(("JUPYTER_TOKEN", spec.notebook_token),))
+    token = {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.token_secret_name, "key": NOTEBOOK_TOKEN_KEY}}}
+    container = _container(spec, secret_env=(token,))
     template = _pod_template(spec, container, restart="Always")
     statefulset: dict[str, Any] = {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -218,9 +273,9 @@ def make_notebook(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
             "metadata": {"name": "home", "labels": dict(spec.labels)},
             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{spec.storage_gib}Gi"}}},
         }]
-    objects = [_service(spec), statefulset]
-    if spec.ingress_host:
-        objects.append(_ingress(spec))
+    objects = [make_secret(spec=spec), _service(spec), statefulset]
+    if spec.ingress:
+        objects.append(_ingress(spec, spec.ingress))
     return objects
 
 

@@ -147,7 +147,9 @@ class Workload(models.Model):
     phase = models.CharField(max_length=12, choices=Phase.choices, default=Phase.SUBMITTING, db_index=True)
     reason = models.TextField(blank=True, help_text="Why it is in this phase, in words.")
     on_borrowed = models.BooleanField(default=False, help_text="Admitted on quota borrowed from other teams.")
-    notebook_token = models.CharField(max_length=64, blank=True)
+    # Only the SHA-256 of a notebook's token: the token itself lives in the workload's Kubernetes
+    # Secret (jobs/access.py derives it again for the owner's hand-over).
+    notebook_token_sha256 = models.CharField(max_length=64, blank=True)
     relaunch_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     submitted_at = models.DateTimeField(null=True, blank=True)

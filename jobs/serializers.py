@@ -218,18 +218,24 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 class WorkloadDetailSerializer(WorkloadSerializer):
     parameters = serializers.DictField(read_only=True, child=AnyValueField())
-    notebook_token = serializers.SerializerMethodField(help_text="A notebook's login token, shown to its owner only.")
+    notebook_token_sha256 = serializers.SerializerMethodField(
+        help_text="The SHA-256 of a notebook's token, shown to its owner only; the token itself is handed over by "
+                  "POST /api/workloads/{id}/notebook-token/ and is stored nowhere in the portal.")
     transitions = TransitionSerializer(many=True, read_only=True, help_text="Every phase it went through, oldest first.")
     intervals = RunIntervalSerializer(many=True, read_only=True, help_text="Each pod's time on a GPU node.")
 
     class Meta(WorkloadSerializer.Meta):
-        fields = [*WorkloadSerializer.Meta.fields, "parameters", "notebook_token", "transitions", "intervals"]
+        fields = [*WorkloadSerializer.Meta.fields, "parameters", "notebook_token_sha256", "transitions", "intervals"]
         read_only_fields = fields
 
-    def get_notebook_token(self, workload: Workload) -> str | None:
+    def get_notebook_token_sha256(self, workload: Workload) -> str | None:
         request = self.context.get("request")
         is_owner = request is not None and request.user.pk == workload.owner_id
-        return workload.notebook_token if workload.kind == WorkloadKind.NOTEBOOK and is_owner else None
+        return workload.notebook_token_sha256 or None if workload.kind == WorkloadKind.NOTEBOOK and is_owner else None
+
+
+class NotebookTokenSerializer(serializers.Serializer):
+    notebook_token = serializers.CharField(help_text="The notebook's login token. Jupyter asks for it once per browser.")
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -264,7 +270,7 @@ class TemplateReferenceField(serializers.Field):
 class WorkloadLaunchSerializer(StrictInputMixin, serializers.Serializer):
     refusals = {
         key: f"{key} cannot be set at launch; the portal and the cluster decide it."
-        for key in ("phase", "reason", "on_borrowed", "owner", "workers", "notebook_token")
+        for key in ("phase", "reason", "on_borrowed", "owner", "workers", "notebook_token", "notebook_token_sha256")
     }
 
     team = serializers.SlugField(help_text="The team's slug; the workload runs in its namespace and quota.")

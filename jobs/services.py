@@ -4,7 +4,6 @@ touches the cluster (through tasks)."""
 from __future__ import annotations
 
 import re
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import manifests
+from jobs import access, manifests
 from jobs.models import Priority, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion, WorkloadTransition
 from jobs.parameters import ParameterError, check_declarations, check_pod_count, render, validate_parameters
 from portal import limits
@@ -150,9 +149,12 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
     name = (request.name or f"{request.template.slug}").strip()[:60]
     workload = Workload.objects.create(
         team=request.team, owner=user, template_version=version, name=name, parameters=values, flavor=request.flavor,
-        notebook_token=secrets.token_urlsafe(24) if request.template.kind == WorkloadKind.NOTEBOOK else "",
         relaunch_of=relaunch_of, **resources,
     )
+    if request.template.kind == WorkloadKind.NOTEBOOK:
+        # Derived from the key and the row, so only the hash is stored (see jobs/access.py).
+        workload.notebook_token_sha256 = access.notebook_token_digest(access.notebook_token(workload))
+        workload.save(update_fields=["notebook_token_sha256"])
     WorkloadTransition.objects.create(
         workload=workload, phase=workload.phase, reason="Recorded; creating its objects in the cluster"
     )
@@ -241,15 +243,49 @@ def workload_relaunch(*, user: User, workload: Workload) -> Workload:
 
 def ingress_host(workload: Workload) -> str:
     domain = settings.PORTAL_INGRESS_DOMAIN
-    return f"{workload.k8s_name}-{workload.team.slug}.{domain}" if domain else ""
+    serves = workload.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK)
+    return f"{workload.k8s_name}-{workload.team.slug}.{domain}" if domain and serves else ""
+
+
+def ingress_tls() -> bool:
+    return bool(settings.PORTAL_INGRESS_TLS_SECRET or settings.PORTAL_INGRESS_CLUSTER_ISSUER)
+
+
+def ingress_spec(workload: Workload) -> manifests.IngressSpec | None:
+    """The workload's Ingress, with the portal's gate in front and TLS as the site configured it."""
+    host = ingress_host(workload)
+    if not host:
+        return None
+    return manifests.IngressSpec(
+        host=host, class_name=settings.PORTAL_INGRESS_CLASS, tls_secret=settings.PORTAL_INGRESS_TLS_SECRET,
+        cluster_issuer=settings.PORTAL_INGRESS_CLUSTER_ISSUER,
+        auth_url=f"{settings.PORTAL_INGRESS_AUTH_URL}/auth/workloads/{workload.pk}/",
+        signin_url=f"{settings.SITE_URL}/workloads/{workload.pk}/open/?rd=$escaped_request_uri",
+    )
 
 
 def endpoint(workload: Workload) -> str:
-    """Where an inference server or notebook answers."""
+    """Where an inference server or notebook answers: https only when its Ingress has TLS."""
     host = ingress_host(workload)
     if host:
-        return f"https://{host}/"
+        return f"{'https' if ingress_tls() else 'http'}://{host}/"
     return f"http://{workload.k8s_name}.{workload.team.namespace}.svc.cluster.local/"
+
+
+@transaction.atomic
+def notebook_token_reveal(*, user: User, workload: Workload) -> str:
+    """Hands a notebook's owner its token, in the answer to a POST and nowhere else (no page, no
+    URL, no list), and writes down that it was handed over."""
+    _require(user.has_perm("jobs.reveal_notebook_token", workload))
+    if not workload.is_active:
+        raise StateConflict(f"{workload.name} has {workload.get_phase_display().lower()}; its token opens nothing.")
+    token = access.notebook_token(workload)
+    if not workload.notebook_token_sha256 or access.notebook_token_digest(token) != workload.notebook_token_sha256:
+        raise StateConflict(f"{workload.name} was started before notebook tokens moved into Kubernetes Secrets, so "
+                            "the portal cannot hand its token over; relaunch it.")
+    audit_record(actor=user, action="workload.notebook_token_revealed", obj=workload, team_id=workload.team_id,
+                 message=f"{user.username} was handed the token of notebook {workload.name} (#{workload.pk})")
+    return token
 
 
 def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
@@ -266,8 +302,9 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         args=args, env=env,
         resource_name=workload.flavor.resource_name, units=workload.units, workers=workload.workers, cpu=workload.cpu,
         memory_gib=workload.memory_gib, priority=tier_name(workload.priority), max_runtime_seconds=version.max_runtime_seconds,
-        port=version.port, storage_gib=version.storage_gib, notebook_token=workload.notebook_token,
-        ingress_host=ingress_host(workload) if version.template.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK) else "",
+        port=version.port, storage_gib=version.storage_gib,
+        notebook_token=access.notebook_token(workload) if version.template.kind == WorkloadKind.NOTEBOOK else "",
+        ingress=ingress_spec(workload),
         annotations=tuple(sorted(settings.PORTAL_POD_ANNOTATIONS.items())),
     )
 

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse, QueryDict
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import selectors, services
+from jobs import access, selectors, services
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import Workload, WorkloadKind, WorkloadTemplate
@@ -179,6 +181,7 @@ def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None
         "parameters": [(name, value, declared.get(name, {})) for name, value in sorted(workload.parameters.items())],
         "gpus": workload.total_units * workload.flavor.fraction,
         "endpoint": services.endpoint(workload) if serves else "",
+        "reachable": bool(services.ingress_host(workload)),
     }
 
 
@@ -263,3 +266,58 @@ def workload_relaunch(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     messages.success(request, f"Relaunched {workload.name} as #{relaunched.pk}.")
     target = reverse("jobs:workload-detail", args=[relaunched.pk])
     return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+
+
+# --- Reaching a workload through its Ingress (jobs/access.py) ----------------------------------
+
+
+@require_GET
+def workload_gate(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """ingress-nginx's `auth-url`: 200, 401 or 403, at once, never a redirect."""
+    answer = access.gate_check(workload_id=pk, request=request)
+    response = HttpResponse(status=answer.status, content_type="text/plain")
+    response["Cache-Control"] = "no-store"
+    if answer.status == 200:
+        response["X-Portal-User"] = answer.username
+        if answer.authorization:
+            response["Authorization"] = answer.authorization
+        if answer.access_cookie:
+            response.set_cookie(access.ACCESS_COOKIE, answer.access_cookie, max_age=settings.SESSION_IDLE_SECONDS,
+                                secure=services.ingress_tls(), httponly=True, samesite="Lax")
+    return response
+
+
+@login_required
+@require_GET
+def workload_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """ingress-nginx's `auth-signin`: from the portal's session to the workload's host, with a
+    one-time ticket; someone who may not use the workload is told so here, not sent round again."""
+    workload = _visible_workload(request, pk)
+    host = services.ingress_host(workload)
+    if not host:
+        raise Http404("This workload is not reachable from outside the cluster.")
+    if not request.user.has_perm("jobs.open_workload", workload):
+        raise PermissionDenied("Only its owner may open a notebook; an inference server serves its team's members.")
+    ticket = access.ticket_issue(user=request.user, workload=workload)
+    path = access.with_ticket(access.safe_return_path(request.GET.get("rd", "/")), ticket)
+    response = HttpResponseRedirect(f"{'https' if services.ingress_tls() else 'http'}://{host}{path}")
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+def notebook_token(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The owner's hand-over of the notebook's token: in this answer only, never cached."""
+    workload = _visible_workload(request, pk)
+    try:
+        token = services.notebook_token_reveal(user=request.user, workload=workload)
+    except DomainError as refusal:
+        token, error = "", refusal.message
+    else:
+        error = ""
+    context = {**_detail_context(workload), "notebook_token": token, "token_error": error}
+    name = "jobs/workload_detail.html#notebook-token" if request.htmx else "jobs/workload_detail.html"
+    response = render(request, name, context)
+    response["Cache-Control"] = "no-store"
+    return response

@@ -487,6 +487,29 @@ PORTAL_EGRESS_ALLOW_NAMESPACES = [namespace_name("PORTAL_EGRESS_ALLOW_NAMESPACES
                                   for name in env_list("PORTAL_EGRESS_ALLOW_NAMESPACES")]
 # Inference servers and notebooks get an Ingress at <name>-<team>.<domain> when this is set.
 PORTAL_INGRESS_DOMAIN = env("PORTAL_INGRESS_DOMAIN")
+# The IngressClass of those Ingresses: the portal's gate in front of them speaks ingress-nginx's
+# external authentication (auth-url, auth-signin).
+PORTAL_INGRESS_CLASS = env("PORTAL_INGRESS_CLASS", "nginx")
+# TLS for them: the name of a Secret holding a wildcard certificate for *.<domain>, present in
+# every team's namespace, or a cert-manager ClusterIssuer that issues one per host. Without
+# either, they answer plain HTTP and the pages say http://, never https://.
+PORTAL_INGRESS_TLS_SECRET = env("PORTAL_INGRESS_TLS_SECRET")
+PORTAL_INGRESS_CLUSTER_ISSUER = env("PORTAL_INGRESS_CLUSTER_ISSUER")
+if PORTAL_INGRESS_TLS_SECRET and PORTAL_INGRESS_CLUSTER_ISSUER:
+    raise ImproperlyConfigured(
+        "Set PORTAL_INGRESS_TLS_SECRET (a wildcard certificate) or PORTAL_INGRESS_CLUSTER_ISSUER (cert-manager), not both."
+    )
+# Where the ingress controller asks the portal whether a request may reach a workload: the
+# portal's address as the controller sees it, e.g. its Service inside the cluster. Its host must
+# be in ALLOWED_HOSTS, and it is not redirected to HTTPS (the controller's call stays inside).
+PORTAL_INGRESS_AUTH_URL = env("PORTAL_INGRESS_AUTH_URL", SITE_URL).rstrip("/")
+if PRODUCTION:
+    SECURE_REDIRECT_EXEMPT = [*SECURE_REDIRECT_EXEMPT, r"^auth/workloads/"]
+# The controller cannot follow a redirect to the identity provider: the gate answers, never redirects.
+OIDC_EXEMPT_URLS = [re.compile(r"^/auth/workloads/")]
+# A notebook's token is derived from this key and the workload (HMAC), so the database keeps only
+# its hash; whoever holds the key could mint sessions anyway, so SECRET_KEY is its default.
+PORTAL_NOTEBOOK_TOKEN_KEY = env("PORTAL_NOTEBOOK_TOKEN_KEY", SECRET_KEY)
 # Annotations every workload pod gets, set by the site, never by users: the simulated cluster
 # and KWOK read how long a fake pod runs from them (demo and test clusters only).
 PORTAL_POD_ANNOTATIONS: dict[str, str] = json.loads(env("PORTAL_POD_ANNOTATIONS", "{}"))

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs import idle, services, sync
+from jobs import access, idle, services, sync
 from jobs.models import Workload, WorkloadKind
 from portal.kube import ObjectRef, gateway
 from portal.models import AuditEvent
@@ -91,7 +91,7 @@ def test_a_notebook_idle_past_its_limit_is_stopped_and_its_objects_removed(runni
     assert running_notebook.reason.startswith("Stopped after 95 minutes idle")
     assert gateway().get(ObjectRef("apps/v1", "StatefulSet", running_notebook.k8s_name, "vision")) is None
     assert AuditEvent.objects.filter(action="workload.stopped_idle").exists()
-    assert jupyter.tokens == [running_notebook.notebook_token]
+    assert jupyter.tokens == [access.notebook_token(running_notebook)]
 
 
 @pytest.mark.parametrize("status", [
@@ -103,7 +103,7 @@ def test_a_notebook_in_use_keeps_running(running_notebook, jupyter, status):
         status = {**status, "last_activity": (timezone.now() - dt.timedelta(minutes=5)).isoformat()}
     jupyter.status = status
     assert idle.notebooks_stop_idle() == idle.IdlePass()  # nothing stopped, nothing it could not judge
-    assert jupyter.tokens == [running_notebook.notebook_token]  # asked, and answered "in use"
+    assert jupyter.tokens == [access.notebook_token(running_notebook)]  # asked, and answered "in use"
 
 
 def test_a_notebook_the_portal_cannot_reach_is_left_running_and_the_pass_says_so(running_notebook, settings, caplog):
@@ -123,7 +123,7 @@ def test_a_notebook_the_portal_cannot_reach_is_left_running_and_the_pass_says_so
                for w in warnings)
     assert any("could not reach 1 notebook(s)" in w and "from namespace platform" in w
                and "app.kubernetes.io/name=gpu-portal" in w for w in warnings)
-    assert running_notebook.notebook_token not in caplog.text
+    assert access.notebook_token(running_notebook) not in caplog.text
 
 
 @pytest.mark.parametrize("answer", [

@@ -4,6 +4,8 @@ are 404; a workload changes state only through its actions; lists cost the same 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from jobs import services, sync
+from jobs import access, services, sync
 from jobs.models import (
     Workload,
     WorkloadKind,
@@ -90,7 +92,8 @@ def test_a_script_launches_with_a_token_and_follows_its_workload_to_success(
     assert (launched["flavor"], launched["units"], launched["cpu"], launched["memory_gib"], launched["priority"]) == (
         "h100-80gb", 2, 4, 16, "normal")
     assert launched["parameters"] == {"epochs": 3, "learning_rate": 0.001, "image_tag": "2.5"}
-    assert (launched["endpoint"], launched["notebook_token"]) == (None, None)
+    assert (launched["endpoint"], launched["notebook_token_sha256"]) == (None, None)
+    assert "notebook_token" not in launched
     url = f"/api/workloads/{launched['id']}/"
 
     queued = script.get(url).json()
@@ -130,16 +133,18 @@ def test_a_launch_takes_the_templates_defaults_for_what_it_leaves_out(ready_team
     assert body["parameters"] == {"epochs": 10, "learning_rate": 0.001, "image_tag": "2.5"}
 
 
-def test_a_notebooks_token_and_endpoint_are_shown_and_the_token_only_to_its_owner(ready_team, member, lead, notebook):
+def test_a_notebooks_endpoint_is_shown_to_the_team_and_its_token_hash_only_to_its_owner(ready_team, member, lead, notebook):
     created = api(member).post("/api/workloads/", launch_body(template="jupyter", units=1, parameters={}), format="json")
     assert created.status_code == 201, created.json()
     workload = Workload.objects.get(pk=created.json()["id"])
+    token = access.notebook_token(workload)
 
     as_owner = api(member).get(f"/api/workloads/{workload.pk}/").json()
     as_lead = api(lead).get(f"/api/workloads/{workload.pk}/").json()
 
-    assert as_owner["notebook_token"] == workload.notebook_token != ""
-    assert as_lead["notebook_token"] is None
+    assert as_owner["notebook_token_sha256"] == hashlib.sha256(token.encode()).hexdigest()
+    assert as_lead["notebook_token_sha256"] is None
+    assert token not in json.dumps(as_owner) and token not in json.dumps(as_lead) and token not in json.dumps(created.json())
     assert as_owner["endpoint"] == as_lead["endpoint"] == f"http://wl-{workload.pk}.vision.svc.cluster.local/"
 
 

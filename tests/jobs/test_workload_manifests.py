@@ -54,24 +54,80 @@ def test_a_distributed_job_is_indexed_and_its_workers_find_each_other():
     assert env == {"TAG": "2.5", "WORLD_SIZE": "4", "MASTER_ADDR": "wl-42-0.wl-42", "MASTER_PORT": "29500"}
 
 
+GATED = m.IngressSpec(
+    host="wl-42-vision.apps.example.com", class_name="nginx",
+    auth_url="http://gpu-portal.gpu-portal.svc/auth/workloads/42/",
+    signin_url="https://portal.example.com/workloads/42/open/?rd=$escaped_request_uri",
+)
+GATE_ANNOTATIONS = {
+    "nginx.ingress.kubernetes.io/auth-url": "http://gpu-portal.gpu-portal.svc/auth/workloads/42/",
+    "nginx.ingress.kubernetes.io/auth-response-headers": "X-Portal-User, Authorization",
+    "nginx.ingress.kubernetes.io/auth-signin": "https://portal.example.com/workloads/42/open/?rd=$escaped_request_uri",
+}
+RULES = [{"host": "wl-42-vision.apps.example.com", "http": {"paths": [{
+    "path": "/", "pathType": "Prefix", "backend": {"service": {"name": "wl-42", "port": {"name": "http"}}}}]}}]
+
+
 def test_an_inference_server_gets_a_deployment_a_service_and_an_ingress_when_asked():
-    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "workers": 2, "port": 8000,
-                             "ingress_host": "wl-42-vision.apps.example.com"})
+    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "workers": 2, "port": 8000, "ingress": GATED})
     service, deployment, ingress = m.make_inference(spec=spec)
     assert deployment["spec"]["replicas"] == 2
     assert deployment["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
     assert deployment["spec"]["template"]["spec"]["restartPolicy"] == "Always"
     assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": 8000}]
     assert ingress["spec"]["rules"][0]["host"] == "wl-42-vision.apps.example.com"
-    assert len(m.make_inference(spec=m.WorkloadSpec(**{**spec.__dict__, "ingress_host": ""}))) == 2
+    assert len(m.make_inference(spec=m.WorkloadSpec(**{**spec.__dict__, "ingress": None}))) == 2
 
 
-def test_a_notebook_is_one_pod_with_its_token_and_optional_home_volume():
-    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "notebook", "port": 8888, "notebook_token": "t0k", "storage_gib": 20})
-    service, statefulset = m.make_notebook(spec=spec)
+def test_an_ingress_without_a_certificate_is_gated_by_the_portal_and_claims_no_tls():
+    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "port": 8000, "ingress": GATED})
+    assert m.make_inference(spec=spec)[2] == {
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "wl-42", "namespace": "vision", "labels": LABELS, "annotations": GATE_ANNOTATIONS},
+        "spec": {"ingressClassName": "nginx", "rules": RULES},
+    }
+
+
+def test_an_ingress_with_a_wildcard_certificate_names_its_secret():
+    gated = m.IngressSpec(**{**GATED.__dict__, "tls_secret": "apps-wildcard"})
+    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "notebook", "port": 8888, "ingress": gated})
+    assert m.make_notebook(spec=spec)[-1] == {
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "wl-42", "namespace": "vision", "labels": LABELS, "annotations": GATE_ANNOTATIONS},
+        "spec": {"ingressClassName": "nginx", "rules": RULES,
+                 "tls": [{"hosts": ["wl-42-vision.apps.example.com"], "secretName": "apps-wildcard"}]},
+    }
+
+
+def test_an_ingress_with_a_cluster_issuer_asks_cert_manager_for_its_own_certificate():
+    gated = m.IngressSpec(**{**GATED.__dict__, "cluster_issuer": "letsencrypt"})
+    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "port": 8000, "ingress": gated})
+    assert m.make_inference(spec=spec)[2] == {
+        "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+        "metadata": {"name": "wl-42", "namespace": "vision", "labels": LABELS,
+                     "annotations": {**GATE_ANNOTATIONS, "cert-manager.io/cluster-issuer": "letsencrypt"}},
+        "spec": {"ingressClassName": "nginx", "rules": RULES,
+                 "tls": [{"hosts": ["wl-42-vision.apps.example.com"], "secretName": "wl-42-tls"}]},
+    }
+
+
+def test_a_notebook_is_one_pod_whose_token_comes_from_its_own_secret():
+    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "notebook", "port": 8888, "notebook_token": "t0k-s3cret",
+                             "storage_gib": 20})
+    secret, service, statefulset = m.make_notebook(spec=spec)
+    assert secret == {
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "wl-42-token", "namespace": "vision", "labels": LABELS},
+        "type": "Opaque", "data": {"token": "dDBrLXMzY3JldA=="},
+    }
     pod = statefulset["spec"]["template"]["spec"]
     assert statefulset["spec"]["replicas"] == 1 and statefulset["spec"]["serviceName"] == "wl-42"
-    assert {"name": "JUPYTER_TOKEN", "value": "t0k"} in pod["containers"][0]["env"]
+    assert pod["containers"][0]["env"] == [
+        {"name": "TAG", "value": "2.5"},
+        {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {"name": "wl-42-token", "key": "token"}}},
+    ]
+    # Members' view role reads pod specs and Services: the token is in neither, in any encoding.
+    assert "t0k-s3cret" not in repr([service, statefulset]) and "dDBrLXMzY3JldA" not in repr([service, statefulset])
     assert pod["containers"][0]["volumeMounts"] == [{"name": "home", "mountPath": "/home/jovyan/work"}]
     assert statefulset["spec"]["volumeClaimTemplates"][0]["spec"]["resources"] == {"requests": {"storage": "20Gi"}}
 
@@ -87,7 +143,7 @@ def test_placement_comes_only_from_the_flavor_through_kueue():
 
 ALL = [obj for kind in ("training", "distributed", "inference", "notebook")
        for obj in m.make_workload_objects(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": kind, "port": 8080, "workers": 2,
-                                                                   "ingress_host": "x.apps.example.com", "storage_gib": 5}))]
+                                                                   "ingress": GATED, "notebook_token": "t", "storage_gib": 5}))]
 
 
 @pytest.mark.parametrize("obj", ALL, ids=lambda o: f"{o['kind']}-{o['metadata']['name']}")

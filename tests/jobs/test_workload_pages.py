@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from jobs import services, sync
+from jobs import access, services, sync
 from jobs.models import Workload, WorkloadKind
 from portal.kube import reset_gateway
 from portal.kube.counting import CountingGateway
@@ -400,10 +400,12 @@ def test_a_borrowing_workload_says_it_may_be_preempted(ready_team, other_team, m
     assert "Runs on <strong>borrowed</strong> capacity" in page and "may be preempted" in page
 
 
-def test_a_notebook_page_has_an_open_link_with_its_token(ready_team, member, notebook, flavor, as_user):
+def test_a_notebook_page_shows_its_endpoint_and_the_hand_over_but_never_the_token(ready_team, member, notebook, flavor,
+                                                                                   as_user):
     workload = launch(member, ready_team, notebook, flavor)
     page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
-    assert f"{services.endpoint(workload)}?token={workload.notebook_token}" in page
+    assert services.endpoint(workload) in page and 'data-testid="reveal-token"' in page
+    assert access.notebook_token(workload) not in page and "?token=" not in page
 
 
 def test_stopping_through_htmx_answers_with_the_stopped_fragment(ready_team, member, training, flavor, simulated, as_user,
