@@ -62,10 +62,10 @@ def priority_refusal(user: Any, team: Any, version: Any, priority: str) -> str:
     if priority in allowed:
         return ""
     return (f"You may launch {version.template.name} in {team.slug} at {' or '.join(allowed) or 'no'} priority, not "
-            f"{priority}: {why_not(priority)}")
+            f"{priority}. {why_not(priority)}")
 
 
 def why_not(priority: str) -> str:
     """Why a tier is missing for a member, for the refusal and for the launch form."""
-    return (f"{Priority(priority).label.split(' ')[0].lower()} is for the team's leads and platform admins unless "
-            "the template offers it to members.")
+    return (f"{priority.capitalize()} priority is for the team's leads and platform admins, unless the template "
+            "offers it to members.")

@@ -164,15 +164,22 @@ class TemplateSettingsSerializer(StrictInputMixin, serializers.Serializer):
     default_priority = serializers.ChoiceField(choices=DEFAULT_PRIORITY_CHOICES, required=False,
                                                error_messages=PRIORITY_ERRORS)
     allowed_priorities = serializers.ListField(
-        child=serializers.ChoiceField(choices=DEFAULT_PRIORITY_CHOICES, error_messages=PRIORITY_ERRORS),
-        required=False, allow_empty=False,
-        help_text="The tiers members may launch at (low and normal when left out); the team's leads and platform "
-                  "admins may use any tier. Must include default_priority.")
+        child=serializers.CharField(), required=False, allow_empty=False,
+        error_messages={"empty": "Allowed priorities must name at least one tier."},
+        help_text="The tiers members may launch at, of low, normal and high (low and normal when left out); the "
+                  "team's leads and platform admins may use any tier. Must include default_priority.")
     max_runtime_seconds = limit_field("max_runtime_seconds")
     storage_gib = limit_field("storage_gib")
     idle_minutes = limit_field("idle_minutes")
     port = limit_field("port")
     parameters = ParameterSerializer(many=True, required=False)
+
+
+    def validate_allowed_priorities(self, value: list[str]) -> list[str]:
+        for tier in value:
+            if tier not in Priority.values:
+                raise serializers.ValidationError(str(PRIORITY_ERRORS["invalid_choice"]).format(input=tier))
+        return value
 
 
 class TemplateCreateSerializer(TemplateSettingsSerializer):
