@@ -6,11 +6,10 @@ the launch and stop services, so nothing here writes.
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
-
-from django import forms
 
 from jobs import policy, services
 from jobs.models import ImageRegistry, Workload, WorkloadTemplate, WorkloadTemplateVersion

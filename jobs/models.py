@@ -8,8 +8,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
-from django.utils.deconstruct import deconstructible
 from django.utils import timezone
+from django.utils.deconstruct import deconstructible
 
 from jobs import policy
 from portal.models import User
@@ -125,9 +125,12 @@ class WorkloadTemplateVersion(models.Model):
         default=default_allowed_priorities, validators=[validate_priorities],
         help_text="The tiers members may launch at; the team's leads and platform admins may use any tier.")
     max_runtime_seconds = models.PositiveIntegerField(default=24 * 3600, validators=[LimitValidator("max_runtime_seconds")])
-    storage_gib = models.PositiveIntegerField(default=0, validators=[LimitValidator("storage_gib")], help_text="A per-user volume for notebooks; 0 for none.")
-    idle_minutes = models.PositiveIntegerField(default=0, validators=[LimitValidator("idle_minutes")], help_text="Notebooks stop after this long idle; 0 never.")
-    port = models.PositiveIntegerField(default=0, validators=[LimitValidator("port")], help_text="Inference and notebooks: the port the server listens on.")
+    storage_gib = models.PositiveIntegerField(default=0, validators=[LimitValidator("storage_gib")],
+                                              help_text="A per-user volume for notebooks; 0 for none.")
+    idle_minutes = models.PositiveIntegerField(default=0, validators=[LimitValidator("idle_minutes")],
+                                               help_text="Notebooks stop after this long idle; 0 never.")
+    port = models.PositiveIntegerField(default=0, validators=[LimitValidator("port")],
+                                       help_text="Inference and notebooks: the port the server listens on.")
     parameters = models.JSONField(default=list, blank=True, help_text="What users may set: name, type, default, bounds.")
     created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)

@@ -110,10 +110,7 @@ def image_allowed(image: str, entries: Iterable[str]) -> bool:
     name = image_name(image)
     if name is None:
         return False
-    for entry in entries:
-        if name.repository == entry or name.repository.startswith(f"{entry}/"):
-            return True
-    return False
+    return any(name.repository == entry or name.repository.startswith(f"{entry}/") for entry in entries)
 
 
 def image_problem(image: str, entries: list[str]) -> str | None:

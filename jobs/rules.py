@@ -44,13 +44,12 @@ rules.add_perm("jobs.stop_workload", can_stop_workload)
 rules.add_perm("jobs.scale_workload", can_scale_workload)
 rules.add_perm("jobs.manage_template", can_manage_template)
 rules.add_perm("jobs.create_global_template", is_platform_admin)
-rules.add_perm("jobs.use_any_priority", can_use_any_priority)
 rules.add_perm("jobs.manage_image_registries", is_platform_admin)
 
 
 def allowed_priorities(user: Any, team: Any, version: Any) -> list[str]:
     """The tiers `user` may launch at from this template version in `team`, lowest first."""
-    if user.has_perm("jobs.use_any_priority", team):
+    if can_use_any_priority(user, team):
         return list(Priority.values)
     return [tier for tier in Priority.values if tier in (version.allowed_priorities or [])]
 

@@ -115,8 +115,9 @@ class TemplateVersionSerializer(serializers.ModelSerializer):
     parameters = ParameterSerializer(many=True, read_only=True)
     default_priority = serializers.ChoiceField(choices=DEFAULT_PRIORITY_CHOICES, read_only=True)
     allowed_priorities = serializers.ListField(
-        child=serializers.ChoiceField(choices=DEFAULT_PRIORITY_CHOICES), read_only=True,
-        help_text="The tiers members may launch at; the team's leads and platform admins may use any tier.")
+        child=serializers.CharField(), read_only=True,
+        help_text="The tiers (of low, normal, high) members may launch at; the team's leads and platform admins may "
+                  "use any tier.")
     command = serializers.ListField(child=serializers.CharField(), read_only=True)
     args = serializers.ListField(child=serializers.CharField(), read_only=True)
     env = serializers.DictField(child=serializers.CharField(), read_only=True)

@@ -307,7 +307,8 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
 
 TEMPLATE_VERSION_FIELDS = (
     "image", "command", "args", "env", "default_units", "max_units", "default_cpu", "max_cpu", "default_memory_gib",
-    "max_memory_gib", "default_priority", "allowed_priorities", "max_runtime_seconds", "storage_gib", "idle_minutes", "port", "parameters",
+    "max_memory_gib", "default_priority", "allowed_priorities", "max_runtime_seconds", "storage_gib", "idle_minutes", "port",
+    "parameters",
 )
 
 

@@ -73,7 +73,8 @@ def test_a_template_image_from_a_registry_not_allowed_is_refused_naming_the_allo
     with pytest.raises(DomainError) as refused:
         create(admin_user, flavor, image="evil.example.com/miner:latest")
 
-    assert refused.value.message == "The image evil.example.com/miner:latest is not from an allowed registry; allowed: nvcr.io/nvidia."
+    assert refused.value.message == ("The image evil.example.com/miner:latest is not from an allowed registry; "
+                                     "allowed: nvcr.io/nvidia.")
     assert refused.value.field == "image"
     assert create(admin_user, flavor, image="nvcr.io/nvidia/pytorch:24.10-py3").current.image.startswith("nvcr.io/")
 
@@ -146,7 +147,8 @@ def test_platform_admins_keep_the_allow_list_through_the_api_and_everyone_may_re
     assert api(lead).delete(f"/api/image-registries/{entry}/").status_code == 403
     assert api(admin_user).delete(f"/api/image-registries/{entry}/").status_code == 204
     assert not ImageRegistry.objects.exists()
-    assert list(AuditEvent.objects.filter(action__startswith="image_registry.").order_by("id").values_list("message", flat=True)) == [
+    audit = AuditEvent.objects.filter(action__startswith="image_registry.").order_by("id")
+    assert list(audit.values_list("message", flat=True)) == [
         "root allowed images from nvcr.io/nvidia", "root no longer allows images from nvcr.io/nvidia"]
 
 
