@@ -287,3 +287,16 @@ def test_existing_versions_keep_working_within_the_bounds(admin_user, flavor):
     version = create(admin_user, flavor).current
     version.full_clean()  # the model defaults are within every bound
     assert WorkloadTemplateVersion.objects.count() == 1
+
+
+def test_the_django_admin_adds_and_removes_entries_through_the_services(admin_user, lead, as_user, only_the_admins_list):
+    client = as_user(admin_user)
+    response = client.post("/admin/jobs/imageregistry/add/", {"prefix": "NVCR.io/nvidia", "note": "NGC"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    registry = ImageRegistry.objects.get()
+    assert (registry.prefix, registry.created_by) == ("nvcr.io/nvidia", admin_user)
+    assert as_user(lead).get("/admin/jobs/imageregistry/").status_code in (302, 403)  # not for leads
+
+    client.post(f"/admin/jobs/imageregistry/{registry.pk}/delete/", {"post": "yes"})
+    assert not ImageRegistry.objects.exists()
+    assert AuditEvent.objects.filter(action="image_registry.removed").count() == 1
