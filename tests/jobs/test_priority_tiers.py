@@ -171,3 +171,23 @@ def test_a_member_of_two_teams_gets_high_only_where_they_lead(ready_team, other_
     version = training.current
     assert rules.allowed_priorities(both, ready_team, version) == ["low", "normal"]
     assert rules.allowed_priorities(both, other_team, version) == ["low", "normal", "high"]
+
+
+def test_upgrading_keeps_each_versions_default_tier_and_its_images_registry(admin_user, flavor, settings):
+    from importlib import import_module
+
+    from django.apps import apps
+
+    from jobs.models import ImageRegistry, WorkloadTemplateVersion
+
+    migration = import_module("jobs.migrations.0003_template_priorities_limits_and_image_registries")
+    template = services.template_create(user=admin_user, slug="serve", name="Serve", kind=WorkloadKind.TRAINING,
+                                        flavors=[flavor], image="vllm/vllm-openai:v0.6.3")
+    WorkloadTemplateVersion.objects.filter(template=template).update(default_priority="high")  # as before the rule
+
+    migration.keep_existing_templates_launchable(apps, None)
+
+    assert template.current.allowed_priorities == ["low", "normal", "high"]
+    assert list(ImageRegistry.objects.values_list("prefix", flat=True)) == ["docker.io/vllm/vllm-openai"]
+    settings.PORTAL_IMAGE_REGISTRIES = []
+    assert services.image_no_longer_allowed(template.current) == ""
