@@ -112,6 +112,7 @@ def run(polls: int, other_events: int) -> dict[str, Any]:
     QuotaGrant.objects.create(team=team, flavor=flavor, units=8)
     reconcile.platform_reconcile()
     reconcile.team_reconcile(team_id=team.pk)
+    services.image_registry_add(user=admin, prefix="registry.example.com")
     template = services.template_create(user=admin, slug="bench-train", name="Bench", kind="training", flavors=[flavor],
                                         image="registry.example.com/train:1", command=["python", "train.py"], parameters=[])
     workload = services.workload_launch(user=member, request=services.LaunchRequest(

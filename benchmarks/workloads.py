@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     QuotaGrant.objects.create(team=team, flavor=flavor, units=1024)
     reconcile.platform_reconcile()
     reconcile.team_reconcile(team_id=team.pk)
+    services.image_registry_add(user=admin, prefix="registry.example.com")
     services.template_create(user=admin, slug="bench-train", name="Bench", kind="training", flavors=[flavor],
                              image="registry.example.com/train:1", command=["python", "train.py"], default_cpu=1,
                              default_memory_gib=1, parameters=[])

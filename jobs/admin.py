@@ -6,11 +6,14 @@ the launch and stop services, so nothing here writes.
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
-from jobs.models import Workload, WorkloadTemplate, WorkloadTemplateVersion
+from jobs import policy, services
+from jobs.models import ImageRegistry, Workload, WorkloadTemplate, WorkloadTemplateVersion
+from portal.errors import DomainError
 
 
 class PlatformAdminReadOnly:
@@ -35,7 +38,8 @@ class PlatformAdminReadOnly:
 class VersionInline(PlatformAdminReadOnly, admin.TabularInline):
     model = WorkloadTemplateVersion
     extra = 0
-    fields = ("number", "image", "default_units", "max_units", "default_priority", "parameters", "created_by", "created_at")
+    fields = ("number", "image", "default_units", "max_units", "default_priority", "allowed_priorities", "parameters",
+              "created_by", "created_at")
     readonly_fields = fields
     ordering = ("-number",)
 
@@ -58,3 +62,56 @@ class WorkloadAdmin(PlatformAdminReadOnly, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Workload]:
         return super().get_queryset(request).select_related("team", "owner", "flavor", "template_version__template")
+
+
+class ImageRegistryForm(forms.ModelForm):
+    class Meta:
+        model = ImageRegistry
+        fields = ("prefix", "note")
+
+    def clean_prefix(self) -> str:
+        entry = policy.registry_entry(self.cleaned_data["prefix"])
+        if entry is None:
+            raise forms.ValidationError("Write a registry host, optionally with a path, e.g. nvcr.io/nvidia.")
+        return entry
+
+
+@admin.register(ImageRegistry)
+class ImageRegistryAdmin(admin.ModelAdmin):
+    """The image allow-list: platform admins add and remove entries through the services, which
+    check the permission and write the audit trail."""
+
+    form = ImageRegistryForm
+    list_display = ("prefix", "note", "created_by", "created_at")
+    search_fields = ("prefix", "note")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("jobs.manage_image_registries")
+
+    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self.has_module_permission(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False  # remove an entry and add another: each change is one audited step
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return self.has_module_permission(request)
+
+    def save_model(self, request: HttpRequest, obj: ImageRegistry, form: forms.ModelForm, change: bool) -> None:
+        try:
+            saved = services.image_registry_add(user=request.user, prefix=obj.prefix,  # type: ignore[arg-type]
+                                                note=obj.note)
+        except DomainError as error:
+            self.message_user(request, error.message, level="error")
+            return
+        obj.pk = saved.pk
+
+    def delete_model(self, request: HttpRequest, obj: ImageRegistry) -> None:
+        services.image_registry_remove(user=request.user, registry=obj)  # type: ignore[arg-type]
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ImageRegistry]) -> None:
+        for registry in queryset:
+            self.delete_model(request, registry)

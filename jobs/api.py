@@ -23,8 +23,10 @@ from rest_framework.routers import BaseRouter
 
 from jobs import selectors, services
 from jobs.filters import TemplateFilter, WorkloadFilter
-from jobs.models import Workload, WorkloadTemplate
+from jobs.models import ImageRegistry, Workload, WorkloadTemplate
 from jobs.serializers import (
+    ImageRegistryCreateSerializer,
+    ImageRegistrySerializer,
     LogsSerializer,
     NotebookTokenSerializer,
     ScaleSerializer,
@@ -88,6 +90,28 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
         template = self.get_object()
         services.template_revise(user=signed_in_user(request), template=template, **parse(TemplateReviseSerializer, request))
         return self._answer(template)
+
+
+@extend_schema_view(
+    list=extend_schema(description="The registries templates may pull images from, as platform admins keep them "
+                                   "(PORTAL_IMAGE_REGISTRIES, set at deployment, is allowed too). Everyone signed in "
+                                   "may read it, so a template's author knows what will be accepted."),
+    create=extend_schema(request=ImageRegistryCreateSerializer, responses={201: ImageRegistrySerializer},
+                         description="Platform admins: allow a registry host, or a path under it (nvcr.io/nvidia)."),
+    destroy=extend_schema(description="Platform admins: templates using its images launch nothing more until their "
+                                      "owners publish a version with an allowed image."),
+)
+class ImageRegistryViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+    serializer_class = ImageRegistrySerializer
+    queryset = ImageRegistry.objects.select_related("created_by")
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        registry = services.image_registry_add(user=signed_in_user(request), **parse(ImageRegistryCreateSerializer, request))
+        return Response(self.get_serializer(registry).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        services.image_registry_remove(user=signed_in_user(request), registry=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 # --- Workloads ---------------------------------------------------------------------------------
@@ -191,3 +215,4 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 def register(router: BaseRouter) -> None:
     router.register("templates", TemplateViewSet, basename="template")
     router.register("workloads", WorkloadViewSet, basename="workload")
+    router.register("image-registries", ImageRegistryViewSet, basename="image-registry")

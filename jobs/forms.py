@@ -11,7 +11,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.forms import BoundField
 from django.http import QueryDict
 
-from jobs import services
+from jobs import rules, services
 from jobs.models import Priority, WorkloadTemplate, WorkloadTemplateVersion
 from portal.errors import DomainError
 from portal.models import User
@@ -90,6 +90,25 @@ class LaunchForm(forms.Form):
                 "cpu": version.default_cpu, "memory_gib": version.default_memory_gib, "priority": version.default_priority,
             })
         self.parameter_rows = self._add_parameter_fields()
+        self._user = user
+
+    @property
+    def offered_priorities(self) -> list[tuple[str, str]]:
+        """The tiers this person may launch the chosen template at in the chosen team. Every tier
+        stays valid input, so a tier sent anyway is refused by the service with its sentence."""
+        if self.version is None:
+            return list(Priority.choices)
+        if self.chosen_team is None:
+            allowed = [tier for tier in Priority.values if tier in self.version.allowed_priorities]
+        else:
+            allowed = rules.allowed_priorities(self._user, self.chosen_team, self.version)
+        return [(value, label) for value, label in Priority.choices if value in allowed]
+
+    @property
+    def missing_priorities(self) -> list[str]:
+        """Why each tier not offered is missing, in a sentence."""
+        offered = {value for value, _ in self.offered_priorities}
+        return [rules.why_not(value) for value in Priority.values if value not in offered]
 
     def _add_parameter_fields(self) -> list[ParameterRow]:
         specs = self.version.parameters if self.version is not None else []

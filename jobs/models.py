@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.deconstruct import deconstructible
 
+from jobs import policy
 from portal.models import User
 from portal.roles import sees_all_teams
 from tenants.models import Flavor, Team, user_team_roles
@@ -23,6 +28,39 @@ class Priority(models.TextChoices):
     LOW = "low", "Low (preemptible)"
     NORMAL = "normal", "Normal"
     HIGH = "high", "High"
+
+
+# Whom each tier is for (jobs/rules.py says who may use which): members launch at the tiers a
+# template allows, low and normal unless it says otherwise; a team's leads and platform admins at any.
+MEMBER_PRIORITIES = [Priority.LOW.value, Priority.NORMAL.value]
+
+
+def default_allowed_priorities() -> list[str]:
+    return list(MEMBER_PRIORITIES)
+
+
+def validate_priorities(value: Any) -> None:
+    if not isinstance(value, list) or not value or any(tier not in Priority.values for tier in value):
+        raise ValidationError(f"Allowed priorities must be a list of one or more of {', '.join(Priority.values)}.")
+
+
+@deconstructible
+class LimitValidator:
+    """A template limit within its bounds (jobs/policy.LIMITS), for the admin and full_clean()."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __call__(self, value: Any) -> None:
+        problem = policy.limit_problem(self.field, value)
+        if problem:
+            raise ValidationError(problem)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LimitValidator) and other.field == self.field
+
+    def __hash__(self) -> int:
+        return hash(self.field)
 
 
 class WorkloadTemplateQuerySet(models.QuerySet["WorkloadTemplate"]):
@@ -84,17 +122,23 @@ class WorkloadTemplateVersion(models.Model):
     args = models.JSONField(default=list, blank=True, help_text="May use {parameter} placeholders.")
     env = models.JSONField(default=dict, blank=True, help_text="May use {parameter} placeholders.")
     flavors = models.ManyToManyField(Flavor, related_name="+")
-    default_units = models.PositiveIntegerField(default=1)
-    max_units = models.PositiveIntegerField(default=8)
-    default_cpu = models.PositiveIntegerField(default=4)
-    max_cpu = models.PositiveIntegerField(default=32)
-    default_memory_gib = models.PositiveIntegerField(default=16)
-    max_memory_gib = models.PositiveIntegerField(default=256)
+    default_units = models.PositiveIntegerField(default=1, validators=[LimitValidator("default_units")])
+    max_units = models.PositiveIntegerField(default=8, validators=[LimitValidator("max_units")])
+    default_cpu = models.PositiveIntegerField(default=4, validators=[LimitValidator("default_cpu")])
+    max_cpu = models.PositiveIntegerField(default=32, validators=[LimitValidator("max_cpu")])
+    default_memory_gib = models.PositiveIntegerField(default=16, validators=[LimitValidator("default_memory_gib")])
+    max_memory_gib = models.PositiveIntegerField(default=256, validators=[LimitValidator("max_memory_gib")])
     default_priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
-    max_runtime_seconds = models.PositiveIntegerField(default=24 * 3600)
-    storage_gib = models.PositiveIntegerField(default=0, help_text="A per-user volume for notebooks; 0 for none.")
-    idle_minutes = models.PositiveIntegerField(default=0, help_text="Notebooks stop after this long idle; 0 never.")
-    port = models.PositiveIntegerField(default=0, help_text="Inference and notebooks: the port the server listens on.")
+    allowed_priorities = models.JSONField(
+        default=default_allowed_priorities, validators=[validate_priorities],
+        help_text="The tiers members may launch at; the team's leads and platform admins may use any tier.")
+    max_runtime_seconds = models.PositiveIntegerField(default=24 * 3600, validators=[LimitValidator("max_runtime_seconds")])
+    storage_gib = models.PositiveIntegerField(default=0, validators=[LimitValidator("storage_gib")],
+                                              help_text="A per-user volume for notebooks; 0 for none.")
+    idle_minutes = models.PositiveIntegerField(default=0, validators=[LimitValidator("idle_minutes")],
+                                               help_text="Notebooks stop after this long idle; 0 never.")
+    port = models.PositiveIntegerField(default=0, validators=[LimitValidator("port")],
+                                       help_text="Inference and notebooks: the port the server listens on.")
     parameters = models.JSONField(default=list, blank=True, help_text="What users may set: name, type, default, bounds.")
     created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
@@ -105,6 +149,24 @@ class WorkloadTemplateVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.template.name} v{self.number}"
+
+
+class ImageRegistry(models.Model):
+    """One entry of the image allow-list, kept by platform admins: a registry host, or a host and
+    a path prefix (`ghcr.io/acme`). Templates may only use images from these."""
+
+    prefix = models.CharField(max_length=255, unique=True,
+                              help_text="A registry host, optionally with a path: nvcr.io/nvidia, docker.io/pytorch.")
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["prefix"]
+        verbose_name_plural = "image registries"
+
+    def __str__(self) -> str:
+        return self.prefix
 
 
 class WorkloadQuerySet(models.QuerySet["Workload"]):

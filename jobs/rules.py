@@ -1,4 +1,12 @@
-"""Who may launch, stop and manage what: the workload rules, next to the team rules."""
+"""Who may launch, stop and manage what: the workload rules, next to the team rules.
+
+Priority tiers. Members launch at the tiers the template allows (`allowed_priorities`, low and
+normal unless it says otherwise); the team's leads and platform admins may launch at any tier.
+A template's managers decide what it offers members: a lead for the team's own templates, a
+platform admin for global and shared ones. Whatever the tier, it orders work only inside the
+team's own queue: the pod PriorityClasses never preempt (tenants/manifests.py), so only Kueue
+evicts, by the ClusterQueue's rules.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +14,11 @@ from typing import Any
 
 import rules
 
+from jobs.models import MEMBER_PRIORITIES, Priority
 from portal.roles import is_platform_admin
 from tenants.rules import is_team_lead, is_team_member
+
+__all__ = ["MEMBER_PRIORITIES", "allowed_priorities", "priority_refusal"]
 
 
 @rules.predicate
@@ -44,6 +55,8 @@ can_manage_template = is_platform_admin | leads_template_team
 # serves its team. Nobody else, admins and finance included: seeing a workload is not using it.
 can_open_workload = is_active_user & ((is_notebook & is_owner) | (is_inference & is_team_member))
 can_reveal_notebook_token = is_active_user & is_notebook & is_owner
+# Any tier, whatever the template offers members: for the team (the object) its leads, and platform admins.
+can_use_any_priority = is_platform_admin | is_team_lead
 
 rules.add_perm("jobs.launch_workload", can_launch)
 rules.add_perm("jobs.stop_workload", can_stop_workload)
@@ -52,3 +65,27 @@ rules.add_perm("jobs.manage_template", can_manage_template)
 rules.add_perm("jobs.open_workload", can_open_workload)
 rules.add_perm("jobs.reveal_notebook_token", can_reveal_notebook_token)
 rules.add_perm("jobs.create_global_template", is_platform_admin)
+rules.add_perm("jobs.manage_image_registries", is_platform_admin)
+
+
+def allowed_priorities(user: Any, team: Any, version: Any) -> list[str]:
+    """The tiers `user` may launch at from this template version in `team`, lowest first."""
+    if can_use_any_priority(user, team):
+        return list(Priority.values)
+    return [tier for tier in Priority.values if tier in (version.allowed_priorities or [])]
+
+
+def priority_refusal(user: Any, team: Any, version: Any, priority: str) -> str:
+    """Why `user` may not launch at `priority` from this version in `team`, in a sentence naming
+    the tiers they may use; empty when they may."""
+    allowed = allowed_priorities(user, team, version)
+    if priority in allowed:
+        return ""
+    return (f"You may launch {version.template.name} in {team.slug} at {' or '.join(allowed) or 'no'} priority, not "
+            f"{priority}. {why_not(priority)}")
+
+
+def why_not(priority: str) -> str:
+    """Why a tier is missing for a member, for the refusal and for the launch form."""
+    return (f"{priority.capitalize()} priority is for the team's leads and platform admins, unless the template "
+            "offers it to members.")

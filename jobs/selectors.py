@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 
-from jobs import manifests, pricing
-from jobs.models import Priority, Workload, WorkloadTemplate, WorkloadTemplateVersion
+from jobs import manifests, policy, pricing
+from jobs.models import ImageRegistry, Priority, Workload, WorkloadTemplate, WorkloadTemplateVersion
 from portal.kube import KubeError, gateway
 from tenants import cluster_selectors
 from tenants import selectors as tenant_selectors
@@ -20,6 +21,13 @@ from tenants.cluster_selectors import QueueUsage
 from tenants.models import Flavor, Team
 
 PRIORITY_ORDER: dict[str, int] = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
+
+
+def image_allow_list() -> list[str]:
+    """Every registry templates may pull from: the deployment's (PORTAL_IMAGE_REGISTRIES) and the
+    platform admins' (ImageRegistry), in one written form."""
+    configured = [entry for entry in map(policy.registry_entry, settings.PORTAL_IMAGE_REGISTRIES) if entry]
+    return sorted({*configured, *ImageRegistry.objects.values_list("prefix", flat=True)})
 
 
 def workloads_for_user(*, user: Any) -> QuerySet[Workload]:

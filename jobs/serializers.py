@@ -8,8 +8,9 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from jobs import selectors, services
+from jobs import policy, selectors, services
 from jobs.models import (
+    ImageRegistry,
     Priority,
     RunInterval,
     Workload,
@@ -35,6 +36,16 @@ DEFAULT_PRIORITY_CHOICES = [(value, value) for value in Priority.values]
 PRIORITY_ERRORS: dict[str, str | StrPromise] = {
     "invalid_choice": f"“{{input}}” is not a priority; choose one of {', '.join(Priority.values)}.",
 }
+
+
+
+def limit_field(name: str) -> serializers.IntegerField:
+    """A template limit, bounded as jobs/policy.LIMITS says, refused with the policy's sentence."""
+    low, high = policy.LIMITS[name]
+    sentence = f"{policy.WORDS[name]} must be a whole number from {low:,} to {high:,}."
+    return serializers.IntegerField(min_value=low, max_value=high, required=False,
+                                    error_messages={"min_value": sentence, "max_value": sentence, "invalid": sentence})
+
 
 KIND_ERRORS: dict[str, str | StrPromise] = {
     "invalid_choice": f"“{{input}}” is not a kind; choose one of {', '.join(WorkloadKind.values)}.",
@@ -102,6 +113,10 @@ class TemplateVersionSerializer(serializers.ModelSerializer):
     flavors = FlavorBriefSerializer(many=True, read_only=True, help_text="The flavors a workload may run on.")
     parameters = ParameterSerializer(many=True, read_only=True)
     default_priority = serializers.ChoiceField(choices=DEFAULT_PRIORITY_CHOICES, read_only=True)
+    allowed_priorities = serializers.ListField(
+        child=serializers.CharField(), read_only=True,
+        help_text="The tiers (of low, normal, high) members may launch at; the team's leads and platform admins may "
+                  "use any tier.")
     command = serializers.ListField(child=serializers.CharField(), read_only=True)
     args = serializers.ListField(child=serializers.CharField(), read_only=True)
     env = serializers.DictField(child=serializers.CharField(), read_only=True)
@@ -110,7 +125,7 @@ class TemplateVersionSerializer(serializers.ModelSerializer):
         model = WorkloadTemplateVersion
         fields = ["number", "created_at", "image", "command", "args", "env", "flavors", "default_units", "max_units",
                   "default_cpu", "max_cpu", "default_memory_gib", "max_memory_gib", "default_priority",
-                  "max_runtime_seconds", "storage_gib", "idle_minutes", "port", "parameters"]
+                  "allowed_priorities", "max_runtime_seconds", "storage_gib", "idle_minutes", "port", "parameters"]
         read_only_fields = fields
 
 
@@ -140,19 +155,31 @@ class TemplateSettingsSerializer(StrictInputMixin, serializers.Serializer):
     command = serializers.ListField(child=serializers.CharField(), required=False)
     args = serializers.ListField(child=serializers.CharField(), required=False, help_text="May use {parameter} placeholders.")
     env = serializers.DictField(child=serializers.CharField(), required=False, help_text="May use {parameter} placeholders.")
-    default_units = serializers.IntegerField(min_value=1, max_value=services.LARGEST_LIMIT, required=False)
-    max_units = serializers.IntegerField(min_value=1, max_value=services.LARGEST_LIMIT, required=False)
-    default_cpu = serializers.IntegerField(min_value=1, max_value=services.LARGEST_LIMIT, required=False)
-    max_cpu = serializers.IntegerField(min_value=1, max_value=services.LARGEST_LIMIT, required=False)
-    default_memory_gib = serializers.IntegerField(min_value=1, max_value=services.LARGEST_LIMIT, required=False)
-    max_memory_gib = serializers.IntegerField(min_value=1, max_value=services.LARGEST_LIMIT, required=False)
+    default_units = limit_field("default_units")
+    max_units = limit_field("max_units")
+    default_cpu = limit_field("default_cpu")
+    max_cpu = limit_field("max_cpu")
+    default_memory_gib = limit_field("default_memory_gib")
+    max_memory_gib = limit_field("max_memory_gib")
     default_priority = serializers.ChoiceField(choices=DEFAULT_PRIORITY_CHOICES, required=False,
                                                error_messages=PRIORITY_ERRORS)
-    max_runtime_seconds = serializers.IntegerField(min_value=1, max_value=services.LARGEST_LIMIT, required=False)
-    storage_gib = serializers.IntegerField(min_value=0, max_value=services.LARGEST_LIMIT, required=False)
-    idle_minutes = serializers.IntegerField(min_value=0, max_value=services.LARGEST_LIMIT, required=False)
-    port = serializers.IntegerField(min_value=0, max_value=65535, required=False)
+    allowed_priorities = serializers.ListField(
+        child=serializers.CharField(), required=False, allow_empty=False,
+        error_messages={"empty": "Allowed priorities must name at least one tier."},
+        help_text="The tiers members may launch at, of low, normal and high (low and normal when left out); the "
+                  "team's leads and platform admins may use any tier. Must include default_priority.")
+    max_runtime_seconds = limit_field("max_runtime_seconds")
+    storage_gib = limit_field("storage_gib")
+    idle_minutes = limit_field("idle_minutes")
+    port = limit_field("port")
     parameters = ParameterSerializer(many=True, required=False)
+
+
+    def validate_allowed_priorities(self, value: list[str]) -> list[str]:
+        for tier in value:
+            if tier not in Priority.values:
+                raise serializers.ValidationError(str(PRIORITY_ERRORS["invalid_choice"]).format(input=tier))
+        return value
 
 
 class TemplateCreateSerializer(TemplateSettingsSerializer):
@@ -289,6 +316,20 @@ class WorkloadLaunchSerializer(StrictInputMixin, serializers.Serializer):
                                  help_text="Defaults to the template's slug.")
     parameters = serializers.DictField(child=AnyValueField(), required=False, default=dict,
                                        help_text="Values for the template's parameters, by name.")
+
+
+class ImageRegistrySerializer(serializers.ModelSerializer):
+    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ImageRegistry
+        fields = ["id", "prefix", "note", "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class ImageRegistryCreateSerializer(StrictInputMixin, serializers.Serializer):
+    prefix = serializers.CharField(max_length=255, help_text="A registry host, optionally with a path: nvcr.io/nvidia.")
+    note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 
 class WhyWaitingSerializer(serializers.Serializer):

@@ -12,8 +12,16 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import access, manifests
-from jobs.models import Priority, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion, WorkloadTransition
+from jobs import access, manifests, policy, rules, selectors
+from jobs.models import (
+    ImageRegistry,
+    Priority,
+    Workload,
+    WorkloadKind,
+    WorkloadTemplate,
+    WorkloadTemplateVersion,
+    WorkloadTransition,
+)
 from jobs.parameters import ParameterError, check_declarations, check_pod_count, render, validate_parameters
 from portal import limits
 from portal.audit import audit_record
@@ -86,6 +94,9 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     version = request.version or template.current
     if version.template_id != template.pk:
         raise DomainError(f"Version {version.number} is not a version of {template.name}.", field="template")
+    image_refusal = image_no_longer_allowed(version)
+    if image_refusal:
+        raise DomainError(image_refusal, field="template")
     if not version.flavors.filter(pk=flavor.pk).exists():
         allowed = ", ".join(version.flavors.values_list("name", flat=True)) or "none"
         raise DomainError(f"{template.name} cannot run on {flavor.name}; choose one of: {allowed}.", field="flavor")
@@ -105,6 +116,9 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     priority = request.priority or version.default_priority
     if priority not in Priority.values:
         raise DomainError(f"Priority must be one of {', '.join(Priority.values)}.", field="priority")
+    priority_refusal = rules.priority_refusal(user, team, version, priority)
+    if priority_refusal:
+        raise DomainError(priority_refusal, field="priority")
     workers = _workers(version, values)
     total = units * workers
     ceiling = tenant_selectors.team_ceiling(team=team, flavor=flavor)
@@ -126,6 +140,23 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     if team.synced_at is None:
         raise DomainError(f"The namespace of {team.slug} is not ready in the cluster yet; try again in a minute.", field="team")
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
+
+
+def image_no_longer_allowed(version: WorkloadTemplateVersion) -> str:
+    """Why nothing may launch from a version whose image left the allow-list; empty when it may."""
+    if policy.image_allowed(version.image, selectors.image_allow_list()):
+        return ""
+    return (f"{version.template.name} uses the image {version.image}, which is not from an allowed registry any more; "
+            "ask its owner to publish a version with an allowed image.")
+
+
+def submission_refusal(workload: Workload) -> str:
+    """Why a recorded workload may not be created in the cluster after all, checked again when a
+    lost submission is sent again: its owner may have lost the role its tier needs, or its image
+    may have left the allow-list. Empty when it may go."""
+    version = workload.template_version
+    return (rules.priority_refusal(workload.owner, workload.team, version, workload.priority)
+            or image_no_longer_allowed(version))
 
 
 def launch_rate_check(*, user: User) -> None:
@@ -314,28 +345,45 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
 
 TEMPLATE_VERSION_FIELDS = (
     "image", "command", "args", "env", "default_units", "max_units", "default_cpu", "max_cpu", "default_memory_gib",
-    "max_memory_gib", "default_priority", "max_runtime_seconds", "storage_gib", "idle_minutes", "port", "parameters",
+    "max_memory_gib", "default_priority", "allowed_priorities", "max_runtime_seconds", "storage_gib", "idle_minutes", "port",
+    "parameters",
 )
 
 
-# What a PositiveIntegerField holds on every database the portal runs on (PostgreSQL's integer);
-# a larger limit would be a database error, not a refusal.
-LARGEST_LIMIT = 2**31 - 1
-TEMPLATE_LIMIT_FIELDS = (
-    "default_units", "max_units", "default_cpu", "max_cpu", "default_memory_gib", "max_memory_gib",
-    "max_runtime_seconds", "storage_gib", "idle_minutes", "port",
-)
+def _argv(fields: dict[str, Any], name: str) -> None:
+    """Command and args are argument lists handed to the container as they are: no shell is put
+    in front of them, and a parameter fills a whole argument."""
+    value = fields.get(name)
+    if value is not None and (not isinstance(value, list) or not all(isinstance(arg, str) for arg in value)):
+        raise DomainError(f"The {name} must be a list of arguments (text), e.g. [\"python\", \"train.py\"].", field=name)
 
 
 def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) -> None:
     if not flavors:
         raise DomainError("Choose at least one GPU flavor the template may use.", field="flavors")
-    if not str(fields.get("image", "")).strip():
-        raise DomainError("A template needs a container image.", field="image")
-    for field in TEMPLATE_LIMIT_FIELDS:
+    problem = policy.image_problem(str(fields.get("image", "")), selectors.image_allow_list())
+    if problem:
+        raise DomainError(problem, field="image")
+    _argv(fields, "command")
+    _argv(fields, "args")
+    env = fields.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(value, str) for value in env.values()):
+        raise DomainError("The env must map names to text values.", field="env")
+    for name in env:
+        problem = policy.env_problem(str(name))
+        if problem:
+            raise DomainError(problem, field="env")
+    for field in policy.LIMITS:
         value = fields.get(field)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= LARGEST_LIMIT):
-            raise DomainError(f"{field} must be a whole number from 0 to {LARGEST_LIMIT}, not “{value}”.", field=field)
+        problem = policy.limit_problem(field, value) if value is not None else None
+        if problem:
+            raise DomainError(problem, field=field)
+    defaults = WorkloadTemplateVersion(**{k: v for k, v in fields.items() if k in policy.LIMITS})
+    for low, high, words in (("default_units", "max_units", "GPU units"), ("default_cpu", "max_cpu", "CPU cores"),
+                             ("default_memory_gib", "max_memory_gib", "memory")):
+        if getattr(defaults, low) > getattr(defaults, high):
+            raise DomainError(f"The default {words} cannot exceed the maximum.", field=low)
+    _check_priorities(fields)
     try:
         check_declarations(fields.get("parameters") or [])
         if kind in POD_COUNT_KINDS:
@@ -345,8 +393,25 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
             render(str(arg), {k: v if v is not None else "" for k, v in names.items()})
     except ParameterError as error:
         raise DomainError(str(error), field="parameters") from None
-    if fields.get("default_units", 1) > fields.get("max_units", 8):
-        raise DomainError("The default GPU units cannot exceed the maximum.", field="default_units")
+    if kind in POD_COUNT_KINDS:
+        for spec in fields.get("parameters") or []:
+            if spec["name"] in ("workers", "replicas") and spec["max"] > policy.MAX_POD_COUNT:
+                raise DomainError(f"{spec['name']} may be at most {policy.MAX_POD_COUNT}: it counts pods.",
+                                  field="parameters")
+
+
+def _check_priorities(fields: dict[str, Any]) -> None:
+    default = fields.get("default_priority") or Priority.NORMAL
+    allowed = fields.get("allowed_priorities")
+    allowed = list(rules.MEMBER_PRIORITIES) if allowed is None else allowed
+    if not isinstance(allowed, list) or not allowed or any(tier not in Priority.values for tier in allowed):
+        raise DomainError(f"Allowed priorities must be one or more of {', '.join(Priority.values)}.",
+                          field="allowed_priorities")
+    if len(set(allowed)) != len(allowed):
+        raise DomainError("Allowed priorities name a tier twice.", field="allowed_priorities")
+    if default not in allowed:
+        raise DomainError(f"The default priority {default} must be one the template allows ({', '.join(allowed)}): "
+                          "members launch at it.", field="default_priority")
 
 
 TEMPLATE_SLUG = re.compile(r"(?=.*[A-Za-z_])[-A-Za-z0-9_]{1,40}")
@@ -403,3 +468,32 @@ def template_revise(
     audit_record(actor=user, action="template.revised", obj=template,
                  team_id=template.owner_team_id, message=f"{user.username} published {version} of {template.name}")
     return version
+
+
+# --- The image allow-list -------------------------------------------------------------------------
+
+
+@transaction.atomic
+def image_registry_add(*, user: User, prefix: str, note: str = "") -> ImageRegistry:
+    """Allows templates to use images from a registry (host), or from a path under it."""
+    _require(user.has_perm("jobs.manage_image_registries"))
+    entry = policy.registry_entry(prefix)
+    if entry is None:
+        raise DomainError(f"“{prefix[:200]}” is not a registry: write its host, optionally with a path, "
+                          "e.g. nvcr.io/nvidia.", field="prefix")
+    if ImageRegistry.objects.filter(prefix=entry).exists():
+        raise DomainError(f"{entry} is on the allow-list already.", field="prefix")
+    registry = ImageRegistry.objects.create(prefix=entry, note=note[:200], created_by=user)
+    audit_record(actor=user, action="image_registry.added", obj=registry,
+                 message=f"{user.username} allowed images from {entry}")
+    return registry
+
+
+@transaction.atomic
+def image_registry_remove(*, user: User, registry: ImageRegistry) -> None:
+    """Takes a registry off the allow-list: templates using its images launch nothing more until
+    their owners publish a version with an allowed image."""
+    _require(user.has_perm("jobs.manage_image_registries"))
+    audit_record(actor=user, action="image_registry.removed", obj=registry,
+                 message=f"{user.username} no longer allows images from {registry.prefix}")
+    registry.delete()

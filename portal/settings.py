@@ -345,6 +345,10 @@ def env_rate(name: str, default: str) -> tuple[int, int]:
 # sentence; the namespace's ResourceQuota counts Jobs, Deployments, StatefulSets, Services and
 # Ingresses to the same number, so a token used straight against the cluster meets it too.
 PORTAL_TEAM_MAX_WORKLOADS = int(env("PORTAL_TEAM_MAX_WORKLOADS", "200"))
+# Registries templates may pull images from, set at deployment (host, or host/path prefix;
+# comma-separated). Platform admins add more under Image registries (admin and API); a template's
+# image must match one of either list.
+PORTAL_IMAGE_REGISTRIES = env_list("PORTAL_IMAGE_REGISTRIES", "")
 # Launches (and relaunches) one user may make, from the pages and the API together.
 PORTAL_LAUNCH_RATE = env_rate("PORTAL_LAUNCH_RATE", "30/minute")
 # Failed password sign-ins: this many within the window locks the account, and separately the

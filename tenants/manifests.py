@@ -57,6 +57,10 @@ PRIORITY_TIERS = (
     PriorityTier("normal", 1000, "The default for training and notebooks."),
     PriorityTier("high", 10000, "Deadlines and serving: may preempt lower tiers inside the team."),
 )
+# Pods never preempt other pods: kube-scheduler's preemption knows no teams or quotas, so a
+# pending pod could evict another team's running one. Only Kueue preempts, by the workload's
+# WorkloadPriorityClass and within the ClusterQueue's rules. Immutable in Kubernetes, as `value` is.
+POD_PREEMPTION_POLICY = "Never"
 
 
 @dataclass(frozen=True)
@@ -252,11 +256,12 @@ def make_workload_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
 
 
 def make_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
+    """The class pods name: it orders the scheduler's queue, and never evicts a pod (see POD_PREEMPTION_POLICY)."""
     return {
         "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
         "metadata": _meta(tier.object_name, platform_labels("priority")),
         "value": tier.value, "globalDefault": False, "description": tier.description,
-        "preemptionPolicy": "PreemptLowerPriority",
+        "preemptionPolicy": POD_PREEMPTION_POLICY,
     }
 
 

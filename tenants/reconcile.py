@@ -116,10 +116,31 @@ def team_reconcile(*, team_id: int) -> bool:
     return True
 
 
+# Fields the API server never lets an update change: when the wish differs, the object is
+# deleted and created again.
+IMMUTABLE_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("scheduling.k8s.io/v1", "PriorityClass"): ("value", "preemptionPolicy"),
+}
+
+
+def _apply(obj: dict[str, Any], current: dict[str, Any] | None) -> None:
+    """Applies one object; one the portal owns whose immutable fields differ is recreated. This is
+    safe for a PriorityClass: each pod keeps the priority copied into it when it was created, and
+    a pod made in the moment between is refused by the API server and made again by its controller."""
+    immutable = IMMUTABLE_FIELDS.get((obj["apiVersion"], obj["kind"]), ())
+    if current is not None and any(current.get(name) != obj.get(name) for name in immutable):
+        labels = (current.get("metadata") or {}).get("labels") or {}
+        if labels.get(manifests.MANAGED_BY_LABEL) == manifests.MANAGER:
+            log.info("recreating %s: %s cannot change in place", ref_of(obj), ", ".join(immutable))
+            gateway().delete(ref_of(obj))
+    gateway().apply(obj)
+
+
 def platform_reconcile() -> None:
     cluster = gateway()
     for obj in platform_objects():
-        cluster.apply(obj)
+        immutable = (obj["apiVersion"], obj["kind"]) in IMMUTABLE_FIELDS
+        _apply(obj, cluster.get(ref_of(obj)) if immutable else None)
     # A real cluster has its own GPU nodes; the simulated one makes them from the catalog.
     cluster.expect_nodes([
         NodeSpec(name=node["name"], labels=node["labels"], allocatable=node["allocatable"]) for node in simulated_nodes()
@@ -272,5 +293,5 @@ def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result
     current = live.get(ref)
     if current is not None and contains(current, obj):
         return
-    gateway().apply(obj)
+    _apply(obj, current)
     result.applied.append(str(ref))

@@ -43,6 +43,13 @@ def _own_cache(settings):
                                    "LOCATION": f"test-{uuid.uuid4()}"}}
 
 
+@pytest.fixture(autouse=True)
+def _allowed_registries(settings):
+    # The registries the suite's templates pull from (x/y:1 is Docker Hub's); the allow-list's own
+    # tests (tests/jobs/test_template_policy.py) set their own.
+    settings.PORTAL_IMAGE_REGISTRIES = ["docker.io", "quay.io", "registry.example.com"]
+
+
 @pytest.fixture
 def flavor(db):
     return FlavorFactory(name="H100 80GB", slug="h100-80gb", resource_name="nvidia.com/gpu", capacity_units=16)

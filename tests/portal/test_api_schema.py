@@ -40,6 +40,8 @@ ENDPOINTS = {
     "/api/workloads/{id}/scale/": {"post"},
     "/api/workloads/{id}/logs/": {"get"},
     "/api/workloads/{id}/why-waiting/": {"get"},
+    "/api/image-registries/": {"get", "post"},
+    "/api/image-registries/{id}/": {"get", "delete"},
 }
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
 

@@ -209,6 +209,19 @@ def test_priority_tiers_exist_for_kueue_and_for_pods():
     ]
 
 
+def test_pod_priority_classes_never_preempt_so_only_kueue_evicts_by_its_fair_rules():
+    assert m.make_priority_class(tier=m.PRIORITY_TIERS[2]) == {
+        "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+        "metadata": {"name": "gpu-portal-high",
+                     "labels": {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/role": "priority"}},
+        "value": 10000, "globalDefault": False,
+        "description": "Deadlines and serving: may preempt lower tiers inside the team.",
+        "preemptionPolicy": "Never",
+    }
+    pod_classes = [o for o in m.make_platform_objects(flavors=(H100,)) if o["kind"] == "PriorityClass"]
+    assert [o["preemptionPolicy"] for o in pod_classes] == ["Never", "Never", "Never"]
+
+
 def _crd_schema(kind: str) -> dict:
     for path in CRDS.glob("*.yaml"):
         crd = yaml.safe_load(path.read_text())

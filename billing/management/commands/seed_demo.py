@@ -138,8 +138,11 @@ class Command(BaseCommand):
 
 
 def seed_templates(*, admin: User, flavors: dict[str, Flavor]) -> None:
-    """The four defaults every site starts with."""
+    """The four defaults every site starts with, and the registries their images come from."""
     h100, mig, t4 = flavors["h100-80gb"], flavors["a100-1g-10gb"], flavors["t4-shared"]
+    for prefix, note in (("docker.io/pytorch", "PyTorch's official images"), ("docker.io/vllm", "vLLM's server"),
+                         ("quay.io/jupyter", "Jupyter's docker-stacks"), ("nvcr.io/nvidia", "NVIDIA's NGC catalog")):
+        job_services.image_registry_add(user=admin, prefix=prefix, note=note)
     epochs = {"name": "epochs", "type": "int", "default": 10, "min": 1, "max": 1000, "help": "Passes over the data"}
     job_services.template_create(
         user=admin, slug="pytorch-training", name="PyTorch training", kind="training", flavors=[h100, mig, t4],
@@ -173,7 +176,7 @@ def seed_templates(*, admin: User, flavors: dict[str, Flavor]) -> None:
         image="vllm/vllm-openai:v0.6.3", command=[],
         args=["--model", "{model}", "--port", "8000", "--max-model-len", "{max_model_len}"],
         default_units=1, max_units=4, default_cpu=8, max_cpu=32, default_memory_gib=48, max_memory_gib=256, port=8000,
-        default_priority="high", max_runtime_seconds=30 * 24 * 3600,
+        default_priority="high", allowed_priorities=["normal", "high"], max_runtime_seconds=30 * 24 * 3600,
         parameters=[
             {"name": "model", "type": "choice", "default": "Qwen/Qwen2.5-7B-Instruct",
              "choices": ["Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", "mistralai/Mistral-7B-Instruct-v0.3"]},

@@ -137,6 +137,16 @@ class ApiServer:
             body["status"] = {"hard": dict(hard), "used": dict.fromkeys(hard, "0")}
         return body
 
+    @staticmethod
+    def _refuse_immutable_change(ref: ObjectRef, live: dict[str, Any], wanted: dict[str, Any]) -> None:
+        """As the API server does: a PriorityClass's value and preemptionPolicy never change in place."""
+        if ref.kind != "PriorityClass":
+            return
+        for name, default in (("value", 0), ("preemptionPolicy", "PreemptLowerPriority")):
+            if name in wanted and wanted[name] != live.get(name, default):
+                message = "may not be changed in an update." if name == "value" else "field is immutable"
+                raise KubeError(f"rejected as invalid: {name}: {message}", ref=ref, status=422, reason="Invalid")
+
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
         ref = ref_of(obj)
         self._validate(ref)
@@ -146,6 +156,7 @@ class ApiServer:
                 body = copy.deepcopy(obj)
                 body.setdefault("metadata", {})
             else:
+                self._refuse_immutable_change(ref, row.body, obj)
                 body = copy.deepcopy(row.body)
                 meta = obj.get("metadata", {})
                 for key in ("labels", "annotations"):
