@@ -180,7 +180,7 @@ def test_upgrading_keeps_each_versions_default_tier_and_its_images_registry(admi
 
     from jobs.models import ImageRegistry, WorkloadTemplateVersion
 
-    migration = import_module("jobs.migrations.0003_template_priorities_limits_and_image_registries")
+    migration = import_module("jobs.migrations.0005_template_priorities_limits_and_image_registries")
     template = services.template_create(user=admin_user, slug="serve", name="Serve", kind=WorkloadKind.TRAINING,
                                         flavors=[flavor], image="vllm/vllm-openai:v0.6.3")
     WorkloadTemplateVersion.objects.filter(template=template).update(default_priority="high")  # as before the rule
