@@ -141,7 +141,7 @@ def test_a_revision_keeps_the_tiers_it_does_not_change(admin_user, flavor):
 
 
 def test_the_launch_form_offers_a_member_low_and_normal_and_says_why_high_is_missing(ready_team, member, training, as_user):
-    page = as_user(member).get(reverse("jobs:workload-launch") + "?template=pytorch-train&team=vision").content.decode()
+    page = as_user(member).get(reverse("jobs:workload-launch") + f"?template={training.pk}&team=vision").content.decode()
 
     assert '<option value="low">' in page and '<option value="normal" selected>' in page
     assert '<option value="high"' not in page
@@ -150,7 +150,7 @@ def test_the_launch_form_offers_a_member_low_and_normal_and_says_why_high_is_mis
 
 
 def test_the_launch_form_offers_the_lead_every_tier(ready_team, lead, training, as_user):
-    page = as_user(lead).get(reverse("jobs:workload-launch") + "?template=pytorch-train&team=vision").content.decode()
+    page = as_user(lead).get(reverse("jobs:workload-launch") + f"?template={training.pk}&team=vision").content.decode()
 
     assert '<option value="high">' in page and "High priority is for" not in page
 
