@@ -397,6 +397,19 @@ def watermark() -> dt.datetime | None:
     return MeteringState.objects.order_by("pk").values_list("metered_until", flat=True).first()
 
 
+def pending(*, start: dt.datetime, end: dt.datetime) -> int:
+    """Intervals in the period that changed since the last refresh (new, or closed at another point
+    than they were metered to): a recomputation counts them as they are now, the rollups not yet."""
+    until = watermark()
+    window = Window(start, end)
+    intervals = RunInterval.objects.filter(_overlapping(window), settled=False)
+    if until is None:
+        return intervals.count()
+    return intervals.filter(Q(metered_until__isnull=True, started_at__lt=until)
+                            | Q(ended_at__isnull=False, ended_at__lt=F("metered_until"))
+                            | Q(ended_at__isnull=False, ended_at__gt=F("metered_until"), metered_until__lt=until)).count()
+
+
 def recompute(*, start: dt.datetime, end: dt.datetime) -> list[str]:
     """The differences, in words, between a from-scratch computation of the hours in [start, end)
     (up to the watermark) and the stored rollups; empty when they are equal to the unit-second.

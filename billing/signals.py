@@ -12,6 +12,7 @@ from django.db.models.signals import post_save, pre_delete
 from django.utils import timezone
 
 from billing.models import Account
+from jobs.models import RunInterval, Workload
 from tenants.models import Team
 
 
@@ -28,6 +29,11 @@ def _team_deleting(sender: type[Team], instance: Team, **kwargs: Any) -> None:
     Account.objects.filter(pk=account.pk).update(team_deleted_at=timezone.now())
 
 
+def _workload_deleting(sender: type[Workload], instance: Workload, **kwargs: Any) -> None:
+    # Its pods go with it and no sync will read them again: they ran until now at the latest.
+    RunInterval.objects.filter(workload=instance, ended_at__isnull=True).update(ended_at=timezone.now())
+
+
 def _intervals_closed(**kwargs: Any) -> None:
     from billing import tasks
 
@@ -39,4 +45,5 @@ def connect() -> None:
 
     post_save.connect(_team_saved, sender=Team, dispatch_uid="billing.account_follows_team")
     pre_delete.connect(_team_deleting, sender=Team, dispatch_uid="billing.account_outlives_team")
+    pre_delete.connect(_workload_deleting, sender=Workload, dispatch_uid="billing.close_intervals_of_deleted_workload")
     sync.intervals_closed.connect(_intervals_closed, dispatch_uid="billing.refresh_on_interval_close")
