@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     first_refresh = time.perf_counter() - first
 
     timings: list[float] = []
+    floors: list[float] = []
     cpu_timings: list[float] = []  # the portal process's own CPU time: what the machine's load does not inflate
     closed_total = opened_total = flipped_total = 0
     for minute in range(1, args.minutes + 1):
@@ -130,6 +131,11 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             metering.rollups_refresh(until=now)
         timings.append(time.perf_counter() - tick)
         cpu_timings.append(time.process_time() - cpu)
+        # The floor, measured in the same minute: one read of what is running (the refresh reads at least that).
+        tick = time.perf_counter()
+        len(RunInterval.objects.filter(ended_at__isnull=True).values_list("id", "team_uid", "flavor_id", "owner_username",
+                                                                          "units", "started_at"))
+        floors.append(time.perf_counter() - tick)
 
     now = start + dt.timedelta(minutes=args.minutes)
     check = time.perf_counter()
@@ -145,6 +151,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                                        "all": [round(t, 3) for t in timings]},
         "portal_cpu_seconds_per_minute": {"median": round(statistics.median(cpu_timings), 3),
                                           "max": round(max(cpu_timings), 3)},
+        "floor_seconds (one read of the running intervals)": round(statistics.median(floors), 3),
+        "refresh_over_floor": round(statistics.median(timings) / statistics.median(floors), 1),
         "load_average_1min": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
         "target_seconds": 1.0, "within_target": max(timings) < 1.0,
         "usage_rows": UsageHour.objects.count(),

@@ -392,6 +392,19 @@ def _pg_upsert(model: type[UsageHour] | type[GuaranteeHour], columns: tuple[tupl
         cursor.execute(sql, [payload])
 
 
+def _pg_update_by_id(model: type[UsageHour] | type[GuaranteeHour], rows: list[tuple[object, ...]],
+                     *columns: tuple[str, str]) -> None:
+    """One UPDATE … FROM a JSON payload of (id, values…): rows found by primary key, which costs
+    less than the upsert's probe of the eight-column key for the open hour's thousands of rows."""
+    if not rows:
+        return
+    table = connection.ops.quote_name(model._meta.db_table)
+    assignments = ", ".join(f"{name} = (r->>{n + 1})::{kind}" for n, (name, kind) in enumerate(columns))
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {table} SET {assignments} FROM jsonb_array_elements(%s::jsonb) AS r "
+                       f"WHERE {table}.id = (r->>0)::bigint", [json.dumps(rows)])
+
+
 def _store_usage(window: Window, rows: dict[UsageKey, int]) -> None:
     """Makes the stored UsageHour rows of the window's hours equal `rows`, writing only differences."""
     existing = {tuple(values[:-2]): (values[-2], values[-1]) for values in UsageHour.objects.filter(
@@ -403,7 +416,10 @@ def _store_usage(window: Window, rows: dict[UsageKey, int]) -> None:
     if not changed:
         return
     if _upserts():
-        _pg_upsert(UsageHour, _USAGE_COLUMNS, [(*key, value) for key, value in changed.items()], update=["unit_seconds"])
+        _pg_update_by_id(UsageHour, [(existing[key][0], value) for key, value in changed.items() if key in existing],
+                         ("unit_seconds", "bigint"))
+        _pg_upsert(UsageHour, _USAGE_COLUMNS, [(*key, value) for key, value in changed.items() if key not in existing],
+                   update=["unit_seconds"])
         return
     objects = [UsageHour(**dict(zip(_USAGE_FIELDS, key, strict=True)), unit_seconds=value)
                for key, value in changed.items()]
@@ -445,9 +461,11 @@ def _store_guarantees(window: Window, rows: dict[GuaranteeKey, tuple[int, bool]]
     for chunk in _chunks(stale):
         GuaranteeHour.objects.filter(pk__in=chunk).delete()
     if _upserts():
-        _pg_upsert(GuaranteeHour, _GUARANTEE_COLUMNS, [
-            (*key, value, lends) for key, (value, lends) in rows.items()
-            if existing.get(key, (None, None))[1] != (value, lends)], update=["unit_seconds", "lends_idle"])
+        differing = {key: value for key, value in rows.items() if existing.get(key, (None, None))[1] != value}
+        _pg_update_by_id(GuaranteeHour, [(existing[key][0], *value) for key, value in differing.items() if key in existing],
+                         ("unit_seconds", "bigint"), ("lends_idle", "boolean"))
+        _pg_upsert(GuaranteeHour, _GUARANTEE_COLUMNS, [(*key, *value) for key, value in differing.items()
+                                                       if key not in existing], update=["unit_seconds", "lends_idle"])
         return
     changed = [GuaranteeHour(hour=key[0], account_id=key[1], flavor_id=key[2], unit_seconds=value, lends_idle=lends)
                for key, (value, lends) in rows.items() if existing.get(key, (None, None))[1] != (value, lends)]
