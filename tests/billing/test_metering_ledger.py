@@ -8,9 +8,11 @@ import random
 from fractions import Fraction
 
 import pytest
+from django.core.exceptions import PermissionDenied
 
-from billing import ledger, metering
+from billing import ledger, metering, services
 from billing.models import IdlePolicy
+from portal.errors import DomainError
 from tests.billing.metering_helpers import account, at, make_interval, make_workload, total
 from tests.factories import FlavorFactory, QuotaGrantFactory, TeamFactory, UserFactory
 
@@ -132,3 +134,19 @@ def test_conservation_is_within_a_tenth_of_a_percent_when_a_lagging_sync_overfil
 
     assert used == capacity + 6 and unallocated == 0
     assert abs(used + unallocated - capacity) <= capacity / 1000
+
+
+def test_finance_chooses_to_share_a_flavors_idle_capacity_and_the_ledger_follows(site, finance_user, lead):
+    h100, vision, speech, _, robots = site
+    with pytest.raises(PermissionDenied):
+        services.idle_policy_set(actor=lead, flavor=h100, mode="share")
+    with pytest.raises(DomainError, match="“everyone” is not an idle policy"):
+        services.idle_policy_set(actor=finance_user, flavor=h100, mode="everyone")
+    assert ledger.idle_shares(start=HOUR[0], end=HOUR[1]) == {}
+
+    services.idle_policy_set(actor=finance_user, flavor=h100, mode=IdlePolicy.Mode.SHARE_BY_GUARANTEE)
+
+    assert sum(ledger.idle_shares(start=HOUR[0], end=HOUR[1]).values()) == 3 * 3600
+    services.idle_policy_set(actor=finance_user, flavor=h100, mode=IdlePolicy.Mode.SHOW_APART)
+    assert ledger.idle_shares(start=HOUR[0], end=HOUR[1]) == {}
+    assert IdlePolicy.objects.count() == 1
