@@ -11,12 +11,13 @@ How a second is counted
 How the rollups stay current (incremental, idempotent)
     `MeteringState.metered_until` is the watermark W. A refresh up to `until` recomputes from
     scratch every hour from the one holding W up to `until` (the open hour is always recomputed),
-    plus any older hour an interval changed since it was metered: each interval remembers how far
-    it is in the rollups (`metered_until`); an interval that appeared late, or closed before the
-    point it had been metered to, marks the hours between the two as dirty. An interval metered
-    to its end is `settled` and never read again, so a refresh reads the open intervals and the
-    changed ones, not the month. Recomputing an hour replaces its rows, so running a refresh
-    twice, or after a crash, gives the same rows.
+    plus any older hour an interval changed since it was metered. An interval a refresh has seen
+    (`metered_until` set) is in the rollups up to W while it is open; one that appeared late marks
+    the hours from its start as dirty, and one that closed before W marks the hours between its
+    end and W. An interval metered to its end is `settled` and never read again, so a refresh
+    reads only new and newly closed intervals to find its hours (the open ones are in the hours
+    it recomputes anyway), not the month. Recomputing an hour makes its rows equal a computation
+    from scratch, so running a refresh twice, or after a crash, gives the same rows.
 
 Capacity and guarantees are recorded as time passes
     A flavor's capacity has no history in the catalog, and a deleted team's grants are gone with
