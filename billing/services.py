@@ -8,7 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from billing.models import Rate
+from billing.models import IdlePolicy, Rate
 from portal.audit import audit_record
 from portal.errors import DomainError
 from portal.models import User
@@ -43,3 +43,21 @@ def rate_set(*, actor: User, flavor: Flavor, price_per_gpu_hour: Any, currency: 
                  message=f"{actor.username} set {flavor.name} to {price} {currency} per GPU-hour"
                  f" from {effective_from:%Y-%m-%d %H:%M}")
     return rate
+
+
+@transaction.atomic
+def idle_policy_set(*, actor: User, flavor: Flavor, mode: str) -> IdlePolicy:
+    """Finance's choice for a flavor's unallocated capacity: shown apart, or shared among teams by
+    guaranteed quota. The ledger applies it when it is read; closed statements keep theirs."""
+    if not actor.has_perm("billing.set_rates"):
+        raise PermissionDenied
+    if mode not in IdlePolicy.Mode.values:
+        choices = " or ".join(f"“{value}” ({label.lower()})" for value, label in IdlePolicy.Mode.choices)
+        raise DomainError(f"“{mode}” is not an idle policy; choose {choices}.", field="mode")
+    policy, _ = IdlePolicy.objects.select_for_update().get_or_create(flavor=flavor)
+    if policy.mode != mode:
+        policy.mode, policy.updated_at = mode, timezone.now()
+        policy.save(update_fields=["mode", "updated_at"])
+        audit_record(actor=actor, action="idle_policy.set", obj=policy,
+                     message=f"{actor.username} set {flavor.name}'s unallocated capacity to: {policy.get_mode_display()}")
+    return policy
