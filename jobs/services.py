@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from jobs import manifests
+from jobs import manifests, pricing
 from jobs.models import Priority, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion, WorkloadTransition
 from jobs.parameters import ParameterError, check_declarations, check_pod_count, render, validate_parameters
 from portal import limits
@@ -125,6 +125,8 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
         )
     if team.synced_at is None:
         raise DomainError(f"The namespace of {team.slug} is not ready in the cluster yet; try again in a minute.", field="team")
+    if refusal := pricing.launch_refusal(team=team):
+        raise DomainError(refusal, field="team")
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
 
 

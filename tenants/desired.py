@@ -7,13 +7,23 @@ applies what these return; the simulated cluster's nodes are made from the same 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
 
 from tenants import manifests, selectors
 from tenants.models import Flavor, Membership, Team
+
+
+# Which teams' queues are held (admit nothing new): billing's hard stop registers the answer.
+HoldProvider = Callable[[list[int]], set[int]]
+_hold_provider: HoldProvider | None = None
+
+
+def register_hold_provider(provider: HoldProvider) -> None:
+    global _hold_provider
+    _hold_provider = provider
 
 
 def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
@@ -24,7 +34,8 @@ def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
 
 
 def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, manifests.TeamSpec]]:
-    """The desired state of the given teams (all when None), read in four queries (teams, flavors, grants, members)."""
+    """The desired state of the given teams (all when None), read in five queries (teams, flavors, grants,
+    members, held queues)."""
     teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=list(team_ids))
     teams_by_id = {team.pk: team for team in teams}
     active = list(Flavor.objects.filter(is_active=True).order_by("pk"))
@@ -37,6 +48,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     memberships = Membership.objects.filter(team_id__in=list(teams_by_id), user__is_active=True)
     for team_id, username in memberships.values_list("team_id", "user__username"):
         members[team_id].append(username)
+    held = _hold_provider(list(teams_by_id)) if _hold_provider else set()
     specs = {}
     for team in teams_by_id.values():
         specs[team.pk] = (team, manifests.TeamSpec(
@@ -57,6 +69,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             cohort=settings.PORTAL_COHORT,
             ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,
             user_prefix=settings.PORTAL_CLUSTER_USER_PREFIX,
+            held=team.pk in held,
         ))
     return specs
 

@@ -1,6 +1,7 @@
 """Billing's tables, one module per concern: the rate card, metered usage, statements, budgets."""
 
+from billing.models.budgets import AlertEmailPreference, Budget, BudgetAlert, DigestEntry
 from billing.models.rates import Rate
 from billing.models.usage import Account, CapacityHour, GuaranteeHour, UsageHour
 
-__all__ = ["Account", "CapacityHour", "GuaranteeHour", "Rate", "UsageHour"]
+__all__ = ["Account", "AlertEmailPreference", "Budget", "BudgetAlert", "DigestEntry", "CapacityHour", "GuaranteeHour", "Rate", "UsageHour"]
