@@ -151,13 +151,15 @@ def _budget_check(*, budget_id: int, now: dt.datetime, result: CheckResult) -> N
         return
     result.alerts.extend(new)
     # Crossing several thresholds at once (a big job, or the first check after setting a budget)
-    # is one alert about the highest; the others are recorded so they never arrive late.
-    worst = max(new, key=lambda alert: _rank(alert.threshold))
-    _alert_deliver(team=team, alert=worst, to_finance=any(a.threshold == Threshold.FULL for a in new))
-
-
-def _rank(threshold: str) -> int:
-    return {Threshold.HALF: 1, Threshold.EIGHTY: 2, Threshold.FORECAST: 3, Threshold.FULL: 4}[Threshold(threshold)]
+    # is one alert about the highest; the others are recorded so they never arrive late. The
+    # forecast is news of its own, unless the budget is already used up.
+    crossed = [alert for alert in new if alert.threshold != Threshold.FORECAST]
+    if crossed:
+        highest = max(crossed, key=lambda alert: int(alert.threshold))
+        _alert_deliver(team=team, alert=highest, to_finance=highest.threshold == Threshold.FULL)
+    forecast = next((alert for alert in new if alert.threshold == Threshold.FORECAST), None)
+    if forecast is not None and not status.over:
+        _alert_deliver(team=team, alert=forecast, to_finance=False)
 
 
 def alert_message(team: Team, status: BudgetStatus, threshold: str) -> str:
