@@ -131,7 +131,7 @@ def test_the_local_queue_points_at_the_team_queue():
     assert m.make_local_queue(team=TEAM) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
         "metadata": {"name": "default", "namespace": "vision", "labels": LABELS, "annotations": PROOF},
-        "spec": {"clusterQueue": "vision"},
+        "spec": {"clusterQueue": "vision", "stopPolicy": "None"},
     }
 
 
