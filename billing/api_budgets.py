@@ -34,7 +34,7 @@ class BudgetSerializer(serializers.ModelSerializer):
                   "forecast", "forecast_sentence"]
 
     def _status(self, budget: Budget) -> budget_selectors.BudgetStatus:
-        cache: dict[int, budget_selectors.BudgetStatus] = self.context.setdefault("statuses", {})
+        cache: dict[int, budget_selectors.BudgetStatus] = self.context["statuses"]
         if budget.pk not in cache:
             cache[budget.pk] = budget_selectors.budget_status(budget=budget)
         return cache[budget.pk]
@@ -84,6 +84,10 @@ class BudgetViewSet(viewsets.GenericViewSet):
 
     def get_queryset(self) -> QuerySet[Budget]:
         return budget_selectors.budgets_for_user(self.request.user).order_by("account__slug")
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        # Each budget's status is read once per response, however many fields show it.
+        return {**super().get_serializer_context(), "statuses": {}}
 
     def list(self, request: Request) -> Response:
         page = self.paginate_queryset(self.get_queryset())

@@ -50,9 +50,9 @@ def _team_context(request: HtmxHttpRequest, team: Team, form: BudgetForm | None 
 
 @login_required
 def budget_list(request: HtmxHttpRequest) -> HttpResponse:
-    rows = [{"budget": b, "status": budget_selectors.budget_status(budget=b)}
-            for b in budget_selectors.budgets_for_user(request.user).order_by("account__slug")]
-    budgeted = {row["budget"].account.team_id for row in rows}
+    visible = list(budget_selectors.budgets_for_user(request.user).order_by("account__slug"))
+    rows = [{"budget": b, "status": budget_selectors.budget_status(budget=b)} for b in visible]
+    budgeted = {b.account.team_id for b in visible}
     unbudgeted = [t for t in Team.objects.for_user(request.user).order_by("slug") if t.pk not in budgeted]
     return render(request, "billing/budgets.html", {"rows": rows, "unbudgeted": unbudgeted})
 

@@ -172,7 +172,8 @@ def alert_message(team: Team, status: BudgetStatus, threshold: str) -> str:
     if threshold == Threshold.FULL:
         stop = (" New launches are refused and its queue admits nothing new until finance or a platform admin "
                 "raises the budget or the month ends; running workloads continue.") if status.hard_stop else ""
-        return f"{team.slug} has spent {spent_text}, all of its {budget_text} budget for {status.month_name} ({status.percent} %).{stop}"
+        return (f"{team.slug} has spent {spent_text}, all of its {budget_text} budget for {status.month_name} "
+                f"({status.percent} %).{stop}")
     return f"{team.slug} has spent {spent_text} of its {budget_text} budget for {status.month_name} ({status.percent} %)."
 
 

@@ -15,7 +15,6 @@ from django.conf import settings
 from tenants import manifests, selectors
 from tenants.models import Flavor, Membership, Team
 
-
 # Which teams' queues are held (admit nothing new): billing's hard stop registers the answer.
 HoldProvider = Callable[[list[int]], set[int]]
 _hold_provider: HoldProvider | None = None

@@ -4,4 +4,5 @@ from billing.models.budgets import AlertEmailPreference, Budget, BudgetAlert, Di
 from billing.models.rates import Rate
 from billing.models.usage import Account, CapacityHour, GuaranteeHour, UsageHour
 
-__all__ = ["Account", "AlertEmailPreference", "Budget", "BudgetAlert", "DigestEntry", "CapacityHour", "GuaranteeHour", "Rate", "UsageHour"]
+__all__ = ["Account", "AlertEmailPreference", "Budget", "BudgetAlert", "CapacityHour", "DigestEntry", "GuaranteeHour", "Rate",
+           "UsageHour"]

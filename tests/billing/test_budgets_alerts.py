@@ -95,8 +95,8 @@ def test_the_forecast_alert_says_when_the_month_will_go_over(budget, team, lead,
     assert sorted(a.threshold for a in check(MID, django_capture_on_commit_callbacks).alerts) == ["50", "forecast"]
     messages = sorted(Notification.objects.filter(recipient=lead).values_list("message", flat=True))
     assert messages == [
-        "At this rate vision will spend 1,241.38 USD in November 2026, over its 1,000.00 USD budget on the 25th; "
-        "600.00 USD is spent so far.",
+        ("At this rate vision will spend 1,241.38 USD in November 2026, over its 1,000.00 USD budget on the 25th; "
+         "600.00 USD is spent so far."),
         "vision has spent 600.00 USD of its 1,000.00 USD budget for November 2026 (60 %).",
     ]
     assert check(MID + dt.timedelta(days=1), django_capture_on_commit_callbacks).alerts == []
@@ -154,7 +154,8 @@ def test_setting_a_budget_is_for_finance_and_platform_admins_and_is_audited(team
     budgets.budget_set(actor=admin_user, team=team, amount="2500.50", currency="EUR", hard_stop=True)
     budget = Budget.objects.get()
     assert (budget.amount, budget.currency, budget.hard_stop, budget.set_by) == (Decimal("2500.50"), "EUR", True, admin_user)
-    assert list(AuditEvent.objects.filter(action="budget.set").order_by("created_at", "id").values_list("message", flat=True)) == [
+    events = AuditEvent.objects.filter(action="budget.set").order_by("created_at", "id")
+    assert list(events.values_list("message", flat=True)) == [
         "fiona set the monthly budget of vision to 1,000.00 USD",
         "root set the monthly budget of vision to 2,500.50 EUR with a hard stop (was 1,000.00 USD)",
     ]
