@@ -7,6 +7,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from billing import urls as billing_urls
 from jobs import api as jobs_api
 from portal import api as portal_api
 from portal import views
@@ -34,6 +35,7 @@ urlpatterns = [
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
+    path("api/billing/", include((billing_urls.api_urlpatterns, "billing-api"))),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Swagger UI's start script comes from its own URL (the split view), so scripts stay strict;
