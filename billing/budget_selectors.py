@@ -1,7 +1,7 @@
 """Reads for budgets: where a team stands against its budget this month, and what may be seen.
 
-Month-to-date cost and the forecast come from `billing.selectors` (the usage pages show the same
-numbers); this module turns them into the budget's picture and its sentences.
+Month-to-date cost and the forecast come from `billing.selectors.month_forecast` (the usage pages
+show the same numbers); this module turns them into the budget's picture and its sentences.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from decimal import Decimal
-from fractions import Fraction
 
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
@@ -17,6 +16,7 @@ from django.utils import timezone
 
 from billing import money, periods, selectors
 from billing.models import Account, Budget, BudgetAlert
+from portal.errors import DomainError
 from portal.models import User
 from portal.roles import sees_all_teams
 from tenants.models import Team, user_team_roles
@@ -44,11 +44,12 @@ class BudgetStatus:
     over_on: dt.date | None  # the day the forecast crosses the budget, when that is within the month
     hard_stop: bool
     held: bool
+    problem: str = ""  # why the month's cost cannot be read (rates in two currencies)
 
     @property
     def comparable(self) -> bool:
         """Costs in another currency than the budget's cannot be compared without an exchange rate."""
-        return self.spent_currency == self.currency or self.spent == 0
+        return not self.problem and (self.spent_currency == self.currency or self.spent == 0)
 
     @property
     def percent(self) -> int:
@@ -78,6 +79,8 @@ class BudgetStatus:
 
     @property
     def forecast_sentence(self) -> str:
+        if self.problem:
+            return self.problem
         if not self.comparable:
             return (f"Costs are in {self.spent_currency} and the budget in {self.currency}: "
                     "ask finance to set the budget in the currency of the rates.")
@@ -97,26 +100,21 @@ def account_of(team: Team) -> Account:
     return account
 
 
-def _crossing_day(*, spent: Decimal, amount: Decimal, month: dt.date, now: dt.datetime) -> dt.date | None:
-    """The local day a linear burn from the month's start reaches the amount, if before the month ends."""
-    start, end = periods.month_bounds(month)
-    elapsed = Fraction((min(now, end) - start).total_seconds())
-    if spent <= 0 or elapsed <= 0 or spent >= amount:
-        return None
-    seconds = Fraction(amount) / Fraction(spent) * elapsed
-    crossing = start + dt.timedelta(seconds=float(seconds))
-    return periods.local_date(crossing) if crossing < end else None
-
-
 def budget_status(*, budget: Budget, now: dt.datetime | None = None) -> BudgetStatus:
+    """Where the team stands this month: spent so far and the forecast at the current burn
+    (`billing.selectors.month_forecast`, one grouped query), with the day it crosses the budget."""
     now = now or timezone.now()
     month = periods.current_month(now)
-    spent, spent_currency = selectors.team_month_cost(account=budget.account, month=month)
-    forecast = selectors.month_forecast(account=budget.account, month=month, now=now)
+    try:
+        forecast = selectors.month_forecast(account=budget.account, month=month, now=now)
+    except DomainError as error:
+        return BudgetStatus(team_slug=budget.account.slug, month=month, amount=budget.amount, currency=budget.currency,
+                            spent=Decimal(0), spent_currency=budget.currency, forecast=Decimal(0), over_on=None,
+                            hard_stop=budget.hard_stop, held=budget.held, problem=error.message)
+    over_on = forecast.crossing_date(budget.amount) if forecast.spent < budget.amount else None
     return BudgetStatus(
         team_slug=budget.account.slug, month=month, amount=budget.amount, currency=budget.currency,
-        spent=spent, spent_currency=spent_currency, forecast=forecast,
-        over_on=_crossing_day(spent=spent, amount=budget.amount, month=month, now=now),
+        spent=forecast.spent, spent_currency=forecast.currency, forecast=forecast.projected, over_on=over_on,
         hard_stop=budget.hard_stop, held=budget.held,
     )
 

@@ -20,7 +20,7 @@ from tests.billing.budget_helpers import UTC, priced, use
 
 pytestmark = pytest.mark.django_db
 
-# Near the month's end the forecast stays close to what is spent, so only percentages fire.
+# The forecast burns at the last 24 hours' rate: usage older than a day forecasts no more spending.
 LATE = dt.datetime(2026, 11, 29, 12, tzinfo=UTC)
 MID = dt.datetime(2026, 11, 15, 12, tzinfo=UTC)
 
@@ -59,9 +59,9 @@ def test_each_threshold_alerts_once_a_month_and_again_the_next_month(budget, tea
     assert Notification.objects.filter(recipient=lead).count() == 2
 
     december = dt.datetime(2026, 12, 20, 12, tzinfo=UTC)
-    use(team, flavor, gpu_hours=25, at=december - dt.timedelta(days=1))  # 250 USD in December: 25 %
+    use(team, flavor, gpu_hours=25, at=december - dt.timedelta(days=2))  # 250 USD in December: 25 %
     assert check(december, django_capture_on_commit_callbacks).alerts == []
-    use(team, flavor, gpu_hours=26, at=december - dt.timedelta(days=1))  # 510 USD: 51 %, forecast 782 USD
+    use(team, flavor, gpu_hours=26, at=december - dt.timedelta(days=2))  # 510 USD: 51 %, nothing in the last day
     assert [a.threshold for a in check(december, django_capture_on_commit_callbacks).alerts] == ["50"]
     assert thresholds(team) == [("2026-11-01", "50"), ("2026-11-01", "80"), ("2026-12-01", "50")]
 
@@ -80,26 +80,35 @@ def test_crossing_every_threshold_at_once_is_one_alert_about_the_highest_and_fin
 
 def test_a_lower_threshold_goes_to_leads_only_not_to_finance(budget, team, lead, finance_user, flavor,
                                                               django_capture_on_commit_callbacks):
-    use(team, flavor, gpu_hours=85, at=LATE - dt.timedelta(days=1))
+    use(team, flavor, gpu_hours=85, at=LATE - dt.timedelta(days=2))
     check(LATE, django_capture_on_commit_callbacks)
     assert Notification.objects.filter(recipient=lead).count() == 1
     assert not Notification.objects.filter(recipient=finance_user).exists()
 
 
 def test_the_forecast_alert_says_when_the_month_will_go_over(budget, team, lead, flavor, django_capture_on_commit_callbacks):
-    # 600 USD in the first 14.5 days of a 30-day month: 1,241.38 USD by the end, over 1,000 on the 25th.
+    # 600 USD in the last 24 hours: 25 USD an hour for the 372 hours left is 9,900 USD by the month's
+    # end, and the 400 USD left of the budget last 16 hours: over on the 16th.
     use(team, flavor, gpu_hours=60, at=MID - dt.timedelta(days=1))
     status = budget_status(budget=Budget.objects.get(), now=MID)
-    assert status.forecast == Decimal("1241.38") and status.over_on == dt.date(2026, 11, 25)
-    assert status.forecast_sentence == "at this rate: 1,241.38 USD, over budget on the 25th"
+    assert status.forecast == Decimal("9900.00") and status.over_on == dt.date(2026, 11, 16)
+    assert status.forecast_sentence == "at this rate: 9,900.00 USD, over budget on the 16th"
     assert sorted(a.threshold for a in check(MID, django_capture_on_commit_callbacks).alerts) == ["50", "forecast"]
     messages = sorted(Notification.objects.filter(recipient=lead).values_list("message", flat=True))
     assert messages == [
-        ("At this rate vision will spend 1,241.38 USD in November 2026, over its 1,000.00 USD budget on the 25th; "
+        ("At this rate vision will spend 9,900.00 USD in November 2026, over its 1,000.00 USD budget on the 16th; "
          "600.00 USD is spent so far."),
         "vision has spent 600.00 USD of its 1,000.00 USD budget for November 2026 (60 %).",
     ]
-    assert check(MID + dt.timedelta(days=1), django_capture_on_commit_callbacks).alerts == []
+    assert check(MID + dt.timedelta(hours=1), django_capture_on_commit_callbacks).alerts == []
+
+
+def test_a_quiet_day_forecasts_no_more_than_is_spent(budget, team, lead, flavor, django_capture_on_commit_callbacks):
+    use(team, flavor, gpu_hours=60, at=MID - dt.timedelta(days=2))
+    status = budget_status(budget=Budget.objects.get(), now=MID)
+    assert (status.forecast, status.over_on) == (Decimal("600.00"), None)
+    assert status.forecast_sentence == "at this rate: 600.00 USD, within budget"
+    assert [a.threshold for a in check(MID, django_capture_on_commit_callbacks).alerts] == ["50"]
 
 
 def test_a_lead_with_the_daily_digest_gets_the_bell_at_once_and_one_email_a_day(
@@ -108,7 +117,7 @@ def test_a_lead_with_the_daily_digest_gets_the_bell_at_once_and_one_email_a_day(
     budgets.alert_email_preference_set(user=lead, daily_digest=True)
     use(team, flavor, gpu_hours=55, at=LATE - dt.timedelta(days=2))
     check(LATE, django_capture_on_commit_callbacks)
-    use(team, flavor, gpu_hours=30, at=LATE - dt.timedelta(days=1))
+    use(team, flavor, gpu_hours=30, at=LATE - dt.timedelta(days=2))
     check(LATE + dt.timedelta(hours=1), django_capture_on_commit_callbacks)
     assert Notification.objects.filter(recipient=lead).count() == 2  # in-app: immediate
     assert mail.outbox == []  # no email per alert
@@ -187,3 +196,20 @@ def test_costs_in_another_currency_than_the_budget_are_not_compared(team, lead, 
     assert check(LATE, django_capture_on_commit_callbacks).alerts == []
     status = budget_status(budget=budget, now=LATE)
     assert not status.over and "Costs are in USD and the budget in EUR" in status.forecast_sentence
+
+
+def test_usage_priced_in_two_currencies_is_said_in_words_and_neither_alerts_nor_stops(
+        team, lead, finance_user, flavor, django_capture_on_commit_callbacks):
+    from billing.models import Rate
+    from tests.factories import FlavorFactory
+
+    priced(flavor)
+    euro_flavor = FlavorFactory.create(slug="l40s", name="L40S")
+    Rate.objects.create(flavor=euro_flavor, price_per_gpu_hour=Decimal(3), currency="EUR",
+                        effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    budget = budgets.budget_set(actor=finance_user, team=team, amount="10", currency="USD", hard_stop=True)
+    use(team, flavor, gpu_hours=50, at=LATE - dt.timedelta(days=2))
+    use(team, euro_flavor, gpu_hours=50, at=LATE - dt.timedelta(days=2))
+    assert check(LATE, django_capture_on_commit_callbacks).alerts == []
+    status = budget_status(budget=budget, now=LATE)
+    assert not status.over and "priced in EUR and USD" in status.forecast_sentence
