@@ -35,7 +35,7 @@ def test_two_checks_at_once_send_each_alert_once(team, lead, finance_user, flavo
     assert connection.vendor == "postgresql", "run with scripts/with-services.sh: the race needs real concurrency"
     priced(flavor)
     budgets.budget_set(actor=finance_user, team=team, amount="1000")
-    use(team, flavor, gpu_hours=85, at=NOW - dt.timedelta(days=1))
+    use(team, flavor, gpu_hours=85, at=NOW - dt.timedelta(days=2))
     start = threading.Barrier(4)
     errors: list[BaseException] = []
 
