@@ -17,7 +17,7 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import F, FloatField, Func, Q, QuerySet, Sum, Value
-from django.db.models.functions import Coalesce, Greatest, Least
+from django.db.models.functions import Coalesce, Greatest, Least, TruncDate
 from django.utils import timezone
 
 from billing import periods
@@ -138,27 +138,30 @@ class MonthForecast:
 
 def month_forecast(*, account: Account, month: dt.date, now: dt.datetime | None = None) -> MonthForecast:
     """The month-to-date cost and, at the current burn, the month-end cost and (through
-    `crossing_date`) the day it crosses a budget: one grouped query over the month's rollups.
+    `crossing_date`) the day it crosses a budget: two grouped queries over the month's rollups
+    (by local day and line, and the last 24 hours by line).
 
     For a month that has ended the projection is what was spent; for one not yet begun, nothing.
     """
     now = now or timezone.now()
     start, end = periods.month_bounds(month)
-    rows = (UsageHour.objects.filter(account=account, hour__gte=start, hour__lt=min(end, now), rate__isnull=False)
-            .values("hour", *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by("hour"))
-    lines: dict[tuple[int, int], Fraction] = defaultdict(Fraction)
-    currencies: set[str] = set()
     clipped_now = min(max(now, start), end)
     window_start = max(start, periods.hour_floor(clipped_now - FORECAST_WINDOW))
-    recent = Fraction(0)
+    priced = UsageHour.objects.filter(account=account, hour__gte=start, hour__lt=clipped_now, rate__isnull=False)
+    rows = (priced.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
+            .values("day", *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    lines: dict[tuple[int, int], Fraction] = defaultdict(Fraction)
+    currencies: set[str] = set()
     by_day: dict[dt.date, Fraction] = defaultdict(Fraction)
     for row in rows:
         amount = _row_cost(row)
         currencies.add(row["rate__currency"])
         lines[(row["flavor_id"], row["rate_id"])] += amount
-        by_day[periods.local_date(row["hour"])] += amount
-        if row["hour"] >= window_start:
-            recent += amount
+        by_day[row["day"]] += amount
+    recent = Fraction(0)
+    if clipped_now > window_start:
+        recent = sum((_row_cost(row) for row in priced.filter(hour__gte=window_start)
+                      .values(*_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by()), Fraction(0))
     currency = _one_currency(currencies, what=f"{account.name}'s usage")
     spent = _rounded_lines_total(lines, currency)
     cumulative: list[tuple[dt.date, Fraction]] = []
@@ -212,25 +215,30 @@ class Line:
 
 def _grouped(*, start: dt.datetime, end: dt.datetime, keys: tuple[str, ...], account_ids: list[int] | None = None,
              owner: str | None = None) -> tuple[dict[tuple, Tally], set[str]]:
-    """One grouped query over the rollups of [start, end): exact tallies per key, and the
-    currencies of the rates involved. Unpriced hours count GPU-hours and no cost."""
+    """One grouped query over the rollups of [start, end) (and one for the few rates involved):
+    exact tallies per key, and the currencies of those rates. Unpriced hours count GPU-hours and
+    no cost. The key "day" is the local day of the billing time zone, grouped by the database,
+    so a month comes back as at most 31 rows per group rather than 744."""
     rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
     if account_ids is not None:
         rows = rows.filter(account_id__in=account_ids)
     if owner is not None:
         rows = rows.filter(owner_username=owner)
-    grouped = (rows.values(*keys, "rate__price_per_gpu_hour", "rate__currency", "fraction_numerator",
-                           "fraction_denominator").annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    if "day" in keys:
+        rows = rows.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
+    grouped = list(rows.values(*keys, "rate_id", "fraction_numerator", "fraction_denominator")
+                   .annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    rates = Rate.objects.in_bulk({row["rate_id"] for row in grouped if row["rate_id"] is not None})
     tallies: dict[tuple, Tally] = defaultdict(Tally)
     currencies: set[str] = set()
     for row in grouped:
         seconds = Fraction(row["unit_seconds"] * row["fraction_numerator"], row["fraction_denominator"])
-        price = row["rate__price_per_gpu_hour"]
         tally = tallies[tuple(row[key] for key in keys)]
         tally.gpu_seconds += seconds
-        if price is not None:
-            currencies.add(row["rate__currency"])
-            tally.cost += seconds / SECONDS_PER_HOUR * Fraction(price)
+        rate = rates.get(row["rate_id"]) if row["rate_id"] is not None else None
+        if rate is not None:
+            currencies.add(rate.currency)
+            tally.cost += seconds / SECONDS_PER_HOUR * Fraction(rate.price_per_gpu_hour)
     return tallies, currencies
 
 
@@ -316,7 +324,7 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     ids = [account.pk] if account else []
     by_flavor, currencies = _grouped(start=start, end=end, keys=("flavor_id", "borrowed"), account_ids=ids)
     by_person, _ = _grouped(start=start, end=end, keys=("owner_username",), account_ids=ids)
-    by_hour, _ = _grouped(start=start, end=end, keys=("hour",), account_ids=ids)
+    by_day, _ = _grouped(start=start, end=end, keys=("day",), account_ids=ids)
     currency = _one_currency(currencies, what=f"{team.name}'s usage") if currencies else default_currency()
     flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor})
 
@@ -336,10 +344,7 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     people = sorted(by_person.items(), key=lambda item: (-item[1].cost, -item[1].gpu_seconds, item[0]))
     person_lines = [Line.of(key[0], str(key[0]), tally, currency) for key, tally in people]
 
-    days: dict[dt.date, Tally] = defaultdict(Tally)
-    for (hour,), tally in by_hour.items():
-        days[periods.local_date(hour)].add(tally)
-    bars = _day_bars(month, days, currency)
+    bars = _day_bars(month, {day: tally for (day,), tally in by_day.items()}, currency)
 
     forecast = month_forecast(account=account, month=month, now=now) if account and start <= now else None
     borrowed_total = sum((t.gpu_hours for (_, b), t in by_flavor.items() if b), Fraction(0))
@@ -638,7 +643,7 @@ def rates_in_force(*, at: dt.datetime | None = None) -> dict[int, Rate]:
 # --- Usage for the API: any grouping over any local period -------------------------------------
 
 USAGE_GROUPS = ("team", "flavor", "person", "day", "borrowed")
-_GROUP_COLUMNS = {"team": "account_id", "flavor": "flavor_id", "person": "owner_username", "day": "hour",
+_GROUP_COLUMNS = {"team": "account_id", "flavor": "flavor_id", "person": "owner_username", "day": "day",
                   "borrowed": "borrowed"}
 
 
@@ -664,12 +669,6 @@ def usage_report(*, accounts: QuerySet[Account], start: dt.date, end: dt.date, b
     tallies, currencies = _grouped(start=begin, end=finish, keys=keys,
                                    account_ids=list(accounts.values_list("pk", flat=True)))
     currency = _one_currency(currencies, what="The usage asked for") if currencies else default_currency()
-    if "day" in by:  # hours become local days here, so a day of 23 or 25 hours is one row
-        position = by.index("day")
-        days: dict[tuple, Tally] = defaultdict(Tally)
-        for key, tally in tallies.items():
-            days[key[:position] + (periods.local_date(key[position]),) + key[position + 1:]].add(tally)
-        tallies = days
     names = {
         "team": {a.pk: a.slug for a in Account.objects.filter(pk__in={k[by.index("team")] for k in tallies})}
         if "team" in by else {},
