@@ -1,6 +1,6 @@
 """Billing's tables, one module per concern: the rate card, metered usage, statements, budgets."""
 
 from billing.models.rates import Rate
-from billing.models.usage import Account, CapacityHour, GuaranteeHour, UsageHour
+from billing.models.usage import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, UsageHour
 
-__all__ = ["Account", "CapacityHour", "GuaranteeHour", "Rate", "UsageHour"]
+__all__ = ["Account", "CapacityHour", "GuaranteeHour", "IdlePolicy", "MeteringState", "Rate", "UsageHour"]
