@@ -20,7 +20,7 @@ from django.db.models import F, FloatField, Func, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDate
 from django.utils import timezone
 
-from billing import periods
+from billing import ledger, periods
 from billing.models import Account, Rate, UsageHour
 from billing.money import SECONDS_PER_HOUR, round_money, round_places
 from jobs.models import RunInterval, Workload
@@ -244,7 +244,7 @@ def _grouped(*, start: dt.datetime, end: dt.datetime, keys: tuple[str, ...], acc
 
 def account_for_team(*, team: Team) -> Account | None:
     """The team's billing account, if metering has made one (a read never makes it)."""
-    return Account.objects.filter(team=team).first()
+    return Account.objects.filter(Q(team=team) | Q(team_uid=team.uid)).order_by("pk").first()
 
 
 def accounts_for_user(*, user: User | AnonymousUser) -> QuerySet[Account]:
@@ -263,7 +263,7 @@ class FlavorLine:
     gpu_hours: Decimal
     guaranteed_hours: Decimal
     borrowed_hours: Decimal
-    lent_hours: Decimal | None
+    lent_hours: Decimal
     cost: Decimal
 
 
@@ -326,7 +326,8 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     by_person, _ = _grouped(start=start, end=end, keys=("owner_username",), account_ids=ids)
     by_day, _ = _grouped(start=start, end=end, keys=("day",), account_ids=ids)
     currency = _one_currency(currencies, what=f"{team.name}'s usage") if currencies else default_currency()
-    flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor})
+    lent = ledger.lent(start=start, end=end, account_ids=ids) if ids else {}
+    flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor} | {flavor_id for _, flavor_id in lent})
 
     total = Tally()
     flavor_lines: list[FlavorLine] = []
@@ -339,7 +340,9 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
         flavor_lines.append(FlavorLine(
             flavor=flavors[flavor_id], gpu_hours=round_places(both.gpu_hours, ROUNDING_HOURS),
             guaranteed_hours=round_places(guaranteed.gpu_hours, ROUNDING_HOURS),
-            borrowed_hours=round_places(borrowed.gpu_hours, ROUNDING_HOURS), lent_hours=None,
+            borrowed_hours=round_places(borrowed.gpu_hours, ROUNDING_HOURS),
+            lent_hours=round_places(_unit_seconds_as_gpu_hours(
+                sum(v for (_, f), v in lent.items() if f == flavor_id), flavors[flavor_id]), ROUNDING_HOURS),
             cost=round_money(both.cost, currency)))
     people = sorted(by_person.items(), key=lambda item: (-item[1].cost, -item[1].gpu_seconds, item[0]))
     person_lines = [Line.of(key[0], str(key[0]), tally, currency) for key, tally in people]
@@ -385,14 +388,18 @@ def _day_bars(month: dt.date, days: dict[dt.date, Tally], currency: str) -> list
     return bars
 
 
+def _unit_seconds_as_gpu_hours(unit_seconds: int, flavor: Flavor) -> Fraction:
+    return Fraction(unit_seconds * flavor.fraction_numerator, flavor.fraction_denominator * SECONDS_PER_HOUR)
+
+
 def _hours_phrase(hours: Fraction) -> str:
     return f"{round_places(hours, 1).normalize():f} GPU-hours"
 
 
 def _ledger_sentence(*, month: dt.date, borrowed: Fraction, flavor_lines: list[FlavorLine],
                      by_flavor: dict[tuple, Tally]) -> str:
-    """"In November 2026 you used 120 GPU-hours on your own quota; you borrowed 6 H100 GPU-hours."
-    Lent hours join it when the ledger of lending is metered."""
+    """"In November 2026 you used 120 GPU-hours on your own quota; you lent 84 H100 GPU-hours of
+    idle quota to other teams; you borrowed 6 H100 GPU-hours of other teams' idle quota." """
     when = f"In {month:%B %Y}"
     if not flavor_lines:
         return f"{when} your team used no GPUs."
@@ -400,6 +407,10 @@ def _ledger_sentence(*, month: dt.date, borrowed: Fraction, flavor_lines: list[F
                       for line in flavor_lines if line.borrowed_hours]
     guaranteed = sum((t.gpu_hours for (_, b), t in by_flavor.items() if not b), Fraction(0))
     sentence = f"{when} you used {_hours_phrase(guaranteed)} on your own quota"
+    lent_parts = [f"{line.lent_hours.normalize():f} {line.flavor.name} GPU-hours"
+                  for line in flavor_lines if line.lent_hours]
+    if lent_parts:
+        sentence += f"; you lent {', '.join(lent_parts)} of idle quota to other teams"
     if borrowed_parts:
         sentence += f"; you borrowed {', '.join(borrowed_parts)} of other teams' idle quota"
     else:
@@ -439,12 +450,12 @@ def top_workloads(*, team: Team, start: dt.datetime, end: dt.datetime, now: dt.d
         return []
     clipped_end = Least(Coalesce("ended_at", Value(now)), Value(end))
     ranked = (RunInterval.objects
-              .filter(workload__team=team, started_at__lt=end)
+              .filter(team=team, workload__isnull=False, started_at__lt=end)
               .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
               .values("workload_id")
-              .annotate(weight=Sum(F("units") * F("workload__flavor__fraction_numerator")
+              .annotate(weight=Sum(F("units") * F("fraction_numerator")
                                    * _Seconds(clipped_end, Greatest("started_at", Value(start)))
-                                   / F("workload__flavor__fraction_denominator"), output_field=FloatField()))
+                                   / F("fraction_denominator"), output_field=FloatField()))
               .order_by("-weight", "workload_id")[:limit])
     ids = [row["workload_id"] for row in ranked]
     if not ids:
@@ -473,8 +484,8 @@ def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None,
     """
     now = now or timezone.now()
     intervals = (RunInterval.objects.filter(workload_id__in=workload_ids)
-                 .values_list("workload_id", "units", "started_at", "ended_at", "workload__flavor_id",
-                              "workload__flavor__fraction_numerator", "workload__flavor__fraction_denominator"))
+                 .values_list("workload_id", "units", "started_at", "ended_at", "flavor_id",
+                              "fraction_numerator", "fraction_denominator"))
     if start is not None:
         intervals = intervals.filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
     if end is not None:
@@ -533,12 +544,22 @@ class OverviewRow:
 
 
 @dataclass(frozen=True)
+class UnallocatedLine:
+    """Capacity of a flavor nobody used in the month: shown apart, and the part shared among the
+    teams by guarantee for a flavor whose idle policy says share."""
+
+    flavor: Flavor
+    gpu_hours: Decimal
+    shared_hours: Decimal
+
+
+@dataclass(frozen=True)
 class FinanceOverview:
     month: dt.date
     currency: str
     rows: list[OverviewRow]
     flavor_totals: list[Line]
-    unallocated: list[Line]
+    unallocated: list[UnallocatedLine]
     total: Line
     previous_total: Decimal
     sort: str
@@ -549,8 +570,9 @@ class FinanceOverview:
 def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = True,
                      now: dt.datetime | None = None) -> FinanceOverview:
     """Every account (teams, and deleted teams that still have hours), with cost center, this
-    month's GPU-hours and cost, last month's cost and the change; totals per flavor. Five queries
-    whatever the number of teams: accounts, this month by account, by flavor, last month, flavors."""
+    month's GPU-hours and cost, last month's cost and the change; totals per flavor and the
+    unallocated capacity from billing.ledger. A fixed number of queries whatever the number of
+    teams (two grouped reads of the months, the rates, the accounts, the flavors, the ledger's)."""
     month = periods.month_start(month)
     start, end = periods.month_bounds(month)
     previous = periods.month_start(month - dt.timedelta(days=1))
@@ -592,14 +614,22 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
     for (_, flavor_id, _), tally in by_account.items():
         flavor_tallies[flavor_id].add(tally)
         flavor_money[flavor_id] += round_money(tally.cost, currency)
-    flavors = Flavor.objects.in_bulk(set(flavor_tallies))
+    idle = ledger.unallocated(start=start, end=end)
+    shared: dict[int, Fraction] = defaultdict(Fraction)
+    for (_, flavor_id), share in ledger.idle_shares(start=start, end=end).items():
+        shared[flavor_id] += share
+    flavors = Flavor.objects.in_bulk(set(flavor_tallies) | set(idle))
+    unallocated = [UnallocatedLine(
+        flavor=flavors[pk], gpu_hours=round_places(_unit_seconds_as_gpu_hours(idle[pk], flavors[pk]), ROUNDING_HOURS),
+        shared_hours=round_places(shared[pk] * flavors[pk].fraction / SECONDS_PER_HOUR, ROUNDING_HOURS))
+        for pk in sorted(idle, key=lambda pk: flavors[pk].name)]
     flavor_totals = [Line(key=flavors[pk].slug, label=flavors[pk].name,
                           gpu_hours=round_places(flavor_tallies[pk].gpu_hours, ROUNDING_HOURS), cost=flavor_money[pk])
                      for pk in sorted(flavors, key=lambda pk: flavors[pk].name)]
     total_cost = sum(money.values(), round_money(0, currency))
     total_hours = sum(hours.values(), Fraction(0))
     return FinanceOverview(
-        month=month, currency=currency, rows=rows, flavor_totals=flavor_totals, unallocated=[],
+        month=month, currency=currency, rows=rows, flavor_totals=flavor_totals, unallocated=unallocated,
         total=Line(key="total", label="Total", gpu_hours=round_places(total_hours, ROUNDING_HOURS), cost=total_cost),
         previous_total=sum(previous_money.values(), round_money(0, currency)), sort=sort, descending=descending,
         months=recent_months(now=now))
