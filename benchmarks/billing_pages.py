@@ -66,8 +66,8 @@ def seed(teams: int, month_start: dt.datetime, previous_start: dt.datetime, mont
                               for flavor, (*_, price) in zip(flavors, FLAVORS, strict=True)])
     made = Team.objects.bulk_create([Team(slug=f"team-{i:04}", name=f"Team {i:04}", cost_center=f"CC-{i % 37:03}")
                                      for i in range(teams)])
-    Account.objects.bulk_create([Account(team=team, team_uid=team.uid, slug=team.slug, name=team.name, cost_center=team.cost_center)
-                                 for team in made])
+    Account.objects.bulk_create([Account(team=team, team_uid=team.uid, slug=team.slug, name=team.name,
+                                         cost_center=team.cost_center) for team in made])
     lead = User.objects.create(username="bench-lead")
     Membership.objects.create(team=made[0], user=lead, role=Membership.Role.LEAD)
     finance = User.objects.create(username="bench-finance", is_finance=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from html import unescape
 from decimal import Decimal
+from html import unescape
 
 import pytest
 from django.db import connection
