@@ -17,10 +17,10 @@ from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import F, FloatField, Func, Q, QuerySet, Sum, Value
-from django.db.models.functions import Coalesce, Greatest, Least
+from django.db.models.functions import Coalesce, Greatest, Least, TruncDate
 from django.utils import timezone
 
-from billing import periods
+from billing import ledger, periods
 from billing.models import Account, Rate, UsageHour
 from billing.money import SECONDS_PER_HOUR, round_money, round_places
 from jobs.models import RunInterval, Workload
@@ -138,27 +138,30 @@ class MonthForecast:
 
 def month_forecast(*, account: Account, month: dt.date, now: dt.datetime | None = None) -> MonthForecast:
     """The month-to-date cost and, at the current burn, the month-end cost and (through
-    `crossing_date`) the day it crosses a budget: one grouped query over the month's rollups.
+    `crossing_date`) the day it crosses a budget: two grouped queries over the month's rollups
+    (by local day and line, and the last 24 hours by line).
 
     For a month that has ended the projection is what was spent; for one not yet begun, nothing.
     """
     now = now or timezone.now()
     start, end = periods.month_bounds(month)
-    rows = (UsageHour.objects.filter(account=account, hour__gte=start, hour__lt=min(end, now), rate__isnull=False)
-            .values("hour", *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by("hour"))
-    lines: dict[tuple[int, int], Fraction] = defaultdict(Fraction)
-    currencies: set[str] = set()
     clipped_now = min(max(now, start), end)
     window_start = max(start, periods.hour_floor(clipped_now - FORECAST_WINDOW))
-    recent = Fraction(0)
+    priced = UsageHour.objects.filter(account=account, hour__gte=start, hour__lt=clipped_now, rate__isnull=False)
+    rows = (priced.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
+            .values("day", *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    lines: dict[tuple[int, int], Fraction] = defaultdict(Fraction)
+    currencies: set[str] = set()
     by_day: dict[dt.date, Fraction] = defaultdict(Fraction)
     for row in rows:
         amount = _row_cost(row)
         currencies.add(row["rate__currency"])
         lines[(row["flavor_id"], row["rate_id"])] += amount
-        by_day[periods.local_date(row["hour"])] += amount
-        if row["hour"] >= window_start:
-            recent += amount
+        by_day[row["day"]] += amount
+    recent = Fraction(0)
+    if clipped_now > window_start:
+        recent = sum((_row_cost(row) for row in priced.filter(hour__gte=window_start)
+                      .values(*_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by()), Fraction(0))
     currency = _one_currency(currencies, what=f"{account.name}'s usage")
     spent = _rounded_lines_total(lines, currency)
     cumulative: list[tuple[dt.date, Fraction]] = []
@@ -212,31 +215,36 @@ class Line:
 
 def _grouped(*, start: dt.datetime, end: dt.datetime, keys: tuple[str, ...], account_ids: list[int] | None = None,
              owner: str | None = None) -> tuple[dict[tuple, Tally], set[str]]:
-    """One grouped query over the rollups of [start, end): exact tallies per key, and the
-    currencies of the rates involved. Unpriced hours count GPU-hours and no cost."""
+    """One grouped query over the rollups of [start, end) (and one for the few rates involved):
+    exact tallies per key, and the currencies of those rates. Unpriced hours count GPU-hours and
+    no cost. The key "day" is the local day of the billing time zone, grouped by the database,
+    so a month comes back as at most 31 rows per group rather than 744."""
     rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
     if account_ids is not None:
         rows = rows.filter(account_id__in=account_ids)
     if owner is not None:
         rows = rows.filter(owner_username=owner)
-    grouped = (rows.values(*keys, "rate__price_per_gpu_hour", "rate__currency", "fraction_numerator",
-                           "fraction_denominator").annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    if "day" in keys:
+        rows = rows.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
+    grouped = list(rows.values(*keys, "rate_id", "fraction_numerator", "fraction_denominator")
+                   .annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    rates = Rate.objects.in_bulk({row["rate_id"] for row in grouped if row["rate_id"] is not None})
     tallies: dict[tuple, Tally] = defaultdict(Tally)
     currencies: set[str] = set()
     for row in grouped:
         seconds = Fraction(row["unit_seconds"] * row["fraction_numerator"], row["fraction_denominator"])
-        price = row["rate__price_per_gpu_hour"]
         tally = tallies[tuple(row[key] for key in keys)]
         tally.gpu_seconds += seconds
-        if price is not None:
-            currencies.add(row["rate__currency"])
-            tally.cost += seconds / SECONDS_PER_HOUR * Fraction(price)
+        rate = rates.get(row["rate_id"]) if row["rate_id"] is not None else None
+        if rate is not None:
+            currencies.add(rate.currency)
+            tally.cost += seconds / SECONDS_PER_HOUR * Fraction(rate.price_per_gpu_hour)
     return tallies, currencies
 
 
 def account_for_team(*, team: Team) -> Account | None:
     """The team's billing account, if metering has made one (a read never makes it)."""
-    return Account.objects.filter(team=team).first()
+    return Account.objects.filter(Q(team=team) | Q(team_uid=team.uid)).order_by("pk").first()
 
 
 def accounts_for_user(*, user: User | AnonymousUser) -> QuerySet[Account]:
@@ -255,7 +263,7 @@ class FlavorLine:
     gpu_hours: Decimal
     guaranteed_hours: Decimal
     borrowed_hours: Decimal
-    lent_hours: Decimal | None
+    lent_hours: Decimal
     cost: Decimal
 
 
@@ -316,9 +324,10 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     ids = [account.pk] if account else []
     by_flavor, currencies = _grouped(start=start, end=end, keys=("flavor_id", "borrowed"), account_ids=ids)
     by_person, _ = _grouped(start=start, end=end, keys=("owner_username",), account_ids=ids)
-    by_hour, _ = _grouped(start=start, end=end, keys=("hour",), account_ids=ids)
+    by_day, _ = _grouped(start=start, end=end, keys=("day",), account_ids=ids)
     currency = _one_currency(currencies, what=f"{team.name}'s usage") if currencies else default_currency()
-    flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor})
+    lent = ledger.lent(start=start, end=end, account_ids=ids) if ids else {}
+    flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor} | {flavor_id for _, flavor_id in lent})
 
     total = Tally()
     flavor_lines: list[FlavorLine] = []
@@ -331,15 +340,14 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
         flavor_lines.append(FlavorLine(
             flavor=flavors[flavor_id], gpu_hours=round_places(both.gpu_hours, ROUNDING_HOURS),
             guaranteed_hours=round_places(guaranteed.gpu_hours, ROUNDING_HOURS),
-            borrowed_hours=round_places(borrowed.gpu_hours, ROUNDING_HOURS), lent_hours=None,
+            borrowed_hours=round_places(borrowed.gpu_hours, ROUNDING_HOURS),
+            lent_hours=round_places(_unit_seconds_as_gpu_hours(
+                sum(v for (_, f), v in lent.items() if f == flavor_id), flavors[flavor_id]), ROUNDING_HOURS),
             cost=round_money(both.cost, currency)))
     people = sorted(by_person.items(), key=lambda item: (-item[1].cost, -item[1].gpu_seconds, item[0]))
     person_lines = [Line.of(key[0], str(key[0]), tally, currency) for key, tally in people]
 
-    days: dict[dt.date, Tally] = defaultdict(Tally)
-    for (hour,), tally in by_hour.items():
-        days[periods.local_date(hour)].add(tally)
-    bars = _day_bars(month, days, currency)
+    bars = _day_bars(month, {day: tally for (day,), tally in by_day.items()}, currency)
 
     forecast = month_forecast(account=account, month=month, now=now) if account and start <= now else None
     borrowed_total = sum((t.gpu_hours for (_, b), t in by_flavor.items() if b), Fraction(0))
@@ -380,14 +388,18 @@ def _day_bars(month: dt.date, days: dict[dt.date, Tally], currency: str) -> list
     return bars
 
 
+def _unit_seconds_as_gpu_hours(unit_seconds: int, flavor: Flavor) -> Fraction:
+    return Fraction(unit_seconds * flavor.fraction_numerator, flavor.fraction_denominator * SECONDS_PER_HOUR)
+
+
 def _hours_phrase(hours: Fraction) -> str:
     return f"{round_places(hours, 1).normalize():f} GPU-hours"
 
 
 def _ledger_sentence(*, month: dt.date, borrowed: Fraction, flavor_lines: list[FlavorLine],
                      by_flavor: dict[tuple, Tally]) -> str:
-    """"In November 2026 you used 120 GPU-hours on your own quota; you borrowed 6 H100 GPU-hours."
-    Lent hours join it when the ledger of lending is metered."""
+    """"In November 2026 you used 120 GPU-hours on your own quota; you lent 84 H100 GPU-hours of
+    idle quota to other teams; you borrowed 6 H100 GPU-hours of other teams' idle quota." """
     when = f"In {month:%B %Y}"
     if not flavor_lines:
         return f"{when} your team used no GPUs."
@@ -395,6 +407,10 @@ def _ledger_sentence(*, month: dt.date, borrowed: Fraction, flavor_lines: list[F
                       for line in flavor_lines if line.borrowed_hours]
     guaranteed = sum((t.gpu_hours for (_, b), t in by_flavor.items() if not b), Fraction(0))
     sentence = f"{when} you used {_hours_phrase(guaranteed)} on your own quota"
+    lent_parts = [f"{line.lent_hours.normalize():f} {line.flavor.name} GPU-hours"
+                  for line in flavor_lines if line.lent_hours]
+    if lent_parts:
+        sentence += f"; you lent {', '.join(lent_parts)} of idle quota to other teams"
     if borrowed_parts:
         sentence += f"; you borrowed {', '.join(borrowed_parts)} of other teams' idle quota"
     else:
@@ -434,12 +450,12 @@ def top_workloads(*, team: Team, start: dt.datetime, end: dt.datetime, now: dt.d
         return []
     clipped_end = Least(Coalesce("ended_at", Value(now)), Value(end))
     ranked = (RunInterval.objects
-              .filter(workload__team=team, started_at__lt=end)
+              .filter(team=team, workload__isnull=False, started_at__lt=end)
               .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
               .values("workload_id")
-              .annotate(weight=Sum(F("units") * F("workload__flavor__fraction_numerator")
+              .annotate(weight=Sum(F("units") * F("fraction_numerator")
                                    * _Seconds(clipped_end, Greatest("started_at", Value(start)))
-                                   / F("workload__flavor__fraction_denominator"), output_field=FloatField()))
+                                   / F("fraction_denominator"), output_field=FloatField()))
               .order_by("-weight", "workload_id")[:limit])
     ids = [row["workload_id"] for row in ranked]
     if not ids:
@@ -468,8 +484,8 @@ def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None,
     """
     now = now or timezone.now()
     intervals = (RunInterval.objects.filter(workload_id__in=workload_ids)
-                 .values_list("workload_id", "units", "started_at", "ended_at", "workload__flavor_id",
-                              "workload__flavor__fraction_numerator", "workload__flavor__fraction_denominator"))
+                 .values_list("workload_id", "units", "started_at", "ended_at", "flavor_id",
+                              "fraction_numerator", "fraction_denominator"))
     if start is not None:
         intervals = intervals.filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
     if end is not None:
@@ -528,12 +544,22 @@ class OverviewRow:
 
 
 @dataclass(frozen=True)
+class UnallocatedLine:
+    """Capacity of a flavor nobody used in the month: shown apart, and the part shared among the
+    teams by guarantee for a flavor whose idle policy says share."""
+
+    flavor: Flavor
+    gpu_hours: Decimal
+    shared_hours: Decimal
+
+
+@dataclass(frozen=True)
 class FinanceOverview:
     month: dt.date
     currency: str
     rows: list[OverviewRow]
     flavor_totals: list[Line]
-    unallocated: list[Line]
+    unallocated: list[UnallocatedLine]
     total: Line
     previous_total: Decimal
     sort: str
@@ -544,8 +570,9 @@ class FinanceOverview:
 def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = True,
                      now: dt.datetime | None = None) -> FinanceOverview:
     """Every account (teams, and deleted teams that still have hours), with cost center, this
-    month's GPU-hours and cost, last month's cost and the change; totals per flavor. Five queries
-    whatever the number of teams: accounts, this month by account, by flavor, last month, flavors."""
+    month's GPU-hours and cost, last month's cost and the change; totals per flavor and the
+    unallocated capacity from billing.ledger. A fixed number of queries whatever the number of
+    teams (two grouped reads of the months, the rates, the accounts, the flavors, the ledger's)."""
     month = periods.month_start(month)
     start, end = periods.month_bounds(month)
     previous = periods.month_start(month - dt.timedelta(days=1))
@@ -587,14 +614,22 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
     for (_, flavor_id, _), tally in by_account.items():
         flavor_tallies[flavor_id].add(tally)
         flavor_money[flavor_id] += round_money(tally.cost, currency)
-    flavors = Flavor.objects.in_bulk(set(flavor_tallies))
+    idle = ledger.unallocated(start=start, end=end)
+    shared: dict[int, Fraction] = defaultdict(Fraction)
+    for (_, flavor_id), share in ledger.idle_shares(start=start, end=end).items():
+        shared[flavor_id] += share
+    flavors = Flavor.objects.in_bulk(set(flavor_tallies) | set(idle))
+    unallocated = [UnallocatedLine(
+        flavor=flavors[pk], gpu_hours=round_places(_unit_seconds_as_gpu_hours(idle[pk], flavors[pk]), ROUNDING_HOURS),
+        shared_hours=round_places(shared[pk] * flavors[pk].fraction / SECONDS_PER_HOUR, ROUNDING_HOURS))
+        for pk in sorted(idle, key=lambda pk: flavors[pk].name)]
     flavor_totals = [Line(key=flavors[pk].slug, label=flavors[pk].name,
                           gpu_hours=round_places(flavor_tallies[pk].gpu_hours, ROUNDING_HOURS), cost=flavor_money[pk])
                      for pk in sorted(flavors, key=lambda pk: flavors[pk].name)]
     total_cost = sum(money.values(), round_money(0, currency))
     total_hours = sum(hours.values(), Fraction(0))
     return FinanceOverview(
-        month=month, currency=currency, rows=rows, flavor_totals=flavor_totals, unallocated=[],
+        month=month, currency=currency, rows=rows, flavor_totals=flavor_totals, unallocated=unallocated,
         total=Line(key="total", label="Total", gpu_hours=round_places(total_hours, ROUNDING_HOURS), cost=total_cost),
         previous_total=sum(previous_money.values(), round_money(0, currency)), sort=sort, descending=descending,
         months=recent_months(now=now))
@@ -638,7 +673,7 @@ def rates_in_force(*, at: dt.datetime | None = None) -> dict[int, Rate]:
 # --- Usage for the API: any grouping over any local period -------------------------------------
 
 USAGE_GROUPS = ("team", "flavor", "person", "day", "borrowed")
-_GROUP_COLUMNS = {"team": "account_id", "flavor": "flavor_id", "person": "owner_username", "day": "hour",
+_GROUP_COLUMNS = {"team": "account_id", "flavor": "flavor_id", "person": "owner_username", "day": "day",
                   "borrowed": "borrowed"}
 
 
@@ -664,12 +699,6 @@ def usage_report(*, accounts: QuerySet[Account], start: dt.date, end: dt.date, b
     tallies, currencies = _grouped(start=begin, end=finish, keys=keys,
                                    account_ids=list(accounts.values_list("pk", flat=True)))
     currency = _one_currency(currencies, what="The usage asked for") if currencies else default_currency()
-    if "day" in by:  # hours become local days here, so a day of 23 or 25 hours is one row
-        position = by.index("day")
-        days: dict[tuple, Tally] = defaultdict(Tally)
-        for key, tally in tallies.items():
-            days[key[:position] + (periods.local_date(key[position]),) + key[position + 1:]].add(tally)
-        tallies = days
     names = {
         "team": {a.pk: a.slug for a in Account.objects.filter(pk__in={k[by.index("team")] for k in tallies})}
         if "team" in by else {},

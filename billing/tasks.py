@@ -1,4 +1,5 @@
-"""Billing's periodic tasks. Each is safe to run twice or concurrently."""
+"""Billing's periodic work: the hourly usage rollups are kept current every minute (beat) and
+after a sync closes run intervals; budgets are checked, and digests sent, on their own beat."""
 
 from __future__ import annotations
 
@@ -6,9 +7,15 @@ import logging
 
 from celery import shared_task
 
-from billing import budgets
+from billing import budgets, metering
 
 log = logging.getLogger(__name__)
+
+
+@shared_task(acks_late=True)
+def rollups_refresh() -> int:
+    """Safe to run twice or at once: a refresh locks the watermark and recomputes whole hours."""
+    return metering.rollups_refresh()
 
 
 @shared_task(acks_late=True)

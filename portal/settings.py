@@ -299,6 +299,8 @@ CELERY_BEAT_SCHEDULE = {
     "budgets-check": {"task": "billing.tasks.budgets_check", "schedule": float(env("BUDGETS_CHECK_SECONDS", "300"))},
     # Hourly; each person's digest goes once a local day, at the first run after BUDGET_DIGEST_HOUR.
     "budget-digests-send": {"task": "billing.tasks.budget_digests_send", "schedule": 3600.0},
+    # Usage rollups up to now: the open hour is recomputed, earlier hours only where an interval changed.
+    "billing-rollups-refresh": {"task": "billing.tasks.rollups_refresh", "schedule": 60.0},
     # Readiness reads beat's and the worker's heartbeats from it; an old one is useless, so it expires.
     "portal-heartbeat": {"task": "portal.tasks.heartbeat", "schedule": 10.0, "options": {"expire_seconds": 10}},
 }

@@ -2,7 +2,7 @@
 
 from billing.models.budgets import AlertEmailPreference, Budget, BudgetAlert, DigestEntry
 from billing.models.rates import Rate
-from billing.models.usage import Account, CapacityHour, GuaranteeHour, UsageHour
+from billing.models.usage import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, UsageHour
 
-__all__ = ["Account", "AlertEmailPreference", "Budget", "BudgetAlert", "CapacityHour", "DigestEntry", "GuaranteeHour", "Rate",
-           "UsageHour"]
+__all__ = ["Account", "AlertEmailPreference", "Budget", "BudgetAlert", "CapacityHour", "DigestEntry", "GuaranteeHour",
+           "IdlePolicy", "MeteringState", "Rate", "UsageHour"]

@@ -14,10 +14,7 @@ from tenants.models import Flavor, Team
 
 
 def account(team: Team) -> Account:
-    found = Account.objects.filter(team=team).first()
-    if found is not None:
-        return found
-    return Account.objects.create(team=team, slug=team.slug, name=team.name, cost_center=team.cost_center)
+    return Account.for_team(team)
 
 
 def rate(flavor: Flavor, price: str | Decimal, *, effective_from: dt.datetime, currency: str = "USD") -> Rate:

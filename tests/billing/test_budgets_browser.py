@@ -1,9 +1,5 @@
-"""A team lead watches the budget bar on the team usage page move after a workload runs.
-
-Metering is the `meter` branch's (billing.metering.rollups_refresh), which has not landed on this
-branch yet: until it does, `meter_closed_intervals` below turns the run interval the status sync
-recorded into hourly rollup rows, split at the billing time zone's hours as the metering does.
-"""
+"""A team lead watches the budget bar on the team usage page move after a workload runs: the
+status sync records the run interval, the metering engine rolls it up, the bar reads the rollups."""
 
 from __future__ import annotations
 
@@ -14,12 +10,12 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.db.models import Sum
 
-from billing import budgets, periods
-from billing.budget_selectors import account_of
+from billing import budgets, metering, periods
 from billing.models import Rate, UsageHour
 from jobs import services, sync
-from jobs.models import RunInterval, Workload, WorkloadKind
+from jobs.models import Workload, WorkloadKind
 from portal.kube import gateway, reset_gateway
 from portal.kube.simulated import SimulatedGateway
 from tenants import reconcile
@@ -64,25 +60,6 @@ def site(simulated: SimulatedGateway) -> dict[str, Any]:
     return {"team": vision, "flavor": h100, "template": template, "alice": alice}
 
 
-def meter_closed_intervals() -> int:
-    """Rollup rows for every closed run interval (standing in for billing.metering.rollups_refresh)."""
-    seconds = 0
-    for interval in RunInterval.objects.filter(ended_at__isnull=False).select_related("workload__flavor", "workload__team",
-                                                                                    "workload__owner"):
-        workload = interval.workload
-        rate = Rate.objects.get(flavor=workload.flavor)
-        for hour, part in periods.split_by_hour(interval.started_at, interval.ended_at or interval.started_at):
-            row, _ = UsageHour.objects.get_or_create(
-                hour=hour, account=account_of(workload.team), flavor=workload.flavor,
-                owner_username=workload.owner.username, borrowed=False, rate=rate,
-                fraction_numerator=workload.flavor.fraction_numerator,
-                fraction_denominator=workload.flavor.fraction_denominator, defaults={"unit_seconds": 0})
-            row.unit_seconds += interval.units * part
-            row.save(update_fields=["unit_seconds"])
-            seconds += interval.units * part
-    return seconds
-
-
 def test_a_lead_sees_the_budget_bar_move_after_a_workload_runs(browser, live_server, site, simulated,
                                                                django_capture_on_commit_callbacks):
     expect = sync_api.expect
@@ -102,7 +79,8 @@ def test_a_lead_sees_the_budget_bar_move_after_a_workload_runs(browser, live_ser
         assert time.monotonic() < deadline, "the workload did not finish on the simulated cluster"
         gateway().advance(5)  # type: ignore[attr-defined]
         sync.sync_all()
-    unit_seconds = meter_closed_intervals()
+    metering.rollups_refresh()
+    unit_seconds = UsageHour.objects.aggregate(total=Sum("unit_seconds"))["total"] or 0
     assert unit_seconds > 0
     spent = Decimal(unit_seconds)  # 2 GPUs × seconds × 1 USD a GPU-second
     percent = int(spent * 100 // 200)

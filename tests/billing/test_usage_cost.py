@@ -80,7 +80,7 @@ def test_forecast_projects_the_current_burn_to_month_end_and_dates_the_budget_cr
                                                                                       django_assert_num_queries):
     acc = account(team)
     hourly(acc, flavor, rate(flavor, "1.00", effective_from=EPOCH), at(1), 240)  # Nov 1–10, one GPU at 1.00
-    with django_assert_num_queries(1):
+    with django_assert_num_queries(2):
         forecast = selectors.month_forecast(account=acc, month=NOV, now=at(11))
     assert (forecast.spent, forecast.currency, forecast.burn_per_hour) == (Decimal("240.00"), "USD", Decimal("1.00"))
     assert forecast.projected == Decimal("720.00")  # 240 + 1.00 × 20 days × 24 h

@@ -9,13 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import re
 from decimal import Decimal
+from html import unescape
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from billing.models import Rate, UsageHour
+from billing.models import CapacityHour, GuaranteeHour, IdlePolicy, Rate, UsageHour
 from tests.billing.factories import account, rate, usage
 from tests.factories import TeamFactory
 
@@ -52,7 +53,7 @@ def test_team_page_shows_the_month_by_flavor_person_and_day(as_user, lead, octob
     assert 'data-testid="total-hours">11.00<' in html
     assert 'data-testid="total-cost">32.00 USD<' in html  # 10 × 2.50 + 1 × 7.00
     by_flavor = html.split('data-testid="by-flavor"')[1].split("</table>")[0]
-    assert re.search(r"H100 80GB</td><td class=\"num\">8.00</td><td class=\"num\">2.00</td>"
+    assert re.search(r"H100 80GB</td><td class=\"num\">8.00</td><td class=\"num\">2.00</td><td class=\"num\">0.00</td>"
                      r"<td class=\"num\">10.00</td><td class=\"num\">25.00<", by_flavor)
     assert re.search(r"A100 1g.10gb</td><td class=\"num\">1.00</td><td class=\"num\">0.00</td>", by_flavor)
     by_person = html.split('data-testid="by-person"')[1].split("</table>")[0]
@@ -184,7 +185,7 @@ def test_team_page_costs_the_same_queries_for_an_hour_or_a_month_of_rows(as_user
                                              fraction_denominator=1, unit_seconds=600) for h in range(31 * 24)])
     with CaptureQueriesContext(connection) as many:
         page(client, "billing:team-usage", "vision", month=OCT)
-    assert len(many) == len(few) <= 14, [q["sql"] for q in many.captured_queries]
+    assert len(many) == len(few) <= 21, [q["sql"] for q in many.captured_queries]
 
 
 def test_finance_sets_a_price_on_the_rate_card_without_the_admin(as_user, finance_user, flavor):
@@ -230,3 +231,32 @@ def test_the_nav_offers_usage_to_everyone_and_finance_to_finance(as_user, member
     member_html = as_user(member).get(reverse("billing:my-usage")).content.decode()
     assert reverse("billing:my-usage") in member_html and reverse("billing:finance-overview") not in member_html
     assert reverse("billing:finance-overview") in as_user(finance_user).get(reverse("billing:my-usage")).content.decode()
+
+
+def test_the_ledger_says_what_the_team_lent_and_borrowed(as_user, lead, october, flavor):
+    vision, speech = october
+    # Oct 5, 12:00: Vision holds a guarantee of 16 H100 and used none of it; Speech ran 2 GPU-hours borrowed.
+    GuaranteeHour.objects.create(hour=at(5, 12), account=vision, flavor=flavor, unit_seconds=16 * 3600, lends_idle=True)
+    usage(account=speech, flavor=flavor, hour=at(5, 12), gpu_seconds=2 * 3600, owner="sam", borrowed=True,
+          rate=Rate.objects.get(flavor=flavor))
+    html = unescape(page(as_user(lead), "billing:team-usage", "vision", month=OCT).content.decode())
+    assert ("In October 2026 you used 9 GPU-hours on your own quota; you lent 2 H100 80GB GPU-hours of idle quota "
+            "to other teams; you borrowed 2 H100 80GB GPU-hours of other teams' idle quota.") in html
+    by_flavor = html.split('data-testid="by-flavor"')[1].split("</table>")[0]
+    assert re.search(r"H100 80GB</td><td class=\"num\">8.00</td><td class=\"num\">2.00</td><td class=\"num\">2.00</td>",
+                     by_flavor)
+
+
+def test_finance_overview_shows_unallocated_capacity_and_what_is_shared(as_user, finance_user, october, flavor, mig_flavor):
+    vision, _ = october
+    # Oct 3, 09:00: 600 H100 of capacity for an hour, 510 used; the slices: 56 for an hour, 7 used, shared by guarantee.
+    CapacityHour.objects.create(hour=at(3, 9), flavor=flavor, fraction_numerator=1, fraction_denominator=1,
+                                unit_seconds=600 * 3600)
+    CapacityHour.objects.create(hour=at(4, 22), flavor=mig_flavor, fraction_numerator=1, fraction_denominator=7,
+                                unit_seconds=56 * 3600)
+    GuaranteeHour.objects.create(hour=at(4, 22), account=vision, flavor=mig_flavor, unit_seconds=14 * 3600)
+    IdlePolicy.objects.create(flavor=mig_flavor, mode=IdlePolicy.Mode.SHARE_BY_GUARANTEE)
+    html = page(as_user(finance_user), "billing:finance-overview", month=OCT).content.decode()
+    table = html.split('data-testid="unallocated"')[1].split("</table>")[0]
+    assert re.search(r"H100 80GB</td><td class=\"num\">90.00</td><td class=\"num\">0.00</td>", table)
+    assert re.search(r"A100 1g.10gb</td><td class=\"num\">7.00</td><td class=\"num\">7.00</td>", table)  # 49 slices = 7 GPUs

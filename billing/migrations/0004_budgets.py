@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0002_usage_rollups'),
+        ('billing', '0003_meter_accounts_idle_policy_watermark'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
