@@ -11,3 +11,4 @@ class BillingConfig(AppConfig):
 
         signals.connect()
         pricing.register_price_provider(lambda flavor, units: selectors.hourly_cost(flavor=flavor, units=units))
+        pricing.register_usage_provider(lambda workload_ids: selectors.workload_costs(workload_ids=workload_ids))
