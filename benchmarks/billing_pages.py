@@ -96,7 +96,12 @@ def timed(client: Any, url: str, requests: int) -> dict[str, Any]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    assert client.get(url).status_code == 200  # warm: the session is saved once, templates compiled
+    # The first request is timed on its own: it compiles the templates, saves the session, and
+    # fills the cache the finance overview keeps until the rollups change (a metering refresh).
+    with CaptureQueriesContext(connection) as first_queries:
+        started = time.perf_counter()
+        assert client.get(url).status_code == 200
+        first_ms = (time.perf_counter() - started) * 1000
     times, queries = [], set()
     for _ in range(requests):
         with CaptureQueriesContext(connection) as captured:
@@ -107,7 +112,8 @@ def timed(client: Any, url: str, requests: int) -> dict[str, Any]:
         queries.add(len(captured))
     times.sort()
     p95 = times[max(0, int(round(0.95 * len(times))) - 1)]
-    return {"url": url, "requests": requests, "p50_ms": round(statistics.median(times), 1), "p95_ms": round(p95, 1),
+    return {"url": url, "first_request_ms": round(first_ms, 1), "first_request_queries": len(first_queries),
+            "requests": requests, "p50_ms": round(statistics.median(times), 1), "p95_ms": round(p95, 1),
             "max_ms": round(times[-1], 1), "queries": sorted(queries), "under_target": p95 < TARGET_MS}
 
 
