@@ -23,7 +23,7 @@ from django.db.models.functions import Coalesce, Greatest, Least, TruncDate
 from django.utils import timezone
 
 from billing import ledger, periods
-from billing.models import Account, CapacityHour, IdlePolicy, MeteringState, Rate, UsageHour
+from billing.models import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, Rate, UsageHour
 from billing.money import SECONDS_PER_HOUR, round_money, round_places
 from jobs.models import RunInterval, Workload
 from portal.errors import DomainError
@@ -328,7 +328,8 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     by_person, _ = _grouped(start=start, end=end, keys=("owner_username",), account_ids=ids)
     by_day, _ = _grouped(start=start, end=end, keys=("day",), account_ids=ids)
     currency = _one_currency(currencies, what=f"{team.name}'s usage") if currencies else default_currency()
-    lent = ledger.lent(start=start, end=end, account_ids=ids) if ids else {}
+    lent = {key: value for key, value in _lent(start=start, end=end, version=_rollups_version()).items()
+            if key[0] in ids}
     flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor} | {flavor_id for _, flavor_id in lent})
 
     total = Tally()
@@ -575,9 +576,10 @@ OVERVIEW_CACHE_SECONDS = 3600
 def _rollups_version() -> str:
     """A token that changes whenever the rollups behind the overview can have changed: a metering
     refresh (it stamps MeteringState.refreshed_at), any row written (refreshes replace rows, so
-    the newest id moves), or a flavor's idle policy. Three index lookups."""
+    the newest id moves), or a flavor's idle policy. Five small reads, by index."""
     refreshed = MeteringState.objects.aggregate(at=Max("refreshed_at"))["at"]
-    newest = [model._default_manager.aggregate(last=Max("id"))["last"] for model in (UsageHour, CapacityHour)]
+    newest = [model._default_manager.aggregate(last=Max("id"))["last"]
+              for model in (UsageHour, CapacityHour, GuaranteeHour)]
     policy = IdlePolicy.objects.aggregate(at=Max("updated_at"), n=Count("id"))
     token = f"{refreshed}|{newest}|{policy['at']}|{policy['n']}|{periods.billing_zone()}"
     return hashlib.sha256(token.encode()).hexdigest()[:32]
@@ -603,6 +605,15 @@ def _unallocated(*, start: dt.datetime, end: dt.datetime, version: str) -> tuple
     found = cache.get_or_set(f"billing:unallocated:{start:%Y%m%d%H%M}:{end:%Y%m%d%H%M}:{version}", compute,
                              OVERVIEW_CACHE_SECONDS)
     return cast(tuple[dict[int, int], dict[int, Fraction]], found)
+
+
+def _lent(*, start: dt.datetime, end: dt.datetime, version: str) -> dict[tuple[int, int], int]:
+    """billing.ledger's lent unit-seconds of every (account, flavor) in the period, cached until the
+    rollups change: who lent an hour depends on every team's use and guarantee in that hour, so
+    one team's figure costs as much as all of them, and a team page takes its own from the cache."""
+    found = cache.get_or_set(f"billing:lent:{start:%Y%m%d%H%M}:{end:%Y%m%d%H%M}:{version}",
+                             lambda: ledger.lent(start=start, end=end), OVERVIEW_CACHE_SECONDS)
+    return cast(dict[tuple[int, int], int], found)
 
 
 def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = True,
