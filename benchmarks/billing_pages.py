@@ -1,13 +1,14 @@
 """The team usage page and the finance overview over a month of rollups, on PostgreSQL.
 
 1,000 teams (each with its billing account), 5 flavors and two whole months of hourly rollups
-(this month and the last, which the overview compares against): every team uses every flavor
-every hour, its hours split among three people, one hour in seven borrowed. The rows are made
+(this month and the last, which the overview compares against): every team uses two of the
+flavors (`--flavors-per-team`) every hour of both months, its hours split among three people,
+one hour in seven borrowed: 3 million rows. The rows are made
 by one INSERT … SELECT over generate_series. Each page is then fetched through Django's test
 Client, as a finance user and as a team lead, and timed; the number of queries of each request
 is counted, and must be the same for a team with one hour of rows as for one with a month.
 
-    scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py [--teams 1000] [--requests 40]
+    scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py [--teams 1000] [--flavors-per-team 2] [--requests 30]
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ TARGET_MS = 150
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--teams", type=int, default=1000)
-    parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--flavors-per-team", type=int, default=2)
+    parser.add_argument("--requests", type=int, default=30)
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
         sys.exit("Run it on PostgreSQL: scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py")
@@ -47,10 +49,10 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    print(json.dumps(run(args.teams, args.requests), indent=2))
+    print(json.dumps(run(args.teams, args.flavors_per_team, args.requests), indent=2))
 
 
-def seed(teams: int, month_start: dt.datetime, previous_start: dt.datetime, month_end: dt.datetime) -> dict[str, Any]:
+def seed(teams: int, flavors_per_team: int, previous_start: dt.datetime, month_end: dt.datetime) -> dict[str, Any]:
     from django.db import connection
 
     from billing.models import Account, Rate
@@ -81,9 +83,9 @@ def seed(teams: int, month_start: dt.datetime, previous_start: dt.datetime, mont
                    3600 * (1 + (a.id + f.id + extract(day FROM h)::int) %% 4)
             FROM generate_series(%s::timestamptz, %s::timestamptz - interval '1 hour', interval '1 hour') AS h
             CROSS JOIN billing_account a
-            JOIN tenants_flavor f ON true
+            JOIN tenants_flavor f ON (f.id + a.id) %% %s < %s
             JOIN billing_rate r ON r.flavor_id = f.id
-        """, [previous_start, month_end])
+        """, [previous_start, month_end, len(FLAVORS), flavors_per_team])
         rows = cursor.rowcount
         cursor.execute("ANALYZE billing_usagehour")
     return {"lead": lead, "finance": finance, "team": made[0], "rows": rows,
@@ -94,7 +96,12 @@ def timed(client: Any, url: str, requests: int) -> dict[str, Any]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    assert client.get(url).status_code == 200  # warm: the session is saved once, templates compiled
+    # The first request is timed on its own: it compiles the templates, saves the session, and
+    # fills the cache the finance overview keeps until the rollups change (a metering refresh).
+    with CaptureQueriesContext(connection) as first_queries:
+        started = time.perf_counter()
+        assert client.get(url).status_code == 200
+        first_ms = (time.perf_counter() - started) * 1000
     times, queries = [], set()
     for _ in range(requests):
         with CaptureQueriesContext(connection) as captured:
@@ -105,11 +112,12 @@ def timed(client: Any, url: str, requests: int) -> dict[str, Any]:
         queries.add(len(captured))
     times.sort()
     p95 = times[max(0, int(round(0.95 * len(times))) - 1)]
-    return {"url": url, "requests": requests, "p50_ms": round(statistics.median(times), 1), "p95_ms": round(p95, 1),
+    return {"url": url, "first_request_ms": round(first_ms, 1), "first_request_queries": len(first_queries),
+            "requests": requests, "p50_ms": round(statistics.median(times), 1), "p95_ms": round(p95, 1),
             "max_ms": round(times[-1], 1), "queries": sorted(queries), "under_target": p95 < TARGET_MS}
 
 
-def run(teams: int, requests: int) -> dict[str, Any]:
+def run(teams: int, flavors_per_team: int, requests: int) -> dict[str, Any]:
     from django.conf import settings
     from django.test import Client
     from django.test.utils import setup_test_environment
@@ -121,12 +129,13 @@ def run(teams: int, requests: int) -> dict[str, Any]:
     settings.ALLOWED_HOSTS = ["*"]
     month = periods.current_month()
     previous = periods.month_start(month - dt.timedelta(days=1))
-    month_start, month_end = periods.month_bounds(month)
+    _, month_end = periods.month_bounds(month)
     previous_start, _ = periods.month_bounds(previous)
-    seeded = seed(teams, month_start, previous_start, month_end)
+    seeded = seed(teams, flavors_per_team, previous_start, month_end)
     result: dict[str, Any] = {
         "commit": os.popen(f"git -C {ROOT} describe --always --dirty").read().strip(),
-        "teams": teams, "flavors": len(FLAVORS), "usage_rows": seeded["rows"], "seed_seconds": seeded["seed_seconds"],
+        "teams": teams, "flavors": len(FLAVORS), "flavors_per_team": flavors_per_team, "usage_rows": seeded["rows"],
+        "seed_seconds": seeded["seed_seconds"],
         "months": [f"{previous:%Y-%m}", f"{month:%Y-%m}"], "target_p95_ms": TARGET_MS,
     }
     lead, finance = Client(), Client()

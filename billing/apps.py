@@ -12,5 +12,6 @@ class BillingConfig(AppConfig):
 
         signals.connect()
         pricing.register_price_provider(lambda flavor, units: selectors.hourly_cost(flavor=flavor, units=units))
+        pricing.register_usage_provider(lambda workload_ids: selectors.workload_costs(workload_ids=workload_ids))
         pricing.register_launch_guard(lambda team: budgets.launch_refusal(team=team))
         desired.register_hold_provider(budgets.held_team_ids)

@@ -9,19 +9,21 @@ statement rounds them, so the month-to-date figure a page shows is the one the s
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.auth.models import AnonymousUser
-from django.db.models import F, FloatField, Func, Q, QuerySet, Sum, Value
+from django.core.cache import cache
+from django.db.models import Count, F, FloatField, Func, Max, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDate
 from django.utils import timezone
 
 from billing import ledger, periods
-from billing.models import Account, Rate, UsageHour
+from billing.models import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, Rate, UsageHour
 from billing.money import SECONDS_PER_HOUR, round_money, round_places
 from jobs.models import RunInterval, Workload
 from portal.errors import DomainError
@@ -326,7 +328,8 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     by_person, _ = _grouped(start=start, end=end, keys=("owner_username",), account_ids=ids)
     by_day, _ = _grouped(start=start, end=end, keys=("day",), account_ids=ids)
     currency = _one_currency(currencies, what=f"{team.name}'s usage") if currencies else default_currency()
-    lent = ledger.lent(start=start, end=end, account_ids=ids) if ids else {}
+    lent = {key: value for key, value in _lent(start=start, end=end, version=_rollups_version()).items()
+            if key[0] in ids}
     flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor} | {flavor_id for _, flavor_id in lent})
 
     total = Tally()
@@ -567,18 +570,66 @@ class FinanceOverview:
     months: list[dt.date]
 
 
+OVERVIEW_CACHE_SECONDS = 3600
+
+
+def _rollups_version() -> str:
+    """A token that changes whenever the rollups behind the overview can have changed: a metering
+    refresh (it stamps MeteringState.refreshed_at), any row written (refreshes replace rows, so
+    the newest id moves), or a flavor's idle policy. Five small reads, by index."""
+    refreshed = MeteringState.objects.aggregate(at=Max("refreshed_at"))["at"]
+    newest = [model._default_manager.aggregate(last=Max("id"))["last"]
+              for model in (UsageHour, CapacityHour, GuaranteeHour)]
+    policy = IdlePolicy.objects.aggregate(at=Max("updated_at"), n=Count("id"))
+    token = f"{refreshed}|{newest}|{policy['at']}|{policy['n']}|{periods.billing_zone()}"
+    return hashlib.sha256(token.encode()).hexdigest()[:32]
+
+
+def _all_accounts_month(*, start: dt.datetime, end: dt.datetime, version: str) -> tuple[dict[tuple, Tally], set[str]]:
+    """Every account's month by flavor and rate: the one read that scans a month of every team's
+    rollups, so it is kept in the cache until the rollups change (see `_rollups_version`)."""
+    key = f"billing:all-accounts:{start:%Y%m%d%H%M}:{end:%Y%m%d%H%M}:{version}"
+    found = cache.get_or_set(key, lambda: _grouped(start=start, end=end, keys=("account_id", "flavor_id", "rate_id")),
+                             OVERVIEW_CACHE_SECONDS)
+    return cast(tuple[dict[tuple, Tally], set[str]], found)
+
+
+def _unallocated(*, start: dt.datetime, end: dt.datetime, version: str) -> tuple[dict[int, int], dict[int, Fraction]]:
+    """billing.ledger's unallocated unit-seconds per flavor and the part shared to teams, cached as above."""
+    def compute() -> tuple[dict[int, int], dict[int, Fraction]]:
+        shared: dict[int, Fraction] = defaultdict(Fraction)
+        for (_, flavor_id), share in ledger.idle_shares(start=start, end=end).items():
+            shared[flavor_id] += share
+        return ledger.unallocated(start=start, end=end), dict(shared)
+
+    found = cache.get_or_set(f"billing:unallocated:{start:%Y%m%d%H%M}:{end:%Y%m%d%H%M}:{version}", compute,
+                             OVERVIEW_CACHE_SECONDS)
+    return cast(tuple[dict[int, int], dict[int, Fraction]], found)
+
+
+def _lent(*, start: dt.datetime, end: dt.datetime, version: str) -> dict[tuple[int, int], int]:
+    """billing.ledger's lent unit-seconds of every (account, flavor) in the period, cached until the
+    rollups change: who lent an hour depends on every team's use and guarantee in that hour, so
+    one team's figure costs as much as all of them, and a team page takes its own from the cache."""
+    found = cache.get_or_set(f"billing:lent:{start:%Y%m%d%H%M}:{end:%Y%m%d%H%M}:{version}",
+                             lambda: ledger.lent(start=start, end=end), OVERVIEW_CACHE_SECONDS)
+    return cast(dict[tuple[int, int], int], found)
+
+
 def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = True,
                      now: dt.datetime | None = None) -> FinanceOverview:
     """Every account (teams, and deleted teams that still have hours), with cost center, this
     month's GPU-hours and cost, last month's cost and the change; totals per flavor and the
     unallocated capacity from billing.ledger. A fixed number of queries whatever the number of
-    teams (two grouped reads of the months, the rates, the accounts, the flavors, the ledger's)."""
+    teams. The reads that scan every team's month are cached until the rollups change, so the
+    page costs a month's scan once per metering refresh, not once per view."""
     month = periods.month_start(month)
     start, end = periods.month_bounds(month)
     previous = periods.month_start(month - dt.timedelta(days=1))
     prev_start, prev_end = periods.month_bounds(previous)
-    by_account, currencies = _grouped(start=start, end=end, keys=("account_id", "flavor_id", "rate_id"))
-    before, previous_currencies = _grouped(start=prev_start, end=prev_end, keys=("account_id", "flavor_id", "rate_id"))
+    version = _rollups_version()
+    by_account, currencies = _all_accounts_month(start=start, end=end, version=version)
+    before, previous_currencies = _all_accounts_month(start=prev_start, end=prev_end, version=version)
     currency = _one_currency(currencies | previous_currencies, what="The usage of these months")
     if not currencies and not previous_currencies:
         currency = default_currency()
@@ -614,14 +665,11 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
     for (_, flavor_id, _), tally in by_account.items():
         flavor_tallies[flavor_id].add(tally)
         flavor_money[flavor_id] += round_money(tally.cost, currency)
-    idle = ledger.unallocated(start=start, end=end)
-    shared: dict[int, Fraction] = defaultdict(Fraction)
-    for (_, flavor_id), share in ledger.idle_shares(start=start, end=end).items():
-        shared[flavor_id] += share
+    idle, shared = _unallocated(start=start, end=end, version=version)
     flavors = Flavor.objects.in_bulk(set(flavor_tallies) | set(idle))
     unallocated = [UnallocatedLine(
         flavor=flavors[pk], gpu_hours=round_places(_unit_seconds_as_gpu_hours(idle[pk], flavors[pk]), ROUNDING_HOURS),
-        shared_hours=round_places(shared[pk] * flavors[pk].fraction / SECONDS_PER_HOUR, ROUNDING_HOURS))
+        shared_hours=round_places(shared.get(pk, Fraction(0)) * flavors[pk].fraction / SECONDS_PER_HOUR, ROUNDING_HOURS))
         for pk in sorted(idle, key=lambda pk: flavors[pk].name)]
     flavor_totals = [Line(key=flavors[pk].slug, label=flavors[pk].name,
                           gpu_hours=round_places(flavor_tallies[pk].gpu_hours, ROUNDING_HOURS), cost=flavor_money[pk])
