@@ -1,4 +1,4 @@
-"""Who may change prices: finance and platform admins."""
+"""Who may change prices and budgets: finance and platform admins."""
 
 from __future__ import annotations
 
@@ -7,3 +7,4 @@ import rules
 from portal.roles import is_finance, is_platform_admin
 
 rules.add_perm("billing.set_rates", is_finance | is_platform_admin)
+rules.add_perm("billing.set_budgets", is_finance | is_platform_admin)

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import access, manifests, policy, rules, selectors
+from jobs import access, manifests, policy, pricing, rules, selectors
 from jobs.models import (
     ImageRegistry,
     Priority,
@@ -139,6 +139,8 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
         )
     if team.synced_at is None:
         raise DomainError(f"The namespace of {team.slug} is not ready in the cluster yet; try again in a minute.", field="team")
+    if refusal := pricing.launch_refusal(team=team):
+        raise DomainError(refusal, field="team")
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
 
 

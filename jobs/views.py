@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import access, selectors, services
+from jobs import access, pricing, selectors, services
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import Workload, WorkloadKind, WorkloadTemplate
@@ -153,6 +153,7 @@ def workload_list(request: HtmxHttpRequest) -> HttpResponse:
         "teams": teams, "templates": templates, "phases": Workload.Phase.choices,
         "team": team, "template": template, "phase": phase, "mine": mine,
         "filtered": any(chosen.values()),
+        "used": pricing.used_so_far(workload_ids=[w.pk for w in workloads]),
     }
     name = "jobs/workload_list.html#workload-rows" if request.htmx else "jobs/workload_list.html"
     return render(request, name, context)
@@ -182,6 +183,7 @@ def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None
         "gpus": workload.total_units * workload.flavor.fraction,
         "endpoint": services.endpoint(workload) if serves else "",
         "reachable": bool(services.ingress_host(workload)),
+        "used": pricing.used_so_far(workload_ids=[workload.pk]).get(workload.pk),
     }
 
 

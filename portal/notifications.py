@@ -15,16 +15,24 @@ from portal.models import Notification, User
 log = logging.getLogger(__name__)
 
 
-def notify(*, recipients: Iterable[User], message: str, url: str = "", subject: str | None = None) -> list[Notification]:
+def notify(*, recipients: Iterable[User], message: str, url: str = "", subject: str | None = None,
+           email: bool = True) -> list[Notification]:
+    """The bell for each active recipient and, unless `email` is False (people who asked for a
+    digest instead), the same sentence by email after commit."""
     people = {user.pk: user for user in recipients if user.is_active}
     created = Notification.objects.bulk_create(
         [Notification(recipient=user, message=message, url=url) for user in people.values()]
     )
-    addresses = [user.email for user in people.values() if user.email]
+    addresses = [user.email for user in people.values() if user.email] if email else []
     if addresses:
         body = f"{message}\n\n{settings.SITE_URL}{url}" if url else message
-        transaction.on_commit(lambda: _send_email(subject or message, body, addresses))
+        email_after_commit(subject=subject or message, body=body, addresses=addresses)
     return created
+
+
+def email_after_commit(*, subject: str, body: str, addresses: list[str]) -> None:
+    """Sends an email once the transaction commits; a failure is logged, never raised."""
+    transaction.on_commit(lambda: _send_email(subject, body, addresses))
 
 
 def _send_email(subject: str, body: str, addresses: list[str]) -> None:

@@ -306,6 +306,9 @@ CELERY_BEAT_SCHEDULE = {
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 60.0},
     "notebooks-stop-idle": {"task": "jobs.tasks.notebooks_stop_idle", "schedule": 300.0},
     "sso-identities-revalidate": {"task": "tenants.tasks.sso_identities_revalidate", "schedule": 900.0},
+    "budgets-check": {"task": "billing.tasks.budgets_check", "schedule": float(env("BUDGETS_CHECK_SECONDS", "300"))},
+    # Hourly; each person's digest goes once a local day, at the first run after BUDGET_DIGEST_HOUR.
+    "budget-digests-send": {"task": "billing.tasks.budget_digests_send", "schedule": 3600.0},
     # Usage rollups up to now: the open hour is recomputed, earlier hours only where an interval changed.
     "billing-rollups-refresh": {"task": "billing.tasks.rollups_refresh", "schedule": 60.0},
     # Readiness reads beat's and the worker's heartbeats from it; an old one is useless, so it expires.
@@ -320,6 +323,12 @@ try:
 except (zoneinfo.ZoneInfoNotFoundError, ValueError):
     raise ImproperlyConfigured(
         f"BILLING_TIME_ZONE must be a time zone such as UTC or Europe/Berlin; it is {BILLING_TIME_ZONE!r}.") from None
+
+# Budget alerts: the check runs every BUDGETS_CHECK_SECONDS (beat, above); the daily digest goes
+# out from this local hour of the billing time zone.
+BUDGET_DIGEST_HOUR = int(env("BUDGET_DIGEST_HOUR", "8"))
+if not 0 <= BUDGET_DIGEST_HOUR <= 23:
+    raise ImproperlyConfigured(f"BUDGET_DIGEST_HOUR is an hour from 0 to 23; it is {BUDGET_DIGEST_HOUR}.")
 
 # A workload still 'submitting' after this long gets a reason in words and is sent again.
 PORTAL_SUBMITTING_BOUND_SECONDS = int(env("PORTAL_SUBMITTING_BOUND_SECONDS", "120"))

@@ -7,6 +7,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from billing import urls as billing_urls
 from jobs import api as jobs_api
 from portal import api as portal_api
 from portal import views
@@ -22,6 +23,7 @@ jobs_api.register(router)
 urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("tenants.urls")),
+    path("billing/", include("billing.urls")),
     path("login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", views.api_tokens, name="api-tokens"),
@@ -33,6 +35,7 @@ urlpatterns = [
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
+    path("api/billing/", include((billing_urls.api_urlpatterns, "billing-api"))),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Swagger UI's start script comes from its own URL (the split view), so scripts stay strict;

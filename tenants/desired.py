@@ -7,7 +7,7 @@ applies what these return; the simulated cluster's nodes are made from the same 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from django.conf import settings
@@ -15,6 +15,15 @@ from django.core.exceptions import ImproperlyConfigured
 
 from tenants import manifests, selectors
 from tenants.models import Flavor, Membership, Team
+
+# Which teams' queues are held (admit nothing new): billing's hard stop registers the answer.
+HoldProvider = Callable[[list[int]], set[int]]
+_hold_provider: HoldProvider | None = None
+
+
+def register_hold_provider(provider: HoldProvider) -> None:
+    global _hold_provider
+    _hold_provider = provider
 
 
 def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
@@ -46,7 +55,8 @@ def network_spec() -> manifests.NetworkSpec:
 
 
 def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, manifests.TeamSpec]]:
-    """The desired state of the given teams (all when None), read in four queries (teams, flavors, grants, members)."""
+    """The desired state of the given teams (all when None), read in five queries (teams, flavors, grants,
+    members, held queues)."""
     teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=list(team_ids))
     teams_by_id = {team.pk: team for team in teams}
     active = list(Flavor.objects.filter(is_active=True).order_by("pk"))
@@ -54,6 +64,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     flavor_ids = {f.slug: f.pk for f in active}
     guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
     subjects = cluster_subjects(team_ids=list(teams_by_id))
+    held = _hold_provider(list(teams_by_id)) if _hold_provider else set()
     specs = {}
     network = network_spec()
     for team in teams_by_id.values():
@@ -76,6 +87,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,
             network=network,
             user_prefix=settings.KUBE_OIDC_USERNAME_PREFIX,
+            held=team.pk in held,
         ))
     return specs
 

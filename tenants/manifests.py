@@ -182,6 +182,8 @@ class TeamSpec:
     # A team provisioned before objects carried the uid: until its first apply annotates them,
     # objects with the managed-by label, its team label and no uid at all count as its own.
     adopts_unannotated: bool = False
+    # Held by a hard-stopped budget: the LocalQueue admits nothing new; what runs continues.
+    held: bool = False
 
     @property
     def namespace(self) -> str:
@@ -452,7 +454,8 @@ def make_local_queue(*, team: TeamSpec) -> dict[str, Any]:
     return {
         "apiVersion": KUEUE, "kind": "LocalQueue",
         "metadata": _team_meta(QUEUE_NAME, team),
-        "spec": {"clusterQueue": team.cluster_queue},
+        # Always written, so lifting a hold is a change the periodic pass sees and applies.
+        "spec": {"clusterQueue": team.cluster_queue, "stopPolicy": "Hold" if team.held else "None"},
     }
 
 

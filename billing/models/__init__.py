@@ -1,6 +1,8 @@
 """Billing's tables, one module per concern: the rate card, metered usage, statements, budgets."""
 
+from billing.models.budgets import AlertEmailPreference, Budget, BudgetAlert, DigestEntry
 from billing.models.rates import Rate
 from billing.models.usage import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, UsageHour
 
-__all__ = ["Account", "CapacityHour", "GuaranteeHour", "IdlePolicy", "MeteringState", "Rate", "UsageHour"]
+__all__ = ["Account", "AlertEmailPreference", "Budget", "BudgetAlert", "CapacityHour", "DigestEntry", "GuaranteeHour",
+           "IdlePolicy", "MeteringState", "Rate", "UsageHour"]

@@ -134,7 +134,7 @@ def test_the_local_queue_points_at_the_team_queue():
     assert m.make_local_queue(team=TEAM) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
         "metadata": {"name": "default", "namespace": "vision", "labels": LABELS, "annotations": PROOF},
-        "spec": {"clusterQueue": "vision"},
+        "spec": {"clusterQueue": "vision", "stopPolicy": "None"},
     }
 
 
@@ -263,3 +263,8 @@ def test_schema_validation_can_fail():
     with pytest.raises(kubernetes_validate.ValidationError):
         namespace = {**m.make_namespace(team=TEAM), "spec": {"finalizers": "x"}}
         kubernetes_validate.validate(namespace, KUBERNETES_VERSION, strict=True)
+
+
+def test_a_held_team_s_local_queue_admits_nothing_new():
+    held = replace(TEAM, held=True)
+    assert m.make_local_queue(team=held)["spec"] == {"clusterQueue": "vision", "stopPolicy": "Hold"}

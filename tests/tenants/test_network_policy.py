@@ -259,7 +259,8 @@ def _pods(kind: jobs_manifests.Kind) -> list[dict[str, Any]]:
     spec = jobs_manifests.WorkloadSpec(
         workload_id=7, name="wl-7", namespace="vision", team="vision", kind=kind, image="img", command=(), args=(),
         env=(), resource_name="nvidia.com/gpu", units=1, port=8888 if kind in ("inference", "notebook") else 0)
-    return [obj["spec"]["template"] for obj in jobs_manifests.make_workload_objects(spec=spec) if "template" in obj.get("spec", {})]
+    objects = jobs_manifests.make_workload_objects(spec=spec)
+    return [obj["spec"]["template"] for obj in objects if "template" in obj.get("spec", {})]
 
 
 @pytest.mark.parametrize(("kind", "portal", "ingress_controller"), [

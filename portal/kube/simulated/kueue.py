@@ -181,13 +181,28 @@ class Kueue:
         missing = max(missing, borrowed - pool)
         return missing <= 0, missing
 
+    def stop_policy(self, workload: Workload) -> str:
+        """The LocalQueue's stopPolicy: Hold admits nothing new, HoldAndDrain also evicts what it admitted."""
+        local_queue = self.state.local_queues.get((workload.namespace, workload.queue))
+        return str(local_queue.body["spec"].get("stopPolicy") or "None") if local_queue else "None"
+
     def admit(self) -> None:
         workloads = self.workloads()
+        for workload in workloads:
+            if workload.admitted and not workload.finished and self.stop_policy(workload) == "HoldAndDrain":
+                workload.admitted_flavor = {}
+                self._evict(workload, "LocalQueueStopped", "The LocalQueue is stopped")
         pending = sorted(
             (w for w in workloads if not w.admitted and not w.finished and w.cluster_queue in self.state.cluster_queues),
             key=lambda w: (-w.priority, w.created, w.name),
         )
         for workload in pending:
+            if self.stop_policy(workload) != "None":
+                # As Kueue's workload controller says of a workload in a stopped LocalQueue.
+                self.set_condition(workload, "QuotaReserved", "False", "Inadmissible",
+                                   f"LocalQueue {workload.queue} is inactive")
+                self.state.save(workload.row, workload.row.body)
+                continue
             assignment, message = self._assign(workloads, workload)
             if assignment is None:
                 assignment = self._preempt_for(workloads, workload)

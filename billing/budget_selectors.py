@@ -1,0 +1,142 @@
+"""Reads for budgets: where a team stands against its budget this month, and what may be seen.
+
+Month-to-date cost and the forecast come from `billing.selectors.month_forecast` (the usage pages
+show the same numbers); this module turns them into the budget's picture and its sentences.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.contrib.auth.models import AnonymousUser
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from billing import money, periods, selectors
+from billing.models import Account, Budget, BudgetAlert
+from portal.errors import DomainError
+from portal.models import User
+from portal.roles import sees_all_teams
+from tenants.models import Team, user_team_roles
+
+
+def money_text(amount: Decimal, currency: str) -> str:
+    """4,820.00 USD: grouped, with the currency's minor unit."""
+    return f"{amount:,.{money.minor_unit(currency)}f} {currency}"
+
+
+def ordinal(day: int) -> str:
+    suffix = "th" if 11 <= day % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+    return f"{day}{suffix}"
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    team_slug: str
+    month: dt.date
+    amount: Decimal
+    currency: str
+    spent: Decimal
+    spent_currency: str
+    forecast: Decimal
+    over_on: dt.date | None  # the day the forecast crosses the budget, when that is within the month
+    hard_stop: bool
+    held: bool
+    problem: str = ""  # why the month's cost cannot be read (rates in two currencies)
+
+    @property
+    def comparable(self) -> bool:
+        """Costs in another currency than the budget's cannot be compared without an exchange rate."""
+        return not self.problem and (self.spent_currency == self.currency or self.spent == 0)
+
+    @property
+    def percent(self) -> int:
+        """Whole percent used, rounded down (49.99 % has not reached 50 %)."""
+        return int(self.spent * 100 // self.amount) if self.comparable else 0
+
+    @property
+    def bar_percent(self) -> int:
+        return min(self.percent, 100)
+
+    @property
+    def over(self) -> bool:
+        return self.comparable and self.spent >= self.amount
+
+    @property
+    def forecast_over(self) -> bool:
+        return self.comparable and self.forecast > self.amount
+
+    @property
+    def month_name(self) -> str:
+        return self.month.strftime("%B %Y")
+
+    @property
+    def used_sentence(self) -> str:
+        return (f"{money_text(self.spent, self.currency)} of {money_text(self.amount, self.currency)} "
+                f"used in {self.month_name} ({self.percent} %)")
+
+    @property
+    def forecast_sentence(self) -> str:
+        if self.problem:
+            return self.problem
+        if not self.comparable:
+            return (f"Costs are in {self.spent_currency} and the budget in {self.currency}: "
+                    "ask finance to set the budget in the currency of the rates.")
+        if self.spent == 0:
+            return "Nothing spent yet this month."
+        if self.over:
+            return f"at this rate: {money_text(self.forecast, self.currency)}, already over budget"
+        if self.over_on is not None:
+            return f"at this rate: {money_text(self.forecast, self.currency)}, over budget on the {ordinal(self.over_on.day)}"
+        return f"at this rate: {money_text(self.forecast, self.currency)}, within budget"
+
+
+def account_of(team: Team) -> Account:
+    """The team's billing account, made on first use (the metering engine makes it with the team)."""
+    account, _ = Account.objects.get_or_create(
+        team=team, defaults={"slug": team.slug, "name": team.name, "cost_center": team.cost_center})
+    return account
+
+
+def budget_status(*, budget: Budget, now: dt.datetime | None = None) -> BudgetStatus:
+    """Where the team stands this month: spent so far and the forecast at the current burn
+    (`billing.selectors.month_forecast`, one grouped query), with the day it crosses the budget."""
+    now = now or timezone.now()
+    month = periods.current_month(now)
+    try:
+        forecast = selectors.month_forecast(account=budget.account, month=month, now=now)
+    except DomainError as error:
+        return BudgetStatus(team_slug=budget.account.slug, month=month, amount=budget.amount, currency=budget.currency,
+                            spent=Decimal(0), spent_currency=budget.currency, forecast=Decimal(0), over_on=None,
+                            hard_stop=budget.hard_stop, held=budget.held, problem=error.message)
+    over_on = forecast.crossing_date(budget.amount) if forecast.spent < budget.amount else None
+    return BudgetStatus(
+        team_slug=budget.account.slug, month=month, amount=budget.amount, currency=budget.currency,
+        spent=forecast.spent, spent_currency=forecast.currency, forecast=forecast.projected, over_on=over_on,
+        hard_stop=budget.hard_stop, held=budget.held,
+    )
+
+
+def team_budget(*, team: Team) -> Budget | None:
+    return Budget.objects.select_related("account", "set_by").filter(account__team=team).first()
+
+
+def budgets_for_user(user: User | AnonymousUser) -> QuerySet[Budget]:
+    """Budgets of the teams the user may see: their own teams, or all for finance and admins."""
+    budgets = Budget.objects.select_related("account", "account__team", "set_by").filter(account__team__isnull=False)
+    if not user.is_authenticated:
+        return budgets.none()
+    if sees_all_teams(user):
+        return budgets
+    return budgets.filter(account__team_id__in=list(user_team_roles(user)))
+
+
+def alerts_for_user(user: User | AnonymousUser) -> QuerySet[BudgetAlert]:
+    alerts = BudgetAlert.objects.select_related("account").filter(account__team__isnull=False)
+    if not user.is_authenticated:
+        return alerts.none()
+    if sees_all_teams(user):
+        return alerts
+    return alerts.filter(account__team_id__in=list(user_team_roles(user)))
