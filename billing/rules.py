@@ -1,4 +1,4 @@
-"""Who may change prices: finance and platform admins."""
+"""Who may change prices and close statements: finance and platform admins."""
 
 from __future__ import annotations
 
@@ -7,3 +7,5 @@ import rules
 from portal.roles import is_finance, is_platform_admin
 
 rules.add_perm("billing.set_rates", is_finance | is_platform_admin)
+# Closing a month and adjusting its statement: finance's job, and platform admins may stand in.
+rules.add_perm("billing.close_statements", is_finance | is_platform_admin)

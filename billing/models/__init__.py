@@ -1,6 +1,7 @@
 """Billing's tables, one module per concern: the rate card, metered usage, statements, budgets."""
 
 from billing.models.rates import Rate
+from billing.models.statements import Adjustment, Statement, StatementLine
 from billing.models.usage import Account, CapacityHour, GuaranteeHour, UsageHour
 
-__all__ = ["Account", "CapacityHour", "GuaranteeHour", "Rate", "UsageHour"]
+__all__ = ["Account", "Adjustment", "CapacityHour", "GuaranteeHour", "Rate", "Statement", "StatementLine", "UsageHour"]
