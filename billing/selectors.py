@@ -13,15 +13,20 @@ from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
-from django.db.models import Sum
+from django.contrib.auth.models import AnonymousUser
+from django.db.models import F, FloatField, Func, Q, QuerySet, Sum, Value
+from django.db.models.functions import Coalesce, Greatest, Least
 from django.utils import timezone
 
 from billing import periods
 from billing.models import Account, Rate, UsageHour
-from billing.money import SECONDS_PER_HOUR, round_money
+from billing.money import SECONDS_PER_HOUR, round_money, round_places
+from jobs.models import RunInterval, Workload
 from portal.errors import DomainError
-from tenants.models import Flavor
+from portal.models import User
+from tenants.models import Flavor, Team
 
 DEFAULT_CURRENCY = "USD"
 FORECAST_WINDOW = dt.timedelta(hours=24)
@@ -167,3 +172,464 @@ def month_forecast(*, account: Account, month: dt.date, now: dt.datetime | None 
     projected = spent + round_money(burn * remaining_hours, currency)
     return MonthForecast(month=periods.month_start(month), currency=currency, spent=spent, projected=projected,
                          burn=burn, now=now, month_end=end, daily_cumulative=tuple(cumulative))
+
+
+# --- Usage grouped from the rollups -------------------------------------------------------------
+
+ROUNDING_HOURS = 2  # GPU-hours are shown to the hundredth; costs to the currency's minor unit
+
+
+@dataclass
+class Tally:
+    """GPU-seconds and their exact cost, summed; rounded only when shown."""
+
+    gpu_seconds: Fraction = Fraction(0)
+    cost: Fraction = Fraction(0)
+
+    def add(self, other: Tally) -> None:
+        self.gpu_seconds += other.gpu_seconds
+        self.cost += other.cost
+
+    @property
+    def gpu_hours(self) -> Fraction:
+        return self.gpu_seconds / SECONDS_PER_HOUR
+
+
+@dataclass(frozen=True)
+class Line:
+    """One shown line: a label, GPU-hours and cost, rounded once here."""
+
+    key: object
+    label: str
+    gpu_hours: Decimal
+    cost: Decimal
+
+    @classmethod
+    def of(cls, key: object, label: str, tally: Tally, currency: str) -> Line:
+        return cls(key=key, label=label, gpu_hours=round_places(tally.gpu_hours, ROUNDING_HOURS),
+                   cost=round_money(tally.cost, currency))
+
+
+def _grouped(*, start: dt.datetime, end: dt.datetime, keys: tuple[str, ...], account_ids: list[int] | None = None,
+             owner: str | None = None) -> tuple[dict[tuple, Tally], set[str]]:
+    """One grouped query over the rollups of [start, end): exact tallies per key, and the
+    currencies of the rates involved. Unpriced hours count GPU-hours and no cost."""
+    rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
+    if account_ids is not None:
+        rows = rows.filter(account_id__in=account_ids)
+    if owner is not None:
+        rows = rows.filter(owner_username=owner)
+    grouped = (rows.values(*keys, "rate__price_per_gpu_hour", "rate__currency", "fraction_numerator",
+                           "fraction_denominator").annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    tallies: dict[tuple, Tally] = defaultdict(Tally)
+    currencies: set[str] = set()
+    for row in grouped:
+        seconds = Fraction(row["unit_seconds"] * row["fraction_numerator"], row["fraction_denominator"])
+        price = row["rate__price_per_gpu_hour"]
+        tally = tallies[tuple(row[key] for key in keys)]
+        tally.gpu_seconds += seconds
+        if price is not None:
+            currencies.add(row["rate__currency"])
+            tally.cost += seconds / SECONDS_PER_HOUR * Fraction(price)
+    return tallies, currencies
+
+
+def account_for_team(*, team: Team) -> Account | None:
+    """The team's billing account, if metering has made one (a read never makes it)."""
+    return Account.objects.filter(team=team).first()
+
+
+def accounts_for_user(*, user: User | AnonymousUser) -> QuerySet[Account]:
+    """The accounts whose usage the user may read: every one (deleted teams' too) for finance and
+    platform admins, otherwise those of the user's own teams."""
+    if not user.is_authenticated:
+        return Account.objects.none()
+    if user.has_perm("portal.read_costs"):
+        return Account.objects.all()
+    return Account.objects.filter(team__in=Team.objects.for_user(user))
+
+
+@dataclass(frozen=True)
+class FlavorLine:
+    flavor: Flavor
+    gpu_hours: Decimal
+    guaranteed_hours: Decimal
+    borrowed_hours: Decimal
+    lent_hours: Decimal | None
+    cost: Decimal
+
+
+@dataclass(frozen=True)
+class DayBar:
+    day: dt.date
+    gpu_hours: Decimal
+    cost: Decimal
+    x: int
+    y: int
+    height: int
+
+
+@dataclass(frozen=True)
+class WorkloadLine:
+    workload: Workload
+    gpu_hours: Decimal
+    cost: Decimal | None
+
+
+@dataclass(frozen=True)
+class TeamMonthUsage:
+    team: Team
+    account: Account | None
+    month: dt.date
+    currency: str
+    total: Line
+    by_flavor: list[FlavorLine]
+    by_person: list[Line]
+    by_day: list[DayBar]
+    chart_max: Decimal
+    top_workloads: list[WorkloadLine]
+    ledger: str
+    forecast: MonthForecast | None
+    months: list[dt.date]
+
+    @property
+    def is_current(self) -> bool:
+        return self.month == periods.current_month()
+
+    @property
+    def chart_width(self) -> int:
+        return len(self.by_day) * (CHART_BAR + 2)
+
+
+TOP_WORKLOADS = 10
+CHART_HEIGHT = 120
+CHART_BAR = 18
+
+
+def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = None) -> TeamMonthUsage:
+    """Everything the team usage page shows for a local month, in a fixed number of queries:
+    by flavor (guaranteed, borrowed), by person, by day, the top workloads and the forecast."""
+    now = now or timezone.now()
+    month = periods.month_start(month)
+    start, end = periods.month_bounds(month)
+    account = account_for_team(team=team)
+    ids = [account.pk] if account else []
+    by_flavor, currencies = _grouped(start=start, end=end, keys=("flavor_id", "borrowed"), account_ids=ids)
+    by_person, _ = _grouped(start=start, end=end, keys=("owner_username",), account_ids=ids)
+    by_hour, _ = _grouped(start=start, end=end, keys=("hour",), account_ids=ids)
+    currency = _one_currency(currencies, what=f"{team.name}'s usage") if currencies else default_currency()
+    flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor})
+
+    total = Tally()
+    flavor_lines: list[FlavorLine] = []
+    for flavor_id in sorted(flavors, key=lambda pk: flavors[pk].name):
+        guaranteed, borrowed = by_flavor.get((flavor_id, False), Tally()), by_flavor.get((flavor_id, True), Tally())
+        both = Tally()
+        both.add(guaranteed)
+        both.add(borrowed)
+        total.add(both)
+        flavor_lines.append(FlavorLine(
+            flavor=flavors[flavor_id], gpu_hours=round_places(both.gpu_hours, ROUNDING_HOURS),
+            guaranteed_hours=round_places(guaranteed.gpu_hours, ROUNDING_HOURS),
+            borrowed_hours=round_places(borrowed.gpu_hours, ROUNDING_HOURS), lent_hours=None,
+            cost=round_money(both.cost, currency)))
+    people = sorted(by_person.items(), key=lambda item: (-item[1].cost, -item[1].gpu_seconds, item[0]))
+    person_lines = [Line.of(key[0], str(key[0]), tally, currency) for key, tally in people]
+
+    days: dict[dt.date, Tally] = defaultdict(Tally)
+    for (hour,), tally in by_hour.items():
+        days[periods.local_date(hour)].add(tally)
+    bars = _day_bars(month, days, currency)
+
+    forecast = month_forecast(account=account, month=month, now=now) if account and start <= now else None
+    borrowed_total = sum((t.gpu_hours for (_, b), t in by_flavor.items() if b), Fraction(0))
+    return TeamMonthUsage(
+        team=team, account=account, month=month, currency=currency, total=Line.of("total", "Total", total, currency),
+        by_flavor=flavor_lines, by_person=person_lines, by_day=bars,
+        chart_max=max((bar.gpu_hours for bar in bars), default=Decimal(0)),
+        top_workloads=top_workloads(team=team, start=start, end=min(end, now), now=now),
+        ledger=_ledger_sentence(month=month, borrowed=borrowed_total, flavor_lines=flavor_lines, by_flavor=by_flavor),
+        forecast=forecast, months=recent_months(now=now))
+
+
+def recent_months(*, now: dt.datetime | None = None, count: int = 12) -> list[dt.date]:
+    """This month and the eleven before it, newest first: the month picker's choices."""
+    month = periods.current_month(now)
+    months = []
+    for _ in range(count):
+        months.append(month)
+        month = periods.month_start(month - dt.timedelta(days=1))
+    return months
+
+
+def _day_bars(month: dt.date, days: dict[dt.date, Tally], currency: str) -> list[DayBar]:
+    """Every local day of the month with its GPU-hours, laid out for the SVG chart."""
+    all_days = []
+    day = month
+    while day.month == month.month:
+        all_days.append(day)
+        day += dt.timedelta(days=1)
+    hours = {d: days.get(d, Tally()).gpu_hours for d in all_days}
+    peak = max(hours.values(), default=Fraction(0))
+    bars = []
+    for index, d in enumerate(all_days):
+        height = int(round(hours[d] / peak * CHART_HEIGHT)) if peak else 0
+        bars.append(DayBar(day=d, gpu_hours=round_places(hours[d], ROUNDING_HOURS),
+                           cost=round_money(days.get(d, Tally()).cost, currency),
+                           x=index * (CHART_BAR + 2), y=CHART_HEIGHT - height, height=height))
+    return bars
+
+
+def _hours_phrase(hours: Fraction) -> str:
+    return f"{round_places(hours, 1).normalize():f} GPU-hours"
+
+
+def _ledger_sentence(*, month: dt.date, borrowed: Fraction, flavor_lines: list[FlavorLine],
+                     by_flavor: dict[tuple, Tally]) -> str:
+    """"In November 2026 you used 120 GPU-hours on your own quota; you borrowed 6 H100 GPU-hours."
+    Lent hours join it when the ledger of lending is metered."""
+    when = f"In {month:%B %Y}"
+    if not flavor_lines:
+        return f"{when} your team used no GPUs."
+    borrowed_parts = [f"{line.borrowed_hours.normalize():f} {line.flavor.name} GPU-hours"
+                      for line in flavor_lines if line.borrowed_hours]
+    guaranteed = sum((t.gpu_hours for (_, b), t in by_flavor.items() if not b), Fraction(0))
+    sentence = f"{when} you used {_hours_phrase(guaranteed)} on your own quota"
+    if borrowed_parts:
+        sentence += f"; you borrowed {', '.join(borrowed_parts)} of other teams' idle quota"
+    else:
+        sentence += " and borrowed nothing"
+    return sentence + "."
+
+
+# --- Top workloads and a workload's cost so far ------------------------------------------------
+
+
+class _Seconds(Func):
+    """Seconds between two instants, as a float: only ranks workloads (exact sums come after)."""
+
+    output_field = FloatField()
+    arity = 2
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="((julianday(%(expressions)s)) * 86400.0)",
+                           arg_joiner=") - julianday(", **extra)
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM (%(expressions)s))",
+                           arg_joiner=" - ", **extra)
+
+
+def top_workloads(*, team: Team, start: dt.datetime, end: dt.datetime, now: dt.datetime | None = None,
+                  limit: int = TOP_WORKLOADS) -> list[WorkloadLine]:
+    """The team's workloads that used the most GPU-time in [start, end), biggest first.
+
+    Rollups do not keep the workload (a workload's hours are its owner's), so this ranks the
+    team's own intervals that overlap the period with one SQL aggregate and a LIMIT (the database
+    sums; Python never sees the month's intervals), then prices the few it keeps exactly from
+    their own intervals: three queries whatever the number of intervals.
+    """
+    now = now or timezone.now()
+    if end <= start:
+        return []
+    clipped_end = Least(Coalesce("ended_at", Value(now)), Value(end))
+    ranked = (RunInterval.objects
+              .filter(workload__team=team, started_at__lt=end)
+              .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+              .values("workload_id")
+              .annotate(weight=Sum(F("units") * F("workload__flavor__fraction_numerator")
+                                   * _Seconds(clipped_end, Greatest("started_at", Value(start)))
+                                   / F("workload__flavor__fraction_denominator"), output_field=FloatField()))
+              .order_by("-weight", "workload_id")[:limit])
+    ids = [row["workload_id"] for row in ranked]
+    if not ids:
+        return []
+    workloads = Workload.objects.select_related("flavor", "owner").in_bulk(ids)
+    costs = workload_costs(workload_ids=ids, start=start, end=end, now=now)
+    lines = [WorkloadLine(workload=workloads[pk], gpu_hours=costs[pk].gpu_hours, cost=costs[pk].cost)
+             for pk in ids if pk in workloads]
+    return sorted(lines, key=lambda line: (-line.gpu_hours, line.workload.pk))
+
+
+@dataclass(frozen=True)
+class WorkloadCost:
+    gpu_hours: Decimal
+    cost: Decimal | None
+    currency: str
+
+
+def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None, end: dt.datetime | None = None,
+                   now: dt.datetime | None = None) -> dict[int, WorkloadCost]:
+    """GPU-hours and cost so far of each workload, from its own intervals (an open one up to
+    now), each second at the rate in force then: two queries for any number of workloads.
+
+    Seconds are whole seconds, as metering counts them. A workload whose hours span rates in two
+    currencies shows GPU-hours and no cost.
+    """
+    now = now or timezone.now()
+    intervals = (RunInterval.objects.filter(workload_id__in=workload_ids)
+                 .values_list("workload_id", "units", "started_at", "ended_at", "workload__flavor_id",
+                              "workload__flavor__fraction_numerator", "workload__flavor__fraction_denominator"))
+    if start is not None:
+        intervals = intervals.filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+    if end is not None:
+        intervals = intervals.filter(started_at__lt=end)
+    rows = list(intervals)
+    rates: dict[int, list[Rate]] = defaultdict(list)
+    for found in Rate.objects.filter(flavor_id__in={row[4] for row in rows}).order_by("flavor_id", "effective_from"):
+        rates[found.flavor_id].append(found)
+    seconds: dict[int, Fraction] = defaultdict(Fraction)
+    amounts: dict[int, Fraction] = defaultdict(Fraction)
+    currencies: dict[int, set[str]] = defaultdict(set)
+    for workload_id, units, began, ended, flavor_id, numerator, denominator in rows:
+        lower = max(began, start) if start else began
+        upper = min(ended or now, end) if end else (ended or now)
+        lower, upper = lower.replace(microsecond=0), upper.replace(microsecond=0)
+        if upper <= lower:
+            continue
+        fraction = Fraction(units * numerator, denominator)
+        seconds[workload_id] += fraction * int((upper - lower).total_seconds())
+        flavor_rates = rates[flavor_id]
+        for index, rate in enumerate(flavor_rates):
+            until = flavor_rates[index + 1].effective_from if index + 1 < len(flavor_rates) else None
+            a = max(lower, rate.effective_from.replace(microsecond=0))
+            b = min(upper, until.replace(microsecond=0)) if until else upper
+            if b > a:
+                currencies[workload_id].add(rate.currency)
+                amounts[workload_id] += (fraction * int((b - a).total_seconds()) / SECONDS_PER_HOUR
+                                         * Fraction(rate.price_per_gpu_hour))
+    fallback = DEFAULT_CURRENCY
+    result = {}
+    for workload_id in workload_ids:
+        found_currencies = currencies.get(workload_id, set())
+        currency = next(iter(found_currencies)) if len(found_currencies) == 1 else fallback
+        cost = round_money(amounts[workload_id], currency) if len(found_currencies) == 1 else None
+        result[workload_id] = WorkloadCost(
+            gpu_hours=round_places(seconds[workload_id] / SECONDS_PER_HOUR, ROUNDING_HOURS), cost=cost, currency=currency)
+    return result
+
+
+# --- Finance overview --------------------------------------------------------------------------
+
+OVERVIEW_SORTS = ("team", "cost_center", "gpu_hours", "cost", "change")
+
+
+@dataclass(frozen=True)
+class OverviewRow:
+    account: Account
+    gpu_hours: Decimal
+    cost: Decimal
+    previous_cost: Decimal
+    change: Decimal | None  # percent against last month; None when last month cost nothing
+
+    @property
+    def team_slug(self) -> str | None:
+        return self.account.team.slug if self.account.team_id and self.account.team else None
+
+
+@dataclass(frozen=True)
+class FinanceOverview:
+    month: dt.date
+    currency: str
+    rows: list[OverviewRow]
+    flavor_totals: list[Line]
+    unallocated: list[Line]
+    total: Line
+    previous_total: Decimal
+    sort: str
+    descending: bool
+    months: list[dt.date]
+
+
+def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = True,
+                     now: dt.datetime | None = None) -> FinanceOverview:
+    """Every account (teams, and deleted teams that still have hours), with cost center, this
+    month's GPU-hours and cost, last month's cost and the change; totals per flavor. Five queries
+    whatever the number of teams: accounts, this month by account, by flavor, last month, flavors."""
+    month = periods.month_start(month)
+    start, end = periods.month_bounds(month)
+    previous = periods.month_start(month - dt.timedelta(days=1))
+    prev_start, prev_end = periods.month_bounds(previous)
+    by_account, currencies = _grouped(start=start, end=end, keys=("account_id", "flavor_id", "rate_id"))
+    before, previous_currencies = _grouped(start=prev_start, end=prev_end, keys=("account_id", "flavor_id", "rate_id"))
+    currency = _one_currency(currencies | previous_currencies, what="The usage of these months")
+    if not currencies and not previous_currencies:
+        currency = default_currency()
+
+    def per_account(tallies: dict[tuple, Tally]) -> tuple[dict[int, Fraction], dict[int, Decimal]]:
+        hours: dict[int, Fraction] = defaultdict(Fraction)
+        money: dict[int, Decimal] = defaultdict(Decimal)
+        for (account_id, _, _), tally in tallies.items():
+            hours[account_id] += tally.gpu_hours
+            money[account_id] += round_money(tally.cost, currency)  # a statement rounds per line
+        return hours, money
+
+    hours, money = per_account(by_account)
+    _, previous_money = per_account(before)
+    wanted = set(hours) | set(previous_money)
+    accounts = Account.objects.select_related("team").filter(Q(team__isnull=False) | Q(pk__in=wanted))
+    rows = []
+    for account in accounts:
+        cost = money.get(account.pk, round_money(0, currency))
+        was = previous_money.get(account.pk, round_money(0, currency))
+        change = round_places((Fraction(cost) - Fraction(was)) / Fraction(was) * 100, 1) if was else None
+        rows.append(OverviewRow(account=account, gpu_hours=round_places(hours.get(account.pk, Fraction(0)), ROUNDING_HOURS),
+                                cost=cost, previous_cost=was, change=change))
+    sort = sort if sort in OVERVIEW_SORTS else "cost"
+    rows.sort(key=lambda row: row.account.name.lower())
+    keys = {"team": lambda r: r.account.name.lower(), "cost_center": lambda r: r.account.cost_center.lower(),
+            "gpu_hours": lambda r: r.gpu_hours, "cost": lambda r: r.cost,
+            "change": lambda r: (r.change is not None, r.change or Decimal(0))}
+    rows.sort(key=keys[sort], reverse=descending)
+
+    flavor_tallies: dict[int, Tally] = defaultdict(Tally)
+    flavor_money: dict[int, Decimal] = defaultdict(Decimal)
+    for (_, flavor_id, _), tally in by_account.items():
+        flavor_tallies[flavor_id].add(tally)
+        flavor_money[flavor_id] += round_money(tally.cost, currency)
+    flavors = Flavor.objects.in_bulk(set(flavor_tallies))
+    flavor_totals = [Line(key=flavors[pk].slug, label=flavors[pk].name,
+                          gpu_hours=round_places(flavor_tallies[pk].gpu_hours, ROUNDING_HOURS), cost=flavor_money[pk])
+                     for pk in sorted(flavors, key=lambda pk: flavors[pk].name)]
+    total_cost = sum(money.values(), round_money(0, currency))
+    total_hours = sum(hours.values(), Fraction(0))
+    return FinanceOverview(
+        month=month, currency=currency, rows=rows, flavor_totals=flavor_totals, unallocated=[],
+        total=Line(key="total", label="Total", gpu_hours=round_places(total_hours, ROUNDING_HOURS), cost=total_cost),
+        previous_total=sum(previous_money.values(), round_money(0, currency)), sort=sort, descending=descending,
+        months=recent_months(now=now))
+
+
+# --- Personal ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PersonalUsage:
+    month: dt.date
+    currency: str
+    total: Line
+    by_team: list[Line]
+
+
+def personal_usage(*, user: User, month: dt.date | None = None) -> PersonalUsage:
+    """What the user's own workloads used this month, per team (two queries)."""
+    month = periods.month_start(month or periods.current_month())
+    start, end = periods.month_bounds(month)
+    tallies, currencies = _grouped(start=start, end=end, keys=("account_id",), owner=user.username)
+    currency = _one_currency(currencies, what="Your usage") if currencies else default_currency()
+    accounts = Account.objects.in_bulk([key[0] for key in tallies])
+    total = Tally()
+    lines = []
+    for (account_id,), tally in sorted(tallies.items(), key=lambda item: -item[1].cost):
+        total.add(tally)
+        lines.append(Line.of(account_id, accounts[account_id].name, tally, currency))
+    return PersonalUsage(month=month, currency=currency, total=Line.of("total", "Total", total, currency), by_team=lines)
+
+
+def rates_in_force(*, at: dt.datetime | None = None) -> dict[int, Rate]:
+    """Each flavor's rate in force at the moment (now by default), in one query."""
+    at = at or timezone.now()
+    found: dict[int, Rate] = {}
+    for rate in Rate.objects.filter(effective_from__lte=at).order_by("flavor_id", "-effective_from"):
+        found.setdefault(rate.flavor_id, rate)
+    return found

@@ -22,6 +22,7 @@ jobs_api.register(router)
 urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("tenants.urls")),
+    path("billing/", include("billing.urls")),
     path("login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", views.api_tokens, name="api-tokens"),

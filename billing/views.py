@@ -1,0 +1,118 @@
+"""Usage and cost pages: thin adapters over billing.selectors and billing.services.
+
+Who may read what is decided once: a team's page looks its team up among the teams the user can
+see (another team's is 404), the finance pages ask `portal.read_costs`, and prices are set only
+through `billing.services.rate_set`, which decides who may.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse, HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from billing import periods, selectors, services
+from billing.models import Rate
+from portal.adapters import HtmxHttpRequest
+from portal.errors import DomainError
+from tenants.models import Flavor, Team, user_team_roles
+
+OVERVIEW_COLUMNS = [("team", "Team", False), ("cost_center", "Cost center", False), ("gpu_hours", "GPU-hours", True),
+                    ("cost", "Cost", True), ("change", "Change from last month", True)]
+MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")
+
+
+def parse_month(text: str | None) -> dt.date:
+    """A month written YYYY-MM, this month when empty; anything else is refused in a sentence."""
+    text = (text or "").strip()
+    if not text:
+        return periods.current_month()
+    match = MONTH.fullmatch(text)
+    if match is None or not 1 <= int(match[2]) <= 12 or int(match[1]) < 2000:
+        raise DomainError(f"“{text}” is not a month; write it as YYYY-MM, for example 2026-11.", field="month")
+    return dt.date(int(match[1]), int(match[2]), 1)
+
+
+def _refusal(error: DomainError) -> HttpResponse:
+    return HttpResponseBadRequest(error.message, content_type="text/plain; charset=utf-8")
+
+
+def _require_costs(request: HtmxHttpRequest) -> None:
+    if not request.user.has_perm("portal.read_costs"):
+        raise PermissionDenied
+
+
+@login_required
+@require_GET
+def team_usage(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
+    try:
+        usage = selectors.team_month_usage(team=team, month=parse_month(request.GET.get("month")))
+    except DomainError as error:
+        return _refusal(error)
+    return render(request, "billing/team_usage.html", {"team": team, "usage": usage})
+
+
+@login_required
+@require_GET
+def finance_overview(request: HtmxHttpRequest) -> HttpResponse:
+    _require_costs(request)
+    sort = request.GET.get("sort") or "cost"
+    if sort not in selectors.OVERVIEW_SORTS:
+        return _refusal(DomainError(f"“{sort}” is not a column to sort by; choose one of "
+                                    f"{', '.join(selectors.OVERVIEW_SORTS)}."))
+    descending = request.GET.get("dir", "desc") != "asc"
+    try:
+        overview = selectors.finance_overview(month=parse_month(request.GET.get("month")), sort=sort,
+                                              descending=descending)
+    except DomainError as error:
+        return _refusal(error)
+    keep = [("sort", overview.sort), ("dir", "desc" if overview.descending else "asc")]
+    return render(request, "billing/finance_overview.html", {"overview": overview, "columns": OVERVIEW_COLUMNS, "keep": keep})
+
+
+@login_required
+@require_GET
+def my_usage(request: HtmxHttpRequest) -> HttpResponse:
+    try:
+        usage = selectors.personal_usage(user=request.user, month=parse_month(request.GET.get("month")))
+    except DomainError as error:
+        return _refusal(error)
+    teams = list(Team.objects.filter(pk__in=list(user_team_roles(request.user))).order_by("name"))
+    return render(request, "billing/my_usage.html", {"usage": usage, "teams": teams})
+
+
+class RateForm(forms.Form):
+    flavor = forms.ModelChoiceField(queryset=Flavor.objects.order_by("name"), to_field_name="slug",
+                                    error_messages={"invalid_choice": "Choose one of the flavors listed."})
+    price_per_gpu_hour = forms.CharField(max_length=20, label="Price per GPU-hour")
+    currency = forms.CharField(max_length=3, initial="USD")
+    effective_from = forms.DateTimeField(required=False, label="From (empty: now)",
+                                         error_messages={"invalid": "Write the moment as YYYY-MM-DD HH:MM."})
+    note = forms.CharField(max_length=200, required=False)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def rate_card(request: HtmxHttpRequest) -> HttpResponse:
+    _require_costs(request)
+    form = RateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.rate_set(actor=request.user, flavor=data["flavor"], price_per_gpu_hour=data["price_per_gpu_hour"],
+                              currency=data["currency"], effective_from=data["effective_from"], note=data["note"])
+        except DomainError as error:
+            form.add_error(error.field if error.field in form.fields else None, error.message)
+        else:
+            return redirect("billing:rate-card")
+    status = 400 if request.method == "POST" else 200
+    rates = Rate.objects.select_related("flavor", "created_by").order_by("flavor__name", "-effective_from")
+    in_force = {rate.pk for rate in selectors.rates_in_force().values()}
+    return render(request, "billing/rate_card.html", {"form": form, "rates": rates, "in_force": in_force}, status=status)
