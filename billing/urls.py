@@ -1,6 +1,6 @@
 from django.urls import URLPattern, path
 
-from billing import views
+from billing import statement_views, views
 
 app_name = "billing"
 urlpatterns: list[URLPattern] = [
@@ -8,4 +8,10 @@ urlpatterns: list[URLPattern] = [
     path("teams/<slug:slug>/", views.team_usage, name="team-usage"),
     path("finance/", views.finance_overview, name="finance-overview"),
     path("rates/", views.rate_card, name="rate-card"),
+    path("statements/", statement_views.statement_list, name="statement-list"),
+    path("statements/close/", statement_views.statement_close, name="statement-close"),
+    path("statements/<str:month>/", statement_views.statement_detail, name="statement-detail"),
+    path("statements/<str:month>/adjustments/", statement_views.adjustment_add, name="adjustment-add"),
+    path("statements/<str:month>/csv/", statement_views.statement_csv, name="statement-csv"),
+    path("statements/<str:month>/pdf/", statement_views.statement_pdf, name="statement-pdf"),
 ]
