@@ -104,6 +104,12 @@ def statement_visible(*, user: User | AnonymousUser, month: str) -> Statement:
     return statement
 
 
+def statement_account(*, statement: Statement, slug: str) -> Account | None:
+    """The team a line of the statement bills, by its slug (the newest account if a slug was reused)."""
+    on_statement = statement.lines.exclude(account=None).values("account_id")
+    return Account.objects.filter(slug=slug.strip(), pk__in=on_statement).order_by("-pk").first()
+
+
 def readable_accounts(*, user: User | AnonymousUser) -> set[int] | None:
     """The accounts whose lines the user may read on any statement; None for every account."""
     if sees_all_teams(user):

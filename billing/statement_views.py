@@ -22,7 +22,6 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from billing import exports, periods, statement_selectors, statements
-from billing.models import Account, Statement
 from portal.adapters import HtmxHttpRequest
 from portal.errors import DomainError
 
@@ -114,7 +113,7 @@ def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
     form = AdjustmentForm(request.POST)
     done = None
     if form.is_valid():
-        account = _account_on(statement, form.cleaned_data["team"])
+        account = statement_selectors.statement_account(statement=statement, slug=form.cleaned_data["team"])
         if account is None:
             form.add_error("team", f"“{form.cleaned_data['team']}” is not a team on the {statement.label} statement.")
         else:
@@ -135,12 +134,6 @@ def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
         messages.success(request, done)
         return redirect("billing:statement-detail", statement.slug)
     return render(request, "billing/statement_detail.html", _detail_context(request, picture, form), status=status)
-
-
-def _account_on(statement: Statement, slug: str) -> Account | None:
-    """The team named on the statement (a line bills it); the newest account if a slug was reused."""
-    on_statement = statement.lines.exclude(account=None).values("account_id")
-    return Account.objects.filter(slug=slug.strip(), pk__in=on_statement).order_by("-pk").first()
 
 
 @login_required

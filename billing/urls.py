@@ -1,6 +1,7 @@
 from django.urls import URLPattern, path
+from rest_framework.routers import DefaultRouter
 
-from billing import statement_views, views
+from billing import api_statements, statement_views, views
 
 app_name = "billing"
 urlpatterns: list[URLPattern] = [
@@ -15,3 +16,8 @@ urlpatterns: list[URLPattern] = [
     path("statements/<str:month>/csv/", statement_views.statement_csv, name="statement-csv"),
     path("statements/<str:month>/pdf/", statement_views.statement_pdf, name="statement-pdf"),
 ]
+
+# The billing API, mounted at /api/billing/ by portal/urls.py.
+api_router = DefaultRouter(trailing_slash=True)
+api_statements.register(api_router)
+api_urlpatterns = api_router.urls

@@ -7,6 +7,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from billing import urls as billing_urls
 from jobs import api as jobs_api
 from portal import api as portal_api
 from portal import views
@@ -23,6 +24,7 @@ urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("tenants.urls")),
     path("billing/", include("billing.urls")),
+    path("api/billing/", include((billing_urls.api_urlpatterns, "billing-api"))),
     path("login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", views.api_tokens, name="api-tokens"),
