@@ -25,7 +25,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from billing import ledger, periods
-from billing.models import Account, Adjustment, Rate, Statement, StatementLine, UsageHour
+from billing.models import Account, Adjustment, CapacityHour, Rate, Statement, StatementLine, UsageHour
 from billing.money import SECONDS_PER_HOUR, minor_unit, round_money, round_places
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
@@ -121,14 +121,14 @@ def _close(*, actor: User, first: dt.date, start: dt.datetime, end: dt.datetime,
         month=first, period_start=start, period_end=end, currency=DEFAULT_CURRENCY, time_zone=periods.billing_zone().key,
         closed_at=now, closed_by=actor, closed_by_name=actor.username)
     drafts = _usage_drafts(start=start, end=end)
-    flavor_ids = {draft.flavor.pk for draft in drafts}
-    unallocated = ledger.unallocated(start=start, end=end)
-    shares = ledger.idle_shares(start=start, end=end)
-    flavor_ids |= {flavor_id for flavor_id, units in unallocated.items() if units}
-    flavor_ids |= {flavor_id for (_, flavor_id), units in shares.items() if units}
+    # Idle capacity exists only where capacity was metered: a handful of rows per hour.
+    with_capacity = set(CapacityHour.objects.filter(hour__gte=start, hour__lt=end).order_by()
+                        .values_list("flavor_id", flat=True).distinct())
+    flavor_ids = {draft.flavor.pk for draft in drafts} | with_capacity
     flavors = Flavor.objects.in_bulk(flavor_ids)
     rate_periods = _rate_periods(flavor_ids=flavor_ids, start=start, end=end)
-    drafts += _idle_drafts(flavors=flavors, rate_periods=rate_periods, start=start, end=end)
+    drafts += _idle_drafts(flavors=flavors, rate_periods={flavor_id: spans for flavor_id, spans in rate_periods.items()
+                                                          if flavor_id in with_capacity}, start=start, end=end)
     currency = _one_currency(drafts, rate_periods, flavors)
     lines = [_line(statement, draft, currency) for draft in drafts]
     StatementLine.objects.bulk_create(lines, batch_size=2000)
@@ -176,24 +176,37 @@ def _usage_drafts(*, start: dt.datetime, end: dt.datetime) -> list[_Draft]:
 def _idle_drafts(*, flavors: dict[int, Flavor], rate_periods: dict[int, list[RatePeriod]], start: dt.datetime,
                  end: dt.datetime) -> list[_Draft]:
     """Per flavor and price: each team's share of the idle capacity (for flavors whose policy shares
-    it) and what stays unallocated. The ledger counts whole hours, so when a price changed inside an
-    hour, that hour's idle capacity is priced at the new price. The ledger is asked once per
-    distinct window (once for the month when no price changed in it)."""
-    ledgers: dict[tuple[dt.datetime, dt.datetime], tuple[dict[int, int], dict[tuple[int, int], Fraction]]] = {}
-    drafts: list[_Draft] = []
-    for flavor_id, flavor_periods in sorted(rate_periods.items()):
-        flavor = flavors[flavor_id]
+    it) and what stays unallocated.
+
+    The ledger counts whole hours, so when a price changed inside an hour, that hour's idle capacity
+    is priced at the new price. The month is cut at every such hour (of any flavor) and the ledger
+    asked once per piece, so together its answers read the month's rollups once, not once per
+    flavor and price; a flavor's price period is the sum of the pieces inside it."""
+    windows = {}
+    for flavor_id, flavor_periods in rate_periods.items():
         for period in flavor_periods:
             lower = max(periods.hour_floor(period.start), start)
             upper = end if period.end >= end else periods.hour_floor(period.end)
-            if upper <= lower:
+            if upper > lower:
+                windows[flavor_id, period.start] = (lower, upper)
+    cuts = sorted({start, end} | {instant for window in windows.values() for instant in window})
+    pieces = [(lower, upper, ledger.unallocated(start=lower, end=upper), ledger.idle_shares(start=lower, end=upper))
+              for lower, upper in zip(cuts, cuts[1:], strict=False)] if windows else []
+    drafts: list[_Draft] = []
+    for flavor_id, flavor_periods in sorted(rate_periods.items()):
+        for period in flavor_periods:
+            if (flavor_id, period.start) not in windows:
                 continue
-            if (lower, upper) not in ledgers:
-                ledgers[lower, upper] = (ledger.unallocated(start=lower, end=upper), ledger.idle_shares(start=lower, end=upper))
-            unallocated, shares = ledgers[lower, upper]
-            drafts += _flavor_idle(flavor=flavor, period=period, unallocated=unallocated.get(flavor_id, 0),
-                                   shares={account_id: units for (account_id, shared_flavor), units in shares.items()
-                                           if shared_flavor == flavor_id and units})
+            lower, upper = windows[flavor_id, period.start]
+            unallocated = 0
+            shares: dict[int, Fraction] = defaultdict(Fraction)
+            for piece_start, piece_end, piece_unallocated, piece_shares in pieces:
+                if lower <= piece_start and piece_end <= upper:
+                    unallocated += piece_unallocated.get(flavor_id, 0)
+                    for (account_id, shared_flavor), units in piece_shares.items():
+                        if shared_flavor == flavor_id and units:
+                            shares[account_id] += units
+            drafts += _flavor_idle(flavor=flavors[flavor_id], period=period, unallocated=unallocated, shares=shares)
     return drafts
 
 
