@@ -633,3 +633,60 @@ def rates_in_force(*, at: dt.datetime | None = None) -> dict[int, Rate]:
     for rate in Rate.objects.filter(effective_from__lte=at).order_by("flavor_id", "-effective_from"):
         found.setdefault(rate.flavor_id, rate)
     return found
+
+
+# --- Usage for the API: any grouping over any local period -------------------------------------
+
+USAGE_GROUPS = ("team", "flavor", "person", "day", "borrowed")
+_GROUP_COLUMNS = {"team": "account_id", "flavor": "flavor_id", "person": "owner_username", "day": "hour",
+                  "borrowed": "borrowed"}
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    start: dt.date
+    end: dt.date  # the last local day included
+    currency: str
+    by: tuple[str, ...]
+    rows: list[dict[str, Any]]
+    total: Line
+
+
+def usage_report(*, accounts: QuerySet[Account], start: dt.date, end: dt.date, by: tuple[str, ...]) -> UsageReport:
+    """GPU-hours and cost of the accounts over the local days start..end (inclusive), grouped by
+    any of team, flavor, person, day and borrowed: one grouped query, plus one for the names.
+
+    Each row's cost is rounded on its own; the total is rounded once from the exact sum.
+    """
+    begin, _ = periods.day_bounds(start)
+    _, finish = periods.day_bounds(end)
+    keys = tuple(_GROUP_COLUMNS[group] for group in by)
+    tallies, currencies = _grouped(start=begin, end=finish, keys=keys,
+                                   account_ids=list(accounts.values_list("pk", flat=True)))
+    currency = _one_currency(currencies, what="The usage asked for") if currencies else default_currency()
+    if "day" in by:  # hours become local days here, so a day of 23 or 25 hours is one row
+        position = by.index("day")
+        days: dict[tuple, Tally] = defaultdict(Tally)
+        for key, tally in tallies.items():
+            days[key[:position] + (periods.local_date(key[position]),) + key[position + 1:]].add(tally)
+        tallies = days
+    names = {
+        "team": {a.pk: a.slug for a in Account.objects.filter(pk__in={k[by.index("team")] for k in tallies})}
+        if "team" in by else {},
+        "flavor": dict(Flavor.objects.filter(pk__in={k[by.index("flavor")] for k in tallies}).values_list("pk", "slug"))
+        if "flavor" in by else {},
+    }
+    total = Tally()
+    rows = []
+    for key, tally in tallies.items():
+        total.add(tally)
+        row: dict[str, Any] = {}
+        for group, value in zip(by, key, strict=True):
+            row[group] = names[group][value] if group in names else value
+        row["gpu_hours"] = round_places(tally.gpu_hours, 4)
+        row["cost"] = round_money(tally.cost, currency)
+        rows.append(row)
+    rows.sort(key=lambda row: tuple(str(row[group]) for group in by))
+    return UsageReport(start=start, end=end, currency=currency, by=by, rows=rows,
+                       total=Line(key="total", label="Total", gpu_hours=round_places(total.gpu_hours, 4),
+                                  cost=round_money(total.cost, currency)))

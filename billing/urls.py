@@ -1,7 +1,7 @@
-from django.urls import URLPattern, path
+from django.urls import URLPattern, URLResolver, path
 from rest_framework.routers import DefaultRouter
 
-from billing import api_statements, statement_views, views
+from billing import api_statements, api_usage, statement_views, views
 
 app_name = "billing"
 urlpatterns: list[URLPattern] = [
@@ -17,7 +17,11 @@ urlpatterns: list[URLPattern] = [
     path("statements/<str:month>/pdf/", statement_views.statement_pdf, name="statement-pdf"),
 ]
 
-# The billing API, mounted at /api/billing/ by portal/urls.py.
+# The billing API, mounted under /api/billing/ by portal/urls.py.
 api_router = DefaultRouter(trailing_slash=True)
 api_statements.register(api_router)
-api_urlpatterns = api_router.urls
+api_urlpatterns: list[URLPattern | URLResolver] = [
+    path("usage/", api_usage.UsageView.as_view(), name="usage"),
+    path("rates/", api_usage.RateListView.as_view(), name="rates"),
+    *api_router.urls,
+]

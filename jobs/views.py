@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
+from billing import selectors as billing_selectors
 from jobs import selectors, services
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
@@ -138,6 +139,7 @@ def workload_list(request: HtmxHttpRequest) -> HttpResponse:
         "teams": teams, "templates": templates, "phases": Workload.Phase.choices,
         "team": team, "template": template, "phase": phase, "mine": mine,
         "filtered": any(chosen.values()),
+        "costs": billing_selectors.workload_costs(workload_ids=[w.pk for w in workloads]),
     }
     name = "jobs/workload_list.html#workload-rows" if request.htmx else "jobs/workload_list.html"
     return render(request, name, context)
@@ -166,6 +168,7 @@ def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None
         "parameters": [(name, value, declared.get(name, {})) for name, value in sorted(workload.parameters.items())],
         "gpus": workload.total_units * workload.flavor.fraction,
         "endpoint": services.endpoint(workload) if serves else "",
+        "cost_so_far": billing_selectors.workload_costs(workload_ids=[workload.pk])[workload.pk],
     }
 
 

@@ -1,0 +1,113 @@
+"""GPU-hours and cost so far of a workload, on its page and in the list, and a team's top workloads."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from billing import selectors
+from jobs import services
+from jobs.models import RunInterval
+from tests.billing.factories import rate
+from tests.helpers import make_ready
+
+pytestmark = pytest.mark.django_db
+
+UTC = dt.UTC
+T0 = dt.datetime(2026, 10, 5, 10, tzinfo=UTC)
+
+
+def launch(user, team, template, flavor, name, units=2):
+    return services.workload_launch(user=user, request=services.LaunchRequest(
+        team=team, template=template, flavor=flavor, name=name, units=units))
+
+
+def interval(workload, start, minutes=None, units=None, uid=None):
+    return RunInterval.objects.create(
+        workload=workload, pod_uid=uid or f"uid-{workload.pk}-{start.timestamp()}", pod_name=f"{workload.k8s_name}-0",
+        resource_name=workload.flavor.resource_name, units=units or workload.units, started_at=start,
+        ended_at=start + dt.timedelta(minutes=minutes) if minutes is not None else None)
+
+
+def test_a_workloads_cost_splits_at_a_price_change_and_meters_an_open_interval_to_now(ready_team, member, training, flavor):
+    rate(flavor, "2.00", effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    rate(flavor, "4.00", effective_from=T0 + dt.timedelta(hours=1))
+    workload = launch(member, ready_team, training, flavor, "detector")
+    interval(workload, T0, minutes=90, uid="a")                                             # 2 GPUs × 1.5 h: 4.00 + 4.00
+    interval(workload, T0 + dt.timedelta(hours=3), units=1, uid="b")                        # still running: 1 GPU × 30 min
+    idle = launch(member, ready_team, training, flavor, "idle")
+    costs = selectors.workload_costs(workload_ids=[workload.pk, idle.pk], now=T0 + dt.timedelta(hours=3, minutes=30))
+    assert costs[workload.pk] == selectors.WorkloadCost(gpu_hours=Decimal("3.50"), cost=Decimal("10.00"), currency="USD")
+    assert costs[idle.pk].gpu_hours == Decimal("0.00") and costs[idle.pk].cost is None
+
+
+def test_a_slice_costs_its_fraction_and_unpriced_time_costs_nothing(ready_team, member, training, flavor):
+    rate(flavor, "3.00", effective_from=T0 + dt.timedelta(minutes=30))
+    workload = launch(member, ready_team, training, flavor, "early")
+    interval(workload, T0, minutes=60)  # 2 GPUs, priced only in the second half hour
+    cost = selectors.workload_costs(workload_ids=[workload.pk])[workload.pk]
+    assert (cost.gpu_hours, cost.cost) == (Decimal("2.00"), Decimal("3.00"))
+
+
+def test_the_workload_page_and_list_show_gpu_hours_and_cost_so_far(ready_team, member, training, flavor, as_user):
+    rate(flavor, "2.00", effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    workload = launch(member, ready_team, training, flavor, "detector")
+    interval(workload, timezone.now() - dt.timedelta(hours=5), minutes=90)
+    client = as_user(member)
+    detail = client.get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert '<span data-testid="workload-cost">3.00 GPU-h · 6.00 USD</span>' in detail
+    listed = client.get(reverse("jobs:workload-list")).content.decode()
+    assert '<span data-testid="workload-cost">3.00 GPU-h · 6.00 USD</span>' in listed
+    fragment = client.get(reverse("jobs:workload-list"), HTTP_HX_REQUEST="true").content.decode()
+    assert "3.00 GPU-h · 6.00 USD" in fragment
+
+
+def test_the_workload_list_stays_at_the_same_number_of_queries_with_costs(ready_team, member, training, flavor, as_user):
+    rate(flavor, "2.00", effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    client = as_user(member)
+    client.get(reverse("jobs:workload-list"))  # the session is saved once, on the first request
+
+    def add(prefix: str, n: int) -> None:
+        for i in range(n):
+            w = launch(member, ready_team, training, flavor, f"{prefix}-{i}", units=1)
+            for k in range(3):
+                interval(w, T0 + dt.timedelta(hours=k), minutes=30, uid=f"{prefix}-{i}-{k}")
+
+    add("a", 3)
+    with CaptureQueriesContext(connection) as few:
+        client.get(reverse("jobs:workload-list"))
+    add("b", 27)
+    with CaptureQueriesContext(connection) as many:
+        html = client.get(reverse("jobs:workload-list")).content.decode()
+    assert html.count('data-testid="workload-cost"') == 25  # a page of them
+    assert len(many) == len(few)
+
+
+def test_top_workloads_are_the_teams_biggest_in_the_month_biggest_first(ready_team, member, training, flavor, other_team,
+                                                                      outsider, as_user, lead):
+    rate(flavor, "1.00", effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    small = launch(member, ready_team, training, flavor, "small", units=1)
+    big = launch(member, ready_team, training, flavor, "big", units=4)
+    interval(small, T0, minutes=60)                                      # 1 GPU-hour
+    interval(big, T0, minutes=30)                                        # 2 GPU-hours
+    interval(big, dt.datetime(2026, 9, 30, 23, tzinfo=UTC), minutes=120, uid="crosses")  # 1 h of it in October: 4
+    interval(small, dt.datetime(2026, 11, 2, tzinfo=UTC), minutes=600, uid="nov")         # November: not counted
+    theirs = launch(outsider, make_ready(other_team, flavor), training, flavor, "theirs", units=8)
+    interval(theirs, T0, minutes=600)
+    html = as_user(lead).get(reverse("billing:team-usage", args=["vision"]), {"month": "2026-10"}).content.decode()
+    table = html.split('data-testid="top-workloads"')[1].split("</table>")[0]
+    assert table.index(">big<") < table.index(">small<")
+    assert "theirs" not in html
+    lines = selectors.top_workloads(team=ready_team, start=dt.datetime(2026, 10, 1, tzinfo=UTC),
+                                    end=dt.datetime(2026, 11, 1, tzinfo=UTC), now=T0 + dt.timedelta(days=40))
+    assert [(line.workload.name, line.gpu_hours, line.cost) for line in lines] == [
+        ("big", Decimal("6.00"), Decimal("6.00")), ("small", Decimal("1.00"), Decimal("1.00"))]
+    only_one = selectors.top_workloads(team=ready_team, start=dt.datetime(2026, 10, 1, tzinfo=UTC),
+                                       end=dt.datetime(2026, 11, 1, tzinfo=UTC), limit=1)
+    assert [line.workload.name for line in only_one] == ["big"]
