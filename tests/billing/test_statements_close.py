@@ -14,7 +14,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, connection, transaction
 
-from billing import periods, statement_selectors, statements
+from billing import ledger, periods, statement_selectors, statements
 from billing.exports import statement_csv
 from billing.models import CapacityHour, Statement, StatementLine
 from billing.statements import statement_close
@@ -156,6 +156,28 @@ def test_unallocated_capacity_is_priced_per_rate_period_and_teams_plus_unallocat
     ]
     used = sum(line.guaranteed_unit_seconds + line.borrowed_unit_seconds for line in statement.lines.all())
     assert used == 2 * 16 * 3600  # conservation: every unit-second of capacity is on exactly one line
+    # The statement reads capacity and usage in one pass; the ledger's own answer agrees with it.
+    assert ledger.unallocated(start=at(1, 0), end=at(15, 0)) == {h100.pk: 50400}
+    assert ledger.unallocated(start=at(15, 0), end=at(1, 0, month=11)) == {h100.pk: 50400}
+
+
+def test_idle_capacity_of_the_hour_a_price_changed_in_goes_with_the_new_price(finance_user, team, h100):
+    old = rate(h100, "2.00", effective_from=dt.datetime(2026, 9, 1, tzinfo=UTC))
+    changed = dt.datetime(2026, 10, 15, 10, 30, tzinfo=UTC)
+    new = rate(h100, "3.00", effective_from=changed)
+    usage(account=account(team), flavor=h100, hour=at(15, 10), unit_seconds=1800, rate=old)
+    usage(account=account(team), flavor=h100, hour=at(15, 10), unit_seconds=1800, rate=new)
+    CapacityHour.objects.create(hour=at(15, 10), flavor=h100, fraction_numerator=1, fraction_denominator=1,
+                                unit_seconds=16 * 3600)
+
+    statement = close(finance_user)
+
+    assert [(line.period_start, line.amount) for line in statement.lines.filter(kind="usage").order_by("period_start")] == [
+        (at(1, 0), Decimal("1.00")), (changed, Decimal("1.50"))]
+    # 16 GPU-hours of capacity minus the 1 used, all at the new price: 15 × 3.00.
+    (idle,) = statement.lines.filter(kind="unallocated")
+    assert (idle.period_start, idle.guaranteed_unit_seconds, idle.amount) == (changed, 54000, Decimal("45.00"))
+    assert ledger.unallocated(start=at(15, 10), end=at(1, 0, month=11)) == {h100.pk: 54000}
 
 
 def test_a_month_in_a_zone_with_an_offset_starts_at_its_local_midnight(settings, finance_user, team, h100):
@@ -237,17 +259,21 @@ def test_two_flavors_in_different_currencies_are_refused_naming_both(finance_use
     assert not Statement.objects.exists()
 
 
-def test_a_failure_while_writing_lines_leaves_no_statement_behind(finance_user, team, h100, prices, monkeypatch):
+def test_a_failure_after_the_lines_are_written_leaves_no_statement_behind(finance_user, team, h100, prices, monkeypatch):
     usage(account=account(team), flavor=h100, hour=at(10, 10), unit_seconds=3600, rate=prices[0])
+    write_lines = statements._write_lines
 
-    def broken(*args, **kwargs):
+    def written_then_broken(rows):
+        write_lines(rows)
+        assert StatementLine.objects.count() == 1  # the lines were there inside the transaction
         raise RuntimeError("the disk filled up")
 
-    monkeypatch.setattr(StatementLine.objects, "bulk_create", broken)
+    monkeypatch.setattr(statements, "_write_lines", written_then_broken)
     with pytest.raises(RuntimeError):
         close(finance_user)
 
-    assert not Statement.objects.exists()
+    assert not Statement.objects.exists() and not StatementLine.objects.exists()
+    assert not AuditEvent.objects.filter(action="statement.closed").exists()
     monkeypatch.undo()
     assert close(finance_user).charged_total == Decimal("2.00")
 
