@@ -7,8 +7,8 @@ intervals (13 per team-hour) fold into, since a rollup row holds every interval 
 team × flavor × person × guaranteed/borrowed. Capacity rows give each flavor unallocated hours.
 
 Then, in the same run, timed alternately (median of `--repeat`, after one warm-up of each):
-- `statement_close`: the service as finance calls it, inside a transaction rolled back after
-  each run so the month can be closed again;
+- `statement_close`: the service as finance calls it, committed (so deferred foreign-key checks
+  count), then deleted with the triggers off so the month can be closed again;
 - the floor: one hand-written SQL aggregate over the same rows (team × flavor × rate × fraction,
   guaranteed and borrowed), its rows fetched into Python.
 
@@ -138,7 +138,7 @@ def hours_in(start: dt.datetime, end: dt.datetime) -> int:
 
 
 def measure(*, repeat: int) -> dict[str, object]:
-    from django.db import connection, transaction
+    from django.db import connection
 
     from billing import periods
     from billing.models import Statement
@@ -149,19 +149,18 @@ def measure(*, repeat: int) -> dict[str, object]:
     start, end = periods.month_bounds(MONTH)
     now = end + dt.timedelta(days=1)
 
-    class Undo(Exception):
-        pass
-
     def close_once() -> tuple[float, int]:
-        try:
-            with transaction.atomic():
-                began = time.perf_counter()
-                statement = statement_close(actor=actor, month=MONTH, now=now)
-                took = time.perf_counter() - began
-                lines = statement.lines.count()
-                raise Undo
-        except Undo:
-            pass
+        began = time.perf_counter()
+        statement = statement_close(actor=actor, month=MONTH, now=now)  # committed, foreign keys checked
+        took = time.perf_counter() - began
+        lines = statement.lines.count()
+        # A closed statement cannot be deleted: the triggers refuse. Only to close the month again,
+        # the benchmark deletes it as the database's superuser with triggers off (replica role).
+        with connection.cursor() as cursor:
+            cursor.execute("SET session_replication_role = replica")
+            cursor.execute("DELETE FROM billing_statementline")
+            cursor.execute("DELETE FROM billing_statement")
+            cursor.execute("SET session_replication_role = DEFAULT")
         return took, lines
 
     def floor_once() -> tuple[float, int]:

@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from billing import ledger, periods
 from billing.models import Account, Adjustment, CapacityHour, Rate, Statement, StatementLine, UsageHour
-from billing.money import SECONDS_PER_HOUR, minor_unit, round_money, round_places
+from billing.money import SECONDS_PER_HOUR, minor_unit, round_money
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.models import User
@@ -62,13 +62,18 @@ class _Draft:
     def amount(self, currency: str) -> Decimal:
         if self.period.rate is None:
             return round_money(0, currency)
+        price_numerator, price_denominator = self.period.rate.price_per_gpu_hour.as_integer_ratio()
         units = self.guaranteed + self.borrowed
-        exact = Fraction(units * self.numerator, self.denominator * SECONDS_PER_HOUR) * Fraction(
-            self.period.rate.price_per_gpu_hour)
+        exact = Fraction(units * self.numerator * price_numerator, self.denominator * SECONDS_PER_HOUR * price_denominator)
         return round_money(exact, currency)
 
     def hours(self, unit_seconds: int) -> Decimal:
-        return round_places(Fraction(unit_seconds * self.numerator, self.denominator * SECONDS_PER_HOUR), HOURS_PLACES)
+        """GPU-hours for display, rounded half-even to 6 places in integers (thousands per close)."""
+        quotient, remainder = divmod(unit_seconds * self.numerator * 10**HOURS_PLACES, self.denominator * SECONDS_PER_HOUR)
+        twice, divisor = 2 * remainder, self.denominator * SECONDS_PER_HOUR
+        if twice > divisor or (twice == divisor and quotient % 2):
+            quotient += 1
+        return Decimal(quotient).scaleb(-HOURS_PLACES)
 
 
 def month_label(month: dt.date) -> str:

@@ -376,3 +376,20 @@ def test_the_orm_cannot_change_a_closed_line_either(closed):
 
 def test_statements_module_names_months_in_words():
     assert statements.month_label(OCTOBER) == "October 2026"
+
+
+def test_the_displayed_gpu_hours_round_half_even_exactly_as_billing_money_does():
+    from billing.money import round_places
+
+    samples = [(1800, 1, 7), (3600, 1, 1), (1, 1, 3600), (9, 1, 4), (18, 1, 1), (7 * 3600 * 5, 1, 7), (123456789, 3, 7)]
+    samples += [(seconds, 1, denominator) for seconds in range(0, 40000, 613) for denominator in (1, 2, 4, 7, 8)]
+    for unit_seconds, numerator, denominator in samples:
+        draft = statements._Draft(kind="usage", account=None, flavor=None, period=None,  # type: ignore[arg-type]
+                                  numerator=numerator, denominator=denominator)
+        assert draft.hours(unit_seconds) == round_places(Fraction(unit_seconds * numerator, denominator * 3600), 6), \
+            (unit_seconds, numerator, denominator)
+    # Exact ties: 9 unit-s at 1/5000 GPU is 0.0000005 GPU-hours, which half-even keeps at 0.000000
+    # (half-up would say 0.000001); 27 unit-s is 0.0000015, which goes to the even 0.000002.
+    tie = statements._Draft(kind="usage", account=None, flavor=None, period=None,  # type: ignore[arg-type]
+                            numerator=1, denominator=5000)
+    assert (tie.hours(9), tie.hours(27)) == (Decimal("0.000000"), Decimal("0.000002"))
