@@ -80,8 +80,10 @@ def statement_close(request: HtmxHttpRequest) -> HttpResponse:
                                       "charged to teams.")
             target = reverse("billing:statement-detail", args=[statement.slug])
             return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
-    template = "billing/statements.html#close-form" if request.htmx else "billing/statements.html"
-    return render(request, template, _list_context(request, form), status=400)
+    # htmx swaps only successful answers, so the fragment with the refusal comes back as a 200.
+    if request.htmx:
+        return render(request, "billing/statements.html#close-form", _list_context(request, form))
+    return render(request, "billing/statements.html", _list_context(request, form), status=400)
 
 
 def _picture(request: HtmxHttpRequest, month: str, team: str | None) -> statement_selectors.StatementPicture:
@@ -126,14 +128,12 @@ def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
                 done = f"Added {adjustment.amount} {statement.currency} for {account.slug}."
                 form = AdjustmentForm()
     picture = statement_selectors.statement_picture(user=request.user, statement=statement)
-    status = 200 if done else 400
-    if request.htmx:
-        return render(request, "billing/statement_detail.html#adjustments", _detail_context(request, picture, form, done),
-                      status=status)
+    if request.htmx:  # the fragment, with the refusal or the new adjustment; htmx swaps only a 200
+        return render(request, "billing/statement_detail.html#adjustments", _detail_context(request, picture, form, done))
     if done:
         messages.success(request, done)
         return redirect("billing:statement-detail", statement.slug)
-    return render(request, "billing/statement_detail.html", _detail_context(request, picture, form), status=status)
+    return render(request, "billing/statement_detail.html", _detail_context(request, picture, form), status=400)
 
 
 @login_required

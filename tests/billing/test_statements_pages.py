@@ -62,7 +62,7 @@ def test_finance_closes_a_month_from_the_form_and_lands_on_the_statement(finance
 def test_a_refused_close_is_shown_in_words_in_the_form(finance_user, as_user, month, words):
     response = as_user(finance_user).post(reverse("billing:statement-close"), {"month": month}, HTTP_HX_REQUEST="true")
 
-    assert response.status_code == 400
+    assert response.status_code == 200  # htmx swaps only a 200: the form comes back with the refusal in it
     body = response.content.decode()
     assert words in body.replace("&#x27;", "'").replace("&quot;", '"')
     assert 'id="close-form"' in body and "<html" not in body  # just the fragment
@@ -138,7 +138,7 @@ def test_an_adjustment_added_through_the_page_shows_and_refusals_come_back_in_wo
     post = url("adjustment-add")
 
     refused = client.post(post, {"team": "vision", "amount": "lots", "reason": "x"}, HTTP_HX_REQUEST="true")
-    assert refused.status_code == 400
+    assert refused.status_code == 200
     assert "“lots” is not an amount" in refused.content.decode() and "<html" not in refused.content.decode()
     no_reason = client.post(post, {"team": "vision", "amount": "-5", "reason": ""}, HTTP_HX_REQUEST="true")
     assert "An adjustment needs a reason" in no_reason.content.decode()
@@ -155,6 +155,13 @@ def test_an_adjustment_added_through_the_page_shows_and_refusals_come_back_in_wo
     csv_rows = client.get(url("statement-csv")).content.decode().splitlines()
     assert any(row.startswith("adjustment,2026-10,USD,vision,Vision,CC-100,") and ",-4.50,GPU 3 broken on the 12th,fiona,"
                in row for row in csv_rows)
+
+
+def test_without_htmx_a_refused_adjustment_is_a_400_page_with_the_sentence(october, finance_user, as_user):
+    response = as_user(finance_user).post(url("adjustment-add"), {"team": "vision", "amount": "1e99", "reason": "x"})
+    assert response.status_code == 400
+    assert "too large for an adjustment" in response.content.decode()
+    assert not Adjustment.objects.exists()
 
 
 def test_a_lead_cannot_add_an_adjustment(october, lead, as_user):
