@@ -1,30 +1,162 @@
-"""The ledger of capacity: what nobody used, and how idle capacity is shared.
+"""The ledger of who used, lent and left idle each flavor's capacity, from the hourly rollups.
 
-A stand-in with the public names the metering engineer (`meter`) owns and will replace: capacity
-minus what teams used, per flavor, from the hourly rollups. Until the per-flavor idle policy
-lands every flavor keeps its unallocated capacity apart (the default), so no idle is shared.
+The arithmetic is in pure functions (`split_lent`, `share_idle`, `hour_balance`) tested on their
+own; the functions that take a period read the rollups with grouped queries and apply them hour
+by hour. Periods are whole local hours: rows whose `hour` lies in [start, end) count.
+
+Unallocated capacity
+    In each hour, a flavor's capacity minus everything every team used of it (guaranteed and
+    borrowed), never below zero. Conservation: used + unallocated = capacity in every hour where
+    the teams did not use more than the capacity (exactly, in integers); an hour where they did
+    (a sync that lagged a pod's end by a few seconds) is counted as fully used.
+
+Sharing idle capacity (IdlePolicy)
+    A flavor whose policy is "share" gives each hour's unallocated capacity to the teams in
+    proportion to their guaranteed unit-seconds of it in that hour (OpenCost's shareIdle, with the
+    guarantee as the weight). The shares are exact Fractions and add up to the hour's unallocated
+    capacity, so teams + what is left unallocated = capacity exactly. An hour in which no team
+    holds a guarantee keeps its idle capacity unallocated. The policy in force when the ledger is
+    read applies to the whole period; a closed statement keeps what it was closed with.
+
+Lent hours (the attribution rule)
+    In each hour and flavor, the borrowed usage B (all teams' unit-seconds on borrowed quota) was
+    lent by the teams that let others use their idle quota (`lends_idle`). A lender's idle
+    guarantee is its guaranteed unit-seconds minus its own guaranteed usage (never below zero).
+    The teams lent min(B, total idle) between them, in proportion to their idle guarantee; the
+    integers are made by the largest-remainder method (ties to the smaller account id), so the
+    hour's lent unit-seconds add up exactly. Borrowing beyond every lender's idle guarantee came
+    from capacity no team was guaranteed, and nobody lent it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
-from django.db.models import Sum
+from django.db.models import Model, QuerySet, Sum
 
-from billing.models import CapacityHour, UsageHour
+from billing.models import CapacityHour, GuaranteeHour, IdlePolicy, UsageHour
+
+AccountFlavor = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class HourBalance:
+    """One flavor in one hour, in unit-seconds."""
+
+    capacity: int
+    used: int
+
+    @property
+    def unallocated(self) -> int:
+        return max(self.capacity - self.used, 0)
+
+
+def hour_balance(*, capacity: int, used: int) -> HourBalance:
+    return HourBalance(capacity=capacity, used=used)
+
+
+def share_idle(*, idle: int, weights: dict[int, int]) -> dict[int, Fraction]:
+    """`idle` unit-seconds shared in proportion to the positive weights; nothing when there are none.
+    The shares add up to `idle` exactly."""
+    total = sum(weight for weight in weights.values() if weight > 0)
+    if idle <= 0 or total == 0:
+        return {}
+    return {key: Fraction(idle * weight, total) for key, weight in weights.items() if weight > 0}
+
+
+def split_lent(*, borrowed: int, idle_by_lender: dict[int, int]) -> dict[int, int]:
+    """Who lent the hour's borrowed unit-seconds: min(borrowed, total idle) in proportion to each
+    lender's idle guarantee, as integers by the largest remainder (ties to the smaller key)."""
+    idle = {key: value for key, value in idle_by_lender.items() if value > 0}
+    total = sum(idle.values())
+    lent_total = min(borrowed, total)
+    if lent_total <= 0:
+        return {}
+    exact = {key: Fraction(lent_total * value, total) for key, value in idle.items()}
+    whole = {key: int(value) for key, value in exact.items()}
+    left = lent_total - sum(whole.values())
+    for key in sorted(exact, key=lambda k: (-(exact[k] - whole[k]), k))[:left]:
+        whole[key] += 1
+    return {key: value for key, value in whole.items() if value}
+
+
+def _hours(model: type[Model], start: dt.datetime, end: dt.datetime) -> QuerySet[Any]:
+    return model._default_manager.filter(hour__gte=start, hour__lt=end)
+
+
+def capacity(*, start: dt.datetime, end: dt.datetime) -> dict[int, int]:
+    """Unit-seconds of capacity per flavor id."""
+    rows = _hours(CapacityHour, start, end).values("flavor_id").annotate(total=Sum("unit_seconds"))
+    return {row["flavor_id"]: row["total"] for row in rows}
+
+
+def _used_by_hour(start: dt.datetime, end: dt.datetime) -> dict[tuple[dt.datetime, int], int]:
+    rows = _hours(UsageHour, start, end).values("hour", "flavor_id").annotate(total=Sum("unit_seconds"))
+    return {(row["hour"], row["flavor_id"]): row["total"] for row in rows}
+
+
+def _unallocated_by_hour(start: dt.datetime, end: dt.datetime) -> dict[tuple[dt.datetime, int], int]:
+    used = _used_by_hour(start, end)
+    return {(hour, flavor_id): hour_balance(capacity=value, used=used.get((hour, flavor_id), 0)).unallocated
+            for hour, flavor_id, value in _hours(CapacityHour, start, end).values_list("hour", "flavor_id", "unit_seconds")}
 
 
 def unallocated(*, start: dt.datetime, end: dt.datetime) -> dict[int, int]:
-    """Unit-seconds of each flavor's capacity in [start, end) that no team used (never negative)."""
-    hours = {"hour__gte": start, "hour__lt": end}
-    capacity = dict(CapacityHour.objects.filter(**hours).values("flavor_id").annotate(total=Sum("unit_seconds"))
-                    .order_by().values_list("flavor_id", "total"))
-    used = dict(UsageHour.objects.filter(**hours).values("flavor_id").annotate(total=Sum("unit_seconds"))
-                .order_by().values_list("flavor_id", "total"))
-    return {flavor_id: max(total - used.get(flavor_id, 0), 0) for flavor_id, total in capacity.items()}
+    """Unit-seconds of capacity nobody used, per flavor id (every flavor with capacity, 0 included),
+    before any is shared; `idle_shares` says how much of it the teams take on."""
+    totals: dict[int, int] = defaultdict(int)
+    for (_, flavor_id), value in _unallocated_by_hour(start, end).items():
+        totals[flavor_id] += value
+    return dict(totals)
 
 
-def idle_shares(*, start: dt.datetime, end: dt.datetime) -> dict[tuple[int, int], Fraction]:
-    """Unallocated unit-seconds shared to (account, flavor) for flavors whose policy says share: none yet."""
-    return {}
+def shared_flavors() -> set[int]:
+    return set(IdlePolicy.objects.filter(mode=IdlePolicy.Mode.SHARE_BY_GUARANTEE).values_list("flavor_id", flat=True))
+
+
+def idle_shares(*, start: dt.datetime, end: dt.datetime) -> dict[AccountFlavor, Fraction]:
+    """Unit-seconds of unallocated capacity shared to each (account id, flavor id), for flavors whose
+    policy is to share; per flavor they add up to the part of `unallocated` that was shared."""
+    flavors = shared_flavors()
+    if not flavors:
+        return {}
+    idle = {key: value for key, value in _unallocated_by_hour(start, end).items() if key[1] in flavors and value}
+    weights: dict[tuple[dt.datetime, int], dict[int, int]] = defaultdict(dict)
+    for hour, account_id, flavor_id, value in _hours(GuaranteeHour, start, end).filter(flavor_id__in=flavors).values_list(
+            "hour", "account_id", "flavor_id", "unit_seconds"):
+        weights[(hour, flavor_id)][account_id] = value
+    shares: dict[AccountFlavor, Fraction] = defaultdict(Fraction)
+    for (hour, flavor_id), value in idle.items():
+        for account_id, share in share_idle(idle=value, weights=weights.get((hour, flavor_id), {})).items():
+            shares[(account_id, flavor_id)] += share
+    return dict(shares)
+
+
+def lent(*, start: dt.datetime, end: dt.datetime, account_ids: list[int] | None = None) -> dict[AccountFlavor, int]:
+    """Unit-seconds each (account id, flavor id) lent to borrowing teams (see the rule above)."""
+    borrowed = {(row["hour"], row["flavor_id"]): row["total"] for row in _hours(UsageHour, start, end).filter(
+        borrowed=True).values("hour", "flavor_id").annotate(total=Sum("unit_seconds"))}
+    if not borrowed:
+        return {}
+    hours = {hour for hour, _ in borrowed}
+    flavors = {flavor_id for _, flavor_id in borrowed}
+    own = {(row["hour"], row["account_id"], row["flavor_id"]): row["total"] for row in _hours(UsageHour, start, end).filter(
+        borrowed=False, hour__in=hours, flavor_id__in=flavors).values("hour", "account_id", "flavor_id").annotate(
+        total=Sum("unit_seconds"))}
+    idle: dict[tuple[dt.datetime, int], dict[int, int]] = defaultdict(dict)
+    for hour, account_id, flavor_id, value in _hours(GuaranteeHour, start, end).filter(
+            lends_idle=True, hour__in=hours, flavor_id__in=flavors).values_list("hour", "account_id", "flavor_id",
+                                                                                "unit_seconds"):
+        if (hour, flavor_id) in borrowed:
+            idle[(hour, flavor_id)][account_id] = max(value - own.get((hour, account_id, flavor_id), 0), 0)
+    totals: dict[AccountFlavor, int] = defaultdict(int)
+    wanted = None if account_ids is None else set(account_ids)
+    for (hour, flavor_id), value in borrowed.items():
+        for account_id, amount in split_lent(borrowed=value, idle_by_lender=idle.get((hour, flavor_id), {})).items():
+            if wanted is None or account_id in wanted:
+                totals[(account_id, flavor_id)] += amount
+    return dict(totals)

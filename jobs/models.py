@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import AnonymousUser
 from django.db import models
 from django.db.models import Q
@@ -198,9 +200,25 @@ class WorkloadTransition(models.Model):
 
 
 class RunInterval(models.Model):
-    """One pod's time on a GPU node. Keyed by pod UID: re-reading the cluster never duplicates one."""
+    """One pod's time on a GPU node. Keyed by pod UID: re-reading the cluster never duplicates one.
 
-    workload = models.ForeignKey(Workload, on_delete=models.CASCADE, related_name="intervals")
+    Metered usage outlives what produced it, so an interval keeps what billing needs (the team's
+    uid, the flavor, the owner's username, units and the flavor's fraction at the time, whether it
+    began on borrowed quota and when that changed) and its links to the workload, team and owner
+    fall to null when those are deleted. `metered_until` and `settled` are the metering engine's
+    bookkeeping: set when a refresh first metered it (an open interval is then in the rollups up to
+    their watermark), and whether it is there to its end for good.
+    """
+
+    workload = models.ForeignKey(Workload, null=True, blank=True, on_delete=models.SET_NULL, related_name="intervals")
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    team_uid = models.UUIDField(help_text="The team's uid: billing finds its account by it after the team is gone.")
+    owner = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    owner_username = models.CharField(max_length=150, blank=True)
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    fraction_numerator = models.PositiveSmallIntegerField()
+    fraction_denominator = models.PositiveSmallIntegerField()
+    borrowed = models.BooleanField(default=False, help_text="Began on quota borrowed from other teams.")
     pod_uid = models.CharField(max_length=64, unique=True)
     pod_name = models.CharField(max_length=253)
     node = models.CharField(max_length=253, blank=True)
@@ -208,9 +226,58 @@ class RunInterval(models.Model):
     units = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
+    metered_until = models.DateTimeField(null=True, blank=True, help_text="When the rollups first held it (up to here).")
+    settled = models.BooleanField(default=False, help_text="Ended and metered to its end: metering skips it.")
 
     class Meta:
         ordering = ["started_at", "id"]
+        indexes = [
+            models.Index(fields=["started_at"], name="run_interval_started"),
+            models.Index(fields=["ended_at"], name="run_interval_ended"),
+            models.Index(fields=["id"], condition=Q(settled=False), name="run_interval_unsettled"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.pod_name} ({self.units} × {self.resource_name})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self._state.adding and self.workload_id is not None:
+            self.fill_from_workload()
+        super().save(*args, **kwargs)
+
+    def fill_from_workload(self) -> None:
+        """Copies what billing needs from the workload, so the interval no longer depends on it."""
+        workload = self.workload
+        assert workload is not None
+        if self.team_id is None:
+            self.team_id = workload.team_id
+        if self.team_uid is None:
+            self.team_uid = workload.team.uid
+        if self.owner_id is None:
+            self.owner_id = workload.owner_id
+        if not self.owner_username:
+            self.owner_username = workload.owner.username
+        if self.flavor_id is None:
+            self.flavor_id = workload.flavor_id
+        if self.fraction_numerator is None or self.fraction_denominator is None:
+            self.fraction_numerator = workload.flavor.fraction_numerator
+            self.fraction_denominator = workload.flavor.fraction_denominator
+        if not self.borrowed:
+            self.borrowed = workload.on_borrowed
+
+
+class RunIntervalSwitch(models.Model):
+    """The moment a running interval's workload moved between guaranteed and borrowed quota.
+
+    Metering splits the interval there: each second is attributed to the state it was in, and a
+    recomputation from these rows reproduces it."""
+
+    interval = models.ForeignKey(RunInterval, on_delete=models.CASCADE, related_name="switches")
+    at = models.DateTimeField()
+    borrowed = models.BooleanField(help_text="The state from this moment on.")
+
+    class Meta:
+        ordering = ["interval", "at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.interval}: {'borrowed' if self.borrowed else 'guaranteed'} from {self.at:%Y-%m-%d %H:%M:%S}"

@@ -22,11 +22,12 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
+from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from jobs import manifests
-from jobs.models import RunInterval, Workload, WorkloadKind
+from jobs.models import RunInterval, RunIntervalSwitch, Workload, WorkloadKind
 from jobs.services import record_transition
 from portal.adapters import whole_number
 from portal.kube import KubeError, ObjectRef, gateway
@@ -46,6 +47,8 @@ OWNER_KINDS: dict[str, tuple[str, str]] = {
     WorkloadKind.NOTEBOOK: ("apps/v1", "StatefulSet"),
 }
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# Sent after the commit that closed run intervals (interval_ids): billing meters their hours then.
+intervals_closed = Signal()
 
 
 Key = tuple[str, int]  # (namespace, workload id): an object counts only in its team's namespace
@@ -255,6 +258,7 @@ class SyncResult:
     changed: int = 0
     intervals_opened: int = 0
     intervals_closed: int = 0
+    closed_interval_ids: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, int]:
         return {"changed": self.changed, "intervals_opened": self.intervals_opened, "intervals_closed": self.intervals_closed}
@@ -295,15 +299,18 @@ def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: Syn
             })
             result.intervals_opened += int(created)
         elif interval.ended_at is None and finished is not None:
-            interval.ended_at = finished
-            interval.save(update_fields=["ended_at"])
-            result.intervals_closed += 1
+            _close(interval, finished, result)
     for uid, ended in unseen.items():
         interval = open_intervals[uid]
         if ended is not None and interval.ended_at is None:
-            interval.ended_at = ended
-            interval.save(update_fields=["ended_at"])
-            result.intervals_closed += 1
+            _close(interval, ended, result)
+
+
+def _close(interval: RunInterval, ended: dt.datetime, result: SyncResult) -> None:
+    interval.ended_at = ended
+    interval.save(update_fields=["ended_at"])
+    result.intervals_closed += 1
+    result.closed_interval_ids.append(interval.pk)
 
 
 def _ended_while_unseen(workload: Workload, interval: RunInterval) -> dt.datetime | None:
@@ -337,8 +344,29 @@ def mark_borrowed(team_ids: set[int] | None = None) -> None:
         borrowed = used[key] > guarantees.get(key, 0)
         if borrowed != workload.on_borrowed:
             Workload.objects.filter(pk=workload.pk).update(on_borrowed=borrowed)
-    (Workload.objects.exclude(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
-     .filter(on_borrowed=True).update(on_borrowed=False))
+            record_switch(workload_ids=[workload.pk], borrowed=borrowed)
+    lapsed = (Workload.objects.exclude(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
+              .filter(on_borrowed=True))
+    # A workload that stopped or was preempted keeps, for its pods winding down, the state they ran in.
+    lapsed.update(on_borrowed=False)
+
+
+def record_switch(*, workload_ids: list[int], borrowed: bool, at: dt.datetime | None = None) -> int:
+    """Splits the workloads' running intervals at this moment: metering counts each second as
+    guaranteed or borrowed as it was then. An interval not yet metered and never switched takes
+    the state from its start instead (the first verdict after a pod opens is about that pod),
+    and so does one that starts later."""
+    if not workload_ids:
+        return 0
+    at = at or timezone.now()
+    running = RunInterval.objects.filter(workload_id__in=workload_ids, ended_at__isnull=True)
+    fresh = running.filter(Q(started_at__gte=at) | Q(metered_until__isnull=True, switches__isnull=True))
+    fresh_ids = list(fresh.values_list("pk", flat=True))
+    RunInterval.objects.filter(pk__in=fresh_ids).update(borrowed=borrowed)
+    switches = [RunIntervalSwitch(interval_id=pk, at=at, borrowed=borrowed)
+                for pk in running.exclude(pk__in=fresh_ids).values_list("pk", flat=True)]
+    RunIntervalSwitch.objects.bulk_create(switches)
+    return len(switches)
 
 
 def _teams(workloads: list[Workload]) -> set[int]:
@@ -391,6 +419,9 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResul
         recently = recently.filter(Q(still_open) | Q(pk__in=with_pods))
     for workload in recently.select_related("team", "flavor").prefetch_related("intervals"):
         record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
+    if result.closed_interval_ids:
+        closed = list(result.closed_interval_ids)
+        transaction.on_commit(lambda: intervals_closed.send(sender=RunInterval, interval_ids=closed))
     return result
 
 

@@ -2,6 +2,7 @@
 
 from billing.models.rates import Rate
 from billing.models.statements import Adjustment, Statement, StatementLine
-from billing.models.usage import Account, CapacityHour, GuaranteeHour, UsageHour
+from billing.models.usage import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, UsageHour
 
-__all__ = ["Account", "Adjustment", "CapacityHour", "GuaranteeHour", "Rate", "Statement", "StatementLine", "UsageHour"]
+__all__ = ["Account", "Adjustment", "CapacityHour", "GuaranteeHour", "IdlePolicy", "MeteringState", "Rate", "Statement",
+           "StatementLine", "UsageHour"]

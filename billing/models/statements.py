@@ -3,7 +3,7 @@
 A statement exists only once a month is closed, and a closed statement never changes: its lines
 are written once by `billing.statements.statement_close`, which seals the statement in the same
 transaction; from then on the database itself refuses an INSERT, UPDATE or DELETE of its lines and
-any change to the statement or its adjustments (triggers in migration `0003_statements`, on
+any change to the statement or its adjustments (triggers in migration `…_statements`, on
 PostgreSQL and SQLite).
 Corrections are adjustments, appended to the statement with an amount, a reason and who made them.
 

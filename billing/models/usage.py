@@ -25,6 +25,8 @@ class Account(models.Model):
     team while it exists and keep their last values afterwards."""
 
     team = models.OneToOneField(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="billing_account")
+    team_uid = models.UUIDField(null=True, blank=True, unique=True,
+                                help_text="The team's uid, which run intervals keep: how metering finds the account.")
     slug = models.CharField(max_length=63)
     name = models.CharField(max_length=120)
     cost_center = models.CharField(max_length=60, blank=True)
@@ -36,6 +38,25 @@ class Account(models.Model):
 
     def __str__(self) -> str:
         return self.slug if self.team_deleted_at is None else f"{self.slug} (deleted)"
+
+    @classmethod
+    def for_team(cls, team: Team) -> Account:
+        """The team's account, made on first use; its name and cost center follow the team."""
+        account = cls.objects.filter(models.Q(team_uid=team.uid) | models.Q(team=team)).order_by("pk").first()
+        if account is None:
+            account, _ = cls.objects.get_or_create(team_uid=team.uid, defaults={
+                "team": team, "slug": team.slug, "name": team.name, "cost_center": team.cost_center})
+            return account
+        wanted: dict[str, object] = {"slug": team.slug, "name": team.name, "cost_center": team.cost_center,
+                                     "team_uid": team.uid}
+        if team.pk is not None and account.team_id != team.pk:
+            wanted["team"] = team
+        changed = [field for field, value in wanted.items() if getattr(account, field) != value]
+        if changed:
+            for field in changed:
+                setattr(account, field, wanted[field])
+            account.save(update_fields=changed)
+        return account
 
 
 class UsageHour(models.Model):
@@ -104,3 +125,31 @@ class GuaranteeHour(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hour:%Y-%m-%d %H:%M} {self.account} {self.flavor}: {self.unit_seconds} unit-s guaranteed"
+
+
+class IdlePolicy(models.Model):
+    """Finance's choice per flavor of what to do with capacity nobody used: show it apart as
+    unallocated (the default, also for a flavor without a row), or share it among teams in
+    proportion to their guaranteed quota in each hour, as OpenCost's shareIdle does."""
+
+    class Mode(models.TextChoices):
+        SHOW_APART = "apart", "Show apart as unallocated"
+        SHARE_BY_GUARANTEE = "share", "Share among teams by guaranteed quota"
+
+    flavor = models.OneToOneField(Flavor, on_delete=models.CASCADE, related_name="idle_policy")
+    mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.SHOW_APART)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.flavor}: {self.get_mode_display()}"
+
+
+class MeteringState(models.Model):
+    """One row: how far the rollups go (the watermark). Hours before the hour that holds it are
+    complete; that hour and later are recomputed on each refresh. Refreshes lock this row."""
+
+    metered_until = models.DateTimeField(null=True, blank=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"metered until {self.metered_until}"

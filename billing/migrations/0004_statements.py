@@ -105,7 +105,7 @@ def _run(by_vendor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('billing', '0002_usage_rollups'),
+        ('billing', '0003_meter_accounts_idle_policy_watermark'),
         ('tenants', '0004_team_requires_second_approver'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]

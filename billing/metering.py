@@ -1,0 +1,532 @@
+"""The metering engine: run intervals become hourly rollups (UsageHour, CapacityHour, GuaranteeHour).
+
+How a second is counted
+    An interval [started_at, ended_at) is cut at whole seconds (instants are truncated, so two
+    intervals that meet share no second), then split at every local hour boundary of the billing
+    time zone, at every rate change of its flavor (Rate.effective_from) and at every moment its
+    workload moved between guaranteed and borrowed quota (RunIntervalSwitch). Each piece lands in
+    exactly one UsageHour row: the hour it lies in, the interval's account, flavor, owner,
+    borrowed state, rate and fraction. A still-open interval counts up to the refresh's `until`.
+
+How the rollups stay current (incremental, idempotent)
+    `MeteringState.metered_until` is the watermark W. A refresh up to `until` recomputes from
+    scratch every hour from the one holding W up to `until` (the open hour is always recomputed),
+    plus any older hour an interval changed since it was metered: each interval remembers how far
+    it is in the rollups (`metered_until`); an interval that appeared late, or closed before the
+    point it had been metered to, marks the hours between the two as dirty. An interval metered
+    to its end is `settled` and never read again, so a refresh reads the open intervals and the
+    changed ones, not the month. Recomputing an hour replaces its rows, so running a refresh
+    twice, or after a crash, gives the same rows.
+
+Capacity and guarantees are recorded as time passes
+    A flavor's capacity has no history in the catalog, and a deleted team's grants are gone with
+    it, so CapacityHour and GuaranteeHour rows are written for the hours a refresh moves the
+    watermark across (the open hour up to `until`) and kept afterwards. Rows of an account
+    whose team is deleted are never rewritten.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import BigIntegerField, F, Func, Q, QuerySet
+from django.utils import timezone
+
+from billing.models import Account, CapacityHour, GuaranteeHour, MeteringState, Rate, UsageHour
+from billing.periods import hour_floor, hour_starts
+from jobs.models import RunInterval, RunIntervalSwitch
+from tenants.models import Flavor, QuotaGrant, Team
+
+# (hour, account id, flavor id, owner username, borrowed, rate id, fraction numerator, denominator)
+UsageKey = tuple[dt.datetime, int, int, str, bool, int | None, int, int]
+GuaranteeKey = tuple[dt.datetime, int, int]  # hour, account id, flavor id
+_UPDATE_CHUNK = 5000
+
+
+def _second(instant: dt.datetime) -> dt.datetime:
+    return instant.replace(microsecond=0)
+
+
+def _next_hour(hour: dt.datetime) -> dt.datetime:
+    """The next local hour boundary (as billing.periods steps, DST and half-hour zones included)."""
+    candidate = hour + dt.timedelta(hours=1)
+    floored = hour_floor(candidate)
+    return floored if floored > hour else candidate
+
+
+def _ceil_hour(instant: dt.datetime) -> dt.datetime:
+    floor = hour_floor(instant)
+    return floor if floor == instant else _next_hour(floor)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Whole local hours from `start` (an hour boundary), counted up to `end` (≤ the next boundary
+    after the last hour)."""
+
+    start: dt.datetime
+    end: dt.datetime
+
+    def hours(self) -> list[dt.datetime]:
+        return list(hour_starts(self.start, self.end))
+
+
+def _epoch(instant: dt.datetime) -> int:
+    """Whole seconds since the epoch, truncated: the unit every cut is made in."""
+    return int(instant.timestamp())
+
+
+class _Splitter:
+    """Cuts intervals into (hour, borrowed, rate) pieces inside one window; pure given its inputs.
+    Works on whole epoch seconds: every instant is truncated to its second before it is compared."""
+
+    def __init__(self, window: Window, rates: dict[int, list[tuple[dt.datetime, int]]]) -> None:
+        self.hours = window.hours()
+        self.bounds = [_epoch(hour) for hour in self.hours]
+        self.start, self.end = _epoch(window.start), _epoch(window.end)
+        # flavor id → [(effective_from in epoch seconds, rate id)], ascending
+        self.rates = {flavor_id: [(_epoch(at), rate_id) for at, rate_id in changes] for flavor_id, changes in rates.items()}
+
+    def _rate_at(self, flavor_id: int, instant: int) -> int | None:
+        changes = self.rates.get(flavor_id)
+        if not changes:
+            return None
+        index = bisect_right(changes, (instant, float("inf"))) - 1
+        return changes[index][1] if index >= 0 else None
+
+    def pieces(self, *, flavor_id: int, start: int, end: int, borrowed: bool,
+               switches: list[tuple[int, bool]]) -> Iterator[tuple[int, bool, int | None, int]]:
+        """(hour index, borrowed, rate id, seconds) for the part of [start, end) inside the window."""
+        lower, upper = max(start, self.start), min(end, self.end)
+        if upper <= lower:
+            return
+        bounds = self.bounds
+        index = bisect_right(bounds, lower) - 1
+        changes = self.rates.get(flavor_id, ())
+        next_bound = bounds[index + 1] if index + 1 < len(bounds) else upper
+        if not switches and upper <= next_bound and not any(lower < at < upper for at, _ in changes):
+            yield index, borrowed, self._rate_at(flavor_id, lower), upper - lower  # the common case: one piece
+            return
+        state = borrowed
+        cuts: set[int] = set()
+        for at, value in switches:
+            if at <= lower:
+                state = value
+            elif at < upper:
+                cuts.add(at)
+        states = dict(switches)
+        cuts.update(at for at, _ in changes if lower < at < upper)
+        cuts.update(bound for bound in bounds[index + 1:] if bound < upper)
+        here = lower
+        for cut in [*sorted(cuts), upper]:
+            while index + 1 < len(bounds) and bounds[index + 1] <= here:
+                index += 1
+            yield index, state, self._rate_at(flavor_id, here), cut - here
+            state = states.get(cut, state)
+            here = cut
+
+
+def _rates() -> dict[int, list[tuple[dt.datetime, int]]]:
+    rates: dict[int, list[tuple[dt.datetime, int]]] = defaultdict(list)
+    for flavor_id, effective_from, rate_id in Rate.objects.order_by("flavor_id", "effective_from", "id").values_list(
+            "flavor_id", "effective_from", "id"):
+        rates[flavor_id].append((_second(effective_from), rate_id))
+    return rates
+
+
+class _Accounts:
+    """Account ids by team uid; an interval of a team with no account yet gets one."""
+
+    def __init__(self) -> None:
+        self.ids: dict[uuid.UUID, int] = dict(
+            Account.objects.filter(team_uid__isnull=False).values_list("team_uid", "id"))  # type: ignore[arg-type]
+
+    def __getitem__(self, team_uid: uuid.UUID) -> int:
+        account_id = self.ids.get(team_uid)
+        if account_id is None:
+            account_id = self.ids[team_uid] = _account_for_uid(team_uid).pk
+        return account_id
+
+
+def _account_for_uid(team_uid: uuid.UUID) -> Account:
+    team = Team.objects.filter(uid=team_uid).first()
+    if team is not None:
+        return Account.for_team(team)
+    # Accounts are made with their team, so this is an interval older than that rule.
+    account, _ = Account.objects.get_or_create(team_uid=team_uid, defaults={
+        "slug": f"team-{str(team_uid)[:8]}", "name": "A deleted team", "team_deleted_at": timezone.now()})
+    return account
+
+
+def _overlapping(window: Window) -> Q:
+    return Q(started_at__lt=window.end) & (Q(ended_at__isnull=True) | Q(ended_at__gt=window.start))
+
+
+def _epoch_column(name: str) -> Func:
+    return Func(F(name), template="FLOOR(EXTRACT(EPOCH FROM %(expressions)s))::bigint", output_field=BigIntegerField())
+
+
+def _seconds_of(values: Iterable[tuple[Any, ...]], positions: tuple[int, ...]) -> Iterator[tuple[Any, ...]]:
+    """Rows with the datetimes at `positions` as epoch seconds (PostgreSQL already sends them so)."""
+    if connection.vendor == "postgresql":
+        yield from values
+        return
+    for row in values:
+        converted = list(row)
+        for position in positions:
+            if converted[position] is not None:
+                converted[position] = _epoch(converted[position])
+        yield tuple(converted)
+
+
+def _instants(queryset: QuerySet[Any], fields: tuple[str, ...], instants: tuple[str, ...]) -> Iterator[tuple[Any, ...]]:
+    """values_list of the fields, the `instants` among them as epoch seconds."""
+    if connection.vendor == "postgresql":
+        annotated = queryset.annotate(**{f"{name}_s": _epoch_column(name) for name in instants})
+        return iter(annotated.values_list(*[f"{name}_s" if name in instants else name for name in fields]))
+    return _seconds_of(queryset.values_list(*fields), tuple(fields.index(name) for name in instants))
+
+
+def usage_rows(window: Window, *, until: dt.datetime, rates: dict[int, list[tuple[dt.datetime, int]]] | None = None,
+               accounts: _Accounts | None = None) -> dict[UsageKey, int]:
+    """From scratch: the UsageHour rows of the window's hours, open intervals counted up to `until`."""
+    window = Window(window.start, min(window.end, until))
+    if window.end <= window.start:
+        return {}
+    splitter = _Splitter(window, _rates() if rates is None else rates)
+    accounts = accounts or _Accounts()
+    switches: dict[int, list[tuple[int, bool]]] = defaultdict(list)
+    for interval_id, at, borrowed in _instants(RunIntervalSwitch.objects.filter(
+            interval__in=RunInterval.objects.filter(_overlapping(window))).order_by("at", "id"),
+            ("interval_id", "at", "borrowed"), ("at",)):
+        switches[interval_id].append((at, borrowed))
+    sums: dict[tuple[int, int, int, str, bool, int | None, int, int], int] = defaultdict(int)
+    cut_off = _epoch(until)
+    intervals = _instants(RunInterval.objects.filter(_overlapping(window)), (
+        "id", "team_uid", "flavor_id", "owner_username", "borrowed", "fraction_numerator", "fraction_denominator",
+        "units", "started_at", "ended_at"), ("started_at", "ended_at"))
+    no_switches: list[tuple[int, bool]] = []
+    for interval_id, team_uid, flavor_id, owner, borrowed, numerator, denominator, units, started, ended in intervals:
+        if units <= 0:
+            continue
+        end = cut_off if ended is None else min(ended, cut_off)
+        account_id = accounts[team_uid]
+        for hour, state, rate_id, seconds in splitter.pieces(
+                flavor_id=flavor_id, start=started, end=end, borrowed=borrowed,
+                switches=switches.get(interval_id, no_switches)):
+            sums[(hour, account_id, flavor_id, owner, state, rate_id, numerator, denominator)] += units * seconds
+    hours = splitter.hours
+    return {(hours[key[0]], *key[1:]): value for key, value in sums.items() if value}
+
+
+def capacity_rows(window: Window, *, until: dt.datetime) -> dict[tuple[dt.datetime, int], tuple[int, int, int]]:
+    """(hour, flavor id) → (unit-seconds, fraction numerator, denominator) of the active flavors'
+    capacity today, for the window's hours up to `until`."""
+    rows: dict[tuple[dt.datetime, int], tuple[int, int, int]] = {}
+    end = min(window.end, until)
+    flavors = list(Flavor.objects.filter(is_active=True, capacity_units__gt=0).values_list(
+        "id", "capacity_units", "fraction_numerator", "fraction_denominator"))
+    for hour in hour_starts(window.start, end):
+        seconds = int((min(_next_hour(hour), end) - hour).total_seconds())
+        for flavor_id, capacity, numerator, denominator in flavors:
+            rows[(hour, flavor_id)] = (capacity * seconds, numerator, denominator)
+    return rows
+
+
+def guarantee_rows(window: Window, *, until: dt.datetime, accounts: _Accounts | None = None,
+                   team_ids: Iterable[int] | None = None) -> dict[GuaranteeKey, tuple[int, bool]]:
+    """(hour, account id, flavor id) → (unit-seconds guaranteed, lends idle) from the teams' quota
+    grants (each active over [valid_from, min(valid_until, ended_at))), up to `until`."""
+    end = min(window.end, until)
+    if end <= window.start:
+        return {}
+    accounts = accounts or _Accounts()
+    grants = QuotaGrant.objects.filter(valid_from__lt=end).filter(
+        Q(valid_until__isnull=True) | Q(valid_until__gt=window.start)).filter(
+        Q(ended_at__isnull=True) | Q(ended_at__gt=window.start))
+    if team_ids is not None:
+        grants = grants.filter(team_id__in=list(team_ids))
+    hours = Window(window.start, end).hours()
+    sums: dict[GuaranteeKey, int] = defaultdict(int)
+    lends: dict[int, bool] = {}
+    for team_uid, lends_idle, flavor_id, units, valid_from, valid_until, ended_at in grants.values_list(
+            "team__uid", "team__lends_idle", "flavor_id", "units", "valid_from", "valid_until", "ended_at"):
+        stops = [t for t in (valid_until, ended_at) if t is not None]
+        lower = max(_second(valid_from), window.start)
+        upper = min([_second(t) for t in stops] + [end])
+        if upper <= lower:
+            continue
+        account_id = accounts[team_uid]
+        lends[account_id] = lends_idle
+        index = max(bisect_right(hours, lower) - 1, 0)
+        for hour in hours[index:]:
+            if hour >= upper:
+                break
+            seconds = int((min(_next_hour(hour), upper) - max(hour, lower)).total_seconds())
+            if seconds > 0:
+                sums[(hour, account_id, flavor_id)] += units * seconds
+    return {key: (value, lends[key[1]]) for key, value in sums.items() if value > 0}
+
+
+def _dirty_windows(ranges: list[tuple[dt.datetime, dt.datetime]], until: dt.datetime) -> list[Window]:
+    """Merged whole-hour windows covering the ranges, none past `until`."""
+    spans = sorted((hour_floor(lower), min(_ceil_hour(upper), until)) for lower, upper in ranges if upper > lower)
+    merged: list[list[dt.datetime]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [Window(start, end) for start, end in merged if end > start]
+
+
+def _lock_state() -> MeteringState:
+    state = MeteringState.objects.select_for_update().order_by("pk").first()
+    if state is None:
+        state = MeteringState.objects.create()
+        state = MeteringState.objects.select_for_update().get(pk=state.pk)
+    # An UPDATE takes SQLite's write lock too, so two refreshes never interleave there either.
+    MeteringState.objects.filter(pk=state.pk).update(refreshed_at=timezone.now())
+    return state
+
+
+def rollups_refresh(*, until: dt.datetime | None = None) -> int:
+    """Brings the rollups up to `until` (now by default, never later than now, never back before
+    the watermark): open intervals are metered up to it, closed ones fully. Idempotent. Returns
+    how many hours of usage were recomputed."""
+    now = timezone.now()
+    until = _second(min(until or now, now))
+    with transaction.atomic():
+        state = _lock_state()
+        previous = state.metered_until
+        if previous is not None and until < previous:
+            until = previous
+        # Open intervals already metered are in the rollups up to the previous watermark: the hours
+        # from there are recomputed anyway, so only new and newly closed intervals are read here.
+        pending = list(RunInterval.objects.filter(settled=False).filter(
+            Q(metered_until__isnull=True) | Q(ended_at__isnull=False)).values_list("id", "started_at", "ended_at",
+                                                                                  "metered_until"))
+        if previous is None:
+            previous = min([_second(started) for _, started, _, _ in pending] + [until])
+        ranges = [(hour_floor(previous), until)]
+        for _, started, ended, metered in pending:
+            end = until if ended is None else min(ended, until)
+            if metered is None:
+                ranges.append((started, end))
+            else:
+                ranges.append((min(previous, end), max(previous, end)))
+        windows = _dirty_windows(ranges, until)
+        rates, accounts = _rates(), _Accounts()
+        hours = 0
+        for window in windows:
+            _store_usage(window, usage_rows(window, until=until, rates=rates, accounts=accounts))
+            hours += len(window.hours())
+        recorded = Window(hour_floor(previous), until)
+        _store_capacity(recorded, capacity_rows(recorded, until=until))
+        _store_guarantees(recorded, guarantee_rows(recorded, until=until, accounts=accounts))
+        _mark_metered(pending, until)
+        MeteringState.objects.filter(pk=state.pk).update(metered_until=until, refreshed_at=now)
+    return hours
+
+
+def _mark_metered(pending: list[tuple[int, dt.datetime, dt.datetime | None, dt.datetime | None]],
+                  until: dt.datetime) -> None:
+    still_open = [pk for pk, _, ended, metered in pending if metered is None and (ended is None or ended > until)]
+    ended_by_now = [pk for pk, _, ended, _ in pending if ended is not None and ended <= until]
+    for chunk in _chunks(still_open):
+        RunInterval.objects.filter(pk__in=chunk).update(metered_until=until)
+    for chunk in _chunks(ended_by_now):
+        RunInterval.objects.filter(pk__in=chunk, ended_at__lte=until).update(metered_until=F("ended_at"), settled=True)
+
+
+def _chunks(ids: list[int]) -> Iterator[list[int]]:
+    for index in range(0, len(ids), _UPDATE_CHUNK):
+        yield ids[index:index + _UPDATE_CHUNK]
+
+
+_USAGE_FIELDS = ("hour", "account_id", "flavor_id", "owner_username", "borrowed", "rate_id",
+                 "fraction_numerator", "fraction_denominator")
+
+
+def _upserts() -> bool:
+    """PostgreSQL upserts on the rollups' unique keys; SQLite has no NULLS NOT DISTINCT key to
+    upsert on (the rate may be empty), so there rows are updated and created apart."""
+    return connection.vendor == "postgresql"
+
+
+# (column, PostgreSQL array type); the key columns come first, as the unique constraints list them.
+_USAGE_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavor_id", "bigint"), ("owner_username", "text"),
+                  ("borrowed", "boolean"), ("rate_id", "bigint"), ("fraction_numerator", "integer"),
+                  ("fraction_denominator", "integer"), ("unit_seconds", "bigint"))
+_GUARANTEE_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavor_id", "bigint"),
+                      ("unit_seconds", "bigint"), ("lends_idle", "boolean"))
+
+
+def _pg_upsert(model: type[UsageHour] | type[GuaranteeHour], columns: tuple[tuple[str, str], ...],
+               rows: list[tuple[object, ...]], *, update: list[str]) -> None:
+    """One INSERT … SELECT … ON CONFLICT DO UPDATE for all rows: thousands of rows a minute cost one
+    statement, not thousands of model instances. The rows travel as one JSON text (instants as
+    epoch seconds) that PostgreSQL unpacks itself, cheaper for the client than binding each value."""
+    if not rows:
+        return
+    names = [name for name, _ in columns]
+    keys = [name for name in names if name not in update]
+    payload = json.dumps([[_epoch(value) if kind == "timestamptz" else value  # type: ignore[arg-type]
+                           for value, (_, kind) in zip(row, columns, strict=True)] for row in rows])
+    table = connection.ops.quote_name(model._meta.db_table)
+    selected = ", ".join(f"to_timestamp((r->>{n})::bigint)" if kind == "timestamptz" else f"(r->>{n})::{kind}"
+                         for n, (_, kind) in enumerate(columns))
+    sql = (f"INSERT INTO {table} ({', '.join(names)}) "
+           f"SELECT {selected} FROM jsonb_array_elements(%s::jsonb) AS r "
+           f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
+           + ", ".join(f"{name} = EXCLUDED.{name}" for name in update))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [payload])
+
+
+def _store_usage(window: Window, rows: dict[UsageKey, int]) -> None:
+    """Makes the stored UsageHour rows of the window's hours equal `rows`, writing only differences."""
+    existing = {tuple(values[:-2]): (values[-2], values[-1]) for values in UsageHour.objects.filter(
+        hour__gte=window.start, hour__lt=window.end).values_list(*_USAGE_FIELDS, "id", "unit_seconds")}
+    stale = [pk for key, (pk, _) in existing.items() if key not in rows]
+    changed = {key: value for key, value in rows.items() if existing.get(key, (None, None))[1] != value}
+    for chunk in _chunks(stale):
+        UsageHour.objects.filter(pk__in=chunk).delete()
+    if not changed:
+        return
+    if _upserts():
+        _pg_upsert(UsageHour, _USAGE_COLUMNS, [(*key, value) for key, value in changed.items()], update=["unit_seconds"])
+        return
+    objects = [UsageHour(**dict(zip(_USAGE_FIELDS, key, strict=True)), unit_seconds=value)
+               for key, value in changed.items()]
+    updates, creates = [], []
+    for obj, key in zip(objects, changed, strict=True):
+        if key in existing:
+            obj.pk = existing[key][0]
+            updates.append(obj)
+        else:
+            creates.append(obj)
+    UsageHour.objects.bulk_update(updates, ["unit_seconds"], batch_size=500)
+    UsageHour.objects.bulk_create(creates, batch_size=500)
+
+
+def _store_capacity(window: Window, rows: dict[tuple[dt.datetime, int], tuple[int, int, int]]) -> None:
+    """Makes the window's CapacityHour rows equal `rows`."""
+    existing = {(hour, flavor_id): (pk, (value, num, den)) for pk, hour, flavor_id, value, num, den in
+                CapacityHour.objects.filter(hour__gte=window.start, hour__lt=window.end).values_list(
+                    "id", "hour", "flavor_id", "unit_seconds", "fraction_numerator", "fraction_denominator")}
+    stale = [pk for key, (pk, _) in existing.items() if key not in rows]
+    for chunk in _chunks(stale):
+        CapacityHour.objects.filter(pk__in=chunk).delete()
+    changed = [CapacityHour(pk=existing[key][0] if key in existing else None, hour=key[0], flavor_id=key[1],
+                            unit_seconds=value, fraction_numerator=num, fraction_denominator=den)
+               for key, (value, num, den) in rows.items() if existing.get(key, (None, None))[1] != (value, num, den)]
+    CapacityHour.objects.bulk_update([obj for obj in changed if obj.pk is not None],
+                                     ["unit_seconds", "fraction_numerator", "fraction_denominator"], batch_size=500)
+    CapacityHour.objects.bulk_create([obj for obj in changed if obj.pk is None], batch_size=500)
+
+
+def _store_guarantees(window: Window, rows: dict[GuaranteeKey, tuple[int, bool]]) -> None:
+    """Makes the window's GuaranteeHour rows equal `rows`, except rows of deleted teams' accounts,
+    which keep what was recorded while the team existed."""
+    gone = set(Account.objects.filter(team_deleted_at__isnull=False).values_list("id", flat=True))
+    existing = {(hour, account_id, flavor_id): (pk, (value, lends)) for pk, hour, account_id, flavor_id, value, lends in
+                GuaranteeHour.objects.filter(hour__gte=window.start, hour__lt=window.end).values_list(
+                    "id", "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle")}
+    stale = [pk for key, (pk, _) in existing.items() if key not in rows and key[1] not in gone]
+    for chunk in _chunks(stale):
+        GuaranteeHour.objects.filter(pk__in=chunk).delete()
+    if _upserts():
+        _pg_upsert(GuaranteeHour, _GUARANTEE_COLUMNS, [
+            (*key, value, lends) for key, (value, lends) in rows.items()
+            if existing.get(key, (None, None))[1] != (value, lends)], update=["unit_seconds", "lends_idle"])
+        return
+    changed = [GuaranteeHour(hour=key[0], account_id=key[1], flavor_id=key[2], unit_seconds=value, lends_idle=lends)
+               for key, (value, lends) in rows.items() if existing.get(key, (None, None))[1] != (value, lends)]
+    updates = []
+    for obj in changed:
+        key = (obj.hour, obj.account_id, obj.flavor_id)
+        if key in existing:
+            obj.pk = existing[key][0]
+            updates.append(obj)
+    GuaranteeHour.objects.bulk_update(updates, ["unit_seconds", "lends_idle"], batch_size=500)
+    GuaranteeHour.objects.bulk_create([obj for obj in changed if obj.pk is None], batch_size=500)
+
+
+def watermark() -> dt.datetime | None:
+    """How far the rollups go: hours before the one holding it are complete."""
+    return MeteringState.objects.order_by("pk").values_list("metered_until", flat=True).first()
+
+
+def pending(*, start: dt.datetime, end: dt.datetime) -> int:
+    """Intervals in the period that changed since the last refresh (new, or closed at another point
+    than they were metered to): a recomputation counts them as they are now, the rollups not yet."""
+    until = watermark()
+    window = Window(start, end)
+    intervals = RunInterval.objects.filter(_overlapping(window), settled=False)
+    if until is None:
+        return intervals.count()
+    return intervals.filter(Q(metered_until__isnull=True, started_at__lt=until)
+                            | Q(ended_at__isnull=False, ended_at__lt=until)).count()
+
+
+def recompute(*, start: dt.datetime, end: dt.datetime) -> list[str]:
+    """The differences, in words, between a from-scratch computation of the hours in [start, end)
+    (up to the watermark) and the stored rollups; empty when they are equal to the unit-second.
+    Usage is compared in full, guarantees for the teams that still exist (a deleted team's grants
+    are gone with it), and each hour with usage must have its flavor's capacity row."""
+    until = watermark()
+    window = Window(hour_floor(start), end)
+    differences: list[str] = []
+    names = dict(Account.objects.values_list("id", "slug"))
+    flavors = dict(Flavor.objects.values_list("id", "name"))
+    computed = usage_rows(window, until=until) if until is not None else {}
+    stored = {tuple(values[:-1]): values[-1] for values in UsageHour.objects.filter(
+        hour__gte=window.start, hour__lt=window.end).values_list(*_USAGE_FIELDS, "unit_seconds")}
+    for key in sorted(set(computed) | set(stored), key=_sort_key):
+        ours, theirs = computed.get(key, 0), stored.get(key, 0)
+        if ours != theirs:
+            differences.append(f"{_usage_words(key, names, flavors)}: the rollup holds {theirs} unit-seconds, "
+                               f"recomputed {ours}.")
+    if until is None:
+        return differences
+    live = Account.objects.filter(team__isnull=False)
+    live_ids = set(live.values_list("id", flat=True))
+    computed_g = guarantee_rows(window, until=until, team_ids=live.values_list("team_id", flat=True))
+    stored_g = {(hour, account_id, flavor_id): (value, lends) for hour, account_id, flavor_id, value, lends in
+                GuaranteeHour.objects.filter(hour__gte=window.start, hour__lt=min(window.end, until),
+                                             account_id__in=live_ids).values_list(
+                    "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle")}
+    capacity = set(CapacityHour.objects.filter(hour__gte=window.start, hour__lt=window.end).values_list("hour", "flavor_id"))
+    recorded = {hour for hour, _ in capacity}
+    computed_g = {key: value for key, value in computed_g.items() if key[0] in recorded}
+    stored_g = {key: value for key, value in stored_g.items() if key[0] in recorded}
+    for key in sorted(set(computed_g) | set(stored_g)):
+        ours_g, theirs_g = computed_g.get(key, (0, True))[0], stored_g.get(key, (0, True))[0]
+        if ours_g != theirs_g:
+            differences.append(f"{key[0]:%Y-%m-%d %H:%M} {names.get(key[1], key[1])} {flavors.get(key[2], key[2])}: "
+                               f"the guarantee rollup holds {theirs_g} unit-seconds, the grants give {ours_g}.")
+    active = set(Flavor.objects.filter(is_active=True).values_list("id", flat=True))
+    for hour, flavor_id in sorted({(key[0], key[2]) for key in stored if key[2] in active} - capacity):
+        differences.append(f"{hour:%Y-%m-%d %H:%M} {flavors.get(flavor_id, flavor_id)}: usage without a capacity row.")
+    return differences
+
+
+def _sort_key(key: tuple[object, ...]) -> tuple[object, ...]:
+    return tuple(-1 if value is None else value for value in key)
+
+
+def _usage_words(key: tuple[object, ...], names: dict[int, str], flavors: dict[int, str]) -> str:
+    hour, account_id, flavor_id, owner, borrowed, rate_id, numerator, denominator = key
+    assert isinstance(hour, dt.datetime)
+    return (f"{hour:%Y-%m-%d %H:%M} {names.get(account_id, account_id)} {flavors.get(flavor_id, flavor_id)} "  # type: ignore[call-overload]
+            f"{owner or '(no owner)'} {'borrowed' if borrowed else 'guaranteed'} "
+            f"{'rate #' + str(rate_id) if rate_id else 'no rate'} {numerator}/{denominator}")
