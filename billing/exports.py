@@ -24,6 +24,10 @@ COLUMNS = [
     "period_end", "gpu_fraction", "guaranteed_unit_seconds", "borrowed_unit_seconds", "guaranteed_gpu_hours",
     "borrowed_gpu_hours", "price_per_gpu_hour", "amount", "reason", "adjusted_by", "adjusted_at",
 ]
+# Free text a person typed (a reason, a team's name): a spreadsheet would run a cell that starts
+# like a formula, so such a cell gets a leading apostrophe (OWASP's advice for CSV injection).
+TEXT_COLUMNS = {"team", "team_name", "cost_center", "flavor", "flavor_name", "reason", "adjusted_by"}
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 PRICE = Decimal("0.0001")
 HOURS = Decimal("0.000001")
 
@@ -48,7 +52,7 @@ def statement_csv(picture: StatementPicture) -> bytes:
     head = {"month": statement.slug, "currency": statement.currency}
 
     def row(**values: object) -> None:
-        writer.writerow(["" if values.get(column) is None else str(values.get(column)) for column in COLUMNS])
+        writer.writerow([_cell(column, values.get(column)) for column in COLUMNS])
 
     def line_row(line: StatementLine) -> None:
         row(**head, record=line.kind, team=line.account_slug, team_name=line.account_name, cost_center=line.cost_center,
@@ -79,6 +83,11 @@ def statement_csv(picture: StatementPicture) -> bytes:
     if picture.whole:
         row(**head, record="total_unallocated", amount=money(picture.unallocated_total))
     return out.getvalue().encode("utf-8")
+
+
+def _cell(column: str, value: object) -> str:
+    text = "" if value is None else str(value)
+    return f"'{text}" if column in TEXT_COLUMNS and text.startswith(FORMULA_STARTS) else text
 
 
 def statement_pdf(picture: StatementPicture) -> bytes:

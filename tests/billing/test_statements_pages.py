@@ -204,3 +204,12 @@ def dark_fraction(pgm: Path) -> float:
     count = int(width) * int(height)
     body = pixels[:count]
     return sum(1 for value in body if value < 200) / count
+
+
+def test_a_reason_that_looks_like_a_formula_is_not_a_formula_in_the_csv(october, finance_user, as_user):
+    client = as_user(finance_user)
+    client.post(url("adjustment-add"), {"team": "vision", "amount": "-1", "reason": '=HYPERLINK("http://evil","x")'})
+    rows = client.get(url("statement-csv")).content.decode().splitlines()
+    (adjustment,) = [row for row in rows if row.startswith("adjustment,")]
+    assert ',"\'=HYPERLINK(""http://evil"",""x"")",fiona,' in adjustment
+    assert ",-1.00," in adjustment  # amounts keep their sign
