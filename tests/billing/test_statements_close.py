@@ -79,7 +79,7 @@ def test_a_price_change_mid_month_splits_the_line_at_the_change(finance_user, te
         ("vision", "h100-80gb", at(15, 0), at(1, 0, month=11), 5400, 3600, Decimal("1.500000"), Decimal("1.000000"),
          Decimal("3.0000"), Decimal("7.500")),
     ]
-    assert (statement.currency, statement.charged_total, statement.unallocated_total) == ("USD", Decimal("11.5"), 0)
+    assert (statement.currency, statement.charged_total, statement.unallocated_total) == ("USD", Decimal("11.5"), Decimal(0))
     assert statement.sealed and statement.closed_by_name == "fiona"
     assert (statement.period_start, statement.period_end) == (at(1, 0), at(1, 0, month=11))
 
@@ -285,7 +285,7 @@ def test_usage_before_a_flavor_had_a_price_is_on_the_statement_free(finance_user
     statement = close(finance_user)
 
     (line,) = statement.lines.all()
-    assert (line.period_start, line.period_end, line.price_per_gpu_hour, line.amount) == (at(1, 0), at(10, 0), None, 0)
+    assert (line.period_start, line.period_end, line.price_per_gpu_hour, line.amount) == (at(1, 0), at(10, 0), None, Decimal(0))
     assert line.guaranteed_gpu_hours == 1
 
 
