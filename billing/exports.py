@@ -12,6 +12,7 @@ import csv
 import datetime as dt
 import io
 from decimal import Decimal
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from django.template.loader import render_to_string
@@ -29,6 +30,8 @@ COLUMNS = [
 TEXT_COLUMNS = {"team", "team_name", "cost_center", "flavor", "flavor_name", "reason", "adjusted_by"}
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 PRICE = Decimal("0.0001")
+# The PDF's layout lives beside this module, not in a <style> element: no page template carries one.
+PDF_STYLE = Path(__file__).with_name("statement_pdf.css")
 HOURS = Decimal("0.000001")
 
 
@@ -92,11 +95,11 @@ def _cell(column: str, value: object) -> str:
 
 def statement_pdf(picture: StatementPicture) -> bytes:
     """The statement as a PDF: totals and a chart first, then one section per team."""
-    from weasyprint import HTML  # imported here: loading Pango costs a second the other requests never need
+    from weasyprint import CSS, HTML  # imported here: loading Pango costs a second the other requests never need
 
     html = render_to_string("billing/statement_pdf.html", {"picture": picture, "chart": team_chart(picture),
                                                            "flavors": flavor_totals(picture)})
-    return HTML(string=html).write_pdf()
+    return HTML(string=html).write_pdf(stylesheets=[CSS(filename=str(PDF_STYLE))])
 
 
 def team_chart(picture: StatementPicture, *, width: int = 640, bar: int = 18, most: int = 25) -> dict[str, object]:
