@@ -28,6 +28,7 @@ bench:           ## the benchmarks, against a control plane they start themselve
 	.venv/bin/python benchmarks/live_page.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_rollups.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py
+	scripts/with-services.sh .venv/bin/python benchmarks/billing_close.py
 
 soak:            ## the demo's processes under steady launches for 30 minutes (SQLite, file-system broker)
 	scripts/setup.sh && .venv/bin/python benchmarks/soak_demo.py --minutes 30

@@ -271,7 +271,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"TeamSyncStateEnum": "tenants.models.Team.SyncState", "PriorityEnum": "jobs.models.Priority"},
+    "ENUM_NAME_OVERRIDES": {"TeamSyncStateEnum": "tenants.models.Team.SyncState", "PriorityEnum": "jobs.models.Priority",
+                            "KindEnum": "jobs.models.WorkloadKind", "StatementLineKindEnum": "billing.models.StatementLine.Kind"},
 }
 
 # --- Celery --------------------------------------------------------------------------------

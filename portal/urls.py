@@ -24,6 +24,7 @@ urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("tenants.urls")),
     path("billing/", include("billing.urls")),
+    path("api/billing/", include((billing_urls.api_urlpatterns, "billing-api"))),
     path("login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("tokens/", views.api_tokens, name="api-tokens"),
@@ -35,7 +36,6 @@ urlpatterns = [
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
-    path("api/billing/", include((billing_urls.api_urlpatterns, "billing-api"))),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Swagger UI's start script comes from its own URL (the split view), so scripts stay strict;

@@ -1,0 +1,173 @@
+"""API for monthly statements: the closed months a caller may see, closing one (finance and
+platform admins), its lines and its adjustments (adding one: finance and platform admins).
+
+Each endpoint parses, calls one service or selector and serializes. A statement the caller may not
+see, or a team whose part they may not read, answers 404; a team lead reads their team's part only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
+from rest_framework import serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import BaseRouter
+
+from billing import statement_selectors, statements
+from billing.models import Adjustment, Statement, StatementLine
+from billing.statement_selectors import StatementPicture
+from portal.adapters import StrictInputMixin, parse, signed_in_user
+from portal.errors import DomainError
+
+MONTH_PATTERN = r"[0-9]{4}-[0-9]{2}"
+TEAM_PARAMETER = OpenApiParameter("team", str, description="A team's slug: just that team's part (404 if not yours).")
+
+
+class StatementSerializer(serializers.ModelSerializer):
+    month = serializers.CharField(source="slug", read_only=True, help_text="YYYY-MM.")
+
+    class Meta:
+        model = Statement
+        fields = ["month", "label", "currency", "time_zone", "period_start", "period_end", "closed_at", "closed_by_name"]
+        read_only_fields = fields
+
+
+class TeamPartSerializer(serializers.Serializer):
+    team = serializers.CharField(source="slug")
+    name = serializers.CharField()
+    cost_center = serializers.CharField()
+    gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    charged = serializers.DecimalField(max_digits=20, decimal_places=3, help_text="The sum of the team's rounded lines.")
+    adjusted = serializers.DecimalField(max_digits=20, decimal_places=3)
+    total = serializers.DecimalField(max_digits=20, decimal_places=3)
+
+
+class StatementDetailSerializer(serializers.Serializer):
+    statement = StatementSerializer()
+    teams = TeamPartSerializer(many=True)
+    charged = serializers.DecimalField(max_digits=20, decimal_places=3, help_text="Lines charged to the teams shown.")
+    adjusted = serializers.DecimalField(max_digits=20, decimal_places=3)
+    total = serializers.DecimalField(max_digits=20, decimal_places=3)
+    unallocated_total = serializers.DecimalField(max_digits=20, decimal_places=3, allow_null=True,
+                                                 help_text="Capacity nobody used (finance's whole view only).")
+
+
+class StatementLineSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="account_slug", read_only=True)
+    team_name = serializers.CharField(source="account_name", read_only=True)
+    flavor = serializers.CharField(source="flavor_slug", read_only=True)
+
+    class Meta:
+        model = StatementLine
+        fields = ["kind", "team", "team_name", "cost_center", "flavor", "flavor_name", "period_start", "period_end",
+                  "fraction_numerator", "fraction_denominator", "guaranteed_unit_seconds", "borrowed_unit_seconds",
+                  "guaranteed_gpu_hours", "borrowed_gpu_hours", "price_per_gpu_hour", "amount"]
+        read_only_fields = fields
+
+
+class AdjustmentSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="account_slug", read_only=True)
+
+    class Meta:
+        model = Adjustment
+        fields = ["id", "team", "cost_center", "amount", "reason", "created_at", "created_by_name"]
+        read_only_fields = fields
+
+
+class CloseSerializer(StrictInputMixin, serializers.Serializer):
+    month = serializers.RegexField(MONTH_PATTERN, help_text="The month to close, YYYY-MM; it must have ended.",
+                                   error_messages={"invalid": "Write the month as YYYY-MM, for example 2026-10."})
+
+
+class AdjustmentCreateSerializer(StrictInputMixin, serializers.Serializer):
+    team = serializers.CharField(help_text="The slug of a team on the statement.")
+    amount = serializers.CharField(help_text="Money in the statement's currency, e.g. \"-120.50\" (negative for a credit).")
+    reason = serializers.CharField(allow_blank=True, help_text="What it corrects; required.")
+
+
+def _detail(picture: StatementPicture) -> dict[str, Any]:
+    return {"statement": picture.statement, "teams": picture.teams, "charged": picture.charged,
+            "adjusted": picture.adjusted, "total": picture.total,
+            "unallocated_total": picture.unallocated_total if picture.whole else None}
+
+
+@extend_schema_view(
+    list=extend_schema(description="Closed months you may see: all for finance and platform admins, those that bill "
+                                   "your team for a team lead."),
+    retrieve=extend_schema(parameters=[TEAM_PARAMETER], responses={200: StatementDetailSerializer},
+                           description="A closed month's totals per team you may read."),
+    create=extend_schema(request=CloseSerializer, responses={201: StatementDetailSerializer},
+                         description="Finance and platform admins: close a month that has ended, once."),
+)
+class StatementViewSet(viewsets.GenericViewSet):
+    serializer_class = StatementSerializer
+    queryset = Statement.objects.none()
+    lookup_field = "month"
+    lookup_value_regex = MONTH_PATTERN
+
+    def get_queryset(self) -> QuerySet[Statement]:
+        return Statement.objects.for_user(self.request.user).filter(sealed=True).order_by("-month")
+
+    def _picture(self, request: Request, month: str) -> StatementPicture:
+        statement = statement_selectors.statement_visible(user=request.user, month=month)
+        return statement_selectors.statement_picture(user=request.user, statement=statement,
+                                                     team=request.query_params.get("team") or None)
+
+    def list(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(StatementSerializer(page, many=True).data)
+
+    def retrieve(self, request: Request, month: str) -> Response:
+        return Response(StatementDetailSerializer(_detail(self._picture(request, month))).data)
+
+    def create(self, request: Request) -> Response:
+        text = parse(CloseSerializer, request)["month"]
+        year, number = (int(part) for part in text.split("-"))
+        if not 1 <= number <= 12:
+            raise DomainError(f"“{text}” is not a month; write it as YYYY-MM, for example 2026-10.", field="month")
+        statement = statements.statement_close(actor=signed_in_user(request), month=dt.date(year, number, 1))
+        picture = statement_selectors.statement_picture(user=request.user, statement=statement)
+        return Response(StatementDetailSerializer(_detail(picture)).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(parameters=[TEAM_PARAMETER], responses={200: StatementLineSerializer(many=True)},
+                   description="The statement's lines you may read: per team × flavor × rate period, and (finance) "
+                               "the unallocated capacity per flavor.")
+    @action(detail=True, methods=["get"])
+    def lines(self, request: Request, month: str) -> Response:
+        picture = self._picture(request, month)
+        rows = [line for team in picture.teams for line in team.lines] + picture.unallocated
+        page = self.paginate_queryset(rows)
+        return self.get_paginated_response(StatementLineSerializer(page, many=True).data)
+
+    @extend_schema(methods=["get"], parameters=[TEAM_PARAMETER], responses={200: AdjustmentSerializer(many=True)},
+                   description="Adjustments on the statement that you may read.")
+    @extend_schema(methods=["post"], request=AdjustmentCreateSerializer, responses={201: AdjustmentSerializer},
+                   description="Finance and platform admins: a charge, or a credit as a negative amount, with a reason.")
+    @action(detail=True, methods=["get", "post"])
+    def adjustments(self, request: Request, month: str) -> Response:
+        picture = self._picture(request, month)
+        if request.method == "GET":
+            rows = [adjustment for team in picture.teams for adjustment in team.adjustments]
+            page = self.paginate_queryset(rows)
+            return self.get_paginated_response(AdjustmentSerializer(page, many=True).data)
+        actor = signed_in_user(request)
+        if not actor.has_perm("billing.close_statements"):
+            raise PermissionDenied
+        data = parse(AdjustmentCreateSerializer, request)
+        statement = picture.statement
+        account = statement_selectors.statement_account(statement=statement, slug=data["team"])
+        if account is None:
+            raise DomainError(f"“{data['team']}” is not a team on the {statement.label} statement.", field="team")
+        adjustment = statements.adjustment_add(actor=actor, statement=statement, account=account, amount=data["amount"],
+                                               reason=data["reason"])
+        return Response(AdjustmentSerializer(adjustment).data, status=status.HTTP_201_CREATED)
+
+
+def register(router: BaseRouter) -> None:
+    router.register("statements", StatementViewSet, basename="statement")

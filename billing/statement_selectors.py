@@ -1,0 +1,170 @@
+"""Reads of closed statements: which ones a user may see, and one statement as sections per team.
+
+Finance and platform admins see every statement and every team on it; a team lead sees the
+statements that bill their team, and only their team's lines and adjustments. A team the caller
+may not see is answered as one that is not on the statement (404), never as a refusal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.contrib.auth.models import AnonymousUser
+from django.db.models import Q
+from django.http import Http404
+
+from billing.models import Account, Adjustment, Statement, StatementLine
+from billing.models.statements import led_accounts
+from billing.money import minor_unit
+from portal.models import User
+from portal.roles import sees_all_teams
+
+MONTH = re.compile(r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})")
+KIND_ORDER = {StatementLine.Kind.USAGE: 0, StatementLine.Kind.IDLE_SHARE: 1, StatementLine.Kind.UNALLOCATED: 2}
+
+
+@dataclass
+class TeamSection:
+    """One team's part of a statement: its lines, its adjustments and their sums."""
+
+    account_id: int
+    slug: str
+    name: str
+    cost_center: str
+    lines: list[StatementLine] = field(default_factory=list)
+    adjustments: list[Adjustment] = field(default_factory=list)
+
+    @property
+    def charged(self) -> Decimal:
+        return sum((line.amount for line in self.lines), Decimal(0))
+
+    @property
+    def adjusted(self) -> Decimal:
+        return sum((adjustment.amount for adjustment in self.adjustments), Decimal(0))
+
+    @property
+    def total(self) -> Decimal:
+        return self.charged + self.adjusted
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return sum((line.gpu_hours for line in self.lines), Decimal(0))
+
+
+@dataclass
+class StatementPicture:
+    """A statement as the pages and exports show it, limited to the teams the reader may see."""
+
+    statement: Statement
+    teams: list[TeamSection]
+    unallocated: list[StatementLine]
+    whole: bool  # every team (finance's view) rather than one team's part
+
+    @property
+    def quantum(self) -> Decimal:
+        return Decimal(1).scaleb(-minor_unit(self.statement.currency))
+
+    @property
+    def charged(self) -> Decimal:
+        return sum((team.charged for team in self.teams), Decimal(0))
+
+    @property
+    def adjusted(self) -> Decimal:
+        return sum((team.adjusted for team in self.teams), Decimal(0))
+
+    @property
+    def total(self) -> Decimal:
+        return self.charged + self.adjusted
+
+    @property
+    def unallocated_total(self) -> Decimal:
+        return sum((line.amount for line in self.unallocated), Decimal(0))
+
+    def money(self, value: Decimal) -> Decimal:
+        return value.quantize(self.quantum)
+
+
+def statements_for_user(*, user: User | AnonymousUser) -> list[Statement]:
+    return list(Statement.objects.for_user(user).filter(sealed=True).order_by("-month"))
+
+
+def statement_visible(*, user: User | AnonymousUser, month: str) -> Statement:
+    """The sealed statement of a month written YYYY-MM, among those the user may see, or 404."""
+    matched = MONTH.fullmatch(month or "")
+    if matched is None or not 1 <= int(matched["month"]) <= 12:
+        raise Http404
+    first = dt.date(int(matched["year"]), int(matched["month"]), 1)
+    statement = Statement.objects.for_user(user).filter(sealed=True, month=first).first()
+    if statement is None:
+        raise Http404
+    return statement
+
+
+def statement_account(*, statement: Statement, slug: str) -> Account | None:
+    """The team a line of the statement bills, by its slug (the newest account if a slug was reused)."""
+    on_statement = statement.lines.exclude(account=None).values("account_id")
+    return Account.objects.filter(slug=slug.strip(), pk__in=on_statement).order_by("-pk").first()
+
+
+def readable_accounts(*, user: User | AnonymousUser) -> set[int] | None:
+    """The accounts whose lines the user may read on any statement; None for every account."""
+    if sees_all_teams(user):
+        return None
+    return set(led_accounts(user).values_list("pk", flat=True))
+
+
+def statement_picture(*, user: User | AnonymousUser, statement: Statement, team: str | None = None) -> StatementPicture:
+    """The statement's teams the user may read, or just the one named by `team` (its slug on the
+    statement; 404 when it is not there or not the user's to read)."""
+    allowed = readable_accounts(user=user)
+    lines = StatementLine.objects.filter(statement=statement)
+    adjustments = Adjustment.objects.filter(statement=statement)
+    if allowed is not None:
+        lines = lines.filter(account__in=allowed)
+        adjustments = adjustments.filter(account__in=allowed)
+    if team:
+        chosen = Account.objects.filter(Q(pk__in=lines.values("account_id")) | Q(pk__in=adjustments.values("account_id")),
+                                        slug=team)
+        lines, adjustments = lines.filter(account__in=chosen), adjustments.filter(account__in=chosen)
+        if not chosen.exists():
+            raise Http404
+    sections: dict[int, TeamSection] = {}
+    unallocated: list[StatementLine] = []
+    for line in sorted(lines, key=_line_order):
+        if line.account_id is None:
+            unallocated.append(line)
+            continue
+        _section(sections, line.account_id, line.account_slug, line.account_name, line.cost_center).lines.append(line)
+    for adjustment in adjustments.order_by("created_at", "id"):
+        _section(sections, adjustment.account_id, adjustment.account_slug, adjustment.account_name,
+                 adjustment.cost_center).adjustments.append(adjustment)
+    teams = sorted(sections.values(), key=lambda section: (section.slug, section.name, section.account_id))
+    whole = allowed is None and not team
+    return StatementPicture(statement=statement, teams=teams, unallocated=unallocated if whole else [], whole=whole)
+
+
+def _section(sections: dict[int, TeamSection], account_id: int, slug: str, name: str, cost_center: str) -> TeamSection:
+    if account_id not in sections:
+        sections[account_id] = TeamSection(account_id=account_id, slug=slug, name=name, cost_center=cost_center)
+    return sections[account_id]
+
+
+def _line_order(line: StatementLine) -> tuple[int, str, dt.datetime, int, int]:
+    """Kind, flavor, period, GPU fraction: no database id, so the same data always reads in the same order."""
+    return (KIND_ORDER.get(StatementLine.Kind(line.kind), 9), line.flavor_slug, line.period_start, line.fraction_denominator,
+            line.fraction_numerator)
+
+
+def flavor_totals(picture: StatementPicture) -> list[tuple[str, Decimal, Decimal]]:
+    """(flavor name, GPU-hours, amount) over the picture's team lines, by flavor name."""
+    hours: dict[str, Decimal] = defaultdict(Decimal)
+    amounts: dict[str, Decimal] = defaultdict(Decimal)
+    for team in picture.teams:
+        for line in team.lines:
+            hours[line.flavor_name] += line.gpu_hours
+            amounts[line.flavor_name] += line.amount
+    return [(name, hours[name], amounts[name]) for name in sorted(hours)]
