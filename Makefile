@@ -26,6 +26,7 @@ bench:           ## the benchmarks, against a control plane they start themselve
 	scripts/setup.sh && .venv/bin/python benchmarks/onboarding.py
 	scripts/with-services.sh .venv/bin/python benchmarks/workloads.py
 	.venv/bin/python benchmarks/live_page.py
+	scripts/with-services.sh .venv/bin/python benchmarks/billing_rollups.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py
 
 soak:            ## the demo's processes under steady launches for 30 minutes (SQLite, file-system broker)

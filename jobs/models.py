@@ -206,7 +206,8 @@ class RunInterval(models.Model):
     uid, the flavor, the owner's username, units and the flavor's fraction at the time, whether it
     began on borrowed quota and when that changed) and its links to the workload, team and owner
     fall to null when those are deleted. `metered_until` and `settled` are the metering engine's
-    bookkeeping: how far this interval is in the hourly rollups, and whether it is there for good.
+    bookkeeping: set when a refresh first metered it (an open interval is then in the rollups up to
+    their watermark), and whether it is there to its end for good.
     """
 
     workload = models.ForeignKey(Workload, null=True, blank=True, on_delete=models.SET_NULL, related_name="intervals")
@@ -225,7 +226,7 @@ class RunInterval(models.Model):
     units = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     ended_at = models.DateTimeField(null=True, blank=True)
-    metered_until = models.DateTimeField(null=True, blank=True, help_text="The rollups hold this interval up to here.")
+    metered_until = models.DateTimeField(null=True, blank=True, help_text="When the rollups first held it (up to here).")
     settled = models.BooleanField(default=False, help_text="Ended and metered to its end: metering skips it.")
 
     class Meta:

@@ -95,7 +95,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="runinterval",
             name="metered_until",
-            field=models.DateTimeField(blank=True, null=True, help_text="The rollups hold this interval up to here."),
+            field=models.DateTimeField(blank=True, null=True, help_text="When the rollups first held it (up to here)."),
         ),
         migrations.AddField(
             model_name="runinterval",

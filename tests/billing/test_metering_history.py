@@ -157,8 +157,9 @@ def test_billing_verify_fails_with_the_difference_in_words(h100, vision, alice, 
 
     assert failed.value.returncode == 1
     assert "1 difference(s)" in str(failed.value)
-    assert "2026-10-03 10:00 vision H100 alice guaranteed no rate 1/1: the rollup holds 100 unit-seconds, " \
-           "recomputed 3600." in capsys.readouterr().out
+    expected = ("2026-10-03 10:00 vision H100 alice guaranteed no rate 1/1: the rollup holds 100 unit-seconds, "
+                "recomputed 3600.")
+    assert expected in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(("arguments", "sentence"), [
