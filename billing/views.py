@@ -13,6 +13,7 @@ import re
 from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
@@ -23,6 +24,7 @@ from portal.adapters import HtmxHttpRequest
 from portal.errors import DomainError
 from tenants.models import Flavor, Team, user_team_roles
 
+OVERVIEW_PAGE_SIZE = 100  # sorted over every team, shown a hundred at a time
 OVERVIEW_COLUMNS = [("team", "Team", False), ("cost_center", "Cost center", False), ("gpu_hours", "GPU-hours", True),
                     ("cost", "Cost", True), ("change", "Change from last month", True)]
 MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")
@@ -74,7 +76,9 @@ def finance_overview(request: HtmxHttpRequest) -> HttpResponse:
     except DomainError as error:
         return _refusal(error)
     keep = [("sort", overview.sort), ("dir", "desc" if overview.descending else "asc")]
-    return render(request, "billing/finance_overview.html", {"overview": overview, "columns": OVERVIEW_COLUMNS, "keep": keep})
+    rows = Paginator(overview.rows, OVERVIEW_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "billing/finance_overview.html",
+                  {"overview": overview, "rows": rows, "columns": OVERVIEW_COLUMNS, "keep": keep})
 
 
 @login_required

@@ -272,3 +272,17 @@ def test_finance_overview_follows_the_rollups_as_they_change(as_user, finance_us
     UsageHour.objects.filter(pk=added.pk).update(unit_seconds=2 * 3600)
     MeteringState.objects.create(refreshed_at=timezone.now())
     assert total.format("1287.00") in page(client, "billing:finance-overview", month=OCT).content.decode()
+
+
+def test_finance_overview_shows_a_hundred_teams_a_page_sorted_over_all_of_them(as_user, finance_user, october, flavor):
+    h100 = Rate.objects.get(flavor=flavor)
+    for n in range(120):
+        acc = account(TeamFactory.create(slug=f"t{n:03}", name=f"T{n:03}"))
+        usage(account=acc, flavor=flavor, hour=at(2, 2), gpu_seconds=3600 * (n + 1), owner="x", rate=h100)
+    client = as_user(finance_user)
+    first = page(client, "billing:finance-overview", month=OCT).content.decode()
+    assert first.count('href="/billing/teams/') == 100
+    assert first.index(">Speech<") < first.index(">T119<") < first.index(">T118<")  # by cost over all teams
+    assert "Page 1 of 2 · 122 in all" in first
+    second = page(client, "billing:finance-overview", month=OCT, page=2).content.decode()
+    assert second.count('href="/billing/teams/') == 22 and ">T000<" in second and ">T119<" not in second
