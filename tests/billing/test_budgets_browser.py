@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -16,7 +15,7 @@ from billing import budgets, metering, periods
 from billing.models import Rate, UsageHour
 from jobs import services, sync
 from jobs.models import Workload, WorkloadKind
-from portal.kube import gateway, reset_gateway
+from portal.kube import gateway
 from portal.kube.simulated import SimulatedGateway
 from tenants import reconcile
 from tenants.models import Membership
@@ -25,14 +24,6 @@ from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory,
 from tests.helpers import launch
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def simulated() -> Iterator[SimulatedGateway]:
-    cluster = SimulatedGateway()
-    reset_gateway(cluster)
-    yield cluster
-    reset_gateway(None)
 
 
 @pytest.fixture

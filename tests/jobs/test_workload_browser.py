@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from jobs import services, sync
 from jobs.models import Workload, WorkloadKind
-from portal.kube import gateway, reset_gateway
+from portal.kube import gateway
 from portal.kube.simulated import SimulatedGateway
 from tenants import reconcile
 from tenants.models import Membership
@@ -30,14 +29,6 @@ from tests.factories import (
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def simulated() -> Iterator[SimulatedGateway]:
-    cluster = SimulatedGateway()
-    reset_gateway(cluster)
-    yield cluster
-    reset_gateway(None)
 
 
 @pytest.fixture
