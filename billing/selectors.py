@@ -720,6 +720,26 @@ def personal_usage(*, user: User, month: dt.date | None = None) -> PersonalUsage
     return PersonalUsage(month=month, currency=currency, total=Line.of("total", "Total", total, currency), by_team=lines)
 
 
+@dataclass(frozen=True)
+class IdlePolicyRow:
+    """A flavor and what finance chose for its unallocated capacity (apart when never chosen)."""
+
+    flavor: Flavor
+    mode: str
+    label: str
+
+
+def idle_policy_rows(*, flavors: QuerySet[Flavor] | None = None) -> list[IdlePolicyRow]:
+    """Every flavor (or those given) with its idle policy, by name: one query."""
+    found = (flavors if flavors is not None else Flavor.objects.all()).select_related("idle_policy").order_by("name")
+    rows = []
+    for flavor in found:
+        policy = getattr(flavor, "idle_policy", None)
+        mode = policy.mode if policy is not None else IdlePolicy.Mode.SHOW_APART
+        rows.append(IdlePolicyRow(flavor=flavor, mode=mode, label=IdlePolicy.Mode(mode).label))
+    return rows
+
+
 def rates_in_force(*, at: dt.datetime | None = None) -> dict[int, Rate]:
     """Each flavor's rate in force at the moment (now by default), in one query."""
     at = at or timezone.now()
