@@ -30,5 +30,6 @@ api_statements.register(api_router)
 api_urlpatterns: list[URLPattern | URLResolver] = [
     path("usage/", api_usage.UsageView.as_view(), name="usage"),
     path("rates/", api_usage.RateListView.as_view(), name="rates"),
+    path("idle-policies/", api_usage.IdlePolicyListView.as_view(), name="idle-policies"),
     *api_router.urls,
 ]

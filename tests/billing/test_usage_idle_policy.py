@@ -112,3 +112,41 @@ def test_an_unknown_policy_is_refused_in_words_in_the_row_and_on_the_page(as_use
     html = page.content.decode()
     assert sentence in row_of(html, flavor) and sentence not in row_of(html, mig_flavor)
     assert not IdlePolicy.objects.exists() and not AuditEvent.objects.filter(action="idle_policy.set").exists()
+
+
+IDLE_API = "/api/billing/idle-policies/"
+
+
+def test_finance_reads_and_sets_idle_policies_through_the_api(as_user, finance_user, flavor, mig_flavor):
+    client = as_user(finance_user)
+    assert client.get(IDLE_API).json() == [  # by name: A100 1g.10gb, then H100 80GB
+        {"flavor": mig_flavor.slug, "mode": "apart", "mode_label": "Show apart as unallocated"},
+        {"flavor": flavor.slug, "mode": "apart", "mode_label": "Show apart as unallocated"},
+    ]
+    response = client.post(IDLE_API, {"flavor": flavor.slug, "mode": "share"}, content_type="application/json")
+    assert response.status_code == 200
+    assert response.json() == {"flavor": flavor.slug, "mode": "share", "mode_label": "Share among teams by guaranteed quota"}
+    assert IdlePolicy.objects.get(flavor=flavor).mode == SHARE
+    assert AuditEvent.objects.filter(action="idle_policy.set", actor=finance_user).count() == 1
+
+
+@pytest.mark.parametrize(("body", "status", "sentence"), [
+    ({"mode": "everyone"}, 400, "“everyone” is not an idle policy"),
+    ({"flavor": "nope", "mode": "share"}, 400, "flavor"),
+    ({"mode": "share", "updated_at": "2020-01-01"}, 400, "updated_at cannot be set here"),
+])
+def test_a_refused_idle_policy_through_the_api_says_why_and_writes_nothing(as_user, finance_user, flavor, body, status,
+                                                                           sentence):
+    response = as_user(finance_user).post(IDLE_API, {"flavor": flavor.slug, **body}, content_type="application/json")
+    assert response.status_code == status
+    assert sentence in response.json()["message"]
+    assert not IdlePolicy.objects.exists()
+
+
+@pytest.mark.parametrize("role", ["member", "lead", "outsider"])
+def test_team_members_and_leads_neither_read_nor_set_idle_policies_through_the_api(request, as_user, role, flavor):
+    client = as_user(request.getfixturevalue(role))
+    assert client.get(IDLE_API).status_code == 403
+    assert client.post(IDLE_API, {"flavor": flavor.slug, "mode": "share"},
+                       content_type="application/json").status_code == 403
+    assert not IdlePolicy.objects.exists()
