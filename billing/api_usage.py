@@ -1,9 +1,10 @@
-"""The usage and rate card API: `/api/billing/usage/` and `/api/billing/rates/`.
+"""The usage and rate card API: `/api/billing/usage/`, `/api/billing/rates/` and `/api/billing/idle-policies/`.
 
 Adapters over billing.selectors and billing.services. A caller reads the usage of the accounts
 it may see (its own teams'; every one for finance and platform admins); naming a team it cannot
 see answers 404, exactly like a team that does not exist. Rates are read by those who read costs
-(`portal.read_costs`) and set through `billing.services.rate_set`, which decides who may.
+(`portal.read_costs`) and set through `billing.services.rate_set`, which decides who may; each
+flavor's idle policy likewise through `billing.services.idle_policy_set`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing import periods, selectors, services
-from billing.models import Rate
+from billing.models import IdlePolicy, Rate
 from billing.views import parse_month
 from portal.adapters import StrictInputMixin, parse, signed_in_user
 from portal.errors import DomainError
@@ -146,3 +147,41 @@ class RateListView(APIView):
         self._require_costs(request)
         rate = services.rate_set(actor=signed_in_user(request), **parse(RateCreateSerializer, request))
         return Response(RateSerializer(rate).data, status=status.HTTP_201_CREATED)
+
+
+class IdlePolicySerializer(serializers.Serializer):
+    flavor = serializers.CharField(help_text="The flavor's slug.")
+    mode = serializers.ChoiceField(choices=IdlePolicy.Mode.choices, help_text="“apart” (the default) or “share”.")
+    mode_label = serializers.CharField(help_text="The policy in words.")
+
+
+class IdlePolicySetSerializer(StrictInputMixin, serializers.Serializer):
+    flavor = serializers.SlugRelatedField(slug_field="slug", queryset=Flavor.objects.all(), help_text="The flavor's slug.")
+    mode = serializers.CharField(max_length=16, help_text="“apart”: show unallocated capacity apart; “share”: share "
+                                                          "it among teams by guaranteed quota.")
+
+
+def _idle_policy_body(row: selectors.IdlePolicyRow) -> dict[str, str]:
+    return {"flavor": row.flavor.slug, "mode": row.mode, "mode_label": row.label}
+
+
+class IdlePolicyListView(APIView):
+    def _require_costs(self, request: Request) -> None:
+        if not request.user.has_perm("portal.read_costs"):
+            raise PermissionDenied
+
+    @extend_schema(responses={200: IdlePolicySerializer(many=True)},
+                   description="What happens to each flavor's unallocated capacity. Finance and platform admins.")
+    def get(self, request: Request) -> Response:
+        self._require_costs(request)
+        return Response(IdlePolicySerializer([_idle_policy_body(row) for row in selectors.idle_policy_rows()],
+                                             many=True).data)
+
+    @extend_schema(request=IdlePolicySetSerializer, responses={200: IdlePolicySerializer},
+                   description="Sets one flavor's idle policy (audited); finance and platform admins.")
+    def post(self, request: Request) -> Response:
+        self._require_costs(request)
+        data = parse(IdlePolicySetSerializer, request)
+        services.idle_policy_set(actor=signed_in_user(request), flavor=data["flavor"], mode=data["mode"])
+        [row] = selectors.idle_policy_rows(flavors=Flavor.objects.filter(pk=data["flavor"].pk))
+        return Response(IdlePolicySerializer(_idle_policy_body(row)).data)

@@ -22,7 +22,7 @@ from django.db.models import Count, F, FloatField, Func, Max, Q, QuerySet, Sum, 
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDate
 from django.utils import timezone
 
-from billing import ledger, periods
+from billing import ledger, metering, periods
 from billing.models import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, Rate, UsageHour
 from billing.money import SECONDS_PER_HOUR, round_money, round_places
 from jobs.models import RunInterval, Workload
@@ -358,9 +358,20 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
         team=team, account=account, month=month, currency=currency, total=Line.of("total", "Total", total, currency),
         by_flavor=flavor_lines, by_person=person_lines, by_day=bars,
         chart_max=max((bar.gpu_hours for bar in bars), default=Decimal(0)),
-        top_workloads=top_workloads(team=team, start=start, end=min(end, now), now=now),
+        top_workloads=top_workloads(team=team, start=start, end=_metered_end(start=start, end=end, now=now), now=now),
         ledger=_ledger_sentence(month=month, borrowed=borrowed_total, flavor_lines=flavor_lines, by_flavor=by_flavor),
         forecast=forecast, months=recent_months(now=now))
+
+
+def _metered_end(*, start: dt.datetime, end: dt.datetime, now: dt.datetime) -> dt.datetime:
+    """Where the rollups of a period ending at `end` stop: at the metering watermark (the instant
+    the last refresh counted up to), never after now. The top workloads are priced from their
+    own intervals and cut here, so a workload's cost agrees with the by-person, by-flavor and
+    total figures read from the rollups on the same page, rather than running ahead of them by
+    whatever ran since the last refresh (and a run a cluster's clock dates in the future is
+    counted by both as far as the portal's clock has reached). Never metered: nothing yet."""
+    metered = metering.watermark()
+    return start if metered is None else max(start, min(end, now, metered))
 
 
 def recent_months(*, now: dt.datetime | None = None, count: int = 12) -> list[dt.date]:
@@ -707,6 +718,26 @@ def personal_usage(*, user: User, month: dt.date | None = None) -> PersonalUsage
         total.add(tally)
         lines.append(Line.of(account_id, accounts[account_id].name, tally, currency))
     return PersonalUsage(month=month, currency=currency, total=Line.of("total", "Total", total, currency), by_team=lines)
+
+
+@dataclass(frozen=True)
+class IdlePolicyRow:
+    """A flavor and what finance chose for its unallocated capacity (apart when never chosen)."""
+
+    flavor: Flavor
+    mode: str
+    label: str
+
+
+def idle_policy_rows(*, flavors: QuerySet[Flavor] | None = None) -> list[IdlePolicyRow]:
+    """Every flavor (or those given) with its idle policy, by name: one query."""
+    found = (flavors if flavors is not None else Flavor.objects.all()).select_related("idle_policy").order_by("name")
+    rows = []
+    for flavor in found:
+        policy = getattr(flavor, "idle_policy", None)
+        mode = policy.mode if policy is not None else IdlePolicy.Mode.SHOW_APART
+        rows.append(IdlePolicyRow(flavor=flavor, mode=mode, label=IdlePolicy.Mode(mode).label))
+    return rows
 
 
 def rates_in_force(*, at: dt.datetime | None = None) -> dict[int, Rate]:

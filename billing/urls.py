@@ -9,6 +9,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("teams/<slug:slug>/", views.team_usage, name="team-usage"),
     path("finance/", views.finance_overview, name="finance-overview"),
     path("rates/", views.rate_card, name="rate-card"),
+    path("rates/idle/<slug:slug>/", views.idle_policy_set, name="idle-policy-set"),
     path("budgets/", budget_views.budget_list, name="budget-list"),
     path("budgets/<slug:slug>/", budget_views.budget_detail, name="budget-detail"),
     path("budgets/<slug:slug>/bar/", budget_views.budget_bar, name="budget-bar"),
@@ -29,5 +30,6 @@ api_statements.register(api_router)
 api_urlpatterns: list[URLPattern | URLResolver] = [
     path("usage/", api_usage.UsageView.as_view(), name="usage"),
     path("rates/", api_usage.RateListView.as_view(), name="rates"),
+    path("idle-policies/", api_usage.IdlePolicyListView.as_view(), name="idle-policies"),
     *api_router.urls,
 ]

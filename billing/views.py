@@ -2,7 +2,8 @@
 
 Who may read what is decided once: a team's page looks its team up among the teams the user can
 see (another team's is 404), the finance pages ask `portal.read_costs`, and prices are set only
-through `billing.services.rate_set`, which decides who may.
+through `billing.services.rate_set` and idle policies through `billing.services.idle_policy_set`,
+which decide who may.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from django import forms
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpResponse, HttpResponseBadRequest
+from django.http import HttpResponse, HttpResponseBadRequest, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from billing import periods, selectors, services
-from billing.models import Rate
+from billing.models import IdlePolicy, Rate
 from portal.adapters import HtmxHttpRequest
 from portal.errors import DomainError
 from tenants.models import Flavor, Team, user_team_roles
@@ -102,6 +103,13 @@ class RateForm(forms.Form):
     note = forms.CharField(max_length=200, required=False)
 
 
+def _rate_card_context(request: HtmxHttpRequest, form: RateForm) -> dict[str, object]:
+    rates = Rate.objects.select_related("flavor", "created_by").order_by("flavor__name", "-effective_from")
+    return {"form": form, "rates": rates, "in_force": {rate.pk for rate in selectors.rates_in_force().values()},
+            "idle_policies": selectors.idle_policy_rows(), "idle_modes": IdlePolicy.Mode.choices,
+            "can_set": request.user.has_perm("billing.set_rates")}
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def rate_card(request: HtmxHttpRequest) -> HttpResponse:
@@ -117,6 +125,32 @@ def rate_card(request: HtmxHttpRequest) -> HttpResponse:
         else:
             return redirect("billing:rate-card")
     status = 400 if request.method == "POST" else 200
-    rates = Rate.objects.select_related("flavor", "created_by").order_by("flavor__name", "-effective_from")
-    in_force = {rate.pk for rate in selectors.rates_in_force().values()}
-    return render(request, "billing/rate_card.html", {"form": form, "rates": rates, "in_force": in_force}, status=status)
+    return render(request, "billing/rate_card.html", _rate_card_context(request, form), status=status)
+
+
+@login_required
+@require_POST
+def idle_policy_set(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """One flavor's idle policy, from its row on the rate card; `billing.services.idle_policy_set`
+    decides who may and audits the change."""
+    flavor = get_object_or_404(Flavor, slug=slug)
+    try:
+        services.idle_policy_set(actor=request.user, flavor=flavor, mode=request.POST.get("mode", ""))
+    except PermissionDenied:
+        return HttpResponseForbidden("Only finance and platform admins choose what happens to a flavor's unallocated "
+                                     "capacity.", content_type="text/plain; charset=utf-8")
+    except DomainError as refused:
+        error: str | None = refused.message
+    else:
+        error = None
+    if request.htmx:
+        # htmx swaps only successful answers, so the row with the refusal comes back as a 200.
+        [row] = selectors.idle_policy_rows(flavors=Flavor.objects.filter(pk=flavor.pk))
+        return render(request, "billing/_idle_policy_row.html",
+                      {"row": row, "idle_modes": IdlePolicy.Mode.choices, "can_set": True, "error": error,
+                       "saved": error is None})
+    if error is None:
+        return redirect("billing:rate-card")
+    context = _rate_card_context(request, RateForm())
+    context.update(idle_error_for=flavor.slug, idle_error=error)
+    return render(request, "billing/rate_card.html", context, status=400)

@@ -35,3 +35,73 @@ def test_the_demo_has_prices_for_every_flavor():
 
     call_command("seed_demo", stdout=StringIO())
     assert Rate.objects.count() == Flavor.objects.count() == 3
+
+
+def _billing_state() -> tuple:
+    from billing.models import Budget, Rate, UsageHour
+    from jobs.models import RunInterval, Workload
+    from portal.models import AuditEvent
+
+    return (RunInterval.objects.count(), Workload.objects.count(), Rate.objects.count(),
+            sorted(UsageHour.objects.values_list("hour", "account__slug", "flavor__slug", "owner_username", "unit_seconds")),
+            list(Budget.objects.values_list("account__slug", "amount")), AuditEvent.objects.filter(action="budget.set").count())
+
+
+def test_the_demo_shows_billing_each_teams_past_days_metered_priced_and_a_budget_for_vision(client):
+    import datetime as dt
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from billing import metering, selectors
+    from billing.management.commands.seed_demo import USAGE_DAYS
+    from billing.models import Account, Budget
+    from jobs.models import RunInterval
+
+    call_command("seed_demo", stdout=StringIO())
+
+    today = timezone.now().astimezone(dt.UTC).date()
+    report = selectors.usage_report(accounts=Account.objects.all(), start=today - dt.timedelta(days=USAGE_DAYS),
+                                    end=today, by=("team", "day"))
+    days = {(row["team"], row["day"]) for row in report.rows if row["cost"] > 0}
+    for team in ("vision", "nlp", "recsys"):
+        assert sum(1 for slug, _ in days if slug == team) >= USAGE_DAYS, f"{team} has too few priced days"
+    # Every interval is closed, metered and settled; the rollups equal a recomputation exactly.
+    assert not RunInterval.objects.filter(ended_at__isnull=True).exists()
+    assert not RunInterval.objects.filter(settled=False).exists()
+    start = dt.datetime.combine(today - dt.timedelta(days=USAGE_DAYS + 1), dt.time(), dt.UTC)
+    metered = metering.watermark()
+    assert metered is not None
+    assert metering.recompute(start=start, end=metered) == []
+    budget = Budget.objects.get()
+    assert (budget.account.slug, budget.amount, budget.currency, budget.hard_stop) == ("vision", Decimal("1500"), "USD",
+                                                                                       False)
+
+    client.login(username="lena", password="gpu-portal-demo")
+    html = client.get("/billing/teams/vision/", {"month": f"{today:%Y-%m}"}).content.decode()
+    assert 'hx-get="/billing/budgets/vision/bar/"' in html
+    assert 'data-testid="top-workloads"' in html and "detector-nightly" in html
+    bar = client.get("/billing/budgets/vision/bar/").content.decode()
+    assert 'data-testid="budget-bar"' in bar and "USD of 1,500.00 USD used in" in bar
+
+
+def test_seeding_the_demo_again_changes_no_billing_and_keeps_the_budget_finance_set(django_capture_on_commit_callbacks):
+    from billing import budgets
+    from billing.models import Budget
+
+    call_command("seed_demo", stdout=StringIO())
+    budgets.budget_set(actor=User.objects.get(username="finance"), team=Team.objects.get(slug="vision"), amount="9000")
+    before = _billing_state()
+    call_command("seed_demo", stdout=StringIO())
+    assert _billing_state() == before
+    assert Budget.objects.get().amount == 9000
+
+
+def test_a_demo_site_seeded_before_billing_gets_its_history_when_seeded_again():
+    from billing.management.commands.seed_demo import Command
+    from billing.models import UsageHour
+
+    Command(stdout=StringIO()).seed()  # a site seeded by the command as it was: people, teams, templates
+    assert not UsageHour.objects.exists()
+    call_command("seed_demo", stdout=StringIO())
+    assert set(UsageHour.objects.values_list("account__slug", flat=True)) == {"vision", "nlp", "recsys"}

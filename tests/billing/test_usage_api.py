@@ -135,4 +135,5 @@ def test_the_schema_documents_usage_and_rates():
     paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
     assert set(paths["/api/billing/usage/"]) == {"get"}
     assert set(paths["/api/billing/rates/"]) == {"get", "post"}
+    assert set(paths["/api/billing/idle-policies/"]) == {"get", "post"}
     assert {p["name"] for p in paths["/api/billing/usage/"]["get"]["parameters"]} >= {"month", "start", "end", "team", "by"}

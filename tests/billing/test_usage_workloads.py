@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import selectors
+from billing import metering, selectors
 from jobs import services
 from jobs.models import RunInterval
 from tests.billing.factories import rate
@@ -100,6 +100,7 @@ def test_top_workloads_are_the_teams_biggest_in_the_month_biggest_first(ready_te
     interval(small, dt.datetime(2026, 11, 2, tzinfo=UTC), minutes=600, uid="nov")         # November: not counted
     theirs = launch(outsider, make_ready(other_team, flavor), training, flavor, "theirs", units=8)
     interval(theirs, T0, minutes=600)
+    metering.rollups_refresh()
     html = as_user(lead).get(reverse("billing:team-usage", args=["vision"]), {"month": "2026-10"}).content.decode()
     table = html.split('data-testid="top-workloads"')[1].split("</table>")[0]
     assert table.index(">big<") < table.index(">small<")
@@ -111,3 +112,65 @@ def test_top_workloads_are_the_teams_biggest_in_the_month_biggest_first(ready_te
     only_one = selectors.top_workloads(team=ready_team, start=dt.datetime(2026, 10, 1, tzinfo=UTC),
                                        end=dt.datetime(2026, 11, 1, tzinfo=UTC), limit=1)
     assert [line.workload.name for line in only_one] == ["big"]
+
+
+def _page_figures(team, month: dt.date, now: dt.datetime) -> dict[str, tuple[Decimal, Decimal | None]]:
+    """The same single workload's GPU-hours and cost as each part of the team usage page shows it."""
+    usage = selectors.team_month_usage(team=team, month=month, now=now)
+    [top], [person], [flavor_line] = usage.top_workloads, usage.by_person, usage.by_flavor
+    return {"top workloads": (top.gpu_hours, top.cost), "by person": (person.gpu_hours, person.cost),
+            "by flavor": (flavor_line.gpu_hours, flavor_line.cost), "month total": (usage.total.gpu_hours, usage.total.cost)}
+
+
+def test_one_workloads_cost_agrees_on_every_part_of_the_team_page_and_with_the_month_cost(
+        ready_team, member, training, flavor, other_team, outsider):
+    """2 GPUs from 09:45:00.7 to 11:15:30.3 on Oct 5 (metering counts whole seconds: 09:45:00 to
+    11:15:30), crossing two hour boundaries and a price change at 10:30:
+    2 × 2,700 s at 3.00 = 4.50; 2 × 2,730 s at 4.50 = 6.825; together 10,860 GPU-seconds
+    (3.0166… GPU-hours, shown 3.02) and 11.325 USD, rounded half-even to 11.32."""
+    rate(flavor, "3.00", effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    rate(flavor, "4.50", effective_from=dt.datetime(2026, 10, 5, 10, 30, tzinfo=UTC))
+    workload = launch(member, ready_team, training, flavor, "detector", units=2)
+    RunInterval.objects.create(
+        workload=workload, pod_uid="detector-0", pod_name="detector-0", resource_name=flavor.resource_name, units=2,
+        started_at=dt.datetime(2026, 10, 5, 9, 45, 0, 700000, tzinfo=UTC),
+        ended_at=dt.datetime(2026, 10, 5, 11, 15, 30, 300000, tzinfo=UTC))
+    theirs = launch(outsider, make_ready(other_team, flavor), training, flavor, "theirs", units=8)
+    interval(theirs, T0, minutes=600)  # another team's: in no figure of Vision's
+    metering.rollups_refresh()
+
+    figures = _page_figures(ready_team, dt.date(2026, 10, 1), now=dt.datetime(2026, 11, 20, tzinfo=UTC))
+    assert figures == dict.fromkeys(figures, (Decimal("3.02"), Decimal("11.32"))), figures
+    account = selectors.account_for_team(team=ready_team)
+    assert account is not None
+    assert selectors.team_month_cost(account=account, month=dt.date(2026, 10, 1)) == (Decimal("11.32"), "USD")
+    assert selectors.workload_costs(workload_ids=[workload.pk])[workload.pk].cost == Decimal("11.32")
+
+
+def test_top_workloads_stop_where_the_rollups_stop_so_a_page_read_after_a_refresh_still_agrees(
+        ready_team, member, training, flavor):
+    """The browser report (2.00 USD in top workloads, 60.00 USD by person for one run): the
+    simulated cluster's clock runs ahead of the portal's, so a 2-GPU pod at 1 USD a GPU-second
+    "ended" 30 s in the future; the rollups were refreshed 1 s after it started, the page read
+    29 s later. Top workloads counted the intervals up to the page's now and the rollups up to
+    their refresh: one figure was 1 s of the run, the other 30 s. Both now stop at the watermark."""
+    rate(flavor, "3600", effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    workload = launch(member, ready_team, training, flavor, "run", units=2)
+    started = dt.datetime(2026, 10, 10, 12, 0, 0, tzinfo=UTC)
+    interval(workload, started, minutes=0.5, uid="run-0")  # the cluster says it ran 30 s
+    metering.rollups_refresh(until=started + dt.timedelta(seconds=1))  # refreshed 1 s in
+
+    figures = _page_figures(ready_team, dt.date(2026, 10, 1), now=started + dt.timedelta(seconds=30))
+    assert figures == dict.fromkeys(figures, (Decimal("0.00"), Decimal("2.00"))), figures
+
+    metering.rollups_refresh()  # later, the portal's clock has passed the run's end: all of it, everywhere
+    figures = _page_figures(ready_team, dt.date(2026, 10, 1), now=dt.datetime(2026, 11, 20, tzinfo=UTC))
+    assert figures == dict.fromkeys(figures, (Decimal("0.02"), Decimal("60.00"))), figures
+
+
+def test_a_team_page_before_any_metering_lists_no_top_workloads_as_it_lists_no_hours(ready_team, member, training,
+                                                                                     flavor):
+    rate(flavor, "1.00", effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    interval(launch(member, ready_team, training, flavor, "early"), T0, minutes=60)
+    usage = selectors.team_month_usage(team=ready_team, month=dt.date(2026, 10, 1), now=dt.datetime(2026, 11, 20, tzinfo=UTC))
+    assert (usage.top_workloads, usage.by_person, usage.total.cost) == ([], [], Decimal("0.00"))

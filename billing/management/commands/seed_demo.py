@@ -1,18 +1,23 @@
 """Seeds a believable site for the demo: three teams, a person for each role, a real cluster's
-GPU flavors with prices, quota requests in every state and the four default workload templates.
-It lives in the rightmost app because it seeds them all. Running it again changes nothing."""
+GPU flavors with prices, quota requests in every state, the four default workload templates, and
+billing to look at: each team's finished runs over the past days, metered into the hourly rollups,
+and a monthly budget for vision. It lives in the rightmost app because it seeds them all. Running
+it again the same day changes nothing; on a later day it adds the runs of the days since."""
 
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from billing import services as billing_services
+from billing import budgets, metering
+from billing.models import Budget, Rate
 from jobs import services as job_services
+from jobs.models import RunInterval, Workload, WorkloadTemplate
 from portal.models import User
 from tenants import services
 from tenants.models import Flavor, Membership, QuotaRequest, Team
@@ -53,6 +58,21 @@ PEOPLE = [
 ]
 
 
+# List prices per physical GPU-hour; a MIG slice or a time-sliced share pays its fraction.
+LIST_PRICES = (("h100-80gb", "2.75"), ("a100-1g-10gb", "1.80"), ("t4-shared", "0.35"))
+
+USAGE_DAYS = 10  # the demo's runs: each of the past ten days (UTC), and today's once finished
+# team, workload, owner, flavor, GPU units, start hour (UTC), hours (plus 0-2 by the day, so the chart is not flat)
+DEMO_RUNS = [
+    ("vision", "detector-nightly", "alice", "h100-80gb", 4, 20, 7),
+    ("vision", "segmenter-sweep", "bob", "t4-shared", 4, 9, 5),
+    ("nlp", "assistant-finetune", "bob", "h100-80gb", 8, 1, 9),
+    ("recsys", "ranker-scoring", "carol", "a100-1g-10gb", 7, 6, 10),
+    ("recsys", "ranker-eval", "rita", "t4-shared", 2, 14, 3),
+]
+DEMO_BUDGET = ("vision", "1500")  # about half a month of its runs: the bar fills and the forecast dates the crossing
+
+
 class Command(BaseCommand):
     help = "Seed the demo site (idempotent) and print who can log in."
 
@@ -61,6 +81,8 @@ class Command(BaseCommand):
             self.stdout.write("Demo data is already there.")
         else:
             self.seed()
+        days = seed_usage(now=timezone.now())
+        self.stdout.write(f"Usage of the past {days} days is metered; {DEMO_BUDGET[0]} has a monthly budget.")
         self.stdout.write(f"\nLog in with any of these (password for all: {PASSWORD}):")
         for username, *_rest, roles in PEOPLE:
             user = User.objects.get(username=username)
@@ -131,10 +153,58 @@ class Command(BaseCommand):
         ask("vision", "alice", [("a100-1g-10gb", 14)], "Notebooks for the new interns.", ends_in_days=30)
         ask("nlp", "bob", [("t4-shared", 4), ("a100-1g-10gb", 7)], "Serving the small model for the demo.")
         seed_templates(admin=admin, flavors=flavors)
-        # List prices per physical GPU-hour; a MIG slice or a time-sliced share pays its fraction.
-        for slug, price in (("h100-80gb", "2.75"), ("a100-1g-10gb", "1.80"), ("t4-shared", "0.35")):
-            billing_services.rate_set(actor=users["finance"], flavor=flavors[slug], price_per_gpu_hour=price)
         ask("recsys", "carol", [("h100-80gb", 4)], "Trying a transformer ranker.")
+
+
+def _history_start(now: dt.datetime) -> dt.datetime:
+    return dt.datetime.combine(now.astimezone(dt.UTC).date() - dt.timedelta(days=USAGE_DAYS), dt.time(), dt.UTC)
+
+
+@transaction.atomic
+def seed_usage(*, now: dt.datetime) -> int:
+    """The demo's billing: list prices in force since the start of its history, the finished runs
+    of DEMO_RUNS on each of the past USAGE_DAYS days (and today's once ended), metered by
+    `billing.metering.rollups_refresh` as the beat would, and vision's budget unless finance has
+    already set one. Runs are keyed by pod uid (team, workload, day), so running it again the same
+    day changes nothing. Returns the number of days of history."""
+    finance = User.objects.filter(username="finance").first()
+    flavors = {flavor.slug: flavor for flavor in Flavor.objects.filter(slug__in=[slug for slug, _ in LIST_PRICES])}
+    since = _history_start(now)
+    for slug, price in LIST_PRICES:
+        # rate_set refuses the past, rightly; the demo's history is older than its seeding.
+        if slug in flavors and not Rate.objects.filter(flavor=flavors[slug], effective_from__lte=since).exists():
+            Rate.objects.create(flavor=flavors[slug], price_per_gpu_hour=Decimal(price), currency="USD",
+                                effective_from=since, note="Demo list price", created_by=finance)
+    teams = {team.slug: team for team in Team.objects.filter(slug__in={run[0] for run in DEMO_RUNS})}
+    users = {user.username: user for user in User.objects.filter(username__in={run[2] for run in DEMO_RUNS})}
+    template = WorkloadTemplate.objects.filter(slug="pytorch-training").first()
+    version = template.versions.order_by("-number").first() if template else None
+    for team_slug, name, owner, flavor_slug, units, hour, hours in DEMO_RUNS:
+        team, user, flavor = teams.get(team_slug), users.get(owner), flavors.get(flavor_slug)
+        if team is None or user is None or flavor is None or version is None:
+            continue  # a demo site someone has changed: seed what still fits
+        workload, _ = Workload.objects.get_or_create(team=team, name=name, defaults={
+            "owner": user, "template_version": version, "flavor": flavor, "units": units, "cpu": 8, "memory_gib": 32,
+            "priority": "normal", "phase": Workload.Phase.SUCCEEDED, "created_at": since, "submitted_at": since,
+            "reason": "Demo history: a run that finished before the portal's demo began."})
+        for offset in range(USAGE_DAYS + 1):
+            day = since.date() + dt.timedelta(days=offset)
+            started = dt.datetime.combine(day, dt.time(hour), dt.UTC)
+            ended = started + dt.timedelta(hours=hours + day.toordinal() % 3, minutes=7 * (day.day % 5))
+            if ended > now:
+                continue
+            uid = f"demo-{team_slug}-{name}-{day:%Y%m%d}"
+            RunInterval.objects.get_or_create(pod_uid=uid, defaults={
+                "workload": workload, "pod_name": f"{name}-{day:%m%d}", "node": "demo-gpu-node",
+                "resource_name": flavor.resource_name, "units": units, "started_at": started, "ended_at": ended})
+            if workload.finished_at is None or ended > workload.finished_at:
+                Workload.objects.filter(pk=workload.pk).update(finished_at=ended)
+                workload.finished_at = ended
+    metering.rollups_refresh()
+    budget_team = teams.get(DEMO_BUDGET[0])
+    if budget_team is not None and finance is not None and not Budget.objects.filter(account__team=budget_team).exists():
+        budgets.budget_set(actor=finance, team=budget_team, amount=DEMO_BUDGET[1], currency="USD")
+    return USAGE_DAYS
 
 
 def seed_templates(*, admin: User, flavors: dict[str, Flavor]) -> None:
