@@ -56,6 +56,7 @@ from tenants.models import Flavor, QuotaGrant, Team
 # (hour, account id, flavor id, owner username, borrowed, rate id, fraction numerator, denominator)
 UsageKey = tuple[dt.datetime, int, int, str, bool, int | None, int, int]
 GuaranteeKey = tuple[dt.datetime, int, int]  # hour, account id, flavor id
+LentUsage = tuple[dt.datetime, int, int, bool, int]  # hour, account id, flavor id, borrowed, unit-seconds
 _UPDATE_CHUNK = 5000
 
 
@@ -333,16 +334,19 @@ def rollups_refresh(*, until: dt.datetime | None = None) -> int:
                 ranges.append((min(previous, end), max(previous, end)))
         windows = _dirty_windows(ranges, until)
         rates, accounts = _rates(), _Accounts()
-        # Guarantees first: the lent rows of the hours recomputed below are made from them.
-        recorded = Window(hour_floor(previous), until)
-        _store_capacity(recorded, capacity_rows(recorded, until=until))
-        _store_guarantees(recorded, guarantee_rows(recorded, until=until, accounts=accounts))
         hours = 0
+        lending: list[tuple[Window, list[LentUsage]]] = []
         for window in windows:
             usage = usage_rows(window, until=until, rates=rates, accounts=accounts)
             _store_usage(window, usage)
-            _store_lent(window, _lent_of(window, usage))
+            lending.append((window, _lent_usage(usage)))
             hours += len(window.hours())
+        # Usage is written first: a concurrent refresh waits on its upsert until this one commits.
+        recorded = Window(hour_floor(previous), until)
+        _store_capacity(recorded, capacity_rows(recorded, until=until))
+        _store_guarantees(recorded, guarantee_rows(recorded, until=until, accounts=accounts))
+        for window, lent_usage in lending:
+            _store_lent(window, _lent_of(window, lent_usage))
         _mark_metered(pending, until)
         MeteringState.objects.filter(pk=state.pk).update(metered_until=until, refreshed_at=now)
     return hours
@@ -491,17 +495,27 @@ def _store_guarantees(window: Window, rows: dict[GuaranteeKey, tuple[int, bool]]
     GuaranteeHour.objects.bulk_create([obj for obj in changed if obj.pk is None], batch_size=500)
 
 
-def _lent_of(window: Window, usage: dict[UsageKey, int]) -> dict[LentKey, int]:
-    """The LentHour rows of the window's hours from their usage rows and the stored guarantees (a
+def _lent_usage(usage: dict[UsageKey, int]) -> list[LentUsage]:
+    """What the lent rule needs of the usage rows: (hour, account, flavor, borrowed) sums, only of
+    the hours and flavors somebody borrowed."""
+    borrowed = {(key[0], key[2]) for key, value in usage.items() if key[4] and value}
+    sums: dict[tuple[dt.datetime, int, int, bool], int] = defaultdict(int)
+    for key, value in usage.items():
+        if (key[0], key[2]) in borrowed:
+            sums[(key[0], key[1], key[2], key[4])] += value
+    return [(*key, value) for key, value in sums.items()]
+
+
+def _lent_of(window: Window, usage: list[LentUsage]) -> dict[LentKey, int]:
+    """The LentHour rows of the window's hours from their usage and the stored guarantees (a
     deleted team's kept rows included: it lent while it existed)."""
-    flavors = {key[2] for key, value in usage.items() if key[4] and value}
+    flavors = {flavor_id for _, _, flavor_id, borrowed, _ in usage if borrowed}
     if not flavors:
         return {}
     guarantees = GuaranteeHour.objects.filter(hour__gte=window.start, hour__lt=window.end, flavor_id__in=flavors,
                                               lends_idle=True).values_list(
         "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle")
-    return lent_rows(usage=((key[0], key[1], key[2], key[4], value) for key, value in usage.items()),
-                     guarantees=guarantees)
+    return lent_rows(usage=usage, guarantees=guarantees)
 
 
 def _store_lent(window: Window, rows: dict[LentKey, int]) -> None:
