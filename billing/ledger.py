@@ -1,6 +1,6 @@
 """The ledger of who used, lent and left idle each flavor's capacity, from the hourly rollups.
 
-The arithmetic is in pure functions (`split_lent`, `share_idle`, `hour_balance`) tested on their
+The arithmetic is in pure functions (`split_lent`, `lent_rows`, `share_idle`, `hour_balance`) tested on their
 own; the functions that take a period read the rollups with grouped queries and apply them hour
 by hour. Periods are whole local hours: rows whose `hour` lies in [start, end) count.
 
@@ -20,27 +20,37 @@ Sharing idle capacity (IdlePolicy)
 
 Lent hours (the attribution rule)
     In each hour and flavor, the borrowed usage B (all teams' unit-seconds on borrowed quota) was
-    lent by the teams that let others use their idle quota (`lends_idle`). A lender's idle
-    guarantee is its guaranteed unit-seconds minus its own guaranteed usage (never below zero).
-    The teams lent min(B, total idle) between them, in proportion to their idle guarantee; the
-    integers are made by the largest-remainder method (ties to the smaller account id), so the
-    hour's lent unit-seconds add up exactly. Borrowing beyond every lender's idle guarantee came
-    from capacity no team was guaranteed, and nobody lent it.
+    lent by the teams that let others use their idle quota (`lends_idle`). A team that borrowed
+    any of the flavor in that hour is not a lender of it in that hour: Kueue lets a queue borrow
+    only once its own nominal quota is in use, so whatever of its guarantee looks idle at hour
+    granularity was idle at other moments of the hour, not lent to anyone (counting it would
+    credit a team as lender of its own borrowing). A lender's idle guarantee is its guaranteed
+    unit-seconds minus its own guaranteed usage (never below zero). The lenders lent min(B, total
+    idle) between them, in proportion to their idle guarantee; the integers are made by the
+    largest-remainder method (ties to the smaller account id), so the hour's lent unit-seconds add
+    up exactly. Borrowing beyond every lender's idle guarantee came from capacity no team was
+    guaranteed, and nobody lent it.
+
+    The rule is applied when metering refreshes an hour (`lent_rows`, into `LentHour` rows, which
+    `billing.metering.recompute` checks against a computation from scratch), so `lent` reads one
+    grouped query over those rows and never every team's usage of the period.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from django.db.models import Model, QuerySet, Sum
 
-from billing.models import CapacityHour, GuaranteeHour, IdlePolicy, UsageHour
+from billing.models import CapacityHour, GuaranteeHour, IdlePolicy, LentHour, UsageHour
 
 AccountFlavor = tuple[int, int]
+LentKey = tuple[dt.datetime, int, int]  # hour, account id, flavor id
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,33 @@ def split_lent(*, borrowed: int, idle_by_lender: dict[int, int]) -> dict[int, in
     for key in sorted(exact, key=lambda k: (-(exact[k] - whole[k]), k))[:left]:
         whole[key] += 1
     return {key: value for key, value in whole.items() if value}
+
+
+def lent_rows(*, usage: Iterable[tuple[dt.datetime, int, int, bool, int]],
+              guarantees: Iterable[tuple[dt.datetime, int, int, int, bool]]) -> dict[LentKey, int]:
+    """The rule above, hour by hour: (hour, account id, flavor id) → unit-seconds lent, from whole
+    hours' usage rows (hour, account id, flavor id, borrowed, unit-seconds; several rows per key
+    add up) and guarantee rows (hour, account id, flavor id, unit-seconds, lends idle)."""
+    borrowed: dict[tuple[dt.datetime, int], int] = defaultdict(int)
+    borrowers: set[LentKey] = set()
+    own: dict[LentKey, int] = defaultdict(int)
+    for hour, account_id, flavor_id, on_borrowed, seconds in usage:
+        if on_borrowed:
+            borrowed[(hour, flavor_id)] += seconds
+            if seconds > 0:
+                borrowers.add((hour, account_id, flavor_id))
+        else:
+            own[(hour, account_id, flavor_id)] += seconds
+    idle: dict[tuple[dt.datetime, int], dict[int, int]] = defaultdict(dict)
+    for hour, account_id, flavor_id, seconds, lends_idle in guarantees:
+        key = (hour, account_id, flavor_id)
+        if lends_idle and (hour, flavor_id) in borrowed and key not in borrowers:
+            idle[(hour, flavor_id)][account_id] = max(seconds - own.get(key, 0), 0)
+    rows: dict[LentKey, int] = {}
+    for (hour, flavor_id), value in borrowed.items():
+        for account_id, amount in split_lent(borrowed=value, idle_by_lender=idle.get((hour, flavor_id), {})).items():
+            rows[(hour, account_id, flavor_id)] = amount
+    return rows
 
 
 def _hours(model: type[Model], start: dt.datetime, end: dt.datetime) -> QuerySet[Any]:
@@ -137,26 +174,10 @@ def idle_shares(*, start: dt.datetime, end: dt.datetime) -> dict[AccountFlavor, 
 
 
 def lent(*, start: dt.datetime, end: dt.datetime, account_ids: list[int] | None = None) -> dict[AccountFlavor, int]:
-    """Unit-seconds each (account id, flavor id) lent to borrowing teams (see the rule above)."""
-    borrowed = {(row["hour"], row["flavor_id"]): row["total"] for row in _hours(UsageHour, start, end).filter(
-        borrowed=True).values("hour", "flavor_id").annotate(total=Sum("unit_seconds"))}
-    if not borrowed:
-        return {}
-    hours = {hour for hour, _ in borrowed}
-    flavors = {flavor_id for _, flavor_id in borrowed}
-    own = {(row["hour"], row["account_id"], row["flavor_id"]): row["total"] for row in _hours(UsageHour, start, end).filter(
-        borrowed=False, hour__in=hours, flavor_id__in=flavors).values("hour", "account_id", "flavor_id").annotate(
-        total=Sum("unit_seconds"))}
-    idle: dict[tuple[dt.datetime, int], dict[int, int]] = defaultdict(dict)
-    for hour, account_id, flavor_id, value in _hours(GuaranteeHour, start, end).filter(
-            lends_idle=True, hour__in=hours, flavor_id__in=flavors).values_list("hour", "account_id", "flavor_id",
-                                                                                "unit_seconds"):
-        if (hour, flavor_id) in borrowed:
-            idle[(hour, flavor_id)][account_id] = max(value - own.get((hour, account_id, flavor_id), 0), 0)
-    totals: dict[AccountFlavor, int] = defaultdict(int)
-    wanted = None if account_ids is None else set(account_ids)
-    for (hour, flavor_id), value in borrowed.items():
-        for account_id, amount in split_lent(borrowed=value, idle_by_lender=idle.get((hour, flavor_id), {})).items():
-            if wanted is None or account_id in wanted:
-                totals[(account_id, flavor_id)] += amount
-    return dict(totals)
+    """Unit-seconds each (account id, flavor id) lent to borrowing teams (see the rule above), from
+    the LentHour rows metering keeps: one grouped query, over the given accounts' rows only."""
+    rows = _hours(LentHour, start, end)
+    if account_ids is not None:
+        rows = rows.filter(account_id__in=account_ids)
+    return {(account_id, flavor_id): total for account_id, flavor_id, total in rows.values(
+        "account_id", "flavor_id").annotate(total=Sum("unit_seconds")).values_list("account_id", "flavor_id", "total")}

@@ -1,4 +1,5 @@
-"""The metering engine: run intervals become hourly rollups (UsageHour, CapacityHour, GuaranteeHour).
+"""The metering engine: run intervals become hourly rollups (UsageHour, CapacityHour, GuaranteeHour,
+LentHour).
 
 How a second is counted
     An interval [started_at, ended_at) is cut at whole seconds (instants are truncated, so two
@@ -24,6 +25,11 @@ Capacity and guarantees are recorded as time passes
     it, so CapacityHour and GuaranteeHour rows are written for the hours a refresh moves the
     watermark across (the open hour up to `until`) and kept afterwards. Rows of an account
     whose team is deleted are never rewritten.
+
+Lent hours follow the usage
+    Every hour a refresh recomputes gets its LentHour rows again from that hour's usage and the
+    stored guarantees, by `billing.ledger.lent_rows` (the one rule), so the ledger reads who lent
+    what without reading every team's hours.
 """
 
 from __future__ import annotations
@@ -38,10 +44,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, F, Func, Q, QuerySet
+from django.db.models import BigIntegerField, F, Func, Model, Q, QuerySet
 from django.utils import timezone
 
-from billing.models import Account, CapacityHour, GuaranteeHour, MeteringState, Rate, UsageHour
+from billing.ledger import LentKey, lent_rows
+from billing.models import Account, CapacityHour, GuaranteeHour, LentHour, MeteringState, Rate, UsageHour
 from billing.periods import hour_floor, hour_starts
 from jobs.models import RunInterval, RunIntervalSwitch
 from tenants.models import Flavor, QuotaGrant, Team
@@ -49,6 +56,7 @@ from tenants.models import Flavor, QuotaGrant, Team
 # (hour, account id, flavor id, owner username, borrowed, rate id, fraction numerator, denominator)
 UsageKey = tuple[dt.datetime, int, int, str, bool, int | None, int, int]
 GuaranteeKey = tuple[dt.datetime, int, int]  # hour, account id, flavor id
+LentUsage = tuple[dt.datetime, int, int, bool, int]  # hour, account id, flavor id, borrowed, unit-seconds
 _UPDATE_CHUNK = 5000
 
 
@@ -327,12 +335,18 @@ def rollups_refresh(*, until: dt.datetime | None = None) -> int:
         windows = _dirty_windows(ranges, until)
         rates, accounts = _rates(), _Accounts()
         hours = 0
+        lending: list[tuple[Window, list[LentUsage]]] = []
         for window in windows:
-            _store_usage(window, usage_rows(window, until=until, rates=rates, accounts=accounts))
+            usage = usage_rows(window, until=until, rates=rates, accounts=accounts)
+            _store_usage(window, usage)
+            lending.append((window, _lent_usage(usage)))
             hours += len(window.hours())
+        # Usage is written first: a concurrent refresh waits on its upsert until this one commits.
         recorded = Window(hour_floor(previous), until)
         _store_capacity(recorded, capacity_rows(recorded, until=until))
         _store_guarantees(recorded, guarantee_rows(recorded, until=until, accounts=accounts))
+        for window, lent_usage in lending:
+            _store_lent(window, _lent_of(window, lent_usage))
         _mark_metered(pending, until)
         MeteringState.objects.filter(pk=state.pk).update(metered_until=until, refreshed_at=now)
     return hours
@@ -369,9 +383,10 @@ _USAGE_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavor_id
                   ("fraction_denominator", "integer"), ("unit_seconds", "bigint"))
 _GUARANTEE_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavor_id", "bigint"),
                       ("unit_seconds", "bigint"), ("lends_idle", "boolean"))
+_LENT_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavor_id", "bigint"), ("unit_seconds", "bigint"))
 
 
-def _pg_upsert(model: type[UsageHour] | type[GuaranteeHour], columns: tuple[tuple[str, str], ...],
+def _pg_upsert(model: type[Model], columns: tuple[tuple[str, str], ...],
                rows: list[tuple[object, ...]], *, update: list[str]) -> None:
     """One INSERT … SELECT … ON CONFLICT DO UPDATE for all rows: thousands of rows a minute cost one
     statement, not thousands of model instances. The rows travel as one JSON text (instants as
@@ -393,7 +408,7 @@ def _pg_upsert(model: type[UsageHour] | type[GuaranteeHour], columns: tuple[tupl
         cursor.execute(sql, [payload])
 
 
-def _pg_update_by_id(model: type[UsageHour] | type[GuaranteeHour], rows: list[tuple[object, ...]],
+def _pg_update_by_id(model: type[Model], rows: list[tuple[object, ...]],
                      *columns: tuple[str, str]) -> None:
     """One UPDATE … FROM a JSON payload of (id, values…): rows found by primary key, which costs
     less than the upsert's probe of the eight-column key for the open hour's thousands of rows."""
@@ -480,6 +495,50 @@ def _store_guarantees(window: Window, rows: dict[GuaranteeKey, tuple[int, bool]]
     GuaranteeHour.objects.bulk_create([obj for obj in changed if obj.pk is None], batch_size=500)
 
 
+def _lent_usage(usage: dict[UsageKey, int]) -> list[LentUsage]:
+    """What the lent rule needs of the usage rows: (hour, account, flavor, borrowed) sums, only of
+    the hours and flavors somebody borrowed."""
+    borrowed = {(key[0], key[2]) for key, value in usage.items() if key[4] and value}
+    sums: dict[tuple[dt.datetime, int, int, bool], int] = defaultdict(int)
+    for key, value in usage.items():
+        if (key[0], key[2]) in borrowed:
+            sums[(key[0], key[1], key[2], key[4])] += value
+    return [(*key, value) for key, value in sums.items()]
+
+
+def _lent_of(window: Window, usage: list[LentUsage]) -> dict[LentKey, int]:
+    """The LentHour rows of the window's hours from their usage and the stored guarantees (a
+    deleted team's kept rows included: it lent while it existed)."""
+    flavors = {flavor_id for _, _, flavor_id, borrowed, _ in usage if borrowed}
+    if not flavors:
+        return {}
+    guarantees = GuaranteeHour.objects.filter(hour__gte=window.start, hour__lt=window.end, flavor_id__in=flavors,
+                                              lends_idle=True).values_list(
+        "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle")
+    return lent_rows(usage=usage, guarantees=guarantees)
+
+
+def _store_lent(window: Window, rows: dict[LentKey, int]) -> None:
+    """Makes the window's LentHour rows equal `rows`, writing only differences."""
+    existing = {(hour, account_id, flavor_id): (pk, value) for pk, hour, account_id, flavor_id, value in
+                LentHour.objects.filter(hour__gte=window.start, hour__lt=window.end).values_list(
+                    "id", "hour", "account_id", "flavor_id", "unit_seconds")}
+    stale = [pk for key, (pk, _) in existing.items() if key not in rows]
+    for chunk in _chunks(stale):
+        LentHour.objects.filter(pk__in=chunk).delete()
+    changed = {key: value for key, value in rows.items() if existing.get(key, (None, None))[1] != value}
+    if _upserts():
+        _pg_update_by_id(LentHour, [(existing[key][0], value) for key, value in changed.items() if key in existing],
+                         ("unit_seconds", "bigint"))
+        _pg_upsert(LentHour, _LENT_COLUMNS, [(*key, value) for key, value in changed.items() if key not in existing],
+                   update=["unit_seconds"])
+        return
+    objects = [LentHour(pk=existing[key][0] if key in existing else None, hour=key[0], account_id=key[1],
+                        flavor_id=key[2], unit_seconds=value) for key, value in changed.items()]
+    LentHour.objects.bulk_update([obj for obj in objects if obj.pk is not None], ["unit_seconds"], batch_size=500)
+    LentHour.objects.bulk_create([obj for obj in objects if obj.pk is None], batch_size=500)
+
+
 def watermark() -> dt.datetime | None:
     """How far the rollups go: hours before the one holding it are complete."""
     return MeteringState.objects.order_by("pk").values_list("metered_until", flat=True).first()
@@ -501,7 +560,8 @@ def recompute(*, start: dt.datetime, end: dt.datetime) -> list[str]:
     """The differences, in words, between a from-scratch computation of the hours in [start, end)
     (up to the watermark) and the stored rollups; empty when they are equal to the unit-second.
     Usage is compared in full, guarantees for the teams that still exist (a deleted team's grants
-    are gone with it), and each hour with usage must have its flavor's capacity row."""
+    are gone with it), lent hours with `billing.ledger.lent_rows` applied to the recomputed usage
+    and the stored guarantees, and each hour with usage must have its flavor's capacity row."""
     until = watermark()
     window = Window(hour_floor(start), end)
     differences: list[str] = []
@@ -517,6 +577,17 @@ def recompute(*, start: dt.datetime, end: dt.datetime) -> list[str]:
                                f"recomputed {ours}.")
     if until is None:
         return differences
+    computed_l = lent_rows(usage=((key[0], key[1], key[2], key[4], value) for key, value in computed.items()),
+                           guarantees=GuaranteeHour.objects.filter(
+                               hour__gte=window.start, hour__lt=window.end, lends_idle=True).values_list(
+                               "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle"))
+    stored_l = {(hour, account_id, flavor_id): value for hour, account_id, flavor_id, value in LentHour.objects.filter(
+        hour__gte=window.start, hour__lt=window.end).values_list("hour", "account_id", "flavor_id", "unit_seconds")}
+    for key in sorted(set(computed_l) | set(stored_l)):
+        ours_l, theirs_l = computed_l.get(key, 0), stored_l.get(key, 0)
+        if ours_l != theirs_l:
+            differences.append(f"{key[0]:%Y-%m-%d %H:%M} {names.get(key[1], key[1])} {flavors.get(key[2], key[2])}: "
+                               f"the lent rollup holds {theirs_l} unit-seconds, recomputed {ours_l}.")
     live = Account.objects.filter(team__isnull=False)
     live_ids = set(live.values_list("id", flat=True))
     computed_g = guarantee_rows(window, until=until, team_ids=live.values_list("team_id", flat=True))

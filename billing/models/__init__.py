@@ -3,7 +3,7 @@
 from billing.models.budgets import AlertEmailPreference, Budget, BudgetAlert, DigestEntry
 from billing.models.rates import Rate
 from billing.models.statements import Adjustment, Statement, StatementLine
-from billing.models.usage import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, UsageHour
+from billing.models.usage import Account, CapacityHour, GuaranteeHour, IdlePolicy, LentHour, MeteringState, UsageHour
 
 __all__ = ["Account", "Adjustment", "AlertEmailPreference", "Budget", "BudgetAlert", "CapacityHour", "DigestEntry",
-           "GuaranteeHour", "IdlePolicy", "MeteringState", "Rate", "Statement", "StatementLine", "UsageHour"]
+           "GuaranteeHour", "IdlePolicy", "LentHour", "MeteringState", "Rate", "Statement", "StatementLine", "UsageHour"]

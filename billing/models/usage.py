@@ -127,6 +127,28 @@ class GuaranteeHour(models.Model):
         return f"{self.hour:%Y-%m-%d %H:%M} {self.account} {self.flavor}: {self.unit_seconds} unit-s guaranteed"
 
 
+class LentHour(models.Model):
+    """What one team lent of one flavor in one hour to teams that borrowed it, as unit-seconds:
+    `billing.ledger`'s rule applied when metering refreshes the hour, so reading a team's lent
+    hours is one grouped query over its own rows."""
+
+    hour = models.DateTimeField()
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="lent_hours")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    unit_seconds = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["hour", "account", "flavor"]
+        constraints = [
+            models.UniqueConstraint(fields=["hour", "account", "flavor"], name="one_lent_row_per_hour"),
+            models.CheckConstraint(condition=models.Q(unit_seconds__gt=0), name="lent_unit_seconds_positive"),
+        ]
+        indexes = [models.Index(fields=["account", "hour"])]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:%M} {self.account} {self.flavor}: {self.unit_seconds} unit-s lent"
+
+
 class IdlePolicy(models.Model):
     """Finance's choice per flavor of what to do with capacity nobody used: show it apart as
     unallocated (the default, also for a flavor without a row), or share it among teams in

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing import periods
-from billing.models import CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, Rate, UsageHour
+from billing.models import CapacityHour, GuaranteeHour, IdlePolicy, LentHour, MeteringState, Rate, UsageHour
 from tests.billing.factories import account, rate, usage
 from tests.factories import TeamFactory
 
@@ -236,6 +236,8 @@ def test_the_ledger_says_what_the_team_lent_and_borrowed(as_user, lead, october,
     GuaranteeHour.objects.create(hour=at(5, 12), account=vision, flavor=flavor, unit_seconds=16 * 3600, lends_idle=True)
     usage(account=speech, flavor=flavor, hour=at(5, 12), gpu_seconds=2 * 3600, owner="sam", borrowed=True,
           rate=Rate.objects.get(flavor=flavor))
+    # The lent row metering makes of that hour (the rows above are written directly): Vision, the only lender.
+    LentHour.objects.create(hour=at(5, 12), account=vision, flavor=flavor, unit_seconds=2 * 3600)
     html = unescape(page(as_user(lead), "billing:team-usage", "vision", month=OCT).content.decode())
     assert ("In October 2026 you used 9 GPU-hours on your own quota; you lent 2 H100 80GB GPU-hours of idle quota "
             "to other teams; you borrowed 2 H100 80GB GPU-hours of other teams' idle quota.") in html
