@@ -328,8 +328,7 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     by_person, _ = _grouped(start=start, end=end, keys=("owner_username",), account_ids=ids)
     by_day, _ = _grouped(start=start, end=end, keys=("day",), account_ids=ids)
     currency = _one_currency(currencies, what=f"{team.name}'s usage") if currencies else default_currency()
-    lent = {key: value for key, value in _lent(start=start, end=end, version=_rollups_version()).items()
-            if key[0] in ids}
+    lent = ledger.lent(start=start, end=end, account_ids=ids) if ids else {}
     flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor} | {flavor_id for _, flavor_id in lent})
 
     total = Tally()
@@ -616,15 +615,6 @@ def _unallocated(*, start: dt.datetime, end: dt.datetime, version: str) -> tuple
     found = cache.get_or_set(f"billing:unallocated:{start:%Y%m%d%H%M}:{end:%Y%m%d%H%M}:{version}", compute,
                              OVERVIEW_CACHE_SECONDS)
     return cast(tuple[dict[int, int], dict[int, Fraction]], found)
-
-
-def _lent(*, start: dt.datetime, end: dt.datetime, version: str) -> dict[tuple[int, int], int]:
-    """billing.ledger's lent unit-seconds of every (account, flavor) in the period, cached until the
-    rollups change: who lent an hour depends on every team's use and guarantee in that hour, so
-    one team's figure costs as much as all of them, and a team page takes its own from the cache."""
-    found = cache.get_or_set(f"billing:lent:{start:%Y%m%d%H%M}:{end:%Y%m%d%H%M}:{version}",
-                             lambda: ledger.lent(start=start, end=end), OVERVIEW_CACHE_SECONDS)
-    return cast(dict[tuple[int, int], int], found)
 
 
 def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = True,
