@@ -128,6 +128,9 @@ else:
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# SQLite makes no NULLS NOT DISTINCT constraint (UsageHour's key): billing/migrations/0008 gives it the
+# same key as an expression index instead, so the warning says nothing a site must act on.
+SILENCED_SYSTEM_CHECKS = ["models.W047"]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -10,10 +10,11 @@ from fractions import Fraction
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from billing import metering
-from billing.models import CapacityHour, Rate, UsageHour
+from billing.models import Account, CapacityHour, Rate, UsageHour
 from billing.money import gpu_hours
 from billing.periods import month_bounds
 from tests.billing.metering_helpers import account, at, make_interval, make_workload, total, usage
@@ -263,3 +264,20 @@ def test_recompute_names_a_rollup_someone_changed(h100, vision, alice):
 
     assert differences == [("2026-10-02 10:00 vision H100 alice guaranteed no rate 1/1: the rollup holds 3599 "
                             "unit-seconds, recomputed 3600.")]
+
+
+HOUR = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize("priced", [True, False])
+def test_the_database_refuses_a_second_rollup_row_for_the_same_key(vision, h100, priced):
+    """One row per hour × team × flavor × person × borrowed × rate × fraction, a missing rate
+    included, on SQLite (an expression index) as on PostgreSQL (NULLS NOT DISTINCT)."""
+    account = Account.for_team(vision)
+    rate = Rate.objects.create(flavor=h100, price_per_gpu_hour=Decimal("2"), effective_from=HOUR) if priced else None
+    key = {"hour": HOUR, "account": account, "flavor": h100, "owner_username": "alice", "borrowed": False, "rate": rate,
+           "fraction_numerator": 1, "fraction_denominator": 1}
+    UsageHour.objects.create(**key, unit_seconds=60)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        UsageHour.objects.create(**key, unit_seconds=60)
+    assert UsageHour.objects.get(**key).unit_seconds == 60
