@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from billing import money, periods, selectors
-from billing.models import Account, Budget, BudgetAlert
+from billing.models import Budget, BudgetAlert
 from portal.errors import DomainError
 from portal.models import User
 from portal.roles import sees_all_teams
@@ -91,13 +91,6 @@ class BudgetStatus:
         if self.over_on is not None:
             return f"at this rate: {money_text(self.forecast, self.currency)}, over budget on the {ordinal(self.over_on.day)}"
         return f"at this rate: {money_text(self.forecast, self.currency)}, within budget"
-
-
-def account_of(team: Team) -> Account:
-    """The team's billing account, made on first use (the metering engine makes it with the team)."""
-    account, _ = Account.objects.get_or_create(
-        team=team, defaults={"slug": team.slug, "name": team.name, "cost_center": team.cost_center})
-    return account
 
 
 def budget_status(*, budget: Budget, now: dt.datetime | None = None) -> BudgetStatus:

@@ -21,8 +21,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing import periods
-from billing.budget_selectors import BudgetStatus, account_of, budget_status, money_text, ordinal
-from billing.models import AlertEmailPreference, Budget, BudgetAlert, DigestEntry
+from billing.budget_selectors import BudgetStatus, budget_status, money_text, ordinal
+from billing.models import Account, AlertEmailPreference, Budget, BudgetAlert, DigestEntry
 from portal.audit import audit_record
 from portal.errors import DomainError
 from portal.models import User
@@ -68,7 +68,7 @@ def budget_set(*, actor: User, team: Team, amount: Any, currency: str = "USD", h
     if not actor.has_perm("billing.set_budgets"):
         raise PermissionDenied
     value, code = _amount(amount), _currency(currency)
-    account = account_of(team)
+    account = Account.for_team(team)
     budget = Budget.objects.select_for_update().filter(account=account).first()
     before = (budget.amount, budget.currency, budget.hard_stop) if budget else None
     if budget is None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 
-from billing.budget_selectors import account_of
-from billing.models import Rate, UsageHour
+from billing.models import Account, Rate, UsageHour
 from tenants.models import Flavor, Team
 
 UTC = dt.UTC
@@ -23,7 +22,7 @@ def use(team: Team, flavor: Flavor, *, gpu_hours: int, at: dt.datetime, owner: s
     rate = Rate.objects.filter(flavor=flavor).order_by("-effective_from").first()
     hour = at.replace(minute=0, second=0, microsecond=0)
     row, created = UsageHour.objects.get_or_create(
-        hour=hour, account=account_of(team), flavor=flavor, owner_username=owner, borrowed=False, rate=rate,
+        hour=hour, account=Account.for_team(team), flavor=flavor, owner_username=owner, borrowed=False, rate=rate,
         fraction_numerator=flavor.fraction_numerator, fraction_denominator=flavor.fraction_denominator,
         defaults={"unit_seconds": gpu_hours * 3600})
     if not created:
