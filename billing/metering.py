@@ -49,7 +49,7 @@ from django.utils import timezone
 
 from billing.ledger import LentKey, lent_rows
 from billing.models import Account, CapacityHour, GuaranteeHour, LentHour, MeteringState, Rate, UsageHour
-from billing.periods import hour_floor, hour_starts
+from billing.periods import hour_floor, hour_starts, next_hour
 from jobs.models import RunInterval, RunIntervalSwitch
 from tenants.models import Flavor, QuotaGrant, Team
 
@@ -64,16 +64,9 @@ def _second(instant: dt.datetime) -> dt.datetime:
     return instant.replace(microsecond=0)
 
 
-def _next_hour(hour: dt.datetime) -> dt.datetime:
-    """The next local hour boundary (as billing.periods steps, DST and half-hour zones included)."""
-    candidate = hour + dt.timedelta(hours=1)
-    floored = hour_floor(candidate)
-    return floored if floored > hour else candidate
-
-
 def _ceil_hour(instant: dt.datetime) -> dt.datetime:
     floor = hour_floor(instant)
-    return floor if floor == instant else _next_hour(floor)
+    return floor if floor == instant else next_hour(floor)
 
 
 @dataclass(frozen=True)
@@ -244,7 +237,7 @@ def capacity_rows(window: Window, *, until: dt.datetime) -> dict[tuple[dt.dateti
     flavors = list(Flavor.objects.filter(is_active=True, capacity_units__gt=0).values_list(
         "id", "capacity_units", "fraction_numerator", "fraction_denominator"))
     for hour in hour_starts(window.start, end):
-        seconds = int((min(_next_hour(hour), end) - hour).total_seconds())
+        seconds = int((min(next_hour(hour), end) - hour).total_seconds())
         for flavor_id, capacity, numerator, denominator in flavors:
             rows[(hour, flavor_id)] = (capacity * seconds, numerator, denominator)
     return rows
@@ -279,7 +272,7 @@ def guarantee_rows(window: Window, *, until: dt.datetime, accounts: _Accounts | 
         for hour in hours[index:]:
             if hour >= upper:
                 break
-            seconds = int((min(_next_hour(hour), upper) - max(hour, lower)).total_seconds())
+            seconds = int((min(next_hour(hour), upper) - max(hour, lower)).total_seconds())
             if seconds > 0:
                 sums[(hour, account_id, flavor_id)] += units * seconds
     return {key: (value, lends[key[1]]) for key, value in sums.items() if value > 0}

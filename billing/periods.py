@@ -85,10 +85,11 @@ def hour_starts(start: dt.datetime, end: dt.datetime) -> Iterator[dt.datetime]:
     hour = hour_floor(start)
     while hour < end:
         yield hour
-        hour = _next_hour(hour)
+        hour = next_hour(hour)
 
 
-def _next_hour(hour: dt.datetime) -> dt.datetime:
+def next_hour(hour: dt.datetime) -> dt.datetime:
+    """The next local hour boundary after `hour` (a boundary itself)."""
     # One real hour later is the next local hour boundary, across DST changes too, for zones whose
     # offsets differ by whole hours; for the rest (Lord Howe's 30-minute shift) re-floor.
     candidate = hour + dt.timedelta(hours=1)
@@ -107,7 +108,7 @@ def split_by_hour(start: dt.datetime, end: dt.datetime) -> Iterator[tuple[dt.dat
     if end <= start:
         return
     for hour in hour_starts(start, end):
-        upper = min(_next_hour(hour), end)
+        upper = min(next_hour(hour), end)
         lower = max(hour, start)
         if upper > lower:
             yield hour, int((upper - lower).total_seconds())
