@@ -42,7 +42,7 @@ from django.core import signing
 from django.core.cache import cache
 from django.http import HttpRequest
 from django.utils.crypto import constant_time_compare, salted_hmac
-from rest_framework import exceptions
+from rest_framework import exceptions, permissions
 from rest_framework.request import Request
 
 from jobs.models import Workload
@@ -54,7 +54,6 @@ ACCESS_COOKIE = "gpu-portal-access"
 TICKET_SECONDS = 60
 TICKET_SALT = "gpu-portal.workload-ticket"
 ACCESS_SALT = "gpu-portal.workload-access"
-SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
 def notebook_token(workload: Workload) -> str:
@@ -139,7 +138,7 @@ def gate_check(*, workload_id: int, request: HttpRequest) -> GateAnswer:
         if authenticated is None:
             return GateAnswer(401)  # unknown, revoked or expired, or its user deactivated
         user, token = authenticated
-        if token.scope == ApiToken.Scope.READ and method not in SAFE_METHODS:
+        if token.scope == ApiToken.Scope.READ and method not in permissions.SAFE_METHODS:
             return GateAnswer(403)
         header = ""  # the workload never sees its callers' portal tokens
     else:

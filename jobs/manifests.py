@@ -12,7 +12,7 @@ import base64
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from tenants.manifests import WORKLOAD_KIND_LABEL, TierName
+from tenants.manifests import HTTP_PORT_NAME, WORKLOAD_KIND_LABEL, TierName
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 TEAM_LABEL = "gpu-portal.io/team"
@@ -125,7 +125,7 @@ def _container(
     if spec.args:
         container["args"] = list(spec.args)
     if spec.port:
-        container["ports"] = [{"name": "http", "containerPort": spec.port}]
+        container["ports"] = [{"name": HTTP_PORT_NAME, "containerPort": spec.port}]
     return container
 
 
@@ -199,7 +199,7 @@ def _service(spec: WorkloadSpec) -> dict[str, Any]:
         "apiVersion": "v1", "kind": "Service",
         "metadata": _meta(spec, spec.labels),
         "spec": {"selector": {WORKLOAD_LABEL: str(spec.workload_id)},
-                 "ports": [{"name": "http", "port": 80, "targetPort": spec.port}]},
+                 "ports": [{"name": HTTP_PORT_NAME, "port": 80, "targetPort": spec.port}]},
     }
 
 
@@ -217,7 +217,7 @@ def _ingress(spec: WorkloadSpec, ingress: IngressSpec) -> dict[str, Any]:
         metadata["annotations"] = annotations
     body: dict[str, Any] = {"rules": [{"host": ingress.host, "http": {"paths": [{
         "path": "/", "pathType": "Prefix",
-        "backend": {"service": {"name": spec.service_name, "port": {"name": "http"}}},
+        "backend": {"service": {"name": spec.service_name, "port": {"name": HTTP_PORT_NAME}}},
     }]}}]}
     if ingress.class_name:
         body = {"ingressClassName": ingress.class_name, **body}
