@@ -18,8 +18,7 @@ from billing import money, periods, selectors
 from billing.models import Budget, BudgetAlert
 from portal.errors import DomainError
 from portal.models import User
-from portal.roles import sees_all_teams
-from tenants.models import Team, user_team_roles
+from tenants.models import Team
 
 
 def money_text(amount: Decimal, currency: str) -> str:
@@ -118,18 +117,9 @@ def team_budget(*, team: Team) -> Budget | None:
 
 def budgets_for_user(user: User | AnonymousUser) -> QuerySet[Budget]:
     """Budgets of the teams the user may see: their own teams, or all for finance and admins."""
-    budgets = Budget.objects.select_related("account", "account__team", "set_by").filter(account__team__isnull=False)
-    if not user.is_authenticated:
-        return budgets.none()
-    if sees_all_teams(user):
-        return budgets
-    return budgets.filter(account__team_id__in=list(user_team_roles(user)))
+    return Budget.objects.select_related("account", "account__team", "set_by").filter(
+        account__team__in=Team.objects.for_user(user))
 
 
 def alerts_for_user(user: User | AnonymousUser) -> QuerySet[BudgetAlert]:
-    alerts = BudgetAlert.objects.select_related("account").filter(account__team__isnull=False)
-    if not user.is_authenticated:
-        return alerts.none()
-    if sees_all_teams(user):
-        return alerts
-    return alerts.filter(account__team_id__in=list(user_team_roles(user)))
+    return BudgetAlert.objects.select_related("account").filter(account__team__in=Team.objects.for_user(user))

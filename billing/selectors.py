@@ -327,7 +327,7 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     by_flavor, currencies = _grouped(start=start, end=end, keys=("flavor_id", "borrowed"), account_ids=ids)
     by_person, _ = _grouped(start=start, end=end, keys=("owner_username",), account_ids=ids)
     by_day, _ = _grouped(start=start, end=end, keys=("day",), account_ids=ids)
-    currency = _one_currency(currencies, what=f"{team.name}'s usage") if currencies else default_currency()
+    currency = _one_currency(currencies, what=f"{team.name}'s usage")
     lent = ledger.lent(start=start, end=end, account_ids=ids) if ids else {}
     flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor} | {flavor_id for _, flavor_id in lent})
 
@@ -632,8 +632,6 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
     by_account, currencies = _all_accounts_month(start=start, end=end, version=version)
     before, previous_currencies = _all_accounts_month(start=prev_start, end=prev_end, version=version)
     currency = _one_currency(currencies | previous_currencies, what="The usage of these months")
-    if not currencies and not previous_currencies:
-        currency = default_currency()
 
     def per_account(tallies: dict[tuple, Tally]) -> tuple[dict[int, Fraction], dict[int, Decimal]]:
         hours: dict[int, Fraction] = defaultdict(Fraction)
@@ -700,7 +698,7 @@ def personal_usage(*, user: User, month: dt.date | None = None) -> PersonalUsage
     month = periods.month_start(month or periods.current_month())
     start, end = periods.month_bounds(month)
     tallies, currencies = _grouped(start=start, end=end, keys=("account_id",), owner=user.username)
-    currency = _one_currency(currencies, what="Your usage") if currencies else default_currency()
+    currency = _one_currency(currencies, what="Your usage")
     accounts = Account.objects.in_bulk([key[0] for key in tallies])
     total = Tally()
     lines = []
@@ -767,7 +765,7 @@ def usage_report(*, accounts: QuerySet[Account], start: dt.date, end: dt.date, b
     keys = tuple(_GROUP_COLUMNS[group] for group in by)
     tallies, currencies = _grouped(start=begin, end=finish, keys=keys,
                                    account_ids=list(accounts.values_list("pk", flat=True)))
-    currency = _one_currency(currencies, what="The usage asked for") if currencies else default_currency()
+    currency = _one_currency(currencies, what="The usage asked for")
     names = {
         "team": {a.pk: a.slug for a in Account.objects.filter(pk__in={k[by.index("team")] for k in tallies})}
         if "team" in by else {},

@@ -24,7 +24,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from billing import ledger, periods
+from billing import ledger, periods, selectors
 from billing.models import Account, Adjustment, CapacityHour, Rate, Statement, StatementLine, UsageHour
 from billing.money import SECONDS_PER_HOUR, minor_unit, round_money
 from portal.audit import audit_record
@@ -32,7 +32,6 @@ from portal.errors import DomainError, StateConflict
 from portal.models import User
 from tenants.models import Flavor
 
-DEFAULT_CURRENCY = "USD"
 HOURS_PLACES = 6  # GPU-hours shown on a line; the exact figure is its unit-seconds and fraction
 MAX_ADJUSTMENT_DIGITS = 15  # before the decimal point: a trillion is far beyond any correction
 
@@ -123,8 +122,8 @@ def _close(*, actor: User, first: dt.date, start: dt.datetime, end: dt.datetime,
     # The month's row is written first: a second close of the same month waits here on the unique
     # index until this transaction ends, then fails instead of billing the month twice.
     statement = Statement.objects.create(
-        month=first, period_start=start, period_end=end, currency=DEFAULT_CURRENCY, time_zone=periods.billing_zone().key,
-        closed_at=now, closed_by=actor, closed_by_name=actor.username)
+        month=first, period_start=start, period_end=end, currency=selectors.DEFAULT_CURRENCY,
+        time_zone=periods.billing_zone().key, closed_at=now, closed_by=actor, closed_by_name=actor.username)
     rate_periods = _rate_periods(start=start, end=end)
     month = _MonthUsage.read(start=start, end=end, rate_periods=rate_periods)
     flavors = Flavor.objects.in_bulk(month.flavor_ids())
@@ -347,8 +346,7 @@ def _one_currency(drafts: list[_Draft], rate_periods: dict[int, list[RatePeriod]
                           "so the month cannot be closed until the rates agree.", field="month")
     if currencies:
         return currencies.pop()
-    newest = Rate.objects.order_by("-effective_from").values_list("currency", flat=True).first()
-    return newest or DEFAULT_CURRENCY
+    return selectors.default_currency()
 
 
 _LINE_COLUMNS = ["statement_id", "kind", "account_id", "account_slug", "account_name", "cost_center", "flavor_id",
