@@ -153,8 +153,9 @@ def workload_list(request: HtmxHttpRequest) -> HttpResponse:
         "teams": teams, "templates": templates, "phases": Workload.Phase.choices,
         "team": team, "template": template, "phase": phase, "mine": mine,
         "filtered": any(chosen.values()),
-        "used": pricing.used_so_far(workload_ids=[w.pk for w in workloads]),
     }
+    used = pricing.used_so_far(workload_ids=[w.pk for w in workloads])
+    context["rows"] = [(w, used.get(w.pk)) for w in workloads]
     name = "jobs/workload_list.html#workload-rows" if request.htmx else "jobs/workload_list.html"
     return render(request, name, context)
 
