@@ -7,7 +7,6 @@ see, or a team whose part they may not read, answers 404; a team lead reads thei
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -19,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from billing import statement_selectors, statements
+from billing import periods, statement_selectors, statements
 from billing.models import Adjustment, Statement, StatementLine
 from billing.statement_selectors import StatementPicture
 from portal.adapters import StrictInputMixin, parse, signed_in_user
@@ -128,10 +127,10 @@ class StatementViewSet(viewsets.GenericViewSet):
 
     def create(self, request: Request) -> Response:
         text = parse(CloseSerializer, request)["month"]
-        year, number = (int(part) for part in text.split("-"))
-        if not 1 <= number <= 12:
+        month = periods.month_parse(text)
+        if month is None:
             raise DomainError(f"“{text}” is not a month; write it as YYYY-MM, for example 2026-10.", field="month")
-        statement = statements.statement_close(actor=signed_in_user(request), month=dt.date(year, number, 1))
+        statement = statements.statement_close(actor=signed_in_user(request), month=month)
         picture = statement_selectors.statement_picture(user=request.user, statement=statement)
         return Response(StatementDetailSerializer(_detail(picture)).data, status=status.HTTP_201_CREATED)
 

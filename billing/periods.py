@@ -8,6 +8,7 @@ month on the local calendar. Splitting an interval at these boundaries counts ea
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator
 from functools import cache
 from zoneinfo import ZoneInfo
@@ -52,6 +53,17 @@ def month_start(day: dt.date) -> dt.date:
 
 def next_month(month: dt.date) -> dt.date:
     return (month.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+
+
+MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")
+
+
+def month_parse(text: str) -> dt.date | None:
+    """The first day of a month written YYYY-MM (from the year 2000), or None for anything else."""
+    match = MONTH.fullmatch(text.strip())
+    if match is None or not 1 <= int(match[2]) <= 12 or int(match[1]) < 2000:
+        return None
+    return dt.date(int(match[1]), int(match[2]), 1)
 
 
 def month_bounds(month: dt.date) -> tuple[dt.datetime, dt.datetime]:

@@ -8,7 +8,6 @@ may not see is answered as one that is not on the statement (404), never as a re
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -17,13 +16,13 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import Q
 from django.http import Http404
 
+from billing import periods
 from billing.models import Account, Adjustment, Statement, StatementLine
 from billing.models.statements import led_accounts
 from billing.money import minor_unit
 from portal.models import User
 from portal.roles import sees_all_teams
 
-MONTH = re.compile(r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})")
 KIND_ORDER = {StatementLine.Kind.USAGE: 0, StatementLine.Kind.IDLE_SHARE: 1, StatementLine.Kind.UNALLOCATED: 2}
 
 
@@ -94,10 +93,9 @@ def statements_for_user(*, user: User | AnonymousUser) -> list[Statement]:
 
 def statement_visible(*, user: User | AnonymousUser, month: str) -> Statement:
     """The sealed statement of a month written YYYY-MM, among those the user may see, or 404."""
-    matched = MONTH.fullmatch(month or "")
-    if matched is None or not 1 <= int(matched["month"]) <= 12:
+    first = periods.month_parse(month or "")
+    if first is None:
         raise Http404
-    first = dt.date(int(matched["year"]), int(matched["month"]), 1)
     statement = Statement.objects.for_user(user).filter(sealed=True, month=first).first()
     if statement is None:
         raise Http404

@@ -9,7 +9,6 @@ may read, so another team's statement or part of one is 404 on every page and do
 from __future__ import annotations
 
 import datetime as dt
-import re
 
 from django import forms
 from django.contrib import messages
@@ -25,18 +24,16 @@ from billing import exports, periods, statement_selectors, statements
 from portal.adapters import HtmxHttpRequest
 from portal.errors import DomainError
 
-MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")
-
 
 class CloseMonthForm(forms.Form):
     month = forms.CharField(max_length=7, help_text="YYYY-MM")
 
     def clean_month(self) -> dt.date:
         text = self.cleaned_data["month"].strip()
-        match = MONTH.fullmatch(text)
-        if match is None or not 1 <= int(match[2]) <= 12 or int(match[1]) < 2000:
+        month = periods.month_parse(text)
+        if month is None:
             raise forms.ValidationError(f"“{text}” is not a month; write it as YYYY-MM, for example 2026-10.")
-        return dt.date(int(match[1]), int(match[2]), 1)
+        return month
 
 
 class AdjustmentForm(forms.Form):

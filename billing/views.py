@@ -9,7 +9,6 @@ which decide who may.
 from __future__ import annotations
 
 import datetime as dt
-import re
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -28,7 +27,6 @@ from tenants.models import Flavor, Team, user_team_roles
 OVERVIEW_PAGE_SIZE = 100  # sorted over every team, shown a hundred at a time
 OVERVIEW_COLUMNS = [("team", "Team", False), ("cost_center", "Cost center", False), ("gpu_hours", "GPU-hours", True),
                     ("cost", "Cost", True), ("change", "Change from last month", True)]
-MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")
 
 
 def parse_month(text: str | None) -> dt.date:
@@ -36,10 +34,10 @@ def parse_month(text: str | None) -> dt.date:
     text = (text or "").strip()
     if not text:
         return periods.current_month()
-    match = MONTH.fullmatch(text)
-    if match is None or not 1 <= int(match[2]) <= 12 or int(match[1]) < 2000:
+    month = periods.month_parse(text)
+    if month is None:
         raise DomainError(f"“{text}” is not a month; write it as YYYY-MM, for example 2026-11.", field="month")
-    return dt.date(int(match[1]), int(match[2]), 1)
+    return month
 
 
 def _refusal(error: DomainError) -> HttpResponse:

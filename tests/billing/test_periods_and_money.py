@@ -86,3 +86,11 @@ def test_money_rounds_half_even_to_the_minor_unit(value, currency, expected):
     rounded = money.round_money(value, currency)
     assert rounded == expected
     assert rounded.as_tuple().exponent == -money.minor_unit(currency)
+
+
+@pytest.mark.parametrize(("text", "month"), [
+    ("2026-11", dt.date(2026, 11, 1)), (" 2026-01 ", dt.date(2026, 1, 1)),
+    ("2026-13", None), ("2026-00", None), ("1999-12", None), ("2026-1", None), ("26-11", None), ("", None), ("2026-１１", None),
+])
+def test_a_month_is_written_yyyy_mm(text, month):
+    assert periods.month_parse(text) == month

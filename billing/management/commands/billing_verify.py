@@ -15,15 +15,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
 from billing import metering
-from billing.periods import billing_zone, month_bounds
+from billing.periods import billing_zone, month_bounds, month_parse
 
 
 def _month(text: str) -> tuple[dt.datetime, dt.datetime]:
-    try:
-        year, month = (int(part) for part in text.split("-"))
-        return month_bounds(dt.date(year, month, 1))
-    except ValueError:
-        raise CommandError(f"“{text}” is not a month; give it as YYYY-MM, e.g. 2026-10.") from None
+    month = month_parse(text)
+    if month is None:
+        raise CommandError(f"“{text}” is not a month; give it as YYYY-MM, e.g. 2026-10.")
+    return month_bounds(month)
 
 
 def _instant(text: str, name: str) -> dt.datetime:
