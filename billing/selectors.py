@@ -22,7 +22,7 @@ from django.db.models import Count, F, FloatField, Func, Max, Q, QuerySet, Sum, 
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDate
 from django.utils import timezone
 
-from billing import ledger, metering, periods
+from billing import ledger, metering, money, periods
 from billing.models import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, Rate, UsageHour
 from billing.money import SECONDS_PER_HOUR, round_money, round_places
 from jobs.models import RunInterval, Workload
@@ -93,11 +93,9 @@ def team_month_cost(*, account: Account, month: dt.date) -> tuple[Decimal, str]:
 
 
 def _row_cost(row: dict) -> Fraction:
-    price = row["rate__price_per_gpu_hour"]
-    if price is None:
-        return Fraction(0)
-    return (Fraction(row["unit_seconds"] * row["fraction_numerator"], row["fraction_denominator"] * SECONDS_PER_HOUR)
-            * Fraction(price))
+    """A grouped rollup row's exact cost (its query keeps priced rows only)."""
+    return money.cost(unit_seconds=row["unit_seconds"], numerator=row["fraction_numerator"],
+                      denominator=row["fraction_denominator"], price_per_gpu_hour=row["rate__price_per_gpu_hour"])
 
 
 @dataclass(frozen=True)
@@ -228,19 +226,16 @@ def _grouped(*, start: dt.datetime, end: dt.datetime, keys: tuple[str, ...], acc
         rows = rows.filter(owner_username=owner)
     if "day" in keys:
         rows = rows.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
-    grouped = list(rows.values(*keys, "rate_id", "fraction_numerator", "fraction_denominator")
-                   .annotate(unit_seconds=Sum("unit_seconds")).order_by())
-    rates = Rate.objects.in_bulk({row["rate_id"] for row in grouped if row["rate_id"] is not None})
+    grouped = rows.values(*keys, *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by()
     tallies: dict[tuple, Tally] = defaultdict(Tally)
     currencies: set[str] = set()
     for row in grouped:
-        seconds = Fraction(row["unit_seconds"] * row["fraction_numerator"], row["fraction_denominator"])
         tally = tallies[tuple(row[key] for key in keys)]
-        tally.gpu_seconds += seconds
-        rate = rates.get(row["rate_id"]) if row["rate_id"] is not None else None
-        if rate is not None:
-            currencies.add(rate.currency)
-            tally.cost += seconds / SECONDS_PER_HOUR * Fraction(rate.price_per_gpu_hour)
+        tally.gpu_seconds += money.gpu_seconds(unit_seconds=row["unit_seconds"], numerator=row["fraction_numerator"],
+                                               denominator=row["fraction_denominator"])
+        if row["rate_id"] is not None:  # hours metered while the flavor had no price cost nothing
+            currencies.add(row["rate__currency"])
+            tally.cost += _row_cost(row)
     return tallies, currencies
 
 
@@ -402,7 +397,8 @@ def _day_bars(month: dt.date, days: dict[dt.date, Tally], currency: str) -> list
 
 
 def _unit_seconds_as_gpu_hours(unit_seconds: int, flavor: Flavor) -> Fraction:
-    return Fraction(unit_seconds * flavor.fraction_numerator, flavor.fraction_denominator * SECONDS_PER_HOUR)
+    return money.gpu_hours(unit_seconds=unit_seconds, numerator=flavor.fraction_numerator,
+                           denominator=flavor.fraction_denominator)
 
 
 def _hours_phrase(hours: Fraction) -> str:
