@@ -86,12 +86,18 @@ def split_lent(*, borrowed: int, idle_by_lender: dict[int, int]) -> dict[int, in
     lent_total = min(borrowed, total)
     if lent_total <= 0:
         return {}
-    exact = {key: Fraction(lent_total * value, total) for key, value in idle.items()}
-    whole = {key: int(value) for key, value in exact.items()}
-    left = lent_total - sum(whole.values())
-    for key in sorted(exact, key=lambda k: (-(exact[k] - whole[k]), k))[:left]:
-        whole[key] += 1
+    whole = largest_remainder({key: Fraction(lent_total * value, total) for key, value in idle.items()}, total=lent_total)
     return {key: value for key, value in whole.items() if value}
+
+
+def largest_remainder(exact: dict[int, Fraction], *, total: int) -> dict[int, int]:
+    """Whole numbers for exact non-negative shares that add up to `total`: each share's floor, then
+    one more for the largest remainders (ties to the smaller key)."""
+    whole = {key: int(value) for key, value in exact.items()}
+    left = total - sum(whole.values())
+    for key in sorted(exact, key=lambda k: (-(exact[k] - whole[k]), k))[:max(left, 0)]:
+        whole[key] += 1
+    return whole
 
 
 def lent_rows(*, usage: Iterable[tuple[dt.datetime, int, int, bool, int]],

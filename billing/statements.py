@@ -283,13 +283,7 @@ def _flavor_idle(*, flavor: Flavor, period: RatePeriod, unallocated: int, shares
 def _whole_shares(shares: dict[int, Fraction]) -> dict[int, int]:
     """Shares in whole unit-seconds that add up to the rounded total exactly (largest remainder,
     ties to the lower account id), so teams plus unallocated still equal the capacity."""
-    total = round(sum(shares.values(), Fraction(0)))
-    floors = {account_id: int(share) for account_id, share in shares.items()}
-    left = total - sum(floors.values())
-    by_remainder = sorted(shares, key=lambda account_id: (-(shares[account_id] - floors[account_id]), account_id))
-    for account_id in by_remainder[:max(left, 0)]:
-        floors[account_id] += 1
-    return floors
+    return ledger.largest_remainder(shares, total=round(sum(shares.values(), Fraction(0))))
 
 
 def _rate_periods(*, start: dt.datetime, end: dt.datetime) -> dict[int, list[RatePeriod]]:
