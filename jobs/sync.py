@@ -338,13 +338,17 @@ def mark_borrowed(team_ids: set[int] | None = None) -> None:
         "pk", "team_id", "flavor_id", "units", "workers", "on_borrowed"))
     guarantees = tenant_selectors.guarantees_by_flavor(team_ids=list({w.team_id for w in admitted}))
     used: dict[tuple[int, int], int] = defaultdict(int)
+    flips: dict[bool, list[int]] = defaultdict(list)
     for workload in admitted:
         key = (workload.team_id, workload.flavor_id)
         used[key] += workload.total_units
         borrowed = used[key] > guarantees.get(key, 0)
         if borrowed != workload.on_borrowed:
-            Workload.objects.filter(pk=workload.pk).update(on_borrowed=borrowed)
-            record_switch(workload_ids=[workload.pk], borrowed=borrowed)
+            flips[borrowed].append(workload.pk)
+    at = timezone.now()
+    for borrowed, ids in flips.items():  # a reclaim flips many at once: one write per direction
+        Workload.objects.filter(pk__in=ids).update(on_borrowed=borrowed)
+        record_switch(workload_ids=ids, borrowed=borrowed, at=at)
     lapsed = (Workload.objects.exclude(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
               .filter(on_borrowed=True))
     # A workload that stopped or was preempted keeps, for its pods winding down, the state they ran in.
