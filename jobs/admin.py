@@ -13,7 +13,7 @@ from django.http import HttpRequest
 
 from jobs import policy, services
 from jobs.models import ImageRegistry, Workload, WorkloadTemplate, WorkloadTemplateVersion
-from portal.errors import DomainError
+from tenants.admin import PlatformAdminOnly, RefusalAsMessage
 
 
 class PlatformAdminReadOnly:
@@ -77,22 +77,14 @@ class ImageRegistryForm(forms.ModelForm):
 
 
 @admin.register(ImageRegistry)
-class ImageRegistryAdmin(admin.ModelAdmin):
+class ImageRegistryAdmin(PlatformAdminOnly, RefusalAsMessage):
     """The image allow-list: platform admins add and remove entries through the services, which
     check the permission and write the audit trail."""
 
+    manage_perm = "jobs.manage_image_registries"
     form = ImageRegistryForm
     list_display = ("prefix", "note", "created_by", "created_at")
     search_fields = ("prefix", "note")
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("jobs.manage_image_registries")
-
-    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return self.has_module_permission(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return self.has_module_permission(request)
 
     def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False  # remove an entry and add another: each change is one audited step
@@ -101,12 +93,7 @@ class ImageRegistryAdmin(admin.ModelAdmin):
         return self.has_module_permission(request)
 
     def save_model(self, request: HttpRequest, obj: ImageRegistry, form: forms.ModelForm, change: bool) -> None:
-        try:
-            saved = services.image_registry_add(user=request.user, prefix=obj.prefix,  # type: ignore[arg-type]
-                                                note=obj.note)
-        except DomainError as error:
-            self.message_user(request, error.message, level="error")
-            return
+        saved = services.image_registry_add(user=request.user, prefix=obj.prefix, note=obj.note)  # type: ignore[arg-type]
         obj.pk = saved.pk
 
     def delete_model(self, request: HttpRequest, obj: ImageRegistry) -> None:

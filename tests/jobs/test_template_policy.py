@@ -300,3 +300,4 @@ def test_the_django_admin_adds_and_removes_entries_through_the_services(admin_us
     client.post(f"/admin/jobs/imageregistry/{registry.pk}/delete/", {"post": "yes"})
     assert not ImageRegistry.objects.exists()
     assert AuditEvent.objects.filter(action="image_registry.removed").count() == 1
+
