@@ -12,6 +12,7 @@ from django.test import Client
 
 from jobs import services as job_services
 from jobs.models import WorkloadKind
+from portal import limits
 from portal.kube import reset_gateway
 from portal.kube.simulated import SimulatedGateway
 from tenants.models import Membership
@@ -48,6 +49,14 @@ def _allowed_registries(settings):
     # The registries the suite's templates pull from (x/y:1 is Docker Hub's); the allow-list's own
     # tests (tests/jobs/test_template_policy.py) set their own.
     settings.PORTAL_IMAGE_REGISTRIES = ["docker.io", "quay.io", "registry.example.com"]
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """The rate counters' clock (portal.limits), moved by hand; it starts on the hour."""
+    now = [1_800_000_000.0]
+    monkeypatch.setattr(limits, "clock", lambda: now[0])
+    return now
 
 
 @pytest.fixture

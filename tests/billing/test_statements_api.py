@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rest_framework.test import APIClient
 
 from billing.models import Adjustment, Statement
 from billing.statements import statement_close
 from tests.billing.factories import account, rate, usage
 from tests.factories import FlavorFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.helpers import api
 
 pytestmark = pytest.mark.django_db
 
@@ -33,12 +33,6 @@ def october(finance_user, team, other_team):
     usage(account=account(other_team), flavor=h100, hour=dt.datetime(2026, 10, 9, 4, tzinfo=UTC), unit_seconds=7200,
           rate=price, borrowed=True)
     return statement_close(actor=finance_user, month=dt.date(2026, 10, 1), now=dt.datetime(2026, 11, 2, tzinfo=UTC))
-
-
-def api(user) -> APIClient:
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
 
 
 def test_finance_reads_every_team_and_the_lines(october, finance_user):

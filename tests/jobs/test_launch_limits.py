@@ -6,21 +6,12 @@ import pytest
 from django.urls import reverse
 
 from jobs.models import Workload
-from portal import limits
 from portal.errors import DomainError
 from tests.helpers import api, launch
 
 pytestmark = pytest.mark.django_db
 
 BODY = {"team": "vision", "template": "pytorch-train", "flavor": "h100-80gb"}
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    """A clock the test moves by hand, starting at the beginning of a minute."""
-    now = [1_800_000_000.0 - 1_800_000_000.0 % 3600]
-    monkeypatch.setattr(limits, "clock", lambda: now[0])
-    return now
 
 
 def test_a_team_at_its_workload_limit_is_refused_the_next_launch_in_words(

@@ -22,6 +22,7 @@ from jobs import access, services
 from jobs.models import Workload, WorkloadKind
 from portal import tokens
 from portal.models import ApiToken
+from tests.conftest import login
 from tests.factories import MembershipFactory, UserFactory
 from tests.helpers import launch
 
@@ -78,12 +79,6 @@ def token_of(user: Any, scope: str = ApiToken.Scope.WRITE) -> str:
     return tokens.api_token_create(user=user, name="script", expires_in_days=30, scope=scope)[1]
 
 
-def signed_in(user: Any) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 # --- Who gets through ----------------------------------------------------------------------------
 
 
@@ -98,7 +93,7 @@ def test_a_notebook_lets_only_its_owner_through(notebook, member, teammate, lead
     assert gate(notebook.pk, token=token_of(member)).status_code == 200
     for other in (teammate, lead, admin_user, finance_user, outsider):
         assert gate(notebook.pk, token=token_of(other)).status_code == 403, other.username
-        assert gate(notebook.pk, client=signed_in(other)).status_code == 403, other.username
+        assert gate(notebook.pk, client=login(other)).status_code == 403, other.username
 
 
 def test_an_inference_server_lets_its_team_through_and_nobody_else(server, member, teammate, lead, admin_user,
@@ -156,7 +151,7 @@ def test_the_gate_never_redirects_and_answers_in_a_few_queries(notebook, member,
     secret = token_of(member)
     counted: list[int] = []
     for kwargs in ({}, {"token": secret}, {"token": token_of(outsider)}, {"token": "gpp_unknown"},
-                   {"client": signed_in(member)}, {"authorization": "Bearer not-a-portal-token"}):
+                   {"client": login(member)}, {"authorization": "Bearer not-a-portal-token"}):
         connection.queries_log.clear()  # a full log (it keeps 9,000) would count nothing new
         with CaptureQueriesContext(connection) as queries:
             response = gate(notebook.pk, **kwargs)
@@ -177,7 +172,7 @@ def test_the_workload_never_receives_its_callers_portal_token(server, member):
 
 
 def test_a_servers_own_authorization_passes_through_for_a_caller_the_portal_knows(server, member):
-    response = gate(server.pk, client=signed_in(member), authorization="Bearer sk-the-servers-own-key")
+    response = gate(server.pk, client=login(member), authorization="Bearer sk-the-servers-own-key")
     assert response.status_code == 200
     assert response["Authorization"] == "Bearer sk-the-servers-own-key"
 
@@ -193,7 +188,7 @@ def open_notebook(client: Client, workload: Workload, rd: str = "/lab?reset") ->
 
 def test_a_browser_is_handed_over_once_and_then_holds_a_cookie_for_that_workload_only(notebook, member, ready_team,
                                                                                       notebook_template, flavor):
-    location = open_notebook(signed_in(member), notebook)
+    location = open_notebook(login(member), notebook)
     parts = urllib.parse.urlsplit(location)
     assert (parts.scheme, parts.netloc, parts.path) == ("https", f"wl-{notebook.pk}-vision.{HOST_DOMAIN}", "/lab")
     assert urllib.parse.parse_qs(parts.query, keep_blank_values=True).keys() == {"reset", access.TICKET_PARAM}
@@ -213,19 +208,19 @@ def test_a_browser_is_handed_over_once_and_then_holds_a_cookie_for_that_workload
 
 def test_a_ticket_for_one_workload_opens_no_other(notebook, member, ready_team, notebook_template, flavor):
     other = launch(member, ready_team, notebook_template, flavor)
-    location = open_notebook(signed_in(member), notebook)
+    location = open_notebook(login(member), notebook)
     assert gate(other.pk, url=location).status_code == 401
 
 
 def test_a_deactivated_or_re_passworded_owner_loses_the_cookie(notebook, member):
     host = Client()
-    assert gate(notebook.pk, client=host, url=open_notebook(signed_in(member), notebook)).status_code == 200
+    assert gate(notebook.pk, client=host, url=open_notebook(login(member), notebook)).status_code == 200
     member.set_password("a-new-one-entirely")
     member.save()
     assert gate(notebook.pk, client=host).status_code == 401
 
     host = Client()
-    assert gate(notebook.pk, client=host, url=open_notebook(signed_in(member), notebook)).status_code == 200
+    assert gate(notebook.pk, client=host, url=open_notebook(login(member), notebook)).status_code == 200
     member.is_active = False
     member.save()
     assert gate(notebook.pk, client=host).status_code == 401
@@ -233,23 +228,23 @@ def test_a_deactivated_or_re_passworded_owner_loses_the_cookie(notebook, member)
 
 def test_someone_who_may_not_open_a_workload_is_told_so_by_the_portal_not_sent_round(notebook, server, teammate,
                                                                                      outsider, admin_user):
-    assert signed_in(teammate).get(reverse("jobs:workload-open", args=[notebook.pk])).status_code == 403
-    assert signed_in(admin_user).get(reverse("jobs:workload-open", args=[notebook.pk])).status_code == 403
-    assert signed_in(outsider).get(reverse("jobs:workload-open", args=[notebook.pk])).status_code == 404
-    assert signed_in(outsider).get(reverse("jobs:workload-open", args=[server.pk])).status_code == 404
+    assert login(teammate).get(reverse("jobs:workload-open", args=[notebook.pk])).status_code == 403
+    assert login(admin_user).get(reverse("jobs:workload-open", args=[notebook.pk])).status_code == 403
+    assert login(outsider).get(reverse("jobs:workload-open", args=[notebook.pk])).status_code == 404
+    assert login(outsider).get(reverse("jobs:workload-open", args=[server.pk])).status_code == 404
     anonymous = Client().get(reverse("jobs:workload-open", args=[notebook.pk]))
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
 
 
 @pytest.mark.parametrize("rd", ["//evil.example/x", "https://evil.example/", "\\\\evil.example", "lab", "/x\r\nSet-Cookie: a=b"])
 def test_the_way_back_stays_on_the_workloads_host(notebook, member, rd):
-    parts = urllib.parse.urlsplit(open_notebook(signed_in(member), notebook, rd=rd))
+    parts = urllib.parse.urlsplit(open_notebook(login(member), notebook, rd=rd))
     assert parts.netloc == f"wl-{notebook.pk}-vision.{HOST_DOMAIN}" and parts.path == "/"
 
 
 def test_a_workload_without_an_ingress_has_nothing_to_open(notebook, member, settings):
     settings.PORTAL_INGRESS_DOMAIN = ""
-    assert signed_in(member).get(reverse("jobs:workload-open", args=[notebook.pk])).status_code == 404
+    assert login(member).get(reverse("jobs:workload-open", args=[notebook.pk])).status_code == 404
 
 
 # --- TLS: the page claims https only when there is a certificate ------------------------------------
@@ -260,13 +255,13 @@ def test_a_workload_without_an_ingress_has_nothing_to_open(notebook, member, set
 ])
 def test_the_endpoint_says_https_only_with_a_certificate(notebook, member, settings, tls_secret, issuer, scheme):
     settings.PORTAL_INGRESS_TLS_SECRET, settings.PORTAL_INGRESS_CLUSTER_ISSUER = tls_secret, issuer
-    page = signed_in(member).get(reverse("jobs:workload-detail", args=[notebook.pk])).content.decode()
+    page = login(member).get(reverse("jobs:workload-detail", args=[notebook.pk])).content.decode()
     assert f"{scheme}://wl-{notebook.pk}-vision.{HOST_DOMAIN}/" in page
     if scheme == "http":
         assert "https://" not in page
     ingress = services.ingress_spec(notebook)
     assert ingress is not None and ingress.tls == (scheme == "https")
-    location = urllib.parse.urlsplit(open_notebook(signed_in(member), notebook))
+    location = urllib.parse.urlsplit(open_notebook(login(member), notebook))
     assert location.scheme == scheme
 
 

@@ -5,20 +5,12 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from portal import limits
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
 RIGHT = "correct horse battery staple"
 LOCKED_ACCOUNT = "Too many failed sign-ins for this account; try again in 15 minutes."
-
-
-@pytest.fixture
-def clock(monkeypatch):
-    now = [1_800_000_000.0]
-    monkeypatch.setattr(limits, "clock", lambda: now[0])
-    return now
 
 
 def sign_in(username: str, password: str, *, address: str = "198.51.100.7") -> tuple[int, str]:
