@@ -34,10 +34,10 @@ class BudgetSerializer(serializers.ModelSerializer):
                   "forecast", "forecast_sentence"]
 
     def _status(self, budget: Budget) -> budget_selectors.BudgetStatus:
-        cache: dict[int, budget_selectors.BudgetStatus] = self.context["statuses"]
-        if budget.pk not in cache:
-            cache[budget.pk] = budget_selectors.budget_status(budget=budget)
-        return cache[budget.pk]
+        statuses: dict[int, budget_selectors.BudgetStatus] = self.context["statuses"]
+        if budget.pk not in statuses:  # one budget, outside a list
+            statuses.update(budget_selectors.budget_statuses(budgets=[budget]))
+        return statuses[budget.pk]
 
     def get_month(self, budget: Budget) -> str:
         return self._status(budget).month.strftime("%Y-%m")
@@ -90,8 +90,10 @@ class BudgetViewSet(viewsets.GenericViewSet):
         return {**super().get_serializer_context(), "statuses": {}}
 
     def list(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.get_queryset())
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+        page = list(self.paginate_queryset(self.get_queryset()) or [])
+        serializer = self.get_serializer(page, many=True)
+        serializer.context["statuses"].update(budget_selectors.budget_statuses(budgets=page))  # the page's, at once
+        return self.get_paginated_response(serializer.data)
 
     def retrieve(self, request: Request, team: str) -> Response:
         return Response(self.get_serializer(self.get_object()).data)

@@ -95,20 +95,30 @@ class BudgetStatus:
 def budget_status(*, budget: Budget, now: dt.datetime | None = None) -> BudgetStatus:
     """Where the team stands this month: spent so far and the forecast at the current burn
     (`billing.selectors.month_forecast`, one grouped query), with the day it crosses the budget."""
+    return budget_statuses(budgets=[budget], now=now)[budget.pk]
+
+
+def budget_statuses(*, budgets: list[Budget], now: dt.datetime | None = None) -> dict[int, BudgetStatus]:
+    """`budget_status` of every budget by its id, in the same queries however many there are."""
     now = now or timezone.now()
     month = periods.current_month(now)
-    try:
-        forecast = selectors.month_forecast(account=budget.account, month=month, now=now)
-    except DomainError as error:
-        return BudgetStatus(team_slug=budget.account.slug, month=month, amount=budget.amount, currency=budget.currency,
-                            spent=Decimal(0), spent_currency=budget.currency, forecast=Decimal(0), over_on=None,
-                            hard_stop=budget.hard_stop, held=budget.held, problem=error.message)
-    over_on = forecast.crossing_date(budget.amount) if forecast.spent < budget.amount else None
-    return BudgetStatus(
-        team_slug=budget.account.slug, month=month, amount=budget.amount, currency=budget.currency,
-        spent=forecast.spent, spent_currency=forecast.currency, forecast=forecast.projected, over_on=over_on,
-        hard_stop=budget.hard_stop, held=budget.held,
-    )
+    forecasts = selectors.month_forecasts(accounts=[budget.account for budget in budgets], month=month, now=now)
+    statuses: dict[int, BudgetStatus] = {}
+    for budget in budgets:
+        forecast = forecasts[budget.account_id]
+        if isinstance(forecast, DomainError):
+            statuses[budget.pk] = BudgetStatus(
+                team_slug=budget.account.slug, month=month, amount=budget.amount, currency=budget.currency,
+                spent=Decimal(0), spent_currency=budget.currency, forecast=Decimal(0), over_on=None,
+                hard_stop=budget.hard_stop, held=budget.held, problem=forecast.message)
+            continue
+        over_on = forecast.crossing_date(budget.amount) if forecast.spent < budget.amount else None
+        statuses[budget.pk] = BudgetStatus(
+            team_slug=budget.account.slug, month=month, amount=budget.amount, currency=budget.currency,
+            spent=forecast.spent, spent_currency=forecast.currency, forecast=forecast.projected, over_on=over_on,
+            hard_stop=budget.hard_stop, held=budget.held,
+        )
+    return statuses
 
 
 def team_budget(*, team: Team) -> Budget | None:

@@ -51,7 +51,8 @@ def _team_context(request: HtmxHttpRequest, team: Team, form: BudgetForm | None 
 @login_required
 def budget_list(request: HtmxHttpRequest) -> HttpResponse:
     visible = list(budget_selectors.budgets_for_user(request.user).order_by("account__slug"))
-    rows = [{"budget": b, "status": budget_selectors.budget_status(budget=b)} for b in visible]
+    statuses = budget_selectors.budget_statuses(budgets=visible)
+    rows = [{"budget": b, "status": statuses[b.pk]} for b in visible]
     budgeted = {b.account.team_id for b in visible}
     unbudgeted = [t for t in Team.objects.for_user(request.user).order_by("slug") if t.pk not in budgeted]
     return render(request, "billing/budgets.html", {"rows": rows, "unbudgeted": unbudgeted})

@@ -6,12 +6,15 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from billing import budgets, periods
 from billing.models import Budget, BudgetAlert
 from tests.billing.budget_helpers import priced, use
 from tests.conftest import login
+from tests.factories import TeamFactory
 from tests.helpers import api
 
 pytestmark = pytest.mark.django_db
@@ -126,3 +129,30 @@ def test_a_person_chooses_the_daily_digest_from_the_notifications_page(lead):
 def test_a_team_without_a_budget_says_so_and_offers_finance_the_form(team, member, finance_user):
     assert "vision has no budget" in login(member).get("/billing/budgets/vision/bar/").content.decode()
     assert "Set a budget for vision" in login(finance_user).get("/billing/budgets/").content.decode()
+
+
+def test_the_budget_list_and_api_cost_the_same_queries_for_two_budgets_or_eight(budget, finance_user, flavor):
+    def queries() -> tuple[int, int]:
+        client = login(finance_user)
+        client.get("/billing/")  # the session is saved once, on the first request
+        with CaptureQueriesContext(connection) as page:
+            response = client.get("/billing/budgets/")
+            assert response.status_code == 200
+        with CaptureQueriesContext(connection) as listed:
+            answer = api(finance_user).get("/api/billing/budgets/")
+            assert answer.status_code == 200
+        html = response.content.decode()
+        assert answer.json()["count"] == Budget.objects.count()
+        assert all(f"{budget.account.slug}</" in html for budget in Budget.objects.select_related("account"))
+        return len(page), len(listed)
+
+    def another(number: int) -> None:
+        team = TeamFactory(slug=f"team-{number}", name=f"Team {number}")
+        use(team, flavor, gpu_hours=number, at=periods.hour_floor(timezone.now()))
+        budgets.budget_set(actor=finance_user, team=team, amount="1000", currency="USD")
+
+    another(1)
+    few = queries()
+    for number in range(2, 8):
+        another(number)
+    assert queries() == few
