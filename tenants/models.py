@@ -221,6 +221,10 @@ class Flavor(models.Model):
         return catalog.ATTRIBUTION.get(self.sharing_mode, "")
 
     def clean(self) -> None:
+        name_part = self.resource_name.rpartition("/")[2]
+        if len(name_part.encode()) > 63:
+            raise ValidationError({"resource_name": f"The part after the “/” is {len(name_part.encode())} bytes long; "
+                                                    "Kubernetes allows at most 63."})
         if self.fraction > 1:
             raise ValidationError({"fraction_numerator": "One unit cannot be more than one physical GPU."})
         if not isinstance(self.node_labels, dict) or not all(

@@ -166,13 +166,13 @@ def test_saving_checks_in_the_namespace_and_says_so(admin_user, ready_team):
 
 
 def test_a_version_the_api_server_refuses_is_not_saved_and_the_refusal_is_in_words(admin_user, ready_team, simulated):
-    FlavorFactory(name="Odd", slug="odd", resource_name="kubernetes.io/gpu", capacity_units=4)
+    FlavorFactory(name="Odd", slug="odd", resource_name="example.com/" + "g" * 64, capacity_units=4)
     response = login(admin_user).post(reverse("jobs:template-create"), editor_form(flavors=("odd",), check_in="vision"))
     body = response.content.decode()
     assert response.status_code == 400 and not WorkloadTemplate.objects.exists()
     assert "Not saved: the API server refused what a launch would create in Vision&#x27;s namespace" in body
-    assert ("resources.limits[kubernetes.io/gpu]: Invalid value: &#x27;kubernetes.io/gpu&#x27;: must be a standard "
-            "resource for containers") in body
+    assert f"resources.limits[example.com/{'g' * 64}]: Invalid value: " in body
+    assert "name part must be no more than 63 bytes" in body
 
 
 def test_a_team_not_yet_in_the_cluster_cannot_be_checked_and_the_preview_says_why(admin_user, team, flavor, simulated):

@@ -163,3 +163,9 @@ def test_malformed_node_labels_are_refused_in_words(admin_user):
     response = login(admin_user).post(reverse("tenants:flavor-create"), flavor_form(node_labels='["gpu"]'))
     assert response.status_code == 400 and "Node labels are an object of strings" in response.content.decode()
     assert not Flavor.objects.filter(slug="l4").exists()
+
+
+def test_a_resource_name_the_api_server_would_refuse_is_refused_in_the_catalog(admin_user):
+    response = login(admin_user).post(reverse("tenants:flavor-create"),
+                                      flavor_form(resource_name="example.com/" + "g" * 64))
+    assert response.status_code == 400 and "is 64 bytes long; Kubernetes allows at most 63" in response.content.decode()

@@ -106,9 +106,9 @@ def network_policy_check(ref: ObjectRef, body: dict[str, Any]) -> None:
                         raise _invalid(ref, f"{path}.except[{e}]", text, "must be a strict subset of `cidr`")
 
 
-# The resources a container may name without a domain, and the domain only Kubernetes names in.
+# The resources a container may name without a domain; a name with one is a qualified name.
 STANDARD_CONTAINER_RESOURCES = {"cpu", "memory", "ephemeral-storage"}
-QUALIFIED_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+QUALIFIED_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 def _containers(body: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -121,17 +121,21 @@ def _containers(body: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _container_resources_check(ref: ObjectRef, path: str, container: dict[str, Any]) -> None:
-    """What the API server refuses in a container's resource names: a name in kubernetes.io that
-    is not a standard resource, and an extended resource whose name part is not a qualified name."""
-    for section in ("limits", "requests"):  # the order the API server checks them in
+    """As the API server validates a container's resource names (limits first, then requests): a
+    name without a domain must be a standard resource, and one with a domain a qualified name."""
+    for section in ("limits", "requests"):
         for name in (container.get("resources") or {}).get(section) or {}:
             where = f"{path}.resources.{section}[{name}]"
-            if "/" not in name or name.split("/", 1)[0].endswith("kubernetes.io"):
+            if "/" not in name:
                 if name not in STANDARD_CONTAINER_RESOURCES and not name.startswith("hugepages-"):
                     raise _invalid(ref, where, name, "must be a standard resource for containers")
-            elif not QUALIFIED_NAME_PART.match(name.split("/", 1)[1]):
+                continue
+            part = name.split("/", 1)[1]
+            if len(part) > 63:
+                raise _invalid(ref, where, name, "name part must be no more than 63 bytes")
+            if not QUALIFIED_NAME_PART.match(part):
                 raise _invalid(ref, where, name, "name part must consist of alphanumeric characters, '-', '_' or '.', "
-                               "and must start and end with an alphanumeric character (at most 63)")
+                               "and must start and end with an alphanumeric character")
 
 
 class ApiServer:
@@ -197,6 +201,8 @@ class ApiServer:
                 body["metadata"]["namespace"] = ref.namespace
             if ref.kind == "NetworkPolicy":
                 network_policy_check(ref, body)
+            for path, container in _containers(body):
+                _container_resources_check(ref, path, container)
             stored = self.store.write(ref, self._defaults(body), row)
             controllers_reconcile(self.store)
         return copy.deepcopy(stored)
