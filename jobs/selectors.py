@@ -191,7 +191,7 @@ def templates_with_current_version(*, user: Any) -> QuerySet[WorkloadTemplate]:
     newest = WorkloadTemplateVersion.objects.filter(template=OuterRef("template")).order_by("-number").values("number")[:1]
     current = WorkloadTemplateVersion.objects.filter(number=Subquery(newest)).prefetch_related("flavors")
     return templates.select_related("owner_team").prefetch_related(
-        Prefetch("versions", queryset=current, to_attr="current_versions")
+        Prefetch("versions", queryset=current, to_attr="current_versions"), "teams"
     )
 
 

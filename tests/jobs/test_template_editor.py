@@ -14,6 +14,7 @@ from jobs.models import WorkloadKind, WorkloadTemplate
 from portal.models import AuditEvent
 from tests.conftest import login
 from tests.factories import FlavorFactory
+from tests.helpers import api
 
 pytestmark = pytest.mark.django_db
 
@@ -195,3 +196,20 @@ def test_the_launch_hint_says_what_isolation_a_shared_flavor_gives(ready_team, m
     response = as_user(member).get(reverse("jobs:launch-hint"), {"team": "vision", "template": training.pk,
                                                                  "flavor": "h100-80gb", "units": "1"}, **HTMX)
     assert "H100 80GB: Whole GPUs of your own" in response.content.decode()
+
+
+# --- The same sharing through the API -------------------------------------------------------------
+
+
+def test_the_api_shares_a_template_with_chosen_teams_for_admins_only(admin_user, lead, member, outsider, training,
+                                                                     team_template, other_team):
+    url = f"/api/templates/{training.pk}/share/"
+    assert api(member).post(url, {"is_global": False, "teams": ["speech"]}, format="json").status_code == 403
+    assert api(lead).post(url, {"is_global": False, "teams": ["speech"]}, format="json").status_code == 403
+    assert api(outsider).post(f"/api/templates/{team_template.pk}/share/", {"is_global": True},
+                              format="json").status_code == 404
+    response = api(admin_user).post(url, {"is_global": False, "teams": ["speech"]}, format="json")
+    assert response.status_code == 200 and (response.json()["is_global"], response.json()["shared_with"]) == (
+        False, ["speech"])
+    refused = api(admin_user).post(f"/api/templates/{team_template.pk}/share/", {"is_global": True}, format="json")
+    assert refused.status_code == 400 and "a team's own template is not shared" in refused.json()["message"]
