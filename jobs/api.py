@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 from django.shortcuts import get_object_or_404
@@ -33,6 +34,7 @@ from jobs.serializers import (
     TemplateCreateSerializer,
     TemplateReviseSerializer,
     TemplateSerializer,
+    TemplateShareSerializer,
     WhyWaitingSerializer,
     WorkloadDetailSerializer,
     WorkloadLaunchSerializer,
@@ -89,6 +91,18 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         template = self.get_object()
         services.template_revise(user=signed_in_user(request), template=template, **parse(TemplateReviseSerializer, request))
+        return self._answer(template)
+
+    @extend_schema(request=TemplateShareSerializer, responses={200: TemplateSerializer},
+                   summary="Choose who may use one of the portal's own templates",
+                   description="Platform admins: every team (is_global) or only the teams listed. A team's own "
+                               "template stays its team's.")
+    @action(detail=True, methods=["post"])
+    def share(self, request: Request, pk: str | None = None) -> Response:
+        template = self.get_object()
+        if not request.user.has_perm("jobs.create_global_template"):
+            raise PermissionDenied  # before the body is read: its team names are no one else's answer
+        services.template_share(user=signed_in_user(request), template=template, **parse(TemplateShareSerializer, request))
         return self._answer(template)
 
 

@@ -191,7 +191,7 @@ def templates_with_current_version(*, user: Any) -> QuerySet[WorkloadTemplate]:
     newest = WorkloadTemplateVersion.objects.filter(template=OuterRef("template")).order_by("-number").values("number")[:1]
     current = WorkloadTemplateVersion.objects.filter(number=Subquery(newest)).prefetch_related("flavors")
     return templates.select_related("owner_team").prefetch_related(
-        Prefetch("versions", queryset=current, to_attr="current_versions")
+        Prefetch("versions", queryset=current, to_attr="current_versions"), "teams"
     )
 
 
@@ -257,3 +257,12 @@ def templates_for_user(*, user: Any) -> QuerySet[WorkloadTemplate]:
         .prefetch_related(Prefetch("versions", queryset=versions), "teams")
         .order_by("name", "pk")
     )
+
+
+def team_contents(team: Team) -> list[str]:
+    """What of the workloads' side goes when a team is deleted, for its confirmation page."""
+    workloads = Workload.objects.filter(team=team)
+    total, active = workloads.count(), workloads.active().count()
+    templates = WorkloadTemplate.objects.filter(owner_team=team).count()
+    return [f"{total} workload record{'s' if total != 1 else ''} ({active} still active: stopped with the namespace)",
+            f"{templates} template{'s' if templates != 1 else ''} of the team's own"]

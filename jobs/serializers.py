@@ -134,11 +134,14 @@ class TemplateSerializer(serializers.ModelSerializer):
         slug_field="slug", read_only=True, allow_null=True, help_text="Set for a team template, managed by that team's leads.",
     )
     version = serializers.SerializerMethodField(help_text="The current version: what a launch uses now.")
+    shared_with: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(
+        source="teams", slug_field="slug", many=True, read_only=True,
+        help_text="When not global: the teams that may use it (set with POST …/share/).")
 
     class Meta:
         model = WorkloadTemplate
-        fields = ["id", "slug", "name", "kind", "description", "is_global", "owner_team", "is_active", "created_at",
-                  "version"]
+        fields = ["id", "slug", "name", "kind", "description", "is_global", "shared_with", "owner_team", "is_active",
+                  "created_at", "version"]
         read_only_fields = fields
 
     @extend_schema_field(TemplateVersionSerializer)
@@ -193,6 +196,12 @@ class TemplateCreateSerializer(TemplateSettingsSerializer):
     flavors = FlavorSlugsField(many=True, help_text="Flavor slugs the template may run on.")
     image = serializers.CharField()
 
+
+
+class TemplateShareSerializer(StrictInputMixin, serializers.Serializer):
+    is_global = serializers.BooleanField(help_text="Every team may use it; teams is then ignored and emptied.")
+    teams = serializers.ListField(child=VisibleTeamField(), required=False, default=list,
+                                  help_text="When not global: the slugs of the teams that may use it.")
 
 
 class TemplateReviseSerializer(TemplateSettingsSerializer):

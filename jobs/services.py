@@ -499,3 +499,134 @@ def image_registry_remove(*, user: User, registry: ImageRegistry) -> None:
     audit_record(actor=user, action="image_registry.removed", obj=registry,
                  message=f"{user.username} no longer allows images from {registry.prefix}")
     registry.delete()
+
+
+# --- The template editor: sharing, the launch preview and its dry run ----------------------------
+
+
+def _require_template_scope(user: User, *, template: WorkloadTemplate | None, owner_team: Team | None) -> None:
+    """Who may author here: platform admins anything; a lead their team's templates only."""
+    if template is not None:
+        _require(user.has_perm("jobs.manage_template", template))
+    elif owner_team is None:
+        _require(user.has_perm("jobs.create_global_template"))
+    else:
+        _require(user.has_perm("tenants.manage_members", owner_team))
+
+
+@transaction.atomic
+def template_share(*, user: User, template: WorkloadTemplate, is_global: bool, teams: list[Team]) -> WorkloadTemplate:
+    """Who sees one of the portal's own templates: every team, or the teams chosen. Platform admins
+    only; a team's own template stays its team's (its leads cannot hand it to other teams)."""
+    _require(user.has_perm("jobs.create_global_template"))
+    if template.owner_team_id is not None:
+        raise DomainError(f"{template.name} belongs to {template.owner_team}; a team's own template is not shared.",
+                          field="teams")
+    if not is_global and not teams:
+        raise DomainError("Choose the teams to share it with, or share it with every team.", field="teams")
+    chosen = [] if is_global else sorted(teams, key=lambda team: team.slug)
+    before = (template.is_global, sorted(template.teams.values_list("slug", flat=True)))
+    after = (is_global, [team.slug for team in chosen])
+    if before == after:
+        return template
+    template.is_global = is_global
+    template.save(update_fields=["is_global"])
+    template.teams.set(chosen)
+    audience = "every team" if is_global else ", ".join(after[1])
+    audit_record(actor=user, action="template.shared", obj=template, data={"is_global": is_global, "teams": after[1]},
+                 message=f"{user.username} shared template {template.name} with {audience}")
+    return template
+
+
+PREVIEW_NAME = "wl-preview"
+
+
+@dataclass(frozen=True)
+class TemplatePreview:
+    """What a launch with the template's defaults would create in `team`'s namespace, and what the
+    API server said of it in a dry run (nothing stored): accepted, or its refusal in words."""
+
+    team: Team | None
+    objects: list[dict[str, Any]]
+    checked: bool  # a dry run answered for every object
+    refusal: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        return self.checked and not self.refusal
+
+
+def _preview_workload(*, kind: str, fields: dict[str, Any], flavors: list[Flavor], team: Team) -> Workload:
+    """The workload a member would launch with every default, unsaved: the launch's own builders
+    turn it into manifests, so the preview is what a launch creates."""
+    template = WorkloadTemplate(name="preview", kind=kind)
+    version = WorkloadTemplateVersion(template=template, number=0, **fields)
+    try:
+        values = validate_parameters(declared=version.parameters or [], given={})
+    except ParameterError as error:
+        raise DomainError(str(error), field="parameters") from None
+    workload = Workload(team=team, template_version=version, name="preview", parameters=values, flavor=flavors[0],
+                        units=version.default_units, workers=_workers(version, values), cpu=version.default_cpu,
+                        memory_gib=version.default_memory_gib, priority=version.default_priority)
+    workload.pk = 0
+    return workload
+
+
+def template_preview(*, user: User, kind: str, fields: dict[str, Any], flavors: list[Flavor], team: Team | None,
+                     template: WorkloadTemplate | None = None, owner_team: Team | None = None) -> TemplatePreview:
+    """Checks a template version as saving would, builds the objects a launch with its defaults
+    creates in `team`'s namespace, and asks the cluster to admit them with dryRun=All. The names
+    are `wl-preview` here; a launch names them after the workload's id."""
+    from dataclasses import replace
+
+    from portal.kube import KubeError, gateway
+
+    _require_template_scope(user, template=template, owner_team=owner_team)
+    if kind not in WorkloadKind.values:
+        raise DomainError(f"Kind must be one of {', '.join(WorkloadKind.values)}.", field="kind")
+    _check_version(fields, flavors, kind=kind)
+    if team is None:
+        return TemplatePreview(team=None, objects=[], checked=False)
+    spec = workload_spec(_preview_workload(kind=kind, fields=fields, flavors=flavors, team=team))
+    spec = replace(spec, workload_id=0, name=PREVIEW_NAME, notebook_token="preview" if spec.notebook_token else "")
+    objects = manifests.make_workload_objects(spec=spec)
+    cluster = gateway()
+    for obj in objects:
+        try:
+            cluster.dry_run(obj)
+        except KubeError as error:
+            why = str(error) if error.status else f"the cluster did not answer, so the objects are unchecked: {error}"
+            return TemplatePreview(team=team, objects=objects, checked=bool(error.status), refusal=why)
+    return TemplatePreview(team=team, objects=objects, checked=True)
+
+
+class DryRunRefused(DomainError):
+    """The cluster refused (or could not check) what the version would create: nothing was saved."""
+
+    def __init__(self, preview: TemplatePreview) -> None:
+        super().__init__(f"Not saved: the API server refused what a launch would create in {preview.team}'s namespace: "
+                         f"{preview.refusal}" if preview.checked else f"Not saved: {preview.refusal}")
+        self.preview = preview
+
+
+def template_publish(*, user: User, template: WorkloadTemplate | None, check_in: Team | None, flavors: list[Flavor],
+                     fields: dict[str, Any], kind: str = "", slug: str = "", name: str = "", description: str = "",
+                     owner_team: Team | None = None, is_global: bool = True,
+                     teams: list[Team] | None = None) -> tuple[WorkloadTemplate, TemplatePreview]:
+    """The editor's save: the dry run first, then a new template or a new version of `template`
+    (and, for admins, who it is shared with). A version the API server refuses is not saved: the
+    preview that comes back carries the refusal. Without a team to check in, nothing is dry-run."""
+    kind = template.kind if template else kind
+    preview = template_preview(user=user, kind=kind, fields=fields, flavors=flavors, team=check_in, template=template,
+                               owner_team=owner_team)
+    if preview.team is not None and not preview.accepted:
+        raise DryRunRefused(preview)
+    with transaction.atomic():
+        if template is None:
+            template = template_create(user=user, slug=slug, name=name, kind=kind, description=description,
+                                       owner_team=owner_team, flavors=flavors, **fields)
+        else:
+            template_revise(user=user, template=template, flavors=flavors, **fields)
+        if template.owner_team_id is None and user.has_perm("jobs.create_global_template"):
+            template_share(user=user, template=template, is_global=is_global, teams=teams or [])
+    return template, preview

@@ -1,10 +1,12 @@
 from django.urls import URLPattern, path
 
-from jobs import views
+from jobs import template_views, views
 
 app_name = "jobs"
 urlpatterns: list[URLPattern] = [
     path("templates/", views.template_list, name="template-list"),
+    path("templates/new/", template_views.template_create, name="template-create"),
+    path("templates/<int:pk>/edit/", template_views.template_edit, name="template-edit"),
     path("launch/", views.workload_launch, name="workload-launch"),
     path("launch/hint/", views.launch_hint, name="launch-hint"),
     path("workloads/", views.workload_list, name="workload-list"),

@@ -23,6 +23,7 @@ from jobs import access, pricing, selectors, services
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import Workload, WorkloadKind, WorkloadTemplate
+from jobs.template_forms import authorable_teams
 from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
 from tenants.models import Team
@@ -61,7 +62,8 @@ def template_list(request: HtmxHttpRequest) -> HttpResponse:
     templates = page(selectors.templates_for_user(user=request.user), request.GET.get("page"))
     rows = [(template, template.versions.all()[0]) for template in templates]
     template = "jobs/template_list.html#template-rows" if request.htmx else "jobs/template_list.html"
-    return render(request, template, {"templates": templates, "rows": rows})
+    may_author = request.user.has_perm("jobs.create_global_template") or authorable_teams(request.user).exists()
+    return render(request, template, {"templates": templates, "rows": rows, "may_author": may_author})
 
 
 # --- Launch -----------------------------------------------------------------------------------

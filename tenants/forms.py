@@ -119,3 +119,53 @@ class QuotaRequestForm(forms.Form):
     def add_domain_error(self, error: DomainError) -> None:
         """Shows a service's refusal next to the field it is about; line problems go above the lines."""
         self.add_error(error.field if error.field in self.fields else None, error.message)
+
+
+# --- The platform admin's pages: teams and the GPU catalog ----------------------------------------
+
+
+class TeamForm(forms.ModelForm):
+    """A team's name, cost center and sharing policy; the slug only when the team is new (it names
+    the namespace). Parsing only: tenants.services.team_create/team_update decide and audit."""
+
+    class Meta:
+        model = Team
+        fields = ["slug", "name", "cost_center", "description", *services.POLICY_FIELDS]
+        widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["slug"].disabled = True
+            self.fields["slug"].help_text = "The namespace's name; it cannot change."
+
+    def changes(self) -> dict[str, Any]:
+        return {name: self.cleaned_data[name] for name in (*services.TEAM_FIELDS, *services.POLICY_FIELDS)}
+
+
+class FlavorForm(forms.ModelForm):
+    """A flavor of the catalog, prefilled from a preset when one is chosen. The slug names the
+    Kueue ResourceFlavor, so it is set once."""
+
+    class Meta:
+        model = Flavor
+        fields = ["name", "slug", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
+                  "fraction_denominator", "capacity_units", "node_labels", "tolerations", "is_active"]
+        labels = {"fraction_numerator": "Fraction of a GPU: numerator", "fraction_denominator": "denominator",
+                  "capacity_units": "Capacity (units)"}
+        widgets = {"node_labels": forms.Textarea(attrs={"rows": 4}), "tolerations": forms.Textarea(attrs={"rows": 3})}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["slug"].disabled = True
+            self.fields["slug"].help_text = "The Kueue ResourceFlavor's name; it cannot change."
+        # A blank JSON box means "none", not "invalid".
+        self.fields["node_labels"].required = False
+        self.fields["tolerations"].required = False
+
+    def clean_node_labels(self) -> Any:
+        return self.cleaned_data.get("node_labels") or {}
+
+    def clean_tolerations(self) -> Any:
+        return self.cleaned_data.get("tolerations") or []

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from portal.models import User
 from portal.roles import sees_all_teams
-from tenants import manifests
+from tenants import catalog, manifests
 
 DNS_LABEL_HELP = (
     "Lowercase letters, digits and hyphens, starting and ending with a letter or digit, "
@@ -161,6 +161,7 @@ class Flavor(models.Model):
         MIG = "mig", "MIG slice"
         TIME_SLICED = "time-sliced", "Time-sliced"
         MPS = "mps", "MPS"
+        GPU_MEMORY = "gpu-memory", "Memory-sliced (per GiB)"
 
     name = models.CharField(max_length=60, unique=True, help_text="What people call it, e.g. “H100 80GB”.")
     slug = models.CharField(
@@ -209,7 +210,21 @@ class Flavor(models.Model):
     def fraction_display(self) -> str:
         return "1 GPU" if self.fraction == 1 else f"{self.fraction} GPU"
 
+    @property
+    def isolation(self) -> str:
+        """What a workload on this flavor shares with its neighbours, in the launch form's words."""
+        return catalog.ISOLATION.get(self.sharing_mode, "")
+
+    @property
+    def attribution(self) -> str:
+        """How telemetry and cost are attributed on this flavor."""
+        return catalog.ATTRIBUTION.get(self.sharing_mode, "")
+
     def clean(self) -> None:
+        name_part = self.resource_name.rpartition("/")[2]
+        if len(name_part.encode()) > 63:
+            raise ValidationError({"resource_name": f"The part after the “/” is {len(name_part.encode())} bytes long; "
+                                                    "Kubernetes allows at most 63."})
         if self.fraction > 1:
             raise ValidationError({"fraction_numerator": "One unit cannot be more than one physical GPU."})
         if not isinstance(self.node_labels, dict) or not all(

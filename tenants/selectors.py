@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,3 +215,44 @@ def flavor_capacity(*, flavor: Flavor, team: Team | None = None) -> FlavorCapaci
         guaranteed=flavor_guaranteed_totals().get(flavor.pk, 0),
         team_guaranteed=team_guarantees(team=team).get(flavor.pk, 0) if team else None,
     )
+
+
+# --- What deleting a team takes, and what it leaves --------------------------------------------
+
+# Apps to the right (jobs) say what of theirs goes with a team: sentences, for the confirmation.
+TeamContents = Callable[[Team], list[str]]
+_team_contents: list[TeamContents] = []
+
+
+def register_team_contents(provider: TeamContents) -> None:
+    if provider not in _team_contents:
+        _team_contents.append(provider)
+
+
+@dataclass(frozen=True)
+class TeamDeletion:
+    team: Team
+    cluster_objects: list[tuple[str, str]]  # (kind, name) of what the portal made for the team, namespace first
+    portal_records: list[str]  # sentences: what goes from the portal's database
+    stays: list[str]  # sentences: what outlives the team
+
+
+def team_deletion_picture(*, team: Team) -> TeamDeletion:
+    """What the confirmation of a team's deletion lists: the team's cluster objects as the reconcile
+    would make them (the namespace takes every workload in it along), the portal's records that go
+    with the team, and what stays."""
+    from tenants import desired, manifests
+
+    _, spec = desired.team_specs([team.pk])[team.pk]
+    objects = [(obj["kind"], obj["metadata"]["name"]) for obj in manifests.make_team_objects(team=spec)]
+    members = team.memberships.count()
+    grants = QuotaGrant.objects.active().filter(team=team).count()
+    records = [f"{members} membership{'s' if members != 1 else ''}",
+               f"{grants} active quota grant{'s' if grants != 1 else ''} (their units go back to the cluster)",
+               "its quota requests"]
+    for provider in _team_contents:
+        records.extend(provider(team))
+    stays = ["Usage history: every run's GPU-hours and cost, kept under the team's billing account",
+             "Monthly statements, closed or not yet closed, with their lines for this team",
+             "The audit trail, this deletion included"]
+    return TeamDeletion(team=team, cluster_objects=objects, portal_records=records, stays=stays)

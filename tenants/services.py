@@ -56,12 +56,18 @@ def _on_team_change(team_id: int) -> None:
 
 
 @transaction.atomic
-def team_create(*, actor: User, slug: str, name: str, cost_center: str = "", description: str = "") -> Team:
+def team_create(*, actor: User, slug: str, name: str, cost_center: str = "", description: str = "", **policy: Any) -> Team:
+    """A new team, with its sharing policy and backstops where given (the model's defaults otherwise)."""
     _require(actor.has_perm("tenants.manage_teams"))
-    team = Team(slug=slug.strip(), name=name.strip(), cost_center=cost_center.strip(), description=description.strip())
+    unknown = set(policy) - set(POLICY_FIELDS)
+    if unknown:
+        raise DomainError(f"These team fields cannot be set here: {', '.join(sorted(unknown))}.")
+    team = Team(slug=slug.strip(), name=name.strip(), cost_center=cost_center.strip(), description=description.strip(),
+                **policy)
     team.full_clean()
     team.save()
     audit_record(actor=actor, action="team.created", obj=team, team_id=team.pk,
+                 data={field: str(getattr(team, field)) for field in POLICY_FIELDS},
                  message=f"{actor.username} created team {team.slug} ({team.name})")
     _on_team_change(team.pk)
     return team
@@ -195,6 +201,10 @@ def membership_remove(*, actor: User, membership: Membership) -> None:
 
 # --- Flavors --------------------------------------------------------------------------------
 
+# What an update's audit event lists when it changes (capacity above all: it bounds every guarantee).
+FLAVOR_AUDITED = ("capacity_units", "name", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
+                  "fraction_denominator", "node_labels", "tolerations", "is_active")
+
 
 @transaction.atomic
 def flavor_save(*, actor: User, flavor: Flavor) -> Flavor:
@@ -217,10 +227,17 @@ def flavor_save(*, actor: User, flavor: Flavor) -> Flavor:
                 f"{flavor.capacity_units}. Lower their grants first.",
                 field="capacity_units",
             )
+        before = Flavor.objects.get(pk=flavor.pk)
+        changes = {name: (getattr(before, name), getattr(flavor, name)) for name in FLAVOR_AUDITED
+                   if getattr(before, name) != getattr(flavor, name)}
+    else:
+        changes = {}
     flavor.save()
+    described = "; ".join(f"{name} {old} → {new}" for name, (old, new) in changes.items())
     audit_record(actor=actor, action="flavor.created" if created else "flavor.updated", obj=flavor,
+                 data={name: [str(old), str(new)] for name, (old, new) in changes.items()},
                  message=f"{actor.username} {'added' if created else 'updated'} flavor {flavor.name} "
-                 f"({flavor.capacity_units} × {flavor.resource_name})")
+                 f"({flavor.capacity_units} × {flavor.resource_name}){': ' + described if described else ''}")
     from tenants import tasks
 
     # Every team's queue lists every flavor, so a flavor change reaches all of them.

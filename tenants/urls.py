@@ -1,6 +1,6 @@
 from django.urls import URLPattern, path
 
-from tenants import views
+from tenants import platform_views, views
 
 app_name = "tenants"
 urlpatterns: list[URLPattern] = [
@@ -23,4 +23,11 @@ urlpatterns: list[URLPattern] = [
     path("requests/<int:pk>/cancel/", views.quota_request_cancel, name="quota-request-cancel"),
     path("approvals/", views.approvals, name="approvals"),
     path("audit/", views.audit, name="audit"),
+    # The platform admin's pages: teams and the GPU catalog without the Django admin.
+    path("platform/teams/new/", platform_views.team_create, name="team-create"),
+    path("platform/teams/<slug:slug>/edit/", platform_views.team_edit, name="team-edit"),
+    path("platform/teams/<slug:slug>/delete/", platform_views.team_delete, name="team-delete"),
+    path("platform/catalog/", platform_views.flavor_list, name="flavor-list"),
+    path("platform/catalog/new/", platform_views.flavor_create, name="flavor-create"),
+    path("platform/catalog/<slug:slug>/", platform_views.flavor_edit, name="flavor-edit"),
 ]

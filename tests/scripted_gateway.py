@@ -42,6 +42,9 @@ class ScriptedGateway:
         self._write()
         return self.cluster.apply(obj, field_manager=field_manager, force=force)
 
+    def dry_run(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        return self.cluster.dry_run(obj, field_manager=field_manager)  # stores nothing: not a write
+
     def delete(self, ref: ObjectRef) -> None:
         self._write()
         self.cluster.delete(ref)

@@ -131,6 +131,11 @@ class Gateway(Protocol):
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
         """Server-side apply. Idempotent: the same object twice changes nothing the second time."""
 
+    def dry_run(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """Server-side apply with dryRun=All: the API server validates and admits the object (its
+        admission webhooks included) and stores nothing. Answers what would be stored; a refusal
+        is a KubeError saying why, in the API server's words."""
+
     def delete(self, ref: ObjectRef) -> None:
         """Deletes the object; one that is already gone counts as deleted."""
 

@@ -196,6 +196,15 @@ class KubernetesGateway:
         )
         return data
 
+    def dry_run(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        ref = ref_of(obj)
+        _, data = self._request(
+            "PATCH", ref.info.object_path(ref.name, ref.namespace),
+            query={"fieldManager": field_manager, "force": "true", "dryRun": "All"},
+            body=obj, content_type="application/apply-patch+yaml", ref=ref,
+        )
+        return data
+
     def delete(self, ref: ObjectRef) -> None:
         self._request(
             "DELETE", ref.info.object_path(ref.name, ref.namespace), query={"propagationPolicy": "Background"},

@@ -33,6 +33,7 @@ ENDPOINTS = {
     "/api/tokens/": {"get", "post"},
     "/api/templates/": {"get", "post"},
     "/api/templates/{id}/": {"get", "patch"},
+    "/api/templates/{id}/share/": {"post"},
     "/api/workloads/": {"get", "post"},
     "/api/workloads/{id}/": {"get"},
     "/api/workloads/{id}/stop/": {"post"},

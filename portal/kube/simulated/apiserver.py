@@ -106,6 +106,38 @@ def network_policy_check(ref: ObjectRef, body: dict[str, Any]) -> None:
                         raise _invalid(ref, f"{path}.except[{e}]", text, "must be a strict subset of `cidr`")
 
 
+# The resources a container may name without a domain; a name with one is a qualified name.
+STANDARD_CONTAINER_RESOURCES = {"cpu", "memory", "ephemeral-storage"}
+QUALIFIED_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _containers(body: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each container of a pod, or of a Job's, Deployment's or StatefulSet's pod template, with its path."""
+    spec = body.get("spec") or {}
+    pod, prefix = (spec, "spec") if body.get("kind") == "Pod" else ((spec.get("template") or {}).get("spec") or {},
+                                                                      "spec.template.spec")
+    for index, container in enumerate(pod.get("containers") or []):
+        yield f"{prefix}.containers[{index}]", container
+
+
+def _container_resources_check(ref: ObjectRef, path: str, container: dict[str, Any]) -> None:
+    """As the API server validates a container's resource names (limits first, then requests): a
+    name without a domain must be a standard resource, and one with a domain a qualified name."""
+    for section in ("limits", "requests"):
+        for name in (container.get("resources") or {}).get(section) or {}:
+            where = f"{path}.resources.{section}[{name}]"
+            if "/" not in name:
+                if name not in STANDARD_CONTAINER_RESOURCES and not name.startswith("hugepages-"):
+                    raise _invalid(ref, where, name, "must be a standard resource for containers")
+                continue
+            part = name.split("/", 1)[1]
+            if len(part) > 63:
+                raise _invalid(ref, where, name, "name part must be no more than 63 bytes")
+            if not QUALIFIED_NAME_PART.match(part):
+                raise _invalid(ref, where, name, "name part must consist of alphanumeric characters, '-', '_' or '.', "
+                               "and must start and end with an alphanumeric character")
+
+
 class ApiServer:
     def __init__(self, store: Store, *, watch_seed: str) -> None:
         self.store = store
@@ -169,9 +201,25 @@ class ApiServer:
                 body["metadata"]["namespace"] = ref.namespace
             if ref.kind == "NetworkPolicy":
                 network_policy_check(ref, body)
+            for path, container in _containers(body):
+                _container_resources_check(ref, path, container)
             stored = self.store.write(ref, self._defaults(body), row)
             controllers_reconcile(self.store)
         return copy.deepcopy(stored)
+
+    def dry_run(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """What apply would store, validated as the API server validates a new object, stored nowhere."""
+        ref = ref_of(obj)
+        self._validate(ref)
+        body = copy.deepcopy(obj)
+        body.setdefault("metadata", {})
+        if ref.info.namespaced:
+            body["metadata"]["namespace"] = ref.namespace
+        if ref.kind == "NetworkPolicy":
+            network_policy_check(ref, body)
+        for path, container in _containers(body):
+            _container_resources_check(ref, path, container)
+        return self._defaults(body)
 
     def delete(self, ref: ObjectRef) -> None:
         with transaction.atomic():

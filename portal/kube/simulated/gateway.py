@@ -42,6 +42,9 @@ class SimulatedGateway:
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
         return self.api.apply(obj, field_manager=field_manager, force=force)
 
+    def dry_run(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        return self.api.dry_run(obj)
+
     def delete(self, ref: ObjectRef) -> None:
         self.api.delete(ref)
 

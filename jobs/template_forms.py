@@ -1,0 +1,233 @@
+"""The template editor's form. It parses what an author typed into the settings a version holds
+(jobs.services.TEMPLATE_VERSION_FIELDS) and the parameter declarations of jobs/parameters.py;
+every rule about them is the services' (`_check_version`), so the page and the API agree.
+
+Parameters are repeated rows (name, type, default, min, max, choices) rather than a formset, as
+the quota request's lines are. The types offered are jobs.parameters.TYPES, so a new type
+appears here by itself; keys a declaration holds beyond those six (a new type's own settings)
+are kept from the current version when its row keeps its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django import forms
+from django.contrib.auth.models import AnonymousUser
+from django.db.models import QuerySet
+
+from jobs import parameters
+from jobs.models import Priority, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
+from portal.errors import DomainError
+from portal.models import User
+from tenants.models import Flavor, Membership, Team, user_team_roles
+
+ROW_KEYS = ("name", "type", "default", "min", "max", "choices")
+BLANK_ROWS = 2
+
+
+@dataclass(frozen=True)
+class ParameterRow:
+    """One parameter row as typed, so a refused form shows it again."""
+
+    index: int
+    name: str = ""
+    type: str = ""
+    default: str = ""
+    min: str = ""
+    max: str = ""
+    choices: str = ""
+
+    @property
+    def is_blank(self) -> bool:
+        return not self.name.strip()
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _number(text: str) -> Any:
+    """A bound as a number when it reads as one; otherwise the text, which check_declarations
+    refuses with a sentence naming the parameter."""
+    text = text.strip()
+    if not text:
+        return None
+    if parameters.WHOLE_NUMBER.fullmatch(text):
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _default(kind: str, text: str) -> Any:
+    text = text.strip()
+    if not text:
+        return None
+    if kind in ("int", "float"):
+        return _number(text)
+    if kind == "bool":
+        return text.lower() in {"true", "1", "yes", "on"}
+    return text
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def authorable_teams(user: User | AnonymousUser) -> QuerySet[Team]:
+    """The teams whose own templates the user may write: every team for a platform admin, the
+    teams they lead otherwise."""
+    if user.has_perm("jobs.create_global_template"):
+        return Team.objects.order_by("name")
+    led = [team_id for team_id, role in user_team_roles(user).items() if role == Membership.Role.LEAD]
+    return Team.objects.filter(pk__in=led).order_by("name")
+
+
+class TemplateEditorForm(forms.Form):
+    # What the template is (a new one only: a template's kind, slug and owner never change).
+    owner_team = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="slug", required=False,
+                                        empty_label="None: one of the portal's own templates",
+                                        label="Team template of")
+    slug = forms.CharField(max_length=40, required=False)
+    name = forms.CharField(max_length=80, required=False)
+    kind = forms.ChoiceField(choices=WorkloadKind.choices, required=False)
+    description = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False)
+    # Who sees one of the portal's own templates (platform admins).
+    is_global = forms.BooleanField(required=False, label="Every team may use it")
+    teams = forms.ModelMultipleChoiceField(queryset=Team.objects.order_by("name"), to_field_name="slug", required=False,
+                                           widget=forms.CheckboxSelectMultiple, label="Or only these teams")
+    # The version's settings.
+    image = forms.CharField(max_length=300)
+    command = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+                              help_text="One argument per line; no shell is put in front of them.")
+    args = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False,
+                           help_text="One argument per line; {name} puts a parameter's value in a whole argument.")
+    env = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), required=False,
+                          help_text="NAME=value, one per line; values may use {name} placeholders.")
+    flavors = forms.ModelMultipleChoiceField(queryset=Flavor.objects.filter(is_active=True).order_by("name"),
+                                             to_field_name="slug", widget=forms.CheckboxSelectMultiple,
+                                             error_messages={"required": "Choose at least one GPU flavor the template may use."})
+    default_units = forms.IntegerField(min_value=0)
+    max_units = forms.IntegerField(min_value=0)
+    default_cpu = forms.IntegerField(min_value=0)
+    max_cpu = forms.IntegerField(min_value=0)
+    default_memory_gib = forms.IntegerField(min_value=0, label="Default memory (GiB)")
+    max_memory_gib = forms.IntegerField(min_value=0, label="Max memory (GiB)")
+    default_priority = forms.ChoiceField(choices=Priority.choices)
+    allowed_priorities = forms.MultipleChoiceField(choices=Priority.choices, widget=forms.CheckboxSelectMultiple,
+                                                   label="Tiers members may use",
+                                                   error_messages={"required": "Allow members at least one tier."})
+    max_runtime_seconds = forms.IntegerField(min_value=0, label="Max run time (seconds)")
+    storage_gib = forms.IntegerField(min_value=0, label="Storage (GiB, notebooks; 0 for none)")
+    port = forms.IntegerField(min_value=0, label="Port (inference and notebooks; 0 for none)")
+    # The idle policy's place (templates/jobs/_template_idle_policy.html); today one setting.
+    idle_minutes = forms.IntegerField(min_value=0, label="Stop a notebook after this many idle minutes (0: never)")
+    # Where the preview's dry run asks the cluster.
+    check_in = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="slug", required=False,
+                                      label="Check in the namespace of", empty_label="No team: do not check")
+
+    LIMIT_FIELDS = ("default_units", "max_units", "default_cpu", "max_cpu", "default_memory_gib", "max_memory_gib",
+                    "max_runtime_seconds", "storage_gib", "port", "idle_minutes")
+
+    def __init__(self, data: Any = None, *, user: User | AnonymousUser, template: WorkloadTemplate | None = None) -> None:
+        self.template = template
+        self.version: WorkloadTemplateVersion | None = template.current if template else None
+        super().__init__(data, initial=self._initial())
+        self.is_admin = user.has_perm("jobs.create_global_template")
+        authorable = authorable_teams(user)
+        owner_field = self.fields["owner_team"]
+        assert isinstance(owner_field, forms.ModelChoiceField)
+        owner_field.queryset = authorable
+        if not self.is_admin and template is None:
+            owner_field.required = True
+            owner_field.empty_label = None
+        if template is None:
+            for name in ("slug", "name", "kind"):
+                self.fields[name].required = True
+        check_field = self.fields["check_in"]
+        assert isinstance(check_field, forms.ModelChoiceField)
+        check_field.queryset = self._check_teams(user, authorable)
+        self.parameter_rows = self._rows(data)
+
+    def _check_teams(self, user: User | AnonymousUser, authorable: QuerySet[Team]) -> QuerySet[Team]:
+        if self.template is not None and self.template.owner_team_id is not None:
+            return Team.objects.filter(pk=self.template.owner_team_id)
+        return Team.objects.for_user(user).order_by("name") if self.is_admin else authorable
+
+    def _initial(self) -> dict[str, Any]:
+        version = self.version
+        if version is None:
+            return {"is_global": True, "default_units": 1, "max_units": 8, "default_cpu": 4, "max_cpu": 32,
+                    "default_memory_gib": 16, "max_memory_gib": 256, "default_priority": Priority.NORMAL,
+                    "allowed_priorities": [Priority.LOW, Priority.NORMAL], "max_runtime_seconds": 24 * 3600,
+                    "storage_gib": 0, "port": 0, "idle_minutes": 0}
+        template = self.template
+        assert template is not None
+        initial = {field: getattr(version, field) for field in (*self.LIMIT_FIELDS, "image", "default_priority",
+                                                                 "allowed_priorities")}
+        initial.update(command="\n".join(version.command), args="\n".join(version.args),
+                       env="\n".join(f"{key}={value}" for key, value in version.env.items()),
+                       flavors=[flavor.slug for flavor in version.flavors.all()], is_global=template.is_global,
+                       teams=[team.slug for team in template.teams.all()])
+        return initial
+
+    def _rows(self, data: Any) -> list[ParameterRow]:
+        if data is not None:
+            typed = [data.getlist(f"param_{key}") for key in ROW_KEYS]
+            count = max(len(values) for values in typed)
+            rows = [ParameterRow(index, *(values[index] if index < len(values) else "" for values in typed))
+                    for index in range(count)]
+            return rows or [ParameterRow(0)]
+        declared = self.version.parameters if self.version else []
+        rows = [ParameterRow(index, *(_text(spec.get(key)) if key != "choices" else ", ".join(map(str, spec.get(key) or []))
+                                      for key in ROW_KEYS)) for index, spec in enumerate(declared)]
+        return rows + [ParameterRow(len(rows) + n) for n in range(BLANK_ROWS)]
+
+    def declarations(self) -> list[dict[str, Any]]:
+        """The parameter rows as jobs/parameters.py declarations, blank rows left out."""
+        kept = {spec.get("name"): spec for spec in (self.version.parameters if self.version else [])}
+        declared = []
+        for row in self.parameter_rows:
+            if row.is_blank:
+                continue
+            name, kind = row.name.strip(), row.type.strip()
+            spec: dict[str, Any] = {key: value for key, value in kept.get(name, {}).items() if key not in ROW_KEYS}
+            spec.update(name=name, type=kind)
+            default = _default(kind, row.default)
+            if default is not None:
+                spec["default"] = default
+            for key in ("min", "max"):
+                bound = _number(getattr(row, key))
+                if bound is not None:
+                    spec[key] = bound
+            choices = [choice.strip() for choice in row.choices.split(",") if choice.strip()]
+            if choices:
+                spec["choices"] = choices
+            declared.append(spec)
+        return declared
+
+    def version_fields(self) -> dict[str, Any]:
+        """The settings of the version to save, as jobs.services.template_create/template_revise take them."""
+        data = self.cleaned_data
+        env: dict[str, str] = {}
+        for line in _lines(data["env"]):
+            name, equals, value = line.partition("=")
+            if not equals or not name.strip():
+                raise DomainError(f"“{line}” is not NAME=value.", field="env")
+            env[name.strip()] = value.strip()
+        fields = {field: data[field] for field in self.LIMIT_FIELDS}
+        fields.update(image=data["image"].strip(), command=_lines(data["command"]), args=_lines(data["args"]), env=env,
+                      default_priority=data["default_priority"], allowed_priorities=list(data["allowed_priorities"]),
+                      parameters=self.declarations())
+        return fields
+
+    @property
+    def parameter_types(self) -> tuple[str, ...]:
+        return parameters.TYPES

@@ -1,0 +1,151 @@
+"""The GPU catalog's presets and what each sharing mode means. Pure data: no Django.
+
+A preset fills the flavor form with what a common kind of GPU capacity looks like in a cluster:
+the extended resource its device plugin advertises, the fraction of a physical GPU one unit is,
+and the node labels and taints that NVIDIA's GPU Feature Discovery (or AMD's and Intel's
+labellers, or the GPU-share scheduler) put on the nodes that carry it. The admin still reviews
+every field: product names and replica counts differ from cluster to cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+EXCLUSIVE, MIG, TIME_SLICED, MPS, GPU_MEMORY = "exclusive", "mig", "time-sliced", "mps", "gpu-memory"
+
+# What the launch form tells a data scientist about the isolation they get on a flavor.
+ISOLATION: Mapping[str, str] = {
+    EXCLUSIVE: "Whole GPUs of your own: nothing else runs on them.",
+    MIG: "Hardware-isolated: a MIG slice has its own memory and compute, so a neighbour on the same GPU can neither "
+         "slow it down nor read its memory.",
+    TIME_SLICED: "Time-sliced: takes turns on a GPU with other workloads, with no memory isolation: a neighbour can use "
+                 "up the card's memory and slows yours down.",
+    MPS: "MPS: runs beside other workloads on one GPU at the same time, with limited isolation: memory and compute are "
+         "capped per workload, but a crash in one can take down the others.",
+    GPU_MEMORY: "Memory-sliced: a share of the card's memory, counted in GiB; compute is shared with the other workloads "
+                "on the card, without isolation.",
+}
+
+# How usage and telemetry are attributed to a workload on each kind of flavor.
+ATTRIBUTION: Mapping[str, str] = {
+    EXCLUSIVE: "Each GPU's metrics belong to the one pod using it; cost is GPU-hours × 1.",
+    MIG: "DCGM reports each MIG instance on its own, so metrics belong to the pod holding the slice; cost is the "
+         "slice's fraction of a GPU-hour.",
+    TIME_SLICED: "DCGM sees the whole GPU, not the workloads taking turns on it: utilisation is shared among its pods "
+                 "in proportion to their units; cost is each unit's fraction of a GPU-hour.",
+    MPS: "DCGM sees the whole GPU: utilisation is shared among its MPS clients in proportion to their units; cost is "
+         "each unit's fraction of a GPU-hour.",
+    GPU_MEMORY: "DCGM sees the whole GPU: utilisation is shared among its pods in proportion to the GiB each holds; "
+                "cost is priced per GiB of the card (one unit is one GiB's share of a GPU-hour).",
+}
+
+NVIDIA_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+AMD_TAINT = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+INTEL_TAINT = {"key": "gpu.intel.com/i915", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class FlavorPreset:
+    key: str
+    label: str
+    name: str
+    slug: str
+    resource_name: str
+    sharing_mode: str
+    gpu_model: str
+    fraction: Fraction
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    note: str = ""
+
+    def form_initial(self) -> dict[str, Any]:
+        """The flavor form's fields as this preset fills them."""
+        return {
+            "name": self.name, "slug": self.slug, "resource_name": self.resource_name, "sharing_mode": self.sharing_mode,
+            "gpu_model": self.gpu_model, "fraction_numerator": self.fraction.numerator,
+            "fraction_denominator": self.fraction.denominator, "node_labels": dict(self.node_labels),
+            "tolerations": [dict(t) for t in self.tolerations],
+        }
+
+
+def _gfd(product: str, **extra: str) -> dict[str, str]:
+    """The labels GPU Feature Discovery writes on an NVIDIA node, for the ResourceFlavor to select."""
+    return {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": product, **extra}
+
+
+def _mig(profile: str, slices: int) -> FlavorPreset:
+    return FlavorPreset(
+        key=f"nvidia-mig-{profile}", label=f"NVIDIA MIG {profile} (A100/H100 80GB, {slices}/7 of a GPU)",
+        name=f"A100 80GB MIG {profile}", slug=f"a100-mig-{profile.replace('.', '-')}",
+        resource_name=f"nvidia.com/mig-{profile}", sharing_mode=MIG, gpu_model="NVIDIA A100-SXM4-80GB",
+        fraction=Fraction(slices, 7),
+        node_labels=_gfd("NVIDIA-A100-SXM4-80GB", **{"nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed"}),
+        tolerations=(NVIDIA_TAINT,),
+        note="GFD's mixed MIG strategy: each profile is its own resource. On H100 80GB the same profiles exist; change "
+             "the product label.",
+    )
+
+
+def _shared(mode: str, label: str, replicas: int) -> FlavorPreset:
+    strategy = "time-slicing" if mode == TIME_SLICED else "mps"
+    return FlavorPreset(
+        key=f"nvidia-{strategy}", label=label, name=f"A10 {'shared' if mode == TIME_SLICED else 'MPS'}",
+        slug=f"a10-{'shared' if mode == TIME_SLICED else 'mps'}", resource_name="nvidia.com/gpu.shared", sharing_mode=mode,
+        gpu_model="NVIDIA A10", fraction=Fraction(1, replicas),
+        node_labels=_gfd("NVIDIA-A10-SHARED", **{"nvidia.com/gpu.replicas": str(replicas),
+                                                 "nvidia.com/gpu.sharing-strategy": strategy}),
+        tolerations=(NVIDIA_TAINT,),
+        note=f"The device plugin's {strategy} config with renameByDefault: {replicas} replicas per GPU, each one unit.",
+    )
+
+
+def _gpu_memory(card: str, gib: int, product: str) -> FlavorPreset:
+    return FlavorPreset(
+        key=f"aliyun-gpu-mem-{card.lower()}", label=f"Memory-sliced {card} {gib} GiB (aliyun.com/gpu-mem, per GiB)",
+        name=f"{card} GPU memory", slug=f"{card.lower()}-gpu-mem", resource_name="aliyun.com/gpu-mem",
+        sharing_mode=GPU_MEMORY, gpu_model=f"NVIDIA {card} {gib}GB", fraction=Fraction(1, gib),
+        node_labels={"gpushare": "true", "nvidia.com/gpu.product": product}, tolerations=(NVIDIA_TAINT,),
+        note="The GPU-share scheduler extender: one unit is one GiB of the card's memory.",
+    )
+
+
+PRESETS: tuple[FlavorPreset, ...] = (
+    FlavorPreset(
+        key="nvidia-h100", label="NVIDIA H100 80GB, whole GPUs (nvidia.com/gpu)", name="H100 80GB", slug="h100-80gb",
+        resource_name="nvidia.com/gpu", sharing_mode=EXCLUSIVE, gpu_model="NVIDIA H100 80GB HBM3", fraction=Fraction(1),
+        node_labels=_gfd("NVIDIA-H100-80GB-HBM3"), tolerations=(NVIDIA_TAINT,),
+    ),
+    FlavorPreset(
+        key="nvidia-a100", label="NVIDIA A100 80GB, whole GPUs (nvidia.com/gpu)", name="A100 80GB", slug="a100-80gb",
+        resource_name="nvidia.com/gpu", sharing_mode=EXCLUSIVE, gpu_model="NVIDIA A100-SXM4-80GB", fraction=Fraction(1),
+        node_labels=_gfd("NVIDIA-A100-SXM4-80GB"), tolerations=(NVIDIA_TAINT,),
+    ),
+    FlavorPreset(
+        key="amd-mi300x", label="AMD Instinct MI300X, whole GPUs (amd.com/gpu)", name="MI300X", slug="mi300x",
+        resource_name="amd.com/gpu", sharing_mode=EXCLUSIVE, gpu_model="AMD Instinct MI300X", fraction=Fraction(1),
+        node_labels={"amd.com/gpu.family": "AI", "amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"},
+        tolerations=(AMD_TAINT,), note="Labels from AMD's GPU node labeller.",
+    ),
+    FlavorPreset(
+        key="intel-max-1550", label="Intel Data Center GPU Max 1550, whole GPUs (gpu.intel.com/i915)",
+        name="Intel Max 1550", slug="intel-max-1550", resource_name="gpu.intel.com/i915", sharing_mode=EXCLUSIVE,
+        gpu_model="Intel Data Center GPU Max 1550", fraction=Fraction(1),
+        node_labels={"intel.feature.node.kubernetes.io/gpu": "true", "gpu.intel.com/family": "Max_Series"},
+        tolerations=(INTEL_TAINT,), note="Labels from Node Feature Discovery's Intel GPU rules.",
+    ),
+    _mig("1g.10gb", 1),
+    _mig("1g.20gb", 1),
+    _mig("2g.20gb", 2),
+    _mig("3g.40gb", 3),
+    _mig("4g.40gb", 4),
+    _mig("7g.80gb", 7),
+    _shared(TIME_SLICED, "NVIDIA time-sliced, 4 replicas per GPU (nvidia.com/gpu.shared)", 4),
+    _shared(MPS, "NVIDIA MPS, 4 replicas per GPU (nvidia.com/gpu.shared)", 4),
+    _gpu_memory("T4", 16, "Tesla-T4"),
+    _gpu_memory("A10", 24, "NVIDIA-A10"),
+)
+
+PRESETS_BY_KEY: Mapping[str, FlavorPreset] = {preset.key: preset for preset in PRESETS}
