@@ -45,9 +45,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from django.db.models import Model, QuerySet, Sum
+from django.db.models import Model, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 
-from billing.models import CapacityHour, GuaranteeHour, IdlePolicy, LentHour, UsageHour
+from billing.models import CapacityHour, FlavorHour, GuaranteeHour, IdlePolicy, LentHour, MeteringState, UsageHour
 
 AccountFlavor = tuple[int, int]
 LentKey = tuple[dt.datetime, int, int]  # hour, account id, flavor id
@@ -138,8 +139,16 @@ def capacity(*, start: dt.datetime, end: dt.datetime) -> dict[int, int]:
 
 
 def _used_by_hour(start: dt.datetime, end: dt.datetime) -> dict[tuple[dt.datetime, int], int]:
-    rows = _hours(UsageHour, start, end).values("hour", "flavor_id").annotate(total=Sum("unit_seconds"))
-    return {(row["hour"], row["flavor_id"]): row["total"] for row in rows}
+    """All teams' use of each flavor in each hour: FlavorHour for the complete hours and the
+    UsageHour rows of the hours after them, in one statement (one snapshot)."""
+    through = Subquery(MeteringState.objects.order_by("pk").values("months_through")[:1])
+    complete = _hours(FlavorHour, start, end).values("hour", "flavor_id").annotate(total=Sum("unit_seconds")).order_by()
+    still_open = (_hours(UsageHour, start, end).filter(hour__gte=Coalesce(through, Value(start)))
+                  .values("hour", "flavor_id").annotate(total=Sum("unit_seconds")).order_by())
+    used: dict[tuple[dt.datetime, int], int] = defaultdict(int)
+    for row in complete.union(still_open, all=True):
+        used[(row["hour"], row["flavor_id"])] += row["total"]
+    return used
 
 
 def _unallocated_by_hour(start: dt.datetime, end: dt.datetime) -> dict[tuple[dt.datetime, int], int]:
