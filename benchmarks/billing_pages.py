@@ -5,9 +5,10 @@ this one up to the open hour (the overview compares the two): every team uses tw
 (`--flavors-per-team`) every hour, its hours split among three people, one hour in seven
 borrowed: up to 3 million rows, made by one INSERT … SELECT over generate_series, with each
 flavor's capacity per hour. The state is what metering leaves: metered up to now, the hours
-before this one complete and summed into the monthly level (`metering.months_rebuild`). Each page is then fetched through Django's test
-Client, as a finance user and as a team lead, and timed; the number of queries of each request
-is counted, and must be the same for a team with one hour of rows as for one with a month.
+before this one complete and summed into the monthly level (`metering.months_rebuild`). Each
+page is then fetched through Django's test Client, as a finance user and as a team lead, and
+timed; the number of queries of each request is counted, and must be the same for a team with
+one hour of rows as for one with a month.
 
     scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py [--teams 1000] [--flavors-per-team 2] [--requests 30]
 """

@@ -57,8 +57,7 @@ from django.db.models.functions import TruncMonth
 from django.utils import timezone
 
 from billing.ledger import LentKey, lent_rows
-from billing.models import (Account, CapacityHour, FlavorHour, GuaranteeHour, LentHour, MeteringState, Rate, UsageHour,
-                            UsageMonth)
+from billing.models import Account, CapacityHour, FlavorHour, GuaranteeHour, LentHour, MeteringState, Rate, UsageHour, UsageMonth
 from billing.periods import billing_zone, hour_floor, hour_starts, local_date, month_bounds, next_hour
 from jobs.models import RunInterval, RunIntervalSwitch
 from tenants.models import Flavor, QuotaGrant, Team
@@ -448,19 +447,19 @@ def _store_usage(window: Window, rows: dict[UsageKey, int]) -> dict[UsageKey, in
     returns the rows as they were."""
     existing = {tuple(values[:-2]): (values[-2], values[-1]) for values in _hourly(UsageHour.objects.filter(
         hour__gte=window.start, hour__lt=window.end), (*_USAGE_FIELDS, "id", "unit_seconds"), window)}
-    before = {key: value for key, (_, value) in existing.items()}  # type: ignore[misc]
+    before = {key: value for key, (_, value) in existing.items()}
     stale = [pk for key, (pk, _) in existing.items() if key not in rows]
     changed = {key: value for key, value in rows.items() if existing.get(key, (None, None))[1] != value}
     for chunk in _chunks(stale):
         UsageHour.objects.filter(pk__in=chunk).delete()
     if not changed:
-        return before  # type: ignore[return-value]
+        return before
     if _upserts():
         _pg_update_by_id(UsageHour, [(existing[key][0], value) for key, value in changed.items() if key in existing],
                          ("unit_seconds", "bigint"))
         _pg_upsert(UsageHour, _USAGE_COLUMNS, [(*key, value) for key, value in changed.items() if key not in existing],
                    update=["unit_seconds"])
-        return before  # type: ignore[return-value]
+        return before
     objects = [UsageHour(**dict(zip(_USAGE_FIELDS, key, strict=True)), unit_seconds=value)
                for key, value in changed.items()]
     updates, creates = [], []
@@ -472,7 +471,7 @@ def _store_usage(window: Window, rows: dict[UsageKey, int]) -> dict[UsageKey, in
             creates.append(obj)
     UsageHour.objects.bulk_update(updates, ["unit_seconds"], batch_size=500)
     UsageHour.objects.bulk_create(creates, batch_size=500)
-    return before  # type: ignore[return-value]
+    return before
 
 
 MonthKey = tuple[dt.datetime, int, int, bool, int | None, int, int]  # month, account, flavor, borrowed, rate, fraction
@@ -762,12 +761,12 @@ def _complete_hours_differences(window: Window, *, names: dict[int, str], flavor
         if ours != theirs:
             month, account_id, flavor_id, borrowed, rate_id, numerator, denominator = key
             differences.append(
-                f"{month:%Y-%m} {names.get(account_id, account_id)} {flavors.get(flavor_id, flavor_id)} "  # type: ignore[call-overload]
+                f"{month:%Y-%m} {names.get(account_id, account_id)} {flavors.get(flavor_id, flavor_id)} "
                 f"{'borrowed' if borrowed else 'guaranteed'} {'rate #' + str(rate_id) if rate_id else 'no rate'} "
                 f"{numerator}/{denominator}: the monthly rollup holds {theirs} unit-seconds, the hourly rows add up to {ours}.")
     end = window.end if through is None else min(window.end, through)
-    stored_f = dict(((hour, flavor_id), value) for hour, flavor_id, value in FlavorHour.objects.filter(
-        hour__gte=window.start, hour__lt=window.end).values_list("hour", "flavor_id", "unit_seconds"))
+    stored_f = {(hour, flavor_id): value for hour, flavor_id, value in FlavorHour.objects.filter(
+        hour__gte=window.start, hour__lt=window.end).values_list("hour", "flavor_id", "unit_seconds")}
     computed_f = _flavor_hour_sums(start=window.start, end=end) if through is not None else {}
     for hour, flavor_id in sorted(set(computed_f) | set(stored_f)):
         ours, theirs = computed_f.get((hour, flavor_id), 0), stored_f.get((hour, flavor_id), 0)
