@@ -139,9 +139,16 @@ def timed(client: Any, url: str, requests: int) -> dict[str, Any]:
         import pstats
 
         profiler = cProfile.Profile()
-        profiler.runcall(client.get, url)
+        with CaptureQueriesContext(connection) as profiled:
+            profiler.runcall(client.get, url)
         print(f"--- profile of {url}", file=sys.stderr)
-        pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+        with connection.cursor() as cursor:
+            for query in profiled.captured_queries:
+                if float(query["time"]) > 0.005 and query["sql"].startswith("SELECT"):
+                    cursor.execute("EXPLAIN ANALYZE " + query["sql"])
+                    print(query["time"], query["sql"][:300], *[line for (line,) in cursor.fetchall()],
+                          sep="\n", file=sys.stderr)
     times.sort()
     p95 = times[max(0, int(round(0.95 * len(times))) - 1)]
     return {"url": url, "first_request_ms": round(first_ms, 1), "first_request_queries": len(first_queries),

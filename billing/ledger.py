@@ -45,8 +45,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from django.db.models import Model, QuerySet, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import BigIntegerField, Case, F, Model, OuterRef, QuerySet, Subquery, Sum, Value, When
+from django.db.models.functions import Coalesce, Greatest
 
 from billing.models import CapacityHour, FlavorHour, GuaranteeHour, IdlePolicy, LentHour, MeteringState, UsageHour
 
@@ -159,11 +159,20 @@ def _unallocated_by_hour(start: dt.datetime, end: dt.datetime) -> dict[tuple[dt.
 
 def unallocated(*, start: dt.datetime, end: dt.datetime) -> dict[int, int]:
     """Unit-seconds of capacity nobody used, per flavor id (every flavor with capacity, 0 included),
-    before any is shared; `idle_shares` says how much of it the teams take on."""
-    totals: dict[int, int] = defaultdict(int)
-    for (_, flavor_id), value in _unallocated_by_hour(start, end).items():
-        totals[flavor_id] += value
-    return dict(totals)
+    before any is shared; `idle_shares` says how much of it the teams take on.
+
+    One grouped query summed by the database: each capacity row less that hour's use, never below
+    zero, the use read from FlavorHour for a complete hour and from the hourly rows after
+    `months_through` (the CASE keeps the database from summing team rows of complete hours)."""
+    through = Subquery(MeteringState.objects.order_by("pk").values("months_through")[:1])
+    complete = FlavorHour.objects.filter(hour=OuterRef("hour"), flavor_id=OuterRef("flavor_id")).values("unit_seconds")[:1]
+    still_open = (UsageHour.objects.filter(hour=OuterRef("hour"), flavor_id=OuterRef("flavor_id"))
+                  .values("flavor_id").annotate(total=Sum("unit_seconds")).values("total")[:1])
+    used = Case(When(hour__gte=Coalesce(through, Value(start)), then=Coalesce(Subquery(still_open), Value(0))),
+                default=Coalesce(Subquery(complete), Value(0)), output_field=BigIntegerField())
+    rows = (_hours(CapacityHour, start, end).annotate(idle=Greatest(F("unit_seconds") - used, Value(0)))
+            .values("flavor_id").annotate(total=Sum("idle")).order_by())
+    return {row["flavor_id"]: int(row["total"]) for row in rows}
 
 
 def shared_flavors() -> set[int]:

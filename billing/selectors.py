@@ -622,14 +622,32 @@ def _all_accounts_month(*, start: dt.datetime, end: dt.datetime) -> tuple[dict[t
     """Every account's local month [start, end) by flavor and rate: the monthly rollup of the
     complete hours plus the UsageHour rows of the hours after them (the open hour), in one
     statement, so it reads about accounts × flavors rows rather than a month of hourly ones, and
-    a refresh committing meanwhile cannot count an hour twice or not at all."""
-    fields = ("account_id", *_line_key_fields())
+    a refresh committing meanwhile cannot count an hour twice or not at all. Unit-seconds are
+    summed as integers per fraction first, so each line costs one exact multiplication."""
+    fields = ("account_id", "flavor_id", "rate_id", "fraction_numerator", "fraction_denominator")
     complete = (UsageMonth.objects.filter(month=start).values(*fields)
-                .annotate(unit_seconds=Sum("unit_seconds")).order_by())
+                .annotate(total=Sum("unit_seconds")).values_list(*fields, "total").order_by())
     through = Subquery(MeteringState.objects.order_by("pk").values("months_through")[:1])
     still_open = (UsageHour.objects.filter(hour__gte=start, hour__lt=end).filter(hour__gte=Coalesce(through, Value(start)))
-                  .values(*fields).annotate(unit_seconds=Sum("unit_seconds")).order_by())
-    return _tallied(complete.union(still_open, all=True), ("account_id", "flavor_id", "rate_id"))
+                  .values(*fields).annotate(total=Sum("unit_seconds")).values_list(*fields, "total").order_by())
+    sums: dict[tuple[int, int, int | None, int, int], int] = defaultdict(int)
+    for account_id, flavor_id, rate_id, numerator, denominator, total in complete.union(still_open, all=True):
+        sums[(account_id, flavor_id, rate_id, numerator, denominator)] += total
+    prices = {pk: (Fraction(price) / SECONDS_PER_HOUR, currency) for pk, price, currency in Rate.objects.filter(
+        pk__in={key[2] for key in sums if key[2] is not None}).values_list("pk", "price_per_gpu_hour", "currency")}
+    tallies: dict[tuple, Tally] = {}
+    currencies: set[str] = set()
+    for (account_id, flavor_id, rate_id, numerator, denominator), total in sums.items():
+        gpu_seconds = Fraction(total * numerator, denominator)
+        tally = tallies.get((account_id, flavor_id, rate_id))
+        if tally is None:
+            tally = tallies[(account_id, flavor_id, rate_id)] = Tally()
+        tally.gpu_seconds += gpu_seconds
+        if rate_id is not None:  # hours metered while the flavor had no price cost nothing
+            per_gpu_second, currency = prices[rate_id]
+            currencies.add(currency)
+            tally.cost += gpu_seconds * per_gpu_second
+    return tallies, currencies
 
 
 def _idle_shared(*, start: dt.datetime, end: dt.datetime) -> dict[int, Fraction]:
