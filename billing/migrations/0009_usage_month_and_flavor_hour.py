@@ -64,7 +64,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 'ordering': ['month', 'account', 'flavor', 'borrowed'],
-                'constraints': [models.UniqueConstraint(fields=('month', 'account', 'flavor', 'borrowed', 'rate', 'fraction_numerator', 'fraction_denominator'), name='one_usage_month_row_per_key', nulls_distinct=False), models.CheckConstraint(condition=models.Q(('unit_seconds__gte', 0)), name='usage_month_unit_seconds_not_negative')],
+                'constraints': [models.UniqueConstraint(fields=('month', 'account', 'flavor', 'borrowed', 'rate', 'fraction_numerator', 'fraction_denominator'), name='one_usage_month_row_per_key', nulls_distinct=False)],
             },
         ),
         migrations.RunPython(create, drop),

@@ -115,8 +115,10 @@ class UsageMonth(models.Model):
             models.UniqueConstraint(
                 fields=["month", "account", "flavor", "borrowed", "rate", "fraction_numerator", "fraction_denominator"],
                 name="one_usage_month_row_per_key", nulls_distinct=False),
-            models.CheckConstraint(condition=models.Q(unit_seconds__gte=0), name="usage_month_unit_seconds_not_negative"),
         ]
+        # No CHECK on unit_seconds: metering adds differences with INSERT … ON CONFLICT DO UPDATE,
+        # and PostgreSQL checks the row it would insert (a negative difference) before it finds the
+        # conflict. recompute catches a wrong sum, negative or not.
 
     def __str__(self) -> str:
         return f"{self.month:%Y-%m} {self.account} {self.flavor}: {self.unit_seconds} unit-s"

@@ -49,25 +49,24 @@ def play_a_month_end_with_late_and_closed_intervals() -> None:
     assert months() == {("2026-10", "vision", False): 2 * 1800 + 2 * 3600}
     assert flavor_hours() == {at("2026-10-31 22:00"): 2 * 1800, at("2026-10-31 23:00"): 2 * 3600}
 
-    # Seen late: Speech ran 1 GPU on Oct 15, 10:00-11:00; Vision's pod ended at 00:10, before the watermark.
+    # Seen late: Speech ran 1 GPU on Oct 15, 10:00-11:00; Vision's pod ended at 23:30, in an hour complete already.
     make_interval(make_workload(team=speech, owner=alice, flavor=h100), at("2026-10-15 10:00"), at("2026-10-15 11:00"))
-    running.ended_at = at("2026-11-01 00:10")
+    running.ended_at = at("2026-10-31 23:30")
     running.save(update_fields=["ended_at"])
     borrowing = make_interval(make_workload(team=speech, owner=alice, flavor=h100, on_borrowed=True),
                               at("2026-11-01 00:30"))
     metering.rollups_refresh(until=at("2026-11-01 00:40"))
-    assert months() == {("2026-10", "vision", False): 10_800, ("2026-10", "speech", False): 3600}
+    assert months() == {("2026-10", "vision", False): 2 * 1800 + 2 * 1800, ("2026-10", "speech", False): 3600}
     assert flavor_hours()[at("2026-10-15 10:00")] == 3600
 
     borrowing.ended_at = at("2026-11-01 01:30")
     borrowing.save(update_fields=["ended_at"])
     speech.delete()  # its account and hours stay
     metering.rollups_refresh(until=at("2026-11-01 02:05"))  # November's 00:00 and 01:00 complete
-    assert months() == {("2026-10", "vision", False): 10_800, ("2026-10", "speech", False): 3600,
-                        ("2026-11", "vision", False): 2 * 600, ("2026-11", "speech", True): 3600}
+    assert months() == {("2026-10", "vision", False): 7200, ("2026-10", "speech", False): 3600,
+                        ("2026-11", "speech", True): 3600}
     assert flavor_hours() == {at("2026-10-15 10:00"): 3600, at("2026-10-31 22:00"): 3600,
-                              at("2026-10-31 23:00"): 7200, at("2026-11-01 00:00"): 1200 + 1800,
-                              at("2026-11-01 01:00"): 1800}
+                              at("2026-10-31 23:00"): 3600, at("2026-11-01 00:00"): 1800, at("2026-11-01 01:00"): 1800}
     # (from Oct 31: capacity is recorded from the first refresh on, so Oct 15 has none to check against)
     assert metering.recompute(start=at("2026-10-31 00:00"), end=at("2026-12-01 00:00")) == []
 
