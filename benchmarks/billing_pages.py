@@ -1,12 +1,14 @@
 """The team usage page and the finance overview over a month of rollups, on PostgreSQL.
 
-1,000 teams (each with its billing account), 5 flavors and two whole months of hourly rollups
-(this month and the last, which the overview compares against): every team uses two of the
-flavors (`--flavors-per-team`) every hour of both months, its hours split among three people,
-one hour in seven borrowed: 3 million rows. The rows are made
-by one INSERT … SELECT over generate_series. Each page is then fetched through Django's test
-Client, as a finance user and as a team lead, and timed; the number of queries of each request
-is counted, and must be the same for a team with one hour of rows as for one with a month.
+1,000 teams (each with its billing account), 5 flavors and hourly rollups for last month and
+this one up to the open hour (the overview compares the two): every team uses two of the flavors
+(`--flavors-per-team`) every hour, its hours split among three people, one hour in seven
+borrowed: up to 3 million rows, made by one INSERT … SELECT over generate_series, with each
+flavor's capacity per hour. The state is what metering leaves: metered up to now, the hours
+before this one complete and summed into the monthly level (`metering.months_rebuild`). Each
+page is then fetched through Django's test Client, as a finance user and as a team lead, and
+timed; the number of queries of each request is counted, and must be the same for a team with
+one hour of rows as for one with a month.
 
     scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py [--teams 1000] [--flavors-per-team 2] [--requests 30]
 """
@@ -52,10 +54,13 @@ def main() -> None:
     print(json.dumps(run(args.teams, args.flavors_per_team, args.requests), indent=2))
 
 
-def seed(teams: int, flavors_per_team: int, previous_start: dt.datetime, month_end: dt.datetime) -> dict[str, Any]:
+def seed(teams: int, flavors_per_team: int, previous_start: dt.datetime, month_end: dt.datetime,
+         now: dt.datetime) -> dict[str, Any]:
     from django.db import connection
 
-    from billing.models import Account, Rate
+    from billing import metering
+    from billing.models import Account, MeteringState, Rate, UsageMonth
+    from billing.periods import hour_floor
     from portal.models import User
     from tenants.models import Flavor, Membership, Team
 
@@ -95,10 +100,20 @@ def seed(teams: int, flavors_per_team: int, previous_start: dt.datetime, month_e
             GROUP BY hour, account_id, flavor_id
         """)
         lent_rows = cursor.rowcount
-        cursor.execute("ANALYZE billing_usagehour")
-        cursor.execute("ANALYZE billing_lenthour")
+        cursor.execute("""
+            INSERT INTO billing_capacityhour (hour, flavor_id, fraction_numerator, fraction_denominator, unit_seconds)
+            SELECT h, f.id, f.fraction_numerator, f.fraction_denominator, 3600 * f.capacity_units
+            FROM generate_series(%s::timestamptz, %s::timestamptz - interval '1 hour', interval '1 hour') AS h
+            CROSS JOIN tenants_flavor f
+        """, [previous_start, month_end])
+        # Metered up to now, as the beat task leaves it: the hours before this one are complete and
+        # summed into the monthly level, this hour is open.
+        MeteringState.objects.create(metered_until=now, months_through=hour_floor(now), refreshed_at=now)
+        metering.months_rebuild(through=hour_floor(now))
+        for table in ("usagehour", "lenthour", "capacityhour", "usagemonth", "flavorhour"):
+            cursor.execute(f"ANALYZE billing_{table}")
     return {"lead": lead, "finance": finance, "team": made[0], "rows": rows, "lent_rows": lent_rows,
-            "seed_seconds": round(time.perf_counter() - started, 1)}
+            "usage_month_rows": UsageMonth.objects.count(), "seed_seconds": round(time.perf_counter() - started, 1)}
 
 
 def timed(client: Any, url: str, requests: int) -> dict[str, Any]:
@@ -119,6 +134,21 @@ def timed(client: Any, url: str, requests: int) -> dict[str, Any]:
             times.append((time.perf_counter() - started) * 1000)
         assert response.status_code == 200, (url, response.status_code)
         queries.add(len(captured))
+    if os.environ.get("BENCH_PROFILE"):
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        with CaptureQueriesContext(connection) as profiled:
+            profiler.runcall(client.get, url)
+        print(f"--- profile of {url}", file=sys.stderr)
+        pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+        with connection.cursor() as cursor:
+            for query in profiled.captured_queries:
+                if float(query["time"]) > 0.005 and query["sql"].startswith("SELECT"):
+                    cursor.execute("EXPLAIN ANALYZE " + query["sql"])
+                    print(query["time"], query["sql"][:300], *[line for (line,) in cursor.fetchall()],
+                          sep="\n", file=sys.stderr)
     times.sort()
     p95 = times[max(0, int(round(0.95 * len(times))) - 1)]
     return {"url": url, "first_request_ms": round(first_ms, 1), "first_request_queries": len(first_queries),
@@ -140,11 +170,13 @@ def run(teams: int, flavors_per_team: int, requests: int) -> dict[str, Any]:
     previous = periods.month_start(month - dt.timedelta(days=1))
     _, month_end = periods.month_bounds(month)
     previous_start, _ = periods.month_bounds(previous)
-    seeded = seed(teams, flavors_per_team, previous_start, month_end)
+    now = dt.datetime.now(dt.UTC)
+    # This month's rows run up to the open hour (the rollups never go past now).
+    seeded = seed(teams, flavors_per_team, previous_start, min(month_end, periods.next_hour(periods.hour_floor(now))), now)
     result: dict[str, Any] = {
         "commit": os.popen(f"git -C {ROOT} describe --always --dirty").read().strip(),
         "teams": teams, "flavors": len(FLAVORS), "flavors_per_team": flavors_per_team, "usage_rows": seeded["rows"],
-        "lent_rows": seeded["lent_rows"],
+        "lent_rows": seeded["lent_rows"], "usage_month_rows": seeded["usage_month_rows"],
         "seed_seconds": seeded["seed_seconds"],
         "months": [f"{previous:%Y-%m}", f"{month:%Y-%m}"], "target_p95_ms": TARGET_MS,
     }

@@ -45,9 +45,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from django.db.models import Model, QuerySet, Sum
+from django.db.models import BigIntegerField, Case, F, Model, OuterRef, QuerySet, Subquery, Sum, Value, When
+from django.db.models.functions import Coalesce, Greatest
 
-from billing.models import CapacityHour, GuaranteeHour, IdlePolicy, LentHour, UsageHour
+from billing.models import CapacityHour, FlavorHour, GuaranteeHour, IdlePolicy, LentHour, MeteringState, UsageHour
 
 AccountFlavor = tuple[int, int]
 LentKey = tuple[dt.datetime, int, int]  # hour, account id, flavor id
@@ -138,8 +139,16 @@ def capacity(*, start: dt.datetime, end: dt.datetime) -> dict[int, int]:
 
 
 def _used_by_hour(start: dt.datetime, end: dt.datetime) -> dict[tuple[dt.datetime, int], int]:
-    rows = _hours(UsageHour, start, end).values("hour", "flavor_id").annotate(total=Sum("unit_seconds"))
-    return {(row["hour"], row["flavor_id"]): row["total"] for row in rows}
+    """All teams' use of each flavor in each hour: FlavorHour for the complete hours and the
+    UsageHour rows of the hours after them, in one statement (one snapshot)."""
+    through = Subquery(MeteringState.objects.order_by("pk").values("months_through")[:1])
+    complete = _hours(FlavorHour, start, end).values("hour", "flavor_id").annotate(total=Sum("unit_seconds")).order_by()
+    still_open = (_hours(UsageHour, start, end).filter(hour__gte=Coalesce(through, Value(start)))
+                  .values("hour", "flavor_id").annotate(total=Sum("unit_seconds")).order_by())
+    used: dict[tuple[dt.datetime, int], int] = defaultdict(int)
+    for row in complete.union(still_open, all=True):
+        used[(row["hour"], row["flavor_id"])] += row["total"]
+    return used
 
 
 def _unallocated_by_hour(start: dt.datetime, end: dt.datetime) -> dict[tuple[dt.datetime, int], int]:
@@ -150,11 +159,20 @@ def _unallocated_by_hour(start: dt.datetime, end: dt.datetime) -> dict[tuple[dt.
 
 def unallocated(*, start: dt.datetime, end: dt.datetime) -> dict[int, int]:
     """Unit-seconds of capacity nobody used, per flavor id (every flavor with capacity, 0 included),
-    before any is shared; `idle_shares` says how much of it the teams take on."""
-    totals: dict[int, int] = defaultdict(int)
-    for (_, flavor_id), value in _unallocated_by_hour(start, end).items():
-        totals[flavor_id] += value
-    return dict(totals)
+    before any is shared; `idle_shares` says how much of it the teams take on.
+
+    One grouped query summed by the database: each capacity row less that hour's use, never below
+    zero, the use read from FlavorHour for a complete hour and from the hourly rows after
+    `months_through` (the CASE keeps the database from summing team rows of complete hours)."""
+    through = Subquery(MeteringState.objects.order_by("pk").values("months_through")[:1])
+    complete = FlavorHour.objects.filter(hour=OuterRef("hour"), flavor_id=OuterRef("flavor_id")).values("unit_seconds")[:1]
+    still_open = (UsageHour.objects.filter(hour=OuterRef("hour"), flavor_id=OuterRef("flavor_id"))
+                  .values("flavor_id").annotate(total=Sum("unit_seconds")).values("total")[:1])
+    used = Case(When(hour__gte=Coalesce(through, Value(start)), then=Coalesce(Subquery(still_open), Value(0))),
+                default=Coalesce(Subquery(complete), Value(0)), output_field=BigIntegerField())
+    rows = (_hours(CapacityHour, start, end).annotate(idle=Greatest(F("unit_seconds") - used, Value(0)))
+            .values("flavor_id").annotate(total=Sum("idle")).order_by())
+    return {row["flavor_id"]: int(row["total"]) for row in rows}
 
 
 def shared_flavors() -> set[int]:

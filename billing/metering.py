@@ -26,6 +26,14 @@ Capacity and guarantees are recorded as time passes
     watermark across (the open hour up to `until`) and kept afterwards. Rows of an account
     whose team is deleted are never rewritten.
 
+The monthly level and each flavor's hourly use (UsageMonth, FlavorHour)
+    hold exactly the hourly rows of the complete hours: those before `MeteringState.months_through`,
+    the hour holding the watermark. A refresh folds into them what it changed in complete hours
+    (the difference between the rows it read and the rows it wrote: late intervals) and the hours
+    its watermark crossed, so the open hour, rewritten every minute, never touches them; readers
+    add the open hours' UsageHour rows in the same statement. A state without `months_through`
+    (rows made before this level existed) is filled from the hourly rows once.
+
 Lent hours follow the usage
     Every hour a refresh recomputes gets its LentHour rows again from that hour's usage and the
     stored guarantees, by `billing.ledger.lent_rows` (the one rule), so the ledger reads who lent
@@ -44,12 +52,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, F, Func, Model, Q, QuerySet
+from django.db.models import BigIntegerField, F, Func, Model, Q, QuerySet, Sum
+from django.db.models.functions import TruncMonth
 from django.utils import timezone
 
 from billing.ledger import LentKey, lent_rows
-from billing.models import Account, CapacityHour, GuaranteeHour, LentHour, MeteringState, Rate, UsageHour
-from billing.periods import hour_floor, hour_starts, next_hour
+from billing.models import Account, CapacityHour, FlavorHour, GuaranteeHour, LentHour, MeteringState, Rate, UsageHour, UsageMonth
+from billing.periods import billing_zone, hour_floor, hour_starts, local_date, month_bounds, next_hour
 from jobs.models import RunInterval, RunIntervalSwitch
 from tenants.models import Flavor, QuotaGrant, Team
 
@@ -197,6 +206,18 @@ def _instants(queryset: QuerySet[Any], fields: tuple[str, ...], instants: tuple[
     return _seconds_of(queryset.values_list(*fields), tuple(fields.index(name) for name in instants))
 
 
+def _hourly(queryset: QuerySet[Any], fields: tuple[str, ...], window: Window) -> Iterator[tuple[Any, ...]]:
+    """values_list of the fields of rollup rows of the window's hours, "hour" among them given as the
+    window's own hour instants: the database sends epoch seconds, so the thousands of rows a
+    refresh reads back cost no datetime parsing."""
+    hours = {_epoch(hour): hour for hour in window.hours()}
+    position = fields.index("hour")
+    for row in _instants(queryset, fields, ("hour",)):
+        found = list(row)
+        found[position] = hours.get(row[position]) or dt.datetime.fromtimestamp(row[position], dt.UTC)
+        yield tuple(found)
+
+
 def usage_rows(window: Window, *, until: dt.datetime, rates: dict[int, list[tuple[dt.datetime, int]]] | None = None,
                accounts: _Accounts | None = None) -> dict[UsageKey, int]:
     """From scratch: the UsageHour rows of the window's hours, open intervals counted up to `until`."""
@@ -329,11 +350,16 @@ def rollups_refresh(*, until: dt.datetime | None = None) -> int:
         rates, accounts = _rates(), _Accounts()
         hours = 0
         lending: list[tuple[Window, list[LentUsage]]] = []
+        sealed, sealing = state.months_through, hour_floor(until)
         for window in windows:
             usage = usage_rows(window, until=until, rates=rates, accounts=accounts)
-            _store_usage(window, usage)
+            stored = _store_usage(window, usage)
+            if sealed is not None:
+                _fold_complete_hours(window, stored=stored, usage=usage, sealed=sealed, sealing=sealing)
             lending.append((window, _lent_usage(usage)))
             hours += len(window.hours())
+        if sealed is None:
+            months_rebuild(through=sealing)
         # Usage is written first: a concurrent refresh waits on its upsert until this one commits.
         recorded = Window(hour_floor(previous), until)
         _store_capacity(recorded, capacity_rows(recorded, until=until))
@@ -341,7 +367,7 @@ def rollups_refresh(*, until: dt.datetime | None = None) -> int:
         for window, lent_usage in lending:
             _store_lent(window, _lent_of(window, lent_usage))
         _mark_metered(pending, until)
-        MeteringState.objects.filter(pk=state.pk).update(metered_until=until, refreshed_at=now)
+        MeteringState.objects.filter(pk=state.pk).update(metered_until=until, months_through=sealing, refreshed_at=now)
     return hours
 
 
@@ -380,10 +406,11 @@ _LENT_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavor_id"
 
 
 def _pg_upsert(model: type[Model], columns: tuple[tuple[str, str], ...],
-               rows: list[tuple[object, ...]], *, update: list[str]) -> None:
+               rows: list[tuple[object, ...]], *, update: list[str], add: bool = False) -> None:
     """One INSERT … SELECT … ON CONFLICT DO UPDATE for all rows: thousands of rows a minute cost one
     statement, not thousands of model instances. The rows travel as one JSON text (instants as
-    epoch seconds) that PostgreSQL unpacks itself, cheaper for the client than binding each value."""
+    epoch seconds) that PostgreSQL unpacks itself, cheaper for the client than binding each value.
+    With `add`, a row found gets the values added to its own instead of replaced."""
     if not rows:
         return
     names = [name for name, _ in columns]
@@ -396,7 +423,8 @@ def _pg_upsert(model: type[Model], columns: tuple[tuple[str, str], ...],
     sql = (f"INSERT INTO {table} ({', '.join(names)}) "
            f"SELECT {selected} FROM jsonb_array_elements(%s::jsonb) AS r "
            f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
-           + ", ".join(f"{name} = EXCLUDED.{name}" for name in update))
+           + ", ".join(f"{name} = {table}.{name} + EXCLUDED.{name}" if add else f"{name} = EXCLUDED.{name}"
+                       for name in update))
     with connection.cursor() as cursor:
         cursor.execute(sql, [payload])
 
@@ -414,22 +442,24 @@ def _pg_update_by_id(model: type[Model], rows: list[tuple[object, ...]],
                        f"WHERE {table}.id = (r->>0)::bigint", [json.dumps(rows)])
 
 
-def _store_usage(window: Window, rows: dict[UsageKey, int]) -> None:
-    """Makes the stored UsageHour rows of the window's hours equal `rows`, writing only differences."""
-    existing = {tuple(values[:-2]): (values[-2], values[-1]) for values in UsageHour.objects.filter(
-        hour__gte=window.start, hour__lt=window.end).values_list(*_USAGE_FIELDS, "id", "unit_seconds")}
+def _store_usage(window: Window, rows: dict[UsageKey, int]) -> dict[UsageKey, int]:
+    """Makes the stored UsageHour rows of the window's hours equal `rows`, writing only differences;
+    returns the rows as they were."""
+    existing = {tuple(values[:-2]): (values[-2], values[-1]) for values in _hourly(UsageHour.objects.filter(
+        hour__gte=window.start, hour__lt=window.end), (*_USAGE_FIELDS, "id", "unit_seconds"), window)}
+    before = {key: value for key, (_, value) in existing.items()}
     stale = [pk for key, (pk, _) in existing.items() if key not in rows]
     changed = {key: value for key, value in rows.items() if existing.get(key, (None, None))[1] != value}
     for chunk in _chunks(stale):
         UsageHour.objects.filter(pk__in=chunk).delete()
     if not changed:
-        return
+        return before
     if _upserts():
         _pg_update_by_id(UsageHour, [(existing[key][0], value) for key, value in changed.items() if key in existing],
                          ("unit_seconds", "bigint"))
         _pg_upsert(UsageHour, _USAGE_COLUMNS, [(*key, value) for key, value in changed.items() if key not in existing],
                    update=["unit_seconds"])
-        return
+        return before
     objects = [UsageHour(**dict(zip(_USAGE_FIELDS, key, strict=True)), unit_seconds=value)
                for key, value in changed.items()]
     updates, creates = [], []
@@ -441,6 +471,118 @@ def _store_usage(window: Window, rows: dict[UsageKey, int]) -> None:
             creates.append(obj)
     UsageHour.objects.bulk_update(updates, ["unit_seconds"], batch_size=500)
     UsageHour.objects.bulk_create(creates, batch_size=500)
+    return before
+
+
+MonthKey = tuple[dt.datetime, int, int, bool, int | None, int, int]  # month, account, flavor, borrowed, rate, fraction
+_MONTH_FIELDS = ("month", "account_id", "flavor_id", "borrowed", "rate_id", "fraction_numerator", "fraction_denominator")
+_MONTH_COLUMNS = (("month", "timestamptz"), ("account_id", "bigint"), ("flavor_id", "bigint"), ("borrowed", "boolean"),
+                  ("rate_id", "bigint"), ("fraction_numerator", "integer"), ("fraction_denominator", "integer"),
+                  ("unit_seconds", "bigint"))
+
+
+class _MonthOf(dict[dt.datetime, dt.datetime]):
+    """hour → the instant its local month begins, worked out once per hour."""
+
+    def __missing__(self, hour: dt.datetime) -> dt.datetime:
+        self[hour] = month_bounds(local_date(hour))[0]
+        return self[hour]
+
+
+def _month_key(key: UsageKey, month_of: _MonthOf) -> MonthKey:
+    hour, account_id, flavor_id, _, borrowed, rate_id, numerator, denominator = key
+    return (month_of[hour], account_id, flavor_id, borrowed, rate_id, numerator, denominator)
+
+
+def _fold_complete_hours(window: Window, *, stored: dict[UsageKey, int], usage: dict[UsageKey, int],
+                         sealed: dt.datetime, sealing: dt.datetime) -> None:
+    """Keeps UsageMonth and FlavorHour equal to the hourly rows before `sealing` (the new
+    months_through), given that they held those before `sealed` (the old one) and that the window's
+    hourly rows went from `stored` to `usage`: an hour already complete adds its change, an hour
+    completing now adds all of it, the open hour nothing."""
+    if window.start >= sealing:
+        return  # only the open hour: the common minute
+    month_of = _MonthOf()
+    deltas: dict[MonthKey, int] = defaultdict(int)
+    for key, value in usage.items():
+        if key[0] < sealing:
+            deltas[_month_key(key, month_of)] += value
+    for key, value in stored.items():
+        if key[0] < sealed:
+            deltas[_month_key(key, month_of)] -= value
+    _add_to_months({key: value for key, value in deltas.items() if value})
+    used: dict[tuple[dt.datetime, int], int] = defaultdict(int)
+    for key, value in usage.items():
+        if key[0] < sealing:
+            used[(key[0], key[2])] += value
+    end = min(window.end, sealing)
+    FlavorHour.objects.filter(hour__gte=window.start, hour__lt=end).delete()
+    FlavorHour.objects.bulk_create([FlavorHour(hour=hour, flavor_id=flavor_id, unit_seconds=value)
+                                    for (hour, flavor_id), value in used.items() if value], batch_size=500)
+
+
+def _add_to_months(deltas: dict[MonthKey, int]) -> None:
+    """Adds each difference to its UsageMonth row (made at need); rows that reach zero go."""
+    if not deltas:
+        return
+    months = {key[0] for key in deltas}
+    if _upserts():
+        table = connection.ops.quote_name(UsageMonth._meta.db_table)
+        _pg_upsert(UsageMonth, _MONTH_COLUMNS, [(*key, value) for key, value in deltas.items()],
+                   update=["unit_seconds"], add=True)
+        with connection.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {table} WHERE unit_seconds = 0 AND month = ANY(%s)", [sorted(months)])
+        return
+    existing = {tuple(values[:-2]): (values[-2], values[-1]) for values in UsageMonth.objects.filter(
+        month__in=months).values_list(*_MONTH_FIELDS, "id", "unit_seconds")}
+    gone, updates, creates = [], [], []
+    for key, delta in deltas.items():
+        pk, value = existing.get(key, (None, 0))
+        total = value + delta
+        if pk is not None and total == 0:
+            gone.append(pk)
+        elif pk is not None:
+            updates.append(UsageMonth(pk=pk, unit_seconds=total))
+        else:
+            creates.append(UsageMonth(**dict(zip(_MONTH_FIELDS, key, strict=True)), unit_seconds=total))
+    UsageMonth.objects.filter(pk__in=gone).delete()
+    UsageMonth.objects.bulk_update(updates, ["unit_seconds"], batch_size=500)
+    UsageMonth.objects.bulk_create(creates, batch_size=500)
+
+
+def _month_sums(*, start: dt.datetime, end: dt.datetime, through: dt.datetime) -> dict[MonthKey, int]:
+    """From scratch: the UsageMonth rows of the local months beginning in [start, end), from the
+    hourly rows before `through` (one grouped query)."""
+    rows = (UsageHour.objects.filter(hour__gte=start, hour__lt=min(end, through))
+            .annotate(month=TruncMonth("hour", tzinfo=billing_zone()))
+            .values(*_MONTH_FIELDS).annotate(total=Sum("unit_seconds")).order_by())
+    sums: dict[MonthKey, int] = defaultdict(int)
+    for row in rows:
+        # The same instant periods.month_bounds gives, whichever offset the database answered in.
+        sums[(month_bounds(local_date(row["month"]))[0], *(row[name] for name in _MONTH_FIELDS[1:]))] += row["total"]
+    return {key: value for key, value in sums.items() if value}
+
+
+def _flavor_hour_sums(*, start: dt.datetime, end: dt.datetime) -> dict[tuple[dt.datetime, int], int]:
+    rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end).values("hour", "flavor_id").annotate(
+        total=Sum("unit_seconds")).order_by()
+    return {(row["hour"], row["flavor_id"]): row["total"] for row in rows if row["total"]}
+
+
+def months_rebuild(*, through: dt.datetime) -> None:
+    """Makes UsageMonth and FlavorHour from the hourly rows before `through`, from scratch: when
+    metering first runs with this level (rows made before it existed), and for a benchmark that
+    writes hourly rows itself."""
+    UsageMonth.objects.all().delete()
+    FlavorHour.objects.all().delete()
+    first = UsageHour.objects.order_by("hour").values_list("hour", flat=True).first()
+    if first is None:
+        return
+    months = _month_sums(start=first, end=through, through=through)
+    UsageMonth.objects.bulk_create([UsageMonth(**dict(zip(_MONTH_FIELDS, key, strict=True)), unit_seconds=value)
+                                    for key, value in months.items()], batch_size=2000)
+    FlavorHour.objects.bulk_create([FlavorHour(hour=hour, flavor_id=flavor_id, unit_seconds=value) for (hour, flavor_id), value
+                                    in _flavor_hour_sums(start=first, end=through).items()], batch_size=2000)
 
 
 def _store_capacity(window: Window, rows: dict[tuple[dt.datetime, int], tuple[int, int, int]]) -> None:
@@ -464,8 +606,8 @@ def _store_guarantees(window: Window, rows: dict[GuaranteeKey, tuple[int, bool]]
     which keep what was recorded while the team existed."""
     gone = set(Account.objects.filter(team_deleted_at__isnull=False).values_list("id", flat=True))
     existing = {(hour, account_id, flavor_id): (pk, (value, lends)) for pk, hour, account_id, flavor_id, value, lends in
-                GuaranteeHour.objects.filter(hour__gte=window.start, hour__lt=window.end).values_list(
-                    "id", "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle")}
+                _hourly(GuaranteeHour.objects.filter(hour__gte=window.start, hour__lt=window.end),
+                        ("id", "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle"), window)}
     stale = [pk for key, (pk, _) in existing.items() if key not in rows and key[1] not in gone]
     for chunk in _chunks(stale):
         GuaranteeHour.objects.filter(pk__in=chunk).delete()
@@ -505,17 +647,17 @@ def _lent_of(window: Window, usage: list[LentUsage]) -> dict[LentKey, int]:
     flavors = {flavor_id for _, _, flavor_id, borrowed, _ in usage if borrowed}
     if not flavors:
         return {}
-    guarantees = GuaranteeHour.objects.filter(hour__gte=window.start, hour__lt=window.end, flavor_id__in=flavors,
-                                              lends_idle=True).values_list(
-        "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle")
+    guarantees = _hourly(GuaranteeHour.objects.filter(hour__gte=window.start, hour__lt=window.end, flavor_id__in=flavors,
+                                                      lends_idle=True),
+                         ("hour", "account_id", "flavor_id", "unit_seconds", "lends_idle"), window)
     return lent_rows(usage=usage, guarantees=guarantees)
 
 
 def _store_lent(window: Window, rows: dict[LentKey, int]) -> None:
     """Makes the window's LentHour rows equal `rows`, writing only differences."""
     existing = {(hour, account_id, flavor_id): (pk, value) for pk, hour, account_id, flavor_id, value in
-                LentHour.objects.filter(hour__gte=window.start, hour__lt=window.end).values_list(
-                    "id", "hour", "account_id", "flavor_id", "unit_seconds")}
+                _hourly(LentHour.objects.filter(hour__gte=window.start, hour__lt=window.end),
+                        ("id", "hour", "account_id", "flavor_id", "unit_seconds"), window)}
     stale = [pk for key, (pk, _) in existing.items() if key not in rows]
     for chunk in _chunks(stale):
         LentHour.objects.filter(pk__in=chunk).delete()
@@ -597,9 +739,40 @@ def recompute(*, start: dt.datetime, end: dt.datetime) -> list[str]:
         if ours_g != theirs_g:
             differences.append(f"{key[0]:%Y-%m-%d %H:%M} {names.get(key[1], key[1])} {flavors.get(key[2], key[2])}: "
                                f"the guarantee rollup holds {theirs_g} unit-seconds, the grants give {ours_g}.")
+    differences += _complete_hours_differences(window, names=names, flavors=flavors)
     active = set(Flavor.objects.filter(is_active=True).values_list("id", flat=True))
     for hour, flavor_id in sorted({(key[0], key[2]) for key in stored if key[2] in active} - capacity):
         differences.append(f"{hour:%Y-%m-%d %H:%M} {flavors.get(flavor_id, flavor_id)}: usage without a capacity row.")
+    return differences
+
+
+def _complete_hours_differences(window: Window, *, names: dict[int, str], flavors: dict[int, str]) -> list[str]:
+    """UsageMonth of every month the window touches, and FlavorHour of the window's hours, against
+    sums of the hourly rows of the complete hours (before `months_through`)."""
+    through = MeteringState.objects.order_by("pk").values_list("months_through", flat=True).first()
+    first, _ = month_bounds(local_date(window.start))
+    _, last = month_bounds(local_date(window.end - dt.timedelta(seconds=1)))
+    differences: list[str] = []
+    stored_m = {tuple(values[:-1]): values[-1] for values in UsageMonth.objects.filter(
+        month__gte=first, month__lt=last).values_list(*_MONTH_FIELDS, "unit_seconds")}
+    computed_m = _month_sums(start=first, end=last, through=through) if through is not None else {}
+    for key in sorted(set(computed_m) | set(stored_m), key=_sort_key):
+        ours, theirs = computed_m.get(key, 0), stored_m.get(key, 0)
+        if ours != theirs:
+            month, account_id, flavor_id, borrowed, rate_id, numerator, denominator = key
+            differences.append(
+                f"{month:%Y-%m} {names.get(account_id, account_id)} {flavors.get(flavor_id, flavor_id)} "
+                f"{'borrowed' if borrowed else 'guaranteed'} {'rate #' + str(rate_id) if rate_id else 'no rate'} "
+                f"{numerator}/{denominator}: the monthly rollup holds {theirs} unit-seconds, the hourly rows add up to {ours}.")
+    end = window.end if through is None else min(window.end, through)
+    stored_f = {(hour, flavor_id): value for hour, flavor_id, value in FlavorHour.objects.filter(
+        hour__gte=window.start, hour__lt=window.end).values_list("hour", "flavor_id", "unit_seconds")}
+    computed_f = _flavor_hour_sums(start=window.start, end=end) if through is not None else {}
+    for hour, flavor_id in sorted(set(computed_f) | set(stored_f)):
+        ours, theirs = computed_f.get((hour, flavor_id), 0), stored_f.get((hour, flavor_id), 0)
+        if ours != theirs:
+            differences.append(f"{hour:%Y-%m-%d %H:%M} {flavors.get(flavor_id, flavor_id)}: the flavor's hourly use holds "
+                               f"{theirs} unit-seconds, the teams' rows add up to {ours}.")
     return differences
 
 

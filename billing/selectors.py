@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -18,12 +19,12 @@ from typing import Any, cast
 
 from django.contrib.auth.models import AnonymousUser
 from django.core.cache import cache
-from django.db.models import Count, F, FloatField, Func, Max, Q, QuerySet, Sum, Value
+from django.db.models import Count, F, FloatField, Func, Max, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDate
 from django.utils import timezone
 
 from billing import ledger, metering, money, periods
-from billing.models import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, Rate, UsageHour
+from billing.models import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, Rate, UsageHour, UsageMonth
 from billing.money import SECONDS_PER_HOUR, round_money, round_places
 from jobs.models import RunInterval, Workload
 from portal.errors import DomainError
@@ -247,7 +248,12 @@ def _grouped(*, start: dt.datetime, end: dt.datetime, keys: tuple[str, ...], acc
         rows = rows.filter(owner_username=owner)
     if "day" in keys:
         rows = rows.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
-    grouped = rows.values(*keys, *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by()
+    return _tallied(rows.values(*keys, *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by(), keys)
+
+
+def _tallied(grouped: Iterable[dict[str, Any]], keys: tuple[str, ...]) -> tuple[dict[tuple, Tally], set[str]]:
+    """Exact tallies per key of grouped rollup rows (several rows of one key add up), and the
+    currencies of their rates."""
     tallies: dict[tuple, Tally] = defaultdict(Tally)
     currencies: set[str] = set()
     for row in grouped:
@@ -612,26 +618,50 @@ def _rollups_version() -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
-def _all_accounts_month(*, start: dt.datetime, end: dt.datetime, version: str) -> tuple[dict[tuple, Tally], set[str]]:
-    """Every account's month by flavor and rate: the one read that scans a month of every team's
-    rollups, so it is kept in the cache until the rollups change (see `_rollups_version`)."""
-    key = f"billing:all-accounts:{start:%Y%m%d%H%M}:{end:%Y%m%d%H%M}:{version}"
-    found = cache.get_or_set(key, lambda: _grouped(start=start, end=end, keys=("account_id", "flavor_id", "rate_id")),
-                             OVERVIEW_CACHE_SECONDS)
-    return cast(tuple[dict[tuple, Tally], set[str]], found)
+def _all_accounts_month(*, start: dt.datetime, end: dt.datetime) -> tuple[dict[tuple, Tally], set[str]]:
+    """Every account's local month [start, end) by flavor and rate: the monthly rollup of the
+    complete hours plus the UsageHour rows of the hours after them (the open hour), in one
+    statement, so it reads about accounts × flavors rows rather than a month of hourly ones, and
+    a refresh committing meanwhile cannot count an hour twice or not at all. Unit-seconds are
+    summed as integers per fraction first, so each line costs one exact multiplication."""
+    fields = ("account_id", "flavor_id", "rate_id", "fraction_numerator", "fraction_denominator")
+    complete = (UsageMonth.objects.filter(month=start).values(*fields)
+                .annotate(total=Sum("unit_seconds")).values_list(*fields, "total").order_by())
+    through = Subquery(MeteringState.objects.order_by("pk").values("months_through")[:1])
+    still_open = (UsageHour.objects.filter(hour__gte=start, hour__lt=end).filter(hour__gte=Coalesce(through, Value(start)))
+                  .values(*fields).annotate(total=Sum("unit_seconds")).values_list(*fields, "total").order_by())
+    sums: dict[tuple[int, int, int | None, int, int], int] = defaultdict(int)
+    for account_id, flavor_id, rate_id, numerator, denominator, total in complete.union(still_open, all=True):
+        sums[(account_id, flavor_id, rate_id, numerator, denominator)] += total
+    prices = {pk: (Fraction(price) / SECONDS_PER_HOUR, currency) for pk, price, currency in Rate.objects.filter(
+        pk__in={key[2] for key in sums if key[2] is not None}).values_list("pk", "price_per_gpu_hour", "currency")}
+    tallies: dict[tuple, Tally] = {}
+    currencies: set[str] = set()
+    for (account_id, flavor_id, rate_id, numerator, denominator), total in sums.items():
+        gpu_seconds = Fraction(total * numerator, denominator)
+        tally = tallies.get((account_id, flavor_id, rate_id))
+        if tally is None:
+            tally = tallies[(account_id, flavor_id, rate_id)] = Tally()
+        tally.gpu_seconds += gpu_seconds
+        if rate_id is not None:  # hours metered while the flavor had no price cost nothing
+            per_gpu_second, currency = prices[rate_id]
+            currencies.add(currency)
+            tally.cost += gpu_seconds * per_gpu_second
+    return tallies, currencies
 
 
-def _unallocated(*, start: dt.datetime, end: dt.datetime, version: str) -> tuple[dict[int, int], dict[int, Fraction]]:
-    """billing.ledger's unallocated unit-seconds per flavor and the part shared to teams, cached as above."""
-    def compute() -> tuple[dict[int, int], dict[int, Fraction]]:
+def _idle_shared(*, start: dt.datetime, end: dt.datetime) -> dict[int, Fraction]:
+    """The part of each flavor's unallocated capacity shared to teams by guarantee. It weighs every
+    team's guarantee in every hour, so it is kept in the cache until the rollups change (see
+    `_rollups_version`); only a flavor whose idle policy says share needs it."""
+    def compute() -> dict[int, Fraction]:
         shared: dict[int, Fraction] = defaultdict(Fraction)
         for (_, flavor_id), share in ledger.idle_shares(start=start, end=end).items():
             shared[flavor_id] += share
-        return ledger.unallocated(start=start, end=end), dict(shared)
+        return dict(shared)
 
-    found = cache.get_or_set(f"billing:unallocated:{start:%Y%m%d%H%M}:{end:%Y%m%d%H%M}:{version}", compute,
-                             OVERVIEW_CACHE_SECONDS)
-    return cast(tuple[dict[int, int], dict[int, Fraction]], found)
+    key = f"billing:idle-shared:{start:%Y%m%d%H%M}:{end:%Y%m%d%H%M}:{_rollups_version()}"
+    return cast(dict[int, Fraction], cache.get_or_set(key, compute, OVERVIEW_CACHE_SECONDS))
 
 
 def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = True,
@@ -639,15 +669,14 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
     """Every account (teams, and deleted teams that still have hours), with cost center, this
     month's GPU-hours and cost, last month's cost and the change; totals per flavor and the
     unallocated capacity from billing.ledger. A fixed number of queries whatever the number of
-    teams. The reads that scan every team's month are cached until the rollups change, so the
-    page costs a month's scan once per metering refresh, not once per view."""
+    teams, none of which reads a month of every team's hourly rows (see `_all_accounts_month`
+    and `ledger.unallocated`)."""
     month = periods.month_start(month)
     start, end = periods.month_bounds(month)
     previous = periods.month_start(month - dt.timedelta(days=1))
     prev_start, prev_end = periods.month_bounds(previous)
-    version = _rollups_version()
-    by_account, currencies = _all_accounts_month(start=start, end=end, version=version)
-    before, previous_currencies = _all_accounts_month(start=prev_start, end=prev_end, version=version)
+    by_account, currencies = _all_accounts_month(start=start, end=end)
+    before, previous_currencies = _all_accounts_month(start=prev_start, end=prev_end)
     currency = _one_currency(currencies | previous_currencies, what="The usage of these months")
 
     def per_account(tallies: dict[tuple, Tally]) -> tuple[dict[int, Fraction], dict[int, Decimal]]:
@@ -681,7 +710,8 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
     for (_, flavor_id, _), tally in by_account.items():
         flavor_tallies[flavor_id].add(tally)
         flavor_money[flavor_id] += round_money(tally.cost, currency)
-    idle, shared = _unallocated(start=start, end=end, version=version)
+    idle = ledger.unallocated(start=start, end=end)
+    shared = _idle_shared(start=start, end=end) if ledger.shared_flavors() else {}
     flavors = Flavor.objects.in_bulk(set(flavor_tallies) | set(idle))
     unallocated = [UnallocatedLine(
         flavor=flavors[pk], gpu_hours=round_places(_unit_seconds_as_gpu_hours(idle[pk], flavors[pk]), ROUNDING_HOURS),

@@ -3,7 +3,18 @@
 from billing.models.budgets import AlertEmailPreference, Budget, BudgetAlert, DigestEntry
 from billing.models.rates import Rate
 from billing.models.statements import Adjustment, Statement, StatementLine
-from billing.models.usage import Account, CapacityHour, GuaranteeHour, IdlePolicy, LentHour, MeteringState, UsageHour
+from billing.models.usage import (
+                                  Account,
+                                  CapacityHour,
+                                  FlavorHour,
+                                  GuaranteeHour,
+                                  IdlePolicy,
+                                  LentHour,
+                                  MeteringState,
+                                  UsageHour,
+                                  UsageMonth,
+)
 
 __all__ = ["Account", "Adjustment", "AlertEmailPreference", "Budget", "BudgetAlert", "CapacityHour", "DigestEntry",
-           "GuaranteeHour", "IdlePolicy", "LentHour", "MeteringState", "Rate", "Statement", "StatementLine", "UsageHour"]
+           "FlavorHour", "GuaranteeHour", "IdlePolicy", "LentHour", "MeteringState", "Rate", "Statement", "StatementLine",
+           "UsageHour", "UsageMonth"]

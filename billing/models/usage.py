@@ -92,6 +92,58 @@ class UsageHour(models.Model):
         return f"{self.hour:%Y-%m-%d %H:%M} {self.account} {self.flavor}: {self.unit_seconds} unit-s"
 
 
+class UsageMonth(models.Model):
+    """The complete hours of one local month, summed: UsageHour rows of every hour before
+    `MeteringState.months_through`, grouped without the hour and the owner (Slurm's
+    usage_month level). A page that needs every team's month (the finance overview) reads these
+    ~teams × flavors rows plus the still-open hours' UsageHour rows, in one statement, instead
+    of a month of hourly rows. Kept by `billing.metering` with every write of hourly rows and
+    checked against them by `billing.metering.recompute` (`manage.py billing_verify`)."""
+
+    month = models.DateTimeField(help_text="The instant the billing time zone's month begins.")
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    borrowed = models.BooleanField(default=False)
+    rate = models.ForeignKey(Rate, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    fraction_numerator = models.PositiveSmallIntegerField()
+    fraction_denominator = models.PositiveSmallIntegerField()
+    unit_seconds = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["month", "account", "flavor", "borrowed"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["month", "account", "flavor", "borrowed", "rate", "fraction_numerator", "fraction_denominator"],
+                name="one_usage_month_row_per_key", nulls_distinct=False),
+        ]
+        # No CHECK on unit_seconds: metering adds differences with INSERT … ON CONFLICT DO UPDATE,
+        # and PostgreSQL checks the row it would insert (a negative difference) before it finds the
+        # conflict. recompute catches a wrong sum, negative or not.
+
+    def __str__(self) -> str:
+        return f"{self.month:%Y-%m} {self.account} {self.flavor}: {self.unit_seconds} unit-s"
+
+
+class FlavorHour(models.Model):
+    """What all teams together used of a flavor in one complete hour (before
+    `MeteringState.months_through`), as unit-seconds: unallocated capacity is capacity minus
+    this, so reading a month's unallocated hours costs ~hours × flavors rows, not every team's."""
+
+    hour = models.DateTimeField()
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
+    unit_seconds = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["hour", "flavor"]
+        constraints = [
+            models.UniqueConstraint(fields=["hour", "flavor"], name="one_flavor_row_per_hour"),
+            models.CheckConstraint(condition=models.Q(unit_seconds__gt=0), name="flavor_hour_unit_seconds_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:%M} {self.flavor}: {self.unit_seconds} unit-s used"
+
+
 class CapacityHour(models.Model):
     """A flavor's capacity in one hour, as unit-seconds: what unallocated capacity is measured against."""
 
@@ -168,9 +220,13 @@ class IdlePolicy(models.Model):
 
 class MeteringState(models.Model):
     """One row: how far the rollups go (the watermark). Hours before the hour that holds it are
-    complete; that hour and later are recomputed on each refresh. Refreshes lock this row."""
+    complete (and summed into UsageMonth and FlavorHour); that hour and later are recomputed on
+    each refresh. Refreshes lock this row."""
 
     metered_until = models.DateTimeField(null=True, blank=True)
+    months_through = models.DateTimeField(
+        null=True, blank=True, help_text="UsageMonth and FlavorHour hold exactly the hourly rows of the hours before "
+                                         "this instant (the hour holding the watermark); later hours are read hourly.")
     refreshed_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:

@@ -262,8 +262,11 @@ def test_recompute_names_a_rollup_someone_changed(h100, vision, alice):
 
     differences = metering.recompute(start=at("2026-10-01 00:00"), end=at("2026-11-01 00:00"))
 
-    assert differences == [("2026-10-02 10:00 vision H100 alice guaranteed no rate 1/1: the rollup holds 3599 "
-                            "unit-seconds, recomputed 3600.")]
+    assert differences == [
+        "2026-10-02 10:00 vision H100 alice guaranteed no rate 1/1: the rollup holds 3599 unit-seconds, recomputed 3600.",
+        # the levels summed from the complete hours no longer match the hourly row either
+        "2026-10 vision H100 guaranteed no rate 1/1: the monthly rollup holds 3600 unit-seconds, the hourly rows add up to 3599.",
+        "2026-10-02 10:00 H100: the flavor's hourly use holds 3600 unit-seconds, the teams' rows add up to 3599."]
 
 
 HOUR = dt.datetime(2026, 10, 1, tzinfo=dt.UTC)

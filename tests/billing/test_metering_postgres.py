@@ -12,6 +12,7 @@ from django.db import connection, connections
 from billing import metering
 from billing.models import Rate, UsageHour
 from tests.billing.metering_helpers import at, make_interval, make_workload, total, usage
+from tests.billing.test_metering_months import play_a_month_end_with_late_and_closed_intervals
 from tests.factories import FlavorFactory, TeamFactory, UserFactory
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -73,3 +74,8 @@ def test_two_refreshes_at_once_count_each_second_once():
     assert total() == 20 * 4 * 3600 + 20 * 5 * 3600
     assert usage()[at("2026-10-07 12:00")] == 20 * 3600
     assert metering.recompute(start=at("2026-10-07 00:00"), end=at("2026-10-08 00:00")) == []
+
+
+def test_the_monthly_level_adds_its_differences_on_postgresql():
+    """The same play as on SQLite, through PostgreSQL's additive upsert and its TruncMonth."""
+    play_a_month_end_with_late_and_closed_intervals()
