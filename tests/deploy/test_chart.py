@@ -32,7 +32,8 @@ EVERYTHING_ON = {
     "settings": {"SESSION_IDLE_SECONDS": "3600"},
 }
 SECRETS = {
-    ("gpu-portal-secret-key", "secret-key"): "Zq8-vT2#mW9xLr4!pN7sKc1@yB6hFd3$jG5uEa0%oX+iQ/Hw" * 2, ("gpu-portal-database", "url"): "postgres://portal:pw@db:5432/portal",
+    ("gpu-portal-secret-key", "secret-key"): "Zq8-vT2#mW9xLr4!pN7sKc1@yB6hFd3$jG5uEa0%oX+iQ/Hw" * 2,
+    ("gpu-portal-database", "url"): "postgres://portal:pw@db:5432/portal",
     ("gpu-portal-redis", "url"): "redis://redis:6379/0", ("gpu-portal-metrics", "token"): "m" * 32,
     ("oidc", "client-secret"): "oidc-secret",
 }
@@ -230,9 +231,9 @@ def test_the_team_network_policy_admits_the_worker_to_notebooks_and_no_other_por
     egress = by_kind(rendered, "NetworkPolicy")["portal-gpu-portal-worker-to-notebooks"]["spec"]
     assert egress["podSelector"]["matchLabels"].items() <= deployments["portal-gpu-portal-worker"]["spec"]["template"][
         "metadata"]["labels"].items()
-    assert egress["egress"] == [{"to": [{"namespaceSelector": {"matchLabels": {manifests.MANAGED_BY_LABEL: manifests.MANAGER}},
-                                         "podSelector": {"matchLabels": {manifests.WORKLOAD_KIND_LABEL: manifests.NOTEBOOK_KIND}}}],
-                                 "ports": [{"port": manifests.HTTP_PORT_NAME, "protocol": "TCP"}]}]
+    notebooks = {"namespaceSelector": {"matchLabels": {manifests.MANAGED_BY_LABEL: manifests.MANAGER}},
+                 "podSelector": {"matchLabels": {manifests.WORKLOAD_KIND_LABEL: manifests.NOTEBOOK_KIND}}}
+    assert egress["egress"] == [{"to": [notebooks], "ports": [{"port": manifests.HTTP_PORT_NAME, "protocol": "TCP"}]}]
 
 
 def test_the_portal_network_policy_admits_the_ingress_controller_and_prometheus_and_narrows_egress(rendered, minimal):
