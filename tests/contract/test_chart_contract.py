@@ -35,7 +35,7 @@ from tests.contract.test_workload_contract import (  # noqa: F401
     test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor,
     test_stopping_removes_every_object_and_ends_the_interval,
 )
-from tests.deploy.chart import CHART, helm, merged, render
+from tests.deploy.chart import CHART, helm, merged, operator_crds, render
 from tests.deploy.test_chart import EVERYTHING_ON
 
 # No database mark here: the scenarios reach it through `cluster`, and pytest-django runs tests
@@ -185,14 +185,23 @@ def cluster(request, settings, db, release, portal_gateway, control_plane):
 
 def test_every_rendered_object_is_accepted_by_the_136_api_server_for_each_value_set(release):
     # A server-side dry run is the API server's own validation (strict: an unknown field fails),
-    # admission included. The operator's kinds need its CRDs, which this cluster does not serve.
-    everything = merged(EVERYTHING_ON, {"monitoring": {"serviceMonitor": {"enabled": False},
-                                                       "prometheusRule": {"enabled": False}}})
-    for name, values in (("required", merged()), ("everything", everything)):
-        objects = render(values, release="dryrun", namespace=release.namespace)
-        out = release.kubectl("apply", "--dry-run=server", "--server-side", "--field-manager=chart-test",
-                              "-n", release.namespace, "-f", "-", input=yaml.safe_dump_all(objects))
-        assert len(out.strip().splitlines()) == len(objects), (name, out)
+    # admission included; the monitoring objects against the Prometheus operator's own CRDs.
+    crds = sorted(str(path) for path in operator_crds().glob("*.yaml"))
+    for path in crds:
+        release.kubectl("apply", "--server-side", "-f", path)
+    try:
+        for path in crds:
+            release.kubectl("wait", "--for=condition=Established", "--timeout=30s", "-f", path)
+        for name, values in (("required", merged()), ("everything", merged(EVERYTHING_ON))):
+            objects = render(values, release="dryrun", namespace=release.namespace)
+            out = release.kubectl("apply", "--dry-run=server", "--server-side", "--field-manager=chart-test",
+                                  "-n", release.namespace, "-f", "-", input=yaml.safe_dump_all(objects))
+            assert len(out.strip().splitlines()) == len(objects), (name, out)
+        kinds = {obj["kind"] for obj in objects}
+        assert {"ServiceMonitor", "PrometheusRule", "HorizontalPodAutoscaler", "ValidatingAdmissionPolicy"} <= kinds
+    finally:
+        for path in crds:
+            release.kubectl("delete", "--wait=false", "-f", path)
 
 
 def test_the_install_creates_every_object_after_its_migration_hook(release):

@@ -35,6 +35,13 @@ def helm() -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
+def operator_crds() -> Path:
+    """The Prometheus operator's ServiceMonitor and PrometheusRule CRDs, fetched beside helm."""
+    helm()
+    result = subprocess.run(["bash", str(BUILD_HELM), "--crds"], capture_output=True, text=True, check=True)
+    return Path(result.stdout.strip())
+
+
 def merged(*overrides: dict[str, Any]) -> dict[str, Any]:
     """REQUIRED_VALUES with the overrides merged in, dict by dict."""
     def merge(into: dict[str, Any], other: dict[str, Any]) -> None:
