@@ -182,7 +182,6 @@ capabilities:
 
 {{/* What every pod of the chart shares: placement, security, image pull secrets, /tmp. */}}
 {{- define "gpu-portal.podCommon" -}}
-{{- $c := .component -}}
 {{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
