@@ -30,6 +30,11 @@ EVERYTHING_ON = {
                       "egress": {"database": {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}]}}},
     "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
     "settings": {"SESSION_IDLE_SECONDS": "3600"},
+    "image": {"digest": "sha256:" + "ab" * 32},
+    "imagePullSecrets": [{"name": "regcred"}],
+    "nodeSelector": {"node-role.example.com/system": "true"},
+    "worker": {"tolerations": [{"key": "dedicated", "value": "portal", "effect": "NoSchedule"}]},
+    "cluster": {"namespacePrefix": "gpu-", "imageRegistries": ["ghcr.io/acme"], "egress": {"internet": True}},
 }
 SECRETS = {
     ("gpu-portal-secret-key", "secret-key"): "Zq8-vT2#mW9xLr4!pN7sKc1@yB6hFd3$jG5uEa0%oX+iQ/Hw" * 2,
@@ -99,6 +104,10 @@ def test_every_pod_runs_restricted_with_resources_and_a_writable_tmp_only(render
         assert container["resources"]["requests"] and container["resources"]["limits"], name
         assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}], name
         assert [v["name"] for v in spec["volumes"]] == ["tmp"] and "emptyDir" in spec["volumes"][0], name
+        assert spec["nodeSelector"] == {"node-role.example.com/system": "true"}, name
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}], name
+        assert container["image"] == "registry.example.com/gpu-portal@sha256:" + "ab" * 32, name
+    assert "tolerations" in specs["portal-gpu-portal-worker"] and "tolerations" not in specs["portal-gpu-portal-web"]
 
 
 def test_a_service_account_token_only_where_the_portal_talks_to_the_api_server(rendered):
