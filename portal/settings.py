@@ -168,8 +168,10 @@ if PRODUCTION:
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    # Probes speak plain HTTP to the pod; /metrics carries a bearer token, so it goes over HTTPS like the rest.
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+    # Probes speak plain HTTP to the pod.
+    # Prometheus scrapes /metrics pod to pod, where there is no HTTPS to redirect to (its bearer token
+    # has crossed that hop before any redirect could answer).
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 # /metrics names every route and how often it is used: with a token only its bearer reads them;
 # without one they are open in the embedded setup and closed in production (portal/observability.py).
 METRICS_TOKEN = env("METRICS_TOKEN")
@@ -458,6 +460,10 @@ if KUBE_OIDC_USERNAME_PREFIX == "-":
     KUBE_OIDC_USERNAME_PREFIX = ""
 # Only identities of this issuer are bound (the API server trusts one); empty binds every SSO account.
 KUBE_OIDC_ISSUER = env("KUBE_OIDC_ISSUER", os.environ.get("OIDC_OP_ISSUER", ""))
+# The ClusterRole that RoleBinding binds members to. The portal can bind only a role whose every
+# rule it holds: the Helm chart installs a read-only one (pods, logs, its workloads) and sets this;
+# `view` suits a portal whose service account holds all of `view`. Changing it recreates the bindings.
+PORTAL_MEMBER_CLUSTER_ROLE = env("PORTAL_MEMBER_CLUSTER_ROLE", "view")
 
 
 def env_labels(name: str, default: str) -> tuple[tuple[str, str], ...]:

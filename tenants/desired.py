@@ -87,6 +87,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,
             network=network,
             user_prefix=settings.KUBE_OIDC_USERNAME_PREFIX,
+            member_role=settings.PORTAL_MEMBER_CLUSTER_ROLE,
             held=team.pk in held,
         ))
     return specs

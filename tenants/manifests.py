@@ -178,6 +178,10 @@ class TeamSpec:
     ingress_namespace: str = "ingress-nginx"
     network: NetworkSpec = NetworkSpec()
     user_prefix: str = "oidc:"
+    # The ClusterRole members are bound to in their namespace. The portal may bind only a role whose
+    # every rule it holds itself (it has no `bind` verb): the chart's member role, or `view` for a
+    # portal that holds all of `view`.
+    member_role: str = "view"
     name_prefix: str = ""
     # A team provisioned before objects carried the uid: until its first apply annotates them,
     # objects with the managed-by label, its team label and no uid at all count as its own.
@@ -405,14 +409,15 @@ def make_network_policies(*, team: TeamSpec) -> list[dict[str, Any]]:
 
 
 def make_role_binding(*, team: TeamSpec) -> dict[str, Any]:
-    """Members read their pods and logs with their own credentials (the built-in `view` role).
+    """Members read their pods and logs with their own credentials (`member_role`: the chart's
+    read-only member role, or the built-in `view`).
 
     Each is bound as the API server names an OIDC user, `<user_prefix><claim value>`, so the
     name is the provider's subject, which no one can choose, rather than a portal username."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": _team_meta("gpu-portal-members", team),
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": team.member_role},
         "subjects": [
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"{team.user_prefix}{subject}"}
             for subject in sorted(team.subjects)

@@ -120,6 +120,8 @@ def team_reconcile(*, team_id: int) -> bool:
 # deleted and created again.
 IMMUTABLE_FIELDS: dict[tuple[str, str], tuple[str, ...]] = {
     ("scheduling.k8s.io/v1", "PriorityClass"): ("value", "preemptionPolicy"),
+    # A site that changes PORTAL_MEMBER_CLUSTER_ROLE (e.g. from `view` to the chart's member role).
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): ("roleRef",),
 }
 
 

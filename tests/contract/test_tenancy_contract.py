@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.conf import settings as django_settings
 from django.utils import timezone
 
 from jobs import selectors as job_selectors
@@ -164,7 +165,8 @@ def test_the_members_role_binding_names_sso_members_by_subject_and_no_local_acco
     assert existing(binding)["subjects"] == [
         {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "oidc:0f9e8d7c-6b5a"},
     ]
-    assert existing(binding)["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}
+    role = django_settings.PORTAL_MEMBER_CLUSTER_ROLE  # `view`, or the chart's member role (test_chart_contract.py)
+    assert existing(binding)["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}
     again = reconcile.cluster_reconcile()
     assert (again.applied, again.errors) == ([], {})
 

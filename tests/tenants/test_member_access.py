@@ -125,3 +125,23 @@ def test_a_new_inactive_user_reconciles_nothing(db, django_capture_on_commit_cal
     with django_capture_on_commit_callbacks() as callbacks:
         UserFactory(username="nobody", is_active=False)
     assert callbacks == []
+
+
+def test_changing_the_member_role_recreates_each_binding_in_the_periodic_pass(bound_team, settings):
+    from portal.kube import reset_gateway
+    from portal.kube.counting import CountingGateway
+    from tenants import reconcile
+
+    settings.PORTAL_MEMBER_CLUSTER_ROLE = "portal-gpu-portal-member"
+    counting = CountingGateway(gateway())
+    reset_gateway(counting)
+    # A RoleBinding's roleRef cannot change in place: the pass deletes it and applies it again.
+    result = reconcile.cluster_reconcile()
+    assert result.errors == {}
+    binding = _role_binding(bound_team)
+    assert binding is not None
+    assert binding["roleRef"]["name"] == "portal-gpu-portal-member"
+    assert binding["subjects"] == [_subject(ALICE), _subject(LENA)]
+    assert f"RoleBinding {bound_team.namespace}/gpu-portal-members" in result.applied
+    assert counting.kinds[("delete", "RoleBinding")] == 1
+    reset_gateway(None)

@@ -1,0 +1,266 @@
+"""The Helm chart (deploy/helm/gpu-portal) rendered with helm for a few value sets: what every
+pod gets, the RBAC it asks for, and that a missing required value fails by name. The same chart
+installed on the real control plane: tests/contract/test_chart_contract.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import yaml
+
+from tenants import manifests
+from tests.deploy.chart import CHART, ROOT, by_kind, container_env, merged, pod_specs, render, run_helm
+
+EVERYTHING_ON = {
+    "oidc": {"enabled": True, "clientId": "gpu-portal", "clientSecret": {"existingSecret": "oidc"},
+             "issuer": "https://sso.example.com", "authorizationEndpoint": "https://sso.example.com/auth",
+             "tokenEndpoint": "https://sso.example.com/token", "userEndpoint": "https://sso.example.com/userinfo",
+             "jwksEndpoint": "https://sso.example.com/jwks"},
+    "metrics": {"existingSecret": "gpu-portal-metrics"},
+    "email": {"host": "smtp.example.com"},
+    "ingress": {"tls": {"secretName": "gpu-portal-tls"}},
+    "web": {"autoscaling": {"enabled": True}},
+    "workloadIngress": {"domain": "apps.example.com", "clusterIssuer": "letsencrypt"},
+    "networkPolicy": {"prometheus": {"namespace": "monitoring"},
+                      "egress": {"database": {"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}]}}},
+    "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}},
+    "settings": {"SESSION_IDLE_SECONDS": "3600"},
+    "image": {"digest": "sha256:" + "ab" * 32},
+    "imagePullSecrets": [{"name": "regcred"}],
+    "nodeSelector": {"node-role.example.com/system": "true"},
+    "worker": {"tolerations": [{"key": "dedicated", "value": "portal", "effect": "NoSchedule"}]},
+    "cluster": {"namespacePrefix": "gpu-", "imageRegistries": ["ghcr.io/acme"], "egress": {"internet": True}},
+}
+SECRETS = {
+    ("gpu-portal-secret-key", "secret-key"): "Zq8-vT2#mW9xLr4!pN7sKc1@yB6hFd3$jG5uEa0%oX+iQ/Hw" * 2,
+    ("gpu-portal-database", "url"): "postgres://portal:pw@db:5432/portal",
+    ("gpu-portal-redis", "url"): "redis://redis:6379/0", ("gpu-portal-metrics", "token"): "m" * 32,
+    ("oidc", "client-secret"): "oidc-secret",
+}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[dict[str, Any]]:
+    return render(merged(EVERYTHING_ON))
+
+
+@pytest.fixture(scope="module")
+def minimal() -> list[dict[str, Any]]:
+    return render(merged())
+
+
+def test_helm_lints_the_chart_with_the_required_values_and_with_every_option_on(tmp_path):
+    for name, values in (("required", merged()), ("everything", merged(EVERYTHING_ON))):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        result = run_helm("lint", "--strict", str(CHART), "--values", str(path), check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _without(values: dict[str, Any], dotted: str) -> dict[str, Any]:
+    *parents, last = dotted.split(".")
+    node = values
+    for key in parents:
+        node = node[key]
+    node.pop(last)
+    return values
+
+
+@pytest.mark.parametrize("value", ["image.repository", "siteUrl", "secretKey.existingSecret", "database.existingSecret",
+                                   "redis.existingSecret"])
+def test_a_missing_required_value_fails_the_install_with_a_message_naming_it(value):
+    result = run_helm("template", "portal", str(CHART), values=_without(merged(), value), check=False)
+    assert result.returncode != 0
+    path = "/" + value.replace(".", "/")
+    parent, _, leaf = path.rpartition("/")
+    # helm reports the schema's verdict with the JSON pointer of the value, or of its parent and the property's name.
+    assert path in result.stderr or (f"'{parent or '/'}'" in result.stderr and f"'{leaf}'" in result.stderr), result.stderr
+
+
+def test_an_empty_required_value_or_a_half_configured_sign_in_fails_naming_the_value():
+    empty = run_helm("template", "portal", str(CHART), values=merged({"database": {"existingSecret": ""}}), check=False)
+    assert empty.returncode != 0 and "/database/existingSecret" in empty.stderr, empty.stderr
+    oidc = run_helm("template", "portal", str(CHART), values=merged({"oidc": {"enabled": True}}), check=False)
+    assert oidc.returncode != 0 and "/oidc/clientId" in oidc.stderr, oidc.stderr
+    typo = run_helm("template", "portal", str(CHART), values=merged({"siteURL": "https://x"}), check=False)
+    assert typo.returncode != 0 and "siteURL" in typo.stderr, typo.stderr
+
+
+def test_every_pod_runs_restricted_with_resources_and_a_writable_tmp_only(rendered):
+    specs = pod_specs(rendered)
+    assert set(specs) == {f"portal-gpu-portal-{c}" for c in ("web", "worker", "beat", "watcher", "migrate")}
+    for name, spec in specs.items():
+        assert spec["securityContext"]["runAsNonRoot"] is True, name
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        (container,) = spec["containers"]
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "privileged": False,
+            "capabilities": {"drop": ["ALL"]}}, name
+        assert container["resources"]["requests"] and container["resources"]["limits"], name
+        assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}], name
+        assert [v["name"] for v in spec["volumes"]] == ["tmp"] and "emptyDir" in spec["volumes"][0], name
+        assert spec["nodeSelector"] == {"node-role.example.com/system": "true"}, name
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}], name
+        assert container["image"] == "registry.example.com/gpu-portal@sha256:" + "ab" * 32, name
+    assert "tolerations" in specs["portal-gpu-portal-worker"] and "tolerations" not in specs["portal-gpu-portal-web"]
+
+
+def test_a_service_account_token_only_where_the_portal_talks_to_the_api_server(rendered):
+    specs = pod_specs(rendered)
+    assert specs["portal-gpu-portal-migrate"]["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in specs["portal-gpu-portal-migrate"]  # the hook runs before the release's accounts exist
+    for component in ("web", "worker", "watcher"):
+        assert specs[f"portal-gpu-portal-{component}"]["serviceAccountName"] == "portal-gpu-portal"
+    # Beat holds a Lease and nothing else.
+    assert specs["portal-gpu-portal-beat"]["serviceAccountName"] == "portal-gpu-portal-beat"
+    for account in by_kind(rendered, "ServiceAccount").values():
+        assert account["automountServiceAccountToken"] is False  # only the pods above ask for one
+
+
+def test_the_processes_run_the_agreed_commands_and_the_leaders_get_their_lease(rendered):
+    specs = pod_specs(rendered)
+    commands = {name.removeprefix("portal-gpu-portal-"): spec["containers"][0]["command"] for name, spec in specs.items()}
+    assert commands["web"][:4] == ["gunicorn", "portal.wsgi:application", "--bind", "0.0.0.0:8000"]
+    assert commands["worker"][:4] == ["celery", "-A", "portal", "worker"]
+    assert commands["beat"] == ["python", "manage.py", "run_beat"]
+    assert commands["watcher"] == ["python", "manage.py", "watch_workloads"]
+    assert commands["migrate"] == ["python", "manage.py", "migrate", "--noinput"]
+    for component, lease in (("watcher", "portal-watcher"), ("beat", "portal-beat")):
+        env = container_env(specs[f"portal-gpu-portal-{component}"]["containers"][0], SECRETS)
+        assert env["PORTAL_LEADER_ELECTION"] == "1" and env["PORTAL_LEADER_LEASE"] == lease
+        assert {"POD_NAME", "POD_NAMESPACE"} <= set(env)
+    assert "PORTAL_LEADER_LEASE" not in container_env(specs["portal-gpu-portal-worker"]["containers"][0], SECRETS)
+    job = by_kind(rendered, "Job")["portal-gpu-portal-migrate"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+
+
+def test_the_web_pods_are_probed_on_healthz_and_readyz(rendered):
+    web = pod_specs(rendered)["portal-gpu-portal-web"]["containers"][0]
+    assert web["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert web["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert web["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
+    assert container_env(web, SECRETS)["PORTAL_READINESS_CHECKS"] == "database,broker"
+
+
+def test_every_environment_name_the_chart_sets_is_one_the_portal_reads(rendered):
+    settings_source = (ROOT / "portal" / "settings.py").read_text()
+    read = set(re.findall(r"""(?:env|env_list|env_bool|env_rate|env_labels|os\.environ\.get)\(\s*["']([A-Z0-9_]+)["']""",
+                          settings_source))
+    leader_election = {"PORTAL_LEADER_ELECTION", "PORTAL_LEADER_LEASE", "POD_NAME", "POD_NAMESPACE"}  # run_beat, watch_workloads
+    for name, spec in pod_specs(rendered).items():
+        env = container_env(spec["containers"][0], SECRETS)
+        unknown = set(env) - read - leader_election - {"POD_IP"}
+        assert not unknown, f"{name} sets {sorted(unknown)}, which portal/settings.py never reads"
+
+
+def test_the_portal_passes_check_deploy_with_the_charts_environment(rendered):
+    web = pod_specs(rendered)["portal-gpu-portal-web"]["containers"][0]
+    env = container_env(web, SECRETS)
+    assert env["ALLOWED_HOSTS"].split(",") == [
+        "gpu.example.com", "portal-gpu-portal", "portal-gpu-portal.gpu-portal.svc.cluster.local", "10.244.0.7"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PORTAL_", "KUBE", "OIDC_", "DJANGO"))}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT,
+        env={**clean, **env, "PORTAL_VAR_DIR": "/nonexistent-not-written"}, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret(rendered):
+    role = by_kind(rendered, "ClusterRole")["portal-gpu-portal"]
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+        if "secrets" in rule["resources"]:
+            assert set(rule["verbs"]) == {"create", "patch", "delete"}
+        assert not {"clusterroles", "clusterrolebindings", "roles", "serviceaccounts/token"} & set(rule["resources"])
+    # Exactly the kinds portal/kube's table names (nodes and configmaps are only the simulated cluster's).
+    from portal.kube.base import KINDS
+    granted = {(group, resource) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
+    known = {(info.group, info.plural) for info in KINDS.values()} | {("", "pods/log")}
+    assert granted <= known
+    # Leases are the release namespace's Role's (leader election), never cluster-wide.
+    assert known - granted - {("coordination.k8s.io", "leases")} == {("", "configmaps"), ("", "nodes")}
+
+
+def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(group in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"] and not r.get("resourceNames")
+               for r in rules)
+
+
+def test_the_portal_holds_every_rule_of_the_member_role_so_it_binds_it_without_bind(rendered):
+    roles = by_kind(rendered, "ClusterRole")
+    portal, member = roles["portal-gpu-portal"]["rules"], roles["portal-gpu-portal-member"]["rules"]
+    for rule in member:
+        assert not {"create", "patch", "update", "delete"} & set(rule["verbs"])
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert _allows(portal, group, resource, verb), (group, resource, verb)
+    env = container_env(pod_specs(rendered)["portal-gpu-portal-worker"]["containers"][0], SECRETS)
+    assert env["PORTAL_MEMBER_CLUSTER_ROLE"] == "portal-gpu-portal-member"
+
+
+def test_the_leases_are_the_only_thing_granted_in_the_release_namespace(rendered):
+    (role,) = by_kind(rendered, "Role").values()
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["portal-watcher", "portal-beat"],
+         "verbs": ["get", "update", "patch"]},
+    ]
+
+
+def test_the_team_network_policy_admits_the_worker_to_notebooks_and_no_other_portal_pod(rendered):
+    from portal.settings import env_labels
+
+    specs = pod_specs(rendered)
+    env = container_env(specs["portal-gpu-portal-worker"]["containers"][0], SECRETS)
+    os.environ["CHART_TEST_POD_LABELS"] = env["PORTAL_POD_LABELS"]
+    try:
+        labels = env_labels("CHART_TEST_POD_LABELS", "")
+    finally:
+        del os.environ["CHART_TEST_POD_LABELS"]
+    team = manifests.TeamSpec(slug="vision", quotas=(), uid="u", network=manifests.NetworkSpec(
+        portal_namespace=env["PORTAL_NAMESPACE"], portal_pod_labels=labels))
+    policy = manifests.make_portal_network_policy(team=team)
+    (rule,) = policy["spec"]["ingress"]
+    (peer,) = rule["from"]
+    assert peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}}
+    selector = peer["podSelector"]["matchLabels"]
+    deployments = by_kind(rendered, "Deployment")
+    admitted = [name for name, d in deployments.items()
+                if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+    assert admitted == ["portal-gpu-portal-worker"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": manifests.HTTP_PORT_NAME}]
+    # The portal's side: the worker may leave for exactly those pods and port.
+    egress = by_kind(rendered, "NetworkPolicy")["portal-gpu-portal-worker-to-notebooks"]["spec"]
+    assert egress["podSelector"]["matchLabels"].items() <= deployments["portal-gpu-portal-worker"]["spec"]["template"][
+        "metadata"]["labels"].items()
+    notebooks = {"namespaceSelector": {"matchLabels": {manifests.MANAGED_BY_LABEL: manifests.MANAGER}},
+                 "podSelector": {"matchLabels": {manifests.WORKLOAD_KIND_LABEL: manifests.NOTEBOOK_KIND}}}
+    assert egress["egress"] == [{"to": [notebooks], "ports": [{"port": manifests.HTTP_PORT_NAME, "protocol": "TCP"}]}]
+
+
+def test_the_portal_network_policy_admits_the_ingress_controller_and_prometheus_and_narrows_egress(rendered, minimal):
+    policy = by_kind(rendered, "NetworkPolicy")["portal-gpu-portal"]["spec"]
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    sources = [peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for peer in policy["ingress"][0]["from"]]
+    assert sources == ["ingress-nginx", "monitoring"]
+    database = [rule for rule in policy["egress"] if {"port": 5432, "protocol": "TCP"} in rule.get("ports", [])]
+    assert database == [{"to": [{"ipBlock": {"cidr": "10.20.0.0/16"}}], "ports": [{"port": 5432, "protocol": "TCP"}]}]
+    # Without `to`, a destination is allowed on its ports only.
+    assert all(rule.get("ports") for rule in by_kind(minimal, "NetworkPolicy")["portal-gpu-portal"]["spec"]["egress"])
+
+
+def test_the_prometheus_rule_carries_deploy_prometheus_rules_and_the_scrape_its_bearer_token(rendered, minimal):
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yaml").read_text())
+    assert (CHART / "files" / "prometheus-rules.yaml").read_text() == (ROOT / "deploy" / "prometheus" / "rules.yaml").read_text()
+    assert by_kind(rendered, "PrometheusRule")["portal-gpu-portal"]["spec"] == rules
+    (endpoint,) = by_kind(rendered, "ServiceMonitor")["portal-gpu-portal"]["spec"]["endpoints"]
+    assert endpoint["authorization"]["credentials"] == {"name": "gpu-portal-metrics", "key": "token"}
+    assert not {"ServiceMonitor", "PrometheusRule"} & {obj["kind"] for obj in minimal}
