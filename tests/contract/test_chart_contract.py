@@ -61,7 +61,10 @@ class Release:
         suffix = uuid.uuid4().hex[:6]
         self.name, self.namespace = f"portal-{suffix}", f"gpu-portal-{suffix}"
         self.fullname = f"{self.name}-gpu-portal"
-        self.values = merged({"web": {"replicas": 1}, "watcher": {"replicas": 2}})
+        self.node = f"{self.name}-node"
+        # Its pods stay on a node of their own, away from the GPU nodes other tests count on.
+        self.values = merged({"web": {"replicas": 1}, "watcher": {"replicas": 2},
+                              "nodeSelector": {"gpu-portal.io/chart-test": self.name}})
 
     def helm(self, *args: str, values: dict[str, Any] | None = None, check: bool = True) -> str:
         command = [helm(), *args, "--namespace", self.namespace, "--kubeconfig", str(self.control_plane.kubeconfig_path)]
@@ -109,7 +112,7 @@ def release(control_plane) -> Iterator[Release]:
     release.kubectl("label", "namespace", release.namespace, "pod-security.kubernetes.io/enforce=restricted")
     for name, (key, value) in SECRETS.items():
         release.kubectl("create", "secret", "generic", name, "-n", release.namespace, f"--from-literal={key}={value}")
-    control_plane.add_gpu_node(f"{release.name}-node", labels={"gpu-portal.io/chart-test": release.name}, allocatable={})
+    control_plane.add_gpu_node(release.node, labels={"gpu-portal.io/chart-test": release.name}, allocatable={})
     release.helm("install", release.name, str(CHART), values=release.values)
     try:
         yield release
@@ -117,6 +120,7 @@ def release(control_plane) -> Iterator[Release]:
         if release.installed():  # the last test uninstalls; a narrower selection leaves it to here
             release.helm("uninstall", release.name, "--wait")
         release.kubectl("delete", "namespace", release.namespace, "--wait=false", check=False)
+        control_plane.delete_node(release.node)
 
 
 @pytest.fixture(scope="module")
