@@ -20,6 +20,7 @@ from kubernetes import client as k8s_client
 
 from portal.kube import KubeError, ObjectRef, reset_gateway
 from portal.kube.kubernetes import KubernetesGateway
+from tests.contract import test_workload_contract as workload_contract
 from tests.contract.conftest import ClusterUnderTest
 from tests.contract.test_tenancy_contract import (  # noqa: F401 - collected here, run as the chart's account
     test_deleting_a_team_leaves_no_object_behind,
@@ -32,7 +33,6 @@ from tests.contract.test_watch_contract import (  # noqa: F401
 )
 from tests.contract.test_workload_contract import (  # noqa: F401
     test_a_training_job_runs_to_success_and_its_interval_is_recorded_once,
-    test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor,
     test_stopping_removes_every_object_and_ends_the_interval,
 )
 from tests.deploy.chart import CHART, helm, merged, operator_crds, render
@@ -182,6 +182,13 @@ def cluster(request, settings, db, release, portal_gateway, control_plane):
     reset_gateway(under_test.gateway)
     yield under_test
     reset_gateway(None)
+
+
+@pytest.mark.parametrize("kind", ["inference", "notebook"])  # training and distributed: the two scenarios above
+def test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(cluster, site, templates, kind, settings,
+                                                                 django_capture_on_commit_callbacks):
+    workload_contract.test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(
+        cluster, site, templates, kind, settings, django_capture_on_commit_callbacks)
 
 
 # --- The install ---------------------------------------------------------------------------------
