@@ -20,6 +20,7 @@ from kubernetes import client as k8s_client
 
 from portal.kube import KubeError, ObjectRef, reset_gateway
 from portal.kube.kubernetes import KubernetesGateway
+from tests.contract import test_workload_contract as workload_contract
 from tests.contract.conftest import ClusterUnderTest
 from tests.contract.test_tenancy_contract import (  # noqa: F401 - collected here, run as the chart's account
     test_deleting_a_team_leaves_no_object_behind,
@@ -32,7 +33,6 @@ from tests.contract.test_watch_contract import (  # noqa: F401
 )
 from tests.contract.test_workload_contract import (  # noqa: F401
     test_a_training_job_runs_to_success_and_its_interval_is_recorded_once,
-    test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor,
     test_stopping_removes_every_object_and_ends_the_interval,
 )
 from tests.deploy.chart import CHART, helm, merged, operator_crds, render
@@ -61,7 +61,10 @@ class Release:
         suffix = uuid.uuid4().hex[:6]
         self.name, self.namespace = f"portal-{suffix}", f"gpu-portal-{suffix}"
         self.fullname = f"{self.name}-gpu-portal"
-        self.values = merged({"web": {"replicas": 1}, "watcher": {"replicas": 2}})
+        self.node = f"{self.name}-node"
+        # Its pods stay on a node of their own, away from the GPU nodes other tests count on.
+        self.values = merged({"web": {"replicas": 1}, "watcher": {"replicas": 2},
+                              "nodeSelector": {"gpu-portal.io/chart-test": self.name}})
 
     def helm(self, *args: str, values: dict[str, Any] | None = None, check: bool = True) -> str:
         command = [helm(), *args, "--namespace", self.namespace, "--kubeconfig", str(self.control_plane.kubeconfig_path)]
@@ -109,7 +112,7 @@ def release(control_plane) -> Iterator[Release]:
     release.kubectl("label", "namespace", release.namespace, "pod-security.kubernetes.io/enforce=restricted")
     for name, (key, value) in SECRETS.items():
         release.kubectl("create", "secret", "generic", name, "-n", release.namespace, f"--from-literal={key}={value}")
-    control_plane.add_gpu_node(f"{release.name}-node", labels={"gpu-portal.io/chart-test": release.name}, allocatable={})
+    control_plane.add_gpu_node(release.node, labels={"gpu-portal.io/chart-test": release.name}, allocatable={})
     release.helm("install", release.name, str(CHART), values=release.values)
     try:
         yield release
@@ -117,6 +120,7 @@ def release(control_plane) -> Iterator[Release]:
         if release.installed():  # the last test uninstalls; a narrower selection leaves it to here
             release.helm("uninstall", release.name, "--wait")
         release.kubectl("delete", "namespace", release.namespace, "--wait=false", check=False)
+        control_plane.delete_node(release.node)
 
 
 @pytest.fixture(scope="module")
@@ -178,6 +182,13 @@ def cluster(request, settings, db, release, portal_gateway, control_plane):
     reset_gateway(under_test.gateway)
     yield under_test
     reset_gateway(None)
+
+
+@pytest.mark.parametrize("kind", ["inference", "notebook"])  # training and distributed: the two scenarios above
+def test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(cluster, site, templates, kind, settings,
+                                                                 django_capture_on_commit_callbacks):
+    workload_contract.test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(
+        cluster, site, templates, kind, settings, django_capture_on_commit_callbacks)
 
 
 # --- The install ---------------------------------------------------------------------------------
