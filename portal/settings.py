@@ -490,6 +490,28 @@ def service_account_namespace(path: str = "/var/run/secrets/kubernetes.io/servic
 # HTTP port, for the idle check. The namespace defaults to the one the portal's pod runs in.
 PORTAL_NAMESPACE = namespace_name("PORTAL_NAMESPACE", env("PORTAL_NAMESPACE", service_account_namespace() or "gpu-portal"))
 PORTAL_POD_LABELS = env_labels("PORTAL_POD_LABELS", "app.kubernetes.io/name=gpu-portal")
+
+# Leader election (portal/leader.py) through Leases in the pod's namespace, as client-go's: the
+# watch sync elects one writer when PORTAL_LEADER_ELECTION is on (several replicas); run_beat
+# always holds its Lease. A leader that cannot renew for the renew deadline stops writing, and
+# the others wait the lease duration from the last renewal they saw before taking over.
+PORTAL_LEADER_ELECTION = env_bool("PORTAL_LEADER_ELECTION", False)
+POD_NAME = env("POD_NAME", "")
+POD_NAMESPACE = namespace_name("POD_NAMESPACE", env("POD_NAMESPACE", PORTAL_NAMESPACE))
+PORTAL_LEADER_LEASE = env("PORTAL_LEADER_LEASE", "gpu-portal-watcher")
+PORTAL_BEAT_LEASE = env("PORTAL_BEAT_LEASE", "gpu-portal-beat")
+PORTAL_LEASE_DURATION_SECONDS = int(env("PORTAL_LEASE_DURATION_SECONDS", "15"))
+PORTAL_LEASE_RENEW_DEADLINE_SECONDS = float(env("PORTAL_LEASE_RENEW_DEADLINE_SECONDS", "10"))
+PORTAL_LEASE_RETRY_PERIOD_SECONDS = float(env("PORTAL_LEASE_RETRY_PERIOD_SECONDS", "2"))
+for _lease in (PORTAL_LEADER_LEASE, PORTAL_BEAT_LEASE):
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", _lease):
+        raise ImproperlyConfigured(f"“{_lease}” is not a Lease name (lowercase letters, digits, '-' and '.').")
+if not (PORTAL_LEASE_DURATION_SECONDS > PORTAL_LEASE_RENEW_DEADLINE_SECONDS > 1.2 * PORTAL_LEASE_RETRY_PERIOD_SECONDS > 0):
+    raise ImproperlyConfigured(
+        "Leader election needs PORTAL_LEASE_DURATION_SECONDS > PORTAL_LEASE_RENEW_DEADLINE_SECONDS > 1.2 × "
+        f"PORTAL_LEASE_RETRY_PERIOD_SECONDS > 0; they are {PORTAL_LEASE_DURATION_SECONDS}, "
+        f"{PORTAL_LEASE_RENEW_DEADLINE_SECONDS} and {PORTAL_LEASE_RETRY_PERIOD_SECONDS}."
+    )
 # Team pods reach only DNS (these pods in this namespace, UDP and TCP 53), each other, and what
 # follows: the internet when PORTAL_EGRESS_INTERNET is "on" (private ranges left out while
 # PORTAL_EGRESS_EXCLUDE_PRIVATE is on), and extra networks and namespaces, e.g. a registry

@@ -11,7 +11,7 @@ from typing import Any
 from portal.kube.base import FIELD_MANAGER, Gateway, NodeSpec, ObjectRef, WatchEvent
 
 # The methods that are requests to the cluster's API; the hooks (expect_nodes, tick) are not.
-API_METHODS = ("apply", "delete", "get", "list", "watch", "pod_logs")
+API_METHODS = ("apply", "create", "replace", "delete", "get", "list", "watch", "pod_logs")
 
 
 class CountingGateway:
@@ -46,6 +46,14 @@ class CountingGateway:
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
         self._count("apply", obj.get("kind", ""))
         return self.inner.apply(obj, field_manager=field_manager, force=force)
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._count("create", obj.get("kind", ""))
+        return self.inner.create(obj)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._count("replace", obj.get("kind", ""))
+        return self.inner.replace(obj)
 
     def delete(self, ref: ObjectRef) -> None:
         self._count("delete", ref.kind)

@@ -42,6 +42,12 @@ class SimulatedGateway:
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
         return self.api.apply(obj, field_manager=field_manager, force=force)
 
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.api.create(obj)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.api.replace(obj)
+
     def delete(self, ref: ObjectRef) -> None:
         self.api.delete(ref)
 
