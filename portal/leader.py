@@ -129,9 +129,9 @@ class LeaderElector:
     def try_acquire_or_renew(self) -> bool:
         """One read and at most one write: True when this process now holds the Lease."""
         cfg = self.config
+        cluster = self.cluster()  # made before the clock starts: the first call loads the client
         sent = self.clock()
         now = micro_time(self.wall())
-        cluster = self.cluster()
         lease = cluster.get(cfg.ref)
         if lease is None:
             body = {"apiVersion": LEASE_API, "kind": "Lease", "metadata": {"name": cfg.name, "namespace": cfg.namespace},
@@ -244,23 +244,21 @@ class LeaderElector:
 
     def lead(self, work: Callable[[LeaderElector], None]) -> None:
         """Campaigns; while leading, runs `work(self)`, which must return soon after `leading()`
-        turns false or `stopping` is set (checking `fence()` before each write). When work ends
-        because leadership was lost, campaigns again; when it ends otherwise, or on stop(),
-        releases the Lease and returns."""
+        turns false or `stopping` is set (and check `fence()` before each write). Work that
+        returns has seen its leadership lapse: the process campaigns again, unless stopped. Work
+        that fails (raises) ends the campaign. Either way the Lease is released if still held."""
         try:
             while self.acquire():
                 renewer = threading.Thread(target=self.renew_until_lost, daemon=True, name=f"lease-{self.config.name}")
                 renewer.start()
-                lost = False
                 try:
                     work(self)
                 except LeadershipLost as error:
                     log.warning("%s: %s; its work stopped", self.config.identity, error)
                 finally:
-                    lost = not self.leading()
                     self.resigning.set()
                     renewer.join()
-                if self.stopping.is_set() or not lost:
+                if self.stopping.is_set():
                     break
                 log.info("%s campaigns again for Lease %s/%s", self.config.identity, self.config.namespace, self.config.name)
         finally:
