@@ -115,8 +115,21 @@ TEMPLATES = [
 
 # Embedded default: one SQLite file under var/. Production: DATABASE_URL (PostgreSQL).
 DATABASE_URL = env("DATABASE_URL", required_in_production=True)
+# How long opening a PostgreSQL connection may take: an address that drops packets otherwise
+# holds a readiness probe (and a web worker) for minutes instead of failing it with a reason.
+PORTAL_DATABASE_CONNECT_TIMEOUT = int(env("PORTAL_DATABASE_CONNECT_TIMEOUT", "5"))
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    try:
+        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    except ValueError as error:  # said without the URL, which may hold a password
+        why = (f"its scheme “{DATABASE_URL.partition('://')[0][:20]}” is not postgres, postgresql or sqlite"
+               if isinstance(error, dj_database_url.UnknownSchemeError) else
+               "it does not parse (a port that is not a number, or a character in the password not %-quoted?)")
+        raise ImproperlyConfigured(
+            f"DATABASE_URL is not a database URL: {why}. Write it like postgres://USER:PASSWORD@HOST:5432/NAME."
+        ) from None
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", PORTAL_DATABASE_CONNECT_TIMEOUT)
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
