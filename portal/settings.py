@@ -16,7 +16,9 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# The checkout, or in the image the folder beside the installed wheel that holds manage.py,
+# templates/, static/ and the collected staticfiles/ (PORTAL_APP_DIR, set by the Dockerfile).
+BASE_DIR = Path(os.environ.get("PORTAL_APP_DIR") or Path(__file__).resolve().parent.parent)
 VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
 
 PRODUCTION = os.environ.get("PORTAL_PRODUCTION", "") in {"1", "true", "yes"}
