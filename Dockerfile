@@ -14,12 +14,17 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
+# Behind a TLS-inspecting proxy: the path of its CA bundle, mounted for the build only (never
+# copied into the image); scripts/build-image.sh passes the host's.
+ARG PIP_CERT=""
 RUN python -m venv /opt/venv
 # Dependencies first (a layer that changes only with the lock), every file checked by its hash.
 COPY requirements-runtime.lock requirements-build.lock /src/
-RUN /opt/venv/bin/pip install --require-hashes --only-binary=:all: -r /src/requirements-runtime.lock \
+RUN /opt/venv/bin/pip install ${PIP_CERT:+--cert "$PIP_CERT"} --require-hashes --only-binary=:all: \
+      -r /src/requirements-runtime.lock \
  && python -m venv /opt/build \
- && /opt/build/bin/pip install --require-hashes --only-binary=:all: -r /src/requirements-build.lock
+ && /opt/build/bin/pip install ${PIP_CERT:+--cert "$PIP_CERT"} --require-hashes --only-binary=:all: \
+      -r /src/requirements-build.lock
 # The app as a wheel, installed without dependencies (the lock brought them).
 COPY pyproject.toml manage.py /src/
 COPY portal /src/portal

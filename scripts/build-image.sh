@@ -42,7 +42,12 @@ if ! buildah inspect --type image "$base" >/dev/null 2>&1 || [ ! -f "$tarball" ]
 fi
 based=$(date +%s)
 
-buildah bud --quiet --layers --build-arg PYTHON_IMAGE="$base" -f Dockerfile -t "$tag" . >/dev/null
+# pip inside the build trusts what pip here trusts (a TLS-inspecting proxy's CA), mounted for the
+# build steps only.
+ca=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
+buildah bud --quiet --layers --build-arg PYTHON_IMAGE="$base" \
+  --volume "$ca:/etc/ssl/certs/build-host-ca.pem:ro" --build-arg PIP_CERT=/etc/ssl/certs/build-host-ca.pem \
+  -f Dockerfile -t "$tag" . >/dev/null
 built=$(date +%s)
 echo "built $tag: base $((based - start)) s, image $((built - based)) s"
 
