@@ -31,7 +31,8 @@ def test_a_lease_is_created_once_and_replaced_only_at_the_version_last_read(clus
     with pytest.raises(KubeError) as stale:
         gateway().replace({**created, "spec": {**created["spec"], "holderIdentity": "b"}})
     assert stale.value.status == 409
-    assert gateway().get(ObjectRef(LEASE_API, "Lease", "portal", namespace))["spec"]["holderIdentity"] == "a"
+    held = gateway().get(ObjectRef(LEASE_API, "Lease", "portal", namespace))
+    assert held is not None and held["spec"]["holderIdentity"] == "a"
 
     with pytest.raises(KubeError) as missing:
         gateway().replace(lease("nobody", namespace, "c"))
