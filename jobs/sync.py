@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -377,6 +378,10 @@ def _teams(workloads: list[Workload]) -> set[int]:
     return {workload.team_id for workload in workloads}
 
 
+def _unfenced() -> None:
+    """Writes by the periodic pass and by a watcher that runs alone need no fence."""
+
+
 def sync_all() -> SyncResult:
     return sync_snapshot(Snapshot.read())
 
@@ -389,8 +394,11 @@ def _unchanged_since_read(workload: Workload) -> bool:
     return current == workload.phase
 
 
-def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResult:
-    """Records what the snapshot says about active workloads (only those in keys, when given)."""
+def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Callable[[], None] | None = None) -> SyncResult:
+    """Records what the snapshot says about active workloads (only those in keys, when given).
+    `fence`, when given, is called before each write and raises to stop them: a watcher elected
+    leader (portal.leader) stops before another may start writing the same transitions."""
+    fence = fence or _unfenced
     result = SyncResult()
     active = (Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES)
               .select_related("team", "flavor", "template_version__template"))
@@ -406,11 +414,13 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResul
             # Read before the transaction: a call to the cluster should not hold the database.
             derived = (Workload.Phase.FAILED, GONE_REASON) if owner_gone(workload) else None
         unseen = unseen_endings(workload, pods)
+        fence()
         with transaction.atomic():
             record_intervals(workload, pods, result, unseen)
             if derived and derived != (workload.phase, workload.reason) and _unchanged_since_read(workload):
                 record_transition(workload, *derived)
                 result.changed += 1
+    fence()
     mark_borrowed(None if keys is None else _teams(workloads))
     # Stopped or finished workloads may still have pods winding down, or pods the snapshot
     # shows only now (a watch delivered the Job's end before the pod's start): record those too.
@@ -422,6 +432,7 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None) -> SyncResul
         still_open = Exists(RunInterval.objects.filter(workload=OuterRef("pk"), ended_at__isnull=True))
         recently = recently.filter(Q(still_open) | Q(pk__in=with_pods))
     for workload in recently.select_related("team", "flavor").prefetch_related("intervals"):
+        fence()
         record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
     if result.closed_interval_ids:
         closed = list(result.closed_interval_ids)

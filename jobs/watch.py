@@ -26,7 +26,10 @@ ObjectKey = tuple[str, str]  # (namespace, name)
 
 
 class WorkloadInformer:
-    def __init__(self, *, watch_seconds: int = 300, batch_seconds: float = 0.05) -> None:
+    def __init__(self, *, watch_seconds: int = 300, batch_seconds: float = 0.05,
+                 fence: Callable[[], None] | None = None) -> None:
+        # Called before each write; raises once this process may no longer write (portal.leader).
+        self.fence = fence
         self.store: dict[str, dict[ObjectKey, dict[str, Any]]] = {kind: {} for _, kind, _ in WATCHED}
         self.events: queue.Queue[tuple[str, WatchEvent]] = queue.Queue()
         self.stopping = threading.Event()
@@ -125,4 +128,5 @@ class WorkloadInformer:
         if not self.pending or not all(ready.is_set() for ready in self.ready.values()):
             return None
         touched, self.pending = self.pending, set()
-        return sync_snapshot(Snapshot.of({kind: list(objs.values()) for kind, objs in self.store.items()}), touched)
+        return sync_snapshot(Snapshot.of({kind: list(objs.values()) for kind, objs in self.store.items()}), touched,
+                             fence=self.fence)

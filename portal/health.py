@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection
@@ -35,17 +36,28 @@ def heartbeat_record(*, name: str, at: dt.datetime | None = None) -> None:
     Heartbeat.objects.update_or_create(name=name, defaults={"at": at or timezone.now()})
 
 
-def _database_problem() -> str | None:
+@dataclass(frozen=True)
+class Problem:
+    said: str  # for anyone who asks /readyz: the error's class only, since its message may name a host
+    detail: str  # for the log, which only operators read: the error's own words and what to check
+
+
+def _detail(error: Exception) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:500]}"
+
+
+def _database_problem() -> Problem | None:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     except Exception as error:  # noqa: BLE001 - any failure means not ready
-        # The class only: the message may name the database host, and anyone may ask.
-        return f"database: did not answer ({type(error).__name__})"
+        return Problem(f"database: did not answer ({type(error).__name__})",
+                       f"database: did not answer ({_detail(error)}); check DATABASE_URL and that the database "
+                       "accepts connections from here")
     return None
 
 
-def _broker_problem() -> str | None:
+def _broker_problem() -> Problem | None:
     from portal.celery import app
 
     try:
@@ -53,7 +65,9 @@ def _broker_problem() -> str | None:
             conn.ensure_connection(max_retries=0, timeout=settings.PORTAL_READINESS_BROKER_TIMEOUT)  # a probe fails fast
             conn.default_channel  # noqa: B018 - opening a channel is the check
     except Exception as error:  # noqa: BLE001 - any failure means not ready
-        return f"broker: did not accept a connection ({type(error).__name__})"
+        return Problem(f"broker: did not accept a connection ({type(error).__name__})",
+                       f"broker: did not accept a connection ({_detail(error)}); check REDIS_URL and that Redis "
+                       "accepts connections from here")
     return None
 
 
@@ -75,17 +89,19 @@ def _heartbeat_problems(names: list[str], now: dt.datetime) -> list[str]:
     return problems
 
 
-def readiness_problems() -> list[str]:
-    """Each thing that keeps the portal from doing its work, in words; empty when ready."""
-    checks: list[str] = settings.PORTAL_READINESS_CHECKS
-    problems: list[str] = []
-    simple: dict[str, Callable[[], str | None]] = {"database": _database_problem, "broker": _broker_problem}
+def readiness_problems(checks: list[str] | None = None) -> list[str]:
+    """Each thing that keeps the portal from doing its work, in words; empty when ready. The
+    same, with the errors' own words, goes to the log as one line. `checks` defaults to
+    PORTAL_READINESS_CHECKS."""
+    wanted: list[str] = settings.PORTAL_READINESS_CHECKS if checks is None else checks
+    problems: list[Problem] = []
+    simple: dict[str, Callable[[], Problem | None]] = {"database": _database_problem, "broker": _broker_problem}
     for name, check in simple.items():
-        if name in checks and (problem := check()):
+        if name in wanted and (problem := check()):
             problems.append(problem)
-    heartbeats = [name for name in (WORKER, BEAT, WATCHER) if name in checks]
-    if heartbeats and not any(p.startswith("database:") for p in problems):
-        problems.extend(_heartbeat_problems(heartbeats, timezone.now()))
+    heartbeats = [name for name in (WORKER, BEAT, WATCHER) if name in wanted]
+    if heartbeats and not any(p.said.startswith("database:") for p in problems):
+        problems.extend(Problem(text, text) for text in _heartbeat_problems(heartbeats, timezone.now()))
     if problems:
-        log.warning("Not ready: %s", "; ".join(problems))
-    return problems
+        log.warning("Not ready: %s", "; ".join(p.detail for p in problems))
+    return [p.said for p in problems]

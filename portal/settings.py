@@ -16,7 +16,9 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# The checkout, or in the image the folder beside the installed wheel that holds manage.py,
+# templates/, static/ and the collected staticfiles/ (PORTAL_APP_DIR, set by the Dockerfile).
+BASE_DIR = Path(os.environ.get("PORTAL_APP_DIR") or Path(__file__).resolve().parent.parent)
 VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
 
 PRODUCTION = os.environ.get("PORTAL_PRODUCTION", "") in {"1", "true", "yes"}
@@ -115,8 +117,21 @@ TEMPLATES = [
 
 # Embedded default: one SQLite file under var/. Production: DATABASE_URL (PostgreSQL).
 DATABASE_URL = env("DATABASE_URL", required_in_production=True)
+# How long opening a PostgreSQL connection may take: an address that drops packets otherwise
+# holds a readiness probe (and a web worker) for minutes instead of failing it with a reason.
+PORTAL_DATABASE_CONNECT_TIMEOUT = int(env("PORTAL_DATABASE_CONNECT_TIMEOUT", "5"))
 if DATABASE_URL:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    try:
+        DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    except ValueError as error:  # said without the URL, which may hold a password
+        why = (f"its scheme “{DATABASE_URL.partition('://')[0][:20]}” is not postgres, postgresql or sqlite"
+               if isinstance(error, dj_database_url.UnknownSchemeError) else
+               "it does not parse (a port that is not a number, or a character in the password not %-quoted?)")
+        raise ImproperlyConfigured(
+            f"DATABASE_URL is not a database URL: {why}. Write it like postgres://USER:PASSWORD@HOST:5432/NAME."
+        ) from None
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", PORTAL_DATABASE_CONNECT_TIMEOUT)
 else:
     VAR_DIR.mkdir(parents=True, exist_ok=True)
     DATABASES = {
@@ -496,6 +511,28 @@ def service_account_namespace(path: str = "/var/run/secrets/kubernetes.io/servic
 # HTTP port, for the idle check. The namespace defaults to the one the portal's pod runs in.
 PORTAL_NAMESPACE = namespace_name("PORTAL_NAMESPACE", env("PORTAL_NAMESPACE", service_account_namespace() or "gpu-portal"))
 PORTAL_POD_LABELS = env_labels("PORTAL_POD_LABELS", "app.kubernetes.io/name=gpu-portal")
+
+# Leader election (portal/leader.py) through Leases in the pod's namespace, as client-go's: the
+# watch sync elects one writer when PORTAL_LEADER_ELECTION is on (several replicas); run_beat
+# always holds its Lease. A leader that cannot renew for the renew deadline stops writing, and
+# the others wait the lease duration from the last renewal they saw before taking over.
+PORTAL_LEADER_ELECTION = env_bool("PORTAL_LEADER_ELECTION", False)
+POD_NAME = env("POD_NAME", "")
+POD_NAMESPACE = namespace_name("POD_NAMESPACE", env("POD_NAMESPACE", PORTAL_NAMESPACE))
+PORTAL_LEADER_LEASE = env("PORTAL_LEADER_LEASE", "gpu-portal-watcher")
+PORTAL_BEAT_LEASE = env("PORTAL_BEAT_LEASE", "gpu-portal-beat")
+PORTAL_LEASE_DURATION_SECONDS = int(env("PORTAL_LEASE_DURATION_SECONDS", "15"))
+PORTAL_LEASE_RENEW_DEADLINE_SECONDS = float(env("PORTAL_LEASE_RENEW_DEADLINE_SECONDS", "10"))
+PORTAL_LEASE_RETRY_PERIOD_SECONDS = float(env("PORTAL_LEASE_RETRY_PERIOD_SECONDS", "2"))
+for _lease in (PORTAL_LEADER_LEASE, PORTAL_BEAT_LEASE):
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", _lease):
+        raise ImproperlyConfigured(f"“{_lease}” is not a Lease name (lowercase letters, digits, '-' and '.').")
+if not (PORTAL_LEASE_DURATION_SECONDS > PORTAL_LEASE_RENEW_DEADLINE_SECONDS > 1.2 * PORTAL_LEASE_RETRY_PERIOD_SECONDS > 0):
+    raise ImproperlyConfigured(
+        "Leader election needs PORTAL_LEASE_DURATION_SECONDS > PORTAL_LEASE_RENEW_DEADLINE_SECONDS > 1.2 × "
+        f"PORTAL_LEASE_RETRY_PERIOD_SECONDS > 0; they are {PORTAL_LEASE_DURATION_SECONDS}, "
+        f"{PORTAL_LEASE_RENEW_DEADLINE_SECONDS} and {PORTAL_LEASE_RETRY_PERIOD_SECONDS}."
+    )
 # Team pods reach only DNS (these pods in this namespace, UDP and TCP 53), each other, and what
 # follows: the internet when PORTAL_EGRESS_INTERNET is "on" (private ranges left out while
 # PORTAL_EGRESS_EXCLUDE_PRIVATE is on), and extra networks and namespaces, e.g. a registry

@@ -23,7 +23,7 @@ def unavailable(message: str = "etcdserver: request timed out", status: int = 50
 
 
 class ScriptedGateway:
-    """Raises the scripted errors, one per write (apply or delete), in order; then lets writes
+    """Raises the scripted errors, one per write (apply, create, replace or delete), in order; then lets writes
     through. `always` fails every write with the same error. Reads always go through."""
 
     def __init__(self, cluster: SimulatedGateway, *errors: Exception, always: Exception | None = None) -> None:
@@ -44,6 +44,14 @@ class ScriptedGateway:
 
     def dry_run(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         return self.cluster.dry_run(obj, field_manager=field_manager)  # stores nothing: not a write
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._write()
+        return self.cluster.create(obj)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._write()
+        return self.cluster.replace(obj)
 
     def delete(self, ref: ObjectRef) -> None:
         self._write()

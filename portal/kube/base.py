@@ -62,6 +62,7 @@ KINDS: dict[tuple[str, str], KindInfo] = {
         KindInfo("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", False),
         KindInfo("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues", True),
         KindInfo("kueue.x-k8s.io/v1beta2", "Workload", "workloads", True),
+        KindInfo("coordination.k8s.io/v1", "Lease", "leases", True),
     ]
 }
 
@@ -135,6 +136,14 @@ class Gateway(Protocol):
         """Server-side apply with dryRun=All: the API server validates and admits the object (its
         admission webhooks included) and stores nothing. Answers what would be stored; a refusal
         is a KubeError saying why, in the API server's words."""
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Creates the object (a POST); one that exists already is a KubeError with status 409
+        (reason AlreadyExists). For objects raced for, such as a leader election's Lease."""
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Replaces the object (a PUT) only if it is still at obj's metadata.resourceVersion: one
+        changed meanwhile is a KubeError with status 409 (reason Conflict), a missing one 404."""
 
     def delete(self, ref: ObjectRef) -> None:
         """Deletes the object; one that is already gone counts as deleted."""

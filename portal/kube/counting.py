@@ -11,7 +11,7 @@ from typing import Any
 from portal.kube.base import FIELD_MANAGER, Gateway, NodeSpec, ObjectRef, WatchEvent
 
 # The methods that are requests to the cluster's API; the hooks (expect_nodes, tick) are not.
-API_METHODS = ("apply", "dry_run", "delete", "get", "list", "watch", "pod_logs")
+API_METHODS = ("apply", "dry_run", "create", "replace", "delete", "get", "list", "watch", "pod_logs")
 
 
 class CountingGateway:
@@ -50,6 +50,13 @@ class CountingGateway:
     def dry_run(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         self._count("dry_run", obj.get("kind", ""))
         return self.inner.dry_run(obj, field_manager=field_manager)
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._count("create", obj.get("kind", ""))
+        return self.inner.create(obj)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self._count("replace", obj.get("kind", ""))
+        return self.inner.replace(obj)
 
     def delete(self, ref: ObjectRef) -> None:
         self._count("delete", ref.kind)

@@ -205,6 +205,18 @@ class KubernetesGateway:
         )
         return data
 
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        ref = ref_of(obj)
+        _, data = self._request("POST", ref.info.collection_path(ref.namespace), body=obj,
+                                content_type="application/json", ref=ref)
+        return data
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        ref = ref_of(obj)
+        _, data = self._request("PUT", ref.info.object_path(ref.name, ref.namespace), body=obj,
+                                content_type="application/json", ref=ref)
+        return data
+
     def delete(self, ref: ObjectRef) -> None:
         self._request(
             "DELETE", ref.info.object_path(ref.name, ref.namespace), query={"propagationPolicy": "Background"},

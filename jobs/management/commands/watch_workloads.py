@@ -1,5 +1,6 @@
 """Follows the cluster with watches and records workload phases and run intervals as they
-happen. Run one per site beside the Celery worker (which does the periodic full pass)."""
+happen. Run one per site beside the Celery worker (which does the periodic full pass), or
+several with PORTAL_LEADER_ELECTION=1, of which the one holding the Lease writes."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import logging
 import time
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from jobs.watch import WorkloadInformer
 from portal.health import WATCHER, heartbeat_record
+from portal.leader import LeaderElector, LeaseConfig
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
@@ -35,11 +38,32 @@ class LoopHeartbeat:
 
 
 class Command(BaseCommand):
-    help = "Watch the cluster and keep workload phases and run intervals current."
+    help = ("Watch the cluster and keep workload phases and run intervals current. With "
+            "PORTAL_LEADER_ELECTION=1, replicas elect one writer through the Lease PORTAL_LEADER_LEASE.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if settings.PORTAL_LEADER_ELECTION:
+            self._handle_elected()
+            return
         self.stdout.write("Watching jobs, servers, pods and Kueue workloads (Ctrl-C stops).")
         try:
             WorkloadInformer().run(until=LoopHeartbeat())
         except KeyboardInterrupt:
             self.stdout.write("Stopped.")
+
+    def _handle_elected(self) -> None:
+        """Only the leader watches and writes; a follower waits for the Lease. The leader stops
+        writing (fence) once it has not renewed for the renew deadline, and on SIGTERM it stops
+        and releases the Lease so a follower takes over at once."""
+        elector = LeaderElector(LeaseConfig.from_settings(name=settings.PORTAL_LEADER_LEASE))
+        elector.stop_on_signals()
+        self.stdout.write(f"Candidate {elector.config.identity} for Lease "
+                          f"{elector.config.namespace}/{elector.config.name}; the leader watches and writes.")
+
+        def watch(leader: LeaderElector) -> None:
+            heartbeat = LoopHeartbeat()
+            informer = WorkloadInformer(fence=leader.fence)
+            informer.run(until=lambda: leader.stopping.is_set() or not leader.leading() or heartbeat())
+
+        elector.lead(watch)
+        self.stdout.write("Stopped.")

@@ -221,6 +221,45 @@ class ApiServer:
             _container_resources_check(ref, path, container)
         return self._defaults(body)
 
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A POST: the object must not exist yet. Only for kinds no controller acts on (Leases)."""
+        ref = ref_of(obj)
+        self._validate(ref)
+        with transaction.atomic():
+            if self.store.get(ref, lock=True) is not None:
+                raise KubeError(f'{ref.info.plural}.{ref.info.group or "core"} "{ref.name}" already exists',
+                                ref=ref, status=409, reason="AlreadyExists")
+            body = copy.deepcopy(obj)
+            body["metadata"].pop("resourceVersion", None)
+            if ref.info.namespaced:
+                body["metadata"]["namespace"] = ref.namespace
+            stored = self.store.write(ref, body, None)
+        return copy.deepcopy(stored)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """A PUT, refused with 409 when the object moved past the resourceVersion it names (an
+        update naming none is unconditional, as the API server allows for most kinds)."""
+        ref = ref_of(obj)
+        self._validate(ref)
+        with transaction.atomic():
+            row = self.store.get(ref, lock=True)
+            if row is None:
+                raise KubeError(f'{ref.info.plural}.{ref.info.group or "core"} "{ref.name}" not found',
+                                ref=ref, status=404, reason="NotFound")
+            wanted = obj["metadata"].get("resourceVersion")
+            if wanted and str(wanted) != str(row.resource_version):
+                raise KubeError("conflict: the object has been modified; please apply your changes to the latest "
+                                "version and try again", ref=ref, status=409, reason="Conflict")
+            body = copy.deepcopy(obj)
+            for key in ("uid", "creationTimestamp", "generation"):
+                if key in row.body["metadata"]:
+                    body["metadata"][key] = row.body["metadata"][key]
+            body["metadata"]["resourceVersion"] = row.body["metadata"].get("resourceVersion")
+            if ref.info.namespaced:
+                body["metadata"]["namespace"] = ref.namespace
+            stored = self.store.write(ref, body, row)
+        return copy.deepcopy(stored)
+
     def delete(self, ref: ObjectRef) -> None:
         with transaction.atomic():
             row = self.store.get(ref, lock=True)

@@ -45,6 +45,12 @@ class SimulatedGateway:
     def dry_run(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         return self.api.dry_run(obj)
 
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.api.create(obj)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.api.replace(obj)
+
     def delete(self, ref: ObjectRef) -> None:
         self.api.delete(ref)
 
