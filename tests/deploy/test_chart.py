@@ -130,9 +130,10 @@ def test_the_processes_run_the_agreed_commands_and_the_leaders_get_their_lease(r
     assert commands["beat"] == ["python", "manage.py", "run_beat"]
     assert commands["watcher"] == ["python", "manage.py", "watch_workloads"]
     assert commands["migrate"] == ["python", "manage.py", "migrate", "--noinput"]
-    for component, lease in (("watcher", "portal-watcher"), ("beat", "portal-beat")):
+    for component, variable, lease in (("watcher", "PORTAL_LEADER_LEASE", "portal-watcher"),
+                                       ("beat", "PORTAL_BEAT_LEASE", "portal-beat")):  # the names each command reads
         env = container_env(specs[f"portal-gpu-portal-{component}"]["containers"][0], SECRETS)
-        assert env["PORTAL_LEADER_ELECTION"] == "1" and env["PORTAL_LEADER_LEASE"] == lease
+        assert env["PORTAL_LEADER_ELECTION"] == "1" and env[variable] == lease
         assert {"POD_NAME", "POD_NAMESPACE"} <= set(env)
     assert "PORTAL_LEADER_LEASE" not in container_env(specs["portal-gpu-portal-worker"]["containers"][0], SECRETS)
     job = by_kind(rendered, "Job")["portal-gpu-portal-migrate"]
