@@ -12,8 +12,7 @@ from django.http import QueryDict
 
 from portal.errors import DomainError
 from portal.models import User
-from tenants import services
-from tenants import selectors
+from tenants import selectors, services
 from tenants.models import Flavor, Membership, QuotaRequest, Team
 
 
