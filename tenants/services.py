@@ -435,9 +435,9 @@ def _grants_replace(grants: list[QuotaGrant], *, renewal: QuotaRequest, now: dt.
                      message=f"Temporary grant of {grant.units:+d} {grant.flavor.name} for {renewal.team.slug} "
                              f"(request #{grant.request_id}) continues as request #{renewal.pk}")
     QuotaGrant.objects.bulk_update(grants, ["ended_at"])
-    old = grants[0].request_id
-    if not QuotaGrant.objects.filter(request_id=old, ended_at__isnull=True).exists():
-        QuotaRequest.objects.filter(pk=old, status=QuotaRequest.Status.APPROVED).update(status=QuotaRequest.Status.EXPIRED)
+    old = renewal.renews
+    if old is not None and not QuotaGrant.objects.filter(request_id=old.pk, ended_at__isnull=True).exists():
+        QuotaRequest.objects.filter(pk=old.pk, status=QuotaRequest.Status.APPROVED).update(status=QuotaRequest.Status.EXPIRED)
 
 
 @transaction.atomic
