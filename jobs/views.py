@@ -126,7 +126,7 @@ def launch_hint(request: HtmxHttpRequest) -> HttpResponse:
         else:
             units = resources["units"] * resources["workers"]
         hint = selectors.launch_hint(team=launch.team, flavor=launch.flavor, units=units)
-        borrow = max(hint.usage.in_use + units - hint.usage.guaranteed, 0) if hint.usage else 0
+        borrow = max(units - hint.free, 0) if hint.usage else 0
         context.update(hint=hint, team=launch.team, borrow_units=min(borrow, units))
     return render(request, "jobs/launch.html#launch-hint", context)
 
