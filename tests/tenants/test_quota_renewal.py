@@ -61,16 +61,18 @@ def test_a_renewal_of_a_full_flavor_is_approved_and_continues_the_grant_without_
     assert AuditEvent.objects.get(action="quota_grant.renewed").message == (
         f"Temporary grant of +16 H100 80GB for vision (request #{old.pk}) continues as request #{renewal.pk}"
     )
-    assert f"renewing request #{old.pk}" in AuditEvent.objects.filter(action="quota_request.approved").first().message
+    approved = AuditEvent.objects.filter(action="quota_request.approved").first()
+    assert approved is not None and f"renewing request #{old.pk}" in approved.message
 
 
 def test_a_renewal_asking_for_more_than_the_flavor_has_is_refused_with_the_numbers(team, other_team, member, lead, flavor):
     old = approved_temporary(team, member, lead, flavor, units=10)
     QuotaGrant.objects.create(team=other_team, flavor=flavor, units=6)
+    assert old.ends_on is not None
     renewal = file_request(team, member, flavor, 10, ends_on=old.ends_on + dt.timedelta(days=7), renews=old)
     services.quota_request_approve(quota_request=renewal, approver=lead)  # 10 for 10: fits
 
-    bigger = file_request(team, member, flavor, 11, ends_on=renewal.ends_on + dt.timedelta(days=7), renews=renewal)
+    bigger = file_request(team, member, flavor, 11, ends_on=old.ends_on + dt.timedelta(days=14), renews=renewal)
     with pytest.raises(DomainError, match=r"teams already hold 6; \+11 would make 17, so at most 10 more"):
         services.quota_request_approve(quota_request=bigger, approver=lead)
     assert selectors.team_guarantees(team=team) == {flavor.pk: 10}
