@@ -183,7 +183,7 @@ class ControlPlane:
 
     def __init__(self, cache_dir: str | os.PathLike | None = None, *, workdir: str | os.PathLike | None = None,
                  keep_workdir: bool | None = None, pod_run_seconds: float = 2.0, start_timeout: float = 120.0,
-                 verbosity: int = 1):
+                 verbosity: int = 1, pods_ready_timeout: float = 15.0):
         self._cache_arg = Path(cache_dir) if cache_dir else None
         self._workdir_arg = Path(workdir) if workdir else None
         if keep_workdir is None:
@@ -192,6 +192,7 @@ class ControlPlane:
         self.pod_run_seconds = pod_run_seconds
         self.start_timeout = start_timeout
         self.verbosity = verbosity
+        self.pods_ready_timeout = pods_ready_timeout
         # Whether Kueue serves visibility.kueue.x-k8s.io here: decided when Kueue starts.
         self.serves_visibility: bool | None = None
         self._procs: list[_Proc] = []
@@ -792,6 +793,12 @@ class ControlPlane:
             "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": self.ports["kueue_visibility"]},
             "clientConnection": {"qps": 200, "burst": 400},
             "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+            # Gang admission, as deploy/kueue/controller_manager_config.yaml asks of a real cluster:
+            # a workload whose pods are not all ready in time is evicted and requeued whole. The
+            # timeout is short here so the contract test sees it happen; KWOK pods are ready in ~1 s.
+            "waitForPodsReady": {"timeout": f"{self.pods_ready_timeout:g}s", "blockAdmission": False,
+                                 "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 1,
+                                                       "backoffMaxSeconds": 10}},
         }
         path = self._need_workdir() / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
