@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import access, manifests, policy, pricing, rules, selectors
+from jobs import access, manifests, notifications, policy, pricing, rules, selectors
 from jobs.models import (
     ImageRegistry,
     Priority,
@@ -56,12 +56,16 @@ def record_transition(workload: Workload, phase: str, reason: str = "") -> None:
     reason is not a transition."""
     if workload.phase == phase and workload.reason == reason and workload.pk and workload.transitions.exists():
         return
+    entered = workload.phase != phase
     workload.phase, workload.reason = phase, reason
     now = timezone.now()
     if phase in Workload.FINAL_PHASES and workload.finished_at is None:
         workload.finished_at = now
     workload.save(update_fields=["phase", "reason", "finished_at"])
     WorkloadTransition.objects.create(workload=workload, phase=phase, reason=reason, at=now)
+    if entered and phase in notifications.PHASE_EVENTS:
+        detail = reason if phase == Workload.Phase.FAILED else ""
+        notifications.workload_event_notify(workload=workload, event=notifications.PHASE_EVENTS[phase], detail=detail)
 
 
 POD_COUNT_KINDS = (WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE)
