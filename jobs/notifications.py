@@ -13,7 +13,7 @@ from portal.notifications import notify
 
 # The phase a workload reaches that is an event of its own; a stop for idleness is told by the
 # idle reclaim, which knows why it stopped the workload (workload_event_notify below).
-PHASE_EVENTS = {
+PHASE_EVENTS: dict[str, str] = {
     Workload.Phase.FAILED: WorkloadEvent.FAILED,
     Workload.Phase.PREEMPTED: WorkloadEvent.PREEMPTED,
     Workload.Phase.SUCCEEDED: WorkloadEvent.FINISHED,
