@@ -214,15 +214,18 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return Response(NotebookTokenSerializer({"notebook_token": token}).data, headers={"Cache-Control": "no-store"})
 
     @extend_schema(responses={200: WhyWaitingSerializer},
-                   description="Why it has not started: Kueue's reason, the team's quota of the flavor, and the team's "
-                               "workloads ahead of it in the queue.")
+                   description="Why it has not started: Kueue's reason in words, the team's quota of the flavor, its "
+                               "place in the queue (from Kueue's visibility API where the cluster serves it, else the "
+                               "portal's estimate, and which), who uses the flavor now, and an estimated start.")
     @action(detail=True, methods=["get"], url_path="why-waiting")
     def why_waiting(self, request: Request, pk: str | None = None) -> Response:
         workload = self.get_object()
         answer = selectors.why_waiting(workload=workload)
         return Response(WhyWaitingSerializer({
             "phase": workload.phase, "reason": answer.reason, "position": answer.position,
-            "ahead": [ahead.pk for ahead in answer.ahead], "usage": answer.usage,
+            "position_source": answer.position_source, "ahead": [ahead.pk for ahead in answer.ahead],
+            "usage": answer.usage, "holders": answer.holders, "estimated_start": answer.estimated_start,
+            "estimate_basis": answer.estimate_basis,
         }).data)
 
 

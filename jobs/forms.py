@@ -116,6 +116,11 @@ class LaunchForm(forms.Form):
             key = PARAMETER_PREFIX + spec["name"]
             if spec["type"] == "bool":
                 self.fields[key] = forms.BooleanField(required=False, initial=bool(spec.get("default")))
+            elif spec["type"] in ("args", "env"):
+                # One per line: an argument, or NAME=value; the service parses and bounds them.
+                default = spec.get("default") or ([] if spec["type"] == "args" else {})
+                lines = default if isinstance(default, list) else [f"{k}={v}" for k, v in default.items()]
+                self.fields[key] = forms.CharField(required=False, strip=False, initial="\n".join(map(str, lines)))
             else:
                 # Text, not numbers: the service coerces and bounds them, with its own messages.
                 self.fields[key] = forms.CharField(required=False, strip=True, initial=spec.get("default", ""))

@@ -351,3 +351,39 @@ class RunIntervalSwitch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.interval}: {'borrowed' if self.borrowed else 'guaranteed'} from {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class WorkloadEvent(models.TextChoices):
+    """What happens to a workload that its owner may want to hear about."""
+
+    FAILED = "failed", "Failed"
+    PREEMPTED = "preempted", "Preempted"
+    IDLE_STOPPED = "idle_stopped", "Stopped for idleness"
+    FINISHED = "finished", "Finished"
+
+
+class NotifyBy(models.TextChoices):
+    OFF = "off", "Not at all"
+    APP = "app", "In the portal"
+    EMAIL = "email", "In the portal and by email"
+
+
+class WorkloadNotificationPreference(models.Model):
+    """How a person hears about their own workloads, per event. No row means the defaults:
+    failures, preemptions and idle stops in the portal and by email; finished runs not at all."""
+
+    DEFAULTS = {WorkloadEvent.FAILED: NotifyBy.EMAIL, WorkloadEvent.PREEMPTED: NotifyBy.EMAIL,
+                WorkloadEvent.IDLE_STOPPED: NotifyBy.EMAIL, WorkloadEvent.FINISHED: NotifyBy.OFF}
+
+    user = models.OneToOneField(User, on_delete=models.CASCADE, related_name="workload_notification_preference")
+    failed = models.CharField(max_length=5, choices=NotifyBy.choices, default=NotifyBy.EMAIL)
+    preempted = models.CharField(max_length=5, choices=NotifyBy.choices, default=NotifyBy.EMAIL)
+    idle_stopped = models.CharField(max_length=5, choices=NotifyBy.choices, default=NotifyBy.EMAIL)
+    finished = models.CharField(max_length=5, choices=NotifyBy.choices, default=NotifyBy.OFF)
+
+    def __str__(self) -> str:
+        return f"workload notifications of {self.user}"
+
+    def by(self, event: str) -> str:
+        return str(getattr(self, event))
+

@@ -8,7 +8,17 @@ import re
 import string
 from typing import Any
 
-TYPES = ("int", "float", "choice", "bool")
+from jobs import policy
+
+# Scalars fill {name} placeholders in the template's arguments and environment. The others are
+# a data scientist's own work, each still bounded and never a pod spec: "image" (the container
+# image, from the template's `prefixes` and the admin's allow-list), "args" (a list of arguments
+# added after the template's, at most `max_items` of at most `max_length` characters), "env"
+# (variables whose names the template declares in `names`).
+SCALAR_TYPES = ("int", "float", "choice", "bool")
+WORK_TYPES = ("image", "args", "env")
+TYPES = (*SCALAR_TYPES, *WORK_TYPES)
+ARGS_MAX_ITEMS, ARG_MAX_LENGTH, ENV_VALUE_MAX_LENGTH = 50, 1024, 4096
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 # ASCII digits with an optional sign: int() would also read "١٢" (Arabic-Indic digits) as 12, and
 # a number beyond 2^53 is rounded by JSON readers.
@@ -46,7 +56,37 @@ def check_declarations(declared: list[dict[str, Any]]) -> None:
                 raise ParameterError(f"Parameter {name}: its {key} must be a number, not “{value}”.", name=name)
             if isinstance(value, int | float) and not isinstance(value, bool) and not -LARGEST <= value <= LARGEST:
                 raise ParameterError(f"Parameter {name}: its {key} must be between -2^53 and 2^53.", name=name)
+        if spec["type"] in WORK_TYPES:
+            _check_work_declaration(spec)
         validate_parameters(declared=[spec], given={})  # the default must satisfy its own bounds
+    if sum(1 for spec in declared if spec.get("type") == "image") > 1:
+        raise ParameterError("A template may let people choose one image, not several.")
+
+
+def _check_work_declaration(spec: dict[str, Any]) -> None:
+    name, kind = spec["name"], spec["type"]
+    if kind == "image":
+        prefixes = spec.get("prefixes") or []
+        if not isinstance(prefixes, list) or not all(isinstance(p, str) and policy.registry_entry(p) for p in prefixes):
+            raise ParameterError(f"Parameter {name}: prefixes are registries, optionally with a path, "
+                                 "e.g. [\"ghcr.io/acme\"].", name=name)
+        if not spec.get("default"):
+            raise ParameterError(f"Parameter {name} needs a default image.", name=name)
+    elif kind == "args":
+        for key, most in (("max_items", ARGS_MAX_ITEMS), ("max_length", ARG_MAX_LENGTH)):
+            value = spec.get(key, most)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise ParameterError(f"Parameter {name}: {key} must be a whole number from 1 to {most}.", name=name)
+        spec.setdefault("default", [])
+    else:
+        names = spec.get("names")
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise ParameterError(f"Parameter {name} must declare the variable names people may set, e.g. "
+                                 "[\"DATA_DIR\"].", name=name)
+        for variable in names:
+            if problem := policy.env_problem(variable):
+                raise ParameterError(f"Parameter {name}: {problem}", name=name)
+        spec.setdefault("default", {})
 
 
 def check_pod_count(declared: list[dict[str, Any]]) -> None:
@@ -65,8 +105,73 @@ def check_pod_count(declared: list[dict[str, Any]]) -> None:
             raise ParameterError(f"{name} must be at least 1: it counts pods.", name=name)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _coerce_image(spec: dict[str, Any], raw: Any) -> str:
+    name, image = spec["name"], str(raw).strip()
+    if policy.image_name(image) is None:
+        raise ParameterError(f"{name}: “{image[:200]}” is not a container image reference (registry/repository:tag).",
+                             name=name)
+    prefixes = spec.get("prefixes") or []
+    if prefixes and not policy.image_allowed(image, prefixes):
+        raise ParameterError(f"{name}: the image {image} is not under {', '.join(prefixes)}, where this template takes "
+                             "images from.", name=name)
+    return image
+
+
+def _coerce_args(spec: dict[str, Any], raw: Any) -> list[str]:
+    """A list of arguments; from a form, one per line. Each is handed to the program as it is."""
+    name = spec["name"]
+    items = raw.splitlines() if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise ParameterError(f"{name} must be a list of arguments (text), one per line.", name=name)
+    items = [item for item in items if item.strip()] if isinstance(raw, str) else items
+    most, longest = spec.get("max_items", ARGS_MAX_ITEMS), spec.get("max_length", ARG_MAX_LENGTH)
+    if len(items) > most:
+        raise ParameterError(f"{name} takes at most {most} arguments, not {len(items)}.", name=name)
+    for item in items:
+        if len(item) > longest:
+            raise ParameterError(f"{name}: an argument may be at most {longest} characters; “{item[:40]}…” is "
+                                 f"{len(item)}.", name=name)
+        if _CONTROL.search(item):
+            raise ParameterError(f"{name}: an argument may not hold control characters (a new line, a NUL).", name=name)
+    return list(items)
+
+
+def _coerce_env(spec: dict[str, Any], raw: Any) -> dict[str, str]:
+    """Variables among the declared names; from a form, NAME=value, one per line."""
+    name, allowed = spec["name"], list(spec.get("names") or [])
+    if isinstance(raw, str):
+        pairs: dict[str, Any] = {}
+        for line in raw.splitlines():
+            if not line.strip():
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise ParameterError(f"{name}: write each variable as NAME=value, not “{line[:60]}”.", name=name)
+            pairs[key.strip()] = value
+        raw = pairs
+    if not isinstance(raw, dict):
+        raise ParameterError(f"{name} must be variables and their values, e.g. {{\"{allowed[0]}\": \"…\"}}.", name=name)
+    for key, value in raw.items():
+        if key not in allowed:
+            raise ParameterError(f"{name}: this template lets you set {', '.join(allowed)}, not “{str(key)[:60]}”.",
+                                 name=name)
+        if not isinstance(value, str) or len(value) > ENV_VALUE_MAX_LENGTH or "\x00" in value:
+            raise ParameterError(f"{name}: {key} must be text of at most {ENV_VALUE_MAX_LENGTH} characters, "
+                                 "without NUL.", name=name)
+    return {key: raw[key] for key in sorted(raw)}
+
+
 def _coerce(spec: dict[str, Any], raw: Any) -> Any:
     name, kind = spec["name"], spec["type"]
+    if kind == "image":
+        return _coerce_image(spec, raw)
+    if kind == "args":
+        return _coerce_args(spec, raw)
+    if kind == "env":
+        return _coerce_env(spec, raw)
     value: int | float | bool
     if kind == "int":
         text = str(raw).strip()
@@ -112,6 +217,8 @@ def validate_parameters(*, declared: list[dict[str, Any]], given: dict[str, Any]
     values = {}
     for name, spec in known.items():
         raw = given.get(name, spec.get("default"))
+        if spec["type"] in ("args", "env") and (raw is None or raw == ""):
+            raw = [] if spec["type"] == "args" else {}
         if raw is None or raw == "":
             if spec["type"] == "bool":
                 raw = False
@@ -127,8 +234,27 @@ class _Strict(dict[str, Any]):
 
 
 def render(text: str, values: dict[str, Any]) -> str:
-    """Fills {name} placeholders. Values are whole arguments or variables, never shell text."""
+    """Fills {name} placeholders. Values are whole arguments or variables, never shell text; a
+    list or a set of variables is never a placeholder's value (they are added whole, below)."""
     fields = [field for _, field, _, _ in string.Formatter().parse(text) if field]
     if any(not NAME.match(field) for field in fields):
         raise ParameterError(f"“{text}” has a placeholder that is not a plain parameter name.")
-    return text.format_map(_Strict({k: str(v).lower() if isinstance(v, bool) else v for k, v in values.items()}))
+    scalars = {k: str(v).lower() if isinstance(v, bool) else v for k, v in values.items() if not isinstance(v, list | dict)}
+    return text.format_map(_Strict(scalars))
+
+
+def chosen_work(*, declared: list[dict[str, Any]], values: dict[str, Any]) -> tuple[str | None, list[str], dict[str, str]]:
+    """The image (None: the template's own), the arguments to add after the template's, and the
+    variables to add to its environment, from the values of a launch."""
+    image: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    for spec in declared:
+        value = values.get(spec["name"])
+        if spec.get("type") == "image" and isinstance(value, str):
+            image = value
+        elif spec.get("type") == "args" and isinstance(value, list):
+            args.extend(str(item) for item in value)
+        elif spec.get("type") == "env" and isinstance(value, dict):
+            env.update({str(k): str(v) for k, v in value.items()})
+    return image, args, env

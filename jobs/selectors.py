@@ -3,6 +3,7 @@ launch hint, and the answer to "why is it still waiting?"."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -11,9 +12,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+from django.utils import timezone
 
 from jobs import manifests, policy, pricing
-from jobs.models import ImageRegistry, Priority, Workload, WorkloadTemplate, WorkloadTemplateVersion
+from jobs.models import ImageRegistry, Priority, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
 from portal.kube import KubeError, gateway
 from tenants import cluster_selectors
 from tenants import selectors as tenant_selectors
@@ -21,6 +23,7 @@ from tenants.cluster_selectors import QueueUsage
 from tenants.models import Flavor, Team
 
 PRIORITY_ORDER: dict[str, int] = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
+WAITING = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED, Workload.Phase.SUBMITTING)
 
 
 def image_allow_list() -> list[str]:
@@ -63,17 +66,26 @@ class LaunchHint:
     units: int
     usage: QueueUsage | None
     ceiling: int
-    lendable: int = 0  # idle quota of the other teams' queues, not already borrowed
+    lendable: int = 0  # idle quota of the other teams' queues that nobody borrows or already waits for
     cost: tuple[Decimal, str] | None = None  # per hour at the current rate, with its currency
+    # Of the team's own free quota, what its workloads already waiting would take first, and of
+    # the cohort's idle quota, what waiting workloads of any team would: Kueue admits them first.
+    claimed_own: int = 0
+    claimed_idle: int = 0
+
+    @property
+    def free(self) -> int:
+        """What is left of the team's guarantee for this launch."""
+        return max(self.usage.free - self.claimed_own, 0) if self.usage is not None else 0
 
     @property
     def fits_guarantee(self) -> bool:
-        return self.usage is not None and self.usage.in_use + self.units <= self.usage.guaranteed
+        return self.usage is not None and self.units <= self.free
 
     @property
     def would_borrow(self) -> bool:
         return (self.usage is not None and not self.fits_guarantee and self.units <= self.ceiling
-                and self.units - self.usage.free <= self.lendable)
+                and self.units - self.free <= self.lendable)
 
     @property
     def would_wait(self) -> bool:
@@ -102,32 +114,161 @@ def cohort_idle(*, team: Team, flavor: Flavor, queues: dict[str, list[QueueUsage
     return max(idle - borrowed, 0)
 
 
+def claimed_by_waiting(*, team: Team, flavor: Flavor, queues: dict[str, list[QueueUsage]], idle: int) -> tuple[int, int]:
+    """What workloads already waiting for the flavor would take before a new launch of the team:
+    (units of the team's own free quota, units of the cohort's idle quota).
+
+    Kueue tries waiting workloads by priority and age, skipping one that does not fit (best-effort
+    FIFO), so each waiting workload that fits its team's free quota plus the idle pool takes its
+    share first; a launch is the newest and comes after them. Without this, a hint counted idle
+    units a workload launched a moment earlier was about to take ("would borrow", then waited)."""
+    free = {slug: row.free for slug, rows in queues.items() for row in rows if row.flavor == flavor.slug}
+    own_before = free.get(team.slug, 0)
+    pool = idle
+    waiting = sorted(Workload.objects.filter(flavor=flavor, phase__in=WAITING).select_related("team"),
+                     key=lambda w: (PRIORITY_ORDER.get(w.priority, 1), w.created_at, w.pk))
+    for other in waiting:
+        slug = other.team.slug
+        own = min(free.get(slug, 0), other.total_units)
+        borrow = other.total_units - own
+        if borrow and (not other.team.may_borrow or borrow > pool):
+            continue
+        free[slug] = free.get(slug, 0) - own
+        pool -= borrow
+    return own_before - free.get(team.slug, 0), idle - pool
+
+
 def launch_hint(*, team: Team, flavor: Flavor, units: int) -> LaunchHint:
     queues = _queues()
     usage = None if queues is None else team_queue_usage(team=team, flavor=flavor, queues=queues)
-    lendable = cohort_idle(team=team, flavor=flavor, queues=queues) if queues is not None and team.may_borrow else 0
+    idle = cohort_idle(team=team, flavor=flavor, queues=queues) if queues is not None and team.may_borrow else 0
+    claimed_own, claimed_idle = claimed_by_waiting(team=team, flavor=flavor, queues=queues, idle=idle) if queues else (0, 0)
     return LaunchHint(flavor=flavor, units=units, usage=usage, ceiling=tenant_selectors.team_ceiling(team=team, flavor=flavor),
-                      lendable=lendable, cost=pricing.hourly_cost(flavor=flavor, units=units))
+                      lendable=idle - claimed_idle, cost=pricing.hourly_cost(flavor=flavor, units=units),
+                      claimed_own=claimed_own, claimed_idle=claimed_idle)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A team using the flavor now: its queue's use, and how much of that is borrowed."""
+
+    team: str
+    in_use: int
+    borrowed: int
+    guaranteed: int
 
 
 @dataclass(frozen=True)
 class WhyWaiting:
     reason: str
     usage: QueueUsage | None
-    position: int  # 1 = next in line among the team's queued workloads
+    position: int  # 1 = the first of the team's waiting workloads Kueue tries; 0 = not known or not waiting
     ahead: list[Workload] = field(default_factory=list)
+    # Where the position comes from: "kueue" (its visibility API) or "estimate" (the portal's
+    # own ordering by priority and age, when the cluster does not serve that API).
+    position_source: str = "estimate"
+    holders: list[Holder] = field(default_factory=list)
+    estimated_start: dt.datetime | None = None
+    estimate_basis: str = ""
+
+
+def _owned_by(item: dict[str, Any], workload_name: str) -> bool:
+    """Whether Kueue's pending workload admits this portal workload: its Job, or one of its pods
+    (Deployments' and StatefulSets' pods are queued one by one or as a group)."""
+    return any(ref.get("name") == workload_name or str(ref.get("name", "")).startswith(workload_name + "-")
+               for ref in (item.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def _kueue_position(workload: Workload, queued: list[Workload]) -> tuple[int, list[Workload]] | None:
+    """The workload's place in its ClusterQueue from Kueue's visibility API, with the team's
+    workloads before it; None when the cluster does not serve the API or does not list it."""
+    try:
+        items = gateway().pending_workloads(cluster_queue=workload.team.cluster_queue)
+    except KubeError:
+        return None
+    if items is None:
+        return None
+    namespace = workload.team.namespace
+    mine = [item for item in items if (item.get("metadata") or {}).get("namespace") == namespace]
+    own = next((item for item in mine if _owned_by(item, workload.k8s_name)), None)
+    if own is None:
+        return None
+    position = int(own.get("positionInClusterQueue", 0))
+    before = [item for item in mine if int(item.get("positionInClusterQueue", 0)) < position]
+    ahead = [other for other in queued if other.pk != workload.pk and any(_owned_by(item, other.k8s_name) for item in before)]
+    ahead.sort(key=lambda other: min(int(item.get("positionInClusterQueue", 0)) for item in before
+                                     if _owned_by(item, other.k8s_name)))
+    return position + 1, ahead
+
+
+def _holders(flavor: Flavor, queues: dict[str, list[QueueUsage]] | None) -> list[Holder]:
+    if not queues:
+        return []
+    rows = [(slug, row) for slug, team_rows in queues.items() for row in team_rows
+            if row.flavor == flavor.slug and (row.in_use or row.borrowed)]
+    names = dict(Team.objects.filter(slug__in=[slug for slug, _ in rows]).values_list("slug", "name"))
+    holders = [Holder(team=names.get(slug, slug), in_use=row.in_use, borrowed=row.borrowed, guaranteed=row.guaranteed)
+               for slug, row in rows]
+    return sorted(holders, key=lambda h: (-h.in_use, h.team))
+
+
+def _run_started(workload: Workload) -> dt.datetime | None:
+    starts = [interval.started_at for interval in workload.intervals.all()]
+    return min(starts) if starts else workload.submitted_at
+
+
+def estimated_start(*, workload: Workload, ahead: list[Workload], usage: QueueUsage | None,
+                    lendable: int, now: dt.datetime | None = None) -> tuple[dt.datetime | None, str]:
+    """The latest time the workload should start if nothing new comes first: running jobs of the
+    flavor end at the latest at their start plus their template's maximum run time, and their
+    units go to the workloads ahead of it, then to it. An estimate, and said to be one."""
+    now = now or timezone.now()
+    if usage is None:
+        return None, "The cluster did not answer, so no start can be estimated."
+    needed = workload.total_units + sum(other.total_units for other in ahead) - usage.free - lendable
+    if needed <= 0:
+        return now, "Enough quota looks free now; Kueue should admit it on its next pass."
+    running = (Workload.objects.filter(flavor_id=workload.flavor_id, phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING),
+                                       template_version__template__kind__in=(WorkloadKind.TRAINING, WorkloadKind.DISTRIBUTED))
+               .select_related("template_version").prefetch_related("intervals"))
+    if not workload.team.may_borrow:
+        running = running.filter(team_id=workload.team_id)
+    ends = []
+    for other in running:
+        started = _run_started(other)
+        if started is not None:
+            ends.append((started + dt.timedelta(seconds=other.template_version.max_runtime_seconds), other.total_units))
+    freed = 0
+    for end, units in sorted(ends, key=lambda pair: pair[0]):
+        freed += units
+        if freed >= needed:
+            return max(end, now), (f"When running jobs of {workload.flavor.name} reach their maximum run time, "
+                                   f"{freed} units free up; it needs {needed} more than are free now.")
+    return None, (f"It needs {needed} more units of {workload.flavor.name} than are free now, and running jobs "
+                  "with a maximum run time do not free that many: servers and notebooks run until stopped.")
 
 
 def why_waiting(*, workload: Workload) -> WhyWaiting:
-    """Kueue's own words, the team's quota for the flavor, and the queue in front of it."""
+    """The reason in words, the team's quota of the flavor, its place in the queue (Kueue's, or
+    the portal's estimate, said which), who uses the flavor now, and an estimated start."""
     queued = list(
-        Workload.objects.filter(team_id=workload.team_id, phase__in=(Workload.Phase.QUEUED, Workload.Phase.PREEMPTED))
-        .select_related("owner", "flavor")
+        Workload.objects.filter(team_id=workload.team_id, phase__in=WAITING).select_related("owner", "flavor")
     )
     queued.sort(key=lambda w: (PRIORITY_ORDER.get(w.priority, 1), w.created_at, w.pk))
-    position = next((i for i, w in enumerate(queued, start=1) if w.pk == workload.pk), 0)
-    return WhyWaiting(reason=workload.reason, usage=team_queue_usage(team=workload.team, flavor=workload.flavor),
-                      position=position, ahead=queued[: max(position - 1, 0)])
+    from_kueue = _kueue_position(workload, queued) if workload.phase in WAITING else None
+    if from_kueue is not None:
+        (position, ahead), source = from_kueue, "kueue"
+    else:
+        position = next((i for i, w in enumerate(queued, start=1) if w.pk == workload.pk), 0)
+        ahead, source = queued[: max(position - 1, 0)], "estimate"
+    queues = _queues()
+    usage = None if queues is None else team_queue_usage(team=workload.team, flavor=workload.flavor, queues=queues)
+    lendable = (cohort_idle(team=workload.team, flavor=workload.flavor, queues=queues)
+                if queues is not None and workload.team.may_borrow else 0)
+    start, basis = (estimated_start(workload=workload, ahead=ahead, usage=usage, lendable=lendable)
+                    if workload.phase in WAITING else (None, ""))
+    return WhyWaiting(reason=workload.reason, usage=usage, position=position, ahead=ahead, position_source=source,
+                      holders=_holders(workload.flavor, queues), estimated_start=start, estimate_basis=basis)
 
 
 @dataclass(frozen=True)

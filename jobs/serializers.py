@@ -349,11 +349,27 @@ class WhyWaitingSerializer(serializers.Serializer):
         lent = serializers.IntegerField(help_text="The team's idle units in use by other teams.")
         free = serializers.IntegerField(help_text="Guaranteed units not in use.")
 
+    class HolderSerializer(serializers.Serializer):
+        team = serializers.CharField()
+        in_use = serializers.IntegerField(help_text="Units of the flavor its queue uses now.")
+        borrowed = serializers.IntegerField(help_text="Of those, units on other teams' idle quota.")
+        guaranteed = serializers.IntegerField()
+
     phase = serializers.ChoiceField(choices=Workload.Phase.choices)
-    reason = serializers.CharField(help_text="Kueue's reason, in words.")
-    position = serializers.IntegerField(help_text="1 = next among the team's queued workloads; 0 = not waiting.")
+    reason = serializers.CharField(help_text="Kueue's reason, in the portal's words.")
+    position = serializers.IntegerField(
+        help_text="1 = the first of the team's waiting workloads Kueue tries; 0 = not waiting. Kueue may still start a "
+                  "later one first when it fits the free quota.")
+    position_source = serializers.ChoiceField(
+        choices=[("kueue", "Kueue's visibility API"), ("estimate", "the portal's estimate")],
+        help_text="kueue when the cluster serves visibility.kueue.x-k8s.io, else the portal's own ordering.")
     ahead = serializers.ListField(child=serializers.IntegerField(), help_text="Ids of the team's workloads in front of it.")
     usage = UsageSerializer(allow_null=True, help_text="The team's quota of the flavor; null when the cluster did not answer.")
+    holders = HolderSerializer(many=True, help_text="Teams using the flavor now, and how much of it they borrow.")
+    estimated_start = serializers.DateTimeField(
+        allow_null=True, help_text="An estimate: when running jobs' maximum run times free enough units; null when "
+                                   "none can be made.")
+    estimate_basis = serializers.CharField(help_text="What the estimate rests on, in words.")
 
 
 class ScaleSerializer(StrictInputMixin, serializers.Serializer):

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import access, manifests, policy, pricing, rules, selectors
+from jobs import access, manifests, notifications, policy, pricing, rules, selectors
 from jobs.models import (
     ImageRegistry,
     Priority,
@@ -22,7 +22,14 @@ from jobs.models import (
     WorkloadTemplateVersion,
     WorkloadTransition,
 )
-from jobs.parameters import ParameterError, check_declarations, check_pod_count, render, validate_parameters
+from jobs.parameters import (
+    ParameterError,
+    check_declarations,
+    check_pod_count,
+    chosen_work,
+    render,
+    validate_parameters,
+)
 from portal import limits
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
@@ -56,12 +63,16 @@ def record_transition(workload: Workload, phase: str, reason: str = "") -> None:
     reason is not a transition."""
     if workload.phase == phase and workload.reason == reason and workload.pk and workload.transitions.exists():
         return
+    entered = workload.phase != phase
     workload.phase, workload.reason = phase, reason
     now = timezone.now()
     if phase in Workload.FINAL_PHASES and workload.finished_at is None:
         workload.finished_at = now
     workload.save(update_fields=["phase", "reason", "finished_at"])
     WorkloadTransition.objects.create(workload=workload, phase=phase, reason=reason, at=now)
+    if entered and phase in notifications.PHASE_EVENTS:
+        detail = reason if phase == Workload.Phase.FAILED else ""
+        notifications.workload_event_notify(workload=workload, event=notifications.PHASE_EVENTS[phase], detail=detail)
 
 
 POD_COUNT_KINDS = (WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE)
@@ -104,6 +115,9 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
         values = validate_parameters(declared=version.parameters, given=request.parameters or {})
     except ParameterError as error:
         raise DomainError(str(error), field="parameters") from None
+    chosen_image, _, _ = chosen_work(declared=version.parameters, values=values)
+    if chosen_image is not None and (problem := policy.image_problem(chosen_image, selectors.image_allow_list())):
+        raise DomainError(problem, field="parameters")
     units = version.default_units if request.units is None else request.units
     if not 1 <= units <= version.max_units:
         raise DomainError(f"GPU units must be between 1 and {version.max_units} for {template.name}.", field="units")
@@ -325,14 +339,16 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
     version = workload.template_version
     values = workload.parameters
     try:
-        args = tuple(render(arg, values) for arg in version.args)
-        env = tuple((key, render(str(value), values)) for key, value in sorted(version.env.items()))
+        image, extra_args, extra_env = chosen_work(declared=version.parameters, values=values)
+        args = (*(render(arg, values) for arg in version.args), *extra_args)
+        variables = {key: render(str(value), values) for key, value in version.env.items()}
+        env = tuple(sorted({**variables, **extra_env}.items()))
     except ParameterError as error:
         raise DomainError(f"Template {version} is broken: {error}") from None
     return manifests.WorkloadSpec(
         workload_id=workload.pk, name=workload.k8s_name, namespace=workload.team.namespace, team=workload.team.slug,
-        kind=manifests.workload_kind(version.template.kind), image=version.image, command=tuple(version.command),
-        args=args, env=env,
+        kind=manifests.workload_kind(version.template.kind), image=image or version.image, command=tuple(version.command),
+        args=tuple(args), env=env,
         resource_name=workload.flavor.resource_name, units=workload.units, workers=workload.workers, cpu=workload.cpu,
         memory_gib=workload.memory_gib, priority=tier_name(workload.priority), max_runtime_seconds=version.max_runtime_seconds,
         port=version.port, storage_gib=version.storage_gib,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -151,13 +152,30 @@ def _true(obj: dict[str, Any], type_: str) -> bool:
     return _condition(obj, type_).get("status") == "True"
 
 
+_SHORT = re.compile(
+    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), (?P<missing>\S+) more needed")
+_TOO_BIG = re.compile(r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+)")
+_UNAVAILABLE = re.compile(r"resource (?P<resource>\S+) unavailable in ClusterQueue")
+
+
 def waiting_reason(message: str) -> str:
-    """Kueue's condition message, said for people."""
-    if "insufficient unused quota" in message or "insufficient quota" in message:
-        return f"Waiting for quota: {message}"
+    """Kueue's condition message, said in the portal's words rather than repeated."""
     if not message:
         return "Waiting for Kueue to admit it"
-    return f"Waiting: {message}"
+    if match := _SHORT.search(message):
+        missing = match["missing"]
+        return (f"Waiting for quota: the team's free {match['flavor']} quota and what other teams leave idle are "
+                f"{missing} unit{'' if missing == '1' else 's'} short. It starts when that much frees up.")
+    if match := _TOO_BIG.search(message):
+        return (f"Waiting for quota: it asks for more {match['flavor']} than the team could ever get (its guarantee "
+                "plus what it may borrow); it cannot start until the team's quota grows.")
+    if match := _UNAVAILABLE.search(message):
+        return f"Waiting: the team's queue has no quota for {match['resource']}; ask for some."
+    if "is inactive" in message or "is stopped" in message:
+        return "Waiting: the team's queue is on hold, so nothing new starts until it is resumed."
+    if "no longer fits" in message:
+        return "Waiting for quota: another workload took the free quota first; it starts at the next opening."
+    return f"Waiting for Kueue, which says: {message}"
 
 
 def _completions_succeeded(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:

@@ -10,6 +10,7 @@ urlpatterns: list[URLPattern] = [
     path("launch/", views.workload_launch, name="workload-launch"),
     path("launch/hint/", views.launch_hint, name="launch-hint"),
     path("workloads/", views.workload_list, name="workload-list"),
+    path("workloads/notifications/", views.notification_preferences, name="notification-preferences"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),
     path("workloads/<int:pk>/logs/", views.workload_logs, name="workload-logs"),

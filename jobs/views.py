@@ -19,10 +19,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import access, pricing, selectors, services
+from jobs import access, notifications, pricing, selectors, services
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
-from jobs.models import Workload, WorkloadKind, WorkloadTemplate
+from jobs.models import NotifyBy, Workload, WorkloadEvent, WorkloadKind, WorkloadTemplate
 from jobs.template_forms import authorable_teams
 from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
@@ -128,7 +128,7 @@ def launch_hint(request: HtmxHttpRequest) -> HttpResponse:
         else:
             units = resources["units"] * resources["workers"]
         hint = selectors.launch_hint(team=launch.team, flavor=launch.flavor, units=units)
-        borrow = max(hint.usage.in_use + units - hint.usage.guaranteed, 0) if hint.usage else 0
+        borrow = max(units - hint.free, 0) if hint.usage else 0
         context.update(hint=hint, team=launch.team, borrow_units=min(borrow, units))
     return render(request, "jobs/launch.html#launch-hint", context)
 
@@ -326,3 +326,29 @@ def notebook_token(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     response = render(request, name, context)
     response["Cache-Control"] = "no-store"
     return response
+
+
+# --- Workload notifications ---------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def notification_preferences(request: HtmxHttpRequest) -> HttpResponse:
+    """How the user hears about their own workloads, per event; the notifications page loads it."""
+    done, error = "", ""
+    if request.method == "POST":
+        choices = {event: request.POST.get(event, "") for event in WorkloadEvent.values if event in request.POST}
+        unknown = [event for event, how in choices.items() if how not in NotifyBy.values]
+        if unknown:
+            error = (f"Choose how to hear about “{WorkloadEvent(unknown[0]).label.lower()}”: "
+                     + ", ".join(label.lower() for label in NotifyBy.labels) + ".")
+        else:
+            notifications.workload_notification_preference_set(user=request.user, choices=choices)
+            done = "Saved: you will hear about your workloads as chosen."
+    rows = [(event, label, notifications.workload_notification_choice(user=request.user, event=event))
+            for event, label in WorkloadEvent.choices]
+    template = ("jobs/notification_preferences.html#workload-notifications" if request.htmx
+                else "jobs/notification_preferences.html")
+    return render(request, template, {"rows": rows, "ways": NotifyBy.choices, "done": done, "error": error},
+                  status=400 if error else 200)
+

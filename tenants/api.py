@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
+from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -193,6 +194,7 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
             lines=[services.LineInput(flavor=line["flavor"], units=line["units"]) for line in data.get("lines", [])],
             justification=data["justification"],
             ends_on=data["ends_on"],
+            renews=(get_object_or_404(self.get_queryset(), pk=data["renews"]) if data["renews"] is not None else None),
         )
         return self._answer(quota_request, status.HTTP_201_CREATED)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,8 +12,8 @@ from django.http import QueryDict
 
 from portal.errors import DomainError
 from portal.models import User
-from tenants import services
-from tenants.models import Flavor, Membership, Team
+from tenants import selectors, services
+from tenants.models import Flavor, Membership, QuotaRequest, Team
 
 
 class MembershipAddForm(forms.Form):
@@ -61,9 +62,14 @@ class QuotaRequestForm(forms.Form):
         label="End date (optional)",
         help_text="Last day of temporary quota. Leave empty for permanent quota.",
     )
+    renews = forms.ModelChoiceField(queryset=QuotaRequest.objects.none(), required=False, widget=forms.HiddenInput,
+                                    error_messages={"invalid_choice": "The request to renew is not one you can see."})
 
-    def __init__(self, data: QueryDict | None = None, *, user: User | AnonymousUser, initial_team: str | None = None) -> None:
+    def __init__(self, data: QueryDict | None = None, *, user: User | AnonymousUser, initial_team: str | None = None,
+                 renewal_of: QuotaRequest | None = None) -> None:
         super().__init__(data)
+        renews_field: forms.ModelChoiceField = self.fields["renews"]  # type: ignore[assignment]
+        renews_field.queryset = QuotaRequest.objects.for_user(user)
         self.flavors = {flavor.slug: flavor for flavor in Flavor.objects.filter(is_active=True).order_by("name")}
         allowed = [team.pk for team in Team.objects.for_user(user) if user.has_perm("tenants.request_quota", team)]
         team_field: forms.ModelChoiceField = self.fields["team"]  # type: ignore[assignment]
@@ -74,6 +80,26 @@ class QuotaRequestForm(forms.Form):
         elif len(allowed) == 1:
             self.initial["team"] = team_field.queryset.first()
         self.line_rows = self._line_rows(data)
+        self.renewal_of = renewal_of
+        if renewal_of is not None and data is None:
+            self._prefill_renewal(renewal_of)
+
+    def _prefill_renewal(self, renewed: QuotaRequest) -> None:
+        """The same lines as the grants still running, and a new end date as far past the old one
+        as the old one was past its approval."""
+        units: dict[str, int] = {}
+        for grant in selectors.renewable_grants(quota_request=renewed):
+            units[grant.flavor.slug] = units.get(grant.flavor.slug, 0) + grant.units
+        rows = list(units.items())[: self.MAX_LINES]
+        self.line_rows = [
+            LineRow(index=i, flavor=rows[i][0] if i < len(rows) else "", units=str(rows[i][1]) if i < len(rows) else "")
+            for i in range(self.MAX_LINES)
+        ]
+        self.initial.update(team=renewed.team.slug, renews=renewed.pk,
+                            justification=f"Renewal of request #{renewed.pk}: {renewed.justification}")
+        if renewed.ends_on is not None:
+            started = (renewed.decided_at or renewed.created_at).date()
+            self.initial["ends_on"] = renewed.ends_on + max(renewed.ends_on - started, dt.timedelta(days=1))
 
     def _line_rows(self, data: QueryDict | None) -> list[LineRow]:
         flavors = data.getlist("flavor") if data is not None else []

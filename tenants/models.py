@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from fractions import Fraction
 from typing import Any
@@ -22,6 +23,8 @@ DNS_LABEL_HELP = (
     "Lowercase letters, digits and hyphens, starting and ending with a letter or digit, "
     "at most 63 characters (a Kubernetes DNS-1123 label: it becomes the team's namespace)."
 )
+# How long before a temporary grant ends its team is warned, and may renew it.
+GRANT_ENDING_NOTICE = dt.timedelta(days=3)
 RESERVED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"}
 
 
@@ -263,6 +266,12 @@ class QuotaRequest(models.Model):
     decided_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_note = models.TextField(blank=True)
+    # A renewal continues the temporary grants of an earlier request: approving it ends those
+    # grants at that moment and starts the new ones, so the guarantee never lapses or doubles.
+    renews = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="renewals",
+        help_text="The approved temporary request whose grants this one continues.",
+    )
 
     objects = QuotaRequestQuerySet.as_manager()
 
@@ -342,3 +351,9 @@ class QuotaGrant(models.Model):
     def is_active(self) -> bool:
         now = timezone.now()
         return self.ended_at is None and self.valid_from <= now and (self.valid_until is None or self.valid_until > now)
+
+    @property
+    def in_renewal_window(self) -> bool:
+        """A temporary grant from a request, ending within the warning window: it may be renewed."""
+        return (self.is_active and self.request_id is not None and self.valid_until is not None
+                and self.valid_until - timezone.now() <= GRANT_ENDING_NOTICE)

@@ -174,6 +174,14 @@ def quota_preview(*, team: Team, flavor: Flavor, units: int) -> QuotaPreview:
     )
 
 
+def renewable_grants(*, quota_request: QuotaRequest, lock: bool = False) -> QuerySet[QuotaGrant]:
+    """The request's temporary grants still running: what a renewal of it would continue."""
+    grants = QuotaGrant.objects.active().filter(request_id=quota_request.pk, valid_until__isnull=False)
+    if lock:
+        grants = grants.select_for_update(of=("self",))
+    return grants.select_related("flavor").order_by("flavor__name", "pk")
+
+
 def grants_ending_between(*, start: Any, end: Any) -> QuerySet[QuotaGrant]:
     return QuotaGrant.objects.filter(ended_at__isnull=True, valid_until__gt=start, valid_until__lte=end)
 

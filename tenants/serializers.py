@@ -265,7 +265,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = QuotaRequest
-        fields = ["id", "team", "requester", "status", "justification", "ends_on", "created_at",
+        fields = ["id", "team", "requester", "status", "justification", "ends_on", "renews", "created_at",
                   "decided_by", "decided_at", "decision_note", "lines"]
         read_only_fields = fields
 
@@ -276,6 +276,8 @@ class QuotaRequestCreateSerializer(StrictInputMixin, serializers.Serializer):
     justification = serializers.CharField(allow_blank=True, default="", help_text="Why the team needs it.")
     ends_on = serializers.DateField(allow_null=True, default=None,
                                     help_text="Last day of temporary quota; leave out for permanent.")
+    renews = serializers.IntegerField(allow_null=True, default=None, min_value=1,
+                                      help_text="Id of an approved temporary request whose grants this one continues.")
 
 
 class QuotaDecisionSerializer(StrictInputMixin, serializers.Serializer):

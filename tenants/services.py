@@ -23,6 +23,7 @@ from portal.models import User
 from portal.notifications import notify
 from tenants import selectors
 from tenants.models import (
+    GRANT_ENDING_NOTICE,
     Flavor,
     Membership,
     QuotaGrant,
@@ -32,7 +33,6 @@ from tenants.models import (
     forget_team_roles,
 )
 
-GRANT_ENDING_NOTICE = dt.timedelta(days=3)
 TEAM_FIELDS = ("name", "cost_center", "description")
 # How the team shares the cluster: only a platform admin changes these.
 POLICY_FIELDS = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit", "requires_second_approver")
@@ -270,7 +270,10 @@ def _end_of_day(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day + dt.timedelta(days=1), dt.time.min, tzinfo=zone)
 
 
-def _check_lines(*, team: Team, lines: Sequence[LineInput], ends_on: dt.date | None) -> None:
+def _check_lines(*, team: Team, lines: Sequence[LineInput], ends_on: dt.date | None,
+                 replaced: dict[int, int] | None = None) -> None:
+    """`replaced`: units per flavor id that approving would end (the grants a renewal continues)."""
+    replaced = replaced or {}
     if not lines:
         raise DomainError("Add at least one flavor with a number of units.", field="lines")
     seen: set[int] = set()
@@ -294,30 +297,61 @@ def _check_lines(*, team: Team, lines: Sequence[LineInput], ends_on: dt.date | N
                 f"so it can give back at most {preview.team_permanent}; temporary grants end on their own.",
                 field="lines",
             )
-        if line.units > 0 and preview.team_guaranteed + line.units > preview.capacity:
+        kept = preview.team_guaranteed - replaced.get(line.flavor.pk, 0)
+        if line.units > 0 and kept + line.units > preview.capacity:
             raise DomainError(
                 f"{line.flavor.name}: the cluster has {preview.capacity} units in all and {team.slug} already holds "
-                f"{preview.team_guaranteed}, so at most {preview.capacity - preview.team_guaranteed} more can ever be granted.",
+                f"{kept}{' besides what it renews' if replaced.get(line.flavor.pk) else ''}, "
+                f"so at most {preview.capacity - kept} more can ever be granted.",
                 field="lines",
             )
 
 
+def _renewal_check(*, team: Team, renews: QuotaRequest, ends_on: dt.date | None) -> dict[int, int]:
+    """The units per flavor id the renewal would continue; refuses what cannot be renewed."""
+    if renews.team_id != team.pk:
+        raise DomainError(f"Request #{renews.pk} is for another team; a renewal is filed for the same team.",
+                          field="renews")
+    running = selectors.renewable_grants(quota_request=renews)
+    if renews.status != QuotaRequest.Status.APPROVED or not running:
+        raise DomainError(f"Request #{renews.pk} has no temporary quota still running, so there is nothing to renew; "
+                          "file a new request instead.", field="renews")
+    if ends_on is None:
+        raise DomainError("A renewal needs a new end date: renewed quota stays temporary.", field="ends_on")
+    if renews.ends_on is not None and ends_on <= renews.ends_on:
+        raise DomainError(f"The new end date must be after {renews.ends_on.isoformat()}, when request #{renews.pk} ends.",
+                          field="ends_on")
+    replaced: dict[int, int] = {}
+    for grant in running:
+        replaced[grant.flavor_id] = replaced.get(grant.flavor_id, 0) + grant.units
+    return replaced
+
+
+def _renewing(renews_id: int | None) -> str:
+    return f", renewing request #{renews_id}" if renews_id else ""
+
+
 @transaction.atomic
 def quota_request_create(
-    *, requester: User, team: Team, lines: Sequence[LineInput], justification: str, ends_on: dt.date | None = None
+    *, requester: User, team: Team, lines: Sequence[LineInput], justification: str, ends_on: dt.date | None = None,
+    renews: QuotaRequest | None = None,
 ) -> QuotaRequest:
+    """Files a request; with `renews`, a renewal of that request's temporary grants (same team,
+    a later end date), decided like any other request."""
     _require(requester.has_perm("tenants.request_quota", team))
     justification = justification.strip()
     if not justification:
         raise DomainError("Say why the team needs this: the lead decides on it.", field="justification")
     if ends_on is not None and ends_on <= timezone.localdate():
         raise DomainError("The end date must be after today.", field="ends_on")
-    _check_lines(team=team, lines=lines, ends_on=ends_on)
-    quota_request = QuotaRequest.objects.create(team=team, requester=requester, justification=justification, ends_on=ends_on)
+    replaced = _renewal_check(team=team, renews=renews, ends_on=ends_on) if renews is not None else {}
+    _check_lines(team=team, lines=lines, ends_on=ends_on, replaced=replaced)
+    quota_request = QuotaRequest.objects.create(team=team, requester=requester, justification=justification, ends_on=ends_on,
+                                                renews=renews)
     QuotaRequestLine.objects.bulk_create(
         [QuotaRequestLine(request=quota_request, flavor=line.flavor, units=line.units) for line in lines]
     )
-    summary = f"{describe_lines(lines)} for {team.slug}{_until(ends_on)}"
+    summary = f"{describe_lines(lines)} for {team.slug}{_until(ends_on)}{_renewing(quota_request.renews_id)}"
     audit_record(actor=requester, action="quota_request.created", obj=quota_request, team_id=team.pk,
                  message=f"{requester.username} requested {summary} (request #{quota_request.pk})")
     leads = selectors.team_leads(team_ids=[team.pk])[team.pk]
@@ -356,11 +390,19 @@ def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: 
     flavors = {f.pk: f for f in Flavor.objects.select_for_update().filter(pk__in=flavor_ids).order_by("pk")}
     totals = selectors.flavor_guaranteed_totals()
     permanent = selectors.team_guarantees(team=locked.team, permanent_only=True)
+    # A renewal ends the grants it continues as it starts the new ones: they do not count twice.
+    replaced_grants = (
+        list(selectors.renewable_grants(quota_request=locked.renews, lock=True).filter(flavor_id__in=flavor_ids))
+        if locked.renews is not None else []
+    )
+    replaced: dict[int, int] = {}
+    for grant in replaced_grants:
+        replaced[grant.flavor_id] = replaced.get(grant.flavor_id, 0) + grant.units
     problems = []
     for line in lines:
         flavor = flavors[line.flavor_id]
         if line.units > 0:
-            held = totals.get(flavor.pk, 0)
+            held = totals.get(flavor.pk, 0) - replaced.get(flavor.pk, 0)
             if held + line.units > flavor.capacity_units:
                 room = max(flavor.capacity_units - held, 0)
                 problems.append(
@@ -375,6 +417,7 @@ def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: 
     if problems:
         raise DomainError(f"Cannot approve request #{locked.pk}: " + "; ".join(problems) + ".")
     now = timezone.now()
+    _grants_replace(replaced_grants, renewal=locked, now=now, actor=approver)
     valid_until = _end_of_day(locked.ends_on) if locked.ends_on else None
     QuotaGrant.objects.bulk_create(
         [
@@ -387,7 +430,7 @@ def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: 
     locked.status = QuotaRequest.Status.APPROVED
     locked.decided_by, locked.decided_at, locked.decision_note = approver, now, note.strip()
     locked.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
-    summary = f"{describe_lines(lines)} for {locked.team.slug}{_until(locked.ends_on)}"
+    summary = f"{describe_lines(lines)} for {locked.team.slug}{_until(locked.ends_on)}{_renewing(locked.renews_id)}"
     audit_record(actor=approver, action="quota_request.approved", obj=locked, team_id=locked.team_id,
                  data={"note": locked.decision_note},
                  message=f"{approver.username} approved request #{locked.pk}: {summary}")
@@ -397,6 +440,21 @@ def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: 
            url=reverse("tenants:team-detail", args=[locked.team.slug]))
     _on_team_change(locked.team_id)
     return _sync_caller_copy(quota_request, locked)
+
+
+def _grants_replace(grants: list[QuotaGrant], *, renewal: QuotaRequest, now: dt.datetime, actor: User) -> None:
+    """Ends the grants an approved renewal continues; their request is expired once none runs."""
+    if not grants:
+        return
+    for grant in grants:
+        grant.ended_at = now
+        audit_record(actor=actor, action="quota_grant.renewed", obj=grant, team_id=grant.team_id,
+                     message=f"Temporary grant of {grant.units:+d} {grant.flavor.name} for {renewal.team.slug} "
+                             f"(request #{grant.request_id}) continues as request #{renewal.pk}")
+    QuotaGrant.objects.bulk_update(grants, ["ended_at"])
+    old = renewal.renews
+    if old is not None and not QuotaGrant.objects.filter(request_id=old.pk, ended_at__isnull=True).exists():
+        QuotaRequest.objects.filter(pk=old.pk, status=QuotaRequest.Status.APPROVED).update(status=QuotaRequest.Status.EXPIRED)
 
 
 @transaction.atomic

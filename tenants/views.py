@@ -250,8 +250,10 @@ def _form_error_text(form: Any) -> str:
 @login_required
 @require_http_methods(["GET", "POST"])
 def quota_request_create(request: HtmxHttpRequest) -> HttpResponse:
+    renew = request.GET.get("renew", "")
+    renewal_of = _visible_request(request, int(renew)) if renew.isdigit() and request.method == "GET" else None
     form = QuotaRequestForm(request.POST if request.method == "POST" else None, user=request.user,
-                            initial_team=request.GET.get("team"))
+                            initial_team=request.GET.get("team"), renewal_of=renewal_of)
     if request.method == "POST" and form.is_valid():
         try:
             quota_request = services.quota_request_create(
@@ -260,6 +262,7 @@ def quota_request_create(request: HtmxHttpRequest) -> HttpResponse:
                 lines=form.cleaned_data["lines"],
                 justification=form.cleaned_data["justification"],
                 ends_on=form.cleaned_data.get("ends_on"),
+                renews=form.cleaned_data.get("renews"),
             )
         except DomainError as error:
             form.add_domain_error(error)

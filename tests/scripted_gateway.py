@@ -87,6 +87,9 @@ class ScriptedGateway:
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
         return self.cluster.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines)
 
+    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
+        return self.cluster.pending_workloads(cluster_queue=cluster_queue)
+
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         self.cluster.expect_nodes(nodes)
 

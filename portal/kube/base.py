@@ -67,6 +67,10 @@ KINDS: dict[tuple[str, str], KindInfo] = {
 }
 
 
+# Kueue's on-demand visibility API: served by Kueue's visibility server through an APIService.
+VISIBILITY_API = "visibility.kueue.x-k8s.io/v1beta2"
+
+
 def kind_info(api_version: str, kind: str) -> KindInfo:
     try:
         return KINDS[(api_version, kind)]
@@ -173,6 +177,12 @@ class Gateway(Protocol):
         (410), it yields RELISTED with every current object, then goes on watching."""
 
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str: ...
+
+    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
+        """Kueue's pending workloads of a ClusterQueue, in the order it will try them, from its
+        visibility API (visibility.kueue.x-k8s.io): each with `metadata` (name, namespace,
+        ownerReferences), `localQueueName`, `priority`, and `positionInClusterQueue` and
+        `positionInLocalQueue` counted from 0. None when the cluster does not serve that API."""
 
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         """These are the GPU nodes the catalog describes. A cluster that makes its nodes from the

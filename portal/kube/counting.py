@@ -11,7 +11,8 @@ from typing import Any
 from portal.kube.base import FIELD_MANAGER, Gateway, NodeSpec, ObjectRef, WatchEvent
 
 # The methods that are requests to the cluster's API; the hooks (expect_nodes, tick) are not.
-API_METHODS = ("apply", "dry_run", "create", "replace", "delete", "get", "list", "watch", "pod_logs")
+API_METHODS = ("apply", "dry_run", "create", "replace", "delete", "get", "list", "watch", "pod_logs",
+               "pending_workloads")
 
 
 class CountingGateway:
@@ -95,6 +96,10 @@ class CountingGateway:
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
         self._count("pod_logs", "Pod")
         return self.inner.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines)
+
+    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
+        self._count("pending_workloads", "ClusterQueue")
+        return self.inner.pending_workloads(cluster_queue=cluster_queue)
 
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         self._count("expect_nodes", "Node")

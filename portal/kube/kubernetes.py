@@ -22,7 +22,17 @@ from django.conf import settings
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from portal.kube.base import FIELD_MANAGER, KubeError, NodeSpec, ObjectRef, WatchEvent, kind_info, label_selector, ref_of
+from portal.kube.base import (
+    FIELD_MANAGER,
+    VISIBILITY_API,
+    KubeError,
+    NodeSpec,
+    ObjectRef,
+    WatchEvent,
+    kind_info,
+    label_selector,
+    ref_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -311,6 +321,18 @@ class KubernetesGateway:
         if status == 400:
             raise KubeError(_status_message(status, text.encode())[0], ref=ref, status=status)
         return text
+
+    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
+        # 404: no APIService for the group; 503: one is registered but Kueue's visibility server
+        # does not answer (the VisibilityOnDemand gate is off, or Kueue is down). Either way the
+        # cluster does not serve the answer now, which the caller says in words.
+        status, data = self._request(
+            "GET", f"/apis/{VISIBILITY_API}/clusterqueues/{cluster_queue}/pendingworkloads",
+            query={"limit": 1000}, ok_statuses=(404, 503),
+        )
+        if status in (404, 503):
+            return None
+        return list((data or {}).get("items") or [])
 
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         """Nothing to do: a real cluster has its own GPU nodes, registered by their kubelets."""

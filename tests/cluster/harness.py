@@ -24,6 +24,7 @@ import contextlib
 import copy
 import ctypes
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -57,6 +58,8 @@ ANNOTATION_OUTCOME = "kwok.gpu-portal.test/outcome"
 
 KUEUE_FRAMEWORKS = ("batch/job", "pod", "deployment", "statefulset")
 SYSTEM_NAMESPACES = ("kube-system", "kueue-system")
+# Where a process in a pod finds its service account; Kueue's visibility server reads it.
+IN_CLUSTER_DIR = "/run/secrets/kubernetes.io/serviceaccount"
 
 DEFAULT_NODE_ALLOCATABLE = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
 
@@ -180,7 +183,7 @@ class ControlPlane:
 
     def __init__(self, cache_dir: str | os.PathLike | None = None, *, workdir: str | os.PathLike | None = None,
                  keep_workdir: bool | None = None, pod_run_seconds: float = 2.0, start_timeout: float = 120.0,
-                 verbosity: int = 1):
+                 verbosity: int = 1, pods_ready_timeout: float = 15.0):
         self._cache_arg = Path(cache_dir) if cache_dir else None
         self._workdir_arg = Path(workdir) if workdir else None
         if keep_workdir is None:
@@ -189,6 +192,9 @@ class ControlPlane:
         self.pod_run_seconds = pod_run_seconds
         self.start_timeout = start_timeout
         self.verbosity = verbosity
+        self.pods_ready_timeout = pods_ready_timeout
+        # Whether Kueue serves visibility.kueue.x-k8s.io here: decided when Kueue starts.
+        self.serves_visibility: bool | None = None
         self._procs: list[_Proc] = []
         self._started = False
         self.workdir: Path | None = None
@@ -546,6 +552,7 @@ class ControlPlane:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
             f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+            f"--token-auth-file={self._visibility_token_file()}",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -740,32 +747,33 @@ class ControlPlane:
             self.timings["webhooks_created"] = time.monotonic() - self._t_addons
             wait_for(established, timeout=30, interval=0.1, message="Kueue CRDs to be established")
 
-    def _ensure_kueue_metrics_cert(self) -> None:
-        # Kueue >= 0.13 hard-codes its metrics serving cert path (/etc/kueue/metrics/certs) when
-        # internal cert management is off and exits if the files are missing. Their content
-        # does not matter to us (metrics are only on loopback), so install a shared
-        # self-signed pair once.
-        d = Path("/etc/kueue/metrics/certs")
-        if (d / "tls.crt").is_file() and (d / "tls.key").is_file():
-            return
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(dir=str(d)))
-            subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                            "-nodes", "-keyout", str(tmp / "tls.key"), "-out", str(tmp / "tls.crt"), "-days",
-                            "36500", "-subj", "/CN=kueue-metrics-local", "-addext",
-                            "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-                           check=True, capture_output=True)
-            os.replace(tmp / "tls.key", d / "tls.key")
-            os.replace(tmp / "tls.crt", d / "tls.crt")
-            shutil.rmtree(tmp, ignore_errors=True)
-        except (OSError, subprocess.CalledProcessError) as e:
-            raise ControlPlaneError(
-                f"Kueue needs a metrics cert in {d} (tls.crt/tls.key) and it could not be created ({e}); "
-                "run once as root or create it by hand") from None
+    def _ensure_kueue_certs(self) -> None:
+        # Kueue >= 0.13 hard-codes the serving cert paths of its metrics endpoint
+        # (/etc/kueue/metrics/certs) and of its visibility server (/visibility) when internal
+        # cert management is off, and exits (metrics) or serves no visibility API without them.
+        # Their content does not matter to us (both are only on loopback; the apiserver reaches
+        # the visibility server with insecureSkipTLSVerify), so install a self-signed pair once.
+        for d in (Path("/etc/kueue/metrics/certs"), Path("/visibility")):
+            if (d / "tls.crt").is_file() and (d / "tls.key").is_file():
+                continue
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(dir=str(d)))
+                subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                                "-nodes", "-keyout", str(tmp / "tls.key"), "-out", str(tmp / "tls.crt"), "-days",
+                                "36500", "-subj", "/CN=kueue-local", "-addext",
+                                "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                               check=True, capture_output=True)
+                os.replace(tmp / "tls.key", d / "tls.key")
+                os.replace(tmp / "tls.crt", d / "tls.crt")
+                shutil.rmtree(tmp, ignore_errors=True)
+            except (OSError, subprocess.CalledProcessError) as e:
+                raise ControlPlaneError(
+                    f"Kueue needs a serving cert in {d} (tls.crt/tls.key) and it could not be created ({e}); "
+                    "run once as root or create it by hand") from None
 
     def _start_kueue(self) -> None:
-        self._ensure_kueue_metrics_cert()
+        self._ensure_kueue_certs()
         cfg = {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
             "kind": "Configuration",
@@ -785,13 +793,56 @@ class ControlPlane:
             "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": self.ports["kueue_visibility"]},
             "clientConnection": {"qps": 200, "burst": 400},
             "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
+            # Gang admission, as deploy/kueue/controller_manager_config.yaml asks of a real cluster:
+            # a workload whose pods are not all ready in time is evicted and requeued whole. The
+            # timeout is short here so the contract test sees it happen; KWOK pods are ready in ~1 s.
+            "waitForPodsReady": {"timeout": f"{self.pods_ready_timeout:g}s", "blockAdmission": False,
+                                 "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 1,
+                                                       "backoffMaxSeconds": 10}},
         }
         path = self._need_workdir() / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-        self._spawn("kueue", [str(self.bin_dir / "kueue"), f"--config={path}",
-                              f"--zap-log-level={max(self.verbosity, 1) + 1}",
-                              "--feature-gates=VisibilityOnDemand=false"],
-                    env={"KUBECONFIG": str(self.kubeconfig_path)})
+        argv = [str(self.bin_dir / "kueue"), f"--config={path}", f"--zap-log-level={max(self.verbosity, 1) + 1}"]
+        env = {"KUBECONFIG": str(self.kubeconfig_path)}
+        if self._in_cluster_identity():
+            # The visibility server authenticates its callers through the apiserver with the
+            # in-cluster service-account files only (no flag names another kubeconfig). Each
+            # control plane has its own CA, so Kueue sees its own files at the fixed path in a
+            # private mount namespace rather than files shared between concurrent harnesses.
+            argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                    'mount --bind "$0" ' + IN_CLUSTER_DIR + ' && exec "$@"', str(self._need_workdir() / "in-cluster"), *argv]
+            env.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(self.ports["apiserver"]))
+            self.serves_visibility = True
+        else:
+            argv.append("--feature-gates=VisibilityOnDemand=false")
+        self._spawn("kueue", argv, env=env)
+
+    def _visibility_token_file(self) -> Path:
+        """A static token for Kueue's visibility server to ask the apiserver who its callers are."""
+        workdir = self._need_workdir()
+        token = secrets.token_hex(16)
+        (workdir / "in-cluster").mkdir(exist_ok=True)
+        (workdir / "in-cluster" / "token").write_text(token)
+        path = workdir / "static-tokens.csv"
+        path.write_text(f'{token},kueue-visibility,kueue-visibility,"system:masters"\n')
+        return path
+
+    def _in_cluster_identity(self) -> bool:
+        """Whether Kueue can be given in-cluster files in a mount namespace of its own (root, and
+        a kernel that lets it unshare one); without them the harness runs Kueue without its
+        visibility server and the portal falls back to its own queue estimate, as on a cluster
+        that does not serve the API."""
+        if self.serves_visibility is not None:
+            return self.serves_visibility
+        shutil.copy(self._need_workdir() / "pki" / "ca.crt", self._need_workdir() / "in-cluster" / "ca.crt")
+        try:
+            Path(IN_CLUSTER_DIR).mkdir(parents=True, exist_ok=True)
+            probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                                    f'mount --bind "$0" {IN_CLUSTER_DIR} && test -s {IN_CLUSTER_DIR}/token',
+                                    str(self._need_workdir() / "in-cluster")], capture_output=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return probe.returncode == 0
 
     def _wait_kueue_ready(self) -> None:
         import kubernetes.client
@@ -809,6 +860,30 @@ class ControlPlane:
                          on_poll=self._check_alive)
             except TimeoutError as e:
                 raise self._fail("kueue", str(e)) from None
+        if self.serves_visibility:
+            self._register_visibility_api()
+
+    def _register_visibility_api(self) -> None:
+        """Serves Kueue's pending-workloads API (visibility.kueue.x-k8s.io) through the apiserver,
+        as Kueue's own manifests do. An ExternalName Service lets the aggregator reach the
+        visibility server on loopback without a Service network; its cert is self-signed."""
+        import kubernetes.client
+
+        port = self.ports["kueue_visibility"]
+        service = {"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": "kueue-visibility-server", "namespace": "kueue-system"},
+                   "spec": {"type": "ExternalName", "externalName": "localhost", "ports": [{"port": port}]}}
+        with self.api_client() as api:
+            kubernetes.client.CoreV1Api(api).create_namespaced_service("kueue-system", service)  # type: ignore[arg-type]
+            registration = kubernetes.client.ApiregistrationV1Api(api)
+            for version in ("v1beta1", "v1beta2"):
+                registration.create_api_service({  # type: ignore[arg-type]
+                    "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                    "metadata": {"name": f"{version}.visibility.kueue.x-k8s.io"},
+                    "spec": {"group": "visibility.kueue.x-k8s.io", "version": version, "groupPriorityMinimum": 100,
+                             "versionPriority": 100 if version == "v1beta2" else 90, "insecureSkipTLSVerify": True,
+                             "service": {"name": "kueue-visibility-server", "namespace": "kueue-system", "port": port}},
+                })
 
 
 def add_demo_nodes(cp: ControlPlane) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from jobs import manifests, services, sync
+from jobs import manifests, selectors, services, sync
 from jobs.models import RunInterval, Workload, WorkloadKind
 from portal.kube import ObjectRef, gateway, ref_of
 from tests.contract.scenarios import HOLD, QUICK, launch
@@ -87,7 +87,18 @@ def test_an_over_quota_launch_waits_and_says_why(cluster, site, templates, setti
 
     cluster.wait_for(lambda: phase_of(second) == Workload.Phase.QUEUED and "Waiting for quota" in second.reason,
                      what="the second job to wait for quota")
-    assert "nvidia.com/gpu" in second.reason
+    assert "1 unit short" in second.reason and "couldn't assign" not in second.reason
+    third = launch(team, lead, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=1)
+
+    # Both clusters serve Kueue's visibility API (the harness registers its APIService): the
+    # place in the queue is Kueue's, not the portal's guess.
+    def kueues_answer() -> Any:
+        answer = selectors.why_waiting(workload=Workload.objects.get(pk=third.pk))
+        return answer if answer.position_source == "kueue" else None
+
+    answer = cluster.wait_for(kueues_answer, what="Kueue's visibility API to list the third job")
+    assert (answer.position, [w.pk for w in answer.ahead]) == (2, [second.pk])
+    assert [(h.team, h.in_use) for h in answer.holders if h.team == team.name] == [(team.name, 1)]
 
 
 def test_borrowing_and_preemption_show_in_the_portal(cluster, site, templates, settings, django_capture_on_commit_callbacks):

@@ -176,6 +176,17 @@ def test_the_hint_says_borrowed_when_units_exceed_the_free_guarantee(ready_team,
     assert "may be preempted" in fragment
 
 
+def test_the_hint_leaves_out_idle_quota_a_workload_already_waiting_will_take(ready_team, other_team, flavor, member, training,
+                                                                               as_user):
+    make_ready(other_team, flavor, 9)  # 9 idle units to lend
+    launch(member, ready_team, training, flavor, units=8)  # launched a moment ago: 4 own + 4 borrowed, not yet admitted
+
+    fragment = hint(as_user(member), units="8")
+
+    assert "Would borrow" not in fragment and "Would wait in the queue" in fragment
+    assert "they take 4 of vision's free units and 4 of the idle units other teams lend" in fragment
+
+
 def test_the_hint_says_it_would_wait_when_nobody_has_quota_to_lend(ready_team, member, training, as_user):
     fragment = hint(as_user(member), units="6")
     assert "Would wait in the queue" in fragment and "Would borrow" not in fragment
@@ -287,7 +298,8 @@ def test_a_queued_workload_page_shows_its_timeline_and_why_it_waits(waiting_pair
     assert "<strong>1</strong> guaranteed" in page and "<strong>1</strong> in use" in page
     assert "<strong>0</strong> borrowed" in page and "<strong>0</strong> lent" in page
     assert "the team may not borrow" in page
-    assert "number 1</strong> among vision's queued workloads" in page
+    assert "Kueue lists it <strong>number 1</strong> in vision's queue" in page
+    assert "next in line" not in page
     assert "every 3s" in page
 
 

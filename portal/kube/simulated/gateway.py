@@ -16,6 +16,8 @@ from portal.kube.base import FIELD_MANAGER, NodeSpec, ObjectRef, WatchEvent
 from portal.kube.simulated.apiserver import ApiServer
 from portal.kube.simulated.controllers import controllers_reconcile
 from portal.kube.simulated.kubelet import pod_logs
+from portal.kube.simulated.kueue import Kueue
+from portal.kube.simulated.state import ClusterState
 from portal.kube.simulated.store import Store
 
 # What a simulated node offers besides its GPUs, so CPU and memory never decide placement.
@@ -28,6 +30,9 @@ class SimulatedGateway:
         self.offset = 0.0
         self.store = Store(now=self.now)
         self.api = ApiServer(self.store, watch_seed=settings.SIMULATED_WATCH_SEED if watch_seed is None else watch_seed)
+        # Whether this cluster serves Kueue's visibility API; a test turns it off to see the
+        # portal fall back to its own estimate, as on a cluster without it.
+        self.serves_visibility = True
 
     def now(self) -> float:
         return self.clock() + self.offset
@@ -83,6 +88,12 @@ class SimulatedGateway:
 
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
         return pod_logs(self.store.get(ObjectRef("v1", "Pod", name, namespace)), name=name, tail_lines=tail_lines)
+
+    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
+        if not self.serves_visibility:
+            return None
+        with transaction.atomic():
+            return Kueue(ClusterState.read(self.store)).pending_workloads(cluster_queue)
 
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         """Makes the simulated nodes exactly these: the catalog's, or a test's."""

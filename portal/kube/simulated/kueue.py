@@ -5,6 +5,7 @@ priority needs room in the team; each ClusterQueue reports its usage in its stat
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 from collections import defaultdict
@@ -186,17 +187,38 @@ class Kueue:
         local_queue = self.state.local_queues.get((workload.namespace, workload.queue))
         return str(local_queue.body["spec"].get("stopPolicy") or "None") if local_queue else "None"
 
+    def pending_order(self, workloads: list[Workload]) -> list[Workload]:
+        """Workloads waiting for quota, in the order admit() tries them: priority, then age."""
+        return sorted(
+            (w for w in workloads if not w.admitted and not w.finished and w.cluster_queue in self.state.cluster_queues),
+            key=lambda w: (-w.priority, w.created, w.name),
+        )
+
+    def pending_workloads(self, cluster_queue: str) -> list[dict[str, Any]]:
+        """What Kueue's visibility API answers for one ClusterQueue."""
+        pending = [w for w in self.pending_order(self.workloads()) if w.cluster_queue == cluster_queue]
+        in_local: dict[tuple[str, str], int] = defaultdict(int)
+        items = []
+        for position, workload in enumerate(pending):
+            meta = workload.row.body["metadata"]
+            local = (workload.namespace, workload.queue)
+            items.append({
+                "metadata": {"name": meta["name"], "namespace": workload.namespace,
+                             "creationTimestamp": meta["creationTimestamp"],
+                             "ownerReferences": copy.deepcopy(meta.get("ownerReferences", []))},
+                "priority": workload.priority, "localQueueName": workload.queue,
+                "positionInClusterQueue": position, "positionInLocalQueue": in_local[local],
+            })
+            in_local[local] += 1
+        return items
+
     def admit(self) -> None:
         workloads = self.workloads()
         for workload in workloads:
             if workload.admitted and not workload.finished and self.stop_policy(workload) == "HoldAndDrain":
                 workload.admitted_flavor = {}
                 self._evict(workload, "LocalQueueStopped", "The LocalQueue is stopped")
-        pending = sorted(
-            (w for w in workloads if not w.admitted and not w.finished and w.cluster_queue in self.state.cluster_queues),
-            key=lambda w: (-w.priority, w.created, w.name),
-        )
-        for workload in pending:
+        for workload in self.pending_order(workloads):
             if self.stop_policy(workload) != "None":
                 # As Kueue's workload controller says of a workload in a stopped LocalQueue.
                 self.set_condition(workload, "QuotaReserved", "False", "Inadmissible",
