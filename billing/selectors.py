@@ -373,7 +373,8 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
 
     bars = _day_bars(month, {day: tally for (day,), tally in by_day.items()}, currency)
 
-    forecast = month_forecast(account=account, month=month, now=now) if account and start <= now else None
+    # Only a month under way has a forecast to show: an ended month's would be its total, read twice.
+    forecast = month_forecast(account=account, month=month, now=now) if account and start <= now < end else None
     borrowed_total = sum((t.gpu_hours for (_, b), t in by_flavor.items() if b), Fraction(0))
     return TeamMonthUsage(
         team=team, account=account, month=month, currency=currency, total=Line.of("total", "Total", total, currency),
