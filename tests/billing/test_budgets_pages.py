@@ -147,7 +147,7 @@ def test_the_budget_list_and_api_cost_the_same_queries_for_two_budgets_or_eight(
         return len(page), len(listed)
 
     def another(number: int) -> None:
-        team = TeamFactory(slug=f"team-{number}", name=f"Team {number}")
+        team = TeamFactory.create(slug=f"team-{number}", name=f"Team {number}")
         use(team, flavor, gpu_hours=number, at=periods.hour_floor(timezone.now()))
         budgets.budget_set(actor=finance_user, team=team, amount="1000", currency="USD")
 
