@@ -165,8 +165,9 @@ def unallocated(*, start: dt.datetime, end: dt.datetime) -> dict[int, int]:
     zero, the use read from FlavorHour for a complete hour and from the hourly rows after
     `months_through` (the CASE keeps the database from summing team rows of complete hours)."""
     through = Subquery(MeteringState.objects.order_by("pk").values("months_through")[:1])
-    complete = FlavorHour.objects.filter(hour=OuterRef("hour"), flavor_id=OuterRef("flavor_id")).values("unit_seconds")[:1]
-    still_open = (UsageHour.objects.filter(hour=OuterRef("hour"), flavor_id=OuterRef("flavor_id"))
+    complete = (FlavorHour.objects.filter(hour=OuterRef("hour"), flavor_id=OuterRef("flavor_id"))
+                .order_by().values("unit_seconds")[:1])
+    still_open = (UsageHour.objects.filter(hour=OuterRef("hour"), flavor_id=OuterRef("flavor_id")).order_by()
                   .values("flavor_id").annotate(total=Sum("unit_seconds")).values("total")[:1])
     used = Case(When(hour__gte=Coalesce(through, Value(start)), then=Coalesce(Subquery(still_open), Value(0))),
                 default=Coalesce(Subquery(complete), Value(0)), output_field=BigIntegerField())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from fractions import Fraction
+from math import gcd
 
 # ISO 4217 minor units that are not 2; every other three-letter code has cents.
 _MINOR_UNITS = {"BHD": 3, "CLP": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0, "KRW": 0, "KWD": 3, "LYD": 3, "OMR": 3,
@@ -42,3 +43,21 @@ def round_places(value: Fraction | Decimal | int, places: int) -> Decimal:
     """Exactly rounded half-even to `places` decimals (Fraction's round() is half-even)."""
     scaled = round(Fraction(value) * 10**places)
     return Decimal(scaled).scaleb(-places)
+
+
+def rounded_cost(*, parts: dict[tuple[int, int], int], price_per_gpu_hour: Decimal, currency: str) -> Decimal:
+    """round_money of the summed `cost` of the parts ((numerator, denominator) → unit-seconds) at one
+    price, worked out in integers: the same half-even rounding of the same exact sum, without a
+    Fraction per part (a page that costs thousands of lines spends its time there otherwise)."""
+    places = minor_unit(currency)
+    price, price_denominator = price_per_gpu_hour.as_integer_ratio()
+    common = 1
+    for _, denominator in parts:
+        common = common * denominator // gcd(common, denominator)
+    numerator = sum(unit_seconds * part * (common // denominator) for (part, denominator), unit_seconds in parts.items())
+    whole, rest = divmod(numerator * price * 10**places, common * SECONDS_PER_HOUR * price_denominator)
+    divisor = common * SECONDS_PER_HOUR * price_denominator
+    if 2 * rest > divisor or (2 * rest == divisor and whole % 2):
+        whole += 1
+    return Decimal(whole).scaleb(-places)
+

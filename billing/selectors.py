@@ -373,7 +373,8 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
 
     bars = _day_bars(month, {day: tally for (day,), tally in by_day.items()}, currency)
 
-    forecast = month_forecast(account=account, month=month, now=now) if account and start <= now else None
+    # Only a month under way has a forecast to show: an ended month's would be its total, read twice.
+    forecast = month_forecast(account=account, month=month, now=now) if account and start <= now < end else None
     borrowed_total = sum((t.gpu_hours for (_, b), t in by_flavor.items() if b), Fraction(0))
     return TeamMonthUsage(
         team=team, account=account, month=month, currency=currency, total=Line.of("total", "Total", total, currency),
@@ -618,36 +619,48 @@ def _rollups_version() -> str:
     return hashlib.sha256(token.encode()).hexdigest()[:32]
 
 
-def _all_accounts_month(*, start: dt.datetime, end: dt.datetime) -> tuple[dict[tuple, Tally], set[str]]:
-    """Every account's local month [start, end) by flavor and rate: the monthly rollup of the
-    complete hours plus the UsageHour rows of the hours after them (the open hour), in one
-    statement, so it reads about accounts × flavors rows rather than a month of hourly ones, and
-    a refresh committing meanwhile cannot count an hour twice or not at all. Unit-seconds are
-    summed as integers per fraction first, so each line costs one exact multiplication."""
+LineKey = tuple[int, int, int | None]  # account id, flavor id, rate id
+LineParts = dict[tuple[int, int], int]  # (fraction numerator, denominator) → unit-seconds
+
+
+def _all_accounts_month(*, start: dt.datetime, end: dt.datetime) -> tuple[dict[LineKey, LineParts],
+                                                                          dict[int, tuple[Decimal, str]]]:
+    """Every account's local month [start, end) by flavor and rate, as integer unit-seconds per
+    fraction, and the price and currency of each rate involved: the monthly rollup of the complete
+    hours plus the UsageHour rows of the hours after them (the open hour), in one statement, so it
+    reads about accounts × flavors rows rather than a month of hourly ones, and a refresh
+    committing meanwhile cannot count an hour twice or not at all."""
     fields = ("account_id", "flavor_id", "rate_id", "fraction_numerator", "fraction_denominator")
     complete = (UsageMonth.objects.filter(month=start).values(*fields)
                 .annotate(total=Sum("unit_seconds")).values_list(*fields, "total").order_by())
     through = Subquery(MeteringState.objects.order_by("pk").values("months_through")[:1])
     still_open = (UsageHour.objects.filter(hour__gte=start, hour__lt=end).filter(hour__gte=Coalesce(through, Value(start)))
                   .values(*fields).annotate(total=Sum("unit_seconds")).values_list(*fields, "total").order_by())
-    sums: dict[tuple[int, int, int | None, int, int], int] = defaultdict(int)
+    lines: dict[LineKey, LineParts] = defaultdict(lambda: defaultdict(int))
     for account_id, flavor_id, rate_id, numerator, denominator, total in complete.union(still_open, all=True):
-        sums[(account_id, flavor_id, rate_id, numerator, denominator)] += total
-    prices = {pk: (Fraction(price) / SECONDS_PER_HOUR, currency) for pk, price, currency in Rate.objects.filter(
-        pk__in={key[2] for key in sums if key[2] is not None}).values_list("pk", "price_per_gpu_hour", "currency")}
-    tallies: dict[tuple, Tally] = {}
-    currencies: set[str] = set()
-    for (account_id, flavor_id, rate_id, numerator, denominator), total in sums.items():
-        gpu_seconds = Fraction(total * numerator, denominator)
-        tally = tallies.get((account_id, flavor_id, rate_id))
-        if tally is None:
-            tally = tallies[(account_id, flavor_id, rate_id)] = Tally()
-        tally.gpu_seconds += gpu_seconds
-        if rate_id is not None:  # hours metered while the flavor had no price cost nothing
-            per_gpu_second, currency = prices[rate_id]
-            currencies.add(currency)
-            tally.cost += gpu_seconds * per_gpu_second
-    return tallies, currencies
+        lines[(account_id, flavor_id, rate_id)][(numerator, denominator)] += total
+    prices = {pk: (price, currency) for pk, price, currency in Rate.objects.filter(
+        pk__in={key[2] for key in lines if key[2] is not None}).values_list("pk", "price_per_gpu_hour", "currency")}
+    return lines, prices
+
+
+class _Sums:
+    """GPU-seconds as integer sums per fraction denominator, and rounded line costs, per key: the
+    finance overview's thousands of lines cost integer additions, and one Fraction per key at the end."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[Any, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        self.money: dict[Any, Decimal] = defaultdict(Decimal)
+
+    def add(self, key: Any, parts: LineParts, cost: Decimal) -> None:
+        by_denominator = self.seconds[key]
+        for (numerator, denominator), unit_seconds in parts.items():
+            by_denominator[denominator] += unit_seconds * numerator
+        self.money[key] += cost
+
+    def gpu_hours(self, key: Any) -> Fraction:
+        return sum((Fraction(value, denominator) for denominator, value in self.seconds.get(key, {}).items()),
+                   Fraction(0)) / SECONDS_PER_HOUR
 
 
 def _idle_shared(*, start: dt.datetime, end: dt.datetime) -> dict[int, Fraction]:
@@ -675,26 +688,33 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
     start, end = periods.month_bounds(month)
     previous = periods.month_start(month - dt.timedelta(days=1))
     prev_start, prev_end = periods.month_bounds(previous)
-    by_account, currencies = _all_accounts_month(start=start, end=end)
-    before, previous_currencies = _all_accounts_month(start=prev_start, end=prev_end)
-    currency = _one_currency(currencies | previous_currencies, what="The usage of these months")
+    by_account, prices = _all_accounts_month(start=start, end=end)
+    before, previous_prices = _all_accounts_month(start=prev_start, end=prev_end)
+    currencies = {prices[key[2]][1] for key in by_account if key[2] is not None}
+    currency = _one_currency(currencies | {previous_prices[key[2]][1] for key in before if key[2] is not None},
+                             what="The usage of these months")
+    zero = round_money(0, currency)
 
-    def per_account(tallies: dict[tuple, Tally]) -> tuple[dict[int, Fraction], dict[int, Decimal]]:
-        hours: dict[int, Fraction] = defaultdict(Fraction)
-        money: dict[int, Decimal] = defaultdict(Decimal)
-        for (account_id, _, _), tally in tallies.items():
-            hours[account_id] += tally.gpu_hours
-            money[account_id] += round_money(tally.cost, currency)  # a statement rounds per line
-        return hours, money
+    def line_cost(key: LineKey, parts: LineParts, rates: dict[int, tuple[Decimal, str]]) -> Decimal:
+        # a statement rounds per line; hours metered while the flavor had no price cost nothing
+        return money.rounded_cost(parts=parts, price_per_gpu_hour=rates[key[2]][0], currency=currency) \
+            if key[2] is not None else zero
 
-    hours, money = per_account(by_account)
-    _, previous_money = per_account(before)
+    this_month, flavor_sums, last_month = _Sums(), _Sums(), _Sums()
+    for key, parts in by_account.items():
+        cost = line_cost(key, parts, prices)
+        this_month.add(key[0], parts, cost)
+        flavor_sums.add(key[1], parts, cost)
+    for key, parts in before.items():
+        last_month.add(key[0], parts, line_cost(key, parts, previous_prices))
+    hours = {account_id: this_month.gpu_hours(account_id) for account_id in this_month.seconds}
+    spent, previous_money = this_month.money, last_month.money
     wanted = set(hours) | set(previous_money)
     accounts = Account.objects.select_related("team").filter(Q(team__isnull=False) | Q(pk__in=wanted))
     rows = []
     for account in accounts:
-        cost = money.get(account.pk, round_money(0, currency))
-        was = previous_money.get(account.pk, round_money(0, currency))
+        cost = spent.get(account.pk, zero)
+        was = previous_money.get(account.pk, zero)
         change = round_places((Fraction(cost) - Fraction(was)) / Fraction(was) * 100, 1) if was else None
         rows.append(OverviewRow(account=account, gpu_hours=round_places(hours.get(account.pk, Fraction(0)), ROUNDING_HOURS),
                                 cost=cost, previous_cost=was, change=change))
@@ -705,27 +725,22 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
             "change": lambda r: (r.change is not None, r.change or Decimal(0))}
     rows.sort(key=keys[sort], reverse=descending)
 
-    flavor_tallies: dict[int, Tally] = defaultdict(Tally)
-    flavor_money: dict[int, Decimal] = defaultdict(Decimal)
-    for (_, flavor_id, _), tally in by_account.items():
-        flavor_tallies[flavor_id].add(tally)
-        flavor_money[flavor_id] += round_money(tally.cost, currency)
     idle = ledger.unallocated(start=start, end=end)
     shared = _idle_shared(start=start, end=end) if ledger.shared_flavors() else {}
-    flavors = Flavor.objects.in_bulk(set(flavor_tallies) | set(idle))
+    flavors = Flavor.objects.in_bulk(set(flavor_sums.seconds) | set(idle))
     unallocated = [UnallocatedLine(
         flavor=flavors[pk], gpu_hours=round_places(_unit_seconds_as_gpu_hours(idle[pk], flavors[pk]), ROUNDING_HOURS),
         shared_hours=round_places(shared.get(pk, Fraction(0)) * flavors[pk].fraction / SECONDS_PER_HOUR, ROUNDING_HOURS))
         for pk in sorted(idle, key=lambda pk: flavors[pk].name)]
     flavor_totals = [Line(key=flavors[pk].slug, label=flavors[pk].name,
-                          gpu_hours=round_places(flavor_tallies[pk].gpu_hours, ROUNDING_HOURS), cost=flavor_money[pk])
+                          gpu_hours=round_places(flavor_sums.gpu_hours(pk), ROUNDING_HOURS), cost=flavor_sums.money.get(pk, zero))
                      for pk in sorted(flavors, key=lambda pk: flavors[pk].name)]
-    total_cost = sum(money.values(), round_money(0, currency))
+    total_cost = sum(spent.values(), zero)
     total_hours = sum(hours.values(), Fraction(0))
     return FinanceOverview(
         month=month, currency=currency, rows=rows, flavor_totals=flavor_totals, unallocated=unallocated,
         total=Line(key="total", label="Total", gpu_hours=round_places(total_hours, ROUNDING_HOURS), cost=total_cost),
-        previous_total=sum(previous_money.values(), round_money(0, currency)), sort=sort, descending=descending,
+        previous_total=sum(previous_money.values(), zero), sort=sort, descending=descending,
         months=recent_months(now=now))
 
 

@@ -113,7 +113,8 @@ def test_billing_verify_fails_when_the_monthly_level_drifts_from_the_hourly_rows
         ("2026-10-07 09:00 H100: the flavor's hourly use holds 0 unit-seconds, the teams' rows add up to 3600." in said)
 
 
-def test_the_finance_overview_adds_the_open_hour_to_the_complete_ones_once_in_queries_that_do_not_grow_with_teams(client, finance_user):
+def test_the_overview_adds_the_open_hour_to_the_complete_ones_once_in_queries_that_do_not_grow_with_teams(
+        client, finance_user):
     h100 = FlavorFactory.create(name="H100", slug="h100", resource_name="nvidia.com/gpu", capacity_units=10)
     Rate.objects.create(flavor=h100, price_per_gpu_hour=Decimal("2.00"), effective_from=at("2026-10-01 00:00"))
     vision = TeamFactory.create(slug="vision", name="Vision")

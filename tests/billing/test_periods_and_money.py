@@ -94,3 +94,21 @@ def test_money_rounds_half_even_to_the_minor_unit(value, currency, expected):
 ])
 def test_a_month_is_written_yyyy_mm(text, month):
     assert periods.month_parse(text) == month
+
+
+def test_a_line_costed_in_integers_rounds_exactly_as_its_exact_sum_does():
+    import random
+    from fractions import Fraction
+
+    from billing.money import cost, round_money, rounded_cost
+
+    draw = random.Random(7)
+    cases = [({(1, 1): 18}, Decimal("1.00"), "USD"), ({(1, 1): 54}, Decimal("1.00"), "USD"),  # 0.005 and 0.015: half-even
+             ({(1, 7): 3600, (1, 1): 1800}, Decimal("2.50"), "JPY")]
+    cases += [({(draw.randint(1, 3), draw.choice([1, 2, 4, 7])): draw.randint(0, 10**7) for _ in range(draw.randint(1, 3))},
+               Decimal(draw.randint(0, 100_000)).scaleb(-draw.randint(0, 4)), draw.choice(["USD", "JPY", "KWD"]))
+              for _ in range(500)]
+    for parts, price, currency in cases:
+        exact = sum((cost(unit_seconds=seconds, numerator=n, denominator=d, price_per_gpu_hour=price)
+                     for (n, d), seconds in parts.items()), Fraction(0))
+        assert rounded_cost(parts=parts, price_per_gpu_hour=price, currency=currency) == round_money(exact, currency)
