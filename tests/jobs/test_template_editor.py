@@ -186,7 +186,7 @@ def test_a_team_not_yet_in_the_cluster_cannot_be_checked_and_the_preview_says_wh
 def test_a_lead_checks_only_in_their_own_namespace(lead, team, other_team, flavor):
     page = login(lead).get(reverse("jobs:template-create")).content.decode()
     check_in = page.split('name="check_in"')[1].split("</select>")[0]
-    assert 'value="vision"' in check_in and 'value="speech"' not in check_in
+    assert '<option value="vision" selected>' in check_in and 'value="speech"' not in check_in
     response = login(lead).post(reverse("jobs:template-create"),
                                 editor_form(owner_team="vision", check_in="speech", action="preview"), headers=HTMX)
     assert "Select a valid choice" in response.content.decode()
