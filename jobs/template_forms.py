@@ -154,6 +154,8 @@ class TemplateEditorForm(forms.Form):
         check_field = self.fields["check_in"]
         assert isinstance(check_field, forms.ModelChoiceField)
         check_field.queryset = self._check_teams(user, authorable)
+        # Checked by default: in the template's own team, else the first team offered.
+        check_field.initial = check_field.queryset.values_list("slug", flat=True).first()
         self.parameter_rows = self._rows(data)
 
     def _check_teams(self, user: User | AnonymousUser, authorable: QuerySet[Team]) -> QuerySet[Team]:

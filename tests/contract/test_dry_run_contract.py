@@ -27,7 +27,7 @@ def test_a_dry_run_admits_a_launch_without_storing_it_and_refuses_in_the_api_ser
 
     # The catalog refuses a name part this long (Flavor.clean); a row from before that check reaches the API server.
     long_name = "example.com/" + "g" * 64
-    odd = FlavorFactory(name=cluster.unique("Odd"), slug=cluster.unique("odd"), resource_name=long_name)
+    odd = FlavorFactory.create(name=cluster.unique("Odd"), slug=cluster.unique("odd"), resource_name=long_name)
     refused = job_services.template_preview(user=site.admin, kind=WorkloadKind.TRAINING, fields=dict(FIELDS),
                                             flavors=[odd], team=team)
     assert refused.checked and not refused.accepted

@@ -18,7 +18,7 @@ from tests.helpers import api
 
 pytestmark = pytest.mark.django_db
 
-HTMX = {"HTTP_HX_REQUEST": "true"}
+HTMX = {"HX-Request": "true"}
 
 
 def editor_form(*, flavors: tuple[str, ...] = ("h100-80gb",), params: list[tuple[str, ...]] | None = None,
@@ -150,7 +150,7 @@ def test_an_image_off_the_allow_list_is_refused(admin_user, flavor):
 
 def test_the_preview_shows_what_a_launch_creates_and_the_cluster_admits_it(admin_user, ready_team):
     response = login(admin_user).post(reverse("jobs:template-create"), editor_form(action="preview", check_in="vision"),
-                                      **HTMX)
+                                      headers=HTMX)
     body = response.content.decode()
     assert response.status_code == 200 and "<html" not in body
     assert f"The API server admitted all 1 object in {ready_team.namespace} (dry run" in body
@@ -178,7 +178,7 @@ def test_a_version_the_api_server_refuses_is_not_saved_and_the_refusal_is_in_wor
 
 def test_a_team_not_yet_in_the_cluster_cannot_be_checked_and_the_preview_says_why(admin_user, team, flavor, simulated):
     response = login(admin_user).post(reverse("jobs:template-create"), editor_form(action="preview", check_in="vision"),
-                                      **HTMX)
+                                      headers=HTMX)
     assert response.status_code == 200
     assert f"namespaces &quot;{team.namespace}&quot; not found" in response.content.decode()
 
@@ -186,15 +186,15 @@ def test_a_team_not_yet_in_the_cluster_cannot_be_checked_and_the_preview_says_wh
 def test_a_lead_checks_only_in_their_own_namespace(lead, team, other_team, flavor):
     page = login(lead).get(reverse("jobs:template-create")).content.decode()
     check_in = page.split('name="check_in"')[1].split("</select>")[0]
-    assert 'value="vision"' in check_in and 'value="speech"' not in check_in
+    assert '<option value="vision" selected>' in check_in and 'value="speech"' not in check_in
     response = login(lead).post(reverse("jobs:template-create"),
-                                editor_form(owner_team="vision", check_in="speech", action="preview"), **HTMX)
+                                editor_form(owner_team="vision", check_in="speech", action="preview"), headers=HTMX)
     assert "Select a valid choice" in response.content.decode()
 
 
 def test_the_launch_hint_says_what_isolation_a_shared_flavor_gives(ready_team, member, training, as_user):
     response = as_user(member).get(reverse("jobs:launch-hint"), {"team": "vision", "template": training.pk,
-                                                                 "flavor": "h100-80gb", "units": "1"}, **HTMX)
+                                                                 "flavor": "h100-80gb", "units": "1"}, headers=HTMX)
     assert "H100 80GB: Whole GPUs of your own" in response.content.decode()
 
 
