@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import access, pricing, selectors, services
+from jobs import access, pricing, reclaim, selectors, services
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import Workload, WorkloadKind, WorkloadTemplate
@@ -170,6 +170,7 @@ def _live_context(
         "waiting": selectors.why_waiting(workload=workload) if workload.phase in WAITING_PHASES else None,
         "picture": picture,
         "action_error": error,
+        "idle": reclaim.idle_picture(workload=workload),
     }
 
 
@@ -238,6 +239,17 @@ def workload_stop(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except DomainError as refusal:
         return _after_action(request, pk, error=refusal.message)
     return _after_action(request, pk, error=None, done=f"Stopped {workload.name}.")
+
+
+@login_required
+@require_POST
+def workload_keep_running(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    workload = _visible_workload(request, pk)
+    try:
+        reclaim.workload_keep_running(user=request.user, workload=workload)
+    except DomainError as refusal:
+        return _after_action(request, pk, error=refusal.message)
+    return _after_action(request, pk, error=None, done=f"{workload.name} is kept running.")
 
 
 @login_required
