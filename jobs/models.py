@@ -423,3 +423,26 @@ class WorkloadIdleState(models.Model):
 
     def __str__(self) -> str:
         return f"idle state of workload {self.workload_id}"
+
+
+class GpuXidEvent(models.Model):
+    """An XID error a GPU reported while a workload's pod held it (DCGM_FI_DEV_XID_ERRORS changed).
+
+    A hardware XID (portal/metrics/xid.py) makes the pod's GPU time after it non-billable: billing
+    credits it when the month is closed. Kept with the pod's name so the credit finds its interval."""
+
+    # Like run intervals, it outlives its workload: the credit it gives is billing history.
+    workload = models.ForeignKey(Workload, null=True, on_delete=models.SET_NULL, related_name="xid_events")
+    pod_name = models.CharField(max_length=253)
+    gpu = models.CharField(max_length=100, help_text="The GPU's UUID as DCGM reports it.")
+    node = models.CharField(max_length=253, blank=True)
+    code = models.PositiveIntegerField()
+    hardware = models.BooleanField(help_text="The GPU's fault, not the program's: its time after this is not billed.")
+    at = models.DateTimeField(help_text="When the portal saw it (within a sweep of the error).")
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [models.UniqueConstraint(fields=["pod_name", "gpu", "code"], name="one_xid_event_per_pod_gpu_code")]
+
+    def __str__(self) -> str:
+        return f"XID {self.code} on {self.gpu} ({self.pod_name})"

@@ -147,3 +147,11 @@ def idle_sweep() -> dict[str, int]:
     sweep = reclaim.idle_sweep()
     return {"idle": len(sweep.idle), "no_metrics": len(sweep.no_metrics), "warned": len(sweep.warned),
             "stopped": len(sweep.stopped), "scaled": len(sweep.scaled)}
+
+
+@shared_task(acks_late=True)
+def xid_sweep() -> int:
+    """XID errors on running workloads' GPUs recorded and told (jobs/xid.py): one metrics query."""
+    from jobs import xid
+
+    return len(xid.xid_sweep())

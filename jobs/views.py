@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import access, pricing, reclaim, selectors, services
+from jobs import access, pricing, reclaim, selectors, services, xid
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import Workload, WorkloadKind, WorkloadTemplate
@@ -186,6 +186,7 @@ def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None
         "endpoint": services.endpoint(workload) if serves else "",
         "reachable": bool(services.ingress_host(workload)),
         "used": pricing.used_so_far(workload_ids=[workload.pk]).get(workload.pk),
+        "xids": xid.xid_rows(workload=workload),
     }
 
 

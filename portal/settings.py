@@ -310,6 +310,7 @@ CELERY_BEAT_SCHEDULE = {
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 60.0},
     # Idle GPUs by each template's policy; also the notebooks' own activity where reachable.
     "idle-sweep": {"task": "jobs.tasks.idle_sweep", "schedule": 60.0},
+    "xid-sweep": {"task": "jobs.tasks.xid_sweep", "schedule": 60.0},
     "sso-identities-revalidate": {"task": "tenants.tasks.sso_identities_revalidate", "schedule": 900.0},
     "budgets-check": {"task": "billing.tasks.budgets_check", "schedule": float(env("BUDGETS_CHECK_SECONDS", "300"))},
     # Hourly; each person's digest goes once a local day, at the first run after BUDGET_DIGEST_HOUR.
