@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import access, pricing, reclaim, selectors, services, xid
+from jobs import access, pricing, reclaim, selectors, services, telemetry, xid
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import Workload, WorkloadKind, WorkloadTemplate
@@ -155,7 +155,8 @@ def workload_list(request: HtmxHttpRequest) -> HttpResponse:
         "filtered": any(chosen.values()),
     }
     used = pricing.used_so_far(workload_ids=[w.pk for w in workloads])
-    context["rows"] = [(w, used.get(w.pk)) for w in workloads]
+    use = telemetry.gpu_use(workloads=list(workloads))
+    context["rows"] = [(w, used.get(w.pk), use.get(w.pk)) for w in workloads]
     name = "jobs/workload_list.html#workload-rows" if request.htmx else "jobs/workload_list.html"
     return render(request, name, context)
 
@@ -206,6 +207,17 @@ def workload_live(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, picture=picture))
     return render(request, "jobs/workload_detail.html", _detail_context(workload, picture=picture))
+
+
+@login_required
+@require_GET
+def workload_telemetry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The GPU charts and verdict; the page loads them, and reloads them every 30 s while it runs."""
+    workload = _visible_workload(request, pk)
+    context = {"workload": workload, "telemetry": telemetry.workload_telemetry(workload=workload)}
+    if request.htmx:
+        return render(request, "jobs/workload_detail.html#workload-telemetry", context)
+    return render(request, "jobs/workload_detail.html", {**_detail_context(workload), **context})
 
 
 @login_required
