@@ -58,7 +58,7 @@ def test_no_metrics_is_said_in_words(running_job, gpu_metrics):
 
 def test_a_time_sliced_gpu_is_said_to_be_shared_rather_than_this_workloads_own(
         team, member, training, simulated, gpu_metrics, admin_user, django_capture_on_commit_callbacks):
-    shared = FlavorFactory(name="T4 shared", slug="t4-shared", resource_name="nvidia.com/gpu.shared",
+    shared = FlavorFactory.create(name="T4 shared", slug="t4-shared", resource_name="nvidia.com/gpu.shared",
                            sharing_mode="time-sliced", fraction_denominator=4, capacity_units=8)
     make_ready(team, shared)
     from jobs import services
