@@ -111,6 +111,10 @@ class Metrics(Protocol):
     def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
         """GPUs held by pods in these namespaces whose XID code changed within the window."""
 
+    def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
+        """Per namespace, the hours its pods' GPUs (or MIG instances) were busy between start and
+        end: engine active summed over devices and hours (a device 50 % busy for 2 h counts 1 h)."""
+
 
 def range_step(start: dt.datetime, end: dt.datetime, *, points: int = CHART_POINTS) -> int:
     """The smallest round step (seconds) that draws start..end in at most `points` points, so

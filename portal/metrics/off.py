@@ -18,3 +18,6 @@ class NoMetrics:
 
     def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
         return []
+
+    def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
+        return {}

@@ -143,6 +143,21 @@ class PrometheusMetrics:
                 code=int(float(r["value"][1])), mig_instance=labels.get("GPU_I_ID", "")))
         return sorted(reports, key=lambda x: (x.namespace, x.pod, x.gpu))
 
+    def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
+        span = int((end - start).total_seconds())
+        if not namespaces or span < 60:
+            return {}
+        sel = f'{{namespace=~"{_regex_of(namespaces)}"}}'
+        if span >= 6 * 3600 and self.use_recording_rules:
+            # Each hour: the pod's hourly average (the recording rule) times the devices it held then.
+            hourly = f"{RECORDED_WINDOWS[3600]}{sel} * on (namespace, pod) count by (namespace, pod) ({ENGINE_ACTIVE}{sel})"
+            query = f"sum by (namespace) (sum_over_time(({hourly})[{span // 3600}h:1h]))"
+        else:
+            step = 3600 if span >= 6 * 3600 else 60
+            query = (f"sum by (namespace) (sum_over_time((sum by (namespace) (avg_over_time({ENGINE_ACTIVE}{sel}[{step}s])))"
+                     f"[{span}s:{step}s])) * {step} / 3600")
+        return {r["metric"].get("namespace", ""): float(r["value"][1]) for r in self.query(query, at=end)}
+
     # --- The HTTP API --------------------------------------------------------------------------
 
     def query(self, promql: str, *, at: dt.datetime | None = None) -> list[dict[str, Any]]:

@@ -45,6 +45,7 @@ class SimulatedPod:
     started_at: float  # Unix seconds
     mig_profile: str = ""
     running: bool = True  # finished pods still answer for their past, as Prometheus keeps it
+    ended_at: float | None = None  # Unix seconds, for a finished pod
 
 
 @dataclass
@@ -87,7 +88,7 @@ def _cluster_pods() -> list[SimulatedPod]:
         started = dt.datetime.strptime(status["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
         pods.append(SimulatedPod(namespace=meta.get("namespace", ""), name=meta["name"],
                                  kind=meta.get("labels", {}).get(KIND_LABEL, ""), gpus=gpus, started_at=started,
-                                 running=status.get("phase") == "Running"))
+                                 running=status.get("phase") == "Running", ended_at=_pod_end(status)))
     return pods
 
 
@@ -179,6 +180,22 @@ class SimulatedMetrics:
                               memory_total_mib=tuple(series["total"]), power_watts=tuple(series["power"]),
                               temperature_c=tuple(series["temp"]))
 
+    def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
+        if self.outage:
+            return {}
+        now = self.clock()
+        wanted = set(namespaces)
+        busy: dict[str, float] = {}
+        for pod in self.pods():
+            if pod.namespace not in wanted:
+                continue
+            until = now if pod.running else pod.ended_at
+            lower, upper = max(pod.started_at + FIRST_REPORT_SECONDS, start.timestamp()), min(until or 0, end.timestamp())
+            samples = _minutes(lower, upper) if upper > lower else []
+            hours = sum(self.percent(pod, t) for t in samples) / 100 * SAMPLE_SECONDS / 3600 * pod.gpus
+            busy[pod.namespace] = busy.get(pod.namespace, 0.0) + hours
+        return busy
+
     def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
         if self.outage:
             return []
@@ -193,6 +210,14 @@ class SimulatedMetrics:
                 reports.append(XidReport(namespace=key.namespace, pod=key.pod, gpu=f"GPU-sim-{key.pod}-0",
                                          node="", code=code))
         return reports
+
+
+def _pod_end(status: dict) -> float | None:
+    for container in status.get("containerStatuses") or []:
+        finished = (container.get("state", {}).get("terminated") or {}).get("finishedAt")
+        if finished:
+            return dt.datetime.strptime(finished, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+    return None
 
 
 def _minutes(begin: float, end: float) -> list[float]:

@@ -71,3 +71,21 @@ def test_simulated_pods_just_started_or_finished_have_no_metrics_yet_their_past_
     series = door.workload_series(namespace="vision", start=at - dt.timedelta(hours=1), end=at, pods=[
         PodSpan("wl-5-a", started_at=at - dt.timedelta(hours=1), ended_at=at - dt.timedelta(minutes=30))])
     assert series.engine_active and all(p.at <= now - 1800 for p in series.engine_active)
+
+
+def test_simulated_busy_device_hours_weigh_each_gpu_by_how_busy_it_was():
+    now = 1_800_000_000.0
+    two_gpus = SimulatedPod("vision", "wl-6-a", "training", 2, now - 3 * 3600, running=False, ended_at=now - 3600)
+    door = _door(two_gpus, SimulatedPod("speech", "wl-7-a", "training", 1, now - 3600), now=now)
+    door.set_engine_active(namespace="vision", pod="wl-6-a", percent=50)
+    at = dt.datetime.fromtimestamp(now, dt.UTC)
+    busy = door.busy_device_hours(namespaces=["vision"], start=at - dt.timedelta(days=1), end=at)
+    assert set(busy) == {"vision"}
+    assert busy["vision"] == pytest.approx(2 * 0.5 * 2, abs=0.02)  # 2 GPUs, half busy, for 2 hours
+
+
+@pytest.mark.parametrize("hours", [2, 24 * 30])
+def test_the_busy_hours_query_is_one_prometheus_accepts_for_a_short_span_and_a_month(prometheus_server, hours):
+    door = PrometheusMetrics(prometheus_server.url)
+    end = dt.datetime.now(dt.UTC)
+    assert isinstance(door.busy_device_hours(namespaces=["tm-none"], start=end - dt.timedelta(hours=hours), end=end), dict)
