@@ -90,6 +90,20 @@ class XidReport:
 
 
 @dataclass(frozen=True)
+class GpuReading:
+    """One GPU (or MIG instance) now: its engine active over the window (percent; None where the
+    exporter gives none), its temperature, and the pod holding it (empty: nobody)."""
+
+    node: str
+    gpu: str
+    mig_instance: str = ""
+    namespace: str = ""
+    pod: str = ""
+    engine_active: float | None = None
+    temperature_c: float | None = None
+
+
+@dataclass(frozen=True)
 class PodActivity:
     """Engine active averaged over a window for each pod with fresh telemetry. A pod missing
     from `by_pod` has no metrics: the exporter is down or the pod has just started."""
@@ -110,6 +124,9 @@ class Metrics(Protocol):
 
     def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
         """GPUs held by pods in these namespaces whose XID code changed within the window."""
+
+    def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
+        """Every GPU the exporters report now (for the capacity page), whoever holds it."""
 
     def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
         """Per namespace, the hours its pods' GPUs (or MIG instances) were busy between start and

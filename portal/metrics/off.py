@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Sequence
 
-from portal.metrics.base import PodActivity, PodSpan, WorkloadSeries, XidReport, range_step
+from portal.metrics.base import GpuReading, PodActivity, PodSpan, WorkloadSeries, XidReport, range_step
 
 
 class NoMetrics:
@@ -21,3 +21,6 @@ class NoMetrics:
 
     def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
         return {}
+
+    def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
+        return []

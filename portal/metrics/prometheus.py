@@ -27,6 +27,7 @@ from portal.metrics.base import (
     POWER,
     TEMPERATURE,
     XID,
+    GpuReading,
     MetricsError,
     PodActivity,
     PodKey,
@@ -157,6 +158,19 @@ class PrometheusMetrics:
             query = (f"sum by (namespace) (sum_over_time((sum by (namespace) (avg_over_time({ENGINE_ACTIVE}{sel}[{step}s])))"
                      f"[{span}s:{step}s])) * {step} / 3600")
         return {r["metric"].get("namespace", ""): float(r["value"][1]) for r in self.query(query, at=end)}
+
+    def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
+        query = (f'label_replace(100 * avg_over_time({ENGINE_ACTIVE}[{_seconds(window)}s]), "stat", "engine", "", "") '
+                 f'or label_replace({TEMPERATURE}, "stat", "temperature", "", "")')
+        found: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for r in self.query(query):
+            labels = r["metric"]
+            key = (labels.get("Hostname", ""), labels.get("UUID") or labels.get("gpu", ""), labels.get("GPU_I_ID", ""))
+            entry = found.setdefault(key, {"namespace": labels.get("namespace", ""), "pod": labels.get("pod", "")})
+            entry[labels.get("stat", "")] = float(r["value"][1])
+        return sorted((GpuReading(node=node, gpu=gpu, mig_instance=mig, namespace=v["namespace"], pod=v["pod"],
+                                  engine_active=v.get("engine"), temperature_c=v.get("temperature"))
+                       for (node, gpu, mig), v in found.items()), key=lambda g: (g.node, g.gpu, g.mig_instance))
 
     # --- The HTTP API --------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from portal.metrics.base import (
+    GpuReading,
     PodActivity,
     PodKey,
     PodSpan,
@@ -46,6 +47,7 @@ class SimulatedPod:
     mig_profile: str = ""
     running: bool = True  # finished pods still answer for their past, as Prometheus keeps it
     ended_at: float | None = None  # Unix seconds, for a finished pod
+    node: str = ""
 
 
 @dataclass
@@ -88,7 +90,8 @@ def _cluster_pods() -> list[SimulatedPod]:
         started = dt.datetime.strptime(status["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
         pods.append(SimulatedPod(namespace=meta.get("namespace", ""), name=meta["name"],
                                  kind=meta.get("labels", {}).get(KIND_LABEL, ""), gpus=gpus, started_at=started,
-                                 running=status.get("phase") == "Running", ended_at=_pod_end(status)))
+                                 running=status.get("phase") == "Running", ended_at=_pod_end(status),
+                                 node=pod.get("spec", {}).get("nodeName", "")))
     return pods
 
 
@@ -180,6 +183,21 @@ class SimulatedMetrics:
                               memory_total_mib=tuple(series["total"]), power_watts=tuple(series["power"]),
                               temperature_c=tuple(series["temp"]))
 
+    def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
+        if self.outage:
+            return []
+        now = self.clock()
+        readings = []
+        for pod in self.pods():
+            if not pod.running or now - pod.started_at < FIRST_REPORT_SECONDS:
+                continue
+            samples = [self.percent(pod, t) for t in _minutes(max(pod.started_at, now - window.total_seconds()), now)]
+            engine = sum(samples) / len(samples)
+            for index in range(pod.gpus):
+                readings.append(GpuReading(node=pod.node, gpu=f"GPU-sim-{pod.name}-{index}", namespace=pod.namespace,
+                                           pod=pod.name, engine_active=engine, temperature_c=34 + 0.45 * self.percent(pod, now)))
+        return readings
+
     def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
         if self.outage:
             return {}
@@ -208,7 +226,7 @@ class SimulatedMetrics:
             code, at = setting.xid
             if now - at <= window.total_seconds():
                 reports.append(XidReport(namespace=key.namespace, pod=key.pod, gpu=f"GPU-sim-{key.pod}-0",
-                                         node="", code=code))
+                                         node=running[key].node, code=code))
         return reports
 
 

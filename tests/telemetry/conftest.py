@@ -66,7 +66,8 @@ class TelemetryUnderTest:
         else:
             assert isinstance(self.door, SimulatedMetrics)
             self.pods.append(SimulatedPod(namespace=namespace, name=pod, kind=kind, gpus=gpus,
-                                          started_at=time.time() - started_seconds_ago, mig_profile=mig_profile))
+                                          started_at=time.time() - started_seconds_ago, mig_profile=mig_profile,
+                                          node=node))
             self.door.set_engine_active(namespace=namespace, pod=pod, percent=engine_active * 100)
 
     def set_engine_active(self, namespace: str, pod: str, ratio: float) -> None:

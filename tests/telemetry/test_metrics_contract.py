@@ -110,3 +110,15 @@ def test_range_steps_keep_any_life_far_under_prometheus_points_limit(days):
     end = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)
     step = range_step(end - dt.timedelta(days=days), end)
     assert days * 86400 / step <= 720 < 11_000
+
+
+def test_every_gpu_reads_with_its_node_holder_engine_active_and_temperature(telemetry):
+    ns = telemetry.namespace()
+    telemetry.run_pod(ns, "wl-10-a", engine_active=0.7, gpus=2, node="gpu-node-7")
+    telemetry.scraped()
+    readings = telemetry.eventually(lambda: [r for r in telemetry.door.gpu_readings(window=FIVE_MINUTES) if r.namespace == ns],
+                                    lambda found: len(found) == 2 and all(_near(r.engine_active, 70) for r in found),
+                                    what="both GPUs at 70 %")
+    assert {(r.node, r.pod) for r in readings} == {("gpu-node-7", "wl-10-a")}
+    assert all(r.temperature_c and 20 < r.temperature_c < 100 for r in readings)
+    assert len({r.gpu for r in readings}) == 2
