@@ -24,7 +24,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from billing import ledger, periods, selectors
+from billing import ledger, periods, selectors, xid_credits
 from billing.models import Account, Adjustment, CapacityHour, Rate, Statement, StatementLine, UsageHour
 from billing.money import SECONDS_PER_HOUR, minor_unit, round_money
 from portal.audit import audit_record
@@ -146,9 +146,11 @@ def _close(*, actor: User, first: dt.date, start: dt.datetime, end: dt.datetime,
     statement.unallocated_total = unallocated_total + round_money(0, currency)
     statement.sealed = True
     statement.save(update_fields=["currency", "charged_total", "unallocated_total", "sealed"])
+    credits = xid_credits.xid_credits_add(statement=statement, actor=actor, rate_periods=rate_periods)
     audit_record(actor=actor, action="statement.closed", obj=statement,
                  message=f"{actor.username} closed {month_label(first)}: {len(rows)} lines, "
-                         f"{statement.charged_total} {currency} charged to teams",
+                         f"{statement.charged_total} {currency} charged to teams"
+                         + (f", {len(credits)} credits for GPU time after hardware XIDs" if credits else ""),
                  data={"month": statement.slug, "lines": len(rows), "charged_total": str(statement.charged_total),
                        "unallocated_total": str(statement.unallocated_total), "currency": currency})
     return statement

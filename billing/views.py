@@ -19,6 +19,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from billing import periods, selectors, services
+from billing.efficiency import team_month_efficiency
 from billing.models import IdlePolicy, Rate
 from portal.adapters import HtmxHttpRequest
 from portal.errors import DomainError
@@ -57,7 +58,8 @@ def team_usage(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         usage = selectors.team_month_usage(team=team, month=parse_month(request.GET.get("month")))
     except DomainError as error:
         return _refusal(error)
-    return render(request, "billing/team_usage.html", {"team": team, "usage": usage})
+    efficiency = team_month_efficiency(team=team, account=usage.account, month=usage.month, cost=usage.total.cost)
+    return render(request, "billing/team_usage.html", {"team": team, "usage": usage, "efficiency": efficiency})
 
 
 @login_required

@@ -11,8 +11,8 @@ from django.contrib import admin
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
-from jobs import policy, services
-from jobs.models import ImageRegistry, Workload, WorkloadTemplate, WorkloadTemplateVersion
+from jobs import policy, reclaim, services
+from jobs.models import IdleDefaults, ImageRegistry, Workload, WorkloadTemplate, WorkloadTemplateVersion
 from tenants.admin import PlatformAdminOnly, RefusalAsMessage
 
 
@@ -102,3 +102,22 @@ class ImageRegistryAdmin(PlatformAdminOnly, RefusalAsMessage):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ImageRegistry]) -> None:
         for registry in queryset:
             self.delete_model(request, registry)
+
+
+@admin.register(IdleDefaults)
+class IdleDefaultsAdmin(PlatformAdminOnly, RefusalAsMessage):
+    """The platform's idle policy (one row): saved through reclaim.idle_defaults_set, audited."""
+
+    fields = reclaim.IDLE_DEFAULT_FIELDS
+    list_display = ("threshold_percent", "window_minutes", "action", "grace_minutes", "updated_by", "updated_at")
+
+    def has_add_permission(self, request: HttpRequest, *args: object) -> bool:
+        return super().has_add_permission(request) and not IdleDefaults.objects.exists()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: IdleDefaults, form: forms.ModelForm, change: bool) -> None:
+        saved = reclaim.idle_defaults_set(user=request.user,  # type: ignore[arg-type]
+                                          **{name: getattr(obj, name) for name in reclaim.IDLE_DEFAULT_FIELDS})
+        obj.pk = saved.pk

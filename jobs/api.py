@@ -22,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from jobs import selectors, services
+from jobs import reclaim, selectors, services
 from jobs.filters import TemplateFilter, WorkloadFilter
 from jobs.models import ImageRegistry, Workload, WorkloadTemplate
 from jobs.serializers import (
@@ -177,6 +177,15 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         return self._answer(services.workload_stop(user=signed_in_user(request), workload=self.get_object()))
+
+    @extend_schema(request=None, responses={200: WorkloadDetailSerializer},
+                   description="A running workload warned as idle is not judged idle again for its policy's window "
+                               "(once per warning, audited). Who may stop it may keep it.")
+    @action(detail=True, methods=["post"], url_path="keep-running")
+    def keep_running(self, request: Request, pk: str | None = None) -> Response:
+        workload = self.get_object()
+        reclaim.workload_keep_running(user=signed_in_user(request), workload=workload)
+        return self._answer(workload)
 
     @extend_schema(request=None, responses={201: WorkloadDetailSerializer},
                    description="Launches a new workload from the same template version with the same "

@@ -24,6 +24,12 @@ class WorkloadKind(models.TextChoices):
     NOTEBOOK = "notebook", "Notebook"
 
 
+class IdleAction(models.TextChoices):
+    NOTIFY = "notify", "Warn the owner only"
+    STOP = "stop", "Stop it"
+    SCALE_TO_MIN = "scale_to_min", "Scale down to its minimum replicas (inference)"
+
+
 class Priority(models.TextChoices):
     LOW = "low", "Low (preemptible)"
     NORMAL = "normal", "Normal"
@@ -137,6 +143,18 @@ class WorkloadTemplateVersion(models.Model):
                                               help_text="A per-user volume for notebooks; 0 for none.")
     idle_minutes = models.PositiveIntegerField(default=0, validators=[LimitValidator("idle_minutes")],
                                                help_text="Notebooks stop after this long idle; 0 never.")
+    # The idle policy (jobs/idle_policy.py): GPU engine active below the threshold for the window
+    # is idle; then the owner is warned and, after the grace, the action taken. An empty field
+    # takes the platform's default (IdleDefaults); a set one must lie within its bounds.
+    idle_threshold_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Idle below this GPU engine-active percentage; empty: the platform's default.")
+    idle_window_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Idle for this long before the owner is warned; empty: the platform's default.")
+    idle_action = models.CharField(
+        max_length=12, choices=IdleAction.choices, blank=True,
+        help_text="What happens to an idle workload after the grace; empty: the platform's default.")
+    idle_grace_minutes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Between the warning and the action; empty: the platform's default.")
     port = models.PositiveIntegerField(default=0, validators=[LimitValidator("port")],
                                        help_text="Inference and notebooks: the port the server listens on.")
     parameters = models.JSONField(default=list, blank=True, help_text="What users may set: name, type, default, bounds.")
@@ -387,3 +405,78 @@ class WorkloadNotificationPreference(models.Model):
     def by(self, event: str) -> str:
         return str(getattr(self, event))
 
+class IdleDefaults(models.Model):
+    """The platform's idle policy (one row, kept by platform admins): the default every template
+    version without its own setting takes, and the bounds a template owner chooses within."""
+
+    threshold_percent = models.PositiveSmallIntegerField(default=5)
+    window_minutes = models.PositiveIntegerField(default=30)
+    action = models.CharField(max_length=12, choices=IdleAction.choices, default=IdleAction.NOTIFY)
+    grace_minutes = models.PositiveIntegerField(default=15)
+    min_threshold_percent = models.PositiveSmallIntegerField(default=1)
+    max_threshold_percent = models.PositiveSmallIntegerField(default=20)
+    min_window_minutes = models.PositiveIntegerField(default=10)
+    max_window_minutes = models.PositiveIntegerField(default=24 * 60)
+    min_grace_minutes = models.PositiveIntegerField(default=5)
+    max_grace_minutes = models.PositiveIntegerField(default=4 * 60)
+    allowed_actions = models.JSONField(default=list, blank=True,
+                                       help_text="The actions owners may choose; empty: all of them.")
+    updated_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = verbose_name_plural = "idle policy defaults"
+
+    def __str__(self) -> str:
+        return "Idle policy defaults"
+
+    @classmethod
+    def current(cls) -> IdleDefaults:
+        found = cls.objects.order_by("pk").first()
+        return found if found is not None else cls()
+
+    def clean(self) -> None:
+        from jobs.idle_policy import defaults_problems
+
+        problems = defaults_problems(self)
+        if problems:
+            raise ValidationError(problems)
+
+
+class WorkloadIdleState(models.Model):
+    """What the idle sweep last saw of a running workload, and where it is in warn → act."""
+
+    workload = models.OneToOneField(Workload, on_delete=models.CASCADE, primary_key=True, related_name="idle_state")
+    checked_at = models.DateTimeField(null=True, blank=True)
+    engine_active = models.FloatField(null=True, blank=True, help_text="The last 5 minutes, percent; empty: no metrics.")
+    idle_since = models.DateTimeField(null=True, blank=True)
+    warned_at = models.DateTimeField(null=True, blank=True)
+    action_due_at = models.DateTimeField(null=True, blank=True)
+    kept_until = models.DateTimeField(null=True, blank=True, help_text="Kept running: not judged idle before this.")
+    kept_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    def __str__(self) -> str:
+        return f"idle state of workload {self.workload_id}"
+
+
+class GpuXidEvent(models.Model):
+    """An XID error a GPU reported while a workload's pod held it (DCGM_FI_DEV_XID_ERRORS changed).
+
+    A hardware XID (portal/metrics/xid.py) makes the pod's GPU time after it non-billable: billing
+    credits it when the month is closed. Kept with the pod's name so the credit finds its interval."""
+
+    # Like run intervals, it outlives its workload: the credit it gives is billing history.
+    workload = models.ForeignKey(Workload, null=True, on_delete=models.SET_NULL, related_name="xid_events")
+    pod_name = models.CharField(max_length=253)
+    gpu = models.CharField(max_length=100, help_text="The GPU's UUID as DCGM reports it.")
+    node = models.CharField(max_length=253, blank=True)
+    code = models.PositiveIntegerField()
+    hardware = models.BooleanField(help_text="The GPU's fault, not the program's: its time after this is not billed.")
+    at = models.DateTimeField(help_text="When the portal saw it (within a sweep of the error).")
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [models.UniqueConstraint(fields=["pod_name", "gpu", "code"], name="one_xid_event_per_pod_gpu_code")]
+
+    def __str__(self) -> str:
+        return f"XID {self.code} on {self.gpu} ({self.pod_name})"

@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from jobs import policy, selectors, services
 from jobs.models import (
+    IdleAction,
     ImageRegistry,
     Priority,
     RunInterval,
@@ -125,7 +126,8 @@ class TemplateVersionSerializer(serializers.ModelSerializer):
         model = WorkloadTemplateVersion
         fields = ["number", "created_at", "image", "command", "args", "env", "flavors", "default_units", "max_units",
                   "default_cpu", "max_cpu", "default_memory_gib", "max_memory_gib", "default_priority",
-                  "allowed_priorities", "max_runtime_seconds", "storage_gib", "idle_minutes", "port", "parameters"]
+                  "allowed_priorities", "max_runtime_seconds", "storage_gib", "idle_minutes", "port", "parameters",
+                  "idle_threshold_percent", "idle_window_minutes", "idle_action", "idle_grace_minutes"]
         read_only_fields = fields
 
 
@@ -176,6 +178,15 @@ class TemplateSettingsSerializer(StrictInputMixin, serializers.Serializer):
     idle_minutes = limit_field("idle_minutes")
     port = limit_field("port")
     parameters = ParameterSerializer(many=True, required=False)
+    idle_threshold_percent = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Idle below this GPU engine-active %; null: the platform's default.")
+    idle_window_minutes = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Idle this long before the owner is warned; null: the platform's default.")
+    idle_action = serializers.ChoiceField(
+        choices=IdleAction.choices, required=False, allow_blank=True,
+        help_text="notify, stop, or scale_to_min (inference); blank: the platform's default.")
+    idle_grace_minutes = serializers.IntegerField(
+        required=False, allow_null=True, help_text="Between the warning and the action; null: the platform's default.")
 
 
     def validate_allowed_priorities(self, value: list[str]) -> list[str]:

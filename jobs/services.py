@@ -12,8 +12,9 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from jobs import access, manifests, notifications, policy, pricing, rules, selectors
+from jobs import access, idle_policy, manifests, notifications, policy, pricing, rules, selectors
 from jobs.models import (
+    IdleDefaults,
     ImageRegistry,
     Priority,
     Workload,
@@ -364,7 +365,7 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
 TEMPLATE_VERSION_FIELDS = (
     "image", "command", "args", "env", "default_units", "max_units", "default_cpu", "max_cpu", "default_memory_gib",
     "max_memory_gib", "default_priority", "allowed_priorities", "max_runtime_seconds", "storage_gib", "idle_minutes", "port",
-    "parameters",
+    "parameters", "idle_threshold_percent", "idle_window_minutes", "idle_action", "idle_grace_minutes",
 )
 
 
@@ -402,6 +403,10 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
         if getattr(defaults, low) > getattr(defaults, high):
             raise DomainError(f"The default {words} cannot exceed the maximum.", field=low)
     _check_priorities(fields)
+    idle_problems = idle_policy.version_problems(fields, kind=kind, bounds=IdleDefaults.current())
+    if idle_problems:
+        field, problem = next(iter(idle_problems.items()))
+        raise DomainError(problem, field=field)
     try:
         check_declarations(fields.get("parameters") or [])
         if kind in POD_COUNT_KINDS:

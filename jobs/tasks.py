@@ -140,7 +140,18 @@ def workloads_resubmit_lost() -> int:
 
 
 @shared_task(acks_late=True)
-def notebooks_stop_idle() -> int:
-    from jobs import idle
+def idle_sweep() -> dict[str, int]:
+    """Idle workloads warned and reclaimed by their policy (jobs/reclaim.py): one metrics query."""
+    from jobs import reclaim
 
-    return len(idle.notebooks_stop_idle().stopped)
+    sweep = reclaim.idle_sweep()
+    return {"idle": len(sweep.idle), "no_metrics": len(sweep.no_metrics), "warned": len(sweep.warned),
+            "stopped": len(sweep.stopped), "scaled": len(sweep.scaled)}
+
+
+@shared_task(acks_late=True)
+def xid_sweep() -> int:
+    """XID errors on running workloads' GPUs recorded and told (jobs/xid.py): one metrics query."""
+    from jobs import xid
+
+    return len(xid.xid_sweep())

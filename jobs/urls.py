@@ -14,7 +14,9 @@ urlpatterns: list[URLPattern] = [
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),
     path("workloads/<int:pk>/logs/", views.workload_logs, name="workload-logs"),
+    path("workloads/<int:pk>/telemetry/", views.workload_telemetry, name="workload-telemetry"),
     path("workloads/<int:pk>/stop/", views.workload_stop, name="workload-stop"),
+    path("workloads/<int:pk>/keep-running/", views.workload_keep_running, name="workload-keep-running"),
 
     path("workloads/<int:pk>/scale/", views.workload_scale, name="workload-scale"),
     path("workloads/<int:pk>/relaunch/", views.workload_relaunch, name="workload-relaunch"),

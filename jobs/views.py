@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from jobs import access, notifications, pricing, selectors, services
+from jobs import access, notifications, pricing, reclaim, selectors, services, telemetry, xid
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import NotifyBy, Workload, WorkloadEvent, WorkloadKind, WorkloadTemplate
@@ -157,7 +157,8 @@ def workload_list(request: HtmxHttpRequest) -> HttpResponse:
         "filtered": any(chosen.values()),
     }
     used = pricing.used_so_far(workload_ids=[w.pk for w in workloads])
-    context["rows"] = [(w, used.get(w.pk)) for w in workloads]
+    use = telemetry.gpu_use(workloads=list(workloads))
+    context["rows"] = [(w, used.get(w.pk), use.get(w.pk)) for w in workloads]
     name = "jobs/workload_list.html#workload-rows" if request.htmx else "jobs/workload_list.html"
     return render(request, name, context)
 
@@ -172,6 +173,7 @@ def _live_context(
         "waiting": selectors.why_waiting(workload=workload) if workload.phase in WAITING_PHASES else None,
         "picture": picture,
         "action_error": error,
+        "idle": reclaim.idle_picture(workload=workload),
     }
 
 
@@ -187,6 +189,7 @@ def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None
         "endpoint": services.endpoint(workload) if serves else "",
         "reachable": bool(services.ingress_host(workload)),
         "used": pricing.used_so_far(workload_ids=[workload.pk]).get(workload.pk),
+        "xids": xid.xid_rows(workload=workload),
     }
 
 
@@ -206,6 +209,17 @@ def workload_live(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, picture=picture))
     return render(request, "jobs/workload_detail.html", _detail_context(workload, picture=picture))
+
+
+@login_required
+@require_GET
+def workload_telemetry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The GPU charts and verdict; the page loads them, and reloads them every 30 s while it runs."""
+    workload = _visible_workload(request, pk)
+    context = {"workload": workload, "telemetry": telemetry.workload_telemetry(workload=workload)}
+    if request.htmx:
+        return render(request, "jobs/workload_detail.html#workload-telemetry", context)
+    return render(request, "jobs/workload_detail.html", {**_detail_context(workload), **context})
 
 
 @login_required
@@ -240,6 +254,17 @@ def workload_stop(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except DomainError as refusal:
         return _after_action(request, pk, error=refusal.message)
     return _after_action(request, pk, error=None, done=f"Stopped {workload.name}.")
+
+
+@login_required
+@require_POST
+def workload_keep_running(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    workload = _visible_workload(request, pk)
+    try:
+        reclaim.workload_keep_running(user=request.user, workload=workload)
+    except DomainError as refusal:
+        return _after_action(request, pk, error=refusal.message)
+    return _after_action(request, pk, error=None, done=f"{workload.name} is kept running.")
 
 
 @login_required

@@ -325,7 +325,9 @@ CELERY_BEAT_SCHEDULE = {
     "simulated-cluster-tick": {"task": "portal.tasks.simulated_cluster_tick", "schedule": 5.0},
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 60.0},
-    "notebooks-stop-idle": {"task": "jobs.tasks.notebooks_stop_idle", "schedule": 300.0},
+    # Idle GPUs by each template's policy; also the notebooks' own activity where reachable.
+    "idle-sweep": {"task": "jobs.tasks.idle_sweep", "schedule": 60.0},
+    "xid-sweep": {"task": "jobs.tasks.xid_sweep", "schedule": 60.0},
     "sso-identities-revalidate": {"task": "tenants.tasks.sso_identities_revalidate", "schedule": 900.0},
     "budgets-check": {"task": "billing.tasks.budgets_check", "schedule": float(env("BUDGETS_CHECK_SECONDS", "300"))},
     # Hourly; each person's digest goes once a local day, at the first run after BUDGET_DIGEST_HOUR.
@@ -405,6 +407,28 @@ EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBac
 EMAIL_HOST = env("EMAIL_HOST", "localhost")
 EMAIL_PORT = int(env("EMAIL_PORT", "25"))
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "GPU Portal <gpu-portal@localhost>")
+
+# --- GPU telemetry (portal/metrics/) ---------------------------------------------------------
+# Where DCGM metrics are read: "prometheus" (PROMETHEUS_URL, the HTTP API), "simulated" (values
+# that follow the simulated cluster's pods, for the demo) or "off" (every answer is "no metrics",
+# so nothing is ever judged idle). The default follows the cluster: simulated with the simulated
+# one, Prometheus where PROMETHEUS_URL is set, otherwise off.
+PROMETHEUS_URL = env("PROMETHEUS_URL")
+PORTAL_METRICS = env("PORTAL_METRICS", "prometheus" if PROMETHEUS_URL else
+                     ("simulated" if os.environ.get("PORTAL_CLUSTER", "simulated") == "simulated" else "off"))
+if PORTAL_METRICS not in ("prometheus", "simulated", "off"):
+    raise ImproperlyConfigured(f"PORTAL_METRICS is “prometheus”, “simulated” or “off”; it is {PORTAL_METRICS!r}.")
+if PORTAL_METRICS == "prometheus" and not PROMETHEUS_URL:
+    raise ImproperlyConfigured("PORTAL_METRICS is “prometheus”, so PROMETHEUS_URL (e.g. http://prometheus:9090) must be set.")
+# A bearer token (or a file holding one, e.g. a projected service-account token) and a CA bundle
+# for a Prometheus behind TLS and authentication; both optional.
+PROMETHEUS_TOKEN = env("PROMETHEUS_TOKEN")
+PROMETHEUS_TOKEN_FILE = env("PROMETHEUS_TOKEN_FILE")
+PROMETHEUS_CA_FILE = env("PROMETHEUS_CA_FILE")
+PROMETHEUS_TIMEOUT = float(env("PROMETHEUS_TIMEOUT", "10"))
+# Read 5-minute and hourly averages from deploy/prometheus/'s recording rules; off for a
+# Prometheus that does not load them (the raw series are averaged at query time instead).
+PROMETHEUS_RECORDING_RULES = env_bool("PROMETHEUS_RECORDING_RULES", True)
 
 # --- Logging: one JSON object per line in production, readable lines in development ---------
 LOG_LEVEL = env("LOG_LEVEL", "INFO")

@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from portal.adapters import HtmxHttpRequest, page
 from portal.errors import DomainError
-from tenants import cluster_selectors, selectors, services
+from tenants import cluster_selectors, selectors, services, telemetry_selectors
 from tenants.filters import AuditEventFilter, QuotaRequestFilter
 from tenants.forms import DecisionForm, MembershipAddForm, MembershipRoleForm, QuotaRequestForm
 from tenants.models import Flavor, QuotaRequest, Team, user_team_roles
@@ -172,7 +172,8 @@ def cluster_capacity(request: HtmxHttpRequest) -> HttpResponse:
     if not request.user.has_perm("tenants.manage_flavors"):
         raise PermissionDenied
     flavors, unreachable = cluster_selectors.cluster_capacity_picture()
-    return render(request, "tenants/capacity.html", {"flavors": flavors, "unreachable": unreachable})
+    return render(request, "tenants/capacity.html", {"flavors": flavors, "unreachable": unreachable,
+                                                     "telemetry": telemetry_selectors.cluster_telemetry()})
 
 
 def _members_response(request: HtmxHttpRequest, team: Team, *, form: MembershipAddForm | None = None,

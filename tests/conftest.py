@@ -15,6 +15,8 @@ from jobs.models import WorkloadKind
 from portal import limits
 from portal.kube import reset_gateway
 from portal.kube.simulated import SimulatedGateway
+from portal.metrics import reset_metrics
+from portal.metrics.simulated import SimulatedMetrics
 from tenants.models import Membership
 from tests.factories import (
     FlavorFactory,
@@ -134,6 +136,16 @@ def simulated():
     reset_gateway(cluster)
     yield cluster
     reset_gateway(None)
+
+
+@pytest.fixture
+def gpu_metrics(simulated):
+    """The simulated metrics door over the simulated cluster's pods; tests set pods' engine
+    active, XIDs and outages on it."""
+    door = SimulatedMetrics()
+    reset_metrics(door)
+    yield door
+    reset_metrics(None)
 
 
 @pytest.fixture

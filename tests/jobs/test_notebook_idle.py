@@ -1,4 +1,5 @@
-"""Notebooks stop after their idle limit, judged by what the notebook server reports."""
+"""Notebooks idle on their GPU stop by their policy; what the notebook server reports of its own
+use is a second signal, heard only where it can be reached."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from jobs import access, idle, services, sync
-from jobs.models import Workload, WorkloadKind
+from jobs import access, idle, reclaim, services, sync
+from jobs.models import Workload, WorkloadIdleState, WorkloadKind
 from portal.kube import ObjectRef, gateway
-from portal.models import AuditEvent
+from portal.models import AuditEvent, Notification
 from tests.helpers import launch
 
 pytestmark = pytest.mark.django_db
@@ -81,49 +82,91 @@ def running_notebook(ready_team, member, admin_user, flavor, simulated, django_c
     return notebook
 
 
-def test_a_notebook_idle_past_its_limit_is_stopped_and_its_objects_removed(running_notebook, jupyter,
-                                                                           django_capture_on_commit_callbacks):
-    jupyter.status = {"last_activity": (timezone.now() - dt.timedelta(minutes=95)).isoformat(), "kernels": 1, "connections": 0}
+def _idle_gpu(gpu_metrics, workload: Workload, percent: float = 0.5) -> None:
+    pod = workload.intervals.get(ended_at__isnull=True).pod_name
+    gpu_metrics.set_engine_active(namespace=workload.team.namespace, pod=pod, percent=percent)
+
+
+def _ago(minutes: float) -> str:
+    return (timezone.now() - dt.timedelta(minutes=minutes)).isoformat()
+
+
+@pytest.fixture
+def reporting(running_notebook, simulated, gpu_metrics):
+    """The notebook's pod has reported to the exporter (its first scrape is 15 s after it starts)."""
+    simulated.advance(20)
+    return gpu_metrics
+
+
+def test_a_notebook_idle_on_its_gpu_and_in_jupyter_is_warned_then_stopped_and_its_objects_removed(
+        running_notebook, jupyter, reporting, django_capture_on_commit_callbacks):
+    _idle_gpu(reporting, running_notebook)
+    jupyter.status = {"last_activity": _ago(180), "kernels": 1, "connections": 0}
+    t0 = timezone.now()
+    assert reclaim.idle_sweep(now=t0).idle == [running_notebook.pk]
     with django_capture_on_commit_callbacks(execute=True):
-        assert idle.notebooks_stop_idle() == idle.IdlePass(stopped=[running_notebook.pk])
+        assert reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=61)).warned == [running_notebook.pk]  # its 60-minute limit
+    note = Notification.objects.get(recipient=running_notebook.owner)
+    assert "has been idle 61 min" in note.message and "unless you keep it running" in note.message
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=77)).stopped == [running_notebook.pk]  # 15-minute grace
     running_notebook.refresh_from_db()
     assert running_notebook.phase == Workload.Phase.STOPPED
-    assert running_notebook.reason.startswith("Stopped after 95 minutes idle")
+    assert running_notebook.reason.startswith("Stopped: idle 77 minutes with its GPUs under 5 % engine active")
     assert gateway().get(ObjectRef("apps/v1", "StatefulSet", running_notebook.k8s_name, "vision")) is None
     assert AuditEvent.objects.filter(action="workload.stopped_idle").exists()
+    assert set(jupyter.tokens) == {access.notebook_token(running_notebook)}
+
+
+def test_a_notebook_used_in_jupyter_without_its_gpu_is_not_warned(running_notebook, jupyter, reporting):
+    _idle_gpu(reporting, running_notebook)
+    t0 = timezone.now()
+    reclaim.idle_sweep(now=t0)
+    jupyter.status = {"last_activity": (t0 + dt.timedelta(minutes=58)).isoformat(), "kernels": 1, "connections": 0}
+    assert reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=61)).warned == []
+    state = WorkloadIdleState.objects.get(workload=running_notebook)
+    assert state.idle_since == t0 + dt.timedelta(minutes=61) and state.warned_at is None
     assert jupyter.tokens == [access.notebook_token(running_notebook)]
+
+
+def test_a_notebook_the_portal_cannot_reach_is_judged_by_its_gpu_alone(running_notebook, settings, reporting):
+    settings.PORTAL_NOTEBOOK_STATUS_URL = "http://127.0.0.1:9/{namespace}/{name}"
+    _idle_gpu(reporting, running_notebook)
+    t0 = timezone.now()
+    reclaim.idle_sweep(now=t0)
+    assert reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=61)).warned == [running_notebook.pk]
+
+
+def test_a_notebook_busy_on_its_gpu_is_not_idle_whatever_jupyter_says(running_notebook, jupyter, reporting):
+    _idle_gpu(reporting, running_notebook, percent=64)
+    jupyter.status = {"last_activity": _ago(600), "kernels": 0, "connections": 0}
+    t0 = timezone.now()
+    for minutes in (0, 61, 200):
+        sweep = reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=minutes))
+        assert sweep.busy == [running_notebook.pk] and sweep.warned == []
+    assert jupyter.tokens == []  # the GPU decides: the notebook server was never asked
+
+
+# --- What the notebook server says (the second signal) ---------------------------------------------
 
 
 @pytest.mark.parametrize("status", [
     {"last_activity": "recent", "kernels": 0, "connections": 0},
     {"last_activity": "2000-01-01T00:00:00Z", "kernels": 1, "connections": 1},
 ])
-def test_a_notebook_in_use_keeps_running(running_notebook, jupyter, status):
+def test_a_notebook_in_use_says_so(running_notebook, jupyter, status):
     if status["last_activity"] == "recent":
-        status = {**status, "last_activity": (timezone.now() - dt.timedelta(minutes=5)).isoformat()}
+        status = {**status, "last_activity": _ago(5)}
     jupyter.status = status
-    assert idle.notebooks_stop_idle() == idle.IdlePass()  # nothing stopped, nothing it could not judge
-    assert jupyter.tokens == [access.notebook_token(running_notebook)]  # asked, and answered "in use"
+    activity = idle.notebook_activity(running_notebook)
+    assert activity.last_activity is not None and timezone.now() - activity.last_activity < dt.timedelta(minutes=6)
+    assert jupyter.tokens == [access.notebook_token(running_notebook)]
 
 
-def test_a_notebook_the_portal_cannot_reach_is_left_running_and_the_pass_says_so(running_notebook, settings, caplog):
+def test_a_notebook_the_portal_cannot_reach_is_unreachable_in_words(running_notebook, settings):
     settings.PORTAL_NOTEBOOK_STATUS_URL = "http://127.0.0.1:9/{namespace}/{name}"
-    settings.PORTAL_NAMESPACE = "platform"
-    settings.PORTAL_POD_LABELS = (("app.kubernetes.io/name", "gpu-portal"),)
-
-    result = idle.notebooks_stop_idle()
-
-    assert result.stopped == [] and result.unreadable == {}
-    assert list(result.unreachable) == [running_notebook.pk]
-    assert "refused" in result.unreachable[running_notebook.pk].lower()
-    running_notebook.refresh_from_db()
-    assert running_notebook.phase == Workload.Phase.RUNNING
-    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any(f"notebook {running_notebook.pk} ({running_notebook.k8s_name} of vision) could not be reached" in w
-               for w in warnings)
-    assert any("could not reach 1 notebook(s)" in w and "from namespace platform" in w
-               and "app.kubernetes.io/name=gpu-portal" in w for w in warnings)
-    assert access.notebook_token(running_notebook) not in caplog.text
+    activity = idle.notebook_activity(running_notebook)
+    assert activity.last_activity is None and "refused" in activity.unreachable.lower()
 
 
 @pytest.mark.parametrize("answer", [
@@ -139,56 +182,15 @@ def test_a_notebook_the_portal_cannot_reach_is_left_running_and_the_pass_says_so
     (500, b"Internal Server Error"),
 ], ids=["html", "empty-object", "no-last-activity", "number", "list-time", "impossible-date", "no-zone", "list",
         "null", "http-500"])
-def test_a_notebook_answering_garbage_is_left_running_and_the_idle_one_is_still_stopped(
-        running_notebook, jupyter, django_capture_on_commit_callbacks, answer):
-    broken = launch(running_notebook.owner, running_notebook.team, running_notebook.template_version.template,
-                    running_notebook.flavor)
-    Workload.objects.filter(pk=broken.pk).update(phase=Workload.Phase.RUNNING)
-    jupyter.answers = {broken.k8s_name: answer}
-    jupyter.status = {"last_activity": (timezone.now() - dt.timedelta(minutes=95)).isoformat(), "kernels": 0, "connections": 0}
-    with django_capture_on_commit_callbacks(execute=True):
-        result = idle.notebooks_stop_idle()
-    assert result.stopped == [running_notebook.pk]
-    assert list(result.unreadable) == [broken.pk] and result.unreachable == {}  # it was reached: it answered
-    running_notebook.refresh_from_db()
-    broken.refresh_from_db()
-    assert running_notebook.phase == Workload.Phase.STOPPED
-    assert broken.phase == Workload.Phase.RUNNING
+def test_a_notebook_answering_garbage_is_unreadable_not_idle(running_notebook, jupyter, answer):
+    jupyter.answers = {running_notebook.k8s_name: answer}
+    activity = idle.notebook_activity(running_notebook)
+    assert activity.last_activity is None and activity.unreadable and not activity.unreachable
 
 
-def test_an_error_checking_one_notebook_is_logged_and_the_others_are_still_checked(
-        running_notebook, jupyter, monkeypatch, caplog):
-    other = launch(running_notebook.owner, running_notebook.team, running_notebook.template_version.template,
-                   running_notebook.flavor)
-    Workload.objects.filter(pk=other.pk).update(phase=Workload.Phase.RUNNING)
-    jupyter.status = {"last_activity": (timezone.now() - dt.timedelta(minutes=95)).isoformat(), "kernels": 0, "connections": 0}
-    real = idle.notebook_activity
-
-    def fails_for_the_first(workload: Workload) -> idle.NotebookActivity:
-        if workload.pk == running_notebook.pk:
-            raise RuntimeError("the status answer broke something unforeseen")
-        return real(workload)
-
-    monkeypatch.setattr(idle, "notebook_activity", fails_for_the_first)
-    assert idle.notebooks_stop_idle() == idle.IdlePass(stopped=[other.pk], failed=[running_notebook.pk])
-    running_notebook.refresh_from_db()
-    assert running_notebook.phase == Workload.Phase.RUNNING
-    assert f"notebook {running_notebook.pk} ({running_notebook.k8s_name} of vision)" in caplog.text
-
-
-def test_a_notebook_that_answers_too_late_is_left_running_and_the_idle_one_is_still_stopped(
-        running_notebook, jupyter, django_capture_on_commit_callbacks):
-    slow = launch(running_notebook.owner, running_notebook.team, running_notebook.template_version.template,
-                  running_notebook.flavor)
-    Workload.objects.filter(pk=slow.pk).update(phase=Workload.Phase.RUNNING)
-    jupyter.delays = {slow.k8s_name: 4}
-    jupyter.status = {"last_activity": (timezone.now() - dt.timedelta(minutes=95)).isoformat(), "kernels": 0, "connections": 0}
-    with django_capture_on_commit_callbacks(execute=True):
-        result = idle.notebooks_stop_idle()
-    assert result.stopped == [running_notebook.pk]
-    assert result.unreachable == {slow.pk: "no answer within 3 s"}
-    slow.refresh_from_db()
-    assert slow.phase == Workload.Phase.RUNNING
+def test_a_notebook_that_answers_too_late_is_unreachable(running_notebook, jupyter):
+    jupyter.delays = {running_notebook.k8s_name: 4}
+    assert idle.notebook_activity(running_notebook) == idle.NotebookActivity(unreachable="no answer within 3 s")
 
 
 def test_a_notebook_answering_something_other_than_http_is_unreadable_not_unreachable(running_notebook, settings):
@@ -203,60 +205,7 @@ def test_a_notebook_answering_something_other_than_http_is_unreadable_not_unreac
     threading.Thread(target=answer_garbage, daemon=True).start()
     settings.PORTAL_NOTEBOOK_STATUS_URL = f"http://127.0.0.1:{server.getsockname()[1]}/{{namespace}}/{{name}}"
     try:
-        result = idle.notebooks_stop_idle()
+        activity = idle.notebook_activity(running_notebook)
     finally:
         server.close()
-    assert result.unreadable == {running_notebook.pk: "it did not answer in HTTP (BadStatusLine)"}
-    assert result.stopped == [] and result.unreachable == {} and result.failed == []
-
-
-# --- The GPU signal (issue 10 registers its source) -------------------------------------------------
-
-
-@pytest.fixture
-def gpu_activity():
-    """Registers a GPU source that answers what the test sets, and unregisters it afterwards."""
-    busy: dict[int, dt.datetime | None] = {}
-    asked: list[int] = []
-
-    def source(workload: Workload) -> dt.datetime | None:
-        asked.append(workload.pk)
-        return busy.get(workload.pk)
-
-    idle.register_gpu_activity(source)
-    yield busy, asked
-    idle.register_gpu_activity(None)
-
-
-def test_a_gpu_busy_more_recently_keeps_a_notebook_its_server_calls_idle(running_notebook, jupyter, gpu_activity):
-    busy, asked = gpu_activity
-    jupyter.status = {"last_activity": (timezone.now() - dt.timedelta(minutes=95)).isoformat(), "kernels": 1, "connections": 0}
-    busy[running_notebook.pk] = timezone.now() - dt.timedelta(minutes=2)
-
-    assert idle.notebooks_stop_idle() == idle.IdlePass()
-    assert asked == [running_notebook.pk]
-    running_notebook.refresh_from_db()
-    assert running_notebook.phase == Workload.Phase.RUNNING
-
-
-def test_a_gpu_idle_as_long_does_not_spare_the_notebook(running_notebook, jupyter, gpu_activity,
-                                                         django_capture_on_commit_callbacks):
-    busy, _ = gpu_activity
-    jupyter.status = {"last_activity": (timezone.now() - dt.timedelta(minutes=95)).isoformat(), "kernels": 1, "connections": 0}
-    busy[running_notebook.pk] = timezone.now() - dt.timedelta(minutes=200)
-
-    with django_capture_on_commit_callbacks(execute=True):
-        assert idle.notebooks_stop_idle().stopped == [running_notebook.pk]
-    running_notebook.refresh_from_db()
-    assert running_notebook.reason.startswith("Stopped after 95 minutes idle")  # the later of the two signals
-
-
-def test_the_gpu_signal_never_vouches_for_a_notebook_the_portal_cannot_reach(running_notebook, settings, gpu_activity):
-    busy, asked = gpu_activity
-    settings.PORTAL_NOTEBOOK_STATUS_URL = "http://127.0.0.1:9/{namespace}/{name}"
-    busy[running_notebook.pk] = timezone.now() - dt.timedelta(days=3)
-
-    result = idle.notebooks_stop_idle()
-
-    assert list(result.unreachable) == [running_notebook.pk] and result.stopped == []
-    assert asked == []  # neither idle nor in use: the GPU is not asked to decide for it
+    assert activity == idle.NotebookActivity(unreadable="it did not answer in HTTP (BadStatusLine)")

@@ -1,0 +1,58 @@
+"""Allocated vs busy GPU time for a team's month: what its pods held (the usage rollups, in
+unit-hours) against what their GPUs did (engine active from telemetry, in device-hours: a GPU or
+MIG instance 50 % busy for two hours is one busy hour), so a lead sees what idle GPUs cost.
+
+Two queries whatever the team's size: one aggregate over the rollups, one metrics query."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import Sum
+from django.utils import timezone
+
+from billing import periods
+from billing.models import Account, UsageHour
+from portal.metrics import MetricsError, metrics
+from tenants.models import Team
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    allocated_hours: float  # unit-hours the team's pods held (metered)
+    busy_hours: float | None  # device-hours their GPUs were busy; None: no metrics
+    cost: Decimal
+    unavailable: str = ""
+
+    @property
+    def percent(self) -> float | None:
+        if self.busy_hours is None or not self.allocated_hours:
+            return None
+        return min(100.0, 100 * self.busy_hours / self.allocated_hours)
+
+    @property
+    def idle_cost(self) -> Decimal | None:
+        """The month's cost times the share of allocated time its GPUs sat idle."""
+        if self.percent is None:
+            return None
+        return (self.cost * Decimal(1 - self.percent / 100)).quantize(Decimal("0.01"))
+
+
+def team_month_efficiency(*, team: Team, account: Account | None, month: dt.date, cost: Decimal,
+                          now: dt.datetime | None = None) -> Efficiency:
+    start, end = periods.month_bounds(periods.month_start(month))
+    end = min(end, now or timezone.now())
+    seconds = (UsageHour.objects.filter(account=account, hour__gte=start, hour__lt=end)
+               .aggregate(total=Sum("unit_seconds"))["total"] or 0) if account is not None else 0
+    allocated = seconds / 3600
+    if end <= start:
+        return Efficiency(allocated, None, cost, unavailable="The month has not begun.")
+    try:
+        busy = metrics().busy_device_hours(namespaces=[team.namespace], start=start, end=end)
+    except MetricsError as error:
+        return Efficiency(allocated, None, cost, unavailable=f"Telemetry could not be read: {error}.")
+    if team.namespace not in busy:
+        return Efficiency(allocated, None, cost, unavailable="No GPU metrics for this month.")
+    return Efficiency(allocated, busy[team.namespace], cost)

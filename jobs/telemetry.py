@@ -1,0 +1,134 @@
+"""A workload's GPU telemetry for its page: four server-drawn SVG charts over its life (engine
+active, memory used of total, power, temperature) from one metrics query, and a plain verdict."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.utils import timezone
+
+from jobs import idle_policy
+from jobs.models import IdleDefaults, Workload
+from portal.metrics import MetricsError, PodSpan, Point, metrics
+
+WIDTH, HEIGHT = 600, 120
+SHARED_MODES = ("time-sliced", "mps")
+
+
+@dataclass(frozen=True)
+class Chart:
+    title: str
+    path: str  # the SVG polyline's points, in a WIDTH × HEIGHT box
+    latest: str
+    scale: str  # what the top of the box stands for
+
+
+@dataclass(frozen=True)
+class WorkloadTelemetry:
+    charts: tuple[Chart, ...] = ()
+    verdict: str = ""
+    shared: str = ""  # why the figures are the whole GPU's, not this workload's own
+    unavailable: str = ""  # why there are no charts at all
+
+    @property
+    def width(self) -> int:
+        return WIDTH
+
+    @property
+    def height(self) -> int:
+        return HEIGHT
+
+
+def _polyline(points: Sequence[Point], *, start: float, end: float, top: float) -> str:
+    span = max(end - start, 1.0)
+    top = max(top, 1e-9)
+    return " ".join(f"{(p.at - start) / span * WIDTH:.1f},{HEIGHT - min(p.value, top) / top * HEIGHT:.1f}" for p in points)
+
+
+def _verdict(engine: Sequence[Point], *, step: int, running: bool, threshold: int) -> str:
+    if running:
+        trailing = 0
+        for point in reversed(engine):
+            if point.value >= threshold:
+                break
+            trailing += 1
+        if trailing >= 2:
+            return f"Idle for {trailing * step // 60} minutes: its GPUs under {threshold} % engine active."
+    average = sum(p.value for p in engine) / len(engine)
+    return f"Busy {average:.0f} % of its GPU time (engine active, averaged over its life)."
+
+
+def workload_telemetry(*, workload: Workload, now: dt.datetime | None = None) -> WorkloadTelemetry:
+    intervals = list(workload.intervals.all())
+    if not intervals:
+        return WorkloadTelemetry(unavailable="It has not run on a GPU yet.")
+    now = now or timezone.now()
+    start = min(i.started_at for i in intervals)
+    end = min(max((i.ended_at or now) for i in intervals), now)
+    spans = [PodSpan(i.pod_name, started_at=i.started_at, ended_at=i.ended_at) for i in intervals]
+    try:
+        series = metrics().workload_series(namespace=workload.team.namespace, pods=spans, start=start, end=end)
+    except MetricsError as error:
+        return WorkloadTelemetry(unavailable=f"Telemetry could not be read: {error}.")
+    if not series.engine_active:
+        return WorkloadTelemetry(unavailable="No metrics: the GPU exporter has not reported this workload's pods.")
+    first, last = start.timestamp(), end.timestamp()
+    memory = [Point(u.at, 100 * u.value / t.value) for u, t in zip(series.memory_used_mib, series.memory_total_mib, strict=False)
+              if t.value]
+    charts = [Chart("GPU engine active", _polyline(series.engine_active, start=first, end=last, top=100),
+                    f"{series.engine_active[-1].value:.0f} %", "100 %")]
+    if memory:
+        used, total = series.memory_used_mib[-1].value / 1024, series.memory_total_mib[-1].value / 1024
+        charts.append(Chart("Memory used of total", _polyline(memory, start=first, end=last, top=100),
+                            f"{used:.1f} of {total:.1f} GiB", "100 %"))
+    if series.power_watts:
+        top = max(p.value for p in series.power_watts) * 1.1
+        charts.append(Chart("Power", _polyline(series.power_watts, start=first, end=last, top=top),
+                            f"{series.power_watts[-1].value:.0f} W", f"{top:.0f} W"))
+    if series.temperature_c:
+        charts.append(Chart("Hottest GPU's temperature", _polyline(series.temperature_c, start=first, end=last, top=100),
+                            f"{series.temperature_c[-1].value:.0f} °C", "100 °C"))
+    threshold = idle_policy.effective_policy(workload.template_version, IdleDefaults.current()).threshold_percent
+    shared = ""
+    if workload.flavor.sharing_mode in SHARED_MODES:
+        shared = (f"{workload.flavor.name} GPUs are shared ({workload.flavor.get_sharing_mode_display().lower()}): these are "
+                  "the whole GPU's figures, which other pods on it share, not this workload's own.")
+    return WorkloadTelemetry(charts=tuple(charts), shared=shared, verdict=_verdict(
+        series.engine_active, step=series.step_seconds, running=workload.phase == Workload.Phase.RUNNING, threshold=threshold))
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """A running workload's last 5 minutes of GPU engine active, for lists (None: no metrics)."""
+
+    percent: float | None
+    shared: bool  # the figure is the whole shared GPU's
+
+    def __str__(self) -> str:
+        return "no metrics" if self.percent is None else f"{self.percent:.0f} %"
+
+
+def gpu_use(*, workloads: Sequence[Workload]) -> dict[int, GpuUse]:
+    """Each running workload's GPU use: one query for all of them, one for their pods."""
+    running = [w for w in workloads if w.phase == Workload.Phase.RUNNING]
+    if not running:
+        return {}
+    from jobs.models import RunInterval
+    from portal.metrics import PodKey
+
+    pods = RunInterval.objects.filter(workload__in=running, ended_at__isnull=True).values_list("workload_id", "pod_name")
+    try:
+        by_pod = metrics().engine_active(namespaces={w.team.namespace for w in running},
+                                         window=dt.timedelta(minutes=5)).by_pod
+    except MetricsError:
+        by_pod = {}
+    namespace = {w.pk: w.team.namespace for w in running}
+    values: dict[int, list[float]] = {w.pk: [] for w in running}
+    for workload_id, pod in pods:
+        found = by_pod.get(PodKey(namespace[workload_id], pod))
+        if found is not None:
+            values[workload_id].append(found)
+    return {w.pk: GpuUse(sum(values[w.pk]) / len(values[w.pk]) if values[w.pk] else None,
+                        shared=w.flavor.sharing_mode in SHARED_MODES) for w in running}

@@ -1,0 +1,232 @@
+"""The door to a real Prometheus, over its HTTP API (`/api/v1/query`, `/api/v1/query_range`).
+
+Queries go as POST forms (a sweep's namespace list can be long), with a timeout on the client
+and the server side, and a bounded number of retries with jitter for what may pass (connection
+errors, 429, 5xx); a refused query (4xx: bad PromQL, too many points) is said in words at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+from urllib.parse import urlencode
+
+import urllib3
+from django.conf import settings
+
+from portal.metrics.base import (
+    ENGINE_ACTIVE,
+    FB_FREE,
+    FB_USED,
+    POWER,
+    TEMPERATURE,
+    XID,
+    GpuReading,
+    MetricsError,
+    PodActivity,
+    PodKey,
+    PodSpan,
+    Point,
+    WorkloadSeries,
+    XidReport,
+    range_step,
+)
+
+log = logging.getLogger(__name__)
+
+RETRIABLE_STATUS = {429, 500, 502, 503, 504}
+# The recording rules deploy/prometheus/ defines; a window they cover is read from them.
+RECORDED_WINDOWS = {
+    300: "namespace_pod:dcgm_gr_engine_active:avg5m",
+    3600: "namespace_pod:dcgm_gr_engine_active:avg1h",
+}
+_SERIES_NAMES = ("engine_active", "memory_used", "memory_total", "power", "temperature")
+
+
+def _regex_of(names: Collection[str]) -> str:
+    """A PromQL regex matching exactly these names (Kubernetes names: escaped all the same)."""
+    return "|".join(re.escape(name).replace("\\", "\\\\") for name in sorted(set(names)))
+
+
+def _seconds(window: dt.timedelta) -> int:
+    return max(int(window.total_seconds()), 1)
+
+
+class PrometheusMetrics:
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str = "",
+        ca_file: str = "",
+        timeout: float = 10,
+        max_attempts: int = 3,
+        use_recording_rules: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.headers = {"Accept": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.timeout = timeout
+        self.max_attempts = max_attempts
+        self.use_recording_rules = use_recording_rules
+        self.sleep = sleep
+        self.pool = urllib3.PoolManager(maxsize=8, ca_certs=ca_file or None, retries=False)
+
+    @classmethod
+    def from_settings(cls) -> PrometheusMetrics:
+        token = settings.PROMETHEUS_TOKEN
+        if not token and settings.PROMETHEUS_TOKEN_FILE:
+            with open(settings.PROMETHEUS_TOKEN_FILE) as handle:
+                token = handle.read().strip()
+        return cls(settings.PROMETHEUS_URL, token=token, ca_file=settings.PROMETHEUS_CA_FILE,
+                   timeout=settings.PROMETHEUS_TIMEOUT, use_recording_rules=settings.PROMETHEUS_RECORDING_RULES)
+
+    # --- The domain questions ------------------------------------------------------------------
+
+    def engine_active(self, *, namespaces: Collection[str], window: dt.timedelta) -> PodActivity:
+        if not namespaces:
+            return PodActivity(window=window)
+        selector = f'{{namespace=~"{_regex_of(namespaces)}"}}'
+        seconds = _seconds(window)
+        recorded = RECORDED_WINDOWS.get(seconds) if self.use_recording_rules else None
+        average = (f"{recorded}{selector}" if recorded
+                   else f"avg by (namespace, pod) (avg_over_time({ENGINE_ACTIVE}{selector}[{seconds}s]))")
+        # Only pods reporting now: a stopped exporter leaves old samples in the window, and
+        # judging a pod on those would stop it for the exporter's outage.
+        query = f"100 * {average} and on (namespace, pod) group by (namespace, pod) ({ENGINE_ACTIVE}{selector})"
+        result = self.query(query)
+        by_pod = {PodKey(r["metric"].get("namespace", ""), r["metric"].get("pod", "")): float(r["value"][1]) for r in result}
+        return PodActivity(window=window, by_pod=by_pod)
+
+    def workload_series(self, *, namespace: str, pods: Sequence[PodSpan], start: dt.datetime, end: dt.datetime) -> WorkloadSeries:
+        step = range_step(start, end)
+        if not pods:
+            return WorkloadSeries(step_seconds=step)
+        sel = f'{{namespace="{namespace}",pod=~"{_regex_of([p.name for p in pods])}"}}'
+        average_over = max(step, 60)
+        parts = {
+            "engine_active": f"100 * avg(avg_over_time({ENGINE_ACTIVE}{sel}[{average_over}s]))",
+            "memory_used": f"sum({FB_USED}{sel})",
+            "memory_total": f"sum({FB_USED}{sel}) + sum({FB_FREE}{sel})",
+            "power": f"sum({POWER}{sel})",
+            "temperature": f"max({TEMPERATURE}{sel})",
+        }
+        query = " or ".join(f'label_replace({expr}, "series", "{name}", "", "")' for name, expr in parts.items())
+        result = self.query_range(query, start=start, end=end, step=step)
+        found: dict[str, tuple[Point, ...]] = dict.fromkeys(_SERIES_NAMES, ())
+        for series in result:
+            name = series["metric"].get("series", "")
+            if name in found:
+                found[name] = tuple(Point(float(at), float(value)) for at, value in series["values"])
+        return WorkloadSeries(step_seconds=step, engine_active=found["engine_active"], memory_used_mib=found["memory_used"],
+                              memory_total_mib=found["memory_total"], power_watts=found["power"],
+                              temperature_c=found["temperature"])
+
+    def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
+        if not namespaces:
+            return []
+        sel = f'{{namespace=~"{_regex_of(namespaces)}"}}'
+        query = f"({XID}{sel} != 0) and (changes({XID}{sel}[{_seconds(window)}s]) > 0)"
+        reports = []
+        for r in self.query(query):
+            labels = r["metric"]
+            reports.append(XidReport(
+                namespace=labels.get("namespace", ""), pod=labels.get("pod", ""),
+                gpu=labels.get("UUID") or labels.get("gpu", ""), node=labels.get("Hostname", ""),
+                code=int(float(r["value"][1])), mig_instance=labels.get("GPU_I_ID", "")))
+        return sorted(reports, key=lambda x: (x.namespace, x.pod, x.gpu))
+
+    def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
+        span = int((end - start).total_seconds())
+        if not namespaces or span < 60:
+            return {}
+        sel = f'{{namespace=~"{_regex_of(namespaces)}"}}'
+        if span >= 6 * 3600 and self.use_recording_rules:
+            # Each hour: the pod's hourly average (the recording rule) times the devices it held then.
+            hourly = f"{RECORDED_WINDOWS[3600]}{sel} * on (namespace, pod) count by (namespace, pod) ({ENGINE_ACTIVE}{sel})"
+            query = f"sum by (namespace) (sum_over_time(({hourly})[{span // 3600}h:1h]))"
+        else:
+            step = 3600 if span >= 6 * 3600 else 60
+            query = (f"sum by (namespace) (sum_over_time((sum by (namespace) (avg_over_time({ENGINE_ACTIVE}{sel}[{step}s])))"
+                     f"[{span}s:{step}s])) * {step} / 3600")
+        return {r["metric"].get("namespace", ""): float(r["value"][1]) for r in self.query(query, at=end)}
+
+    def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
+        query = (f'label_replace(100 * avg_over_time({ENGINE_ACTIVE}[{_seconds(window)}s]), "stat", "engine", "", "") '
+                 f'or label_replace({TEMPERATURE}, "stat", "temperature", "", "")')
+        found: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for r in self.query(query):
+            labels = r["metric"]
+            key = (labels.get("Hostname", ""), labels.get("UUID") or labels.get("gpu", ""), labels.get("GPU_I_ID", ""))
+            entry = found.setdefault(key, {"namespace": labels.get("namespace", ""), "pod": labels.get("pod", "")})
+            entry[labels.get("stat", "")] = float(r["value"][1])
+        return sorted((GpuReading(node=node, gpu=gpu, mig_instance=mig, namespace=v["namespace"], pod=v["pod"],
+                                  engine_active=v.get("engine"), temperature_c=v.get("temperature"))
+                       for (node, gpu, mig), v in found.items()), key=lambda g: (g.node, g.gpu, g.mig_instance))
+
+    # --- The HTTP API --------------------------------------------------------------------------
+
+    def query(self, promql: str, *, at: dt.datetime | None = None) -> list[dict[str, Any]]:
+        fields = {"query": promql, "timeout": f"{self.timeout}s"}
+        if at is not None:
+            fields["time"] = f"{at.timestamp():.3f}"
+        return self._call("/api/v1/query", fields)
+
+    def query_range(self, promql: str, *, start: dt.datetime, end: dt.datetime, step: int) -> list[dict[str, Any]]:
+        fields = {"query": promql, "start": f"{start.timestamp():.3f}", "end": f"{end.timestamp():.3f}",
+                  "step": str(step), "timeout": f"{self.timeout}s"}
+        return self._call("/api/v1/query_range", fields)
+
+    def _call(self, path: str, fields: dict[str, str]) -> list[dict[str, Any]]:
+        attempt = 0
+        while True:
+            attempt += 1
+            outcome = self._once(path, fields)
+            if not isinstance(outcome, MetricsError):
+                return outcome
+            error = outcome
+            if not error.retriable or attempt >= self.max_attempts:
+                raise error
+            delay = min(0.2 * 2 ** (attempt - 1), 2.0) * (0.5 + random.random())  # jitter, not security
+            log.warning("Prometheus query failed (%s); attempt %d of %d in %.1fs", error, attempt + 1, self.max_attempts, delay)
+            self.sleep(delay)
+
+    def _once(self, path: str, fields: dict[str, str]) -> list[dict[str, Any]] | MetricsError:
+        """One request: the result, or the error to retry or raise."""
+        try:
+            response = self.pool.urlopen(
+                "POST", self.url + path, body=urlencode(fields),
+                headers={**self.headers, "Content-Type": "application/x-www-form-urlencoded"},
+                timeout=urllib3.Timeout(connect=min(self.timeout, 3), read=self.timeout + 2))
+        except urllib3.exceptions.HTTPError as exc:
+            return MetricsError(f"Prometheus at {self.url} could not be reached: {_reason(exc)}")
+        try:
+            body = json.loads(response.data)
+        except ValueError:
+            body = None
+        if response.status in (401, 403):
+            return MetricsError(f"Prometheus at {self.url} refused the portal's credentials (HTTP {response.status})",
+                                retriable=False)
+        if not isinstance(body, dict) or "status" not in body:
+            text = response.data[:200].decode(errors="replace").strip()
+            return MetricsError(f"Prometheus at {self.url} did not answer with its API (HTTP {response.status}: {text!r})",
+                                retriable=response.status in RETRIABLE_STATUS)
+        if body["status"] != "success":
+            kind, why = body.get("errorType", ""), body.get("error", "no reason given")
+            retriable = response.status in RETRIABLE_STATUS or kind in ("timeout", "canceled", "unavailable")
+            return MetricsError(f"Prometheus refused the query ({kind}): {why}", retriable=retriable)
+        result: list[dict[str, Any]] = body["data"]["result"]
+        return result
+
+
+def _reason(exc: Exception) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason or exc)

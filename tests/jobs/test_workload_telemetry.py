@@ -1,0 +1,115 @@
+"""The workload page's GPU charts: server-drawn SVG from one metrics query, a plain verdict, the
+shared-GPU caveat, "no metrics", and another team's workload answering 404."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db.models import F
+from django.utils import timezone
+
+from jobs import sync, telemetry
+from jobs.models import Workload
+from tests.conftest import login
+from tests.factories import FlavorFactory
+from tests.helpers import launch, make_ready
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def running_job(ready_team, member, training, flavor, simulated, gpu_metrics, django_capture_on_commit_callbacks, settings):
+    settings.PORTAL_POD_ANNOTATIONS = {"gpu-portal.io/simulated-run-seconds": "86400"}  # trains all day
+    with django_capture_on_commit_callbacks(execute=True):
+        job = launch(member, ready_team, training, flavor)
+    simulated.advance(1)
+    sync.sync_all()
+    job.refresh_from_db()
+    assert job.phase == Workload.Phase.RUNNING
+    simulated.advance(600)  # ten minutes of telemetry
+    return job
+
+
+def _later() -> dt.datetime:
+    return timezone.now() + dt.timedelta(minutes=10)
+
+
+def test_a_busy_job_gets_four_charts_and_says_how_busy_it_is(running_job):
+    picture = telemetry.workload_telemetry(workload=running_job, now=_later())
+    assert [c.title for c in picture.charts] == ["GPU engine active", "Memory used of total", "Power",
+                                                  "Hottest GPU's temperature"]
+    assert picture.verdict.startswith("Busy ") and "% of its GPU time" in picture.verdict
+    assert all(c.path.count(",") >= 10 for c in picture.charts)  # a point every 15 s over ten minutes
+    assert picture.charts[1].latest.endswith("of 79.6 GiB")
+
+
+def test_an_idle_job_says_for_how_long(running_job, gpu_metrics):
+    pod = running_job.intervals.get().pod_name
+    gpu_metrics.set_engine_active(namespace="vision", pod=pod, percent=0.5)
+    assert telemetry.workload_telemetry(workload=running_job, now=_later()).verdict.startswith("Idle for 9 minutes")
+
+
+def test_no_metrics_is_said_in_words(running_job, gpu_metrics):
+    gpu_metrics.set_outage(True)
+    picture = telemetry.workload_telemetry(workload=running_job, now=_later())
+    assert picture.charts == () and picture.unavailable.startswith("No metrics")
+
+
+def test_a_time_sliced_gpu_is_said_to_be_shared_rather_than_this_workloads_own(
+        team, member, training, simulated, gpu_metrics, admin_user, django_capture_on_commit_callbacks):
+    shared = FlavorFactory.create(name="T4 shared", slug="t4-shared", resource_name="nvidia.com/gpu.shared",
+                           sharing_mode="time-sliced", fraction_denominator=4, capacity_units=8)
+    make_ready(team, shared)
+    from jobs import services
+
+    version = services.template_revise(user=admin_user, template=training, flavors=[shared])
+    assert version.flavors.count() == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        job = launch(member, team, training, shared)
+    simulated.advance(1)
+    sync.sync_all()
+    simulated.advance(300)
+    picture = telemetry.workload_telemetry(workload=job, now=_later())
+    assert "shared (time-sliced)" in picture.shared and "not this workload's own" in picture.shared
+
+
+def test_the_page_loads_the_charts_as_a_fragment_that_refreshes_while_it_runs(running_job, member):
+    # The page draws up to the wall clock: its pod started ten minutes before it.
+    running_job.intervals.update(started_at=F("started_at") - dt.timedelta(minutes=10))
+    client = login(member)
+    page = client.get(f"/workloads/{running_job.pk}/").content.decode()
+    assert f'hx-get="/workloads/{running_job.pk}/telemetry/"' in page and 'hx-trigger="load, every 30s"' in page
+    fragment = client.get(f"/workloads/{running_job.pk}/telemetry/", HTTP_HX_REQUEST="true").content.decode()
+    assert fragment.count("<polyline") == 4 and 'hx-trigger="every 30s"' in fragment and "Busy " in fragment
+    assert "<svg" in client.get(f"/workloads/{running_job.pk}/telemetry/").content.decode()  # the real href works too
+
+
+def test_another_team_gets_404_for_the_charts(running_job, outsider):
+    assert login(outsider).get(f"/workloads/{running_job.pk}/telemetry/").status_code == 404
+    assert login(outsider).get(f"/workloads/{running_job.pk}/telemetry/", HTTP_HX_REQUEST="true").status_code == 404
+
+
+def test_the_workload_list_shows_each_running_workloads_gpu_use_from_one_query(
+        running_job, member, gpu_metrics, ready_team, training, flavor, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        queued = launch(member, ready_team, training, flavor, units=4)  # waits: the team's quota is in use
+    pod = running_job.intervals.get().pod_name
+    gpu_metrics.set_engine_active(namespace="vision", pod=pod, percent=42.4)
+    asked = []
+    real = gpu_metrics.engine_active
+
+    def counted(**kwargs):
+        asked.append(kwargs)
+        return real(**kwargs)
+
+    gpu_metrics.engine_active = counted
+    page = login(member).get("/workloads/").content.decode()
+    assert '<td class="num nowrap" data-testid="gpu-use">42 %' in page
+    assert len(asked) == 1
+    assert queued.phase != Workload.Phase.RUNNING
+
+
+def test_the_workload_list_says_no_metrics_rather_than_idle(running_job, member, gpu_metrics):
+    gpu_metrics.set_outage(True)
+    assert '<td class="num nowrap" data-testid="gpu-use">no metrics' in login(member).get("/workloads/").content.decode()

@@ -1,0 +1,125 @@
+"""A stand-in for NVIDIA's dcgm-exporter that the tests drive: it serves `/metrics` in
+dcgm-exporter's exact text format (its HELP lines, label names and order, per GPU or MIG
+instance, with the pod that holds it), with the values a test sets, and can be taken down."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from dataclasses import dataclass, replace
+
+# (name, HELP) as dcgm-exporter's default-counters.csv has them; all are gauges.
+COUNTERS = [
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered."),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active."),
+]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU (or MIG instance) as the exporter reports it, and the pod holding it."""
+
+    node: str
+    gpu: int
+    uuid: str
+    namespace: str = ""
+    pod: str = ""
+    container: str = "main"
+    engine_active: float = 0.0  # ratio 0..1
+    fb_used: int = 1024
+    fb_free: int = 80_535
+    power: float = 70.0
+    temperature: int = 35
+    xid: int = 0
+    mig_profile: str = ""  # e.g. "1g.10gb"; MIG instances have no DCGM_FI_DEV_GPU_UTIL
+    mig_instance: int = 0
+
+    def labels(self) -> str:
+        labels = [("gpu", str(self.gpu)), ("UUID", self.uuid), ("pci_bus_id", f"00000000:{0x10 + self.gpu:02X}:00.0"),
+                  ("device", f"nvidia{self.gpu}"), ("modelName", "NVIDIA H100 80GB HBM3")]
+        if self.mig_profile:
+            labels += [("GPU_I_PROFILE", self.mig_profile), ("GPU_I_ID", str(self.mig_instance))]
+        labels += [("Hostname", self.node), ("DCGM_FI_DRIVER_VERSION", "550.54.15")]
+        if self.pod:
+            labels += [("container", self.container), ("namespace", self.namespace), ("pod", self.pod)]
+        return ",".join(f'{name}="{value}"' for name, value in labels)
+
+    def value(self, metric: str) -> str | None:
+        values: dict[str, object] = {
+            "DCGM_FI_DEV_GPU_TEMP": self.temperature, "DCGM_FI_DEV_POWER_USAGE": f"{self.power:.3f}",
+            "DCGM_FI_DEV_GPU_UTIL": None if self.mig_profile else round(self.engine_active * 100),
+            "DCGM_FI_DEV_FB_FREE": self.fb_free, "DCGM_FI_DEV_FB_USED": self.fb_used, "DCGM_FI_DEV_XID_ERRORS": self.xid,
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE": f"{self.engine_active:.6f}",
+        }
+        value = values[metric]
+        return None if value is None else str(value)
+
+
+class DcgmExporter:
+    def __init__(self) -> None:
+        self.gpus: dict[str, Gpu] = {}  # by UUID
+        self.available = True
+        self.scrapes = 0
+        self.lock = threading.Condition()
+        exporter = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+                with exporter.lock:
+                    body = exporter.text().encode() if exporter.available else b""
+                    exporter.scrapes += 1
+                    exporter.lock.notify_all()
+                if not body and not exporter.available:
+                    self.send_error(503, "DCGM is not answering")
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def text(self) -> str:
+        lines = []
+        for name, help_text in COUNTERS:
+            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+            for gpu in sorted(self.gpus.values(), key=lambda g: (g.node, g.gpu, g.mig_instance)):
+                value = gpu.value(name)
+                if value is not None:
+                    lines.append(f"{name}{{{gpu.labels()}}} {value}")
+        return "\n".join(lines) + "\n"
+
+    def put(self, gpu: Gpu) -> None:
+        with self.lock:
+            self.gpus[gpu.uuid] = gpu
+
+    def change(self, uuid: str, **values: object) -> None:
+        with self.lock:
+            self.gpus[uuid] = replace(self.gpus[uuid], **values)  # type: ignore[arg-type]
+
+    def remove_namespace(self, namespace: str) -> None:
+        with self.lock:
+            self.gpus = {k: g for k, g in self.gpus.items() if g.namespace != namespace}
+
+    def wait_scrapes(self, count: int = 2, *, timeout: float = 15) -> None:
+        """Waits until Prometheus has scraped `count` more times, so it holds what was set."""
+        with self.lock:
+            target = self.scrapes + count
+            if not self.lock.wait_for(lambda: self.scrapes >= target, timeout=timeout):
+                raise AssertionError(f"Prometheus did not scrape the DCGM stand-in within {timeout:.0f}s")
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
