@@ -150,6 +150,15 @@ class AsThePortal:
     def apply(self, obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         return self._as().apply(obj, **kwargs)
 
+    def dry_run(self, obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        return self._as().dry_run(obj, **kwargs)
+
+    def create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._as().create(obj)
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self._as().replace(obj)
+
     def delete(self, ref: ObjectRef) -> None:
         self._as().delete(ref)
 
@@ -164,6 +173,9 @@ class AsThePortal:
 
     def pod_logs(self, **kwargs: Any) -> str:
         return self._as().pod_logs(**kwargs)
+
+    def pending_workloads(self, *, cluster_queue: str) -> Any:
+        return self._as().pending_workloads(cluster_queue=cluster_queue)
 
     def expect_nodes(self, nodes: Any) -> None:
         """A real cluster has its own nodes."""

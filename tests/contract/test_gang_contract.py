@@ -50,7 +50,7 @@ def test_a_distributed_job_runs_all_its_workers_or_is_requeued_whole(cluster, si
     # A pod outside Kueue holds 4 of the node's 8 GPUs: the team's quota says 8 are free, the node has 4.
     core = kubernetes.client.CoreV1Api(cluster.control_plane.api_client())
     blocker = cluster.unique("gpu-holder")
-    core.create_namespaced_pod("kube-system", {
+    core.create_namespaced_pod("kube-system", {  # type: ignore[arg-type]  # the client takes a plain dict
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": blocker, "annotations": {"kwok.gpu-portal.test/outcome": "Running"}},
         "spec": {"nodeSelector": site.flavor.node_labels, "tolerations": [{"operator": "Exists"}],

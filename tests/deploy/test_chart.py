@@ -183,7 +183,8 @@ def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret
     # Exactly the kinds portal/kube's table names (nodes and configmaps are only the simulated cluster's).
     from portal.kube.base import KINDS
     granted = {(group, resource) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
-    known = {(info.group, info.plural) for info in KINDS.values()} | {("", "pods/log")}
+    known = {(info.group, info.plural) for info in KINDS.values()} | {
+        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads")}  # Gateway.pending_workloads
     assert granted <= known
     # Leases are the release namespace's Role's (leader election), never cluster-wide.
     assert known - granted - {("coordination.k8s.io", "leases")} == {("", "configmaps"), ("", "nodes")}
