@@ -25,7 +25,16 @@ from django.utils import timezone
 
 from jobs import idle_policy
 from jobs.idle import notebook_activity
-from jobs.models import IdleAction, IdleDefaults, RunInterval, Workload, WorkloadIdleState, WorkloadKind
+from jobs.models import (
+    IdleAction,
+    IdleDefaults,
+    RunInterval,
+    Workload,
+    WorkloadEvent,
+    WorkloadIdleState,
+    WorkloadKind,
+)
+from jobs.notifications import workload_event_notify
 from jobs.services import record_transition
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
@@ -162,8 +171,7 @@ def _act(workload: Workload, policy: idle_policy.IdlePolicy, *, idle_minutes: in
             audit_record(actor=None, action="workload.stopped_idle", obj=locked, team_id=locked.team_id,
                          message=f"{locked.name} (#{locked.pk}) of {locked.team.slug} stopped: {why}")
             transaction.on_commit(functools.partial(tasks.workload_teardown.delay, locked.pk))
-            notify(recipients=[workload.owner], message=f"{locked.name} (#{locked.pk}) was stopped: {why}.",
-                   url=reverse("jobs:workload-detail", args=[locked.pk]))
+            workload_event_notify(workload=locked, event=WorkloadEvent.IDLE_STOPPED, detail=why)  # as the owner chose
             return True
         low = minimum_replicas(locked)
         if locked.workers <= low:
