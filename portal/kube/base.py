@@ -147,7 +147,8 @@ class Gateway(Protocol):
 
     def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Replaces the object (a PUT) only if it is still at obj's metadata.resourceVersion: one
-        changed meanwhile is a KubeError with status 409 (reason Conflict), a missing one 404."""
+        changed meanwhile is a KubeError with status 409 (reason Conflict). Without a
+        resourceVersion the PUT is unconditional, and for a Lease creates a missing one."""
 
     def delete(self, ref: ObjectRef) -> None:
         """Deletes the object; one that is already gone counts as deleted."""

@@ -237,16 +237,22 @@ class ApiServer:
         return copy.deepcopy(stored)
 
     def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """A PUT, refused with 409 when the object moved past the resourceVersion it names (an
-        update naming none is unconditional, as the API server allows for most kinds)."""
+        """A PUT, refused with 409 when the object moved past the resourceVersion it names. One
+        naming none is unconditional, and creates a missing object, as the API server does for
+        Leases."""
         ref = ref_of(obj)
         self._validate(ref)
         with transaction.atomic():
             row = self.store.get(ref, lock=True)
+            wanted = obj["metadata"].get("resourceVersion")
+            if row is None and not wanted:  # as for Leases (AllowCreateOnUpdate), an unconditional PUT creates
+                body = copy.deepcopy(obj)
+                if ref.info.namespaced:
+                    body["metadata"]["namespace"] = ref.namespace
+                return copy.deepcopy(self.store.write(ref, body, None))
             if row is None:
                 raise KubeError(f'{ref.info.plural}.{ref.info.group or "core"} "{ref.name}" not found',
                                 ref=ref, status=404, reason="NotFound")
-            wanted = obj["metadata"].get("resourceVersion")
             if wanted and str(wanted) != str(row.resource_version):
                 raise KubeError("conflict: the object has been modified; please apply your changes to the latest "
                                 "version and try again", ref=ref, status=409, reason="Conflict")
