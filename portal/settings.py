@@ -155,6 +155,11 @@ STORAGES = {
     },
 }
 
+# Outside production WhiteNoise serves static files straight from the app folders, so a site run
+# with DEBUG off (the demo: its 403/404/500 pages are the branded ones) still has its CSS.
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = not PRODUCTION
+
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"

@@ -54,5 +54,9 @@ urlpatterns = [
     ),
 ]
 
+# 403.html and 404.html are found by Django's own handlers, which render them with the request;
+# the 500 handler is the portal's, so that page keeps its navigation too.
+handler500 = "portal.views.server_error"
+
 if settings.OIDC_ENABLED:
     urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))

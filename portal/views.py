@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template import loader
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -17,6 +18,17 @@ from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
 from portal.forms import ApiTokenForm
 from portal.models import ApiToken, Notification
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """The branded 500 page, with the navigation when it can be drawn. Drawing it may itself fail
+    (the database the session needs may be what broke), so then it is drawn without the request."""
+    template = loader.get_template("500.html")
+    try:
+        body = template.render({}, request)
+    except Exception:  # noqa: BLE001 - whatever broke the page may break this too; the plain page still answers
+        body = template.render({})
+    return HttpResponse(body, status=500)
 
 
 @require_GET

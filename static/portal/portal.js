@@ -19,3 +19,25 @@ document.addEventListener("change", function (event) {
     if (input.value) { htmx.trigger(input, "refresh"); }
   });
 });
+
+// Narrow screens: the Menu button folds the navigation open and shut.
+document.addEventListener("click", function (event) {
+  var toggle = event.target.closest(".nav-toggle");
+  if (!toggle) { return; }
+  var nav = document.getElementById(toggle.getAttribute("aria-controls"));
+  var open = toggle.getAttribute("aria-expanded") !== "true";
+  toggle.setAttribute("aria-expanded", open ? "true" : "false");
+  nav.classList.toggle("open", open);
+});
+
+// "Copy" next to a secret shown once (a new API token): puts the text of its target on the clipboard.
+document.addEventListener("click", function (event) {
+  var button = event.target.closest("[data-copy]");
+  if (!button) { return; }
+  var source = document.getElementById(button.getAttribute("data-copy"));
+  navigator.clipboard.writeText(source.textContent.trim()).then(function () {
+    button.textContent = "Copied";
+  }, function () {
+    button.textContent = "Select and copy by hand";
+  });
+});

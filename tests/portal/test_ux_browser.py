@@ -1,0 +1,121 @@
+"""The portal on a phone, in a real browser (Debian's Chromium, 390 px wide): the navigation folds
+behind a Menu button, no page is wider than the screen, and a lead reaches Approve and Reject.
+One browser serves the whole module, to keep its seconds few."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from jobs import services as job_services
+from jobs.models import WorkloadKind
+from portal.kube.simulated import SimulatedGateway
+from tenants import services as tenant_services
+from tenants.models import Membership
+from tenants.services import LineInput
+from tests.browsing import CHROMIUM, CHROMIUM_ARGS, PASSWORD, SHOTS, sync_api
+from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory, TeamFactory, UserFactory
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PHONE = {"width": 390, "height": 844}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def site(simulated: SimulatedGateway) -> dict[str, Any]:
+    vision = TeamFactory(slug="vision", name="Computer Vision", cost_center="CC-4100-RESEARCH-AND-DEVELOPMENT")
+    h100 = FlavorFactory(name="H100 80GB", slug="h100-80gb", capacity_units=16)
+    root = UserFactory(username="root", is_platform_admin=True)
+    lena = UserFactory(username="lena", first_name="Lena", last_name="Lead")
+    alice = UserFactory(username="alice", first_name="Alice", last_name="Scientist")
+    MembershipFactory(team=vision, user=lena, role=Membership.Role.LEAD)
+    MembershipFactory(team=vision, user=alice)
+    QuotaGrantFactory(team=vision, flavor=h100, units=4)
+    template = job_services.template_create(
+        user=root, slug="pytorch-train", name="PyTorch distributed training with a long name", flavors=[h100],
+        kind=WorkloadKind.TRAINING, description="Single-node training with torchrun.",
+        image="registry.example.com/research/pytorch/pytorch-with-extras:2.5.1-cuda12.4-cudnn9-runtime",
+        command=["python", "train.py"], args=["--epochs", "{epochs}"], default_units=1, max_units=8,
+        parameters=[{"name": "epochs", "type": "int", "default": 10, "min": 1, "max": 1000},
+                    {"name": "image_tag", "type": "choice", "default": "2.5", "choices": ["2.4", "2.5", "2.6-nightly"]}],
+    )
+    qr = tenant_services.quota_request_create(
+        requester=alice, team=vision, lines=[LineInput(flavor=h100, units=2)],
+        justification="Training the new detector on the spring data set, which needs two more GPUs for a month.",
+    )
+    return {"request": qr, "template": template}
+
+
+def _phone(browser: Any, live_server: Any, username: str) -> Any:
+    page = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True).new_page()
+    page.goto(f"{live_server.url}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/")
+    return page
+
+
+def _overflow(page: Any) -> int:
+    return page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+
+
+MEMBER_PAGES = ["/", "/teams/", "/teams/vision/", "/workloads/", "/launch/", "/templates/", "/requests/",
+                "/requests/new/", "/notifications/", "/tokens/", "/audit/", "/billing/me/", "/no/such/page/"]
+
+
+def test_on_a_phone_no_page_is_wider_than_the_screen_and_the_menu_folds(browser, live_server, site):
+    expect = sync_api.expect
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    alice = _phone(browser, live_server, "alice")
+    nav, toggle = alice.locator("#site-nav"), alice.locator(".nav-toggle")
+    expect(nav).to_be_hidden()
+    toggle.click()
+    expect(nav).to_be_visible()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    alice.click("#site-nav >> text=Workloads")
+    alice.wait_for_url(f"{live_server.url}/workloads/")
+
+    wide = {}
+    for path in MEMBER_PAGES:
+        alice.goto(f"{live_server.url}{path}")
+        if _overflow(alice) > 0:
+            wide[path] = _overflow(alice)
+            alice.screenshot(path=str(SHOTS / f"phone{path.replace('/', '_')}.png"), full_page=True)
+    assert wide == {}, f"pages wider than 390 px by so many pixels: {wide}"
+
+
+def test_on_a_phone_a_lead_reaches_approve_and_reject(browser, live_server, site):
+    expect = sync_api.expect
+    lena = _phone(browser, live_server, "lena")
+    lena.goto(f"{live_server.url}/approvals/")
+    assert _overflow(lena) <= 0
+    row = lena.locator(f"#approval-{site['request'].pk}")
+    for name in ("Approve", "Reject"):
+        button = row.get_by_role("button", name=name)
+        expect(button).to_be_in_viewport()
+        box = button.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
+    lena.screenshot(path=str(SHOTS / "phone_approvals.png"), full_page=True)
+    row.get_by_role("button", name="Approve").click()
+    expect(row.locator("[data-testid=row-status]")).to_have_text("Approved")
+
+
+def test_the_keyboard_finds_a_skip_link_first_and_a_visible_focus_ring(browser, live_server, site):
+    alice = _phone(browser, live_server, "alice")
+    alice.keyboard.press("Tab")
+    focused = alice.evaluate("() => [document.activeElement.className, getComputedStyle(document.activeElement).outlineStyle,"
+                             " getComputedStyle(document.activeElement).outlineWidth]")
+    assert focused == ["skip-link", "solid", "3px"]
+    alice.keyboard.press("Enter")
+    assert alice.evaluate("() => document.activeElement.id") == "main"
