@@ -119,12 +119,16 @@ def launch_hint(request: HtmxHttpRequest) -> HttpResponse:
     else:
         launch = form.launch_request()
         units = launch.units if launch.units is not None else form.version.default_units  # type: ignore[union-attr]
+        # Per pod, times the pods: a refused distributed job's hint still counts every worker.
+        pods = services.pods_asked(version=launch.version or launch.template.current, parameters=launch.parameters)
         try:
             _, _, resources = services.check_launch(user=request.user, request=launch)
         except DomainError as error:
             context["refusal"] = error.message
+            units *= pods
         else:
-            units = resources["units"] * resources["workers"]
+            units, pods = resources["units"] * resources["workers"], resources["workers"]
+        context["pods"] = pods
         hint = selectors.launch_hint(team=launch.team, flavor=launch.flavor, units=units)
         borrow = max(hint.usage.in_use + units - hint.usage.guaranteed, 0) if hint.usage else 0
         context.update(hint=hint, team=launch.team, borrow_units=min(borrow, units))

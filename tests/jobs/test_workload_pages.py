@@ -567,3 +567,28 @@ def test_an_inference_server_scales_from_its_page(ready_team, member, flavor, si
     assert server.workers == 2
     refused = client.post(reverse("jobs:workload-scale", args=[server.pk]), {"replicas": "9"}, HTTP_HX_REQUEST="true")
     assert "Replicas must be between 1 and 4" in refused.content.decode()
+
+
+def _ddp(admin_user, flavor):
+    return services.template_create(
+        user=admin_user, slug="ddp", name="DDP", kind=WorkloadKind.DISTRIBUTED, flavors=[flavor], image="x/y:1",
+        default_units=1, max_units=8, parameters=[{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8}],
+    )
+
+
+def test_a_distributed_launch_says_units_are_per_worker_and_its_refusal_and_cost_count_every_worker(
+        team, flavor, simulated, member, admin_user, finance_user, as_user):
+    from billing import services as billing_services
+
+    make_ready(team, flavor, 4, may_borrow=False)
+    ddp = _ddp(admin_user, flavor)
+    billing_services.rate_set(actor=finance_user, flavor=flavor, price_per_gpu_hour="1")
+    client = as_user(member)
+    form = client.get(reverse("jobs:workload-launch"), {"team": "vision", "template": ddp.pk}).content.decode()
+    assert ">GPU units per worker</label>" in form and "for each worker" in form
+
+    fragment = hint(client, template=str(ddp.pk), units="4", p_workers="8", p_epochs=None, p_learning_rate=None,
+                    p_image_tag=None, p_mixed_precision=None)
+    assert "32 H100 80GB units (8 pods × 4 units) is more than vision could ever get at once (4)" in fragment
+    assert "8 pods × 4 units each = 32 units" in fragment
+    assert "About 32.00 USD per hour" in fragment  # not 4.00: every worker's GPUs cost
