@@ -109,6 +109,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.portal",
             ],
+            "builtins": ["portal.templatetags.portal_time"],
         },
     },
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from fractions import Fraction
 from typing import Any
@@ -327,3 +328,12 @@ class QuotaGrant(models.Model):
     def is_active(self) -> bool:
         now = timezone.now()
         return self.ended_at is None and self.valid_from <= now and (self.valid_until is None or self.valid_until > now)
+
+    @property
+    def last_day(self) -> dt.date | None:
+        """The last day the grant counts, as the request said it ("through 2026-12-14"). End
+        dates are whole days in the site's time zone: `valid_until` stores the instant the grant
+        stops, the midnight after that day, which metering and expiry compare against."""
+        if self.valid_until is None:
+            return None
+        return timezone.localtime(self.valid_until - dt.timedelta(microseconds=1)).date()

@@ -290,11 +290,14 @@ class QuotaGrantSerializer(serializers.ModelSerializer):
     flavor_slug = serializers.CharField(source="flavor.slug", read_only=True)
     flavor_name = serializers.CharField(source="flavor.name", read_only=True)
     is_active = serializers.BooleanField(read_only=True)
+    last_day = serializers.DateField(read_only=True, allow_null=True,
+                                     help_text="The last day it counts (the request's end date); valid_until is the "
+                                               "midnight after it, in the site's time zone. Null when permanent.")
 
     class Meta:
         model = QuotaGrant
         fields = ["id", "team", "flavor", "flavor_slug", "flavor_name", "units", "request", "valid_from",
-                  "valid_until", "ended_at", "is_active"]
+                  "valid_until", "last_day", "ended_at", "is_active"]
         read_only_fields = fields
 
 

@@ -244,7 +244,7 @@ def describe_lines(lines: Iterable[Any]) -> str:
 
 
 def _until(ends_on: dt.date | None) -> str:
-    return f" until {ends_on.isoformat()}" if ends_on else ""
+    return f" through {ends_on.isoformat()}" if ends_on else ""
 
 
 def _end_of_day(day: dt.date) -> dt.datetime:
@@ -377,7 +377,7 @@ def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: 
     notify(recipients=[locked.requester],
            message=f"{approver.username} approved your request #{locked.pk}: {summary}."
            + (f" Note: {locked.decision_note}" if locked.decision_note else ""),
-           url=reverse("tenants:team-detail", args=[locked.team.slug]))
+           url=reverse("tenants:quota-request-detail", args=[locked.pk]))
     _on_team_change(locked.team_id)
     return _sync_caller_copy(quota_request, locked)
 
@@ -395,7 +395,7 @@ def quota_request_reject(*, quota_request: QuotaRequest, approver: User, note: s
                  message=f"{approver.username} rejected request #{locked.pk} for {locked.team.slug}{reason}")
     notify(recipients=[locked.requester],
            message=f"{approver.username} rejected your request #{locked.pk}{reason}.",
-           url=reverse("tenants:team-detail", args=[locked.team.slug]))
+           url=reverse("tenants:quota-request-detail", args=[locked.pk]))
     return _sync_caller_copy(quota_request, locked)
 
 
@@ -463,8 +463,8 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     leads = selectors.team_leads(team_ids=[g.team_id for g in ending])
     for grant in ending:
         grant.ending_notice_sent_at = now
-        assert grant.valid_until is not None  # grants_ending_between returns only grants that end
-        last_day = timezone.localtime(grant.valid_until - dt.timedelta(seconds=1)).date()
+        last_day = grant.last_day
+        assert last_day is not None  # grants_ending_between returns only grants that end
         recipients = list(leads[grant.team_id]) + ([grant.request.requester] if grant.request else [])
         notify(recipients=recipients,
                message=f"The temporary grant of {grant.units:+d} {grant.flavor.name} for {grant.team.name}"

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from portal.adapters import HtmxHttpRequest, page
 from portal.errors import DomainError
+from portal.notifications import notifications_mark_read_about
 from tenants import cluster_selectors, selectors, services
 from tenants.filters import AuditEventFilter, QuotaRequestFilter
 from tenants.forms import DecisionForm, MembershipAddForm, MembershipRoleForm, QuotaRequestForm
@@ -106,7 +107,7 @@ def _team_context(
         "members": selectors.team_members(team=team),
         "member_form": MembershipAddForm(),
         "capacities": selectors.flavor_capacities(team=team),
-        "grants": selectors.team_active_grants(team=team),
+        "grant_lines": selectors.team_grant_lines(team=team),
         **_team_requests_context(request, team, requests_page),
         **_team_audit_context(request, team, audit_page),
     }
@@ -310,6 +311,7 @@ def quota_request_list(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def quota_request_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     quota_request = _visible_request(request, pk)
+    notifications_mark_read_about(user=request.user, url=request.path)
     return render(request, "tenants/quota_request_detail.html",
                   {"qr": quota_request, "grants": quota_request.grants.select_related("flavor")})
 
