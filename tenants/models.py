@@ -276,6 +276,9 @@ class QuotaRequestLine(models.Model):
     request = models.ForeignKey(QuotaRequest, on_delete=models.CASCADE, related_name="lines")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
     units = models.IntegerField()
+    approved_units = models.IntegerField(
+        null=True, blank=True, help_text="What the approver granted: the units asked, or fewer. Empty until approved."
+    )
 
     class Meta:
         ordering = ["flavor__name"]

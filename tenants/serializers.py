@@ -212,6 +212,8 @@ class QuotaLineSerializer(serializers.Serializer):
     flavor_slug = serializers.CharField(source="flavor.slug")
     flavor_name = serializers.CharField(source="flavor.name")
     units = serializers.IntegerField()
+    approved_units = serializers.IntegerField(
+        allow_null=True, help_text="What was granted: the units asked or fewer; null until approved.")
 
 
 class UnitsField(serializers.IntegerField):
@@ -280,6 +282,17 @@ class QuotaRequestCreateSerializer(StrictInputMixin, serializers.Serializer):
 
 class QuotaDecisionSerializer(StrictInputMixin, serializers.Serializer):
     note = serializers.CharField(allow_blank=True, default="", help_text="Shown to the requester.")
+
+
+class ApprovedLineSerializer(StrictInputMixin, serializers.Serializer):
+    flavor = serializers.IntegerField(help_text="Flavor id of one of the request's lines.")
+    units = UnitsField(help_text="Units to grant: from 1 to the units asked.")
+
+
+class QuotaApprovalSerializer(QuotaDecisionSerializer):
+    lines = ApprovedLineSerializer(
+        many=True, required=False, default=list,
+        help_text="Approve fewer units than asked on some lines; a line left out is approved as asked.")
 
 
 # --- Grants and the audit trail ----------------------------------------------------------------

@@ -84,7 +84,7 @@ def test_requests_and_grants_offer_no_way_to_overwrite_them(schema):
 def test_action_bodies_and_filters_are_documented(schema):
     approve = schema["paths"]["/api/quota-requests/{id}/approve/"]["post"]
     body = approve["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-    assert body.endswith("/QuotaDecisionRequest")
+    assert body.endswith("/QuotaApprovalRequest")
     filters = {p["name"] for p in schema["paths"]["/api/quota-requests/"]["get"]["parameters"]}
     assert {"team", "status", "mine", "page", "page_size"} <= filters
     lines = schema["components"]["schemas"]["QuotaRequestCreateRequest"]["properties"]["lines"]
