@@ -309,6 +309,14 @@ def ingress_spec(workload: Workload) -> manifests.IngressSpec | None:
     )
 
 
+def port_forward_command(workload: Workload) -> str:
+    """Without an Ingress no browser reaches a workload's in-cluster address; this line forwards
+    a local port to its Service through the API server (it needs the right to port-forward in
+    the team's namespace, which the members' `view` binding does not give)."""
+    local = 8888 if workload.kind == WorkloadKind.NOTEBOOK else 8080
+    return f"kubectl -n {workload.team.namespace} port-forward svc/{workload.k8s_name} {local}:80"
+
+
 def endpoint(workload: Workload) -> str:
     """Where an inference server or notebook answers: https only when its Ingress has TLS."""
     host = ingress_host(workload)

@@ -188,6 +188,8 @@ def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None
         "gpus": workload.total_units * workload.flavor.fraction,
         "endpoint": services.endpoint(workload) if serves else "",
         "reachable": bool(services.ingress_host(workload)),
+        "port_forward": services.port_forward_command(workload) if serves else "",
+        "simulated_cluster": settings.PORTAL_CLUSTER == "simulated",
         "used": pricing.used_so_far(workload_ids=[workload.pk]).get(workload.pk),
     }
 

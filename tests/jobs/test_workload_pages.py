@@ -592,3 +592,29 @@ def test_a_distributed_launch_says_units_are_per_worker_and_its_refusal_and_cost
     assert "32 H100 80GB units (8 pods × 4 units) is more than vision could ever get at once (4)" in fragment
     assert "8 pods × 4 units each = 32 units" in fragment
     assert "About 32.00 USD per hour" in fragment  # not 4.00: every worker's GPUs cost
+
+
+def test_without_an_ingress_a_notebook_page_says_how_to_reach_it_not_a_dead_link(ready_team, member, notebook, flavor, as_user,
+                                                                                 settings):
+    workload = launch(member, ready_team, notebook, flavor)
+    settings.PORTAL_CLUSTER = "kubernetes"
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert 'data-testid="open-notebook"' not in page
+    assert f"kubectl -n {ready_team.namespace} port-forward svc/{workload.k8s_name} 8888:80" in page
+    assert "http://localhost:8888/" in page and 'data-copy="port-forward"' in page
+
+
+def test_on_the_simulated_cluster_a_notebook_page_says_it_is_simulated(ready_team, member, notebook, flavor, as_user):
+    workload = launch(member, ready_team, notebook, flavor)
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert "simulated cluster" in page and "port-forward" not in page
+
+
+def test_with_an_ingress_domain_the_notebook_opens_through_the_portal_and_no_hint_is_shown(ready_team, member, notebook,
+                                                                                           flavor, as_user, settings):
+    settings.PORTAL_INGRESS_DOMAIN = "gpu.example.com"
+    workload = launch(member, ready_team, notebook, flavor)
+    workload.phase = Workload.Phase.RUNNING
+    workload.save()
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert 'data-testid="open-notebook"' in page and 'data-testid="how-to-reach"' not in page
