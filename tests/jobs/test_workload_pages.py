@@ -618,3 +618,65 @@ def test_with_an_ingress_domain_the_notebook_opens_through_the_portal_and_no_hin
     workload.save()
     page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
     assert 'data-testid="open-notebook"' in page and 'data-testid="how-to-reach"' not in page
+
+
+# --- Logs: a choice of pod, the whole log as a file, following while it runs ----------------------------
+
+
+@pytest.fixture
+def two_workers(ready_team, member, admin_user, flavor, simulated, django_capture_on_commit_callbacks):
+    ddp = _ddp(admin_user, flavor)
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, ddp, flavor, units=1, parameters={"workers": 2})
+    advance(simulated, 1)
+    workload.refresh_from_db()
+    return workload
+
+
+def test_a_multi_pod_workloads_logs_offer_each_pod_and_show_the_one_chosen(two_workers, member, as_user):
+    client = as_user(member)
+    fragment = client.get(reverse("jobs:workload-logs", args=[two_workers.pk]), **HTMX).content.decode()
+    pods = re.findall(r'<option value="([^"]+)"', fragment)
+    assert len(pods) == 2 and all(name.startswith(two_workers.k8s_name) for name in pods)
+    other = pods[1]
+    chosen = client.get(reverse("jobs:workload-logs", args=[two_workers.pk]), {"pod": other}, **HTMX).content.decode()
+    assert f"<code>{other}</code>" in chosen and f"[simulated] pod {other} scheduled on" in chosen
+    assert f'<option value="{other}" selected>' in chosen
+
+
+def test_a_pod_that_is_not_the_workloads_is_refused(two_workers, member, as_user):
+    client = as_user(member)
+    fragment = client.get(reverse("jobs:workload-logs", args=[two_workers.pk]), {"pod": "kube-apiserver"}, **HTMX)
+    assert "has no pod “kube-apiserver”" in fragment.content.decode()
+    download = client.get(reverse("jobs:workload-logs-download", args=[two_workers.pk]), {"pod": "kube-apiserver"})
+    assert download.status_code == 404
+
+
+def test_the_whole_log_downloads_as_a_file(two_workers, member, as_user):
+    response = as_user(member).get(reverse("jobs:workload-logs-download", args=[two_workers.pk]))
+    assert response.status_code == 200 and response["Content-Type"] == "text/plain; charset=utf-8"
+    assert re.fullmatch(rf'attachment; filename="{two_workers.k8s_name}[-\w]*\.log"', response["Content-Disposition"])
+    assert "[simulated] phase Running" in response.content.decode()
+
+
+def test_following_logs_polls_while_it_runs_and_stops_once_it_ended(two_workers, member, as_user):
+    client = as_user(member)
+    url = reverse("jobs:workload-logs", args=[two_workers.pk])
+    following = client.get(url, {"follow": "1"}, **HTMX).content.decode()
+    assert 'hx-trigger="every 3s"' in following and 'data-testid="stop-following"' in following
+    Workload.objects.filter(pk=two_workers.pk).update(phase=Workload.Phase.SUCCEEDED)
+    ended = client.get(url, {"follow": "1"}, **HTMX).content.decode()
+    assert "every 3s" not in ended and 'data-testid="follow-logs"' not in ended
+
+
+def test_another_teams_member_cannot_download_the_log(two_workers, outsider, as_user):
+    assert as_user(outsider).get(reverse("jobs:workload-logs-download", args=[two_workers.pk])).status_code == 404
+
+
+def test_the_api_reads_the_log_of_a_chosen_pod(two_workers, member):
+    from tests.helpers import api
+
+    body = api(member).get(f"/api/workloads/{two_workers.pk}/logs/").json()
+    assert len(body["pods"]) == 2 and body["pod"] == body["pods"][0]
+    other = api(member).get(f"/api/workloads/{two_workers.pk}/logs/", {"pod": body["pods"][1]}).json()
+    assert other["pod"] == body["pods"][1] and other["lines"]
