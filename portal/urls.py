@@ -31,6 +31,7 @@ urlpatterns = [
     path("tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),
     path("notifications/", views.notification_list, name="notifications"),
     path("notifications/read/", views.notifications_read, name="notifications-read"),
+    path("notifications/bell/", views.notification_bell, name="notification-bell"),
     path("notifications/<int:pk>/", views.notification_open, name="notification-open"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),

@@ -94,6 +94,17 @@ def notification_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, template, {"notes": notes})
 
 
+@require_GET
+def notification_bell(request: HtmxHttpRequest) -> HttpResponse:
+    """The bell and its unread count alone, for its own poll. Signed out (the session ended), it
+    answers 286, which tells htmx to stop polling, instead of a login page swapped into the header."""
+    if not request.user.is_authenticated:
+        return HttpResponse(status=286)
+    response = render(request, "portal/_bell.html")
+    response["Cache-Control"] = "no-store"
+    return response
+
+
 @login_required
 @require_POST
 def notifications_read(request: HtmxHttpRequest) -> HttpResponse:

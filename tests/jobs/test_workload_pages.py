@@ -227,14 +227,18 @@ def test_the_list_filters_by_team_phase_owner_and_template(ready_team, member, l
     assert f"#{mine.pk}" in page and "H100 80GB × 1" in page and "PyTorch training" in page and ">v1<" in page
 
 
-def test_the_list_polls_only_while_something_on_it_is_active(ready_team, member, training, flavor, as_user):
-    workload = launch(member, ready_team, training, flavor)
+def test_the_list_polls_fast_while_something_is_active_and_slowly_otherwise_so_new_launches_appear(
+        ready_team, member, training, flavor, as_user):
     client = as_user(member)
+    empty = client.get(reverse("jobs:workload-list")).content.decode()
+    assert 'hx-trigger="every 15s"' in empty  # nothing active at load: a later launch must still show up
+    workload = launch(member, ready_team, training, flavor)
+    assert f"#{workload.pk}<" in ok(client.get(reverse("jobs:workload-list"), **HTMX))
     assert 'hx-trigger="every 3s"' in client.get(reverse("jobs:workload-list")).content.decode()
     Workload.objects.filter(pk=workload.pk).update(phase=Workload.Phase.SUCCEEDED)
     fragment = ok(client.get(reverse("jobs:workload-list"), **HTMX))
     assert fragment.lstrip().startswith('<div id="workload-rows"') and f"#{workload.pk}<" in fragment
-    assert "every 3s" not in fragment
+    assert "every 3s" not in fragment and 'hx-trigger="every 15s"' in fragment
 
 
 def test_the_list_paginates_by_25(ready_team, member, training, flavor, as_user):

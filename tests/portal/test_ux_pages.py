@@ -132,3 +132,22 @@ def test_a_failed_sign_in_keeps_the_username_and_focuses_the_password(client):
 def test_a_new_api_token_has_a_copy_button(member):
     html = login(member).post("/tokens/", {"name": "ci", "expires_in_days": "30", "scope": "read"}).content.decode()
     assert 'data-copy="new-secret"' in html and 'id="new-secret"' in html
+
+
+def test_the_bell_polls_itself_and_answers_the_current_unread_count(member):
+    from portal.notifications import notify
+
+    client = login(member)
+    page = client.get("/").content.decode()
+    assert 'hx-get="/notifications/bell/" hx-trigger="every 20s"' in page
+    assert 'data-testid="unread-count"' not in client.get("/notifications/bell/").content.decode()
+    notify(recipients=[member], message="Something happened.")
+    bell = client.get("/notifications/bell/")
+    assert bell["Cache-Control"] == "no-store"
+    assert bell.content.decode().lstrip().startswith('<a class="bell" id="bell"')
+    assert 'data-testid="unread-count">1<' in bell.content.decode() and "<html" not in bell.content.decode()
+
+
+def test_a_signed_out_bell_poll_stops_polling_instead_of_showing_a_login_page(client):
+    response = client.get("/notifications/bell/")
+    assert response.status_code == 286 and response.content == b""
