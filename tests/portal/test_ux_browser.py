@@ -10,13 +10,15 @@ from typing import Any
 import pytest
 
 from jobs import services as job_services
-from jobs.models import WorkloadKind
+from jobs.models import Workload, WorkloadKind
 from portal.kube.simulated import SimulatedGateway
+from portal.notifications import notify
 from tenants import services as tenant_services
 from tenants.models import Membership
 from tenants.services import LineInput
 from tests.browsing import CHROMIUM, CHROMIUM_ARGS, PASSWORD, SHOTS, sync_api
-from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory, TeamFactory, UserFactory
+from tests.factories import FlavorFactory, MembershipFactory, TeamFactory, UserFactory
+from tests.helpers import make_ready
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -40,7 +42,7 @@ def site(simulated: SimulatedGateway) -> dict[str, Any]:
     alice = UserFactory(username="alice", first_name="Alice", last_name="Scientist")
     MembershipFactory(team=vision, user=lena, role=Membership.Role.LEAD)
     MembershipFactory(team=vision, user=alice)
-    QuotaGrantFactory(team=vision, flavor=h100, units=4)
+    make_ready(vision, h100, 4)
     template = job_services.template_create(
         user=root, slug="pytorch-train", name="PyTorch distributed training with a long name", flavors=[h100],
         kind=WorkloadKind.TRAINING, description="Single-node training with torchrun.",
@@ -53,11 +55,17 @@ def site(simulated: SimulatedGateway) -> dict[str, Any]:
         requester=alice, team=vision, lines=[LineInput(flavor=h100, units=2)],
         justification="Training the new detector on the spring data set, which needs two more GPUs for a month.",
     )
-    return {"request": qr, "template": template}
+    workload = job_services.workload_launch(user=alice, request=job_services.LaunchRequest(
+        team=vision, template=template, flavor=h100, units=1, name="detector-with-a-rather-long-name-for-a-phone"))
+    return {"request": qr, "template": template, "team": vision, "flavor": h100, "alice": alice, "workload": workload}
 
 
-def _phone(browser: Any, live_server: Any, username: str) -> Any:
-    page = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True).new_page()
+def _phone(browser: Any, live_server: Any, username: str, *, fake_clock: bool = False) -> Any:
+    context = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
+    page = context.new_page()
+    if fake_clock:  # the page's timers (htmx polls, portal.js) run when the test moves this clock
+        page.clock.install()
     page.goto(f"{live_server.url}/login/")
     page.fill("#id_username", username)
     page.fill("#id_password", PASSWORD)
@@ -87,7 +95,7 @@ def test_on_a_phone_no_page_is_wider_than_the_screen_and_the_menu_folds(browser,
     alice.wait_for_url(f"{live_server.url}/workloads/")
 
     wide = {}
-    for path in MEMBER_PAGES:
+    for path in [*MEMBER_PAGES, f"/workloads/{site['workload'].pk}/", f"/workloads/{site['workload'].pk}/logs/"]:
         alice.goto(f"{live_server.url}{path}")
         if _overflow(alice) > 0:
             wide[path] = _overflow(alice)
@@ -119,3 +127,34 @@ def test_the_keyboard_finds_a_skip_link_first_and_a_visible_focus_ring(browser, 
     assert focused == ["skip-link", "solid", "3px"]
     alice.keyboard.press("Enter")
     assert alice.evaluate("() => document.activeElement.id") == "main"
+
+
+def test_the_bell_the_workload_list_and_relative_times_move_on_an_open_page(browser, live_server, site):
+    expect = sync_api.expect
+    alice = _phone(browser, live_server, "alice", fake_clock=True)
+    alice.goto(f"{live_server.url}/workloads/?phase=failed")  # nothing active in view: the slow poll
+    expect(alice.locator("#workload-rows")).to_contain_text("No workloads match")
+    expect(alice.locator("[data-testid=unread-count]")).to_have_count(0)
+    Workload.objects.filter(pk=site["workload"].pk).update(phase=Workload.Phase.FAILED)
+    notify(recipients=[site["alice"]], message="lena approved your request.")
+    alice.clock.run_for(21_000)
+    expect(alice.locator("#workload-rows")).to_contain_text(f"#{site['workload'].pk}")
+    expect(alice.locator("[data-testid=unread-count]")).to_have_text("1")
+
+    alice.goto(f"{live_server.url}/notifications/")
+    when = alice.locator("#notification-list time[data-ago]").first
+    expect(when).to_have_text("just now")
+    alice.clock.run_for(3 * 60_000 + 31_000)
+    expect(when).to_have_text("3\u00a0minutes ago")
+
+
+def test_a_new_tokens_copy_button_puts_it_on_the_clipboard(browser, live_server, site):
+    expect = sync_api.expect
+    alice = _phone(browser, live_server, "alice")
+    alice.goto(f"{live_server.url}/tokens/")
+    alice.fill("#id_name", "laptop")
+    alice.click("button:has-text('Create token')")
+    secret = alice.locator("[data-testid=secret]").inner_text().strip()
+    alice.click("[data-copy=new-secret]")
+    expect(alice.locator("[data-copy=new-secret]")).to_have_text("Copied")
+    assert alice.evaluate("() => navigator.clipboard.readText()") == secret
