@@ -250,6 +250,7 @@ def test_the_simulated_cluster_serves_a_whole_log_and_honours_the_byte_cap():
     class Pod:
         body = {"status": {"phase": "Running"}, "spec": {"nodeName": "gpu-1"}}
 
-    assert pod_logs(Pod(), name="p", tail_lines=None).splitlines() == ["[simulated] pod p scheduled on gpu-1",
+    pod: Any = Pod()
+    assert pod_logs(pod, name="p", tail_lines=None).splitlines() == ["[simulated] pod p scheduled on gpu-1",
                                                                        "[simulated] phase Running"]
-    assert pod_logs(Pod(), name="p", tail_lines=1) == "[simulated] phase Running\n"
+    assert pod_logs(pod, name="p", tail_lines=1) == "[simulated] phase Running\n"

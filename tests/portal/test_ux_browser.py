@@ -35,13 +35,13 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def site(simulated: SimulatedGateway) -> dict[str, Any]:
-    vision = TeamFactory(slug="vision", name="Computer Vision", cost_center="CC-4100-RESEARCH-AND-DEVELOPMENT")
-    h100 = FlavorFactory(name="H100 80GB", slug="h100-80gb", capacity_units=16)
-    root = UserFactory(username="root", is_platform_admin=True)
-    lena = UserFactory(username="lena", first_name="Lena", last_name="Lead")
-    alice = UserFactory(username="alice", first_name="Alice", last_name="Scientist")
-    MembershipFactory(team=vision, user=lena, role=Membership.Role.LEAD)
-    MembershipFactory(team=vision, user=alice)
+    vision = TeamFactory.create(slug="vision", name="Computer Vision", cost_center="CC-4100-RESEARCH-AND-DEVELOPMENT")
+    h100 = FlavorFactory.create(name="H100 80GB", slug="h100-80gb", capacity_units=16)
+    root = UserFactory.create(username="root", is_platform_admin=True)
+    lena = UserFactory.create(username="lena", first_name="Lena", last_name="Lead")
+    alice = UserFactory.create(username="alice", first_name="Alice", last_name="Scientist")
+    MembershipFactory.create(team=vision, user=lena, role=Membership.Role.LEAD)
+    MembershipFactory.create(team=vision, user=alice)
     make_ready(vision, h100, 4)
     template = job_services.template_create(
         user=root, slug="pytorch-train", name="PyTorch distributed training with a long name", flavors=[h100],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
+from typing import Any
 
 import pytest
 from django.urls import reverse
@@ -84,7 +85,7 @@ def test_a_rejection_links_to_the_request_too(team, lead, member, flavor):
 
 # --- Approving with the numbers in view, and fewer than asked ---------------------------------------
 
-HTMX = {"HTTP_HX_REQUEST": "true"}
+HTMX: dict[str, Any] = {"HTTP_HX_REQUEST": "true"}
 
 
 def test_the_inbox_shows_the_teams_holding_use_and_whether_it_fits(team, other_team, lead, member, flavor, simulated):
