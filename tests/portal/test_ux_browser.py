@@ -16,7 +16,7 @@ from portal.notifications import notify
 from tenants import services as tenant_services
 from tenants.models import Membership
 from tenants.services import LineInput
-from tests.browsing import CHROMIUM, CHROMIUM_ARGS, PASSWORD, SHOTS, sync_api
+from tests.browsing import CHROMIUM, CHROMIUM_ARGS, PASSWORD, SHOTS, log_in, sync_api
 from tests.factories import FlavorFactory, MembershipFactory, TeamFactory, UserFactory
 from tests.helpers import make_ready
 
@@ -158,3 +158,14 @@ def test_a_new_tokens_copy_button_puts_it_on_the_clipboard(browser, live_server,
     alice.click("[data-copy=new-secret]")
     expect(alice.locator("[data-copy=new-secret]")).to_have_text("Copied")
     assert alice.evaluate("() => navigator.clipboard.readText()") == secret
+
+
+CARDS_SPILLING = "() => [...document.querySelectorAll('.template-card')].filter(c => c.scrollWidth > c.clientWidth).length"
+
+
+def test_template_cards_hold_their_long_image_names_and_choices(browser, live_server, site):
+    for page in (log_in(browser, live_server, "alice"), _phone(browser, live_server, "alice")):
+        page.goto(f"{live_server.url}/templates/")
+        assert page.locator(".template-card").count() == 1
+        assert page.evaluate(CARDS_SPILLING) == 0
+        assert _overflow(page) <= 0
