@@ -205,14 +205,19 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return self._answer(services.workload_scale(user=signed_in_user(request), workload=workload, replicas=replicas))
 
     @extend_schema(
-        parameters=[OpenApiParameter("tail", int, description=f"How many lines, 1 to {MAX_LOG_LINES}; 100 by default.")],
+        parameters=[OpenApiParameter("tail", int, description=f"How many lines, 1 to {MAX_LOG_LINES}; 100 by default."),
+                    OpenApiParameter("pod", str, description="One of the workload's pods (see `pods`); the newest by default.")],
         responses={200: LogsSerializer},
-        description="The last log lines of the workload's newest pod, read from the cluster now.",
+        summary="Read a workload's log",
+        description="The last log lines of one of the workload's pods (the newest unless `pod` names another), read "
+                    "from the cluster now. The whole log is a download on the workload's page.",
     )
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str | None = None) -> Response:
         workload = self.get_object()
-        return Response(LogsSerializer(selectors.workload_logs(workload=workload, tail_lines=_tail(request))).data)
+        logs = selectors.workload_logs(workload=workload, tail_lines=_tail(request),
+                                       pod=request.query_params.get("pod", "").strip())
+        return Response(LogsSerializer(logs).data)
 
     @extend_schema(request=None, responses={200: NotebookTokenSerializer},
                    description="A notebook's owner only: its login token, in this answer and nowhere else (the portal "

@@ -16,7 +16,7 @@ import rules
 
 from jobs.models import MEMBER_PRIORITIES, Priority
 from portal.roles import is_platform_admin
-from tenants.rules import is_team_lead, is_team_member
+from tenants.rules import belongs_to_a_team, is_team_lead, is_team_member
 
 __all__ = ["MEMBER_PRIORITIES", "allowed_priorities", "priority_refusal"]
 
@@ -59,6 +59,8 @@ can_reveal_notebook_token = is_active_user & is_notebook & is_owner
 can_use_any_priority = is_platform_admin | is_team_lead
 
 rules.add_perm("jobs.launch_workload", can_launch)
+# Without a team: whether the navigation offers Launch (and Request quota) at all.
+rules.add_perm("jobs.open_launch_form", is_platform_admin | belongs_to_a_team)
 rules.add_perm("jobs.stop_workload", can_stop_workload)
 rules.add_perm("jobs.scale_workload", can_scale_workload)
 rules.add_perm("jobs.manage_template", can_manage_template)

@@ -341,22 +341,34 @@ class WorkloadLogs:
     pod: str
     lines: list[str]
     unreachable: str = ""
+    pods: tuple[str, ...] = ()  # every pod of the workload, newest first: a distributed job's workers, a server's replicas
 
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
 
 
-def workload_logs(*, workload: Workload, tail_lines: int = 100) -> WorkloadLogs:
-    """The last log lines of the workload's newest pod. Read only when asked for (the page's logs
-    panel, the API): logs are the dearest read the API server serves."""
+# The most of one log the download carries: the API server stops there (limitBytes).
+LOG_DOWNLOAD_BYTES = 10 * 1024 * 1024
+
+
+def workload_logs(*, workload: Workload, tail_lines: int | None = 100, pod: str = "",
+                  limit_bytes: int | None = None) -> WorkloadLogs:
+    """The log of one of the workload's pods (the newest unless `pod` names another of its own):
+    the last lines, or with `tail_lines=None` all of it up to `limit_bytes`. Read only when asked
+    for (the page's logs panel, the download, the API): logs are the dearest read the API server serves."""
     try:
-        newest = _newest(_pods(workload))
-        logs = (gateway().pod_logs(namespace=workload.team.namespace, name=newest["metadata"]["name"], tail_lines=tail_lines)
-                if newest else "")
+        pods = sorted(_pods(workload), key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
+        names = tuple(p["metadata"]["name"] for p in pods)
+        if pod and pod not in names:
+            return WorkloadLogs(pod="", lines=[], pods=names,
+                                unreachable=f"{workload.name} has no pod “{pod}”; choose one of its pods.")
+        chosen = pod or (names[0] if names else "")
+        logs = (gateway().pod_logs(namespace=workload.team.namespace, name=chosen, tail_lines=tail_lines,
+                                   limit_bytes=limit_bytes) if chosen else "")
     except KubeError as error:
         return WorkloadLogs(pod="", lines=[], unreachable=f"The cluster did not answer: {error}")
-    return WorkloadLogs(pod=newest["metadata"]["name"] if newest else "", lines=logs.splitlines())
+    return WorkloadLogs(pod=chosen, lines=logs.splitlines(), pods=names)
 
 
 # --- Reads for the workload pages (added with jobs/views.py) ---------------------------------

@@ -390,4 +390,5 @@ class ScaleSerializer(StrictInputMixin, serializers.Serializer):
 class LogsSerializer(serializers.Serializer):
     pod = serializers.CharField(help_text="The newest pod, whose log this is; empty before a pod exists.")
     lines = serializers.ListField(child=serializers.CharField())
-    unreachable = serializers.CharField(help_text="Set when the cluster did not answer.")
+    unreachable = serializers.CharField(help_text="Set when the cluster did not answer, or `pod` is not one of the workload's.")
+    pods = serializers.ListField(child=serializers.CharField(), help_text="Every pod of the workload, newest first.")

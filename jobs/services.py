@@ -94,6 +94,17 @@ def _workers(version: WorkloadTemplateVersion, values: dict[str, Any]) -> int:
     return count
 
 
+def pods_asked(*, version: WorkloadTemplateVersion, parameters: dict[str, Any] | None) -> int:
+    """How many pods a launch asks for (workers, replicas), for the launch hint's totals even
+    when the launch itself is refused: a count the refusal is about reads as one."""
+    if version.template.kind not in POD_COUNT_KINDS:
+        return 1
+    try:
+        return _workers(version, validate_parameters(declared=version.parameters, given=parameters or {}))
+    except (ParameterError, DomainError):
+        return 1
+
+
 def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplateVersion, dict[str, Any], dict[str, Any]]:
     """Everything a launch must satisfy, each refusal saying what to change. Returns the
     version, the parameter values and the resources to record."""
@@ -142,8 +153,9 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
             raise DomainError(
                 f"{team.slug} has no {flavor.name} quota and may not borrow any: request quota first.", field="units"
             )
+        each = f" ({workers} pods × {units} units)" if workers > 1 else ""
         raise DomainError(
-            f"{total} {flavor.name} units is more than {team.slug} could ever get at once ({ceiling}); ask for fewer.",
+            f"{total} {flavor.name} units{each} is more than {team.slug} could ever get at once ({ceiling}); ask for fewer.",
             field="units",
         )
     limit = settings.PORTAL_TEAM_MAX_WORKLOADS
@@ -310,6 +322,14 @@ def ingress_spec(workload: Workload) -> manifests.IngressSpec | None:
         auth_url=f"{settings.PORTAL_INGRESS_AUTH_URL}/auth/workloads/{workload.pk}/",
         signin_url=f"{settings.SITE_URL}/workloads/{workload.pk}/open/?rd=$escaped_request_uri",
     )
+
+
+def port_forward_command(workload: Workload) -> str:
+    """Without an Ingress no browser reaches a workload's in-cluster address; this line forwards
+    a local port to its Service through the API server (it needs the right to port-forward in
+    the team's namespace, which the members' `view` binding does not give)."""
+    local = 8888 if workload.kind == WorkloadKind.NOTEBOOK else 8080
+    return f"kubectl -n {workload.team.namespace} port-forward svc/{workload.k8s_name} {local}:80"
 
 
 def endpoint(workload: Workload) -> str:

@@ -15,6 +15,7 @@ urlpatterns: list[URLPattern] = [
     path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),
     path("workloads/<int:pk>/logs/", views.workload_logs, name="workload-logs"),
     path("workloads/<int:pk>/telemetry/", views.workload_telemetry, name="workload-telemetry"),
+    path("workloads/<int:pk>/logs/download/", views.workload_logs_download, name="workload-logs-download"),
     path("workloads/<int:pk>/stop/", views.workload_stop, name="workload-stop"),
     path("workloads/<int:pk>/keep-running/", views.workload_keep_running, name="workload-keep-running"),
 

@@ -121,12 +121,16 @@ def launch_hint(request: HtmxHttpRequest) -> HttpResponse:
     else:
         launch = form.launch_request()
         units = launch.units if launch.units is not None else form.version.default_units  # type: ignore[union-attr]
+        # Per pod, times the pods: a refused distributed job's hint still counts every worker.
+        pods = services.pods_asked(version=launch.version or launch.template.current, parameters=launch.parameters)
         try:
             _, _, resources = services.check_launch(user=request.user, request=launch)
         except DomainError as error:
             context["refusal"] = error.message
+            units *= pods
         else:
-            units = resources["units"] * resources["workers"]
+            units, pods = resources["units"] * resources["workers"], resources["workers"]
+        context["pods"] = pods
         hint = selectors.launch_hint(team=launch.team, flavor=launch.flavor, units=units)
         borrow = max(units - hint.free, 0) if hint.usage else 0
         context.update(hint=hint, team=launch.team, borrow_units=min(borrow, units))
@@ -188,6 +192,8 @@ def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None
         "gpus": workload.total_units * workload.flavor.fraction,
         "endpoint": services.endpoint(workload) if serves else "",
         "reachable": bool(services.ingress_host(workload)),
+        "port_forward": services.port_forward_command(workload) if serves else "",
+        "simulated_cluster": settings.PORTAL_CLUSTER == "simulated",
         "used": pricing.used_so_far(workload_ids=[workload.pk]).get(workload.pk),
         "xids": xid.xid_rows(workload=workload),
     }
@@ -225,12 +231,30 @@ def workload_telemetry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def workload_logs(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """The logs panel, opened: the newest pod's last lines, read only on this request, never by the poll."""
+    """The logs panel, opened: a pod's last lines (the newest pod unless `pod` names another),
+    read only on this request, never by the page's poll. With `follow` and while the workload
+    runs, the panel asks again by itself every few seconds."""
     workload = _visible_workload(request, pk)
-    logs = selectors.workload_logs(workload=workload, tail_lines=LOG_LINES)
+    logs = selectors.workload_logs(workload=workload, tail_lines=LOG_LINES, pod=request.GET.get("pod", "").strip())
+    context = {"workload": workload, "logs": logs, "follow": bool(request.GET.get("follow")) and workload.is_active}
     if request.htmx:
-        return render(request, "jobs/workload_detail.html#workload-logs", {"workload": workload, "logs": logs})
-    return render(request, "jobs/workload_detail.html", {**_detail_context(workload), "logs": logs})
+        return render(request, "jobs/workload_detail.html#workload-logs", context)
+    return render(request, "jobs/workload_detail.html", {**_detail_context(workload), **context})
+
+
+@login_required
+@require_GET
+def workload_logs_download(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """A pod's whole log as a file, up to LOG_DOWNLOAD_BYTES (the API server cuts it there)."""
+    workload = _visible_workload(request, pk)
+    logs = selectors.workload_logs(workload=workload, tail_lines=None, pod=request.GET.get("pod", "").strip(),
+                                   limit_bytes=selectors.LOG_DOWNLOAD_BYTES)
+    if logs.unreachable:
+        return HttpResponse(logs.unreachable, status=502 if not logs.pods else 404, content_type="text/plain; charset=utf-8")
+    response = HttpResponse(logs.text + ("\n" if logs.lines else ""), content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{logs.pod or workload.k8s_name}.log"'
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def _after_action(request: HtmxHttpRequest, pk: int, *, error: str | None, done: str | None = None) -> HttpResponse:

@@ -49,3 +49,9 @@ def notifications_mark_read(*, user: User, notification_id: int | None = None) -
     if notification_id is not None:
         unread = unread.filter(pk=notification_id)
     return unread.update(read_at=timezone.now())
+
+
+def notifications_mark_read_about(*, user: User, url: str) -> int:
+    """Marks read the user's notifications that point at a page they have now opened however
+    they got there (a link in an email, the team page): having seen it is having read it."""
+    return Notification.objects.for_user(user).unread().filter(url=url).update(read_at=timezone.now())

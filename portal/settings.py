@@ -111,6 +111,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "portal.context_processors.portal",
             ],
+            "builtins": ["portal.templatetags.portal_time"],
         },
     },
 ]
@@ -169,6 +170,11 @@ STORAGES = {
         else "django.contrib.staticfiles.storage.StaticFilesStorage"
     },
 }
+
+# Outside production WhiteNoise serves static files straight from the app folders, so a site run
+# with DEBUG off (the demo: its 403/404/500 pages are the branded ones) still has its CSS.
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = not PRODUCTION
 
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
@@ -291,6 +297,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.schema.add_summaries"],
     "ENUM_NAME_OVERRIDES": {"TeamSyncStateEnum": "tenants.models.Team.SyncState", "PriorityEnum": "jobs.models.Priority",
                             "KindEnum": "jobs.models.WorkloadKind", "StatementLineKindEnum": "billing.models.StatementLine.Kind"},
 }

@@ -31,6 +31,7 @@ urlpatterns = [
     path("tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),
     path("notifications/", views.notification_list, name="notifications"),
     path("notifications/read/", views.notifications_read, name="notifications-read"),
+    path("notifications/bell/", views.notification_bell, name="notification-bell"),
     path("notifications/<int:pk>/", views.notification_open, name="notification-open"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
@@ -53,6 +54,10 @@ urlpatterns = [
         name="api-redoc",
     ),
 ]
+
+# 403.html and 404.html are found by Django's own handlers, which render them with the request;
+# the 500 handler is the portal's, so that page keeps its navigation too.
+handler500 = "portal.views.server_error"
 
 if settings.OIDC_ENABLED:
     urlpatterns.append(path("oidc/", include("mozilla_django_oidc.urls")))

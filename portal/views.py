@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template import loader
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -17,6 +18,17 @@ from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
 from portal.forms import ApiTokenForm
 from portal.models import ApiToken, Notification
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """The branded 500 page, with the navigation when it can be drawn. Drawing it may itself fail
+    (the database the session needs may be what broke), so then it is drawn without the request."""
+    template = loader.get_template("500.html")
+    try:
+        body = template.render({}, request)
+    except Exception:  # noqa: BLE001 - whatever broke the page may break this too; the plain page still answers
+        body = template.render({})
+    return HttpResponse(body, status=500)
 
 
 @require_GET
@@ -80,6 +92,17 @@ def notification_list(request: HtmxHttpRequest) -> HttpResponse:
     notes = page(Notification.objects.for_user(request.user), request.GET.get("page"))
     template = "portal/notifications.html#notification-list" if request.htmx else "portal/notifications.html"
     return render(request, template, {"notes": notes})
+
+
+@require_GET
+def notification_bell(request: HtmxHttpRequest) -> HttpResponse:
+    """The bell and its unread count alone, for its own poll. Signed out (the session ended), it
+    answers 286, which tells htmx to stop polling, instead of a login page swapped into the header."""
+    if not request.user.is_authenticated:
+        return HttpResponse(status=286)
+    response = render(request, "portal/_bell.html")
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 scripts/apt.sh libpango-1.0-0 libpangoft2-1.0-0 fonts-dejavu-core  # WeasyPrint, for PDF statements
 scripts/setup.sh
 export DJANGO_SETTINGS_MODULE=portal.settings
+# Off, as in production: errors show the portal's own 403/404/500 pages, not Django's debug pages.
+export DEBUG=${DEBUG:-false}
 PORT=${PORT:-8000}
 
 .venv/bin/python manage.py migrate --noinput -v0

@@ -32,6 +32,7 @@ from tenants.serializers import (
     MembershipCreateSerializer,
     MembershipSerializer,
     MembershipUpdateSerializer,
+    QuotaApprovalSerializer,
     QuotaDecisionSerializer,
     QuotaGrantSerializer,
     QuotaRequestCreateSerializer,
@@ -198,14 +199,16 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         )
         return self._answer(quota_request, status.HTTP_201_CREATED)
 
-    @extend_schema(request=QuotaDecisionSerializer, responses={200: QuotaRequestSerializer},
-                   description="Team leads within capacity; platform admins.")
+    @extend_schema(request=QuotaApprovalSerializer, responses={200: QuotaRequestSerializer},
+                   description="Team leads within capacity; platform admins. `lines` may grant fewer units than asked.")
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str | None = None) -> Response:
         quota_request = self.get_object()
-        note = parse(QuotaDecisionSerializer, request)["note"]
+        data = parse(QuotaApprovalSerializer, request)
         approver = signed_in_user(request)
-        return self._answer(services.quota_request_approve(quota_request=quota_request, approver=approver, note=note))
+        units = {line["flavor"]: line["units"] for line in data["lines"]}
+        return self._answer(services.quota_request_approve(quota_request=quota_request, approver=approver,
+                                                           note=data["note"], units=units or None))
 
     @extend_schema(request=QuotaDecisionSerializer, responses={200: QuotaRequestSerializer},
                    description="Team leads and platform admins.")

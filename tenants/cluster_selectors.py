@@ -143,3 +143,55 @@ def cluster_capacity_picture() -> tuple[list[FlavorPicture], str]:
         for f in Flavor.objects.filter(is_active=True).order_by("name")
     ]
     return flavors, unreachable
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """What a lead sees beside one line of a pending request before deciding: the team's
+    guarantee and current use of the flavor, and whether the units fit the cluster's capacity."""
+
+    flavor: Flavor
+    asked: int
+    team_guaranteed: int
+    team_in_use: int | None  # None: the cluster did not answer
+    capacity: int
+    held_by_all: int
+    typed: str = ""  # what the lead typed to grant, shown again beside a refusal
+
+    @property
+    def room(self) -> int:
+        return max(self.capacity - self.held_by_all, 0)
+
+    @property
+    def fits(self) -> bool:
+        return self.asked <= self.room
+
+    @property
+    def most(self) -> int:
+        """The most that may be approved now (an addition); giving back always fits."""
+        return min(self.asked, self.room) if self.asked > 0 else self.asked
+
+    @property
+    def team_after(self) -> int:
+        return self.team_guaranteed + self.asked
+
+
+def approval_fits(*, requests: Iterable[Any]) -> dict[int, list[LineFit]]:
+    """Per pending request id, one `LineFit` per line: a few reads for the whole inbox page."""
+    requests = list(requests)
+    guarantees = selectors.guarantees_by_flavor(team_ids=sorted({qr.team_id for qr in requests}))
+    totals = selectors.flavor_guaranteed_totals()
+    try:
+        queues: dict[str, list[QueueUsage]] | None = cluster_queue_usage(slugs={qr.team.slug for qr in requests})
+    except KubeError:
+        queues = None
+    fits: dict[int, list[LineFit]] = {}
+    for qr in requests:
+        in_use = None if queues is None else {row.flavor: row.in_use for row in queues.get(qr.team.slug, [])}
+        fits[qr.pk] = [
+            LineFit(flavor=line.flavor, asked=line.units, team_guaranteed=guarantees.get((qr.team_id, line.flavor_id), 0),
+                    team_in_use=None if in_use is None else in_use.get(line.flavor.slug, 0),
+                    capacity=line.flavor.capacity_units, held_by_all=totals.get(line.flavor_id, 0))
+            for line in qr.lines.all()
+        ]
+    return fits

@@ -299,6 +299,9 @@ class QuotaRequestLine(models.Model):
     request = models.ForeignKey(QuotaRequest, on_delete=models.CASCADE, related_name="lines")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
     units = models.IntegerField()
+    approved_units = models.IntegerField(
+        null=True, blank=True, help_text="What the approver granted: the units asked, or fewer. Empty until approved."
+    )
 
     class Meta:
         ordering = ["flavor__name"]
@@ -357,3 +360,12 @@ class QuotaGrant(models.Model):
         """A temporary grant from a request, ending within the warning window: it may be renewed."""
         return (self.is_active and self.request_id is not None and self.valid_until is not None
                 and self.valid_until - timezone.now() <= GRANT_ENDING_NOTICE)
+
+    @property
+    def last_day(self) -> dt.date | None:
+        """The last day the grant counts, as the request said it ("through 2026-12-14"). End
+        dates are whole days in the site's time zone: `valid_until` stores the instant the grant
+        stops, the midnight after that day, which metering and expiry compare against."""
+        if self.valid_until is None:
+            return None
+        return timezone.localtime(self.valid_until - dt.timedelta(microseconds=1)).date()

@@ -39,6 +39,11 @@ def leads_a_team(user: Any) -> bool:
 
 
 @rules.predicate
+def belongs_to_a_team(user: Any) -> bool:
+    return bool(user_team_roles(user))
+
+
+@rules.predicate
 def is_requester(user: Any, quota_request: QuotaRequest | None) -> bool:
     return quota_request is not None and quota_request.requester_id == user.pk
 

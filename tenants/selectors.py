@@ -122,6 +122,48 @@ def team_active_grants(*, team: Team) -> QuerySet[QuotaGrant]:
     return team.grants.active().select_related("flavor", "request").order_by("flavor__name", "valid_until")
 
 
+@dataclass(frozen=True)
+class GrantPart:
+    """Grants of one flavor that end together (or never), summed: "+2 through 2026-12-14"."""
+
+    units: int
+    last_day: Any  # dt.date | None: None is permanent
+    request_ids: tuple[int, ...]
+    renewable: tuple[int, ...] = ()  # the requests among them whose grants may be renewed now
+
+
+@dataclass(frozen=True)
+class GrantLine:
+    """A team's active grants of one flavor: one line, however many approvals made it up."""
+
+    flavor: Flavor
+    units: int
+    parts: tuple[GrantPart, ...]  # permanent first, then by end date
+    since: Any  # the earliest grant's start
+
+
+def team_grant_lines(*, team: Team) -> list[GrantLine]:
+    by_flavor: dict[int, list[QuotaGrant]] = defaultdict(list)
+    for grant in team_active_grants(team=team):
+        by_flavor[grant.flavor_id].append(grant)
+    lines = []
+    for grants in by_flavor.values():
+        parts: dict[Any, list[QuotaGrant]] = defaultdict(list)
+        for grant in grants:
+            parts[grant.last_day].append(grant)
+        ordered = sorted(parts.items(), key=lambda item: (item[0] is not None, item[0] or ""))
+        lines.append(GrantLine(
+            flavor=grants[0].flavor, units=sum(g.units for g in grants), since=min(g.valid_from for g in grants),
+            parts=tuple(
+                GrantPart(units=sum(g.units for g in same), last_day=day,
+                          request_ids=tuple(sorted({g.request_id for g in same if g.request_id})),
+                          renewable=tuple(sorted({g.request_id for g in same if g.request_id and g.in_renewal_window})))
+                for day, same in ordered
+            ),
+        ))
+    return lines
+
+
 def audit_events_for_user(*, user: Any, team: Team | None = None) -> QuerySet[AuditEvent]:
     """Events of the user's teams (all teams for finance and admins) and their own; with a
     team, that team's trail, and nothing when the user may not see the team."""

@@ -212,6 +212,8 @@ class QuotaLineSerializer(serializers.Serializer):
     flavor_slug = serializers.CharField(source="flavor.slug")
     flavor_name = serializers.CharField(source="flavor.name")
     units = serializers.IntegerField()
+    approved_units = serializers.IntegerField(
+        allow_null=True, help_text="What was granted: the units asked or fewer; null until approved.")
 
 
 class UnitsField(serializers.IntegerField):
@@ -284,6 +286,17 @@ class QuotaDecisionSerializer(StrictInputMixin, serializers.Serializer):
     note = serializers.CharField(allow_blank=True, default="", help_text="Shown to the requester.")
 
 
+class ApprovedLineSerializer(StrictInputMixin, serializers.Serializer):
+    flavor = serializers.IntegerField(help_text="Flavor id of one of the request's lines.")
+    units = UnitsField(help_text="Units to grant: from 1 to the units asked.")
+
+
+class QuotaApprovalSerializer(QuotaDecisionSerializer):
+    lines = ApprovedLineSerializer(
+        many=True, required=False, default=list,
+        help_text="Approve fewer units than asked on some lines; a line left out is approved as asked.")
+
+
 # --- Grants and the audit trail ----------------------------------------------------------------
 
 
@@ -292,11 +305,14 @@ class QuotaGrantSerializer(serializers.ModelSerializer):
     flavor_slug = serializers.CharField(source="flavor.slug", read_only=True)
     flavor_name = serializers.CharField(source="flavor.name", read_only=True)
     is_active = serializers.BooleanField(read_only=True)
+    last_day = serializers.DateField(read_only=True, allow_null=True,
+                                     help_text="The last day it counts (the request's end date); valid_until is the "
+                                               "midnight after it, in the site's time zone. Null when permanent.")
 
     class Meta:
         model = QuotaGrant
         fields = ["id", "team", "flavor", "flavor_slug", "flavor_name", "units", "request", "valid_from",
-                  "valid_until", "ended_at", "is_active"]
+                  "valid_until", "last_day", "ended_at", "is_active"]
         read_only_fields = fields
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -260,8 +260,17 @@ def describe_lines(lines: Iterable[Any]) -> str:
     return ", ".join(f"{line.units:+d} {line.flavor.name}" for line in lines)
 
 
+def _describe_approved(lines: Sequence[QuotaRequestLine]) -> str:
+    """"+2 H100 (of +4 asked), +1 L4": what was granted, saying so where it is less than asked."""
+    return ", ".join(
+        f"{line.approved_units:+d} {line.flavor.name}"
+        + (f" (of {line.units:+d} asked)" if line.approved_units != line.units else "")
+        for line in lines if line.approved_units is not None
+    )
+
+
 def _until(ends_on: dt.date | None) -> str:
-    return f" until {ends_on.isoformat()}" if ends_on else ""
+    return f" through {ends_on.isoformat()}" if ends_on else ""
 
 
 def _end_of_day(day: dt.date) -> dt.datetime:
@@ -376,14 +385,38 @@ def _sync_caller_copy(original: QuotaRequest, locked: QuotaRequest) -> QuotaRequ
     return locked
 
 
+def _approved_units(lines: Sequence[QuotaRequestLine], units: Mapping[int, int] | None, pk: int) -> None:
+    """Sets each line's `approved_units`: as asked, or fewer where the approver said so (keyed by
+    flavor id). Only an addition may be cut, to at least one unit; giving back is taken as asked."""
+    asked = {line.flavor_id: line for line in lines}
+    for flavor_id in (units or {}):
+        if flavor_id not in asked:
+            raise DomainError(f"Request #{pk} has no line for flavor {flavor_id}; approve only the flavors it asks for.",
+                              field="units")
+    for line in lines:
+        given = (units or {}).get(line.flavor_id, line.units)
+        if given != line.units and line.units < 0:
+            raise DomainError(f"{line.flavor.name}: giving back {-line.units} units is approved as asked or rejected.",
+                              field="units")
+        if line.units > 0 and not 1 <= given <= line.units:
+            raise DomainError(f"{line.flavor.name}: approve between 1 and the {line.units} units asked, or reject.",
+                              field="units")
+        line.approved_units = given
+
+
 @transaction.atomic
-def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: str = "") -> QuotaRequest:
+def quota_request_approve(
+    *, quota_request: QuotaRequest, approver: User, note: str = "", units: Mapping[int, int] | None = None
+) -> QuotaRequest:
+    """Approves the request, each line in full or, where `units` (flavor id to units) says so,
+    fewer than asked: a lead may grant part of what fits rather than refuse it all."""
     _require(approver.has_perm("tenants.decide_quotarequest", quota_request))
     locked = _locked_pending(quota_request, "approved")
     # Asked of the locked row: its team's policy as it stands now, not as the caller loaded it.
     if not approver.has_perm("tenants.approve_quotarequest", locked):
         raise NotAllowed(locked.second_approver_sentence)
     lines = list(locked.lines.select_related("flavor"))
+    _approved_units(lines, units, locked.pk)
     # Lock the flavors (in id order, so two approvals cannot deadlock) before reading the totals:
     # two leads approving at once must not overcommit a flavor between them.
     flavor_ids = [line.flavor_id for line in lines]
@@ -401,13 +434,14 @@ def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: 
     problems = []
     for line in lines:
         flavor = flavors[line.flavor_id]
+        granted = line.approved_units or 0
         if line.units > 0:
             held = totals.get(flavor.pk, 0) - replaced.get(flavor.pk, 0)
-            if held + line.units > flavor.capacity_units:
+            if held + granted > flavor.capacity_units:
                 room = max(flavor.capacity_units - held, 0)
                 problems.append(
                     f"{flavor.name} has {flavor.capacity_units} units and teams already hold {held}; "
-                    f"+{line.units} would make {held + line.units}, so at most {room} more can be approved"
+                    f"+{granted} would make {held + granted}, so at most {room} more can be approved"
                 )
         elif permanent.get(flavor.pk, 0) + line.units < 0:
             problems.append(
@@ -422,22 +456,26 @@ def quota_request_approve(*, quota_request: QuotaRequest, approver: User, note: 
     QuotaGrant.objects.bulk_create(
         [
             QuotaGrant(
-                team=locked.team, flavor=line.flavor, units=line.units, request=locked, valid_from=now, valid_until=valid_until
+                team=locked.team, flavor=line.flavor, units=line.approved_units or line.units, request=locked,
+                valid_from=now, valid_until=valid_until,
             )
             for line in lines
         ]
     )
+    QuotaRequestLine.objects.bulk_update(lines, ["approved_units"])
     locked.status = QuotaRequest.Status.APPROVED
     locked.decided_by, locked.decided_at, locked.decision_note = approver, now, note.strip()
     locked.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
-    summary = f"{describe_lines(lines)} for {locked.team.slug}{_until(locked.ends_on)}{_renewing(locked.renews_id)}"
+    summary = f"{_describe_approved(lines)} for {locked.team.slug}{_until(locked.ends_on)}{_renewing(locked.renews_id)}"
+    cut = {line.flavor.slug: {"asked": line.units, "approved": line.approved_units}
+           for line in lines if line.approved_units != line.units}
     audit_record(actor=approver, action="quota_request.approved", obj=locked, team_id=locked.team_id,
-                 data={"note": locked.decision_note},
+                 data={"note": locked.decision_note, **({"fewer_than_asked": cut} if cut else {})},
                  message=f"{approver.username} approved request #{locked.pk}: {summary}")
     notify(recipients=[locked.requester],
            message=f"{approver.username} approved your request #{locked.pk}: {summary}."
            + (f" Note: {locked.decision_note}" if locked.decision_note else ""),
-           url=reverse("tenants:team-detail", args=[locked.team.slug]))
+           url=reverse("tenants:quota-request-detail", args=[locked.pk]))
     _on_team_change(locked.team_id)
     return _sync_caller_copy(quota_request, locked)
 
@@ -470,7 +508,7 @@ def quota_request_reject(*, quota_request: QuotaRequest, approver: User, note: s
                  message=f"{approver.username} rejected request #{locked.pk} for {locked.team.slug}{reason}")
     notify(recipients=[locked.requester],
            message=f"{approver.username} rejected your request #{locked.pk}{reason}.",
-           url=reverse("tenants:team-detail", args=[locked.team.slug]))
+           url=reverse("tenants:quota-request-detail", args=[locked.pk]))
     return _sync_caller_copy(quota_request, locked)
 
 
@@ -538,8 +576,8 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     leads = selectors.team_leads(team_ids=[g.team_id for g in ending])
     for grant in ending:
         grant.ending_notice_sent_at = now
-        assert grant.valid_until is not None  # grants_ending_between returns only grants that end
-        last_day = timezone.localtime(grant.valid_until - dt.timedelta(seconds=1)).date()
+        last_day = grant.last_day
+        assert last_day is not None  # grants_ending_between returns only grants that end
         recipients = list(leads[grant.team_id]) + ([grant.request.requester] if grant.request else [])
         notify(recipients=recipients,
                message=f"The temporary grant of {grant.units:+d} {grant.flavor.name} for {grant.team.name}"

@@ -7,7 +7,7 @@ For htmx requests a view answers with just the fragment it changed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib import messages
@@ -19,8 +19,9 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal.adapters import HtmxHttpRequest, page
+from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
+from portal.notifications import notifications_mark_read_about
 from tenants import cluster_selectors, selectors, services, telemetry_selectors
 from tenants.filters import AuditEventFilter, QuotaRequestFilter
 from tenants.forms import DecisionForm, MembershipAddForm, MembershipRoleForm, QuotaRequestForm
@@ -106,7 +107,7 @@ def _team_context(
         "members": selectors.team_members(team=team),
         "member_form": MembershipAddForm(),
         "capacities": selectors.flavor_capacities(team=team),
-        "grants": selectors.team_active_grants(team=team),
+        "grant_lines": selectors.team_grant_lines(team=team),
         **_team_requests_context(request, team, requests_page),
         **_team_audit_context(request, team, audit_page),
     }
@@ -314,6 +315,7 @@ def quota_request_list(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def quota_request_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     quota_request = _visible_request(request, pk)
+    notifications_mark_read_about(user=request.user, url=request.path)
     return render(request, "tenants/quota_request_detail.html",
                   {"qr": quota_request, "grants": quota_request.grants.select_related("flavor")})
 
@@ -322,7 +324,9 @@ def quota_request_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def approvals(request: HtmxHttpRequest) -> HttpResponse:
     inbox = page(selectors.approvals_inbox(user=request.user), request.GET.get("page"))
-    context = {"inbox": inbox, "is_decider": request.user.has_perm("tenants.receive_quotarequests")}
+    fits = cluster_selectors.approval_fits(requests=inbox.object_list)
+    context = {"inbox": inbox, "rows": [(qr, fits[qr.pk]) for qr in inbox],
+               "is_decider": request.user.has_perm("tenants.receive_quotarequests")}
     template = "tenants/approvals.html#approval-rows" if request.htmx else "tenants/approvals.html"
     return render(request, template, context)
 
@@ -342,8 +346,12 @@ def _decide(request: HtmxHttpRequest, pk: int, act: Callable[[QuotaRequest, str]
         error = refusal.message
     quota_request = _visible_request(request, pk)
     if request.htmx:
+        line_fits = None
+        if error:  # the row keeps its fields, with what was typed in them
+            line_fits = [replace(fit, typed=request.POST.get(f"units-{fit.flavor.pk}", ""))
+                         for fit in cluster_selectors.approval_fits(requests=[quota_request])[quota_request.pk]]
         return render(request, "tenants/approvals.html#approval-row",
-                      {"qr": quota_request, "error": error, "note": note if error else ""})
+                      {"qr": quota_request, "line_fits": line_fits, "error": error, "note": note if error else ""})
     if error:
         messages.error(request, error)
     else:
@@ -355,9 +363,25 @@ def _decide(request: HtmxHttpRequest, pk: int, act: Callable[[QuotaRequest, str]
 @require_POST
 def quota_request_approve(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return _decide(
-        request, pk, lambda qr, note: services.quota_request_approve(quota_request=qr, approver=request.user, note=note),
+        request, pk,
+        lambda qr, note: services.quota_request_approve(quota_request=qr, approver=request.user, note=note,
+                                                        units=_units_to_grant(request, qr)),
         "approved",
     )
+
+
+def _units_to_grant(request: HtmxHttpRequest, quota_request: QuotaRequest) -> dict[int, int] | None:
+    """The inbox's "Grant" fields (`units-<flavor id>`): fewer units than asked on some lines."""
+    units = {}
+    for line in quota_request.lines.select_related("flavor"):
+        raw = request.POST.get(f"units-{line.flavor_id}", "").strip()
+        if not raw:
+            continue
+        value = whole_number(raw)
+        if value is None:
+            raise DomainError(f"{line.flavor.name}: “{raw}” is not a whole number of units to grant.")
+        units[line.flavor_id] = value
+    return units or None
 
 
 @login_required

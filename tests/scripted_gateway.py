@@ -84,8 +84,8 @@ class ScriptedGateway:
         return self.cluster.watch(api_version, kind, namespace=namespace, labels=labels,
                                   resource_version=resource_version, timeout_seconds=timeout_seconds)
 
-    def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
-        return self.cluster.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines)
+    def pod_logs(self, *, namespace: str, name: str, tail_lines: int | None = 100, limit_bytes: int | None = None) -> str:
+        return self.cluster.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines, limit_bytes=limit_bytes)
 
     def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
         return self.cluster.pending_workloads(cluster_queue=cluster_queue)

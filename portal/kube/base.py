@@ -177,7 +177,9 @@ class Gateway(Protocol):
         """Changes after resource_version. Without a version, or when the server has forgotten it
         (410), it yields RELISTED with every current object, then goes on watching."""
 
-    def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str: ...
+    def pod_logs(self, *, namespace: str, name: str, tail_lines: int | None = 100, limit_bytes: int | None = None) -> str:
+        """A pod's log: its last `tail_lines` lines, or all of it (None), at most `limit_bytes`
+        (the API server's own cap, so a huge log is never pulled whole into the portal)."""
 
     def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
         """Kueue's pending workloads of a ClusterQueue, in the order it will try them, from its

@@ -93,9 +93,9 @@ class CountingGateway:
         return self.inner.watch(api_version, kind, namespace=namespace, labels=labels, resource_version=resource_version,
                                 timeout_seconds=timeout_seconds)
 
-    def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
+    def pod_logs(self, *, namespace: str, name: str, tail_lines: int | None = 100, limit_bytes: int | None = None) -> str:
         self._count("pod_logs", "Pod")
-        return self.inner.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines)
+        return self.inner.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines, limit_bytes=limit_bytes)
 
     def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
         self._count("pending_workloads", "ClusterQueue")

@@ -306,10 +306,11 @@ class KubernetesGateway:
                 items, resource_version = self.list(api_version, kind, namespace=namespace, labels=labels)
                 yield WatchEvent("RELISTED", {"items": items})
 
-    def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
+    def pod_logs(self, *, namespace: str, name: str, tail_lines: int | None = 100, limit_bytes: int | None = None) -> str:
         ref = ObjectRef("v1", "Pod", name, namespace)
+        query = {key: value for key, value in (("tailLines", tail_lines), ("limitBytes", limit_bytes)) if value is not None}
         status, response = self._request(
-            "GET", ref.info.object_path(name, namespace) + "/log", query={"tailLines": tail_lines},
+            "GET", ref.info.object_path(name, namespace) + "/log", query=query or None,
             ref=ref, stream=True, ok_statuses=(400, 404),
         )
         try:

@@ -464,7 +464,7 @@ def test_a_log_tail_outside_the_bounds_is_refused(workload, member, tail):
 def test_logs_before_any_pod_exists_are_empty(workload, member):
     response = api(member).get(f"/api/workloads/{workload.pk}/logs/")
 
-    assert response.json() == {"pod": "", "lines": [], "unreachable": ""}
+    assert response.json() == {"pod": "", "lines": [], "unreachable": "", "pods": []}
 
 
 # --- Templates -----------------------------------------------------------------------------

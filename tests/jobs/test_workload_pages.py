@@ -238,14 +238,18 @@ def test_the_list_filters_by_team_phase_owner_and_template(ready_team, member, l
     assert f"#{mine.pk}" in page and "H100 80GB × 1" in page and "PyTorch training" in page and ">v1<" in page
 
 
-def test_the_list_polls_only_while_something_on_it_is_active(ready_team, member, training, flavor, as_user):
-    workload = launch(member, ready_team, training, flavor)
+def test_the_list_polls_fast_while_something_is_active_and_slowly_otherwise_so_new_launches_appear(
+        ready_team, member, training, flavor, as_user):
     client = as_user(member)
+    empty = client.get(reverse("jobs:workload-list")).content.decode()
+    assert 'hx-trigger="every 15s"' in empty  # nothing active at load: a later launch must still show up
+    workload = launch(member, ready_team, training, flavor)
+    assert f"#{workload.pk}<" in ok(client.get(reverse("jobs:workload-list"), **HTMX))
     assert 'hx-trigger="every 3s"' in client.get(reverse("jobs:workload-list")).content.decode()
     Workload.objects.filter(pk=workload.pk).update(phase=Workload.Phase.SUCCEEDED)
     fragment = ok(client.get(reverse("jobs:workload-list"), **HTMX))
     assert fragment.lstrip().startswith('<div id="workload-rows"') and f"#{workload.pk}<" in fragment
-    assert "every 3s" not in fragment
+    assert "every 3s" not in fragment and 'hx-trigger="every 15s"' in fragment
 
 
 def test_the_list_paginates_by_25(ready_team, member, training, flavor, as_user):
@@ -579,3 +583,116 @@ def test_an_inference_server_scales_from_its_page(ready_team, member, flavor, si
     assert server.workers == 2
     refused = client.post(reverse("jobs:workload-scale", args=[server.pk]), {"replicas": "9"}, HTTP_HX_REQUEST="true")
     assert "Replicas must be between 1 and 4" in refused.content.decode()
+
+
+def _ddp(admin_user, flavor):
+    return services.template_create(
+        user=admin_user, slug="ddp", name="DDP", kind=WorkloadKind.DISTRIBUTED, flavors=[flavor], image="x/y:1",
+        default_units=1, max_units=8, parameters=[{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8}],
+    )
+
+
+def test_a_distributed_launch_says_units_are_per_worker_and_its_refusal_and_cost_count_every_worker(
+        team, flavor, simulated, member, admin_user, finance_user, as_user):
+    from billing import services as billing_services
+
+    make_ready(team, flavor, 4, may_borrow=False)
+    ddp = _ddp(admin_user, flavor)
+    billing_services.rate_set(actor=finance_user, flavor=flavor, price_per_gpu_hour="1")
+    client = as_user(member)
+    form = client.get(reverse("jobs:workload-launch"), {"team": "vision", "template": ddp.pk}).content.decode()
+    assert ">GPU units per worker</label>" in form and "for each worker" in form
+
+    fragment = hint(client, template=str(ddp.pk), units="4", p_workers="8", p_epochs=None, p_learning_rate=None,
+                    p_image_tag=None, p_mixed_precision=None)
+    assert "32 H100 80GB units (8 pods × 4 units) is more than vision could ever get at once (4)" in fragment
+    assert "8 pods × 4 units each = 32 units" in fragment
+    assert "About 32.00 USD per hour" in fragment  # not 4.00: every worker's GPUs cost
+
+
+def test_without_an_ingress_a_notebook_page_says_how_to_reach_it_not_a_dead_link(ready_team, member, notebook, flavor, as_user,
+                                                                                 settings):
+    workload = launch(member, ready_team, notebook, flavor)
+    settings.PORTAL_CLUSTER = "kubernetes"
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert 'data-testid="open-notebook"' not in page
+    assert f"kubectl -n {ready_team.namespace} port-forward svc/{workload.k8s_name} 8888:80" in page
+    assert "http://localhost:8888/" in page and 'data-copy="port-forward"' in page
+
+
+def test_on_the_simulated_cluster_a_notebook_page_says_it_is_simulated(ready_team, member, notebook, flavor, as_user):
+    workload = launch(member, ready_team, notebook, flavor)
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert "simulated cluster" in page and "port-forward" not in page
+
+
+def test_with_an_ingress_domain_the_notebook_opens_through_the_portal_and_no_hint_is_shown(ready_team, member, notebook,
+                                                                                           flavor, as_user, settings):
+    settings.PORTAL_INGRESS_DOMAIN = "gpu.example.com"
+    workload = launch(member, ready_team, notebook, flavor)
+    workload.phase = Workload.Phase.RUNNING
+    workload.save()
+    page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert 'data-testid="open-notebook"' in page and 'data-testid="how-to-reach"' not in page
+
+
+# --- Logs: a choice of pod, the whole log as a file, following while it runs ----------------------------
+
+
+@pytest.fixture
+def two_workers(ready_team, member, admin_user, flavor, simulated, django_capture_on_commit_callbacks):
+    ddp = _ddp(admin_user, flavor)
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, ddp, flavor, units=1, parameters={"workers": 2})
+    advance(simulated, 1)
+    workload.refresh_from_db()
+    return workload
+
+
+def test_a_multi_pod_workloads_logs_offer_each_pod_and_show_the_one_chosen(two_workers, member, as_user):
+    client = as_user(member)
+    fragment = client.get(reverse("jobs:workload-logs", args=[two_workers.pk]), **HTMX).content.decode()
+    pods = re.findall(r'<option value="([^"]+)"', fragment)
+    assert len(pods) == 2 and all(name.startswith(two_workers.k8s_name) for name in pods)
+    other = pods[1]
+    chosen = client.get(reverse("jobs:workload-logs", args=[two_workers.pk]), {"pod": other}, **HTMX).content.decode()
+    assert f"<code>{other}</code>" in chosen and f"[simulated] pod {other} scheduled on" in chosen
+    assert f'<option value="{other}" selected>' in chosen
+
+
+def test_a_pod_that_is_not_the_workloads_is_refused(two_workers, member, as_user):
+    client = as_user(member)
+    fragment = client.get(reverse("jobs:workload-logs", args=[two_workers.pk]), {"pod": "kube-apiserver"}, **HTMX)
+    assert "has no pod “kube-apiserver”" in fragment.content.decode()
+    download = client.get(reverse("jobs:workload-logs-download", args=[two_workers.pk]), {"pod": "kube-apiserver"})
+    assert download.status_code == 404
+
+
+def test_the_whole_log_downloads_as_a_file(two_workers, member, as_user):
+    response = as_user(member).get(reverse("jobs:workload-logs-download", args=[two_workers.pk]))
+    assert response.status_code == 200 and response["Content-Type"] == "text/plain; charset=utf-8"
+    assert re.fullmatch(rf'attachment; filename="{two_workers.k8s_name}[-\w]*\.log"', response["Content-Disposition"])
+    assert "[simulated] phase Running" in response.content.decode()
+
+
+def test_following_logs_polls_while_it_runs_and_stops_once_it_ended(two_workers, member, as_user):
+    client = as_user(member)
+    url = reverse("jobs:workload-logs", args=[two_workers.pk])
+    following = client.get(url, {"follow": "1"}, **HTMX).content.decode()
+    assert 'hx-trigger="every 3s"' in following and 'data-testid="stop-following"' in following
+    Workload.objects.filter(pk=two_workers.pk).update(phase=Workload.Phase.SUCCEEDED)
+    ended = client.get(url, {"follow": "1"}, **HTMX).content.decode()
+    assert "every 3s" not in ended and 'data-testid="follow-logs"' not in ended
+
+
+def test_another_teams_member_cannot_download_the_log(two_workers, outsider, as_user):
+    assert as_user(outsider).get(reverse("jobs:workload-logs-download", args=[two_workers.pk])).status_code == 404
+
+
+def test_the_api_reads_the_log_of_a_chosen_pod(two_workers, member):
+    from tests.helpers import api
+
+    body = api(member).get(f"/api/workloads/{two_workers.pk}/logs/").json()
+    assert len(body["pods"]) == 2 and body["pod"] == body["pods"][0]
+    other = api(member).get(f"/api/workloads/{two_workers.pk}/logs/", {"pod": body["pods"][1]}).json()
+    assert other["pod"] == body["pods"][1] and other["lines"]

@@ -85,7 +85,7 @@ def test_requests_and_grants_offer_no_way_to_overwrite_them(schema):
 def test_action_bodies_and_filters_are_documented(schema):
     approve = schema["paths"]["/api/quota-requests/{id}/approve/"]["post"]
     body = approve["requestBody"]["content"]["application/json"]["schema"]["$ref"]
-    assert body.endswith("/QuotaDecisionRequest")
+    assert body.endswith("/QuotaApprovalRequest")
     filters = {p["name"] for p in schema["paths"]["/api/quota-requests/"]["get"]["parameters"]}
     assert {"team", "status", "mine", "page", "page_size"} <= filters
     lines = schema["components"]["schemas"]["QuotaRequestCreateRequest"]["properties"]["lines"]
@@ -129,3 +129,20 @@ def test_flags_are_documented_as_booleans(schema):
 
     assert flags == {("/api/quota-requests/", "mine"): {"type": "boolean"}, ("/api/grants/", "active"): {"type": "boolean"},
                      ("/api/notifications/", "unread"): {"type": "boolean"}}
+
+
+def test_every_operation_has_a_summary_for_swagger_ui(schema):
+    missing = [f"{method.upper()} {path}" for path, operations in schema["paths"].items()
+               for method, operation in operations.items() if not operation.get("summary")]
+    assert missing == []
+    assert schema["paths"]["/api/quota-requests/{id}/approve/"]["post"]["summary"] == "Approve a quota request"
+    assert schema["paths"]["/api/workloads/"]["post"]["summary"] == "Launch a workload"
+
+
+def test_an_operation_without_a_written_summary_still_gets_one():
+    from portal.schema import add_summaries
+
+    result = add_summaries({"paths": {"/api/teams/{slug}/archive/": {"post": {"operationId": "teams_archive_create"}},
+                                      "/api/things/": {"get": {"operationId": "things_list"}}}})
+    assert result["paths"]["/api/teams/{slug}/archive/"]["post"]["summary"] == "Archive (teams)"
+    assert result["paths"]["/api/things/"]["get"]["summary"] == "List things"

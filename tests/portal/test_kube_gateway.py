@@ -231,3 +231,26 @@ def test_the_simulated_watch_lists_afresh_when_its_version_was_trimmed():
 
     assert relisted.type == "RELISTED"
     assert [item["metadata"]["name"] for item in relisted.object["items"]] == ["nlp", "speech", "vision"]
+
+
+def test_a_whole_log_is_asked_without_tail_lines_and_capped_by_the_api_server(api_server):
+    path = f"{NS_PATH}/pods/wl-1-0/log"
+    server = api_server({path: [(200, "one\ntwo\n"), (200, "two\n")]})
+    gateway = server.gateway()
+    assert gateway.pod_logs(namespace="vision", name="wl-1-0", tail_lines=None, limit_bytes=1024) == "one\ntwo\n"
+    assert gateway.pod_logs(namespace="vision", name="wl-1-0", tail_lines=1) == "two\n"
+    (_, whole), (_, tail) = server.seen
+    assert parse_qs(urlsplit(whole).query) == {"limitBytes": ["1024"]}
+    assert parse_qs(urlsplit(tail).query) == {"tailLines": ["1"]}
+
+
+def test_the_simulated_cluster_serves_a_whole_log_and_honours_the_byte_cap():
+    from portal.kube.simulated.kubelet import pod_logs
+
+    class Pod:
+        body = {"status": {"phase": "Running"}, "spec": {"nodeName": "gpu-1"}}
+
+    pod: Any = Pod()
+    assert pod_logs(pod, name="p", tail_lines=None).splitlines() == ["[simulated] pod p scheduled on gpu-1",
+                                                                       "[simulated] phase Running"]
+    assert pod_logs(pod, name="p", tail_lines=1) == "[simulated] phase Running\n"

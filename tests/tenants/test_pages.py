@@ -691,7 +691,7 @@ def test_a_new_token_secret_is_shown_once_and_revoked_in_place(member, as_user):
     client = as_user(member)
     created = client.post(reverse("api-tokens"), {"name": "laptop", "expires_in_days": "30"}).content.decode()
     token = ApiToken.objects.get(user=member)
-    assert '<code class="secret" data-testid="secret">' in created
+    assert '<code class="secret" data-testid="secret" id="new-secret">' in created
     assert "laptop" in created
     again = ok(client.get(reverse("api-tokens")))
     assert 'class="secret"' not in again and "Revoke" in again

@@ -111,7 +111,7 @@ def test_the_lead_approves_and_the_team_is_guaranteed_the_units(team, member, le
     grant = QuotaGrant.objects.get()
     assert timezone.localtime(grant.valid_until).date() == dt.date(2100, 1, 1)
     assert AuditEvent.objects.get(action="quota_request.approved").message == (
-        f"lena approved request #{qr.pk}: +8 H100 80GB for vision until 2099-12-31"
+        f"lena approved request #{qr.pk}: +8 H100 80GB for vision through 2099-12-31"
     )
     assert "lena approved your request" in Notification.objects.get(recipient=member).message
 

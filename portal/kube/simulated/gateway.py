@@ -86,8 +86,10 @@ class SimulatedGateway:
         return self.api.watch(api_version, kind, namespace=namespace, labels=labels, resource_version=resource_version,
                               timeout_seconds=timeout_seconds)
 
-    def pod_logs(self, *, namespace: str, name: str, tail_lines: int = 100) -> str:
-        return pod_logs(self.store.get(ObjectRef("v1", "Pod", name, namespace)), name=name, tail_lines=tail_lines)
+    def pod_logs(self, *, namespace: str, name: str, tail_lines: int | None = 100, limit_bytes: int | None = None) -> str:
+        text = pod_logs(self.store.get(ObjectRef("v1", "Pod", name, namespace)), name=name, tail_lines=tail_lines)
+        # As the API server does: the first limit_bytes of what it would send, cut mid-line if need be.
+        return text if limit_bytes is None else text.encode()[:limit_bytes].decode(errors="replace")
 
     def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
         if not self.serves_visibility:

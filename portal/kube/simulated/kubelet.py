@@ -18,13 +18,13 @@ from portal.kube.simulated.state import (
 from portal.kube.simulated.store import now_iso
 
 
-def pod_logs(pod: SimulatedObject | None, *, name: str, tail_lines: int) -> str:
+def pod_logs(pod: SimulatedObject | None, *, name: str, tail_lines: int | None) -> str:
     """What the simulated container printed: where it ran and how it is doing."""
     if pod is None:
         return ""
     phase = pod.body.get("status", {}).get("phase", "Pending")
     lines = [f"[simulated] pod {name} scheduled on {pod.body['spec'].get('nodeName', '-')}", f"[simulated] phase {phase}"]
-    return "\n".join(lines[-tail_lines:]) + "\n"
+    return "\n".join(lines if tail_lines is None else lines[-tail_lines:]) + "\n"
 
 
 class Kubelet:
