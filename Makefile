@@ -1,5 +1,5 @@
 # The two commands of the README, and the local real control plane.
-.PHONY: demo test lint setup cluster-build cluster-up portal-on-cluster bench soak
+.PHONY: demo test lint setup cluster-build cluster-up portal-on-cluster bench soak fuzz
 
 demo:            ## run the portal on its embedded defaults with demo data
 	scripts/demo.sh
@@ -32,3 +32,6 @@ bench:           ## the benchmarks, against a control plane they start themselve
 
 soak:            ## the demo's processes under steady launches for 30 minutes (SQLite, file-system broker)
 	scripts/setup.sh && .venv/bin/python benchmarks/soak_demo.py --minutes 30
+
+fuzz:            ## Schemathesis over the whole API as every role, 25 cases per operation, role and mode
+	scripts/setup.sh && PORTAL_FUZZ_EXAMPLES=25 .venv/bin/pytest -q -s -p no:cacheprovider tests/portal/test_api_fuzz.py
