@@ -1,5 +1,5 @@
 # The two commands of the README, and the local real control plane.
-.PHONY: demo test lint setup cluster-build cluster-up portal-on-cluster bench soak image
+.PHONY: demo test lint setup cluster-build cluster-up portal-on-cluster bench soak image fuzz
 
 demo:            ## run the portal on its embedded defaults with demo data
 	scripts/demo.sh
@@ -35,3 +35,5 @@ soak:            ## the demo's processes under steady launches for 30 minutes (S
 
 image:           ## build the container image from Dockerfile without Docker (buildah on an mmdebstrap base), then smoke-run it
 	scripts/build-image.sh
+fuzz:            ## Schemathesis over the whole API as every role, 25 cases per operation, role and mode
+	scripts/setup.sh && PORTAL_FUZZ_EXAMPLES=25 .venv/bin/pytest -q -s -p no:cacheprovider tests/portal/test_api_fuzz.py

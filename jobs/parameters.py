@@ -23,6 +23,7 @@ NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 # ASCII digits with an optional sign: int() would also read "١٢" (Arabic-Indic digits) as 12, and
 # a number beyond 2^53 is rounded by JSON readers.
 WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,16}")
+DECIMAL_NUMBER = re.compile(r"[+-]?(?:[0-9]{1,30}(?:\.[0-9]{0,30})?|\.[0-9]{1,30})(?:[eE][+-]?[0-9]{1,3})?")
 # Bounds and defaults are stored as JSON and compared as numbers: beyond 2^53 a JSON reader may
 # round them, and far beyond it a database's JSON column refuses them.
 LARGEST = 2**53
@@ -179,10 +180,11 @@ def _coerce(spec: dict[str, Any], raw: Any) -> Any:
             raise ParameterError(f"{name} must be a whole number, not “{raw}”.", name=name)
         value = int(text)
     elif kind == "float":
-        try:
-            value = float(str(raw).strip())
-        except ValueError:
-            raise ParameterError(f"{name} must be a number, not “{raw}”.", name=name) from None
+        text = str(raw).strip()
+        # ASCII only, as for int: float() also reads "１", "1_0" and "٣" (issue 13's escalation corpus).
+        if isinstance(raw, bool) or not DECIMAL_NUMBER.fullmatch(text):
+            raise ParameterError(f"{name} must be a number, not “{raw}”.", name=name)
+        value = float(text)
         if not math.isfinite(value):
             raise ParameterError(f"{name} must be a finite number.", name=name)
     elif kind == "bool":

@@ -130,6 +130,58 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
 
 
+ERROR_SCHEMA = {
+    "type": "object",
+    "description": "Every error: a sentence for the person, and the fields' own messages when input was refused.",
+    "properties": {
+        "message": {"type": "string"},
+        "errors": {"type": "object", "additionalProperties": True},
+    },
+    "required": ["message", "errors"],
+}
+ERROR_RESPONSES = {
+    "400": "The input was refused; `message` says why, `errors` names the fields.",
+    "401": "No credentials, or a token that is unknown, revoked or expired.",
+    "403": "Signed in, but not allowed to do this (a read-only token writing, a role that may not).",
+    "404": "Not found, or not visible to you (another team's object answers 404, never 403).",
+    "409": "The object is no longer in a state that allows this: someone else acted first.",
+    "415": "The body is not JSON (or a form) the endpoint can read.",
+    "429": "Over a rate: wait the seconds Retry-After gives.",
+}
+_WRITE_ONLY_ERRORS = {"409", "415", "429"}
+
+
+def document_error_responses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: every operation may answer with the one error format
+    (`exception_handler`), so the schema says so instead of listing only the happy status."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Error"] = ERROR_SCHEMA
+    for name, component in schemas.items():
+        # Request bodies are read by StrictInputMixin serializers: a field they do not accept is a 400.
+        if name.endswith("Request") and component.get("type") == "object":
+            component.setdefault("additionalProperties", False)
+    reference = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for path in result.get("paths", {}).values():
+        for method, operation in path.items():
+            if method not in {"get", "post", "put", "patch", "delete"}:
+                continue
+            for parameter in operation.get("parameters", []):
+                # DRF reads an empty query parameter (`?team=`) as one not given, never as a too-short value.
+                schema = parameter.get("schema", {})
+                if parameter.get("in") != "query" or parameter.get("required"):
+                    continue
+                if schema.get("minLength") == 1:
+                    del schema["minLength"]
+                if schema.get("type") == "string" and "format" in schema:
+                    parameter["schema"] = {"anyOf": [schema, {"type": "string", "maxLength": 0}]}
+            responses = operation.setdefault("responses", {})
+            for code, description in ERROR_RESPONSES.items():
+                if code in _WRITE_ONLY_ERRORS and method == "get":
+                    continue
+                responses.setdefault(code, {"description": description, "content": reference})
+    return result
+
+
 class TokenScheme(OpenApiAuthenticationExtension):
     """Documents portal.tokens.TokenAuthentication in the OpenAPI schema."""
 
@@ -141,9 +193,25 @@ class TokenScheme(OpenApiAuthenticationExtension):
 
 
 class Pagination(pagination.PageNumberPagination):
+    """`?page=` and `?page_size=` (up to 200; more is read as 200). Anything but a whole number
+    is a 400 that says so, not a silent first page of 50."""
+
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def paginate_queryset(self, queryset: Any, request: Request, view: Any = None) -> list[Any] | None:
+        problems = {}
+        size = request.query_params.get(self.page_size_query_param)
+        if size is not None and (whole_number(size) or 0) < 1:
+            problems[self.page_size_query_param] = [(f"page_size must be a whole number from 1 to {self.max_page_size}, "
+                                                    f"not “{size}”.")]
+        number = request.query_params.get(self.page_query_param)
+        if number is not None and number not in self.last_page_strings and (whole_number(number) or 0) < 1:
+            problems[self.page_query_param] = [f"page must be a whole number from 1, not “{number}”."]
+        if problems:
+            raise exceptions.ValidationError(problems)
+        return super().paginate_queryset(queryset, request, view)
 
 
 class StrictInputMixin:

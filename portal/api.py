@@ -16,7 +16,7 @@ from portal import tokens as token_services
 from portal.adapters import parse, signed_in_user
 from portal.filters import NotificationFilter
 from portal.models import ApiToken, Notification
-from portal.serializers import ApiTokenSerializer, NotificationSerializer
+from portal.serializers import ApiTokenCreatedSerializer, ApiTokenSerializer, NotificationSerializer
 
 
 class NotificationViewSet(viewsets.ReadOnlyModelViewSet):
@@ -53,6 +53,7 @@ class ApiTokenViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             return self.queryset
         return ApiToken.objects.filter(user=signed_in_user(self.request))
 
+    @extend_schema(request=ApiTokenSerializer, responses={201: ApiTokenCreatedSerializer})
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(ApiTokenSerializer, request)
         token, secret = token_services.api_token_create(
@@ -60,7 +61,7 @@ class ApiTokenViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             scope=data.get("scope", ApiToken.Scope.WRITE),
             created_with=request.auth if isinstance(request.auth, ApiToken) else None,
         )
-        return Response(dict(self.get_serializer(token).data, secret=secret), status=status.HTTP_201_CREATED)
+        return Response(dict(ApiTokenCreatedSerializer(token).data, secret=secret), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: ApiTokenSerializer})
     @action(detail=True, methods=["post"])

@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
-from prometheus_client import Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.registry import Collector
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -92,3 +93,19 @@ def metrics_refusal(request: HttpRequest) -> HttpResponse | None:
     if not hmac.compare_digest(offered.strip().encode(), token.encode()):
         return HttpResponse("That token does not read metrics.\n", status=403, content_type="text/plain")
     return None
+
+
+def scrape_collector_register(collector: Collector) -> None:
+    """Adds a collector that reads the database when /metrics is scraped (an app's ready() calls it).
+
+    The web, the worker and the watcher are separate processes, and only the web answers
+    /metrics: what the worker or the watcher do is exported from what they record in the database,
+    read at scrape time, so every web process answers the same. A collector must define
+    describe(), or registering it would query the database while the apps load."""
+    if any(type(known) is type(collector) for known in _SCRAPE_COLLECTORS):
+        return  # ready() ran again in this process (tests); one of each is enough
+    REGISTRY.register(collector)
+    _SCRAPE_COLLECTORS.append(collector)
+
+
+_SCRAPE_COLLECTORS: list[Collector] = []

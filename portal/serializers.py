@@ -17,10 +17,19 @@ class NotificationSerializer(serializers.ModelSerializer):
 
 class ApiTokenSerializer(serializers.ModelSerializer):
     expires_in_days = serializers.IntegerField(write_only=True, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
-    secret = serializers.CharField(read_only=True, help_text="Shown once, in the answer to create.")
 
     class Meta:
         model = ApiToken
         fields = ["id", "name", "scope", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "status",
-                  "expires_in_days", "secret"]
+                  "expires_in_days"]
         read_only_fields = ["id", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at", "status"]
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    """The answer to create, the only one that carries the secret: the schema must not promise it
+    in a list or a revoke, which never have it."""
+
+    secret = serializers.CharField(read_only=True, help_text="Shown once, in the answer to create.")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = [*ApiTokenSerializer.Meta.fields, "secret"]

@@ -297,7 +297,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.schema.add_summaries"],
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.schema.add_summaries",
+                            "portal.adapters.document_error_responses"],
     "ENUM_NAME_OVERRIDES": {"TeamSyncStateEnum": "tenants.models.Team.SyncState", "PriorityEnum": "jobs.models.Priority",
                             "KindEnum": "jobs.models.WorkloadKind", "StatementLineKindEnum": "billing.models.StatementLine.Kind"},
 }

@@ -20,6 +20,8 @@ portal_api.register(router)
 tenants_api.register(router)
 jobs_api.register(router)
 
+handler404 = "portal.views.not_found"
+
 urlpatterns = [
     path("", include("jobs.urls")),
     path("", include("tenants.urls")),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template import loader
+from django.views import defaults
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -29,6 +30,12 @@ def server_error(request: HttpRequest) -> HttpResponse:
     except Exception:  # noqa: BLE001 - whatever broke the page may break this too; the plain page still answers
         body = template.render({})
     return HttpResponse(body, status=500)
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """A URL nothing serves (`/api/workloads/abc/`): under /api/ the API's JSON error, so a script
+    never has to read an HTML page; elsewhere Django's page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"message": "Not found, or not visible to you.", "errors": {}}, status=404)
+    return defaults.page_not_found(request, exception or Http404())
 
 
 @require_GET

@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/apt.sh postgresql redis-server openssl chromium make libpango-1.0-0 libpangoft2-1.0-0 fonts-dejavu-core poppler-utils prometheus
+scripts/apt.sh postgresql redis-server openssl chromium make libpango-1.0-0 libpangoft2-1.0-0 fonts-dejavu-core poppler-utils \
+  prometheus  # promtool, for the alerting rules' unit tests (tests/deploy/)
 scripts/setup.sh
 exec scripts/with-services.sh scripts/run-tests.sh "$@"

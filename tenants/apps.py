@@ -6,7 +6,10 @@ class TenantsConfig(AppConfig):
     verbose_name = "Teams and quota"
 
     def ready(self) -> None:
+        from portal.observability import scrape_collector_register
         from tenants import signals  # noqa: F401 - connects the receivers
         from tenants.desired import network_spec
+        from tenants.observability import TeamCollector
 
         network_spec()  # an egress setting that could open the metadata address stops the start here
+        scrape_collector_register(TeamCollector())
