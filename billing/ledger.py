@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from django.db import connection, transaction
 from django.db.models import BigIntegerField, Case, F, Model, OuterRef, QuerySet, Subquery, Sum, Value, When
 from django.db.models.functions import Coalesce, Greatest
 
@@ -173,7 +174,13 @@ def unallocated(*, start: dt.datetime, end: dt.datetime) -> dict[int, int]:
                 default=Coalesce(Subquery(complete), Value(0)), output_field=BigIntegerField())
     rows = (_hours(CapacityHour, start, end).annotate(idle=Greatest(F("unit_seconds") - used, Value(0)))
             .values("flavor_id").annotate(total=Sum("idle")).order_by())
-    return {row["flavor_id"]: int(row["total"]) for row in rows}
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # The subplans' estimates pass jit_above_cost; compiling took 1.3 s of a query that
+            # reads ~3,000 rows (EXPLAIN ANALYZE in benchmarks/billing_pages.py).
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL jit = off")
+        return {row["flavor_id"]: int(row["total"]) for row in rows}
 
 
 def shared_flavors() -> set[int]:
