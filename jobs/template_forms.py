@@ -18,7 +18,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
 
 from jobs import parameters
-from jobs.models import Priority, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
+from jobs.models import IdleAction, Priority, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
 from portal.errors import DomainError
 from portal.models import User
 from tenants.models import Flavor, Membership, Team, user_team_roles
@@ -127,14 +127,22 @@ class TemplateEditorForm(forms.Form):
     max_runtime_seconds = forms.IntegerField(min_value=0, label="Max run time (seconds)")
     storage_gib = forms.IntegerField(min_value=0, label="Storage (GiB, notebooks; 0 for none)")
     port = forms.IntegerField(min_value=0, label="Port (inference and notebooks; 0 for none)")
-    # The idle policy's place (templates/jobs/_template_idle_policy.html); today one setting.
-    idle_minutes = forms.IntegerField(min_value=0, label="Stop a notebook after this many idle minutes (0: never)")
+    # The idle policy (templates/jobs/_template_idle_policy.html): empty takes the platform's
+    # default; a value outside the platform's bounds is refused by jobs.idle_policy, in words.
+    idle_threshold_percent = forms.IntegerField(min_value=0, max_value=100, required=False,
+                                                label="Idle below this GPU engine active (%)")
+    idle_window_minutes = forms.IntegerField(min_value=1, required=False, label="Idle for (minutes) before a warning")
+    idle_action = forms.ChoiceField(choices=[("", "The platform's default"), *IdleAction.choices], required=False,
+                                    label="Then, after the grace")
+    idle_grace_minutes = forms.IntegerField(min_value=0, required=False, label="Grace after the warning (minutes)")
+    idle_minutes = forms.IntegerField(min_value=0, label="Older notebooks: stop after this many idle minutes (0: never)")
     # Where the preview's dry run asks the cluster.
     check_in = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="slug", required=False,
                                       label="Check in the namespace of", empty_label="No team: do not check")
 
     LIMIT_FIELDS = ("default_units", "max_units", "default_cpu", "max_cpu", "default_memory_gib", "max_memory_gib",
                     "max_runtime_seconds", "storage_gib", "port", "idle_minutes")
+    IDLE_FIELDS = ("idle_threshold_percent", "idle_window_minutes", "idle_action", "idle_grace_minutes")
 
     def __init__(self, data: Any = None, *, user: User | AnonymousUser, template: WorkloadTemplate | None = None) -> None:
         self.template = template
@@ -172,8 +180,8 @@ class TemplateEditorForm(forms.Form):
                     "storage_gib": 0, "port": 0, "idle_minutes": 0}
         template = self.template
         assert template is not None
-        initial = {field: getattr(version, field) for field in (*self.LIMIT_FIELDS, "image", "default_priority",
-                                                                 "allowed_priorities")}
+        initial = {field: getattr(version, field) for field in (*self.LIMIT_FIELDS, *self.IDLE_FIELDS, "image",
+                                                                 "default_priority", "allowed_priorities")}
         initial.update(command="\n".join(version.command), args="\n".join(version.args),
                        env="\n".join(f"{key}={value}" for key, value in version.env.items()),
                        flavors=[flavor.slug for flavor in version.flavors.all()], is_global=template.is_global,
@@ -225,6 +233,7 @@ class TemplateEditorForm(forms.Form):
                 raise DomainError(f"“{line}” is not NAME=value.", field="env")
             env[name.strip()] = value.strip()
         fields = {field: data[field] for field in self.LIMIT_FIELDS}
+        fields.update({field: data[field] for field in self.IDLE_FIELDS})  # None / "": the platform's default
         fields.update(image=data["image"].strip(), command=_lines(data["command"]), args=_lines(data["args"]), env=env,
                       default_priority=data["default_priority"], allowed_priorities=list(data["allowed_priorities"]),
                       parameters=self.declarations())

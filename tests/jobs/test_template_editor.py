@@ -93,6 +93,26 @@ def test_a_lead_publishes_a_new_version_of_their_teams_template(lead, team_templ
     assert AuditEvent.objects.filter(action="template.revised", team_id=team_template.owner_team_id).exists()
 
 
+def test_a_lead_sets_the_idle_policy_within_the_platforms_bounds_and_empty_keeps_the_default(lead, team_template):
+    edit = reverse("jobs:template-edit", args=[team_template.pk])
+    page = login(lead).get(edit).content.decode()
+    assert 'name="idle_threshold_percent"' in page and 'name="idle_action"' in page
+    response = login(lead).post(edit, editor_form(idle_threshold_percent="3", idle_window_minutes="45",
+                                                  idle_action="stop", idle_grace_minutes="10"))
+    assert response.status_code == 302
+    version = team_template.current
+    assert (version.idle_threshold_percent, version.idle_window_minutes, version.idle_action,
+            version.idle_grace_minutes) == (3, 45, "stop", 10)
+    # Above the platform's bound (20 % by default): refused in words, nothing saved.
+    refused = login(lead).post(edit, editor_form(idle_threshold_percent="90"))
+    assert refused.status_code == 400 and "idle threshold" in refused.content.decode()
+    assert team_template.versions.count() == 2
+    # Left empty, the next version takes the platform's default again.
+    assert login(lead).post(edit, editor_form()).status_code == 302
+    version = team_template.current
+    assert (version.number, version.idle_threshold_percent, version.idle_action) == (3, None, "")
+
+
 def test_the_editor_shows_the_current_version_and_edit_links_only_to_those_who_may(lead, member, team_template, training):
     page = login(lead).get(reverse("jobs:template-edit", args=[team_template.pk])).content.decode()
     assert "Publish a new version" in page and "v2" in page and "pytorch/pytorch:2.5" in page
