@@ -1,5 +1,5 @@
 # The two commands of the README, and the local real control plane.
-.PHONY: demo test lint setup cluster-build cluster-up portal-on-cluster bench soak image fuzz
+.PHONY: demo test lint setup cluster-build cluster-up portal-on-cluster bench soak image fuzz chart-rules
 
 demo:            ## run the portal on its embedded defaults with demo data
 	scripts/demo.sh
@@ -37,3 +37,6 @@ image:           ## build the container image from Dockerfile without Docker (bu
 	scripts/build-image.sh
 fuzz:            ## Schemathesis over the whole API as every role, 25 cases per operation, role and mode
 	scripts/setup.sh && PORTAL_FUZZ_EXAMPLES=25 .venv/bin/pytest -q -s -p no:cacheprovider tests/portal/test_api_fuzz.py
+
+chart-rules:     ## copy deploy/prometheus's recording and alerting rules into the chart's PrometheusRule file
+	.venv/bin/python scripts/chart_rules.py

@@ -260,8 +260,10 @@ def test_the_portal_network_policy_admits_the_ingress_controller_and_prometheus_
 
 
 def test_the_prometheus_rule_carries_deploy_prometheus_rules_and_the_scrape_its_bearer_token(rendered, minimal):
-    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yaml").read_text())
-    assert (CHART / "files" / "prometheus-rules.yaml").read_text() == (ROOT / "deploy" / "prometheus" / "rules.yaml").read_text()
+    groups = [group for name in ("recording_rules.yaml", "alerting_rules.yaml")
+              for group in yaml.safe_load((ROOT / "deploy" / "prometheus" / name).read_text())["groups"]]
+    rules = yaml.safe_load((CHART / "files" / "prometheus-rules.yaml").read_text())
+    assert rules == {"groups": groups}, "files/prometheus-rules.yaml is stale: run `make chart-rules`"
     assert by_kind(rendered, "PrometheusRule")["portal-gpu-portal"]["spec"] == rules
     (endpoint,) = by_kind(rendered, "ServiceMonitor")["portal-gpu-portal"]["spec"]["endpoints"]
     assert endpoint["authorization"]["credentials"] == {"name": "gpu-portal-metrics", "key": "token"}
