@@ -22,6 +22,7 @@ EVERYTHING_ON = {
              "tokenEndpoint": "https://sso.example.com/token", "userEndpoint": "https://sso.example.com/userinfo",
              "jwksEndpoint": "https://sso.example.com/jwks"},
     "metrics": {"existingSecret": "gpu-portal-metrics"},
+    "telemetry": {"prometheusUrl": "http://prometheus-operated.monitoring:9090", "token": {"existingSecret": "prometheus"}},
     "email": {"host": "smtp.example.com"},
     "ingress": {"tls": {"secretName": "gpu-portal-tls"}},
     "web": {"autoscaling": {"enabled": True}},
@@ -40,7 +41,7 @@ SECRETS = {
     ("gpu-portal-secret-key", "secret-key"): "Zq8-vT2#mW9xLr4!pN7sKc1@yB6hFd3$jG5uEa0%oX+iQ/Hw" * 2,
     ("gpu-portal-database", "url"): "postgres://portal:pw@db:5432/portal",
     ("gpu-portal-redis", "url"): "redis://redis:6379/0", ("gpu-portal-metrics", "token"): "m" * 32,
-    ("oidc", "client-secret"): "oidc-secret",
+    ("oidc", "client-secret"): "oidc-secret", ("prometheus", "token"): "p" * 32,
 }
 
 
@@ -89,6 +90,16 @@ def test_an_empty_required_value_or_a_half_configured_sign_in_fails_naming_the_v
     assert oidc.returncode != 0 and "/oidc/clientId" in oidc.stderr, oidc.stderr
     typo = run_helm("template", "portal", str(CHART), values=merged({"siteURL": "https://x"}), check=False)
     assert typo.returncode != 0 and "siteURL" in typo.stderr, typo.stderr
+
+
+def test_the_portal_reads_gpu_telemetry_from_the_prometheus_named_and_a_bad_address_is_refused(rendered, minimal):
+    for component in ("web", "worker"):  # the pages read it; the idle and XID sweeps run in the worker
+        env = container_env(pod_specs(rendered)[f"portal-gpu-portal-{component}"]["containers"][0], SECRETS)
+        assert env["PROMETHEUS_URL"] == "http://prometheus-operated.monitoring:9090" and env["PROMETHEUS_TOKEN"] == "p" * 32
+    assert "PROMETHEUS_URL" not in container_env(pod_specs(minimal)["portal-gpu-portal-web"]["containers"][0], SECRETS)
+    bad = run_helm("template", "portal", str(CHART), values=merged({"telemetry": {"prometheusUrl": "prometheus:9090"}}),
+                   check=False)
+    assert bad.returncode != 0 and "/telemetry/prometheusUrl" in bad.stderr, bad.stderr
 
 
 def test_every_pod_runs_restricted_with_resources_and_a_writable_tmp_only(rendered):

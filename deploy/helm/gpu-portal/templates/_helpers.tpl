@@ -83,6 +83,9 @@ exists, can read them too. */}}
 {{- if $v.oidc.enabled }}
 {{ include "gpu-portal.secretEnv" (dict "name" "OIDC_RP_CLIENT_SECRET" "secret" $v.oidc.clientSecret) }}
 {{- end }}
+{{- if $v.telemetry.token.existingSecret }}
+{{ include "gpu-portal.secretEnv" (dict "name" "PROMETHEUS_TOKEN" "secret" $v.telemetry.token) }}
+{{- end }}
 {{- $hosts := concat (list (include "gpu-portal.siteHost" .) (include "gpu-portal.fullname" .) (include "gpu-portal.serviceHost" .)) $v.allowedHosts }}
 {{- $site := urlParse $v.siteUrl }}
 {{- $env := dict
@@ -128,6 +131,9 @@ exists, can read them too. */}}
 {{- $_ := set $env "EMAIL_PORT" $v.email.port }}
 {{- end }}
 {{- $_ := set $env "DEFAULT_FROM_EMAIL" $v.email.from }}
+{{- if $v.telemetry.prometheusUrl }}
+{{- $_ := set $env "PROMETHEUS_URL" $v.telemetry.prometheusUrl }}
+{{- end }}
 {{- if $v.oidc.enabled }}
 {{- $_ := set $env "OIDC_RP_CLIENT_ID" $v.oidc.clientId }}
 {{- $_ := set $env "OIDC_OP_ISSUER" $v.oidc.issuer }}
