@@ -7,11 +7,12 @@ import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import F
 from django.urls import reverse
@@ -210,6 +211,11 @@ FLAVOR_AUDITED = ("capacity_units", "name", "resource_name", "sharing_mode", "gp
 def flavor_save(*, actor: User, flavor: Flavor) -> Flavor:
     """Creates or updates a flavor. Capacity may not drop below what teams are guaranteed."""
     _require(actor.has_perm("tenants.manage_flavors"))
+    return _flavor_store(flavor, actor=actor)
+
+
+def _flavor_store(flavor: Flavor, *, actor: User | None) -> Flavor:
+    """flavor_save's work, for a person (actor) or the install's catalog file (None)."""
     flavor.full_clean()
     created = flavor.pk is None
     if not created:
@@ -236,7 +242,8 @@ def flavor_save(*, actor: User, flavor: Flavor) -> Flavor:
     described = "; ".join(f"{name} {old} → {new}" for name, (old, new) in changes.items())
     audit_record(actor=actor, action="flavor.created" if created else "flavor.updated", obj=flavor,
                  data={name: [str(old), str(new)] for name, (old, new) in changes.items()},
-                 message=f"{actor.username} {'added' if created else 'updated'} flavor {flavor.name} "
+                 message=f"{actor.username if actor else 'The catalog file'} {'added' if created else 'updated'} "
+                 f"flavor {flavor.name} "
                  f"({flavor.capacity_units} × {flavor.resource_name}){': ' + described if described else ''}")
     from tenants import tasks
 
@@ -245,6 +252,62 @@ def flavor_save(*, actor: User, flavor: Flavor) -> Flavor:
     for team_id in Team.objects.values_list("pk", flat=True):
         _on_team_change(team_id)
     return flavor
+
+
+CATALOG_FIELDS = ("preset", "slug", "name", "resource_name", "sharing_mode", "gpu_model", "fraction", "capacity_units",
+                  "node_labels", "tolerations", "is_active")
+
+
+@transaction.atomic
+def catalog_apply(*, entries: Any) -> list[str]:
+    """Makes the catalog hold the flavors an install declares (the chart's `catalog` value): each
+    entry is created, or updated by its slug, through the same checks and audit as the catalog page;
+    flavors the file does not name are left alone. Each entry may start from a preset
+    (tenants.catalog) and set any field over it. All or nothing: one bad entry refuses the whole
+    file, naming it. Returns one line per flavor saying what was done."""
+    from tenants import catalog
+
+    if not isinstance(entries, list):
+        raise DomainError("The catalog must be a list of flavors.")
+    done = []
+    for number, entry in enumerate(entries, start=1):
+        where = f"Catalog entry {number}"
+        if not isinstance(entry, dict):
+            raise DomainError(f"{where} must be a mapping of a flavor's fields, not {type(entry).__name__}.")
+        unknown = sorted(set(entry) - set(CATALOG_FIELDS))
+        if unknown:
+            raise DomainError(f"{where} has fields a flavor does not: {', '.join(unknown)} "
+                              f"(it may have: {', '.join(CATALOG_FIELDS)}).")
+        fields: dict[str, Any] = {}
+        if "preset" in entry:
+            preset = catalog.PRESETS_BY_KEY.get(str(entry["preset"]))
+            if preset is None:
+                raise DomainError(f"{where}: there is no preset “{entry['preset']}” (there are: "
+                                  f"{', '.join(catalog.PRESETS_BY_KEY)}).")
+            fields.update(preset.form_initial())
+        fields.update({key: value for key, value in entry.items() if key not in ("preset", "fraction")})
+        if "fraction" in entry:
+            try:
+                fraction = Fraction(str(entry["fraction"]))
+            except (ValueError, ZeroDivisionError):
+                raise DomainError(f"{where}: fraction “{entry['fraction']}” is not a fraction such as 1/7.") from None
+            fields.update(fraction_numerator=fraction.numerator, fraction_denominator=fraction.denominator)
+        slug = fields.get("slug")
+        if not slug or "capacity_units" not in fields:
+            raise DomainError(f"{where} needs a slug and capacity_units (and, without a preset, every field of a flavor).")
+        flavor = Flavor.objects.filter(slug=slug).first() or Flavor(slug=slug)
+        for key, value in fields.items():
+            setattr(flavor, key, value)
+        created = flavor.pk is None
+        try:
+            _flavor_store(flavor, actor=None)
+        except ValidationError as invalid:
+            problems = "; ".join(f"{name}: {' '.join(errors)}" for name, errors in invalid.message_dict.items())
+            raise DomainError(f"{where} ({slug}): {problems}") from None
+        except DomainError as refusal:
+            raise DomainError(f"{where} ({slug}): {refusal.message}") from None
+        done.append(f"{'added' if created else 'updated'} {flavor.slug}: {flavor.capacity_units} × {flavor.resource_name}")
+    return done
 
 
 # --- Quota requests -------------------------------------------------------------------------

@@ -279,3 +279,27 @@ def test_the_prometheus_rule_carries_deploy_prometheus_rules_and_the_scrape_its_
     (endpoint,) = by_kind(rendered, "ServiceMonitor")["portal-gpu-portal"]["spec"]["endpoints"]
     assert endpoint["authorization"]["credentials"] == {"name": "gpu-portal-metrics", "key": "token"}
     assert not {"ServiceMonitor", "PrometheusRule"} & {obj["kind"] for obj in minimal}
+
+
+@pytest.mark.django_db
+def test_the_declared_catalog_is_loaded_by_a_hook_job_after_the_migrations(minimal, monkeypatch):
+    from django.core.management import call_command
+
+    from tenants.models import Flavor
+
+    catalog = [{"preset": "nvidia-h100", "capacity_units": 64}, {"preset": "nvidia-mig-1g.10gb", "capacity_units": 56}]
+    objects = render(merged({"catalog": catalog}))
+    job = by_kind(objects, "Job")["portal-gpu-portal-catalog"]
+    migrate = by_kind(objects, "Job")["portal-gpu-portal-migrate"]
+    hook, after = job["metadata"]["annotations"], migrate["metadata"]["annotations"]
+    assert hook["helm.sh/hook"] == after["helm.sh/hook"] and int(hook["helm.sh/hook-weight"]) > int(after["helm.sh/hook-weight"])
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "manage.py", "catalog_apply", "--env", "PORTAL_CATALOG"]
+    # What the Job hands the command loads the flavors the values name.
+    monkeypatch.setenv("PORTAL_CATALOG", container_env(container, SECRETS)["PORTAL_CATALOG"])
+    call_command("catalog_apply", env="PORTAL_CATALOG")
+    assert dict(Flavor.objects.values_list("slug", "capacity_units")) == {"h100-80gb": 64, "a100-mig-1g-10gb": 56}
+    assert "portal-gpu-portal-catalog" not in by_kind(minimal, "Job")  # nothing declared, no Job
+    bad = run_helm("template", "portal", str(CHART), values=merged({"catalog": [{"preset": "nvidia-h100", "capacity": 8}]}),
+                   check=False)
+    assert bad.returncode != 0 and "capacity" in bad.stderr, bad.stderr
