@@ -121,6 +121,8 @@ class TemplateVersionSerializer(serializers.ModelSerializer):
     command = serializers.ListField(child=serializers.CharField(), read_only=True)
     args = serializers.ListField(child=serializers.CharField(), read_only=True)
     env = serializers.DictField(child=serializers.CharField(), read_only=True)
+    # Blank is the platform's default: said as the writing serializer says it, so the schema allows "".
+    idle_action = serializers.ChoiceField(choices=IdleAction.choices, allow_blank=True, read_only=True)
 
     class Meta:
         model = WorkloadTemplateVersion

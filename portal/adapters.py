@@ -174,6 +174,8 @@ def document_error_responses(result: dict[str, Any], generator: Any, request: An
                     del schema["minLength"]
                 if schema.get("type") == "string" and "format" in schema:
                     parameter["schema"] = {"anyOf": [schema, {"type": "string", "maxLength": 0}]}
+                elif schema.get("type") == "string" and "enum" in schema and "" not in schema["enum"]:
+                    schema["enum"] = [*schema["enum"], ""]  # `?status=`: any status
             responses = operation.setdefault("responses", {})
             for code, description in ERROR_RESPONSES.items():
                 if code in _WRITE_ONLY_ERRORS and method == "get":

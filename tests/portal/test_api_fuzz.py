@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 import schemathesis
+from django.core import signals
 from django.core.handlers.wsgi import WSGIHandler
+from django.db import close_old_connections
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -70,6 +72,21 @@ def fuzz_operation(operation: Any, *, mode: GenerationMode, secret: str, failure
         run()
 
 
+@pytest.fixture
+def connection_kept():
+    """Schemathesis calls Django's own WSGIHandler, whose request signals close the database
+    connection of a test that runs inside a transaction (on PostgreSQL; SQLite keeps an in-memory
+    one). Django's test client disconnects them for that reason; so does this test."""
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
+
+
+@pytest.mark.usefixtures("connection_kept")
 def test_no_operation_answers_any_role_with_a_server_error_or_outside_its_schema(tokens_by_role):
     raw = json.loads(JSONRenderer().render(SchemaGenerator().get_schema(request=None, public=True)))
     schema = schemathesis.openapi.from_dict(raw)

@@ -64,3 +64,14 @@ def test_every_operation_documents_the_error_format_and_bodies_refuse_unknown_fi
             assert {"400", "401", "403", "404"} <= codes, (method, path)
             assert operation["responses"]["404"]["content"]["application/json"]["schema"]["$ref"].endswith("/Error")
     assert schema["components"]["schemas"]["WorkloadLaunchRequest"]["additionalProperties"] is False
+
+
+def test_an_empty_choice_filter_is_documented_as_the_any_value_the_api_reads_it_as(schema, member, team):
+    (status,) = [p for p in schema["paths"]["/api/quota-requests/"]["get"]["parameters"] if p["name"] == "status"]
+    assert "" in status["schema"]["enum"] and "pending" in status["schema"]["enum"]
+    assert api(member).get("/api/quota-requests/?status=").status_code == 200
+
+
+def test_a_template_versions_blank_idle_action_is_in_its_schema(schema):
+    version = schema["components"]["schemas"]["TemplateVersion"]["properties"]["idle_action"]
+    assert {"$ref": "#/components/schemas/BlankEnum"} in version["oneOf"]
