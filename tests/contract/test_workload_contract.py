@@ -92,9 +92,12 @@ def test_an_over_quota_launch_waits_and_says_why(cluster, site, templates, setti
 
     # Both clusters serve Kueue's visibility API (the harness registers its APIService): the
     # place in the queue is Kueue's, not the portal's guess.
+    # The holders come from the ClusterQueue's status, which Kueue writes a moment after it admits:
+    # wait for both, as a person reloading the page would see them.
     def kueues_answer() -> Any:
         answer = selectors.why_waiting(workload=Workload.objects.get(pk=third.pk))
-        return answer if answer.position_source == "kueue" else None
+        held = any(h.team == team.name for h in answer.holders)
+        return answer if answer.position_source == "kueue" and held else None
 
     answer = cluster.wait_for(kueues_answer, what="Kueue's visibility API to list the third job")
     assert (answer.position, [w.pk for w in answer.ahead]) == (2, [second.pk])
