@@ -5,6 +5,8 @@ every object, and re-reading the cluster never loses or duplicates an interval."
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 import pytest
@@ -88,6 +90,12 @@ def test_an_over_quota_launch_waits_and_says_why(cluster, site, templates, setti
     cluster.wait_for(lambda: phase_of(second) == Workload.Phase.QUEUED and "Waiting for quota" in second.reason,
                      what="the second job to wait for quota")
     assert "1 unit short" in second.reason and "couldn't assign" not in second.reason
+    # Kueue orders jobs of one priority by creation time, which the API server keeps in whole
+    # seconds: two jobs created in the same second have no defined order. Launch the third in a
+    # later second than the second was submitted, as any two clicks by a person are.
+    assert second.submitted_at is not None
+    submitted = second.submitted_at.timestamp()
+    cluster.wait_for(lambda: time.time() >= math.floor(submitted) + 1, what="the next second")
     third = launch(team, lead, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=1)
 
     # Both clusters serve Kueue's visibility API (the harness registers its APIService): the
