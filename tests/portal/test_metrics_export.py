@@ -82,3 +82,18 @@ def test_a_scrape_costs_the_same_few_queries_for_many_workloads(client, ready_te
     for _ in range(5):
         launch(member, ready_team, training, flavor)
     assert queries() == few
+
+
+def test_the_workload_series_name_the_teams_namespace_with_its_prefix_in_three_queries(
+    client, ready_team, member, training, flavor, settings,
+):
+    from jobs.observability import WorkloadCollector
+
+    waiting = launch(member, ready_team, training, flavor)
+    Workload.objects.filter(pk=waiting.pk).update(phase=Workload.Phase.QUEUED)
+    settings.PORTAL_NAMESPACE_PREFIX = "gpu-"
+    with CaptureQueriesContext(connection) as captured:
+        families = list(WorkloadCollector().collect())
+    assert len(captured) == 3
+    namespaces = {sample.labels["namespace"] for family in families for sample in family.samples}
+    assert namespaces == {"gpu-vision"}

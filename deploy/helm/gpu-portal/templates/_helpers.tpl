@@ -228,3 +228,41 @@ volumeMounts:
 env:
   {{- include "gpu-portal.env" .root | nindent 2 }}
 {{- end -}}
+
+{{/* A pre-install, pre-upgrade hook Job running one manage.py command, in hook-weight order, with
+the migrate values (resources, placement, deadline) and no ServiceAccount token. Takes root,
+component, weight, command (a list) and env (a map, optional) added to the common environment. */}}
+{{- define "gpu-portal.hookJob" -}}
+{{- $root := .root -}}
+{{- $c := dict "root" $root "component" .component "values" $root.Values.migrate -}}
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ include "gpu-portal.fullname" $root }}-{{ .component }}
+  labels:
+    {{- include "gpu-portal.labels" $root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+  annotations:
+    helm.sh/hook: pre-install,pre-upgrade
+    helm.sh/hook-weight: {{ .weight | quote }}
+    helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+spec:
+  backoffLimit: {{ $root.Values.migrate.backoffLimit }}
+  activeDeadlineSeconds: {{ $root.Values.migrate.activeDeadlineSeconds }}
+  template:
+    metadata:
+      labels:
+        {{- include "gpu-portal.labels" $root | nindent 8 }}
+        app.kubernetes.io/component: {{ .component }}
+    spec:
+      restartPolicy: Never
+      automountServiceAccountToken: false
+      {{- include "gpu-portal.podCommon" $c | nindent 6 }}
+      containers:
+        - name: {{ .component }}
+          command: {{ toJson .command }}
+          {{- include "gpu-portal.containerCommon" $c | nindent 10 }}
+          {{- with .env }}
+          {{- include "gpu-portal.plainEnv" . | trim | nindent 12 }}
+          {{- end }}
+{{- end -}}
