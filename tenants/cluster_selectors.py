@@ -156,11 +156,12 @@ class LineFit:
     team_in_use: int | None  # None: the cluster did not answer
     capacity: int
     held_by_all: int
+    renews: int = 0  # units of the flavor the request continues (a renewal): approving ends them
     typed: str = ""  # what the lead typed to grant, shown again beside a refusal
 
     @property
     def room(self) -> int:
-        return max(self.capacity - self.held_by_all, 0)
+        return max(self.capacity - self.held_by_all + self.renews, 0)
 
     @property
     def fits(self) -> bool:
@@ -173,7 +174,7 @@ class LineFit:
 
     @property
     def team_after(self) -> int:
-        return self.team_guaranteed + self.asked
+        return self.team_guaranteed - self.renews + self.asked
 
 
 def approval_fits(*, requests: Iterable[Any]) -> dict[int, list[LineFit]]:
@@ -185,13 +186,15 @@ def approval_fits(*, requests: Iterable[Any]) -> dict[int, list[LineFit]]:
         queues: dict[str, list[QueueUsage]] | None = cluster_queue_usage(slugs={qr.team.slug for qr in requests})
     except KubeError:
         queues = None
+    renewed = selectors.renewable_units(request_ids={qr.renews_id for qr in requests if qr.renews_id})
     fits: dict[int, list[LineFit]] = {}
     for qr in requests:
         in_use = None if queues is None else {row.flavor: row.in_use for row in queues.get(qr.team.slug, [])}
         fits[qr.pk] = [
             LineFit(flavor=line.flavor, asked=line.units, team_guaranteed=guarantees.get((qr.team_id, line.flavor_id), 0),
                     team_in_use=None if in_use is None else in_use.get(line.flavor.slug, 0),
-                    capacity=line.flavor.capacity_units, held_by_all=totals.get(line.flavor_id, 0))
+                    capacity=line.flavor.capacity_units, held_by_all=totals.get(line.flavor_id, 0),
+                    renews=renewed.get((qr.renews_id, line.flavor_id), 0))
             for line in qr.lines.all()
         ]
     return fits

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,6 +222,22 @@ def renewable_grants(*, quota_request: QuotaRequest, lock: bool = False) -> Quer
     if lock:
         grants = grants.select_for_update(of=("self",))
     return grants.select_related("flavor").order_by("flavor__name", "pk")
+
+
+def units_by_flavor(grants: Iterable[QuotaGrant]) -> dict[int, int]:
+    """Units per flavor id of these grants (what a renewal continues, counted once)."""
+    units: dict[int, int] = defaultdict(int)
+    for grant in grants:
+        units[grant.flavor_id] += grant.units
+    return dict(units)
+
+
+def renewable_units(*, request_ids: Iterable[int]) -> dict[tuple[int, int], int]:
+    """Per (request id, flavor id), the request's temporary units still running, which a renewal
+    of it would continue (`renewable_grants`, summed, for many requests in one query)."""
+    rows = (QuotaGrant.objects.active().filter(request_id__in=list(request_ids), valid_until__isnull=False)
+            .values("request_id", "flavor_id").annotate(units=Sum("units")))
+    return {(row["request_id"], row["flavor_id"]): row["units"] for row in rows}
 
 
 def grants_ending_between(*, start: Any, end: Any) -> QuerySet[QuotaGrant]:

@@ -393,10 +393,7 @@ def _renewal_check(*, team: Team, renews: QuotaRequest, ends_on: dt.date | None)
     if renews.ends_on is not None and ends_on <= renews.ends_on:
         raise DomainError(f"The new end date must be after {renews.ends_on.isoformat()}, when request #{renews.pk} ends.",
                           field="ends_on")
-    replaced: dict[int, int] = {}
-    for grant in running:
-        replaced[grant.flavor_id] = replaced.get(grant.flavor_id, 0) + grant.units
-    return replaced
+    return selectors.units_by_flavor(running)
 
 
 def _renewing(renews_id: int | None) -> str:
@@ -491,9 +488,7 @@ def quota_request_approve(
         list(selectors.renewable_grants(quota_request=locked.renews, lock=True).filter(flavor_id__in=flavor_ids))
         if locked.renews is not None else []
     )
-    replaced: dict[int, int] = {}
-    for grant in replaced_grants:
-        replaced[grant.flavor_id] = replaced.get(grant.flavor_id, 0) + grant.units
+    replaced = selectors.units_by_flavor(replaced_grants)
     problems = []
     for line in lines:
         flavor = flavors[line.flavor_id]

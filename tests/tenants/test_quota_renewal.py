@@ -65,6 +65,19 @@ def test_a_renewal_of_a_full_flavor_is_approved_and_continues_the_grant_without_
     assert approved is not None and f"renewing request #{old.pk}" in approved.message
 
 
+def test_the_inbox_counts_a_renewal_of_a_full_flavor_as_fitting_as_its_approval_does(team, member, lead, flavor,
+                                                                                     simulated):
+    old = approved_temporary(team, member, lead, flavor, units=16)  # the whole flavor
+    assert old.ends_on is not None
+    file_request(team, member, flavor, 16, ends_on=old.ends_on + dt.timedelta(days=14), renews=old)
+
+    row = login(lead).get(reverse("tenants:approvals")).content.decode()
+
+    assert "vision holds 16, uses 0 now; 16 after." in row
+    assert "The cluster's 16 are 16 held (16 of them by what this renews), 16 free." in row
+    assert "Fits." in row and "Nothing fits" not in row
+
+
 def test_a_renewal_asking_for_more_than_the_flavor_has_is_refused_with_the_numbers(team, other_team, member, lead, flavor):
     old = approved_temporary(team, member, lead, flavor, units=10)
     QuotaGrant.objects.create(team=other_team, flavor=flavor, units=6)
