@@ -14,7 +14,8 @@ echo "== Migrations are complete"
 
 echo "== pytest on PostgreSQL ($DATABASE_URL) and Redis ($REDIS_URL)"
 set +e
-.venv/bin/pytest -p no:cacheprovider "$@"
+# One pytest-xdist worker per core; the real control plane's tests share one worker (tests/conftest.py).
+.venv/bin/pytest -p no:cacheprovider -n "${PYTEST_WORKERS:-auto}" --dist loadgroup "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

@@ -27,6 +27,15 @@ from tests.factories import (
 from tests.helpers import TRAINING_PARAMS, make_ready
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs the suite on pytest-xdist workers (`--dist loadgroup`): the tests on the
+    real control plane all go to one of them, so one control plane serves them in turn and two
+    scenarios never create the same team in it at once. Everything else is spread."""
+    for item in items:
+        if item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group("control-plane"))
+
+
 @pytest.fixture(autouse=True)
 def _eager_celery(settings):
     settings.CELERY_TASK_ALWAYS_EAGER = True
