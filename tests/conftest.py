@@ -29,11 +29,13 @@ from tests.helpers import TRAINING_PARAMS, make_ready
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test` runs the suite on pytest-xdist workers (`--dist loadgroup`): the tests on the
-    real control plane all go to one of them, so one control plane serves them in turn and two
-    scenarios never create the same team in it at once. Everything else is spread."""
+    real control plane and on the services (`cluster`, `services`) all go to one of them, so one
+    control plane serves them in turn, two scenarios never create the same team in it at once,
+    and two Celery workers never take each other's tasks from the one Redis queue. The rest is
+    spread."""
     for item in items:
-        if item.get_closest_marker("cluster"):
-            item.add_marker(pytest.mark.xdist_group("control-plane"))
+        if item.get_closest_marker("cluster") or item.get_closest_marker("services"):
+            item.add_marker(pytest.mark.xdist_group("shared-services"))
 
 
 @pytest.fixture(autouse=True)
