@@ -23,6 +23,17 @@ def ago_text(value: dt.datetime, *, now: dt.datetime | None = None) -> str:
 
 
 @register.filter
+def after(later: dt.datetime | None, earlier: dt.datetime) -> str:
+    """How long after `earlier` (the launch) `later` (the end) came, in words: "under a minute"
+    rather than Django's "0 minutes" for a 30-second run."""
+    if later is None:
+        return ""
+    if (later - earlier).total_seconds() < 60:
+        return "under a minute"
+    return timesince(earlier, later, depth=2)
+
+
+@register.filter
 def ago(value: dt.datetime | None) -> SafeString | str:
     """A `<time>` element: portal.js rewrites its words every half minute, so a page left open
     does not keep saying "just now" about something long past; the exact moment is its title."""

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 from django.http import HttpRequest, HttpResponse
-from django.urls import include, path
+from django.test import Client
+from django.urls import include, path, reverse
 
 from tests.conftest import login
 from tests.factories import UserFactory
@@ -34,6 +35,22 @@ def test_finance_without_a_team_sees_neither_launch_nor_approvals(finance_user):
     nav = _nav(login(finance_user).get("/"))
     assert ">Launch<" not in nav and ">Request quota<" not in nav and ">Approvals<" not in nav
     assert ">Finance<" in nav
+
+
+def test_finance_without_a_team_is_offered_no_launch_or_quota_request_on_any_page(finance_user, member):
+    # Not only the navigation: the workload list's buttons, its empty state and the dashboard.
+    finance, alice = login(finance_user), login(member)
+
+    def main(client: Client, url: str) -> str:
+        html = client.get(url).content.decode()
+        return html[html.index('<main id="main"'):]
+
+    for url, offered in (("/workloads/", f'href="{reverse("jobs:workload-launch")}"'),
+                         ("/", f'href="{reverse("tenants:quota-request-create")}"')):
+        assert offered in main(alice, url), url
+        assert offered not in main(finance, url), url
+    rows = finance.get("/workloads/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="workload-rows").content.decode()
+    assert "No workloads yet." in rows and "Launch one" not in rows
 
 
 def test_every_page_has_a_skip_link_a_favicon_and_a_menu_button(member):

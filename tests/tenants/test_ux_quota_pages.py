@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from portal.models import Notification
-from portal.templatetags.portal_time import ago, ago_text
+from portal.templatetags.portal_time import after, ago, ago_text
 from tenants import selectors, services
 from tenants.models import QuotaGrant
 from tests.conftest import login
@@ -30,6 +30,13 @@ def test_ago_says_minutes_and_just_now_never_zero_minutes():
     assert ago_text(now + dt.timedelta(minutes=2), now=now) == "just now"  # a clock a little ahead
     html = str(ago(now - dt.timedelta(minutes=3)))
     assert html.startswith('<time datetime="') and "data-ago" in html and "3\xa0minutes ago" in html
+
+
+def test_a_run_under_a_minute_ended_under_a_minute_after_launch_not_zero_minutes():
+    launched = timezone.now()
+    assert after(launched + dt.timedelta(seconds=33), launched) == "under a minute"
+    assert after(launched + dt.timedelta(minutes=61), launched) == "1\xa0hour, 1\xa0minute"
+    assert after(None, launched) == ""
 
 
 def test_a_request_until_the_14th_grants_through_the_14th_and_ends_at_the_following_midnight(
