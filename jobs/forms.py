@@ -15,6 +15,7 @@ from jobs import rules, services
 from jobs.models import Priority, WorkloadTemplate, WorkloadTemplateVersion
 from portal.errors import DomainError
 from portal.models import User
+from tenants import selectors as tenant_selectors
 from tenants.models import Flavor, Team
 
 PARAMETER_PREFIX = "p_"
@@ -86,11 +87,19 @@ class LaunchForm(forms.Form):
         if self.version is not None:
             version = self.version
             self.initial.update({
-                "flavor": self.allowed_flavors[0].slug if self.allowed_flavors else None, "units": version.default_units,
+                "flavor": self._default_flavor(team), "units": version.default_units,
                 "cpu": version.default_cpu, "memory_gib": version.default_memory_gib, "priority": version.default_priority,
             })
         self.parameter_rows = self._add_parameter_fields()
         self._user = user
+
+    def _default_flavor(self, team: Team | None) -> str | None:
+        """The first allowed flavor the team holds a guarantee of, so that launching with the
+        defaults runs on the team's own quota rather than borrowing; else the first allowed."""
+        if not self.allowed_flavors:
+            return None
+        held = tenant_selectors.team_guarantees(team=team) if team is not None else {}
+        return next((f.slug for f in self.allowed_flavors if held.get(f.pk, 0) > 0), self.allowed_flavors[0].slug)
 
     @property
     def offered_priorities(self) -> list[tuple[str, str]]:

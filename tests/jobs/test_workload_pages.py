@@ -102,6 +102,17 @@ def test_the_launch_form_renders_an_input_per_parameter_with_defaults_and_bounds
     assert 'hx-get="/launch/hint/"' in page
 
 
+def test_the_launch_form_picks_a_flavor_the_team_holds_before_one_it_would_borrow(ready_team, member, admin_user, flavor,
+                                                                                     mig_flavor, as_user):
+    # Both flavors allowed, the MIG one first by name: vision holds only H100, so launching with
+    # the defaults must not borrow other teams' MIG slices.
+    both = services.template_create(user=admin_user, slug="either", name="Either", kind=WorkloadKind.TRAINING,
+                                    flavors=[mig_flavor, flavor], image="x")
+    url = reverse("jobs:workload-launch") + f"?template={both.pk}&team=vision"
+    page = ok(as_user(member).get(url))
+    assert 'value="h100-80gb" selected' in page and 'value="a100-1g10gb" selected' not in page
+
+
 def test_launching_through_the_form_records_the_workload_and_the_cluster_runs_it(ready_team, member, training, simulated,
                                                                                   as_user, django_capture_on_commit_callbacks):
     client = as_user(member)
