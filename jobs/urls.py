@@ -1,10 +1,12 @@
 from django.urls import URLPattern, path
 
-from jobs import template_views, views
+from jobs import platform_views, template_views, views
 
 app_name = "jobs"
 urlpatterns: list[URLPattern] = [
     path("templates/", views.template_list, name="template-list"),
+    # The platform admin's idle policy, without the Django admin.
+    path("platform/idle-policy/", platform_views.idle_defaults_edit, name="idle-defaults"),
     path("templates/new/", template_views.template_create, name="template-create"),
     path("templates/<int:pk>/edit/", template_views.template_edit, name="template-edit"),
     path("launch/", views.workload_launch, name="workload-launch"),
