@@ -12,6 +12,7 @@ urlpatterns: list[URLPattern] = [
     path("launch/", views.workload_launch, name="workload-launch"),
     path("launch/hint/", views.launch_hint, name="launch-hint"),
     path("workloads/", views.workload_list, name="workload-list"),
+    path("teams/<slug:slug>/gpu-use/", views.team_gpu_use, name="team-gpu-use"),
     path("workloads/notifications/", views.notification_preferences, name="notification-preferences"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),
