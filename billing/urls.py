@@ -7,6 +7,7 @@ app_name = "billing"
 urlpatterns: list[URLPattern | URLResolver] = [
     path("me/", views.my_usage, name="my-usage"),
     path("teams/<slug:slug>/", views.team_usage, name="team-usage"),
+    path("teams/<slug:slug>/efficiency/", views.team_efficiency, name="team-efficiency"),
     path("finance/", views.finance_overview, name="finance-overview"),
     path("rates/", views.rate_card, name="rate-card"),
     path("rates/idle/<slug:slug>/", views.idle_policy_set, name="idle-policy-set"),

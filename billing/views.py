@@ -9,6 +9,7 @@ which decide who may.
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -60,6 +61,26 @@ def team_usage(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         return _refusal(error)
     efficiency = team_month_efficiency(team=team, account=usage.account, month=usage.month, cost=usage.total.cost)
     return render(request, "billing/team_usage.html", {"team": team, "usage": usage, "efficiency": efficiency})
+
+
+@login_required
+@require_GET
+def team_efficiency(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """The team page's month of allocated vs busy GPU-hours next to its cost (the team page loads
+    it; the usage page has every month): one grouped rollup query for the cost, one for the
+    allocated hours and one metrics query, whatever the number of workloads."""
+    team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
+    try:
+        month = parse_month(request.GET.get("month"))
+        account = selectors.account_for_team(team=team)
+        cost, currency = (selectors.team_month_cost(account=account, month=month) if account is not None
+                          else (Decimal(0), ""))
+    except DomainError as error:
+        return _refusal(error)
+    efficiency = team_month_efficiency(team=team, account=account, month=month, cost=cost)
+    context = {"team": team, "month": month, "efficiency": efficiency, "currency": currency}
+    name = "billing/team_efficiency.html#team-efficiency" if request.htmx else "billing/team_efficiency.html"
+    return render(request, name, context)
 
 
 @login_required

@@ -32,6 +32,7 @@ from jobs.serializers import (
     NotebookTokenSerializer,
     ScaleSerializer,
     TemplateCreateSerializer,
+    TemplatePublishedSerializer,
     TemplateReviseSerializer,
     TemplateSerializer,
     TemplateShareSerializer,
@@ -50,12 +51,17 @@ MAX_LOG_LINES = 5000
 
 
 @extend_schema_view(
-    create=extend_schema(request=TemplateCreateSerializer, responses={201: TemplateSerializer},
+    create=extend_schema(request=TemplateCreateSerializer, responses={201: TemplatePublishedSerializer},
                          description="Platform admins create global templates; team leads create templates of their "
-                         "team (with owner_team)."),
-    partial_update=extend_schema(request=TemplateReviseSerializer, responses={200: TemplateSerializer},
+                         "team (with owner_team). Nothing is saved unless the cluster admits what a launch would "
+                         "create, in a dry run (dryRun=All) in the namespace of check_in, as the template editor does; a "
+                         "refusal is a 400 in the API server's words. A team template is checked in its own team; "
+                         "left out, one of the portal's own is checked in the first provisioned team the caller sees "
+                         "(checked_in says which, null when no team is in the cluster yet)."),
+    partial_update=extend_schema(request=TemplateReviseSerializer, responses={200: TemplatePublishedSerializer},
                                  description="Publishes a new version with the given settings changed; workloads keep "
-                                 "the version they were launched with. Platform admins, and leads of the owner team."),
+                                 "the version they were launched with. Platform admins, and leads of the owner team. "
+                                 "Dry-run first, as on create: a version the API server refuses is not saved."),
 )
 class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Templates are never deleted here: running workloads refer to their versions."""
@@ -84,14 +90,22 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
         fresh = selectors.templates_with_current_version(user=self.request.user).get(pk=template.pk)
         return Response(self.get_serializer(fresh).data, status=code)
 
+    def _published(self, saved: tuple[WorkloadTemplate, services.TemplatePreview], code: int) -> Response:
+        template, preview = saved
+        fresh = selectors.templates_with_current_version(user=self.request.user).get(pk=template.pk)
+        context = {**self.get_serializer_context(), "checked_in": preview.team}
+        return Response(TemplatePublishedSerializer(fresh, context=context).data, status=code)
+
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        template = services.template_create(user=signed_in_user(request), **parse(TemplateCreateSerializer, request))
-        return self._answer(template, status.HTTP_201_CREATED)
+        saved = services.template_save(user=signed_in_user(request), template=None,
+                                       **parse(TemplateCreateSerializer, request))
+        return self._published(saved, status.HTTP_201_CREATED)
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         template = self.get_object()
-        services.template_revise(user=signed_in_user(request), template=template, **parse(TemplateReviseSerializer, request))
-        return self._answer(template)
+        saved = services.template_save(user=signed_in_user(request), template=template,
+                                       **parse(TemplateReviseSerializer, request))
+        return self._published(saved, status.HTTP_200_OK)
 
     @extend_schema(request=TemplateShareSerializer, responses={200: TemplateSerializer},
                    summary="Choose who may use one of the portal's own templates",

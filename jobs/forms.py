@@ -1,5 +1,6 @@
-"""The launch form. It parses what the person typed; the bounds, quota and parameter rules live
-in services.check_launch, so the form, the live hint and the API refuse with the same words."""
+"""The launch form, and the platform's idle policy form. They parse what the person typed; the
+bounds, quota and parameter rules live in services.check_launch (and the idle policy's in
+jobs.idle_policy), so the forms, the live hint and the API refuse with the same words."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.forms import BoundField
 from django.http import QueryDict
 
-from jobs import rules, services
-from jobs.models import Priority, WorkloadTemplate, WorkloadTemplateVersion
+from jobs import reclaim, rules, services
+from jobs.models import IdleAction, IdleDefaults, Priority, WorkloadTemplate, WorkloadTemplateVersion
 from portal.errors import DomainError
 from portal.models import User
 from tenants import selectors as tenant_selectors
@@ -156,3 +157,39 @@ class LaunchForm(forms.Form):
             field = next((PARAMETER_PREFIX + row.name for row in self.parameter_rows
                           if error.message.startswith(f"{row.name} ")), None)
         self.add_error(field, error.message)
+
+
+# --- The platform's idle policy ---------------------------------------------------------------------
+
+MINUTES_MAX = 2_147_483_647  # the column's limit: a larger number is refused in words, not by the database
+
+
+def _minutes(label: str, *, least: int = 0) -> forms.IntegerField:
+    return forms.IntegerField(min_value=least, max_value=MINUTES_MAX, label=label)
+
+
+def _percent(label: str) -> forms.IntegerField:
+    return forms.IntegerField(min_value=0, max_value=100, label=label)
+
+
+class IdleDefaultsForm(forms.Form):
+    """The platform's idle policy and the bounds template owners choose within. Parsing only:
+    jobs.reclaim.idle_defaults_set checks that each default lies within its bounds, saves and audits."""
+
+    threshold_percent = _percent("Idle below this GPU engine active (%)")
+    window_minutes = _minutes("Idle for (minutes) before the owner is warned", least=1)
+    action = forms.ChoiceField(choices=IdleAction.choices, label="Then, after the grace")
+    grace_minutes = _minutes("Grace after the warning (minutes)")
+    min_threshold_percent = _percent("Owners may set the threshold from (%)")
+    max_threshold_percent = _percent("up to (%)")
+    min_window_minutes = _minutes("Owners may set the window from (minutes)", least=1)
+    max_window_minutes = _minutes("up to (minutes)", least=1)
+    min_grace_minutes = _minutes("Owners may set the grace from (minutes)")
+    max_grace_minutes = _minutes("up to (minutes)")
+    allowed_actions = forms.MultipleChoiceField(choices=IdleAction.choices, required=False,
+                                                widget=forms.CheckboxSelectMultiple,
+                                                label="Actions owners may choose (none ticked: all of them)")
+
+    @classmethod
+    def for_defaults(cls, defaults: IdleDefaults, data: QueryDict | None = None) -> IdleDefaultsForm:
+        return cls(data, initial={name: getattr(defaults, name) for name in reclaim.IDLE_DEFAULT_FIELDS})

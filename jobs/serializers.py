@@ -189,6 +189,9 @@ class TemplateSettingsSerializer(StrictInputMixin, serializers.Serializer):
         help_text="notify, stop, or scale_to_min (inference); blank: the platform's default.")
     idle_grace_minutes = serializers.IntegerField(
         required=False, allow_null=True, help_text="Between the warning and the action; null: the platform's default.")
+    # Where the cluster dry-runs what a launch would create before anything is saved (the API's
+    # descriptions say how it is chosen when left out).
+    check_in = VisibleTeamField(required=False)
 
 
     def validate_allowed_priorities(self, value: list[str]) -> list[str]:
@@ -209,6 +212,20 @@ class TemplateCreateSerializer(TemplateSettingsSerializer):
     flavors = FlavorSlugsField(many=True, help_text="Flavor slugs the template may run on.")
     image = serializers.CharField()
 
+
+
+class TemplatePublishedSerializer(TemplateSerializer):
+    checked_in = serializers.SerializerMethodField(
+        help_text="The team whose namespace admitted the version in a dry run; null when no team was in the cluster "
+                  "to check in (nothing was dry-run).")
+
+    class Meta(TemplateSerializer.Meta):
+        fields = [*TemplateSerializer.Meta.fields, "checked_in"]
+        read_only_fields = fields
+
+    def get_checked_in(self, template: WorkloadTemplate) -> str | None:
+        team = self.context.get("checked_in")
+        return team.slug if team is not None else None
 
 
 class TemplateShareSerializer(StrictInputMixin, serializers.Serializer):

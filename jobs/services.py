@@ -652,11 +652,12 @@ class DryRunRefused(DomainError):
 
 def template_publish(*, user: User, template: WorkloadTemplate | None, check_in: Team | None, flavors: list[Flavor],
                      fields: dict[str, Any], kind: str = "", slug: str = "", name: str = "", description: str = "",
-                     owner_team: Team | None = None, is_global: bool = True,
+                     owner_team: Team | None = None, is_global: bool | None = True,
                      teams: list[Team] | None = None) -> tuple[WorkloadTemplate, TemplatePreview]:
-    """The editor's save: the dry run first, then a new template or a new version of `template`
-    (and, for admins, who it is shared with). A version the API server refuses is not saved: the
-    preview that comes back carries the refusal. Without a team to check in, nothing is dry-run."""
+    """The editor's save (and the API's, through template_save): the dry run first, then a new
+    template or a new version of `template` (and, for admins, who it is shared with; `is_global`
+    None leaves that alone). A version the API server refuses is not saved: the preview that comes
+    back carries the refusal. Without a team to check in, nothing is dry-run."""
     kind = template.kind if template else kind
     preview = template_preview(user=user, kind=kind, fields=fields, flavors=flavors, team=check_in, template=template,
                                owner_team=owner_team)
@@ -668,6 +669,46 @@ def template_publish(*, user: User, template: WorkloadTemplate | None, check_in:
                                        owner_team=owner_team, flavors=flavors, **fields)
         else:
             template_revise(user=user, template=template, flavors=flavors, **fields)
-        if template.owner_team_id is None and user.has_perm("jobs.create_global_template"):
+        if is_global is not None and template.owner_team_id is None and user.has_perm("jobs.create_global_template"):
             template_share(user=user, template=template, is_global=is_global, teams=teams or [])
     return template, preview
+
+
+def template_check_team(*, user: User, owner_team: Team | None, requested: Team | None) -> Team | None:
+    """Where a save through the API is dry-run: a team template in its own team's namespace (the
+    only one its leads may check in); one of the portal's own in the team asked for, else the first
+    team the caller sees that the portal has provisioned. None only when no such team exists yet:
+    there is no namespace to ask, and the answer says it was not checked."""
+    if owner_team is not None:
+        if requested is not None and requested.pk != owner_team.pk:
+            raise DomainError(f"A template of {owner_team.slug} is checked in its own team's namespace, not in "
+                              f"{requested.slug}'s.", field="check_in")
+        return owner_team if owner_team.synced_at is not None else None
+    if requested is not None:
+        return requested
+    return Team.objects.for_user(user).filter(synced_at__isnull=False).order_by("name").first()
+
+
+def template_save(*, user: User, template: WorkloadTemplate | None, check_in: Team | None = None,
+                  flavors: list[Flavor] | None = None, slug: str = "", name: str = "", kind: str = "",
+                  description: str = "", owner_team: Team | None = None,
+                  **changes: Any) -> tuple[WorkloadTemplate, TemplatePreview]:
+    """The API's create (template None) and new version (`changes` on the current one): through
+    template_publish, so the cluster's dry run guards it exactly as it guards the editor, and a
+    version the API server refuses is not saved (DryRunRefused, a 400 in its words). A new version
+    is saved with every setting as it was checked, not merged again onto a version published
+    meanwhile."""
+    unknown = set(changes) - set(TEMPLATE_VERSION_FIELDS)
+    if unknown:
+        raise DomainError(f"These template fields do not exist: {', '.join(sorted(unknown))}.")
+    if template is None:
+        fields, flavor_list = dict(changes), list(flavors or [])
+    else:
+        owner_team = template.owner_team
+        current = template.current
+        fields = {field: getattr(current, field) for field in TEMPLATE_VERSION_FIELDS} | changes
+        flavor_list = list(flavors) if flavors is not None else list(current.flavors.all())
+    _require_template_scope(user, template=template, owner_team=owner_team)
+    team = template_check_team(user=user, owner_team=owner_team, requested=check_in)
+    return template_publish(user=user, template=template, check_in=team, flavors=flavor_list, fields=fields, kind=kind,
+                            slug=slug, name=name, description=description, owner_team=owner_team, is_global=None)

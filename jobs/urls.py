@@ -1,15 +1,18 @@
 from django.urls import URLPattern, path
 
-from jobs import template_views, views
+from jobs import platform_views, template_views, views
 
 app_name = "jobs"
 urlpatterns: list[URLPattern] = [
     path("templates/", views.template_list, name="template-list"),
+    # The platform admin's idle policy, without the Django admin.
+    path("platform/idle-policy/", platform_views.idle_defaults_edit, name="idle-defaults"),
     path("templates/new/", template_views.template_create, name="template-create"),
     path("templates/<int:pk>/edit/", template_views.template_edit, name="template-edit"),
     path("launch/", views.workload_launch, name="workload-launch"),
     path("launch/hint/", views.launch_hint, name="launch-hint"),
     path("workloads/", views.workload_list, name="workload-list"),
+    path("teams/<slug:slug>/gpu-use/", views.team_gpu_use, name="team-gpu-use"),
     path("workloads/notifications/", views.notification_preferences, name="notification-preferences"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),

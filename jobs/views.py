@@ -167,6 +167,24 @@ def workload_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, name, context)
 
 
+TEAM_GPU_USE_ROWS = 50
+
+
+@login_required
+@require_GET
+def team_gpu_use(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """The team page's running workloads with their GPU use: one metrics query for all of them
+    (jobs.telemetry.gpu_use), never one per workload; another team's is 404."""
+    team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
+    running = list(selectors.workloads_for_user(user=request.user)
+                   .filter(team=team, phase=Workload.Phase.RUNNING).order_by("-pk")[:TEAM_GPU_USE_ROWS + 1])
+    shown = running[:TEAM_GPU_USE_ROWS]
+    use = telemetry.gpu_use(workloads=shown)
+    context = {"team": team, "rows": [(w, use.get(w.pk)) for w in shown], "more": len(running) > TEAM_GPU_USE_ROWS}
+    name = "jobs/team_gpu_use.html#team-gpu-use" if request.htmx else "jobs/team_gpu_use.html"
+    return render(request, name, context)
+
+
 def _live_context(
     workload: Workload, *, picture: selectors.LivePicture | None = None, error: str | None = None
 ) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 from billing.efficiency import team_month_efficiency
 from portal.metrics import reset_metrics
 from portal.metrics.simulated import SimulatedMetrics, SimulatedPod
-from tests.billing.factories import account, usage
+from tests.billing.factories import account, rate, usage
 from tests.conftest import login
 
 pytestmark = pytest.mark.django_db
@@ -52,3 +52,33 @@ def test_the_team_usage_page_shows_efficiency_next_to_cost_and_is_404_to_another
     page = login(lead).get(f"/billing/teams/{team.slug}/").content.decode()
     assert 'data-testid="efficiency"' in page and "GPU efficiency" in page
     assert login(outsider).get(f"/billing/teams/{team.slug}/").status_code == 404
+
+
+def test_the_team_page_shows_the_months_allocated_and_busy_hours_next_to_cost(team, lead, outsider, flavor, half_busy):
+    vision = account(team)
+    price = rate(flavor, "2.00", effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    usage(account=vision, flavor=flavor, hour=dt.datetime(2026, 10, 20, 8, tzinfo=UTC), gpu_seconds=7200, rate=price)
+    usage(account=vision, flavor=flavor, hour=dt.datetime(2026, 10, 20, 9, tzinfo=UTC), gpu_seconds=7200, rate=price)
+    asked = []
+    real = half_busy.busy_device_hours
+
+    def counted(**kwargs):
+        asked.append(kwargs)
+        return real(**kwargs)
+
+    half_busy.busy_device_hours = counted
+    client = login(lead)
+    assert f'hx-get="/billing/teams/{team.slug}/efficiency/"' in client.get(f"/teams/{team.slug}/").content.decode()
+    fragment = client.get(f"/billing/teams/{team.slug}/efficiency/?month=2026-10", HTTP_HX_REQUEST="true")
+    body = fragment.content.decode()
+    assert fragment.status_code == 200 and "<html" not in body and len(asked) == 1
+    assert "GPU efficiency in October 2026" in body
+    assert "4.0 unit-hours held by the team's pods" in body and "1.0 device-hours of GPU engine active" in body
+    assert 'data-testid="efficiency-percent">25 %' in body
+    assert 'data-testid="efficiency-cost">8.00 USD, of which idle GPUs ≈ 6.0' in body
+    assert login(outsider).get(f"/billing/teams/{team.slug}/efficiency/").status_code == 404
+
+
+def test_the_team_page_efficiency_refuses_a_month_that_is_not_one_in_words(team, lead):
+    response = login(lead).get(f"/billing/teams/{team.slug}/efficiency/?month=someday")
+    assert response.status_code == 400 and "month" in response.content.decode().lower()

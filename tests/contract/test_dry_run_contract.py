@@ -1,15 +1,16 @@
 """The template editor's guard, on both clusters: what a launch would create is admitted by a
 server-side dry run (dryRun=All) and stored nowhere, and what the API server refuses comes back
-as its refusal in words."""
+as its refusal in words; the REST API's saves pass the same guard and save nothing refused."""
 
 from __future__ import annotations
 
 import pytest
 
 from jobs import services as job_services
-from jobs.models import WorkloadKind
+from jobs.models import WorkloadKind, WorkloadTemplate
 from portal.kube import ObjectRef, gateway
 from tests.factories import FlavorFactory
+from tests.helpers import api
 
 pytestmark = pytest.mark.django_db
 
@@ -33,3 +34,10 @@ def test_a_dry_run_admits_a_launch_without_storing_it_and_refuses_in_the_api_ser
     assert refused.checked and not refused.accepted
     assert f"resources.limits[{long_name}]" in refused.refusal, refused.refusal
     assert "name part must be no more than 63 bytes" in refused.refusal, refused.refusal
+
+    body = {"slug": cluster.unique("refused"), "name": "Refused", "kind": "training", "flavors": [odd.slug],
+            "check_in": team.slug, **FIELDS}
+    answer = api(site.admin).post("/api/templates/", body, format="json")
+    assert answer.status_code == 400, answer.json()
+    assert "name part must be no more than 63 bytes" in answer.json()["message"], answer.json()
+    assert not WorkloadTemplate.objects.filter(slug=body["slug"]).exists()

@@ -233,3 +233,61 @@ def test_the_api_shares_a_template_with_chosen_teams_for_admins_only(admin_user,
         False, ["speech"])
     refused = api(admin_user).post(f"/api/templates/{team_template.pk}/share/", {"is_global": True}, format="json")
     assert refused.status_code == 400 and "a team's own template is not shared" in refused.json()["message"]
+
+
+# --- The API's saves pass the same dry run ---------------------------------------------------------
+
+
+ODD_RESOURCE = "example.com/" + "g" * 64
+
+
+def api_body(**changes: Any) -> dict[str, Any]:
+    return {"slug": "finetune", "name": "Fine-tune", "kind": "training", "flavors": ["h100-80gb"],
+            "image": "pytorch/pytorch:2.5", "command": ["python", "train.py"], **changes}
+
+
+def test_an_api_create_the_api_server_refuses_is_a_400_in_its_words_and_saves_nothing(admin_user, ready_team):
+    FlavorFactory(name="Odd", slug="odd", resource_name=ODD_RESOURCE, capacity_units=4)
+    response = api(admin_user).post("/api/templates/", api_body(flavors=["odd"], check_in="vision"), format="json")
+    assert response.status_code == 400, response.json()
+    message = response.json()["message"]
+    assert message.startswith("Not saved: the API server refused what a launch would create in Vision's namespace")
+    assert f"resources.limits[{ODD_RESOURCE}]: Invalid value: " in message
+    assert "name part must be no more than 63 bytes" in message
+    assert not WorkloadTemplate.objects.exists() and not AuditEvent.objects.filter(action="template.created").exists()
+
+
+def test_an_api_create_without_check_in_is_checked_in_the_first_provisioned_team(admin_user, ready_team, other_team):
+    FlavorFactory(name="Odd", slug="odd", resource_name=ODD_RESOURCE, capacity_units=4)
+    refused = api(admin_user).post("/api/templates/", api_body(flavors=["odd"]), format="json")
+    assert refused.status_code == 400 and "in Vision's namespace" in refused.json()["message"]
+    created = api(admin_user).post("/api/templates/", api_body(), format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["checked_in"] == "vision"  # speech sorts first but is not in the cluster
+
+
+def test_a_new_version_through_the_api_the_api_server_refuses_is_not_saved(lead, ready_team, flavor):
+    template = job_services.template_create(user=lead, slug="vision-train", name="Vision training", owner_team=ready_team,
+                                            kind=WorkloadKind.TRAINING, flavors=[flavor], image="pytorch/pytorch:2.5")
+    odd = FlavorFactory(name="Odd", slug="odd", resource_name=ODD_RESOURCE, capacity_units=4)
+    response = api(lead).patch(f"/api/templates/{template.pk}/", {"flavors": [odd.slug], "max_units": 4}, format="json")
+    assert response.status_code == 400 and "name part must be no more than 63 bytes" in response.json()["message"]
+    assert list(template.versions.values_list("number", flat=True)) == [1]
+    accepted = api(lead).patch(f"/api/templates/{template.pk}/", {"max_units": 4}, format="json")
+    assert accepted.status_code == 200, accepted.json()
+    assert (accepted.json()["version"]["number"], accepted.json()["checked_in"]) == (2, "vision")
+    assert [f["slug"] for f in accepted.json()["version"]["flavors"]] == ["h100-80gb"]
+
+
+def test_a_team_template_is_checked_only_in_its_own_teams_namespace(admin_user, lead, ready_team, other_team):
+    response = api(admin_user).post("/api/templates/", api_body(owner_team="vision", check_in="speech"), format="json")
+    assert response.status_code == 400 and response.json()["errors"] == {
+        "check_in": ["A template of vision is checked in its own team's namespace, not in speech's."]}
+    foreign = api(lead).post("/api/templates/", api_body(owner_team="vision", check_in="speech"), format="json")
+    assert foreign.status_code == 400 and "There is no team “speech” that you can see." in foreign.json()["message"]
+    assert not WorkloadTemplate.objects.exists()
+
+
+def test_an_api_create_with_no_team_in_the_cluster_says_it_was_not_checked(admin_user, team, flavor, simulated):
+    response = api(admin_user).post("/api/templates/", api_body(), format="json")
+    assert response.status_code == 201 and response.json()["checked_in"] is None

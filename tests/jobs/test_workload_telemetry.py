@@ -113,3 +113,44 @@ def test_the_workload_list_shows_each_running_workloads_gpu_use_from_one_query(
 def test_the_workload_list_says_no_metrics_rather_than_idle(running_job, member, gpu_metrics):
     gpu_metrics.set_outage(True)
     assert '<td class="num nowrap" data-testid="gpu-use">no metrics' in login(member).get("/workloads/").content.decode()
+
+
+# --- The team page's running workloads --------------------------------------------------------------
+
+
+def test_the_team_page_shows_each_running_workloads_gpu_use_from_one_query(
+        running_job, member, gpu_metrics, ready_team, training, flavor, simulated, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        second = launch(member, ready_team, training, flavor)
+    simulated.advance(1)
+    sync.sync_all()
+    second.refresh_from_db()
+    assert second.phase == Workload.Phase.RUNNING
+    simulated.advance(600)  # its pod reports once it has run a while
+    gpu_metrics.set_engine_active(namespace="vision", pod=running_job.intervals.get().pod_name, percent=42.4)
+    gpu_metrics.set_engine_active(namespace="vision", pod=second.intervals.get().pod_name, percent=7)
+    asked = []
+    real = gpu_metrics.engine_active
+
+    def counted(**kwargs):
+        asked.append(kwargs)
+        return real(**kwargs)
+
+    gpu_metrics.engine_active = counted
+    client = login(member)
+    assert 'hx-get="/teams/vision/gpu-use/"' in client.get("/teams/vision/").content.decode()
+    fragment = client.get("/teams/vision/gpu-use/", HTTP_HX_REQUEST="true").content.decode()
+    assert "<html" not in fragment and len(asked) == 1
+    rows = fragment.split('data-testid="team-gpu-use"')[1]
+    assert rows.index(f"/workloads/{second.pk}/") < rows.index(f"/workloads/{running_job.pk}/")
+    assert '<td class="num nowrap" data-testid="gpu-use">7 %' in rows
+    assert '<td class="num nowrap" data-testid="gpu-use">42 %' in rows
+    assert "<html" in client.get("/teams/vision/gpu-use/").content.decode()  # the real href works too
+
+
+def test_the_team_gpu_use_says_no_metrics_and_is_404_to_another_team(running_job, member, outsider, gpu_metrics):
+    gpu_metrics.set_outage(True)
+    assert 'data-testid="gpu-use">no metrics' in login(member).get("/teams/vision/gpu-use/").content.decode()
+    assert login(outsider).get("/teams/vision/gpu-use/").status_code == 404
+    assert login(outsider).get("/teams/vision/gpu-use/", HTTP_HX_REQUEST="true").status_code == 404
+    assert login(outsider).get("/teams/nonexistent/gpu-use/").status_code == 404
