@@ -295,3 +295,21 @@ def test_the_template_editor_declares_a_volume_and_a_repository_with_their_mount
     page = client.get(reverse("jobs:template-edit", args=[version.template_id])).content.decode()
     assert '<option value="volume" selected>' in page and 'value="/code"' in page
     assert 'value="https://github.com/acme/x.git v1"' in page
+
+
+def test_the_api_declares_a_volume_and_a_repository_and_shows_them_back(admin_user, flavor, sources):
+    body = {"slug": "data-api", "name": "Data", "kind": "training", "flavors": ["h100-80gb"],
+            "image": "quay.io/acme/train:1", "max_units": 4, "parameters": [
+                {"name": "data", "type": "volume", "mount_path": "/data", "read_only": False},
+                {"name": "code", "type": "git", "mount_path": "/code", "prefixes": ["github.com/acme"]}]}
+    response = api(admin_user).post("/api/templates/", body, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["version"]["parameters"] == [
+        {"name": "data", "type": "volume", "default": "", "mount_path": "/data", "read_only": False},
+        {"name": "code", "type": "git", "default": {}, "prefixes": ["github.com/acme"], "mount_path": "/code"}]
+
+    hostile = {**body, "slug": "data-etc", "parameters": [{"name": "d", "type": "volume", "mount_path": "/etc"}]}
+    refused = api(admin_user).post("/api/templates/", hostile, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["errors"] == {"parameters": [
+        "Parameter d: /etc would hide part of the system or the notebook's own storage; choose a path such as /data."]}
