@@ -135,7 +135,9 @@ class LaunchForm(forms.Form):
                 self.fields[key] = forms.CharField(required=False, strip=True, initial=spec.get("default", ""))
             self.initial[key] = self.fields[key].initial
         volumes = any(spec["type"] == "volume" for spec in specs)
-        claims = selectors.team_claims(team=self.chosen_team) if volumes and self.chosen_team is not None else None
+        # Only for a team the person may launch for: finance and admins see every team, not its volumes' names.
+        launchable = self.chosen_team is not None and self.chosen_team.pk in {team.pk for team in self.teams}
+        claims = selectors.team_claims(team=self.chosen_team) if volumes and launchable and self.chosen_team else None
         return [ParameterRow(spec=spec, field=self[PARAMETER_PREFIX + spec["name"]],
                              revision=self[PARAMETER_PREFIX + spec["name"] + REVISION_SUFFIX] if spec["type"] == "git" else None,
                              claims=claims if spec["type"] == "volume" else None)

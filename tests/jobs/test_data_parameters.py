@@ -20,6 +20,8 @@ from jobs.models import Workload, WorkloadKind
 from jobs.parameters import ParameterError, check_declarations, validate_parameters
 from portal.errors import DomainError
 from portal.kube import ObjectRef, gateway
+from tenants.models import Membership
+from tests.factories import MembershipFactory
 from tests.helpers import api, launch, make_ready
 
 pytestmark = pytest.mark.django_db
@@ -246,6 +248,19 @@ def test_the_launch_form_offers_the_teams_claims_and_not_another_teams(client, t
     assert '<option value="imagenet">imagenet</option>' in html and ">scratch-space</option>" in html
     assert "speech-corpus" not in html
     assert "mounted at /data, read-only" in html and "fetched at launch into /workspace/code" in html
+
+
+def test_the_launch_form_lists_claims_only_to_those_who_may_launch_for_the_team(client, team_claims, other_claims,
+                                                                               outsider, finance_user, own_data):
+    url = reverse("jobs:workload-launch")
+    client.force_login(outsider)
+    assert client.get(url, {"team": team_claims.slug, "template": own_data.pk}).status_code == 404
+    # Finance sees every team; as a member of another team it has a launch form, but not this team's volumes.
+    MembershipFactory(team=other_claims, user=finance_user, role=Membership.Role.MEMBER)
+    client.force_login(finance_user)
+    page = client.get(url, {"team": team_claims.slug, "template": own_data.pk})
+    assert page.status_code == 200
+    assert "imagenet" not in page.content.decode()
 
 
 def test_the_launch_form_sends_a_repository_and_revision_and_a_chosen_claim(client, team_claims, member, own_data,
