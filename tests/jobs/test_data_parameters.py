@@ -275,6 +275,15 @@ def test_the_launch_form_sends_a_repository_and_revision_and_a_chosen_claim(clie
                                    "code": {"url": "https://github.com/acme/vision.git", "revision": "main"}}
 
 
+def test_the_workload_page_says_what_was_mounted_where(client, team_claims, member, own_data, flavor):
+    workload = launch(member, team_claims, own_data, flavor, parameters={
+        "data": "imagenet", "code": {"url": "https://github.com/acme/vision.git", "revision": "v2.1"}})
+    client.force_login(member)
+    html = client.get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
+    assert "<strong>https://github.com/acme/vision.git</strong> at <code>v2.1</code>" in html
+    assert "<strong>imagenet</strong></td><td class=\"muted small\">volume, at /data, read-only</td>" in html
+
+
 def test_the_api_refuses_another_teams_claim_and_a_bad_revision_in_words(team_claims, other_claims, member, own_data):
     body = {"team": "vision", "template": own_data.pk, "flavor": "h100-80gb", "units": 1}
     refused = api(member).post("/api/workloads/", {**body, "parameters": {"data": "speech-corpus"}}, format="json")
