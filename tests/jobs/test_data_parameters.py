@@ -9,7 +9,9 @@ fetch runs as Pod Security `restricted` asks."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from typing import Any
 
 import pytest
@@ -337,3 +339,65 @@ def test_the_api_declares_a_volume_and_a_repository_and_shows_them_back(admin_us
     assert refused.status_code == 400
     assert refused.json()["errors"] == {"parameters": [
         "Parameter d: /etc would hide part of the system or the notebook's own storage; choose a path such as /data."]}
+
+
+# --- The fetch script itself, run with the git of this machine ----------------------------------------
+
+
+def _fetch(tmp_path: Any, url: str, revision: str, *, allow_file: bool = False) -> subprocess.CompletedProcess[str]:
+    """Runs the init container's command and environment as the manifest has them, with the
+    checkout in a temporary directory instead of /repo."""
+    spec = manifests.WorkloadSpec(
+        workload_id=1, name="wl-1", namespace="team-x", team="x", kind="training", image="i", command=(), args=(),
+        env=(), resource_name="nvidia.com/gpu", units=1, git_image="git",
+        repositories=(manifests.GitSource(url=url, revision=revision, mount_path="/code"),))
+    (fetch,) = manifests.make_training_job(spec=spec)["spec"]["template"]["spec"]["initContainers"]
+    env = {item["name"]: item["value"] for item in fetch["env"]}
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    env.update(REPO_PATH=str(checkout), PATH=os.environ["PATH"])
+    if allow_file:  # only so a local repository can stand in for an https one
+        env.update(GIT_CONFIG_COUNT="4", GIT_CONFIG_KEY_3="protocol.file.allow", GIT_CONFIG_VALUE_3="always")
+    return subprocess.run(fetch["command"], env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    repo = tmp_path / "upstream"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    for version in ("one", "two"):
+        (repo / "train.py").write_text(f"print('{version}')\n")
+        subprocess.run([*git, "add", "train.py"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", version], check=True)
+        subprocess.run([*git, "tag", f"v-{version}"], check=True)
+    first = subprocess.run([*git, "rev-parse", "v-one"], check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run([*git, "config", "uploadpack.allowAnySHA1InWant", "true"], check=True)
+    return repo, first
+
+
+@pytest.mark.parametrize("revision", ["main", "v-one", "first-commit"])
+def test_the_fetch_checks_out_a_branch_a_tag_or_a_commit(tmp_path, upstream, revision):
+    repo, first = upstream
+    result = _fetch(tmp_path, f"file://{repo}", first if revision == "first-commit" else revision, allow_file=True)
+    assert result.returncode == 0, result.stderr
+    expected = "print('two')\n" if revision == "main" else "print('one')\n"
+    assert (tmp_path / "checkout" / "train.py").read_text() == expected
+
+
+@pytest.mark.parametrize("url", ["file://{repo}", "ext::sh -c touch% {marker}"])
+def test_the_fetch_itself_refuses_every_transport_but_https(tmp_path, upstream, url):
+    """Should a URL get past the portal's checks, git, as the fetch configures it, still refuses it."""
+    repo, _ = upstream
+    marker = tmp_path / "pwned"
+    result = _fetch(tmp_path, url.format(repo=repo, marker=marker), "main")
+    assert result.returncode != 0
+    assert "not allowed" in result.stderr
+    assert not (tmp_path / "checkout" / "train.py").exists() and not marker.exists()
+
+
+def test_a_revision_that_looks_like_an_option_is_a_revision_to_the_fetch(tmp_path, upstream):
+    repo, _ = upstream
+    marker = tmp_path / "pwned"
+    result = _fetch(tmp_path, f"file://{repo}", f"--upload-pack=touch {marker}", allow_file=True)
+    assert result.returncode != 0 and not marker.exists()
