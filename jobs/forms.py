@@ -12,7 +12,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.forms import BoundField
 from django.http import QueryDict
 
-from jobs import reclaim, rules, services
+from jobs import reclaim, rules, selectors, services
 from jobs.models import IdleAction, IdleDefaults, Priority, WorkloadTemplate, WorkloadTemplateVersion
 from portal.errors import DomainError
 from portal.models import User
@@ -20,6 +20,7 @@ from tenants import selectors as tenant_selectors
 from tenants.models import Flavor, Team
 
 PARAMETER_PREFIX = "p_"
+REVISION_SUFFIX = "-revision"  # a hyphen: no parameter's name holds one, so it never meets another's field
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class ParameterRow:
 
     spec: dict[str, Any]
     field: BoundField
+    revision: BoundField | None = None  # a git parameter's second input
+    claims: list[str] | None = None  # a volume parameter's choices: the team's claims (None: unread)
 
     @property
     def name(self) -> str:
@@ -126,6 +129,12 @@ class LaunchForm(forms.Form):
             key = PARAMETER_PREFIX + spec["name"]
             if spec["type"] == "bool":
                 self.fields[key] = forms.BooleanField(required=False, initial=bool(spec.get("default")))
+            elif spec["type"] == "git":
+                default = spec.get("default") or {}
+                self.fields[key] = forms.CharField(required=False, strip=True, initial=default.get("url", ""))
+                self.fields[key + REVISION_SUFFIX] = forms.CharField(required=False, strip=True,
+                                                                     initial=default.get("revision", ""))
+                self.initial[key + REVISION_SUFFIX] = self.fields[key + REVISION_SUFFIX].initial
             elif spec["type"] in ("args", "env"):
                 # One per line: an argument, or NAME=value; the service parses and bounds them.
                 default = spec.get("default") or ([] if spec["type"] == "args" else {})
@@ -135,7 +144,14 @@ class LaunchForm(forms.Form):
                 # Text, not numbers: the service coerces and bounds them, with its own messages.
                 self.fields[key] = forms.CharField(required=False, strip=True, initial=spec.get("default", ""))
             self.initial[key] = self.fields[key].initial
-        return [ParameterRow(spec=spec, field=self[PARAMETER_PREFIX + spec["name"]]) for spec in specs]
+        volumes = any(spec["type"] == "volume" for spec in specs)
+        # Only for a team the person may launch for: finance and admins see every team, not its volumes' names.
+        launchable = self.chosen_team is not None and self.chosen_team.pk in {team.pk for team in self.teams}
+        claims = selectors.team_claims(team=self.chosen_team) if volumes and launchable and self.chosen_team else None
+        return [ParameterRow(spec=spec, field=self[PARAMETER_PREFIX + spec["name"]],
+                             revision=self[PARAMETER_PREFIX + spec["name"] + REVISION_SUFFIX] if spec["type"] == "git" else None,
+                             claims=claims if spec["type"] == "volume" else None)
+                for spec in specs]
 
     @property
     def team_count(self) -> int:
@@ -144,6 +160,10 @@ class LaunchForm(forms.Form):
     def launch_request(self) -> services.LaunchRequest:
         data = self.cleaned_data
         parameters = {row.name: data.get(PARAMETER_PREFIX + row.name) for row in self.parameter_rows}
+        for row in self.parameter_rows:
+            if row.type == "git":
+                parameters[row.name] = {"url": data.get(PARAMETER_PREFIX + row.name) or "",
+                                        "revision": data.get(PARAMETER_PREFIX + row.name + REVISION_SUFFIX) or ""}
         return services.LaunchRequest(
             team=data["team"], template=data["template"], flavor=data["flavor"], units=data.get("units"), cpu=data.get("cpu"),
             memory_gib=data.get("memory_gib"), priority=data.get("priority") or None, name=data.get("name") or "",

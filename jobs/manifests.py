@@ -9,6 +9,7 @@ only as values of the template's declared parameters, as arguments and environme
 from __future__ import annotations
 
 import base64
+import copy
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -60,6 +61,47 @@ class IngressSpec:
 
 
 @dataclass(frozen=True)
+class VolumeMount:
+    """One of the team's PersistentVolumeClaims, mounted where the template says."""
+
+    claim: str
+    mount_path: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class GitSource:
+    """A repository an init container fetches into an emptyDir the workload sees at mount_path."""
+
+    url: str
+    revision: str
+    mount_path: str
+
+
+# The fetch is one fixed script: the URL and revision reach it only as environment variables,
+# expanded inside double quotes (never parsed as shell), after `--` (never read as options).
+GIT_FETCH_SCRIPT = ('set -eu\ncd "$REPO_PATH"\ngit init -q .\n'
+                    'git fetch -q --depth 1 -- "$REPO_URL" "$REPO_REVISION"\ngit checkout -q --detach FETCH_HEAD\n')
+GIT_FETCH_PATH = "/repo"
+# Git reads these as command-line configuration: https only (no file://, ssh or ext:: transport,
+# whatever a redirect or submodule says), and the emptyDir, owned by root, is a safe directory.
+GIT_FETCH_ENV = (
+    ("GIT_TERMINAL_PROMPT", "0"), ("GIT_CONFIG_NOSYSTEM", "1"), ("HOME", "/tmp"),
+    ("GIT_CONFIG_COUNT", "3"), ("GIT_CONFIG_KEY_0", "protocol.allow"), ("GIT_CONFIG_VALUE_0", "never"),
+    ("GIT_CONFIG_KEY_1", "protocol.https.allow"), ("GIT_CONFIG_VALUE_1", "always"),
+    ("GIT_CONFIG_KEY_2", "safe.directory"), ("GIT_CONFIG_VALUE_2", GIT_FETCH_PATH),
+)
+GIT_FETCH_RESOURCES = {"cpu": "500m", "memory": "512Mi"}
+GIT_CHECKOUT_SIZE_LIMIT = "4Gi"
+RESTRICTED_CONTAINER: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     workload_id: int
     name: str  # the Kubernetes name, e.g. wl-42
@@ -82,6 +124,9 @@ class WorkloadSpec:
     notebook_token: str = ""
     ingress: IngressSpec | None = None
     annotations: tuple[tuple[str, str], ...] = ()
+    volumes: tuple[VolumeMount, ...] = ()
+    repositories: tuple[GitSource, ...] = ()
+    git_image: str = ""  # the site's image for fetching repositories (PORTAL_GIT_IMAGE)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -113,13 +158,13 @@ def _container(
         "image": spec.image,
         "env": [*({"name": k, "value": v} for k, v in (*spec.env, *extra_env)), *secret_env],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "runAsNonRoot": True,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _restricted(),
     }
+    mounts = [*({"name": f"data-{index}", "mountPath": volume.mount_path, "readOnly": volume.read_only}
+                for index, volume in enumerate(spec.volumes)),
+              *({"name": f"repo-{index}", "mountPath": repo.mount_path} for index, repo in enumerate(spec.repositories))]
+    if mounts:
+        container["volumeMounts"] = mounts
     if spec.command:
         container["command"] = list(spec.command)
     if spec.args:
@@ -127,6 +172,35 @@ def _container(
     if spec.port:
         container["ports"] = [{"name": HTTP_PORT_NAME, "containerPort": spec.port}]
     return container
+
+
+def _restricted() -> dict[str, Any]:
+    return copy.deepcopy(RESTRICTED_CONTAINER)
+
+
+def _git_fetch(spec: WorkloadSpec, index: int, repo: GitSource) -> dict[str, Any]:
+    variables = (("REPO_URL", repo.url), ("REPO_REVISION", repo.revision), ("REPO_PATH", GIT_FETCH_PATH), *GIT_FETCH_ENV)
+    return {
+        "name": f"fetch-repo-{index}",
+        "image": spec.git_image,
+        "command": ["sh", "-c", GIT_FETCH_SCRIPT],
+        "env": [{"name": name, "value": value} for name, value in variables],
+        "volumeMounts": [{"name": f"repo-{index}", "mountPath": GIT_FETCH_PATH}],
+        "resources": {"requests": dict(GIT_FETCH_RESOURCES), "limits": dict(GIT_FETCH_RESOURCES)},
+        "securityContext": _restricted(),
+    }
+
+
+def _pod_volumes(spec: WorkloadSpec) -> dict[str, Any]:
+    """The chosen claims and the repositories' emptyDirs, and the init containers that fill them."""
+    volumes = [*({"name": f"data-{index}", "persistentVolumeClaim": {"claimName": volume.claim, "readOnly": volume.read_only}}
+                 for index, volume in enumerate(spec.volumes)),
+               *({"name": f"repo-{index}", "emptyDir": {"sizeLimit": GIT_CHECKOUT_SIZE_LIMIT}}
+                 for index, _ in enumerate(spec.repositories))]
+    extra: dict[str, Any] = {"volumes": volumes} if volumes else {}
+    if spec.repositories:
+        extra["initContainers"] = [_git_fetch(spec, index, repo) for index, repo in enumerate(spec.repositories)]
+    return extra
 
 
 def _pod_template(spec: WorkloadSpec, container: dict[str, Any], *, restart: str, **extra: Any) -> dict[str, Any]:
@@ -138,6 +212,7 @@ def _pod_template(spec: WorkloadSpec, container: dict[str, Any], *, restart: str
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "restartPolicy": restart,
         "containers": [container],
+        **_pod_volumes(spec),
         **extra,
     }
     # The kind tells the team's network policies which pods the portal and the ingress controller may reach.
@@ -268,7 +343,7 @@ def make_notebook(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
         },
     }
     if spec.storage_gib:
-        container["volumeMounts"] = [{"name": "home", "mountPath": "/home/jovyan/work"}]
+        container["volumeMounts"] = [{"name": "home", "mountPath": "/home/jovyan/work"}, *container.get("volumeMounts", [])]
         statefulset["spec"]["volumeClaimTemplates"] = [{
             "metadata": {"name": "home", "labels": dict(spec.labels)},
             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{spec.storage_gib}Gi"}}},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import string
+from dataclasses import dataclass
 from typing import Any
 
 from jobs import policy
@@ -14,9 +15,14 @@ from jobs import policy
 # a data scientist's own work, each still bounded and never a pod spec: "image" (the container
 # image, from the template's `prefixes` and the admin's allow-list), "args" (a list of arguments
 # added after the template's, at most `max_items` of at most `max_length` characters), "env"
-# (variables whose names the template declares in `names`).
+# (variables whose names the template declares in `names`), "volume" (one of the team's
+# PersistentVolumeClaims, by name, mounted at the template's `mount_path`, read-only unless the
+# template says `read_only: false`; empty mounts nothing) and "git" (a repository URL and revision,
+# fetched by an init container into an emptyDir the main container sees at `mount_path`; the URL
+# only from the template's `prefixes` and the site's PORTAL_GIT_SOURCES; empty fetches nothing).
 SCALAR_TYPES = ("int", "float", "choice", "bool")
-WORK_TYPES = ("image", "args", "env")
+WORK_TYPES = ("image", "args", "env", "volume", "git")
+SOURCE_TYPES = ("volume", "git")
 TYPES = (*SCALAR_TYPES, *WORK_TYPES)
 ARGS_MAX_ITEMS, ARG_MAX_LENGTH, ENV_VALUE_MAX_LENGTH = 50, 1024, 4096
 NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
@@ -62,6 +68,12 @@ def check_declarations(declared: list[dict[str, Any]]) -> None:
         validate_parameters(declared=[spec], given={})  # the default must satisfy its own bounds
     if sum(1 for spec in declared if spec.get("type") == "image") > 1:
         raise ParameterError("A template may let people choose one image, not several.")
+    paths = [spec["mount_path"] for spec in declared if spec.get("type") in SOURCE_TYPES]
+    for path in paths:
+        if paths.count(path) > 1:
+            raise ParameterError(f"Two parameters mount at {path}; each volume and repository needs its own path.")
+        if any(other != path and other.startswith(f"{path}/") for other in paths):
+            raise ParameterError(f"A mount path lies inside {path}; give each volume and repository a path of its own.")
 
 
 def _check_work_declaration(spec: dict[str, Any]) -> None:
@@ -79,6 +91,18 @@ def _check_work_declaration(spec: dict[str, Any]) -> None:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
                 raise ParameterError(f"Parameter {name}: {key} must be a whole number from 1 to {most}.", name=name)
         spec.setdefault("default", [])
+    elif kind in SOURCE_TYPES:
+        if problem := policy.mount_path_problem(spec.get("mount_path")):
+            raise ParameterError(f"Parameter {name}: {problem}", name=name)
+        if kind == "volume" and not isinstance(spec.setdefault("read_only", True), bool):
+            raise ParameterError(f"Parameter {name}: read_only must be true or false.", name=name)
+        if kind == "git":
+            prefixes = spec.get("prefixes") or []
+            if not isinstance(prefixes, list) or not all(isinstance(p, str) and policy.git_source_entry(p) for p in prefixes):
+                raise ParameterError(f"Parameter {name}: prefixes are hosts, optionally with a path, "
+                                     "e.g. [\"github.com/acme\"].", name=name)
+        coerce = _coerce_volume if kind == "volume" else _coerce_git
+        spec["default"] = coerce(spec, spec.get("default") or ("" if kind == "volume" else {}))
     else:
         names = spec.get("names")
         if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
@@ -165,8 +189,47 @@ def _coerce_env(spec: dict[str, Any], raw: Any) -> dict[str, str]:
     return {key: raw[key] for key in sorted(raw)}
 
 
+def _coerce_volume(spec: dict[str, Any], raw: Any) -> str:
+    """The name of a claim; whether the team has it is asked of the cluster at launch."""
+    name, claim = spec["name"], raw.strip() if isinstance(raw, str) else raw
+    if not isinstance(claim, str) or (claim and not policy.claim_name_valid(claim)):
+        shown = claim[:80] if isinstance(claim, str) else claim
+        raise ParameterError(f"{name}: “{shown}” is not the name of a data volume (lowercase letters, digits, '-' and "
+                             "'.', starting and ending with a letter or digit).", name=name)
+    return claim
+
+
+def _coerce_git(spec: dict[str, Any], raw: Any) -> dict[str, str]:
+    """A repository and a revision (branch, tag or commit); nothing when the URL is empty."""
+    name = spec["name"]
+    if isinstance(raw, str):
+        raw = {"url": raw, "revision": ""}
+    if not isinstance(raw, dict) or set(raw) - {"url", "revision"} or not all(isinstance(v, str) for v in raw.values()):
+        raise ParameterError(f"{name} must be a repository URL and a revision, e.g. "
+                             "{\"url\": \"https://github.com/acme/train.git\", \"revision\": \"main\"}.", name=name)
+    url, revision = raw.get("url", "").strip(), raw.get("revision", "").strip()
+    if not url:
+        if revision:
+            raise ParameterError(f"{name}: a revision needs a repository URL.", name=name)
+        return {}
+    if problem := policy.git_url_problem(url):
+        raise ParameterError(f"{name}: {problem}", name=name)
+    prefixes = spec.get("prefixes") or []
+    if prefixes and not policy.git_url_allowed(url, prefixes):
+        raise ParameterError(f"{name}: the repository {url} is not under {', '.join(prefixes)}, where this template "
+                             "takes code from.", name=name)
+    revision = revision or "HEAD"
+    if problem := policy.git_revision_problem(revision):
+        raise ParameterError(f"{name}: {problem}", name=name)
+    return {"url": url, "revision": revision}
+
+
 def _coerce(spec: dict[str, Any], raw: Any) -> Any:
     name, kind = spec["name"], spec["type"]
+    if kind == "volume":
+        return _coerce_volume(spec, raw)
+    if kind == "git":
+        return _coerce_git(spec, raw)
     if kind == "image":
         return _coerce_image(spec, raw)
     if kind == "args":
@@ -219,8 +282,11 @@ def validate_parameters(*, declared: list[dict[str, Any]], given: dict[str, Any]
     values = {}
     for name, spec in known.items():
         raw = given.get(name, spec.get("default"))
-        if spec["type"] in ("args", "env") and (raw is None or raw == ""):
-            raw = [] if spec["type"] == "args" else {}
+        if spec["type"] == "volume" and (raw is None or raw == ""):
+            values[name] = ""  # no volume mounted
+            continue
+        if spec["type"] in ("args", "env", "git") and (raw is None or raw == ""):
+            raw = {"args": [], "env": {}, "git": {}}[spec["type"]]
         if raw is None or raw == "":
             if spec["type"] == "bool":
                 raw = False
@@ -260,3 +326,23 @@ def chosen_work(*, declared: list[dict[str, Any]], values: dict[str, Any]) -> tu
         elif spec.get("type") == "env" and isinstance(value, dict):
             env.update({str(k): str(v) for k, v in value.items()})
     return image, args, env
+
+
+@dataclass(frozen=True)
+class ChosenSources:
+    """The data a launch mounts: claims as (claim, mount path, read only), repositories as
+    (url, revision, mount path), in the order the template declares them."""
+
+    volumes: tuple[tuple[str, str, bool], ...] = ()
+    repositories: tuple[tuple[str, str, str], ...] = ()
+
+
+def chosen_sources(*, declared: list[dict[str, Any]], values: dict[str, Any]) -> ChosenSources:
+    volumes, repositories = [], []
+    for spec in declared:
+        value = values.get(spec["name"])
+        if spec.get("type") == "volume" and isinstance(value, str) and value:
+            volumes.append((value, str(spec["mount_path"]), spec.get("read_only", True) is not False))
+        elif spec.get("type") == "git" and isinstance(value, dict) and value.get("url"):
+            repositories.append((str(value["url"]), str(value["revision"]), str(spec["mount_path"])))
+    return ChosenSources(volumes=tuple(volumes), repositories=tuple(repositories))

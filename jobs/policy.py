@@ -161,3 +161,73 @@ def env_problem(name: str) -> str | None:
         return (f"A template may not set {name}: it would change what code the container loads, which certificates "
                 "it trusts, where its traffic goes or which GPUs it sees, or the portal sets it itself.")
     return None
+
+
+# --- Data: volumes and repositories ----------------------------------------------------------------
+
+# A PersistentVolumeClaim's name: a DNS-1123 subdomain, ASCII only (str.isalnum would take "é").
+CLAIM_NAME = re.compile(r"^[a-z0-9](?:[-a-z0-9.]{0,251}[a-z0-9])?$")
+MOUNT_PATH = re.compile(r"^(?:/[A-Za-z0-9_][A-Za-z0-9._-]{0,62}){1,8}$")
+# Where a mount would hide or replace what the image or the kubelet puts there.
+RESERVED_MOUNT_PATHS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/root", "/run", "/sbin",
+                        "/sys", "/usr", "/var/run", "/home/jovyan/work")
+
+
+def claim_name_valid(name: str) -> bool:
+    return bool(CLAIM_NAME.fullmatch(name)) and ".." not in name
+
+
+def mount_path_problem(path: object) -> str | None:
+    """Why a template may not mount a volume or repository at `path`, or None. The template
+    declares it; a launch never chooses where anything is mounted."""
+    if not isinstance(path, str) or not MOUNT_PATH.fullmatch(path) or any(part in (".", "..") for part in path.split("/")):
+        return (f"the mount path must be an absolute path of plain names (letters, digits, '.', '_', '-'), "
+                f"e.g. /data, not “{str(path)[:80]}”.")
+    if any(path == reserved or path.startswith(f"{reserved}/") for reserved in RESERVED_MOUNT_PATHS):
+        return f"{path} would hide part of the system or the notebook's own storage; choose a path such as /data."
+    return None
+
+
+GIT_HOST = re.compile(rf"^(?P<host>{_HOST})$")
+_GIT_SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9._~-]{0,99}"
+# Only https, with no user, password, query or fragment: no file://, ssh, ext:: or other transports.
+GIT_URL = re.compile(rf"^https://(?P<host>{_HOST})/(?P<path>{_GIT_SEGMENT}(?:/{_GIT_SEGMENT}){{0,9}})/?$")
+GIT_ENTRY = re.compile(rf"^(?P<host>{_HOST})(?:/(?P<path>{_GIT_SEGMENT}(?:/{_GIT_SEGMENT}){{0,9}}))?$")
+# A branch, tag or commit: the characters git allows in a ref name that need no quoting, never
+# starting with '-' (an option) and without git's own syntax ("..", "@{", a trailing ".lock").
+GIT_REVISION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._/+-]{0,199}$")
+
+
+def git_source_entry(text: str) -> str | None:
+    """A repository allow-list entry in its one form (`host[/path]`, lowercase host), or None."""
+    match = GIT_ENTRY.fullmatch(text.strip().removeprefix("https://").rstrip("/"))
+    if match is None or "." not in match["host"] or ".." in (match["path"] or ""):
+        return None
+    host = match["host"].lower()
+    return f"{host}/{match['path']}" if match["path"] else host
+
+
+def git_url_problem(url: str) -> str | None:
+    match = GIT_URL.fullmatch(url) if len(url) <= 512 else None
+    if match is None or any(part in (".", "..") for part in match["path"].split("/")):
+        return (f"“{url[:120]}” is not a repository URL this portal fetches: write https://host/path, without a user, "
+                "password, query or another transport (file://, ssh, ext::).")
+    return None
+
+
+def git_url_allowed(url: str, entries: Iterable[str]) -> bool:
+    """Whether the repository lies under an allowed entry: its host, or its host and leading
+    path segments, whole segments only (github.com/acme does not allow github.com/acme-evil)."""
+    match = GIT_URL.fullmatch(url) if len(url) <= 512 else None
+    if match is None:
+        return False
+    repository = f"{match['host'].lower()}/{match['path'].rstrip('/')}"
+    return any(repository.startswith(f"{entry}/") for entry in entries if entry)
+
+
+def git_revision_problem(revision: str) -> str | None:
+    if (not GIT_REVISION.fullmatch(revision) or ".." in revision or "//" in revision or revision.endswith((".lock", "/", "."))
+            or "/." in revision):
+        return (f"“{revision[:80]}” is not a branch, tag or commit: letters, digits and . _ / + - only, not starting "
+                "with '-'.")
+    return None

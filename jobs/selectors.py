@@ -33,6 +33,32 @@ def image_allow_list() -> list[str]:
     return sorted({*configured, *ImageRegistry.objects.values_list("prefix", flat=True)})
 
 
+def git_sources() -> list[str]:
+    """Where git parameters may fetch code from (PORTAL_GIT_SOURCES), in one written form."""
+    return sorted({entry for entry in map(policy.git_source_entry, settings.PORTAL_GIT_SOURCES) if entry})
+
+
+def team_claims(*, team: Team) -> list[str] | None:
+    """The names of the team's data volumes: the PersistentVolumeClaims in its namespace as the
+    cluster has them now (none being deleted), for the launch form to offer. None when the
+    cluster does not answer. Only the team's own namespace is read, so another team's claims
+    are never listed."""
+    try:
+        claims, _ = gateway().list("v1", "PersistentVolumeClaim", namespace=team.namespace)
+    except KubeError:
+        return None
+    return sorted(claim["metadata"]["name"] for claim in claims if not claim["metadata"].get("deletionTimestamp"))
+
+
+def team_claim_exists(*, team: Team, claim: str) -> bool:
+    """Whether the team's namespace holds the claim now: a direct read, never a cached list
+    (raises KubeError when the cluster does not answer)."""
+    from portal.kube import ObjectRef
+
+    found = gateway().get(ObjectRef("v1", "PersistentVolumeClaim", claim, team.namespace))
+    return found is not None and not found["metadata"].get("deletionTimestamp")
+
+
 def workloads_for_user(*, user: Any) -> QuerySet[Workload]:
     """The workloads the user can see; the lists narrow them with jobs.filters.WorkloadFilter."""
     return Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")

@@ -104,6 +104,16 @@ class ParameterSerializer(StrictInputMixin, serializers.Serializer):
     min = NumberField(required=False, allow_null=True, help_text="int and float only.")
     max = NumberField(required=False, allow_null=True, help_text="int and float only.")
     choices = serializers.ListField(child=serializers.CharField(), required=False, help_text="choice only.")
+    prefixes = serializers.ListField(child=serializers.CharField(), required=False,
+                                     help_text="image and git only: where values may come from, e.g. ghcr.io/acme.")
+    names = serializers.ListField(child=serializers.CharField(), required=False,
+                                  help_text="env only: the variables people may set.")
+    max_items = serializers.IntegerField(required=False, help_text="args only: at most this many arguments.")
+    max_length = serializers.IntegerField(required=False, help_text="args only: each at most this many characters.")
+    mount_path = serializers.CharField(required=False, help_text="volume and git only: where the container sees it.")
+    # DRF's metaclass takes declared fields out of the class, so this never shadows Field.read_only.
+    read_only = serializers.BooleanField(  # type: ignore[assignment]
+        required=False, help_text="volume only: false lets the workload write (read-only when left out).")
 
     def to_representation(self, instance: Any) -> dict[str, Any]:
         # Declarations are stored as given: show only the keys a declaration has.

@@ -27,6 +27,7 @@ from jobs.parameters import (
     ParameterError,
     check_declarations,
     check_pod_count,
+    chosen_sources,
     chosen_work,
     render,
     validate_parameters,
@@ -130,6 +131,7 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     chosen_image, _, _ = chosen_work(declared=version.parameters, values=values)
     if chosen_image is not None and (problem := policy.image_problem(chosen_image, selectors.image_allow_list())):
         raise DomainError(problem, field="parameters")
+    _check_sources(team, version.parameters, values)
     units = version.default_units if request.units is None else request.units
     if not 1 <= units <= version.max_units:
         raise DomainError(f"GPU units must be between 1 and {version.max_units} for {template.name}.", field="units")
@@ -169,6 +171,31 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     if refusal := pricing.launch_refusal(team=team):
         raise DomainError(refusal, field="team")
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
+
+
+def _check_sources(team: Team, declared: list[dict[str, Any]], values: dict[str, Any]) -> None:
+    """A chosen data volume must be a claim in the team's own namespace now (read from the
+    cluster, not a list the form showed); a repository must be under the site's allowed sources."""
+    from portal.kube import KubeError
+
+    for spec in declared:
+        name, value = spec["name"], values.get(spec["name"])
+        if spec.get("type") == "volume" and value:
+            try:
+                exists = selectors.team_claim_exists(team=team, claim=value)
+            except KubeError as error:
+                raise DomainError(f"{name}: the cluster did not answer whether {team.slug} has the data volume "
+                                  f"“{value}”; try again in a minute ({error}).", field="parameters") from None
+            if not exists:
+                raise DomainError(f"{name}: {team.slug} has no data volume (PersistentVolumeClaim) named “{value}” in "
+                                  "its namespace; choose one of the team's volumes.", field="parameters")
+        elif spec.get("type") == "git" and value and not policy.git_url_allowed(value["url"], selectors.git_sources()):
+            raise DomainError(_git_refusal(name, value["url"]), field="parameters")
+
+
+def _git_refusal(name: str, url: str) -> str:
+    allowed = ", ".join(selectors.git_sources()) or "none yet (the site sets PORTAL_GIT_SOURCES)"
+    return f"{name}: the repository {url} is not from a source this portal fetches code from; allowed: {allowed}."
 
 
 def image_no_longer_allowed(version: WorkloadTemplateVersion) -> str:
@@ -361,6 +388,7 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
     values = workload.parameters
     try:
         image, extra_args, extra_env = chosen_work(declared=version.parameters, values=values)
+        sources = chosen_sources(declared=version.parameters, values=values)
         args = (*(render(arg, values) for arg in version.args), *extra_args)
         variables = {key: render(str(value), values) for key, value in version.env.items()}
         env = tuple(sorted({**variables, **extra_env}.items()))
@@ -376,6 +404,11 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         notebook_token=access.notebook_token(workload) if version.template.kind == WorkloadKind.NOTEBOOK else "",
         ingress=ingress_spec(workload),
         annotations=tuple(sorted(settings.PORTAL_POD_ANNOTATIONS.items())),
+        volumes=tuple(manifests.VolumeMount(claim=claim, mount_path=path, read_only=read_only)
+                      for claim, path, read_only in sources.volumes),
+        repositories=tuple(manifests.GitSource(url=url, revision=revision, mount_path=path)
+                           for url, revision, path in sources.repositories),
+        git_image=settings.PORTAL_GIT_IMAGE if sources.repositories else "",
     )
 
 
@@ -436,6 +469,11 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
             render(str(arg), {k: v if v is not None else "" for k, v in names.items()})
     except ParameterError as error:
         raise DomainError(str(error), field="parameters") from None
+    for spec in fields.get("parameters") or []:
+        default = spec.get("default")
+        if spec["type"] == "git" and isinstance(default, dict) and default.get("url") and not policy.git_url_allowed(
+                default["url"], selectors.git_sources()):
+            raise DomainError(_git_refusal(spec["name"], default["url"]), field="parameters")
     if kind in POD_COUNT_KINDS:
         for spec in fields.get("parameters") or []:
             if spec["name"] in ("workers", "replicas") and spec["max"] > policy.MAX_POD_COUNT:

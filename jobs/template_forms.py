@@ -2,10 +2,11 @@
 (jobs.services.TEMPLATE_VERSION_FIELDS) and the parameter declarations of jobs/parameters.py;
 every rule about them is the services' (`_check_version`), so the page and the API agree.
 
-Parameters are repeated rows (name, type, default, min, max, choices) rather than a formset, as
-the quota request's lines are. The types offered are jobs.parameters.TYPES, so a new type
-appears here by itself; keys a declaration holds beyond those six (a new type's own settings)
-are kept from the current version when its row keeps its name.
+Parameters are repeated rows (name, type, default, min, max, choices, mount path) rather than a
+formset, as the quota request's lines are. The types offered are jobs.parameters.TYPES, so a new
+type appears here by itself; keys a declaration holds beyond those seven (a new type's own
+settings, such as a volume's read_only: false) are kept from the current version when its row
+keeps its name.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from portal.errors import DomainError
 from portal.models import User
 from tenants.models import Flavor, Membership, Team, user_team_roles
 
-ROW_KEYS = ("name", "type", "default", "min", "max", "choices")
+ROW_KEYS = ("name", "type", "default", "min", "max", "choices", "mount_path")
 BLANK_ROWS = 2
 
 
@@ -38,6 +39,7 @@ class ParameterRow:
     min: str = ""
     max: str = ""
     choices: str = ""
+    mount_path: str = ""  # where a volume or git parameter is mounted
 
     @property
     def is_blank(self) -> bool:
@@ -47,6 +49,8 @@ class ParameterRow:
 def _text(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, dict):  # a git default: "URL REVISION", as the row takes it
+        return " ".join(str(part) for part in (value.get("url"), value.get("revision")) if part)
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
@@ -74,6 +78,9 @@ def _default(kind: str, text: str) -> Any:
         return _number(text)
     if kind == "bool":
         return text.lower() in {"true", "1", "yes", "on"}
+    if kind == "git":
+        url, _, revision = text.partition(" ")
+        return {"url": url, "revision": revision.strip()}
     return text
 
 
@@ -220,6 +227,8 @@ class TemplateEditorForm(forms.Form):
             choices = [choice.strip() for choice in row.choices.split(",") if choice.strip()]
             if choices:
                 spec["choices"] = choices
+            if row.mount_path.strip():
+                spec["mount_path"] = row.mount_path.strip()
             declared.append(spec)
         return declared
 

@@ -391,6 +391,12 @@ PORTAL_TEAM_MAX_WORKLOADS = int(env("PORTAL_TEAM_MAX_WORKLOADS", "200"))
 # comma-separated). Platform admins add more under Image registries (admin and API); a template's
 # image must match one of either list.
 PORTAL_IMAGE_REGISTRIES = env_list("PORTAL_IMAGE_REGISTRIES", "")
+# Where a template's git parameters may fetch code from (host, or host/path prefix, whole
+# segments; comma-separated, e.g. "github.com/acme,gitlab.example.com"). Empty: nowhere.
+PORTAL_GIT_SOURCES = env_list("PORTAL_GIT_SOURCES", "")
+# The image of the init container that fetches a repository (it needs `sh` and `git`); it runs
+# as the workload's non-root user under Pod Security `restricted`.
+PORTAL_GIT_IMAGE = env("PORTAL_GIT_IMAGE", "docker.io/alpine/git:v2.47.2")
 # Launches (and relaunches) one user may make, from the pages and the API together.
 PORTAL_LAUNCH_RATE = env_rate("PORTAL_LAUNCH_RATE", "30/minute")
 # Failed password sign-ins: this many within the window locks the account, and separately the

@@ -48,6 +48,7 @@ KINDS: dict[tuple[str, str], KindInfo] = {
         KindInfo("v1", "Pod", "pods", True),
         KindInfo("v1", "Service", "services", True),
         KindInfo("v1", "Secret", "secrets", True),
+        KindInfo("v1", "PersistentVolumeClaim", "persistentvolumeclaims", True),
         KindInfo("v1", "Event", "events", True),
         KindInfo("v1", "Node", "nodes", False),
         KindInfo("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True),

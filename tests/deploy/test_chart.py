@@ -190,6 +190,8 @@ def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
         if "secrets" in rule["resources"]:
             assert set(rule["verbs"]) == {"create", "patch", "delete"}
+        if "persistentvolumeclaims" in rule["resources"]:  # the team's data volumes: read, never written
+            assert set(rule["verbs"]) == {"get", "list"}
         assert not {"clusterroles", "clusterrolebindings", "roles", "serviceaccounts/token"} & set(rule["resources"])
     # Exactly the kinds portal/kube's table names (nodes and configmaps are only the simulated cluster's).
     from portal.kube.base import KINDS

@@ -109,6 +109,8 @@ exists, can read them too. */}}
   "PORTAL_NAMESPACE_PREFIX" $v.cluster.namespacePrefix
   "PORTAL_TEAM_MAX_WORKLOADS" $v.cluster.teamMaxWorkloads
   "PORTAL_IMAGE_REGISTRIES" (join "," $v.cluster.imageRegistries)
+  "PORTAL_GIT_SOURCES" (join "," $v.cluster.gitSources)
+  "PORTAL_GIT_IMAGE" $v.cluster.gitImage
   "PORTAL_INGRESS_NAMESPACE" $v.cluster.ingressNamespace
   "PORTAL_INGRESS_CLASS" $v.workloadIngress.className
   "PORTAL_INGRESS_DOMAIN" $v.workloadIngress.domain
