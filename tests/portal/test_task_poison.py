@@ -17,7 +17,11 @@ from typing import Any
 import pytest
 from celery.signals import task_retry
 
+from jobs import tasks as job_tasks
+from jobs.models import Workload, WorkloadTemplate
 from portal.celery import app
+from portal.kube import ObjectRef
+from tests.helpers import launch
 
 pytestmark = pytest.mark.django_db
 
@@ -107,3 +111,20 @@ def test_a_task_given_something_that_no_longer_exists_ends_with_the_reason_logge
     assert result.successful(), result.traceback
     assert retries == []
     assert reason in said, said
+
+
+def test_a_lost_submission_of_a_withdrawn_template_fails_with_the_reason_and_is_not_sent_again(
+        ready_team, member, training, flavor, simulated, retries, settings):
+    workload = launch(member, ready_team, training, flavor)  # recorded; its task was lost (eager tasks wait for commit)
+    WorkloadTemplate.objects.filter(pk=training.pk).update(is_active=False)
+    settings.PORTAL_SUBMITTING_BOUND_SECONDS = -1
+
+    assert job_tasks.workloads_resubmit_lost.delay().get() == 1
+
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.FAILED
+    assert workload.reason == (f"Not created in the cluster: The template “{training.name}” is no longer available "
+                               f"to {ready_team.slug}; launch it again from another template.")
+    assert simulated.get(ObjectRef("batch/v1", "Job", workload.k8s_name, ready_team.namespace)) is None
+    assert retries == []
+    assert job_tasks.workloads_resubmit_lost.delay().get() == 0  # the periodic pass leaves it be
