@@ -405,11 +405,13 @@ def sync_all() -> SyncResult:
 
 
 def _unchanged_since_read(workload: Workload) -> bool:
-    """Whether the workload is still in the phase this pass read, locked until the transaction
-    ends: a stop committed meanwhile deletes its objects, and their absence must not then be
-    recorded over it as gone."""
-    current = Workload.objects.select_for_update().filter(pk=workload.pk).values_list("phase", flat=True).first()
-    return current == workload.phase
+    """Whether the workload is still in the phase, with the reason, this pass read, locked until
+    the transaction ends: a stop committed meanwhile deletes its objects, and their absence must
+    not then be recorded over it as gone; and another writer (a second watcher during a rolling
+    update, the full pass) that recorded a change meanwhile, if only of the reason, must not see
+    it written twice."""
+    current = Workload.objects.select_for_update().filter(pk=workload.pk).values_list("phase", "reason").first()
+    return current == (workload.phase, workload.reason)
 
 
 def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Callable[[], None] | None = None) -> SyncResult:
