@@ -366,8 +366,13 @@ def mark_borrowed(team_ids: set[int] | None = None) -> None:
             flips[borrowed].append(workload.pk)
     at = timezone.now()
     for borrowed, ids in flips.items():  # a reclaim flips many at once: one write per direction
-        Workload.objects.filter(pk__in=ids).update(on_borrowed=borrowed)
-        record_switch(workload_ids=ids, borrowed=borrowed, at=at)
+        with transaction.atomic():
+            # Another writer (a second watcher, the full pass) may have flipped some since they were
+            # read: only those still unflipped, locked, are flipped and split here, so never twice.
+            ids = list(Workload.objects.select_for_update().filter(pk__in=ids, on_borrowed=not borrowed)
+                       .values_list("pk", flat=True))
+            Workload.objects.filter(pk__in=ids).update(on_borrowed=borrowed)
+            record_switch(workload_ids=ids, borrowed=borrowed, at=at)
     lapsed = (Workload.objects.exclude(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
               .filter(on_borrowed=True))
     # A workload that stopped or was preempted keeps, for its pods winding down, the state they ran in.
