@@ -13,6 +13,7 @@ from billing import metering
 from billing.models import UsageHour
 from jobs import manifests, sync
 from jobs.models import RunInterval, RunIntervalSwitch, Workload
+from tenants import selectors as tenant_selectors
 from tests.billing.metering_helpers import at, make_interval, make_workload, total, usage
 from tests.factories import FlavorFactory, QuotaGrantFactory, TeamFactory, UserFactory
 
@@ -200,7 +201,7 @@ def test_two_writers_marking_borrowed_at_once_record_the_flip_once(h100, vision,
     metering.rollups_refresh(until=at("2026-10-07 10:30"))
     Workload.objects.filter(pk=older.pk).update(phase=Workload.Phase.SUCCEEDED)
     monkeypatch.setattr(timezone, "now", lambda: at("2026-10-07 10:40"))
-    guarantees = sync.tenant_selectors.guarantees_by_flavor
+    guarantees = tenant_selectors.guarantees_by_flavor
     other_went = False
 
     def other_writer_goes_first(**kwargs: Any) -> Any:
@@ -210,7 +211,7 @@ def test_two_writers_marking_borrowed_at_once_record_the_flip_once(h100, vision,
             sync.mark_borrowed()
         return guarantees(**kwargs)
 
-    monkeypatch.setattr(sync.tenant_selectors, "guarantees_by_flavor", other_writer_goes_first)
+    monkeypatch.setattr(tenant_selectors, "guarantees_by_flavor", other_writer_goes_first)
     sync.mark_borrowed()
 
     assert other_went
