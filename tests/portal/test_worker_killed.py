@@ -96,13 +96,23 @@ def worker(tmp_path) -> Iterator[Worker]:
         pytest.fail("REDIS_URL is not set: run this through scripts/with-services.sh, which starts Redis")
     queue = f"faults-{uuid.uuid4().hex[:8]}"  # the suite's Redis is shared: never another test's tasks
     eager, default_queue = app.conf.task_always_eager, app.conf.task_default_queue
-    app.conf.task_always_eager, app.conf.task_default_queue = False, queue
+    app.conf.task_always_eager = False
+    use_queue(queue)
     made = Worker(tmp_path, queue)
     try:
         yield made
     finally:
         made.stop()
-        app.conf.task_always_eager, app.conf.task_default_queue = eager, default_queue
+        app.conf.task_always_eager = eager
+        use_queue(default_queue)
+
+
+def use_queue(name: str) -> None:
+    """Sends this process's tasks to the queue `name`. Celery keeps the queues and the router it
+    built from the first send, so those go too, or later tests would still send here."""
+    app.conf.task_default_queue = name
+    for cached in ("queues", "default_queue", "router"):
+        app.amqp.__dict__.pop(cached, None)
 
 
 def test_a_worker_killed_mid_submissions_leaves_every_workload_submitted_once_and_every_team_in_sync(
