@@ -206,12 +206,23 @@ def image_no_longer_allowed(version: WorkloadTemplateVersion) -> str:
             "ask its owner to publish a version with an allowed image.")
 
 
+def template_withdrawn(workload: Workload) -> str:
+    """Why nothing more may be created from the workload's template: withdrawn (it cannot be
+    deleted while workloads name it) or no longer shared with the team. Empty when it may."""
+    template = workload.template_version.template
+    if WorkloadTemplate.objects.for_team(workload.team).filter(pk=template.pk).exists():
+        return ""
+    return (f"The template “{template.name}” is no longer available to {workload.team.slug}; "
+            "launch it again from another template.")
+
+
 def submission_refusal(workload: Workload) -> str:
     """Why a recorded workload may not be created in the cluster after all, checked again when a
-    lost submission is sent again: its owner may have lost the role its tier needs, or its image
-    may have left the allow-list. Empty when it may go."""
+    lost submission is sent again: its template may have been withdrawn, its owner may have lost
+    the role its tier needs, or its image may have left the allow-list. Empty when it may go."""
     version = workload.template_version
-    return (rules.priority_refusal(workload.owner, workload.team, version, workload.priority)
+    return (template_withdrawn(workload)
+            or rules.priority_refusal(workload.owner, workload.team, version, workload.priority)
             or image_no_longer_allowed(version))
 
 

@@ -366,8 +366,13 @@ def mark_borrowed(team_ids: set[int] | None = None) -> None:
             flips[borrowed].append(workload.pk)
     at = timezone.now()
     for borrowed, ids in flips.items():  # a reclaim flips many at once: one write per direction
-        Workload.objects.filter(pk__in=ids).update(on_borrowed=borrowed)
-        record_switch(workload_ids=ids, borrowed=borrowed, at=at)
+        with transaction.atomic():
+            # Another writer (a second watcher, the full pass) may have flipped some since they were
+            # read: only those still unflipped, locked, are flipped and split here, so never twice.
+            ids = list(Workload.objects.select_for_update().filter(pk__in=ids, on_borrowed=not borrowed)
+                       .values_list("pk", flat=True))
+            Workload.objects.filter(pk__in=ids).update(on_borrowed=borrowed)
+            record_switch(workload_ids=ids, borrowed=borrowed, at=at)
     lapsed = (Workload.objects.exclude(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
               .filter(on_borrowed=True))
     # A workload that stopped or was preempted keeps, for its pods winding down, the state they ran in.
@@ -405,11 +410,13 @@ def sync_all() -> SyncResult:
 
 
 def _unchanged_since_read(workload: Workload) -> bool:
-    """Whether the workload is still in the phase this pass read, locked until the transaction
-    ends: a stop committed meanwhile deletes its objects, and their absence must not then be
-    recorded over it as gone."""
-    current = Workload.objects.select_for_update().filter(pk=workload.pk).values_list("phase", flat=True).first()
-    return current == workload.phase
+    """Whether the workload is still in the phase, with the reason, this pass read, locked until
+    the transaction ends: a stop committed meanwhile deletes its objects, and their absence must
+    not then be recorded over it as gone; and another writer (a second watcher during a rolling
+    update, the full pass) that recorded a change meanwhile, if only of the reason, must not see
+    it written twice."""
+    current = Workload.objects.select_for_update().filter(pk=workload.pk).values_list("phase", "reason").first()
+    return current == (workload.phase, workload.reason)
 
 
 def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Callable[[], None] | None = None) -> SyncResult:

@@ -22,8 +22,12 @@ log = logging.getLogger(__name__)
 RESUBMIT_EXPIRES_SECONDS = 60
 
 
-def _load(workload_id: int) -> Workload | None:
-    return Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+def _load(workload_id: int, *, task: str) -> Workload | None:
+    workload = Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+    if workload is None:
+        # Deleted while its message waited (with its team, say): trying again cannot bring it back.
+        log.info("%s: workload %s no longer exists; nothing to do", task, workload_id)
+    return workload
 
 
 def _submit_gave_up(error: KubeError, workload_id: int) -> None:
@@ -51,7 +55,7 @@ def _change_gave_up(action: str, what: str) -> GaveUp:
 @cluster_task(gave_up=_submit_gave_up)
 def workload_submit(workload_id: int) -> str:
     """Creates the workload's objects, suspended and queued."""
-    workload = _load(workload_id)
+    workload = _load(workload_id, task="submit")
     if workload is None or workload.phase != Workload.Phase.SUBMITTING:
         return "nothing to do"
     # A submission sent again may come after its owner lost the role its tier needs, or after its
@@ -89,7 +93,7 @@ def workload_submit(workload_id: int) -> str:
 @cluster_task(gave_up=_change_gave_up("workload.apply_refused", "the change"))
 def workload_apply(workload_id: int) -> None:
     """Applies a running workload's objects again after a change (e.g. its replicas)."""
-    workload = _load(workload_id)
+    workload = _load(workload_id, task="apply")
     if workload is None or not workload.is_active or workload.phase == Workload.Phase.SUBMITTING:
         return
     for obj in manifests.make_workload_objects(spec=services.workload_spec(workload)):
@@ -99,7 +103,7 @@ def workload_apply(workload_id: int) -> None:
 @cluster_task(gave_up=_change_gave_up("workload.teardown_refused", "the removal"))
 def workload_teardown(workload_id: int) -> None:
     """Deletes every object of a stopped workload; its pods go with them."""
-    workload = _load(workload_id)
+    workload = _load(workload_id, task="teardown")
     if workload is None:
         return
     for obj in reversed(manifests.make_workload_objects(spec=services.workload_spec(workload))):

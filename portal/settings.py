@@ -311,13 +311,22 @@ CELERY_BROKER_URL = REDIS_URL or "filesystem://"
 if not REDIS_URL:
     _broker_dir = VAR_DIR / "broker"
     CELERY_BROKER_TRANSPORT = "portal.broker:Transport"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "claimed_folder": str(_broker_dir / "claimed"),
         "quarantine_folder": str(_broker_dir / "quarantine"),
         "control_folder": str(_broker_dir / "control"),
     }
+else:
+    # Acknowledged late, a task taken by a worker that dies (kill -9, a lost node) stays in Redis
+    # and goes to a worker again once this many seconds passed since it was taken. Longer than any
+    # task runs or waits for its countdown (retries wait at most 120 s), or it would run twice
+    # while the first is still waiting; the periodic passes (resubmitting lost workloads, the
+    # cluster reconcile) repair sooner what a dead worker held.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(env("CELERY_VISIBILITY_TIMEOUT_SECONDS", "3600"))}
+# The queue tasks go to and workers take from: one per site, or per test run that shares a Redis.
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", "celery")
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True

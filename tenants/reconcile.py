@@ -98,6 +98,7 @@ def team_reconcile(*, team_id: int) -> bool:
     namespace or queue is not the portal's (recorded on the team: retrying cannot help)."""
     specs = team_specs([team_id])
     if team_id not in specs:
+        log.info("team %s no longer exists; nothing to reconcile", team_id)
         return False
     team, spec = specs[team_id]
     cluster = gateway()

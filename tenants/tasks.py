@@ -48,10 +48,12 @@ def platform_reconcile() -> None:
 @cluster_task(bind=True, max_retries=TEARDOWN_POLLS)
 def team_teardown(self, slug: str, uid: str = "") -> None:  # type: ignore[no-untyped-def]
     # Without a uid (a task queued before teams had one) nothing carries the proof, so nothing is deleted.
-    if not reconcile.team_teardown(slug=slug, uid=uid):
+    if reconcile.team_teardown(slug=slug, uid=uid):
+        log.info("team %s: nothing of it is left in the cluster", slug)
+    elif self.request.retries < self.max_retries:
         # Not a failure: namespaces take a while to terminate. Look again later.
-        if self.request.retries < self.max_retries:
-            raise self.retry(countdown=retry_delay(self.request.retries))
+        raise self.retry(countdown=retry_delay(self.request.retries))
+    else:
         log.info("namespace %s is still terminating; the periodic reconcile finishes it", slug)
 
 

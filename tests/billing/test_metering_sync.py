@@ -13,6 +13,7 @@ from billing import metering
 from billing.models import UsageHour
 from jobs import manifests, sync
 from jobs.models import RunInterval, RunIntervalSwitch, Workload
+from tenants import selectors as tenant_selectors
 from tests.billing.metering_helpers import at, make_interval, make_workload, total, usage
 from tests.factories import FlavorFactory, QuotaGrantFactory, TeamFactory, UserFactory
 
@@ -184,3 +185,34 @@ def test_closing_an_interval_in_the_sync_refreshes_the_rollups_after_commit(h100
     assert result.intervals_closed == 1
     assert usage() == {at("2026-10-07 10:00"): 600}
     assert RunInterval.objects.get().settled
+
+
+def test_two_writers_marking_borrowed_at_once_record_the_flip_once(h100, vision, alice, monkeypatch):
+    # Two watchers at once (a rolling update): the second reads the same flip before the first writes it.
+    QuotaGrantFactory.create(team=vision, flavor=h100, units=1, valid_from=at("2026-09-01 00:00"))
+    older = make_workload(team=vision, owner=alice, flavor=h100)
+    newer = make_workload(team=vision, owner=alice, flavor=h100)
+    Workload.objects.filter(pk=older.pk).update(submitted_at=at("2026-10-07 09:00"))
+    Workload.objects.filter(pk=newer.pk).update(submitted_at=at("2026-10-07 09:30"))
+    make_interval(older, at("2026-10-07 10:00"), at("2026-10-07 10:40"))
+    make_interval(newer, at("2026-10-07 10:00"))
+    monkeypatch.setattr(timezone, "now", lambda: at("2026-10-07 10:00:05"))
+    sync.mark_borrowed()
+    metering.rollups_refresh(until=at("2026-10-07 10:30"))
+    Workload.objects.filter(pk=older.pk).update(phase=Workload.Phase.SUCCEEDED)
+    monkeypatch.setattr(timezone, "now", lambda: at("2026-10-07 10:40"))
+    guarantees = tenant_selectors.guarantees_by_flavor
+    other_went = False
+
+    def other_writer_goes_first(**kwargs: Any) -> Any:
+        nonlocal other_went
+        if not other_went:  # the first writer has read the admitted workloads; it writes after this
+            other_went = True
+            sync.mark_borrowed()
+        return guarantees(**kwargs)
+
+    monkeypatch.setattr(tenant_selectors, "guarantees_by_flavor", other_writer_goes_first)
+    sync.mark_borrowed()
+
+    assert other_went
+    assert list(RunIntervalSwitch.objects.values_list("at", "borrowed")) == [(at("2026-10-07 10:40"), False)]

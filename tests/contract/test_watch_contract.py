@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
+from django.db import connection
 
 from jobs.models import RunInterval, Workload
 from jobs.watch import WorkloadInformer
@@ -56,3 +58,55 @@ def test_the_informer_follows_a_job_across_watch_restarts_without_losing_or_doub
     assert counting.kinds[("watch", "Pod")] >= 3
     assert RunInterval.objects.filter(workload=workload).count() == 1
     assert RunInterval.objects.filter(workload=workload, ended_at__isnull=False).count() == 1
+
+
+def closing(run: Callable[[], None]) -> Callable[[], None]:
+    """A thread's target that closes its database connection when done (the test database is
+    dropped after the test, which it cannot be with a thread's connection still open)."""
+    def target() -> None:
+        try:
+            run()
+        finally:
+            connection.close()
+    return target
+
+
+def test_two_watchers_at_once_write_no_transition_twice_and_no_interval_twice(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    # As during a rolling update (or with leader election off): both watchers see every event and
+    # both write. The second workload waits for the first's quota, so its reason changes while queued.
+    settings.PORTAL_POD_ANNOTATIONS = {"kwok.gpu-portal.test/run-duration": "2s", "gpu-portal.io/simulated-run-seconds": "2"}
+    team = site.team("twice", gpus=1)
+    member = team.memberships.get().user
+    watchers = [WorkloadInformer(watch_seconds=2) for _ in range(2)]
+    threads = [threading.Thread(target=closing(watcher.run), daemon=True) for watcher in watchers]
+    for thread in threads:
+        thread.start()
+    try:
+        workloads = [launch(team, member, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=1)
+                     for _ in range(2)]
+        done = {Workload.Phase.SUCCEEDED, Workload.Phase.FAILED}
+        deadline = time.monotonic() + 60
+        while Workload.objects.filter(pk__in=[w.pk for w in workloads]).exclude(phase__in=done).exists():
+            assert time.monotonic() < deadline, [(w.phase, w.reason) for w in Workload.objects.filter(team=team)]
+            if isinstance(cluster.gateway, SimulatedGateway):
+                cluster.gateway.advance(1)
+            time.sleep(0.3)
+    finally:
+        for watcher in watchers:
+            watcher.stop()
+        for thread in [*threads, *(t for watcher in watchers for t in watcher.threads)]:
+            thread.join(timeout=10)  # a watch ends at its timeout; let it go before the database does
+    for workload in workloads:
+        workload.refresh_from_db()
+        assert workload.phase == Workload.Phase.SUCCEEDED, workload.reason
+        steps = [(t.phase, t.reason) for t in workload.transitions.order_by("at", "pk")]
+        assert len(steps) == len(set(steps)), steps
+        phases = [phase for phase, _ in steps]
+        # A run shorter than a watch's delivery may be seen only finished: running at most once.
+        assert phases.count("running") <= 1 and phases.count("succeeded") == 1, steps
+        intervals = RunInterval.objects.filter(workload=workload)
+        assert intervals.count() == 1 and intervals.filter(ended_at__isnull=False).count() == 1
+    # The second waited for the first's quota, in words, once.
+    waits = [t.reason for t in workloads[1].transitions.all() if t.reason.startswith("Waiting for quota")]
+    assert len(waits) == 1, waits

@@ -1,0 +1,55 @@
+"""Two status writers at once (two watchers during a rolling update, a watcher and the periodic
+full pass, a frozen leader that resumes): each reads the workloads, then writes what its snapshot
+says. A writer whose read is stale must not write again what the other has just written: no
+transition twice, no run interval twice, whatever the interleaving."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from jobs import sync
+from jobs.models import RunInterval, Workload
+from tests.helpers import launch, make_ready
+
+pytestmark = pytest.mark.django_db
+
+
+def interleaved(snapshot: sync.Snapshot) -> Callable[[], None]:
+    """A fence for the first writer that, the first time it is called (after the first writer
+    read the workloads, before it writes), lets a second writer sync the same snapshot in full."""
+    done = False
+
+    def other_writer_goes_first() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            sync.sync_snapshot(snapshot)
+
+    return other_writer_goes_first
+
+
+def steps(workload: Workload) -> list[tuple[str, str]]:
+    return [(t.phase, t.reason) for t in workload.transitions.order_by("at", "pk")]
+
+
+def test_a_writer_with_a_stale_read_does_not_write_again_the_wait_the_other_writer_recorded(
+        team, member, training, flavor, simulated, django_capture_on_commit_callbacks):
+    team = make_ready(team, flavor, units=1, may_borrow=False)
+    with django_capture_on_commit_callbacks(execute=True):
+        first = launch(member, team, training, flavor, units=1)
+        waiting = launch(member, team, training, flavor, units=1)
+    simulated.advance(1)
+    snapshot = sync.Snapshot.read()
+
+    sync.sync_snapshot(snapshot, fence=interleaved(snapshot))
+
+    first.refresh_from_db()
+    waiting.refresh_from_db()
+    assert first.phase == Workload.Phase.RUNNING
+    # Only the reason changes (queued, now for quota): the phase alone cannot tell the stale writer.
+    assert waiting.phase == Workload.Phase.QUEUED and waiting.reason.startswith("Waiting for quota"), waiting.reason
+    for workload in (first, waiting):
+        assert len(steps(workload)) == len(set(steps(workload))), steps(workload)
+    assert RunInterval.objects.filter(workload=first).count() == 1
