@@ -29,6 +29,7 @@ bench:           ## the benchmarks, against a control plane they start themselve
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_rollups.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_close.py
+	scripts/with-services.sh .venv/bin/python benchmarks/load_pages.py
 
 soak:            ## the demo's processes under steady launches for 30 minutes (SQLite, file-system broker)
 	scripts/setup.sh && .venv/bin/python benchmarks/soak_demo.py --minutes 30
