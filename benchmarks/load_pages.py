@@ -20,6 +20,8 @@ p95, max, errors (anything but 200, or a failed connection); the target is p95 u
 
     scripts/with-services.sh .venv/bin/python benchmarks/load_pages.py [--teams 100] [--workloads 10000]
         [--intervals 1000000] [--users 50] [--seconds 60] [--max-requests 5000] [--think 1.0 3.0]
+
+With BENCH_PROFILE=workload-list,team-usage (page names) it prints a cProfile of those pages.
 """
 
 from __future__ import annotations
@@ -281,16 +283,26 @@ def count_queries(persons: list[Person]) -> dict[str, dict[str, Any]]:
                 continue
             first = client.get(path)
             assert first.status_code == 200, (person.username, path, first.status_code)
+            connection.queries_log.clear()  # a full log (9,000 entries) would make every capture look empty
             with CaptureQueriesContext(connection) as captured:
                 response = client.get(path)
             assert response.status_code == 200, (person.username, path, response.status_code)
+            queries = len(captured)
+            if name in os.environ.get("BENCH_PROFILE", "").split(","):
+                import cProfile
+                import pstats
+
+                profiler = cProfile.Profile()
+                profiler.runcall(client.get, path)
+                print(f"--- profile of {name} {path}", file=sys.stderr)
+                pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
             alone = []  # the page's own cost with no other request in flight, in this process
             for _ in range(3):
                 began = time.perf_counter()
                 client.get(path)
                 alone.append((time.perf_counter() - began) * 1000)
-            counted[name] = {"path": path, "as": person.role, "queries": len(captured), "bound": QUERY_BOUNDS[name],
-                             "within_bound": len(captured) <= QUERY_BOUNDS[name],
+            counted[name] = {"path": path, "as": person.role, "queries": queries, "bound": QUERY_BOUNDS[name],
+                             "within_bound": queries <= QUERY_BOUNDS[name],
                              "alone_median_ms": round(statistics.median(alone), 1)}
     return counted
 
