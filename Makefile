@@ -30,6 +30,7 @@ bench:           ## the benchmarks, against a control plane they start themselve
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_close.py
 	PORTAL_FAULT_SCALE=full scripts/with-services.sh .venv/bin/pytest -q -s -p no:cacheprovider tests/portal/test_worker_killed.py
+	scripts/with-services.sh .venv/bin/python benchmarks/load_pages.py
 
 soak:            ## the demo's processes under steady launches for 30 minutes (SQLite, file-system broker)
 	scripts/setup.sh && .venv/bin/python benchmarks/soak_demo.py --minutes 30

@@ -531,26 +531,35 @@ def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None,
     rates: dict[int, list[Rate]] = defaultdict(list)
     for found in Rate.objects.filter(flavor_id__in={row[4] for row in rows}).order_by("flavor_id", "effective_from"):
         rates[found.flavor_id].append(found)
-    seconds: dict[int, Fraction] = defaultdict(Fraction)
-    amounts: dict[int, Fraction] = defaultdict(Fraction)
-    currencies: dict[int, set[str]] = defaultdict(set)
+    windows = {flavor_id: [(rate, rate.effective_from.replace(microsecond=0),
+                            found[i + 1].effective_from.replace(microsecond=0) if i + 1 < len(found) else None)
+                           for i, rate in enumerate(found)] for flavor_id, found in rates.items()}
+    # Whole seconds summed as integers per workload and fraction (and per rate for the amounts), one
+    # Fraction per sum at the end: a page of 50 workloads reads thousands of intervals.
+    seconds: dict[tuple[int, int, int], int] = defaultdict(int)
+    rated: dict[tuple[int, Rate, int, int], int] = defaultdict(int)
     for workload_id, units, began, ended, flavor_id, numerator, denominator in rows:
         lower = max(began, start) if start else began
         upper = min(ended or now, end) if end else (ended or now)
         lower, upper = lower.replace(microsecond=0), upper.replace(microsecond=0)
         if upper <= lower:
             continue
-        fraction = Fraction(units * numerator, denominator)
-        seconds[workload_id] += fraction * int((upper - lower).total_seconds())
-        flavor_rates = rates[flavor_id]
-        for index, rate in enumerate(flavor_rates):
-            until = flavor_rates[index + 1].effective_from if index + 1 < len(flavor_rates) else None
-            a = max(lower, rate.effective_from.replace(microsecond=0))
-            b = min(upper, until.replace(microsecond=0)) if until else upper
+        share = units * numerator
+        seconds[workload_id, share, denominator] += int((upper - lower).total_seconds())
+        for rate, since, until in windows.get(flavor_id, ()):
+            a = max(lower, since)
+            b = min(upper, until) if until else upper
             if b > a:
-                currencies[workload_id].add(rate.currency)
-                amounts[workload_id] += (fraction * int((b - a).total_seconds()) / SECONDS_PER_HOUR
-                                         * Fraction(rate.price_per_gpu_hour))
+                rated[workload_id, rate, share, denominator] += int((b - a).total_seconds())
+    unit_seconds: dict[int, Fraction] = defaultdict(Fraction)
+    for (workload_id, share, denominator), total in seconds.items():
+        unit_seconds[workload_id] += Fraction(share * total, denominator)
+    amounts: dict[int, Fraction] = defaultdict(Fraction)
+    currencies: dict[int, set[str]] = defaultdict(set)
+    for (workload_id, rate, share, denominator), total in rated.items():
+        currencies[workload_id].add(rate.currency)
+        amounts[workload_id] += (Fraction(share * total, denominator) / SECONDS_PER_HOUR
+                                 * Fraction(rate.price_per_gpu_hour))
     fallback = DEFAULT_CURRENCY
     result = {}
     for workload_id in workload_ids:
@@ -558,7 +567,8 @@ def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None,
         currency = next(iter(found_currencies)) if len(found_currencies) == 1 else fallback
         cost = round_money(amounts[workload_id], currency) if len(found_currencies) == 1 else None
         result[workload_id] = WorkloadCost(
-            gpu_hours=round_places(seconds[workload_id] / SECONDS_PER_HOUR, ROUNDING_HOURS), cost=cost, currency=currency)
+            gpu_hours=round_places(unit_seconds[workload_id] / SECONDS_PER_HOUR, ROUNDING_HOURS), cost=cost,
+            currency=currency)
     return result
 
 

@@ -174,3 +174,43 @@ def test_a_team_page_before_any_metering_lists_no_top_workloads_as_it_lists_no_h
     interval(launch(member, ready_team, training, flavor, "early"), T0, minutes=60)
     usage = selectors.team_month_usage(team=ready_team, month=dt.date(2026, 10, 1), now=dt.datetime(2026, 11, 20, tzinfo=UTC))
     assert (usage.top_workloads, usage.by_person, usage.total.cost) == ([], [], Decimal("0.00"))
+
+
+def test_costs_summed_per_fraction_equal_the_exact_sum_over_each_interval(ready_team, member, training, flavor):
+    """The invariant of summing whole seconds per workload, fraction and rate: the same GPU-hours
+    and cost, to the cent, as adding each interval's exact Fraction (slices of a seventh, seconds
+    with microseconds, intervals across a price change and clipped to a period)."""
+    from fractions import Fraction
+
+    from billing.models import Rate
+    from billing.money import SECONDS_PER_HOUR, round_money, round_places
+
+    rate(flavor, "2.10", effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
+    rate(flavor, "3.70", effective_from=T0 + dt.timedelta(hours=2, seconds=0.4))
+    workload = launch(member, ready_team, training, flavor, "slices", units=1)
+    for k in range(40):
+        start = T0 + dt.timedelta(minutes=7 * k, seconds=k * 1.37, microseconds=k * 9999)
+        RunInterval.objects.create(
+            workload=workload, pod_uid=f"slice-{k}", pod_name=f"{workload.k8s_name}-{k}",
+            resource_name=flavor.resource_name, units=1 + k % 3, fraction_numerator=1 + k % 2, fraction_denominator=7,
+            started_at=start, ended_at=start + dt.timedelta(minutes=11, microseconds=k * 777) if k % 5 else None)
+    start, end, now = T0 + dt.timedelta(minutes=13), T0 + dt.timedelta(hours=4, seconds=3.3), T0 + dt.timedelta(hours=6)
+    rates = list(Rate.objects.filter(flavor=flavor).order_by("effective_from"))
+    for window in ({}, {"start": start, "end": end}):
+        seconds, amount = Fraction(0), Fraction(0)
+        for i in RunInterval.objects.filter(workload=workload):
+            lower = max(i.started_at, window["start"]) if window else i.started_at
+            upper = min(i.ended_at or now, window["end"]) if window else (i.ended_at or now)
+            lower, upper = lower.replace(microsecond=0), upper.replace(microsecond=0)
+            if upper <= lower:
+                continue
+            share = Fraction(i.units * i.fraction_numerator, i.fraction_denominator)
+            seconds += share * int((upper - lower).total_seconds())
+            for n, r in enumerate(rates):
+                a = max(lower, r.effective_from.replace(microsecond=0))
+                b = min(upper, rates[n + 1].effective_from.replace(microsecond=0)) if n + 1 < len(rates) else upper
+                if b > a:
+                    amount += share * int((b - a).total_seconds()) / SECONDS_PER_HOUR * Fraction(r.price_per_gpu_hour)
+        cost = selectors.workload_costs(workload_ids=[workload.pk], now=now, **window)[workload.pk]
+        assert cost.gpu_hours == round_places(seconds / SECONDS_PER_HOUR, selectors.ROUNDING_HOURS)
+        assert cost.cost == round_money(amount, "USD") and cost.cost > 0
