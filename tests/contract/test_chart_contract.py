@@ -20,6 +20,7 @@ from kubernetes import client as k8s_client
 
 from portal.kube import KubeError, ObjectRef, reset_gateway
 from portal.kube.kubernetes import KubernetesGateway
+from tests.cluster.harness import ControlPlaneError
 from tests.contract import test_workload_contract as workload_contract
 from tests.contract.conftest import ClusterUnderTest
 from tests.contract.test_tenancy_contract import (  # noqa: F401 - collected here, run as the chart's account
@@ -81,6 +82,16 @@ class Release:
     def kubectl(self, *args: str, **kwargs: Any) -> str:
         return self.control_plane.kubectl(*args, **kwargs)
 
+    def policy_in_force(self) -> bool:
+        """Whether the chart's admission policy refuses, as the portal's account, a write outside
+        the team namespaces (a server-side dry run: nothing is stored either way)."""
+        try:
+            self.kubectl("create", "deployment", f"{self.name}-probe", "--image=busybox", "-n", "kube-system",
+                         "--dry-run=server", f"--as=system:serviceaccount:{self.namespace}:{self.fullname}")
+        except ControlPlaneError as refusal:
+            return "writes only in the namespaces it made for teams" in str(refusal)
+        return False
+
     def status(self) -> dict[str, Any]:
         return json.loads(self.helm("status", self.name, "-o", "json"))
 
@@ -114,6 +125,10 @@ def release(control_plane) -> Iterator[Release]:
         release.kubectl("create", "secret", "generic", name, "-n", release.namespace, f"--from-literal={key}={value}")
     control_plane.add_gpu_node(release.node, labels={"gpu-portal.io/chart-test": release.name}, allocatable={})
     release.helm("install", release.name, str(CHART), values=release.values)
+    # helm returns before the API server has loaded the chart's ValidatingAdmissionPolicy (it
+    # compiles policies in the background; in one CI run a write a second later still passed):
+    # the tests meet the install once the policy is in force, as a site does a moment later.
+    _wait(release.policy_in_force, what="the chart's admission policy to be in force", timeout=30)
     try:
         yield release
     finally:

@@ -137,7 +137,10 @@ def test_two_watchers_elect_one_writer_and_a_killed_leader_is_replaced_without_a
                       django_capture_on_commit_callbacks, units=1)
     wait_for(lambda: Workload.objects.get(pk=workload.pk).phase == Workload.Phase.RUNNING,
              what=f"{first}, the leader, to record the workload running")
-    assert "waits: Lease" in watchers.log(second) and "acquired" not in watchers.log(second)
+    # The follower says it waits after its first try, which a slow start may bring after the leader's
+    # first write: wait for the line rather than race it.
+    wait_for(lambda: "waits: Lease" in watchers.log(second), what=f"{second} to say it waits for the Lease")
+    assert "acquired" not in watchers.log(second)
 
     watchers.processes[first].send_signal(signal.SIGKILL)
     killed = time.monotonic()
