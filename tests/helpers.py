@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from jobs import services as job_services
@@ -50,3 +52,12 @@ def make_ready(team: Team, flavor: Flavor, units: int = 4, *, may_borrow: bool =
     reconcile.team_reconcile(team_id=team.pk)
     team.refresh_from_db()
     return team
+
+
+def child_database_url(why: str) -> str:
+    """The test database as a DATABASE_URL for a child process (a worker, a watcher) of the test;
+    only PostgreSQL can be shared that way, and `why` says what needs it when it is not."""
+    db = connection.settings_dict
+    if connection.vendor != "postgresql":
+        pytest.fail(f"{why}: run this through scripts/with-services.sh, which starts PostgreSQL")
+    return f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"

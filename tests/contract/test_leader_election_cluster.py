@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
-from django.db import connection
 
 from jobs.models import RunInterval, Workload
 from portal.kube import ObjectRef, gateway
 from portal.leader import LEASE_API
 from tests.contract.scenarios import launch
+from tests.helpers import child_database_url
 
 pytestmark = [pytest.mark.cluster, pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -36,13 +36,7 @@ LEASE_SECONDS, RENEW_DEADLINE, RETRY_PERIOD = 3, 2.0, 0.5
 # time a loaded 2-core machine takes to run a process that was waiting.
 TAKEOVER_BOUND = LEASE_SECONDS + 2 * 1.2 * RETRY_PERIOD + 1.5
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def database_url() -> str:
-    db = connection.settings_dict
-    if connection.vendor != "postgresql":
-        pytest.fail("leader election across processes needs the PostgreSQL of `make test` (scripts/with-services.sh)")
-    return f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+SHARED_DATABASE = "leader election across processes needs the test's PostgreSQL"
 
 
 class Candidates:
@@ -50,7 +44,7 @@ class Candidates:
 
     def __init__(self, control_plane: Any, tmp_path: Path, namespace: str, lease: str, argv: list[str]) -> None:
         self.namespace, self.lease, self.argv, self.tmp_path = namespace, lease, argv, tmp_path
-        self.env = {**os.environ, "DATABASE_URL": database_url(), "PORTAL_CLUSTER": "kubernetes",
+        self.env = {**os.environ, "DATABASE_URL": child_database_url(SHARED_DATABASE), "PORTAL_CLUSTER": "kubernetes",
                     "KUBECONFIG": str(control_plane.kubeconfig_path), "PORTAL_LEADER_ELECTION": "1",
                     "POD_NAMESPACE": namespace, "PORTAL_LEADER_LEASE": lease, "PORTAL_BEAT_LEASE": lease,
                     "PORTAL_LEASE_DURATION_SECONDS": str(LEASE_SECONDS),

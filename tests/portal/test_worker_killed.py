@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
-from django.db import connection
 
 from jobs.models import Workload
 from portal.celery import app
@@ -32,7 +31,7 @@ from portal.kube import ObjectRef
 from tenants import tasks as tenant_tasks
 from tenants.models import Team
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
-from tests.helpers import launch, make_ready
+from tests.helpers import child_database_url, launch, make_ready
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -40,13 +39,7 @@ FULL = os.environ.get("PORTAL_FAULT_SCALE") == "full"
 SUBMISSIONS, TEAMS = (100, 20) if FULL else (30, 5)
 VISIBILITY_TIMEOUT = 2
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def database_url() -> str:
-    db = connection.settings_dict
-    if connection.vendor != "postgresql":
-        pytest.fail("a worker process shares the test's database: run this through scripts/with-services.sh")
-    return f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+SHARED_DATABASE = "a worker process shares the test's database"
 
 
 def wait_for(predicate: Callable[[], Any], *, what: str, timeout: float = 90, interval: float = 0.05) -> Any:
@@ -63,7 +56,7 @@ class Worker:
 
     def __init__(self, tmp_path: Path, queue: str) -> None:
         self.log_path = tmp_path / "worker.log"
-        self.env = {**os.environ, "DATABASE_URL": database_url(), "PORTAL_CLUSTER": "simulated",
+        self.env = {**os.environ, "DATABASE_URL": child_database_url(SHARED_DATABASE), "PORTAL_CLUSTER": "simulated",
                     "CELERY_TASK_DEFAULT_QUEUE": queue, "CELERY_VISIBILITY_TIMEOUT_SECONDS": str(VISIBILITY_TIMEOUT),
                     "PORTAL_IMAGE_REGISTRIES": ",".join(django_settings.PORTAL_IMAGE_REGISTRIES),
                     "PORTAL_VAR_DIR": str(tmp_path / "var"), "LOG_FORMAT": "text", "PYTHONUNBUFFERED": "1"}
