@@ -188,9 +188,12 @@ class Flavor(models.Model):
     fraction_numerator = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
     fraction_denominator = models.PositiveSmallIntegerField(
         default=1,
-        validators=[MinValueValidator(1), MaxValueValidator(64)],
+        # 256: one GiB of the largest cards' memory (memory-sliced sharing prices per GiB: 1/80 of
+        # an H100 80GB, 1/192 of a B200) still fits.
+        validators=[MinValueValidator(1), MaxValueValidator(256)],
         help_text=(
-            "One unit is numerator/denominator of a physical GPU: 1/1 whole, 1/7 a 1g MIG slice, 1/4 a GPU shared four ways."
+            "One unit is numerator/denominator of a physical GPU: 1/1 whole, 1/7 a 1g MIG slice, 1/4 a GPU shared four ways, "
+            "1/80 one GiB of an 80 GB card."
         ),
     )
     capacity_units = models.PositiveIntegerField(help_text="How many units the cluster has.")

@@ -3,6 +3,7 @@ isolation (another team's is 404), refusals in words that save nothing, and the 
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -136,6 +137,19 @@ def test_an_admin_adds_a_flavor_and_it_is_audited(admin_user):
     flavor = Flavor.objects.get(slug="l4")
     assert flavor.node_labels == {"nvidia.com/gpu.product": "NVIDIA-L4"} and flavor.tolerations == []
     assert AuditEvent.objects.get(action="flavor.created").message == "root added flavor L4 (8 × nvidia.com/gpu)"
+
+
+def test_a_flavor_may_be_one_gib_of_an_80_gb_card_but_not_a_sliver_finer_than_256(admin_user):
+    # Memory-sliced sharing (aliyun.com/gpu-mem) prices per GiB of the card: an H100 80GB is 1/80.
+    client = login(admin_user)
+    response = client.post(reverse("tenants:flavor-create"), flavor_form(
+        name="H100 memory", slug="h100-gpu-mem", resource_name="aliyun.com/gpu-mem", sharing_mode="gpu-memory",
+        fraction_denominator="80", capacity_units="640"))
+    assert response.status_code == 302
+    assert Flavor.objects.get(slug="h100-gpu-mem").fraction == Fraction(1, 80)
+    refused = client.post(reverse("tenants:flavor-create"), flavor_form(slug="sliver", fraction_denominator="257"))
+    assert refused.status_code == 400 and not Flavor.objects.filter(slug="sliver").exists()
+    assert "less than or equal to 256" in refused.content.decode()
 
 
 def test_lowering_capacity_below_the_guarantees_is_refused_and_saves_nothing(admin_user, flavor, team):
