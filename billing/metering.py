@@ -312,10 +312,13 @@ def _dirty_windows(ranges: list[tuple[dt.datetime, dt.datetime]], until: dt.date
 
 
 def _lock_state() -> MeteringState:
+    """The one row whose lock serializes refreshes. Two first refreshes at once (two watchers
+    closing intervals on a fresh install) must not each make a row of their own, lock it and write
+    the same rollups: the row is made under a fixed key, so the second waits for the first's."""
+    if not MeteringState.objects.exists():
+        MeteringState.objects.get_or_create(pk=1)
     state = MeteringState.objects.select_for_update().order_by("pk").first()
-    if state is None:
-        state = MeteringState.objects.create()
-        state = MeteringState.objects.select_for_update().get(pk=state.pk)
+    assert state is not None  # made just above; metering state is never deleted
     # An UPDATE takes SQLite's write lock too, so two refreshes never interleave there either.
     MeteringState.objects.filter(pk=state.pk).update(refreshed_at=timezone.now())
     return state

@@ -4,6 +4,7 @@ refreshes at once: the watermark's row lock serialises them, and nothing is coun
 from __future__ import annotations
 
 import threading
+import time
 from decimal import Decimal
 
 import pytest
@@ -74,6 +75,40 @@ def test_two_refreshes_at_once_count_each_second_once():
     assert total() == 20 * 4 * 3600 + 20 * 5 * 3600
     assert usage()[at("2026-10-07 12:00")] == 20 * 3600
     assert metering.recompute(start=at("2026-10-07 00:00"), end=at("2026-10-08 00:00")) == []
+
+
+def test_two_first_refreshes_on_a_fresh_install_make_one_state_row_and_take_turns():
+    # Two watchers closing intervals at once on a fresh install: each found no state row, made one
+    # of its own and locked it, so both wrote the same capacity row (a UniqueViolation in a CI run).
+    from django.db import transaction
+
+    from billing.models import MeteringState
+
+    locked, order = threading.Event(), []
+
+    def first() -> None:
+        with transaction.atomic():
+            metering._lock_state()
+            locked.set()
+            time.sleep(0.5)  # the second starts while this one holds the row it just made
+            order.append("first")
+        connections.close_all()
+
+    def second() -> None:
+        locked.wait()
+        with transaction.atomic():
+            metering._lock_state()
+            order.append("second")
+        connections.close_all()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert MeteringState.objects.count() == 1
+    assert order == ["first", "second"]
 
 
 def test_the_monthly_level_adds_its_differences_on_postgresql():

@@ -138,7 +138,9 @@ def test_a_worker_killed_mid_submissions_leaves_every_workload_submitted_once_an
 
     worker.start()
     restarted = time.monotonic()
-    wait_for(lambda: submitting() == 0, what=f"the restarted worker to submit the {left} left")
+    # A cold CI run (the control plane and helm compiling beside it) took over 90 s here: a process
+    # start and ~1 s a submission at load 5. The figure that matters is printed below, not bounded.
+    wait_for(lambda: submitting() == 0, what=f"the restarted worker to submit the {left} left", timeout=300)
     submitted = time.monotonic() - restarted
     wait_for(lambda: not Team.objects.filter(pk__in=[t.pk for t in teams]).exclude(applied_version=7).exists(),
              what="every team to converge")
