@@ -419,6 +419,14 @@ def _unchanged_since_read(workload: Workload) -> bool:
     return current == (workload.phase, workload.reason)
 
 
+def _behind(current: str, derived: str) -> bool:
+    """Whether a snapshot that shows the workload waiting is behind what was recorded. Kueue lets
+    an admitted workload wait again only by evicting it, which derive() reads as preempted; so
+    "queued" after admitted or running is a view older than the one that recorded those (a second
+    watcher's informer during a rolling update, seen in CI as running, queued, running)."""
+    return derived == Workload.Phase.QUEUED and current in (Workload.Phase.ADMITTED, Workload.Phase.RUNNING)
+
+
 def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Callable[[], None] | None = None) -> SyncResult:
     """Records what the snapshot says about active workloads (only those in keys, when given).
     `fence`, when given, is called before each write and raises to stop them: a watcher elected
@@ -442,7 +450,8 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Ca
         fence()
         with transaction.atomic():
             record_intervals(workload, pods, result, unseen)
-            if derived and derived != (workload.phase, workload.reason) and _unchanged_since_read(workload):
+            if (derived and derived != (workload.phase, workload.reason) and not _behind(workload.phase, derived[0])
+                    and _unchanged_since_read(workload)):
                 record_transition(workload, *derived)
                 result.changed += 1
     fence()

@@ -5,6 +5,7 @@ transition twice, no run interval twice, whatever the interleaving."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import pytest
@@ -53,3 +54,27 @@ def test_a_writer_with_a_stale_read_does_not_write_again_the_wait_the_other_writ
     for workload in (first, waiting):
         assert len(steps(workload)) == len(set(steps(workload))), steps(workload)
     assert RunInterval.objects.filter(workload=first).count() == 1
+
+
+def test_a_writer_whose_snapshot_is_older_does_not_put_a_running_workload_back_in_the_queue(
+        ready_team, member, training, flavor, simulated, django_capture_on_commit_callbacks):
+    # The second watcher's informer still shows the Job suspended, waiting for Kueue, after the
+    # first recorded it running (seen in CI as running, queued, running).
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, training, flavor, units=1)
+    simulated.advance(1)
+    now = sync.Snapshot.read()
+    sync.sync_snapshot(now)
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.RUNNING
+    # The same Job as a lagging informer last saw it: suspended, no pods yet.
+    (job,) = [copy.deepcopy(obj) for obj in now.owners.values() if obj["kind"] == "Job"]
+    job["spec"]["suspend"], job["status"] = True, {}
+    older = sync.Snapshot.of({"Job": [job]})
+    assert sync.derive(workload, older) == (Workload.Phase.QUEUED, "Waiting for Kueue to admit it")  # what it would say
+
+    sync.sync_snapshot(older)
+
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.RUNNING
+    assert [phase for phase, _ in steps(workload)] == ["submitting", "queued", "running"]
