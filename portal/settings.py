@@ -325,6 +325,11 @@ else:
     # while the first is still waiting; the periodic passes (resubmitting lost workloads, the
     # cluster reconcile) repair sooner what a dead worker held.
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(env("CELERY_VISIBILITY_TIMEOUT_SECONDS", "3600"))}
+    # A running worker looks for such tasks only every 10 s x 10 (kombu's interval and throttle):
+    # with a short visibility timeout (the fault suite's) the look, not the timeout, decides how
+    # soon they run again. Set, it makes the look every this many seconds; unset, kombu's 100 s.
+    if _restore := env("CELERY_UNACKED_RESTORE_SECONDS", ""):
+        CELERY_BROKER_TRANSPORT_OPTIONS |= {"unacked_restore_interval": int(_restore), "unacked_restore_throttle": 1}
 # The queue tasks go to and workers take from: one per site, or per test run that shares a Redis.
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", "celery")
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
