@@ -104,13 +104,16 @@ def registry_entry(text: str) -> str | None:
     return f"{host}/{match['path']}" if match["path"] else host
 
 
+def _under(repository: str, entries: Iterable[str]) -> bool:
+    """Whether `host/path` lies under an allow-list entry: the entry is its host, or its host and
+    a leading part of its path, whole segments only (ghcr.io/acme does not allow ghcr.io/acme-evil)."""
+    return any(entry and (repository == entry or repository.startswith(f"{entry}/")) for entry in entries)
+
+
 def image_allowed(image: str, entries: Iterable[str]) -> bool:
-    """Whether the image comes from an allowed registry: the entry is its host, or its host and a
-    leading part of its path, whole segments only (ghcr.io/acme does not allow ghcr.io/acme-evil)."""
+    """Whether the image comes from an allowed registry (`_under`)."""
     name = image_name(image)
-    if name is None:
-        return False
-    return any(name.repository == entry or name.repository.startswith(f"{entry}/") for entry in entries)
+    return name is not None and _under(name.repository, entries)
 
 
 def image_problem(image: str, entries: list[str]) -> str | None:
@@ -216,13 +219,10 @@ def git_url_problem(url: str) -> str | None:
 
 
 def git_url_allowed(url: str, entries: Iterable[str]) -> bool:
-    """Whether the repository lies under an allowed entry: its host, or its host and leading
-    path segments, whole segments only (github.com/acme does not allow github.com/acme-evil)."""
+    """Whether the repository lies under an allowed entry (`_under`, as images do): an entry may
+    also name the one repository (github.com/acme/train allows https://github.com/acme/train)."""
     match = GIT_URL.fullmatch(url) if len(url) <= 512 else None
-    if match is None:
-        return False
-    repository = f"{match['host'].lower()}/{match['path'].rstrip('/')}"
-    return any(repository.startswith(f"{entry}/") for entry in entries if entry)
+    return match is not None and _under(f"{match['host'].lower()}/{match['path'].rstrip('/')}", entries)
 
 
 def git_revision_problem(revision: str) -> str | None:

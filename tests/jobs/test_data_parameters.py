@@ -230,6 +230,20 @@ def test_a_template_declaring_a_dangerous_mount_is_refused(declared, words):
         check_declarations(declared)
 
 
+@pytest.mark.parametrize(("url", "allowed"), [
+    ("https://github.com/acme/train", True),  # the entry names this one repository
+    ("https://github.com/acme/train/", True),
+    ("https://github.com/acme/train.git", False),  # another name
+    ("https://github.com/acme/train-evil", False),
+    ("https://github.com/acme", False),  # above the entry
+])
+def test_an_entry_may_name_one_repository_as_an_image_entry_may(url, allowed):
+    from jobs import policy
+
+    assert policy.git_url_allowed(url, ["github.com/acme/train"]) is allowed
+    assert policy.git_url_allowed("https://github.com/acme/x", ["github.com/acme"])
+
+
 def test_a_volume_is_read_only_unless_the_template_says_otherwise():
     declared: list[dict[str, Any]] = [{"name": "d", "type": "volume", "mount_path": "/data"}]
     check_declarations(declared)
