@@ -40,6 +40,11 @@ class IdlePolicy:
                 f"{self.window_minutes} minutes: the owner is warned{after}")
 
 
+def platform_default(bounds: Bounds) -> IdlePolicy:
+    """The platform's own policy: what a version that sets none of its own is held to."""
+    return IdlePolicy(bounds.threshold_percent, bounds.window_minutes, str(bounds.action), bounds.grace_minutes)
+
+
 def allowed_actions(bounds: Bounds) -> list[str]:
     return [a for a in IdleAction.values if not bounds.allowed_actions or a in bounds.allowed_actions]
 

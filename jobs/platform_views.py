@@ -37,9 +37,7 @@ def idle_defaults_edit(request: HtmxHttpRequest) -> HttpResponse:
         except DomainError as error:
             form.add_error(error.field if error.field in form.fields else None, error.message)
         else:
-            policy = idle_policy.IdlePolicy(saved.threshold_percent, saved.window_minutes, saved.action,
-                                            saved.grace_minutes)
-            messages.success(request, f"Saved the platform's idle policy: {policy.describe()}.")
+            messages.success(request, f"Saved the platform's idle policy: {idle_policy.platform_default(saved).describe()}.")
             url = reverse("jobs:idle-defaults")
             if request.htmx:
                 response = HttpResponse(status=204)
@@ -48,6 +46,5 @@ def idle_defaults_edit(request: HtmxHttpRequest) -> HttpResponse:
             return redirect(url)
     status = 400 if request.method == "POST" else 200
     context = {"form": form, "defaults": defaults,
-               "policy": idle_policy.IdlePolicy(defaults.threshold_percent, defaults.window_minutes, defaults.action,
-                                                defaults.grace_minutes)}
+               "policy": idle_policy.platform_default(defaults)}
     return render(request, "jobs/idle_defaults.html", context, status=status)

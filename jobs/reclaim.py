@@ -280,8 +280,7 @@ def idle_defaults_set(*, user: User, **changes: object) -> IdleDefaults:
         raise DomainError(problem, field=name)
     defaults.updated_by, defaults.updated_at = user, timezone.now()
     defaults.save()
-    default = idle_policy.IdlePolicy(defaults.threshold_percent, defaults.window_minutes, defaults.action,
-                                     defaults.grace_minutes)
+    default = idle_policy.platform_default(defaults)
     audit_record(actor=user, action="idle_defaults.set", obj=defaults, team_id=None,
                  message=f"{user.username} set the platform's idle policy: {default.describe()}")
     return defaults
