@@ -213,8 +213,6 @@ class LeaderElector:
                 while not self._attempt():
                     if not self.leading():
                         self.renewed_at = None
-                        log.error("%s lost Lease %s/%s: not renewed within %.1f s", self.config.identity,
-                                  self.config.namespace, self.config.name, self.config.renew_deadline)
                         return
                     if self.resigning.wait(self.config.retry_period):
                         return
@@ -260,6 +258,9 @@ class LeaderElector:
                     renewer.join()
                 if self.stopping.is_set():
                     break
+                # Said here, once: the work (its own clock) or the renewer may be first to see it.
+                log.error("%s lost Lease %s/%s: not renewed within %.1f s", self.config.identity,
+                          self.config.namespace, self.config.name, self.config.renew_deadline)
                 log.info("%s campaigns again for Lease %s/%s", self.config.identity, self.config.namespace, self.config.name)
         finally:
             self.release()

@@ -103,6 +103,28 @@ def test_a_leader_that_cannot_renew_stops_leading_before_any_follower_may_take_o
     assert b.try_acquire_or_renew() is False  # and b still waits: 10.1 s < the 15 s lease
 
 
+def test_a_lapse_the_work_sees_first_is_logged_once_and_the_candidate_campaigns_again(lease_cluster, clock, caplog):
+    a = candidate("a", clock)
+    terms = []
+
+    def work(elector: LeaderElector) -> None:
+        terms.append(elector.leading())
+        if len(terms) == 1:
+            clock.now += 10.1  # frozen past the renew deadline: the work sees it before the renewer does
+            assert not elector.leading()
+        else:
+            elector.stop()
+
+    caplog.set_level("INFO", logger="portal.leader")
+    a.lead(work)
+
+    assert terms == [True, True]
+    said = [record.getMessage() for record in caplog.records]
+    assert [line for line in said if "lost Lease" in line] == [f"a lost Lease {NAMESPACE}/watcher: not renewed within 10.0 s"]
+    assert f"a campaigns again for Lease {NAMESPACE}/watcher" in said
+    assert lease(lease_cluster)["holderIdentity"] == ""  # released on the way out
+
+
 def test_of_two_candidates_writing_from_the_same_read_only_one_wins(lease_cluster, clock):
     a, b = candidate("a", clock), candidate("b", clock)
     a.try_acquire_or_renew()
