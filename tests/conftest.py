@@ -33,9 +33,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     real control plane and on the services (`cluster`, `services`) all go to one of them, so one
     control plane serves them in turn, two scenarios never create the same team in it at once,
     and two Celery workers never take each other's tasks from the one Redis queue. The rest is
-    spread. First among the hooks: xdist reads the group in its own hook, which would otherwise
-    run before this one whenever this conftest is loaded before xdist's worker plugin (always, as
-    it is here), and then no test would be grouped at all."""
+    spread. First among the hooks, so the group is there before xdist's own hook reads it."""
     for item in items:
         if item.get_closest_marker("cluster") or item.get_closest_marker("services"):
             item.add_marker(pytest.mark.xdist_group("shared-services"))
