@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs import policy
+from jobs.manifests import GitSource, VolumeMount
 
 # Scalars fill {name} placeholders in the template's arguments and environment. The others are
 # a data scientist's own work, each still bounded and never a pod spec: "image" (the container
@@ -330,11 +331,10 @@ def chosen_work(*, declared: list[dict[str, Any]], values: dict[str, Any]) -> tu
 
 @dataclass(frozen=True)
 class ChosenSources:
-    """The data a launch mounts: claims as (claim, mount path, read only), repositories as
-    (url, revision, mount path), in the order the template declares them."""
+    """The data a launch mounts, in the order the template declares it."""
 
-    volumes: tuple[tuple[str, str, bool], ...] = ()
-    repositories: tuple[tuple[str, str, str], ...] = ()
+    volumes: tuple[VolumeMount, ...] = ()
+    repositories: tuple[GitSource, ...] = ()
 
 
 def chosen_sources(*, declared: list[dict[str, Any]], values: dict[str, Any]) -> ChosenSources:
@@ -342,7 +342,9 @@ def chosen_sources(*, declared: list[dict[str, Any]], values: dict[str, Any]) ->
     for spec in declared:
         value = values.get(spec["name"])
         if spec.get("type") == "volume" and isinstance(value, str) and value:
-            volumes.append((value, str(spec["mount_path"]), spec.get("read_only", True) is not False))
+            volumes.append(VolumeMount(claim=value, mount_path=str(spec["mount_path"]),
+                                       read_only=spec.get("read_only", True) is not False))
         elif spec.get("type") == "git" and isinstance(value, dict) and value.get("url"):
-            repositories.append((str(value["url"]), str(value["revision"]), str(spec["mount_path"])))
+            repositories.append(GitSource(url=str(value["url"]), revision=str(value["revision"]),
+                                          mount_path=str(spec["mount_path"])))
     return ChosenSources(volumes=tuple(volumes), repositories=tuple(repositories))

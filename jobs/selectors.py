@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from jobs import manifests, policy, pricing
 from jobs.models import ImageRegistry, Priority, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
-from portal.kube import KubeError, gateway
+from portal.kube import KubeError, ObjectRef, gateway
 from tenants import cluster_selectors
 from tenants import selectors as tenant_selectors
 from tenants.cluster_selectors import QueueUsage
@@ -53,8 +53,6 @@ def team_claims(*, team: Team) -> list[str] | None:
 def team_claim_exists(*, team: Team, claim: str) -> bool:
     """Whether the team's namespace holds the claim now: a direct read, never a cached list
     (raises KubeError when the cluster does not answer)."""
-    from portal.kube import ObjectRef
-
     found = gateway().get(ObjectRef("v1", "PersistentVolumeClaim", claim, team.namespace))
     return found is not None and not found["metadata"].get("deletionTimestamp")
 

@@ -4,7 +4,7 @@ touches the cluster (through tasks)."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -35,6 +35,7 @@ from jobs.parameters import (
 from portal import limits
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
+from portal.kube import KubeError, gateway
 from portal.models import User
 from tenants import selectors as tenant_selectors
 from tenants.manifests import tier_name
@@ -176,8 +177,6 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
 def _check_sources(team: Team, declared: list[dict[str, Any]], values: dict[str, Any]) -> None:
     """A chosen data volume must be a claim in the team's own namespace now (read from the
     cluster, not a list the form showed); a repository must be under the site's allowed sources."""
-    from portal.kube import KubeError
-
     for spec in declared:
         name, value = spec["name"], values.get(spec["name"])
         if spec.get("type") == "volume" and value:
@@ -415,10 +414,7 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         notebook_token=access.notebook_token(workload) if version.template.kind == WorkloadKind.NOTEBOOK else "",
         ingress=ingress_spec(workload),
         annotations=tuple(sorted(settings.PORTAL_POD_ANNOTATIONS.items())),
-        volumes=tuple(manifests.VolumeMount(claim=claim, mount_path=path, read_only=read_only)
-                      for claim, path, read_only in sources.volumes),
-        repositories=tuple(manifests.GitSource(url=url, revision=revision, mount_path=path)
-                           for url, revision, path in sources.repositories),
+        volumes=sources.volumes, repositories=sources.repositories,
         git_image=settings.PORTAL_GIT_IMAGE if sources.repositories else "",
     )
 
@@ -667,10 +663,6 @@ def template_preview(*, user: User, kind: str, fields: dict[str, Any], flavors: 
     """Checks a template version as saving would, builds the objects a launch with its defaults
     creates in `team`'s namespace, and asks the cluster to admit them with dryRun=All. The names
     are `wl-preview` here; a launch names them after the workload's id."""
-    from dataclasses import replace
-
-    from portal.kube import KubeError, gateway
-
     _require_template_scope(user, template=template, owner_team=owner_team)
     if kind not in WorkloadKind.values:
         raise DomainError(f"Kind must be one of {', '.join(WorkloadKind.values)}.", field="kind")
