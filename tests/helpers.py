@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,6 +14,16 @@ from jobs import services as job_services
 from tenants import reconcile, services
 from tenants.models import Flavor, QuotaRequest, Team
 from tests.factories import QuotaGrantFactory
+
+
+def wait_for(predicate: Callable[[], Any], *, what: str, timeout: float = 60, interval: float = 0.05) -> Any:
+    """Polls until predicate() is truthy and returns that value; fails saying what it waited for."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+    return value
 
 
 def api(user: Any = None) -> APIClient:

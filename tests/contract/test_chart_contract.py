@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any, cast
@@ -38,6 +37,7 @@ from tests.contract.test_workload_contract import (  # noqa: F401
 )
 from tests.deploy.chart import CHART, helm, merged, operator_crds, render
 from tests.deploy.test_chart import EVERYTHING_ON
+from tests.helpers import wait_for
 
 # No database mark here: the scenarios reach it through `cluster`, and pytest-django runs tests
 # without a database last, so the install's own tests, the upgrade and the uninstall come after them.
@@ -104,17 +104,6 @@ class Release:
         return found
 
 
-def _wait(predicate: Any, *, what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.25)
-
-
 @pytest.fixture(scope="module")
 def release(control_plane) -> Iterator[Release]:
     release = Release(control_plane)
@@ -128,7 +117,7 @@ def release(control_plane) -> Iterator[Release]:
     # helm returns before the API server has loaded the chart's ValidatingAdmissionPolicy (it
     # compiles policies in the background; in one CI run a write a second later still passed):
     # the tests meet the install once the policy is in force, as a site does a moment later.
-    _wait(release.policy_in_force, what="the chart's admission policy to be in force", timeout=30)
+    wait_for(release.policy_in_force, what="the chart's admission policy to be in force", timeout=30, interval=0.25)
     try:
         yield release
     finally:
@@ -260,7 +249,7 @@ def test_the_install_creates_every_object_after_its_migration_hook(release):
     def available() -> bool:
         items = json.loads(release.kubectl("get", "deployments", "-n", release.namespace, "-o", "json"))["items"]
         return all(d["status"].get("availableReplicas") == d["spec"]["replicas"] for d in items) and len(items) == 4
-    _wait(available, what="every Deployment of the chart to be available")
+    wait_for(available, what="every Deployment of the chart to be available", interval=0.25)
 
 
 # --- What the portal's account must not do ------------------------------------------------------------
@@ -348,7 +337,7 @@ def test_an_upgrade_runs_the_migrations_again_and_an_uninstall_leaves_nothing_be
     assert env["SESSION_IDLE_SECONDS"] == "3600"
 
     release.helm("uninstall", release.name, "--wait")
-    _wait(lambda: not release.leftovers(), what=f"nothing of {release.name} to be left", timeout=60)
+    wait_for(lambda: not release.leftovers(), what=f"nothing of {release.name} to be left", interval=0.25)
     # The Secrets the site made before installing are the site's, and stay.
     assert set(release.kubectl("get", "secrets", "-n", release.namespace, "-o", "name").split()) == {
         f"secret/{name}" for name in SECRETS}

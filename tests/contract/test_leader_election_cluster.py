@@ -26,7 +26,7 @@ from jobs.models import RunInterval, Workload
 from portal.kube import ObjectRef, gateway
 from portal.leader import LEASE_API
 from tests.contract.scenarios import launch
-from tests.helpers import child_database_url
+from tests.helpers import child_database_url, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -96,15 +96,6 @@ def candidates(control_plane, cluster, tmp_path) -> Iterator[Callable[..., Candi
     for group in made:
         group.stop_all()
     gateway().delete(ObjectRef("v1", "Namespace", namespace))
-
-
-def wait_for(predicate: Callable[[], Any], *, what: str, timeout: float = 60, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-    return value
 
 
 def sends(log: str, entry: str) -> list[float]:

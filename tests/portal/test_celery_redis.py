@@ -12,6 +12,7 @@ from portal.celery import app
 from tenants import tasks
 from tenants.models import Team
 from tests.factories import FlavorFactory, QuotaGrantFactory, TeamFactory
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -37,22 +38,9 @@ def test_a_team_change_travels_through_redis_to_a_worker_that_reconciles_it(redi
 
     tasks.team_reconcile.delay(team.pk)
 
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        team.refresh_from_db()
-        if team.sync_state == "in_sync":
-            break
-        time.sleep(0.1)
-    assert (team.sync_state, team.applied_version) == ("in_sync", 5)
-
-
-def wait_for(condition, seconds: float = 20) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
+    wait_for(lambda: Team.objects.get(pk=team.pk).sync_state == Team.SyncState.IN_SYNC,
+             what="the worker to reconcile the team", timeout=20)
+    assert Team.objects.get(pk=team.pk).applied_version == 5
 
 
 @pytest.fixture
@@ -83,7 +71,7 @@ def test_a_worker_retries_an_outage_through_redis_a_bounded_number_of_times_then
 
     tasks.team_reconcile.delay(team.pk)
 
-    assert wait_for(lambda: cluster.attempts == 1 + CLUSTER_TASK_RETRIES)
+    wait_for(lambda: cluster.attempts == 1 + CLUSTER_TASK_RETRIES, what="the bounded retries", timeout=20)
     time.sleep(1)  # room for a retry too many to show up
     team.refresh_from_db()
     assert cluster.attempts == 1 + CLUSTER_TASK_RETRIES
@@ -98,7 +86,7 @@ def test_a_worker_records_a_refusal_at_once_and_does_not_retry_it(redis_worker, 
 
     tasks.team_reconcile.delay(team.pk)
 
-    assert wait_for(lambda: Team.objects.filter(pk=team.pk).exclude(sync_error="").exists())
+    wait_for(lambda: Team.objects.filter(pk=team.pk).exclude(sync_error="").exists(), what="the refusal recorded", timeout=20)
     time.sleep(1)
     assert cluster.attempts == 1
     assert Team.objects.get(pk=team.pk).sync_error == "rejected as invalid: spec.cohortName: Invalid value"

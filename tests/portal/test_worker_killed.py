@@ -19,9 +19,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
@@ -32,7 +31,7 @@ from portal.kube import ObjectRef
 from tenants import tasks as tenant_tasks
 from tenants.models import Team
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
-from tests.helpers import child_database_url, launch, make_ready
+from tests.helpers import child_database_url, launch, make_ready, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -41,15 +40,6 @@ SUBMISSIONS, TEAMS = (100, 20) if FULL else (30, 5)
 VISIBILITY_TIMEOUT = 2
 ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATABASE = "a worker process shares the test's database"
-
-
-def wait_for(predicate: Callable[[], Any], *, what: str, timeout: float = 90, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
-    return value
 
 
 class Worker:
@@ -133,7 +123,7 @@ def test_a_worker_killed_mid_submissions_leaves_every_workload_submitted_once_an
     def submitting() -> int:
         return Workload.objects.filter(pk__in=ids, phase=Workload.Phase.SUBMITTING).count()
 
-    wait_for(lambda: submitting() <= SUBMISSIONS - 3, what="the worker to submit a few")
+    wait_for(lambda: submitting() <= SUBMISSIONS - 3, what="the worker to submit a few", timeout=90)
     worker.kill()
     left = submitting()
     assert left > 0, "the worker finished before it was killed: nothing was cut short"
@@ -146,7 +136,7 @@ def test_a_worker_killed_mid_submissions_leaves_every_workload_submitted_once_an
     wait_for(lambda: submitting() == 0, what=f"the restarted worker to submit the {left} left", timeout=60)
     submitted = time.monotonic() - restarted
     wait_for(lambda: not Team.objects.filter(pk__in=[t.pk for t in teams]).exclude(applied_version=7).exists(),
-             what="every team to converge")
+             what="every team to converge", timeout=90)
     print(f"killed with {left} of {SUBMISSIONS} submissions left; after the restart all submitted in {submitted:.1f} s, "
           f"teams in sync in {time.monotonic() - restarted:.1f} s (visibility timeout {VISIBILITY_TIMEOUT} s)")
 
