@@ -140,7 +140,9 @@ def test_a_flip_to_borrowed_splits_the_seconds_and_a_recomputation_reproduces_it
     assert metering.recompute(start=at("2026-10-07 00:00"), end=at("2026-10-08 00:00")) == []
 
 
-def test_mark_borrowed_records_the_flip_when_the_guaranteed_workload_ahead_finishes(h100, vision, alice, monkeypatch):
+def older_finishes_at_10_40(h100, vision, alice, monkeypatch) -> None:
+    """One H100 guaranteed, two workloads running on it from 10:00: the newer one borrowed from its
+    start (metered to 10:30), until the older one finishes at 10:40, which is now."""
     QuotaGrantFactory.create(team=vision, flavor=h100, units=1, valid_from=at("2026-09-01 00:00"))
     older = make_workload(team=vision, owner=alice, flavor=h100)
     newer = make_workload(team=vision, owner=alice, flavor=h100)
@@ -151,9 +153,12 @@ def test_mark_borrowed_records_the_flip_when_the_guaranteed_workload_ahead_finis
     monkeypatch.setattr(timezone, "now", lambda: at("2026-10-07 10:00:05"))
     sync.mark_borrowed()  # the newer one is beyond the guarantee: borrowed, from its start (not yet metered)
     metering.rollups_refresh(until=at("2026-10-07 10:30"))
-
     Workload.objects.filter(pk=older.pk).update(phase=Workload.Phase.SUCCEEDED)
     monkeypatch.setattr(timezone, "now", lambda: at("2026-10-07 10:40"))
+
+
+def test_mark_borrowed_records_the_flip_when_the_guaranteed_workload_ahead_finishes(h100, vision, alice, monkeypatch):
+    older_finishes_at_10_40(h100, vision, alice, monkeypatch)
     sync.mark_borrowed()
     monkeypatch.setattr(timezone, "now", lambda: at("2026-10-07 11:00"))
     metering.rollups_refresh()
@@ -189,18 +194,7 @@ def test_closing_an_interval_in_the_sync_refreshes_the_rollups_after_commit(h100
 
 def test_two_writers_marking_borrowed_at_once_record_the_flip_once(h100, vision, alice, monkeypatch):
     # Two watchers at once (a rolling update): the second reads the same flip before the first writes it.
-    QuotaGrantFactory.create(team=vision, flavor=h100, units=1, valid_from=at("2026-09-01 00:00"))
-    older = make_workload(team=vision, owner=alice, flavor=h100)
-    newer = make_workload(team=vision, owner=alice, flavor=h100)
-    Workload.objects.filter(pk=older.pk).update(submitted_at=at("2026-10-07 09:00"))
-    Workload.objects.filter(pk=newer.pk).update(submitted_at=at("2026-10-07 09:30"))
-    make_interval(older, at("2026-10-07 10:00"), at("2026-10-07 10:40"))
-    make_interval(newer, at("2026-10-07 10:00"))
-    monkeypatch.setattr(timezone, "now", lambda: at("2026-10-07 10:00:05"))
-    sync.mark_borrowed()
-    metering.rollups_refresh(until=at("2026-10-07 10:30"))
-    Workload.objects.filter(pk=older.pk).update(phase=Workload.Phase.SUCCEEDED)
-    monkeypatch.setattr(timezone, "now", lambda: at("2026-10-07 10:40"))
+    older_finishes_at_10_40(h100, vision, alice, monkeypatch)
     guarantees = tenant_selectors.guarantees_by_flavor
     other_went = False
 
