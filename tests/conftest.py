@@ -30,24 +30,24 @@ from tests.helpers import TRAINING_PARAMS, make_ready
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test` runs the suite on pytest-xdist workers (`--dist loadgroup`): the tests on the
-    real control plane and on the services (`cluster`, `services`) all go to one of them, so one
-    control plane serves them in turn, two scenarios never create the same team in it at once,
-    and two Celery workers never take each other's tasks from the one Redis queue. The rest is
-    spread. First among the hooks, so the group is there before xdist's own hook reads it."""
+    real control plane (`cluster`) all go to one of them, so one control plane (a session fixture)
+    serves them in turn rather than one per worker on two cores. The rest is spread; the tests
+    on the services share them safely (a database per worker, a queue or a Redis of their own).
+    First among the hooks, so the group is there before xdist's own hook reads it."""
     for item in items:
-        if item.get_closest_marker("cluster") or item.get_closest_marker("services"):
-            item.add_marker(pytest.mark.xdist_group("shared-services"))
+        if item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.xdist_group("control-plane"))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """On an xdist worker under `--dist loadgroup`, xdist writes each test's group into its node
-    id (`…@shared-services`), which is all its scheduler reads. If it has not (a pytest that
-    ignores it: pytest-xdist#1386), the cluster and services tests run on two workers at once and
-    fail in ways that look like races: fail each of them with the cause instead."""
+    id (`…@control-plane`), which is all its scheduler reads. If it has not (a pytest that ignores
+    it: pytest-xdist#1386), each worker starts a control plane of its own, two on two cores, and
+    the tests fail in ways that look like races: fail each of them with the cause instead."""
     grouped = "@" in item.nodeid.rpartition("]")[2]
     if getattr(item.config.option, "loadgroup", False) and item.get_closest_marker("xdist_group") and not grouped:
         pytest.fail("pytest-xdist did not keep this test in its group, so it may run beside another that shares "
-                    "the control plane or the broker: this pytest and pytest-xdist do not work together for "
+                    "the control plane: this pytest and pytest-xdist do not work together for "
                     "--dist loadgroup; see the pin in pyproject.toml", pytrace=False)
 
 

@@ -11,6 +11,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from jobs import services as job_services
+from portal.celery import app as celery_app
 from tenants import reconcile, services
 from tenants.models import Flavor, QuotaRequest, Team
 from tests.factories import QuotaGrantFactory
@@ -24,6 +25,14 @@ def wait_for(predicate: Callable[[], Any], *, what: str, timeout: float = 60, in
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
     return value
+
+
+def use_queue(name: str) -> None:
+    """Sends this process's tasks to the queue `name`. Celery keeps the queues and the router it
+    built from the first send, so those go too, or later tests would still send here."""
+    celery_app.conf.task_default_queue = name
+    for cached in ("queues", "default_queue", "router"):
+        celery_app.amqp.__dict__.pop(cached, None)
 
 
 def api(user: Any = None) -> APIClient:

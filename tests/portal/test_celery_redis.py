@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 import time
 
 import pytest
@@ -12,7 +13,7 @@ from portal.celery import app
 from tenants import tasks
 from tenants.models import Team
 from tests.factories import FlavorFactory, QuotaGrantFactory, TeamFactory
-from tests.helpers import wait_for
+from tests.helpers import use_queue, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -22,13 +23,16 @@ def redis_worker():
     if not os.environ.get("REDIS_URL"):
         pytest.fail("REDIS_URL is not set: run this through `make test`, which starts Redis")
     assert app.conf.broker_url.startswith("redis://")
-    eager = app.conf.task_always_eager
+    eager, default_queue = app.conf.task_always_eager, app.conf.task_default_queue
     app.conf.task_always_eager = False
+    # A queue of this test's own: the suite's Redis is shared with tests on the other xdist worker.
+    use_queue(f"redis-worker-{uuid.uuid4().hex[:8]}")
     try:
         with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=10):
             yield
     finally:
         app.conf.task_always_eager = eager
+        use_queue(default_queue)
 
 
 def test_a_team_change_travels_through_redis_to_a_worker_that_reconciles_it(redis_worker):

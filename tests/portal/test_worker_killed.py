@@ -31,7 +31,7 @@ from portal.kube import ObjectRef
 from tenants import tasks as tenant_tasks
 from tenants.models import Team
 from tests.factories import MembershipFactory, TeamFactory, UserFactory
-from tests.helpers import child_database_url, launch, make_ready, wait_for
+from tests.helpers import child_database_url, launch, make_ready, use_queue, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -90,14 +90,6 @@ def worker(tmp_path) -> Iterator[Worker]:
         made.stop()
         app.conf.task_always_eager = eager
         use_queue(default_queue)
-
-
-def use_queue(name: str) -> None:
-    """Sends this process's tasks to the queue `name`. Celery keeps the queues and the router it
-    built from the first send, so those go too, or later tests would still send here."""
-    app.conf.task_default_queue = name
-    for cached in ("queues", "default_queue", "router"):
-        app.amqp.__dict__.pop(cached, None)
 
 
 def test_a_worker_killed_mid_submissions_leaves_every_workload_submitted_once_and_every_team_in_sync(
