@@ -29,7 +29,7 @@ bench:           ## the benchmarks, against a control plane they start themselve
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_rollups.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_close.py
-	PORTAL_FAULT_SCALE=full scripts/with-services.sh .venv/bin/pytest -q -s -p no:cacheprovider tests/portal/test_worker_killed.py
+	PORTAL_FAULT_SCALE=full scripts/with-services.sh .venv/bin/pytest -q -s -p no:cacheprovider tests/portal/test_worker_killed.py tests/portal/test_redis_outage.py
 	scripts/with-services.sh .venv/bin/python benchmarks/load_pages.py
 
 soak:            ## the demo's processes under steady launches for 30 minutes (SQLite, file-system broker)

@@ -27,6 +27,7 @@ from portal.audit import audit_record
 from portal.errors import DomainError
 from portal.models import User
 from portal.notifications import email_after_commit, notify
+from portal.tasks import send_on_commit
 from tenants import selectors as tenant_selectors
 from tenants.models import Team
 
@@ -97,7 +98,7 @@ def _hold_follow(budget: Budget, status: BudgetStatus) -> bool:
     if team_id is not None:
         from tenants import tasks as tenant_tasks
 
-        transaction.on_commit(lambda: tenant_tasks.team_reconcile.delay(team_id))
+        send_on_commit(tenant_tasks.team_reconcile, team_id)
     return True
 
 

@@ -239,6 +239,10 @@ class Workload(models.Model):
     seen_in_cluster_at = models.DateTimeField(
         null=True, blank=True, help_text="When the status sync first saw its Job, Deployment or StatefulSet in the cluster.")
     submit_attempts = models.PositiveSmallIntegerField(default=0)
+    # Set when the broker did not take its submission (Redis down): the next resubmit pass sends it,
+    # without waiting out PORTAL_SUBMITTING_BOUND_SECONDS as it does for a message merely slow.
+    unsent_since = models.DateTimeField(
+        null=True, blank=True, help_text="When its submission could not be handed to the workers' queue.")
 
     objects = WorkloadQuerySet.as_manager()
 

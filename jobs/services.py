@@ -37,6 +37,7 @@ from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.kube import KubeError, gateway
 from portal.models import User
+from portal.tasks import send_on_commit
 from tenants import selectors as tenant_selectors
 from tenants.manifests import tier_name
 from tenants.models import Flavor, Team
@@ -260,16 +261,16 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
                  f"{workload.total_units} {workload.flavor.name} for {workload.team.slug}")
     from jobs import tasks
 
-    transaction.on_commit(lambda: tasks.workload_submit.delay(workload.pk))
+    send_on_commit(tasks.workload_submit, workload.pk, unsent=lambda: tasks.mark_unsent(workload.pk))
     return workload
 
 
 @transaction.atomic
 def workload_stop(*, user: User, workload: Workload) -> Workload:
-    _require(user.has_perm("jobs.stop_workload", workload))
     """Deletes the workload's objects. A failed workload whose objects were once in the cluster
     may be stopped too: its pods can outlive the verdict and hold GPUs, and deleting what is
     left is harmless when nothing is. It stays failed, with the reason it failed."""
+    _require(user.has_perm("jobs.stop_workload", workload))
     locked = Workload.objects.select_for_update(of=("self",)).select_related("team").get(pk=workload.pk)
     leftovers = locked.phase == Workload.Phase.FAILED and locked.reached_cluster
     if not locked.is_active and not leftovers:
@@ -284,7 +285,7 @@ def workload_stop(*, user: User, workload: Workload) -> Workload:
                      message=f"{user.username} stopped {locked.name} (#{locked.pk}) of {locked.team.slug}")
     from jobs import tasks
 
-    transaction.on_commit(lambda: tasks.workload_teardown.delay(locked.pk))
+    send_on_commit(tasks.workload_teardown, locked.pk, unsent=lambda: tasks.mark_unsent(locked.pk))
     return locked
 
 
@@ -325,7 +326,7 @@ def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload
                  message=f"{user.username} scaled {locked.name} (#{locked.pk}) from {before} to {replicas} replicas")
     from jobs import tasks
 
-    transaction.on_commit(lambda: tasks.workload_apply.delay(locked.pk))
+    send_on_commit(tasks.workload_apply, locked.pk)
     return locked
 
 

@@ -8,6 +8,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from jobs import manifests, services, sync
@@ -18,8 +19,9 @@ from portal.kube import KubeError, gateway, ref_of
 from portal.tasks import GaveUp, cluster_task
 
 log = logging.getLogger(__name__)
-# The resubmit pass runs every 60 s (CELERY_BEAT_SCHEDULE).
-RESUBMIT_EXPIRES_SECONDS = 60
+# The resubmit pass runs every 30 s (CELERY_BEAT_SCHEDULE): a launch recorded while Redis was down
+# is sent within that of Redis coming back (and of the worker reconnecting).
+RESUBMIT_EXPIRES_SECONDS = 30
 
 
 def _load(workload_id: int, *, task: str) -> Workload | None:
@@ -121,25 +123,49 @@ def unsubmitted_reason(*, minutes: int, attempts: int) -> str:
             "the portal's worker may be down — it is being retried.")
 
 
+UNSENT_REASON = ("Recorded, not sent to a worker yet: the portal's task queue did not answer. It is sent "
+                 "as soon as the queue is back; nothing needs doing.")
+
+
+def mark_unsent(workload_id: int) -> None:
+    """What was asked for it (its submission, or its removal once stopped) never reached the
+    broker: the next resubmit pass sends it again, whatever its age."""
+    workload = Workload.objects.filter(pk=workload_id)
+    workload.update(unsent_since=timezone.now())
+    workload.filter(phase=Workload.Phase.SUBMITTING).update(reason=UNSENT_REASON)
+
+
 @shared_task(acks_late=True)
 def workloads_resubmit_lost() -> int:
     """A submission whose task was lost (a broker restart, a dead worker) is sent again: creating is
     idempotent. Each says why it still waits, on its page and in the API, instead of only
-    'Submitting'."""
+    'Submitting'. One the broker never took (`unsent_since`) goes at once; any other once it has
+    waited PORTAL_SUBMITTING_BOUND_SECONDS, since its message may merely be in the queue."""
     now = timezone.now()
     bound = dt.timedelta(seconds=settings.PORTAL_SUBMITTING_BOUND_SECONDS)
-    lost = Workload.objects.filter(phase=Workload.Phase.SUBMITTING, created_at__lt=now - bound).order_by("created_at")
-    rows = list(lost.values_list("pk", "created_at", "submit_attempts")[:500])
-    for workload_id, created_at, attempts in rows:
-        minutes = max(int((now - created_at).total_seconds() // 60), 1)
-        # Guarded by the phase: a worker that submitted it meanwhile keeps its own reason.
-        Workload.objects.filter(pk=workload_id, phase=Workload.Phase.SUBMITTING).update(
-            reason=unsubmitted_reason(minutes=minutes, attempts=attempts))
+    lost = Workload.objects.filter(Q(created_at__lt=now - bound) | Q(unsent_since__isnull=False),
+                                   phase=Workload.Phase.SUBMITTING).order_by("created_at")
+    rows = list(lost.values_list("pk", "created_at", "submit_attempts", "unsent_since")[:500])
+    for workload_id, created_at, attempts, unsent_since in rows:
+        if created_at < now - bound:
+            minutes = max(int((now - created_at).total_seconds() // 60), 1)
+            # Guarded by the phase: a worker that submitted it meanwhile keeps its own reason.
+            Workload.objects.filter(pk=workload_id, phase=Workload.Phase.SUBMITTING).update(
+                reason=unsubmitted_reason(minutes=minutes, attempts=attempts))
         # Expires before the next pass sends it again, so a worker that comes back after a long
         # outage finds one submission per workload, not one per missed pass.
         workload_submit.apply_async((workload_id,), expires=RESUBMIT_EXPIRES_SECONDS)
+        if unsent_since is not None:
+            Workload.objects.filter(pk=workload_id, unsent_since=unsent_since).update(unsent_since=None)
     if rows:
-        log.warning("Resubmitted %d workload(s) still submitting after %.0f s", len(rows), bound.total_seconds())
+        log.warning("Resubmitted %d workload(s) still submitting (lost, or never taken by the broker)", len(rows))
+    # A stop recorded while the broker was away (of a running or a failed workload): its objects
+    # would hold their GPUs until removed. Removing what is already gone is harmless.
+    stopped = Workload.objects.filter(phase__in=(Workload.Phase.STOPPED, Workload.Phase.FAILED),
+                                      unsent_since__isnull=False)
+    for workload_id, unsent_since in stopped.values_list("pk", "unsent_since")[:500]:
+        workload_teardown.apply_async((workload_id,), expires=RESUBMIT_EXPIRES_SECONDS)
+        Workload.objects.filter(pk=workload_id, unsent_since=unsent_since).update(unsent_since=None)
     return len(rows)
 
 

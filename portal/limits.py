@@ -8,16 +8,20 @@ backstop against runaway scripts and keeps each check to one cache increment.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.core.cache import cache
+from redis.exceptions import RedisError
 
 from portal.errors import RateLimited
 
 __all__ = ["Hit", "RateLimited", "clock", "hit", "in_words", "per"]
+
+log = logging.getLogger(__name__)
 
 # Tests replace this to move time forward without sleeping.
 clock: Callable[[], float] = time.time
@@ -31,14 +35,20 @@ class Hit:
 
 def increment(cache_key: str, *, timeout: int) -> int:
     """Adds one to a counter in the cache and returns it; the counter expires `timeout` seconds
-    after its first count."""
-    # add() is a no-op when the key exists, so concurrent first counts do not reset each other.
-    cache.add(cache_key, 0, timeout=timeout)
+    after its first count. A cache that does not answer (Redis down) counts nothing and returns 0:
+    these limits are a backstop, and refusing every launch while Redis is away would turn its
+    outage into the portal's."""
     try:
-        return cache.incr(cache_key)
-    except ValueError:  # expired between add() and incr()
-        cache.add(cache_key, 1, timeout=timeout)
-        return 1
+        # add() is a no-op when the key exists, so concurrent first counts do not reset each other.
+        cache.add(cache_key, 0, timeout=timeout)
+        try:
+            return cache.incr(cache_key)
+        except ValueError:  # expired between add() and incr()
+            cache.add(cache_key, 1, timeout=timeout)
+            return 1
+    except (RedisError, OSError) as error:
+        log.warning("Rate limit %s not counted: the cache did not answer (%s)", cache_key, error)
+        return 0
 
 
 def hit(*, key: str, count: int, seconds: int) -> Hit:

@@ -346,7 +346,7 @@ CELERY_BEAT_SCHEDULE = {
     "cluster-reconcile": {"task": "tenants.tasks.cluster_reconcile", "schedule": 120.0},
     "simulated-cluster-tick": {"task": "portal.tasks.simulated_cluster_tick", "schedule": 5.0},
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
-    "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 60.0},
+    "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 30.0},
     # Idle GPUs by each template's policy; also the notebooks' own activity where reachable.
     "idle-sweep": {"task": "jobs.tasks.idle_sweep", "schedule": 60.0},
     "xid-sweep": {"task": "jobs.tasks.xid_sweep", "schedule": 60.0},

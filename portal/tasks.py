@@ -20,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Task, shared_task
+from django.db import transaction
+from kombu.exceptions import OperationalError
 
 from portal.kube import KubeError, gateway
 
@@ -69,6 +71,25 @@ def cluster_task(*, gave_up: GaveUp | None = None, **options: Any) -> Callable[[
     if gave_up is not None:
         options["gave_up"] = staticmethod(gave_up)
     return shared_task(base=ClusterTask, **options)
+
+
+def send_on_commit(task: Any, *args: Any, unsent: Callable[[], None] | None = None) -> None:
+    """Sends `task(*args)` to the workers once the current transaction commits. When the broker
+    does not take it (Redis down or unreachable), what the transaction recorded stands and the
+    request that recorded it still answers: the periodic pass that repairs this kind of change
+    sends it again, and `unsent()` (run in a transaction of its own) can mark it for the very next
+    pass rather than waiting out the pass's bound."""
+
+    def send() -> None:
+        try:
+            task.apply_async(args)
+        except OperationalError as error:
+            log.warning("%s%s was recorded but not sent to the workers (the broker did not answer: %s); "
+                        "the periodic pass sends it again", task.name, args, error)
+            if unsent is not None:
+                unsent()
+
+    transaction.on_commit(send)
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -22,6 +22,7 @@ from portal.audit import audit_record
 from portal.errors import DomainError, NotAllowed, StateConflict
 from portal.models import User
 from portal.notifications import notify
+from portal.tasks import send_on_commit
 from tenants import selectors
 from tenants.models import (
     GRANT_ENDING_NOTICE,
@@ -50,7 +51,7 @@ def _on_team_change(team_id: int) -> None:
     from tenants import tasks
 
     Team.objects.filter(pk=team_id).update(config_version=F("config_version") + 1)
-    transaction.on_commit(lambda: tasks.team_reconcile.delay(team_id))
+    send_on_commit(tasks.team_reconcile, team_id)
 
 
 # --- Teams and memberships ------------------------------------------------------------------
@@ -114,7 +115,7 @@ def team_delete(*, actor: User, team: Team) -> None:
     audit_record(actor=actor, action="team.deleted", obj=team, team_id=team.pk,
                  message=f"{actor.username} deleted team {slug} and its namespace")
     team.delete()
-    transaction.on_commit(lambda: tasks.team_teardown.delay(slug, uid))
+    send_on_commit(tasks.team_teardown, slug, uid)
 
 
 def _last_lead(membership: Membership) -> bool:
@@ -248,7 +249,7 @@ def _flavor_store(flavor: Flavor, *, actor: User | None) -> Flavor:
     from tenants import tasks
 
     # Every team's queue lists every flavor, so a flavor change reaches all of them.
-    transaction.on_commit(tasks.platform_reconcile.delay)
+    send_on_commit(tasks.platform_reconcile)
     for team_id in Team.objects.values_list("pk", flat=True):
         _on_team_change(team_id)
     return flavor

@@ -81,7 +81,7 @@ def test_a_relaunch_is_held_to_the_rule_of_today_not_of_the_first_launch(ready_t
 
 def test_a_submission_sent_again_after_the_owner_lost_the_role_fails_with_the_reason(
         ready_team, lead, training, flavor, monkeypatch):
-    monkeypatch.setattr(tasks.workload_submit, "delay", lambda workload_id: None)  # the first submission is lost
+    monkeypatch.setattr(tasks.workload_submit, "apply_async", lambda args, **kwargs: None)  # the first submission is lost
     urgent = launch(lead, ready_team, training, flavor, priority=Priority.HIGH)
     Membership.objects.filter(team=ready_team, user=lead).update(role=Membership.Role.MEMBER)
 

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
+from jobs import services as job_services
 from jobs import tasks
 from jobs.models import Workload
 from tests.helpers import launch
@@ -39,7 +41,7 @@ def test_a_workload_submitting_beyond_the_bound_says_why_on_its_page_and_in_the_
     assert workload.phase == Workload.Phase.SUBMITTING
     assert workload.reason == ("Not submitted yet: no worker has taken it for 5 minutes; "
                                "the portal's worker may be down — it is being retried.")
-    assert sent == [((workload.pk,), {"expires": 60})]
+    assert sent == [((workload.pk,), {"expires": tasks.RESUBMIT_EXPIRES_SECONDS})]
     client = as_user(member)
     assert client.get(f"/api/workloads/{workload.pk}/").json()["reason"] == workload.reason
     assert "no worker has taken it for 5 minutes" in client.get(f"/workloads/{workload.pk}/").content.decode()
@@ -77,3 +79,53 @@ def test_a_resubmitted_workload_is_submitted_and_its_reason_replaced(ready_team,
     workload.refresh_from_db()
     assert workload.phase == Workload.Phase.QUEUED
     assert workload.reason == "Waiting for Kueue to admit it"
+
+
+def test_a_launch_the_broker_does_not_take_is_recorded_answered_and_sent_by_the_next_pass(
+        ready_team, member, training, flavor, simulated, monkeypatch, as_user, settings,
+        django_capture_on_commit_callbacks):
+    # Redis down: publishing raises what kombu raises for a refused connection.
+    settings.PORTAL_SUBMITTING_BOUND_SECONDS = 120
+    refused = OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    monkeypatch.setattr(tasks.workload_submit, "apply_async", lambda *args, **kwargs: (_ for _ in ()).throw(refused))
+    client = as_user(member)
+
+    with django_capture_on_commit_callbacks(execute=True) as sends:
+        response = client.post("/api/workloads/", {"team": ready_team.slug, "template": training.slug,
+                                                   "flavor": flavor.slug, "units": 1}, content_type="application/json")
+
+    assert response.status_code == 201, response.content
+    assert len(sends) == 1
+    workload = Workload.objects.get(pk=response.json()["id"])
+    assert workload.phase == Workload.Phase.SUBMITTING and workload.unsent_since is not None
+    assert "task queue did not answer" in client.get(f"/workloads/{workload.pk}/").content.decode()
+
+    # The broker is back: the next pass sends it at once, though it is far younger than the bound.
+    monkeypatch.undo()
+    assert tasks.workloads_resubmit_lost() == 1
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.QUEUED
+    assert workload.unsent_since is None
+    assert tasks.workloads_resubmit_lost() == 0
+
+
+def test_a_stop_the_broker_does_not_take_is_recorded_and_its_objects_removed_by_the_next_pass(
+        ready_team, member, training, flavor, simulated, monkeypatch, django_capture_on_commit_callbacks):
+    workload = launch(member, ready_team, training, flavor)
+    tasks.workload_submit(workload.pk)
+    assert simulated.list("batch/v1", "Job", namespace=ready_team.namespace)[0]
+    refused = OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    monkeypatch.setattr(tasks.workload_teardown, "apply_async", lambda *args, **kwargs: (_ for _ in ()).throw(refused))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        job_services.workload_stop(user=member, workload=workload)
+
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.STOPPED and workload.unsent_since is not None
+    assert simulated.list("batch/v1", "Job", namespace=ready_team.namespace)[0]  # still holding its GPUs
+
+    monkeypatch.undo()
+    tasks.workloads_resubmit_lost()
+    workload.refresh_from_db()
+    assert workload.unsent_since is None
+    assert simulated.list("batch/v1", "Job", namespace=ready_team.namespace)[0] == []

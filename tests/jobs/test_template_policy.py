@@ -119,7 +119,7 @@ def test_a_submission_sent_again_after_its_image_left_the_allow_list_fails_with_
         ready_team, member, admin_user, flavor, only_the_admins_list, monkeypatch):
     registry = services.image_registry_add(user=admin_user, prefix="registry.example.com")
     template = create(admin_user, flavor)
-    monkeypatch.setattr(tasks.workload_submit, "delay", lambda workload_id: None)
+    monkeypatch.setattr(tasks.workload_submit, "apply_async", lambda args, **kwargs: None)
     workload = launch(member, ready_team, template, flavor)
     services.image_registry_remove(user=admin_user, registry=registry)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 
 import pytest
@@ -27,3 +28,20 @@ def test_a_rate_counted_in_redis_refuses_the_attempt_past_it_and_says_how_long_t
 
     assert [o.allowed for o in outcomes] == [True, True, False]
     assert outcomes[-1].retry_after == 45
+
+
+def test_a_redis_that_does_not_answer_counts_nothing_and_refuses_nothing(settings, monkeypatch):
+    # Nothing listens on the port: every call is refused, as while Redis is down.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+
+    said: list[str] = []
+    monkeypatch.setattr(limits.log, "warning", lambda message, *args: said.append(message % args))
+
+    outcomes = [limits.hit(key="launch:1", count=2, seconds=60) for _ in range(3)]
+
+    assert [o.allowed for o in outcomes] == [True, True, True]
+    assert len(said) == 3 and all("not counted: the cache did not answer" in line for line in said)
