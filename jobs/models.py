@@ -239,10 +239,11 @@ class Workload(models.Model):
     seen_in_cluster_at = models.DateTimeField(
         null=True, blank=True, help_text="When the status sync first saw its Job, Deployment or StatefulSet in the cluster.")
     submit_attempts = models.PositiveSmallIntegerField(default=0)
-    # Set when the broker did not take its submission (Redis down): the next resubmit pass sends it,
-    # without waiting out PORTAL_SUBMITTING_BOUND_SECONDS as it does for a message merely slow.
+    # Set when the broker did not take what was asked for it (Redis down): its submission, or its
+    # removal once stopped. The next resubmit pass sends it again, without waiting out
+    # PORTAL_SUBMITTING_BOUND_SECONDS as it does for a message that may merely be in the queue.
     unsent_since = models.DateTimeField(
-        null=True, blank=True, help_text="When its submission could not be handed to the workers' queue.")
+        null=True, blank=True, help_text="When its submission or removal could not be handed to the workers' queue.")
 
     objects = WorkloadQuerySet.as_manager()
 

@@ -140,7 +140,9 @@ def workloads_resubmit_lost() -> int:
     """A submission whose task was lost (a broker restart, a dead worker) is sent again: creating is
     idempotent. Each says why it still waits, on its page and in the API, instead of only
     'Submitting'. One the broker never took (`unsent_since`) goes at once; any other once it has
-    waited PORTAL_SUBMITTING_BOUND_SECONDS, since its message may merely be in the queue."""
+    waited PORTAL_SUBMITTING_BOUND_SECONDS, since its message may merely be in the queue. The
+    removal of a workload stopped while the broker was away is sent again too. Returns the
+    number of submissions sent."""
     now = timezone.now()
     bound = dt.timedelta(seconds=settings.PORTAL_SUBMITTING_BOUND_SECONDS)
     lost = Workload.objects.filter(Q(created_at__lt=now - bound) | Q(unsent_since__isnull=False),

@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='workload',
             name='unsent_since',
-            field=models.DateTimeField(blank=True, help_text="When its submission could not be handed to the workers' queue.", null=True),
+            field=models.DateTimeField(blank=True, help_text="When its submission or removal could not be handed to the workers' queue.", null=True),
         ),
     ]
