@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import uuid
 import time
+import uuid
 
 import pytest
 from celery.contrib.testing.worker import start_worker
