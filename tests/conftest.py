@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery._state import _set_task_join_will_block
 from django.test import Client
 
 from jobs import services as job_services
@@ -54,6 +55,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.fixture(autouse=True)
 def _eager_celery(settings):
     settings.CELERY_TASK_ALWAYS_EAGER = True
+    # Celery marks "inside a task" in one process-wide flag around each eager call, saving and
+    # restoring it unlocked: two threads sending eager tasks at once (the concurrency tests) can
+    # leave it set, and every later `.get()` in that process then refuses. Each test starts clear.
+    _set_task_join_will_block(False)
 
 
 @pytest.fixture(autouse=True)
