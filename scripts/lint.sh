@@ -7,5 +7,7 @@ status=0
 echo "== ruff"
 .venv/bin/ruff check . || status=1
 echo "== mypy"
-.venv/bin/mypy . || status=1
+# Its cache outside the checkout, like the control plane's: CI starts from a fresh clone, and a
+# warm cache makes mypy 2 s instead of 40. mypy checks each cached file against the source.
+MYPY_CACHE_DIR=${XDG_CACHE_HOME:-$HOME/.cache}/gpu-portal/mypy .venv/bin/mypy . || status=1
 exit "$status"
