@@ -193,10 +193,10 @@ def test_launches_while_redis_is_down_are_answered_and_all_submitted_once_within
     for workload in Workload.objects.filter(pk__in=before_ids + during):
         steps = [(t.phase, t.reason) for t in workload.transitions.all()]
         entered = [phase for n, (phase, _) in enumerate(steps) if n == 0 or steps[n - 1][0] != phase]
-        # Submitted once: one step from submitting to queued. Kueue's later reasons while it waits
-        # for quota (4 GPUs for all of them) are steps within queued, not submissions.
+        # Submitted once: one step from submitting to queued (and one Job, above). The status sync's
+        # reasons while it waits for quota (4 GPUs for all of them) are steps within queued; they
+        # may repeat the submission's own words, so the words prove nothing either way.
         assert entered[:2] == ["submitting", "queued"] and entered.count("queued") == 1, (workload.pk, steps)
-        assert [step for step in steps if step[1] == "Waiting for Kueue to admit it"] == [steps[1]], (workload.pk, steps)
 
 
 def _up(portal: Portal) -> bool:
