@@ -77,8 +77,8 @@ def send_on_commit(task: Any, *args: Any, unsent: Callable[[], None] | None = No
     """Sends `task(*args)` to the workers once the current transaction commits. When the broker
     does not take it (Redis down or unreachable), what the transaction recorded stands and the
     request that recorded it still answers: the periodic pass that repairs this kind of change
-    sends it again, and `unsent()` (run in a transaction of its own) can mark it for the very next
-    pass rather than waiting out the pass's bound."""
+    sends it again, and `unsent()` (run after the commit, outside any transaction) can mark it for
+    the very next pass rather than waiting out the pass's bound."""
 
     def send() -> None:
         try:
