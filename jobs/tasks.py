@@ -16,7 +16,7 @@ from jobs.models import Workload
 from portal.audit import audit_record
 from portal.errors import DomainError
 from portal.kube import KubeError, gateway, ref_of
-from portal.tasks import GaveUp, cluster_task
+from portal.tasks import GaveUp, cluster_task, send_on_commit
 
 log = logging.getLogger(__name__)
 # The resubmit pass runs every 30 s (CELERY_BEAT_SCHEDULE): a launch recorded while Redis was down
@@ -88,7 +88,7 @@ def workload_submit(workload_id: int) -> str:
             services.record_transition(current, Workload.Phase.QUEUED, "Waiting for Kueue to admit it")
         elif current.phase == Workload.Phase.STOPPED:
             # Its teardown may have run before these objects existed: remove them again.
-            transaction.on_commit(lambda: workload_teardown.delay(current.pk))
+            send_on_commit(workload_teardown, current.pk, unsent=lambda: mark_unsent(current.pk))
     return "submitted"
 
 
