@@ -2,7 +2,13 @@
 unit-hours) against what their GPUs did (engine active from telemetry, in device-hours: a GPU or
 MIG instance 50 % busy for two hours is one busy hour), so a lead sees what idle GPUs cost.
 
-Two queries whatever the team's size: one aggregate over the rollups, one metrics query."""
+Only hours telemetry covered are judged: an hour the exporter did not report (it was down, the
+pod ran before telemetry was set up) is neither busy nor idle, so efficiency is busy over covered
+hours, the page says how much of the allocated time that is, and the idle cost is priced on the
+covered share alone.
+
+Two queries whatever the team's size: one aggregate over the rollups, one metrics query.
+"""
 
 from __future__ import annotations
 
@@ -24,20 +30,29 @@ class Efficiency:
     allocated_hours: float  # unit-hours the team's pods held (metered)
     busy_hours: float | None  # device-hours their GPUs were busy; None: no metrics
     cost: Decimal
+    covered_hours: float = 0.0  # device-hours telemetry reported at all
     unavailable: str = ""
 
     @property
     def percent(self) -> float | None:
+        """Busy share of the hours telemetry covered."""
+        if self.busy_hours is None or not self.covered_hours:
+            return None
+        return min(100.0, 100 * self.busy_hours / self.covered_hours)
+
+    @property
+    def coverage(self) -> float | None:
+        """The share of allocated hours telemetry covered, in percent."""
         if self.busy_hours is None or not self.allocated_hours:
             return None
-        return min(100.0, 100 * self.busy_hours / self.allocated_hours)
+        return min(100.0, 100 * self.covered_hours / self.allocated_hours)
 
     @property
     def idle_cost(self) -> Decimal | None:
-        """The month's cost times the share of allocated time its GPUs sat idle."""
-        if self.percent is None:
+        """The cost of the covered hours times the share of them the GPUs sat idle."""
+        if self.percent is None or self.coverage is None:
             return None
-        return (self.cost * Decimal(1 - self.percent / 100)).quantize(Decimal("0.01"))
+        return (self.cost * Decimal(self.coverage / 100) * Decimal(1 - self.percent / 100)).quantize(Decimal("0.01"))
 
 
 def team_month_efficiency(*, team: Team, account: Account | None, month: dt.date, cost: Decimal,
@@ -50,9 +65,9 @@ def team_month_efficiency(*, team: Team, account: Account | None, month: dt.date
     if end <= start:
         return Efficiency(allocated, None, cost, unavailable="The month has not begun.")
     try:
-        busy = metrics().busy_device_hours(namespaces=[team.namespace], start=start, end=end)
+        hours = metrics().device_hours(namespaces=[team.namespace], start=start, end=end).get(team.namespace)
     except MetricsError as error:
         return Efficiency(allocated, None, cost, unavailable=f"Telemetry could not be read: {error}.")
-    if team.namespace not in busy:
+    if hours is None or not hours.covered:
         return Efficiency(allocated, None, cost, unavailable="No GPU metrics for this month.")
-    return Efficiency(allocated, busy[team.namespace], cost)
+    return Efficiency(allocated, hours.busy, cost, covered_hours=hours.covered)

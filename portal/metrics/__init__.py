@@ -9,6 +9,7 @@ default), or none ("off": every answer is "no metrics").
 """
 
 from portal.metrics.base import (
+    DeviceHours,
     Metrics,
     MetricsError,
     PodActivity,
@@ -22,6 +23,7 @@ from portal.metrics.base import (
 from portal.metrics.select import metrics, reset_metrics
 
 __all__ = [
+    "DeviceHours",
     "Metrics",
     "MetricsError",
     "PodActivity",

@@ -112,6 +112,16 @@ class PodActivity:
     by_pod: dict[PodKey, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class DeviceHours:
+    """A namespace's GPU time as telemetry saw it: `covered` device-hours reported engine active
+    at all, `busy` of them were engine active (a device 50 % busy for 2 h is 2 covered, 1 busy).
+    Hours the exporter did not report are in neither: nobody knows whether they were idle."""
+
+    busy: float
+    covered: float
+
+
 class Metrics(Protocol):
     """What the portal may ask of GPU telemetry. Every method is one query."""
 
@@ -128,9 +138,9 @@ class Metrics(Protocol):
     def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
         """Every GPU the exporters report now (for the capacity page), whoever holds it."""
 
-    def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
-        """Per namespace, the hours its pods' GPUs (or MIG instances) were busy between start and
-        end: engine active summed over devices and hours (a device 50 % busy for 2 h counts 1 h)."""
+    def device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, DeviceHours]:
+        """Per namespace, the device-hours (GPUs or MIG instances) its pods reported between start
+        and end, and how many of them were busy: engine active summed over devices and hours."""
 
 
 def range_step(start: dt.datetime, end: dt.datetime, *, points: int = CHART_POINTS) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Sequence
 
-from portal.metrics.base import GpuReading, PodActivity, PodSpan, WorkloadSeries, XidReport, range_step
+from portal.metrics.base import DeviceHours, GpuReading, PodActivity, PodSpan, WorkloadSeries, XidReport, range_step
 
 
 class NoMetrics:
@@ -19,7 +19,7 @@ class NoMetrics:
     def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
         return []
 
-    def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
+    def device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, DeviceHours]:
         return {}
 
     def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:

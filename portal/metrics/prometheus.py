@@ -27,6 +27,7 @@ from portal.metrics.base import (
     POWER,
     TEMPERATURE,
     XID,
+    DeviceHours,
     GpuReading,
     MetricsError,
     PodActivity,
@@ -46,6 +47,7 @@ RECORDED_WINDOWS = {
     300: "namespace_pod:dcgm_gr_engine_active:avg5m",
     3600: "namespace_pod:dcgm_gr_engine_active:avg1h",
 }
+RECORDED_GPUS_1H = "namespace_pod:dcgm_gpus:count1h"  # the GPUs each pod reported in the last hour
 _SERIES_NAMES = ("engine_active", "memory_used", "memory_total", "power", "temperature")
 
 
@@ -144,20 +146,32 @@ class PrometheusMetrics:
                 code=int(float(r["value"][1])), mig_instance=labels.get("GPU_I_ID", "")))
         return sorted(reports, key=lambda x: (x.namespace, x.pod, x.gpu))
 
-    def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
+    def device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, DeviceHours]:
         span = int((end - start).total_seconds())
         if not namespaces or span < 60:
             return {}
         sel = f'{{namespace=~"{_regex_of(namespaces)}"}}'
         if span >= 6 * 3600 and self.use_recording_rules:
-            # Each hour: the pod's hourly average (the recording rule) times the devices it held then.
-            hourly = f"{RECORDED_WINDOWS[3600]}{sel} * on (namespace, pod) count by (namespace, pod) ({ENGINE_ACTIVE}{sel})"
-            query = f"sum by (namespace) (sum_over_time(({hourly})[{span // 3600}h:1h]))"
+            # Each hour: the devices a pod reported in it (a pod that ran 14:05-14:45 too), and
+            # those times the pod's average over the hour.
+            busy = f"sum by (namespace) ({RECORDED_WINDOWS[3600]}{sel} * on (namespace, pod) {RECORDED_GPUS_1H}{sel})"
+            covered = f"sum by (namespace) ({RECORDED_GPUS_1H}{sel})"
+            window, step = f"{span // 3600}h", "1h"
+            scale = ""
         else:
-            step = 3600 if span >= 6 * 3600 else 60
-            query = (f"sum by (namespace) (sum_over_time((sum by (namespace) (avg_over_time({ENGINE_ACTIVE}{sel}[{step}s])))"
-                     f"[{span}s:{step}s])) * {step} / 3600")
-        return {r["metric"].get("namespace", ""): float(r["value"][1]) for r in self.query(query, at=end)}
+            seconds = 3600 if span >= 6 * 3600 else 60
+            busy = f"sum by (namespace) (avg_over_time({ENGINE_ACTIVE}{sel}[{seconds}s]))"
+            covered = f"count by (namespace) (avg_over_time({ENGINE_ACTIVE}{sel}[{seconds}s]))"
+            window, step = f"{span}s", f"{seconds}s"
+            scale = f" * {seconds} / 3600"
+        query = " or ".join(
+            f'label_replace(sum by (namespace) (sum_over_time(({expr})[{window}:{step}])){scale}, "stat", "{stat}", "", "")'
+            for stat, expr in (("busy", busy), ("covered", covered)))
+        found: dict[str, dict[str, float]] = {}
+        for r in self.query(query, at=end):
+            found.setdefault(r["metric"].get("namespace", ""), {})[r["metric"].get("stat", "")] = float(r["value"][1])
+        return {namespace: DeviceHours(busy=stats.get("busy", 0.0), covered=stats["covered"])
+                for namespace, stats in found.items() if stats.get("covered")}
 
     def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
         query = (f'label_replace(100 * avg_over_time({ENGINE_ACTIVE}[{_seconds(window)}s]), "stat", "engine", "", "") '

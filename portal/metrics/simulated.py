@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from portal.metrics.base import (
+    DeviceHours,
     GpuReading,
     PodActivity,
     PodKey,
@@ -198,21 +199,25 @@ class SimulatedMetrics:
                                            pod=pod.name, engine_active=engine, temperature_c=34 + 0.45 * self.percent(pod, now)))
         return readings
 
-    def busy_device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, float]:
+    def device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, DeviceHours]:
         if self.outage:
             return {}
         now = self.clock()
         wanted = set(namespaces)
         busy: dict[str, float] = {}
+        covered: dict[str, float] = {}
         for pod in self.pods():
             if pod.namespace not in wanted:
                 continue
             until = now if pod.running else pod.ended_at
             lower, upper = max(pod.started_at + FIRST_REPORT_SECONDS, start.timestamp()), min(until or 0, end.timestamp())
             samples = _minutes(lower, upper) if upper > lower else []
-            hours = sum(self.percent(pod, t) for t in samples) / 100 * SAMPLE_SECONDS / 3600 * pod.gpus
-            busy[pod.namespace] = busy.get(pod.namespace, 0.0) + hours
-        return busy
+            if not samples:
+                continue
+            device_hours = SAMPLE_SECONDS / 3600 * pod.gpus
+            busy[pod.namespace] = busy.get(pod.namespace, 0.0) + sum(self.percent(pod, t) for t in samples) / 100 * device_hours
+            covered[pod.namespace] = covered.get(pod.namespace, 0.0) + len(samples) * device_hours
+        return {namespace: DeviceHours(busy=busy[namespace], covered=hours) for namespace, hours in covered.items()}
 
     def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
         if self.outage:

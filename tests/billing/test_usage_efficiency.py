@@ -31,6 +31,9 @@ def half_busy(team):
 
 
 def test_a_team_that_held_four_gpu_hours_and_used_one_is_25_percent_busy(team, flavor, half_busy):
+    half_busy.pods = lambda: [SimulatedPod(team.namespace, "wl-1-a", "training", 2, NOW.timestamp() - 4 * 3600,
+                                           running=False, ended_at=NOW.timestamp() - 2 * 3600)]
+    half_busy.set_engine_active(namespace=team.namespace, pod="wl-1-a", percent=25)
     vision = account(team)
     usage(account=vision, flavor=flavor, hour=dt.datetime(2026, 10, 20, 8, tzinfo=UTC), gpu_seconds=7200)
     usage(account=vision, flavor=flavor, hour=dt.datetime(2026, 10, 20, 9, tzinfo=UTC), gpu_seconds=7200)
@@ -38,8 +41,33 @@ def test_a_team_that_held_four_gpu_hours_and_used_one_is_25_percent_busy(team, f
     found = team_month_efficiency(team=team, account=vision, month=dt.date(2026, 10, 1), cost=Decimal("8.00"), now=NOW)
     assert found.allocated_hours == 4
     assert found.busy_hours == pytest.approx(1.0, abs=0.01)
+    assert found.coverage == pytest.approx(100, abs=0.3)
     assert found.percent == pytest.approx(25, abs=0.3)
     assert found.idle_cost == pytest.approx(Decimal("6.00"), abs=Decimal("0.03"))
+
+
+def test_hours_without_telemetry_are_neither_busy_nor_idle(team, flavor, half_busy):
+    """Four unit-hours held, telemetry for two of them (one GPU, half busy): 50 % busy over the
+    covered half, and only the covered half's idle time is priced (the old figure: 25 % busy,
+    6.00 of 8.00 idle, blamed the team for the exporter's silence)."""
+    vision = account(team)
+    usage(account=vision, flavor=flavor, hour=dt.datetime(2026, 10, 20, 8, tzinfo=UTC), gpu_seconds=7200)
+    usage(account=vision, flavor=flavor, hour=dt.datetime(2026, 10, 20, 9, tzinfo=UTC), gpu_seconds=7200)
+    found = team_month_efficiency(team=team, account=vision, month=dt.date(2026, 10, 1), cost=Decimal("8.00"), now=NOW)
+    assert found.covered_hours == pytest.approx(2.0, abs=0.01)
+    assert found.coverage == pytest.approx(50, abs=0.3)
+    assert found.percent == pytest.approx(50, abs=0.3)
+    assert found.idle_cost == pytest.approx(Decimal("2.00"), abs=Decimal("0.03"))
+
+
+def test_a_month_of_history_with_no_telemetry_at_all_has_no_efficiency_figure(team, flavor, half_busy):
+    half_busy.pods = list  # the runs predate telemetry (or the exporter was down all month)
+    vision = account(team)
+    usage(account=vision, flavor=flavor, hour=dt.datetime(2026, 10, 3, 8, tzinfo=UTC), gpu_seconds=36000)
+    found = team_month_efficiency(team=team, account=vision, month=dt.date(2026, 10, 1), cost=Decimal("100.00"), now=NOW)
+    assert found.allocated_hours == 10
+    assert found.percent is None and found.idle_cost is None
+    assert found.unavailable == "No GPU metrics for this month."
 
 
 def test_no_metrics_is_said_instead_of_a_figure(team, flavor, half_busy):
@@ -60,13 +88,13 @@ def test_the_team_page_shows_the_months_allocated_and_busy_hours_next_to_cost(te
     usage(account=vision, flavor=flavor, hour=dt.datetime(2026, 10, 20, 8, tzinfo=UTC), gpu_seconds=7200, rate=price)
     usage(account=vision, flavor=flavor, hour=dt.datetime(2026, 10, 20, 9, tzinfo=UTC), gpu_seconds=7200, rate=price)
     asked = []
-    real = half_busy.busy_device_hours
+    real = half_busy.device_hours
 
     def counted(**kwargs):
         asked.append(kwargs)
         return real(**kwargs)
 
-    half_busy.busy_device_hours = counted
+    half_busy.device_hours = counted
     client = login(lead)
     assert f'hx-get="/billing/teams/{team.slug}/efficiency/"' in client.get(f"/teams/{team.slug}/").content.decode()
     fragment = client.get(f"/billing/teams/{team.slug}/efficiency/?month=2026-10", HTTP_HX_REQUEST="true")
@@ -74,8 +102,10 @@ def test_the_team_page_shows_the_months_allocated_and_busy_hours_next_to_cost(te
     assert fragment.status_code == 200 and "<html" not in body and len(asked) == 1
     assert "GPU efficiency in October 2026" in body
     assert "4.0 unit-hours held by the team's pods" in body and "1.0 device-hours of GPU engine active" in body
-    assert 'data-testid="efficiency-percent">25 %' in body
-    assert 'data-testid="efficiency-cost">8.00 USD, of which idle GPUs ≈ 6.0' in body
+    assert 'data-testid="efficiency-coverage">2.0 device-hours reported (50 % of the allocated time)' in body
+    assert "hours without metrics are neither busy nor idle" in body
+    assert 'data-testid="efficiency-percent">50 %' in body
+    assert 'data-testid="efficiency-cost">8.00 USD, of which idle GPUs ≈ 2.0' in body
     assert login(outsider).get(f"/billing/teams/{team.slug}/efficiency/").status_code == 404
 
 

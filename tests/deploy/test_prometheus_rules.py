@@ -4,11 +4,15 @@ name they read exists."""
 
 from __future__ import annotations
 
+import datetime as dt
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from portal.metrics.base import ENGINE_ACTIVE
+from portal.metrics.prometheus import PrometheusMetrics
 from tests.deploy.metric_names import (
     DCGM_METRICS,
     PROMETHEUS_DIR,
@@ -53,6 +57,11 @@ def test_the_per_pod_averages_the_metrics_door_reads_are_recorded_as_agreed():
         "avg by (namespace, pod) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[5m]))")
     assert recorded["namespace_pod:dcgm_gr_engine_active:avg1h"] == (
         "avg by (namespace, pod) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[1h]))")
+    assert recorded["namespace_pod:dcgm_gpus:count1h"] == (
+        "count by (namespace, pod) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[1h]))")
+    harness_rules = rules(Path(__file__).parents[1] / "telemetry" / "recording_rules.yml")
+    harness = {rule["record"]: rule["expr"].strip() for rule in harness_rules}  # the suite's Prometheus: the same
+    assert harness == {name: recorded[name] for name in harness} and len(harness) == 3
 
 
 def test_every_name_the_rules_read_is_recorded_exported_by_dcgm_or_by_the_portal(client, db):
@@ -66,3 +75,38 @@ def test_every_name_the_rules_read_is_recorded_exported_by_dcgm_or_by_the_portal
 def test_the_name_reader_sees_through_functions_matchers_and_label_lists():
     assert metric_names('histogram_quantile(0.95, sum by (team, le) (rate(x_bucket{le!="+Inf", a=~"$b"}[5m])))'
                         ' / on(team) group_left y:z:sum offset 5m unless absent(w)') == {"x_bucket", "y:z:sum", "w"}
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recording-rules", "raw-series"])
+def test_the_doors_month_query_counts_each_hour_a_pod_reported_even_one_that_ended_inside_it(tmp_path, recorded):
+    """The team efficiency's month query, as the door writes it, evaluated by Prometheus's own
+    engine (promtool) over series known minute by minute: a pod with 2 GPUs half busy from 00:10
+    to 01:40 covers 2 device-hours in each of two hours; a pod with 1 GPU 80 % busy from 02:05 to
+    02:45 (ended before the hour did) covers its hour too, where reading the GPUs held at the
+    hour's end would have found none."""
+    asked: list[str] = []
+    door = PrometheusMetrics("http://127.0.0.1:9", use_recording_rules=recorded)
+    door.query = lambda promql, at=None: asked.append(promql) or []  # type: ignore[method-assign]
+    end = dt.datetime(1970, 1, 1, 7, tzinfo=dt.UTC)
+    door.device_hours(namespaces=["vision"], start=end - dt.timedelta(hours=7), end=end)
+    case = {
+        "rule_files": [str(PROMETHEUS_DIR / "recording_rules.yaml")],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'{ENGINE_ACTIVE}{{gpu="{gpu}",namespace="vision",pod="wl-1-0"}}', "values": "_x9 0.5x90"}
+                for gpu in (0, 1)
+            ] + [
+                {"series": f'{ENGINE_ACTIVE}{{gpu="2",namespace="vision",pod="wl-2-0"}}', "values": "_x124 0.8x40"},
+                {"series": f'{ENGINE_ACTIVE}{{gpu="3",namespace="nlp",pod="wl-3-0"}}', "values": "1x400"},
+            ],
+            "promql_expr_test": [{"expr": asked[0], "eval_time": "7h", "exp_samples": [
+                {"labels": '{namespace="vision",stat="busy"}', "value": 2 * 0.5 * 2 + 0.8},
+                {"labels": '{namespace="vision",stat="covered"}', "value": 2 * 2 + 1},
+            ]}],
+        }],
+    }
+    (tmp_path / "device_hours_test.yaml").write_text(__import__("yaml").safe_dump(case))
+    result = promtool("test", "rules", str(tmp_path / "device_hours_test.yaml"))
+    assert result.returncode == 0, asked[0] + "\n" + result.stdout + result.stderr

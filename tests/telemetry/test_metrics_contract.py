@@ -122,3 +122,18 @@ def test_every_gpu_reads_with_its_node_holder_engine_active_and_temperature(tele
     assert {(r.node, r.pod) for r in readings} == {("gpu-node-7", "wl-10-a")}
     assert all(r.temperature_c and 20 < r.temperature_c < 100 for r in readings)
     assert len({r.gpu for r in readings}) == 2
+
+
+def test_device_hours_count_only_reported_time_and_busy_is_engine_active_of_it(telemetry):
+    """The team efficiency's question: what the GPUs did in the hours telemetry saw. Busy over
+    covered is the engine active; a namespace that never reported has no entry (not 0 % busy)."""
+    ns, silent = telemetry.namespace(), telemetry.namespace()
+    telemetry.run_pod(ns, "wl-9-a", gpus=2, engine_active=0.5)
+    telemetry.scraped()
+    end = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)
+    start = end - dt.timedelta(minutes=20)
+    hours = telemetry.eventually(lambda: telemetry.door.device_hours(namespaces=[ns, silent], start=start, end=end),
+                                 lambda h: ns in h, what="the pod's reported device-hours")
+    assert set(hours) == {ns}
+    assert 0 < hours[ns].covered <= 2 * 20 / 60
+    assert hours[ns].busy == pytest.approx(0.5 * hours[ns].covered, rel=0.02)

@@ -79,13 +79,14 @@ def test_simulated_busy_device_hours_weigh_each_gpu_by_how_busy_it_was():
     door = _door(two_gpus, SimulatedPod("speech", "wl-7-a", "training", 1, now - 3600), now=now)
     door.set_engine_active(namespace="vision", pod="wl-6-a", percent=50)
     at = dt.datetime.fromtimestamp(now, dt.UTC)
-    busy = door.busy_device_hours(namespaces=["vision"], start=at - dt.timedelta(days=1), end=at)
-    assert set(busy) == {"vision"}
-    assert busy["vision"] == pytest.approx(2 * 0.5 * 2, abs=0.02)  # 2 GPUs, half busy, for 2 hours
+    hours = door.device_hours(namespaces=["vision"], start=at - dt.timedelta(days=1), end=at)
+    assert set(hours) == {"vision"}
+    assert hours["vision"].busy == pytest.approx(2 * 0.5 * 2, abs=0.02)  # 2 GPUs, half busy, for 2 hours
+    assert hours["vision"].covered == pytest.approx(2 * 2, abs=0.02)
 
 
 @pytest.mark.parametrize("hours", [2, 24 * 30])
 def test_the_busy_hours_query_is_one_prometheus_accepts_for_a_short_span_and_a_month(prometheus_server, hours):
     door = PrometheusMetrics(prometheus_server.url)
     end = dt.datetime.now(dt.UTC)
-    assert isinstance(door.busy_device_hours(namespaces=["tm-none"], start=end - dt.timedelta(hours=hours), end=end), dict)
+    assert isinstance(door.device_hours(namespaces=["tm-none"], start=end - dt.timedelta(hours=hours), end=end), dict)
