@@ -34,11 +34,13 @@ def _load(workload_id: int, *, task: str) -> Workload | None:
 
 def _submit_gave_up(error: KubeError, workload_id: int) -> None:
     """A refused submission, or one the cluster never answered, leaves the workload failed with
-    the reason, never lost."""
+    the reason, never lost; and whatever of it the cluster did take (the Deployment applied
+    before its Service was refused) is torn down, so nothing runs or holds quota behind it."""
     with transaction.atomic():
         workload = Workload.objects.select_for_update().filter(pk=workload_id).first()
         if workload is not None and workload.phase == Workload.Phase.SUBMITTING:
             services.record_transition(workload, Workload.Phase.FAILED, f"The cluster did not take it: {error}")
+            send_on_commit(workload_teardown, workload_id, unsent=lambda: mark_unsent(workload_id))
 
 
 def _change_gave_up(action: str, what: str) -> GaveUp:

@@ -29,32 +29,34 @@ class ScriptedGateway:
     def __init__(self, cluster: SimulatedGateway, *errors: Exception, always: Exception | None = None) -> None:
         self.cluster, self.errors, self.always = cluster, list(errors), always
         self.attempts = 0  # writes tried, failed or not
+        self.writes: list[str] = []  # what each was: "apply", "create", "replace" or "delete"
         self.failures = 0
 
-    def _write(self) -> None:
+    def _write(self, what: str) -> None:
         self.attempts += 1
+        self.writes.append(what)
         error = self.errors.pop(0) if self.errors else self.always
         if error is not None:
             self.failures += 1
             raise error
 
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
-        self._write()
+        self._write("apply")
         return self.cluster.apply(obj, field_manager=field_manager, force=force)
 
     def dry_run(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         return self.cluster.dry_run(obj, field_manager=field_manager)  # stores nothing: not a write
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self._write()
+        self._write("create")
         return self.cluster.create(obj)
 
     def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self._write()
+        self._write("replace")
         return self.cluster.replace(obj)
 
     def delete(self, ref: ObjectRef) -> None:
-        self._write()
+        self._write("delete")
         self.cluster.delete(ref)
 
     def get(self, ref: ObjectRef) -> dict[str, Any] | None:

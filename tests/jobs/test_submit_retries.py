@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import tasks
-from jobs.models import Workload
-from portal.kube import ObjectRef, reset_gateway
+from jobs import manifests, services, tasks
+from jobs.models import Workload, WorkloadKind
+from portal.kube import ObjectRef, ref_of, reset_gateway
 from portal.models import AuditEvent
 from portal.tasks import CLUSTER_TASK_RETRIES
 from tests.helpers import launch
@@ -40,7 +40,7 @@ def test_a_submission_the_cluster_refuses_fails_at_once_with_the_reason(
 
     workload = submit(cluster, member, ready_team, training, flavor, django_capture_on_commit_callbacks)
 
-    assert cluster.attempts == 1
+    assert cluster.writes.count("apply") == 1
     assert workload.submit_attempts == 1
     assert workload.phase == Workload.Phase.FAILED
     assert workload.reason == f"The cluster did not take it: {INVALID}"
@@ -54,7 +54,7 @@ def test_a_submission_during_an_outage_is_retried_a_bounded_number_of_times_then
 
     workload = submit(cluster, member, ready_team, training, flavor, django_capture_on_commit_callbacks)
 
-    assert cluster.attempts == 1 + CLUSTER_TASK_RETRIES
+    assert cluster.writes.count("apply") == 1 + CLUSTER_TASK_RETRIES
     assert workload.submit_attempts == 1 + CLUSTER_TASK_RETRIES
     assert (workload.phase, workload.reason) == (
         Workload.Phase.FAILED, "The cluster did not take it: etcdserver: request timed out")
@@ -102,3 +102,21 @@ def test_a_removal_the_cluster_refuses_is_audited_once_with_the_reason(
     assert cluster.attempts == 1
     (event,) = AuditEvent.objects.filter(action="workload.teardown_refused")
     assert event.message == f"The cluster did not take the removal of {workload.name}: jobs.batch \"wl-1\" is forbidden"
+
+
+def test_a_submission_refused_after_some_of_its_objects_were_taken_leaves_none_of_them(
+    ready_team, member, admin_user, flavor, simulated, django_capture_on_commit_callbacks
+):
+    """An inference server is a Deployment and a Service: the Deployment taken and the Service
+    refused must not leave a Deployment running (and holding quota) behind a failed workload."""
+    serve = services.template_create(
+        user=admin_user, slug="vllm", name="vLLM", kind=WorkloadKind.INFERENCE, flavors=[flavor], image="vllm/vllm:1",
+        command=["vllm", "serve"], port=8000, max_units=8)
+    reset_gateway(ScriptedGateway(simulated, None, refusal(INVALID)))
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, serve, flavor)
+    workload.refresh_from_db()
+    wanted = manifests.make_workload_objects(spec=services.workload_spec(workload))
+    assert len(wanted) >= 2 and workload.phase == Workload.Phase.FAILED
+    assert workload.reason == f"The cluster did not take it: {INVALID}"
+    assert [obj for obj in wanted if simulated.get(ref_of(obj)) is not None] == []
