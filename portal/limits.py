@@ -13,15 +13,18 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from django.core.cache import cache
 from redis.exceptions import RedisError
 
 from portal.errors import RateLimited
 
-__all__ = ["Hit", "RateLimited", "clock", "hit", "in_words", "per"]
+__all__ = ["Hit", "RateLimited", "clock", "guarded", "hit", "in_words", "per"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Tests replace this to move time forward without sleeping.
 clock: Callable[[], float] = time.time
@@ -33,22 +36,32 @@ class Hit:
     retry_after: int  # whole seconds until the window that refused this attempt ends
 
 
+def guarded(what: str, call: Callable[[], T], default: T) -> T:
+    """`call()` on the cache, or `default` when the cache does not answer (Redis down), logged:
+    the limits kept in the cache are backstops, and none may turn Redis's outage into the portal's."""
+    try:
+        return call()
+    except (RedisError, OSError) as error:
+        log.warning("%s skipped: the cache did not answer (%s)", what, error)
+        return default
+
+
 def increment(cache_key: str, *, timeout: int) -> int:
     """Adds one to a counter in the cache and returns it; the counter expires `timeout` seconds
     after its first count. A cache that does not answer (Redis down) counts nothing and returns 0:
     these limits are a backstop, and refusing every launch while Redis is away would turn its
     outage into the portal's."""
-    try:
+
+    def count() -> int:
         # add() is a no-op when the key exists, so concurrent first counts do not reset each other.
         cache.add(cache_key, 0, timeout=timeout)
         try:
-            return cache.incr(cache_key)
+            return int(cache.incr(cache_key))
         except ValueError:  # expired between add() and incr()
             cache.add(cache_key, 1, timeout=timeout)
             return 1
-    except (RedisError, OSError) as error:
-        log.warning("Rate limit %s not counted: the cache did not answer (%s)", cache_key, error)
-        return 0
+
+    return guarded(f"Counting rate limit {cache_key}", count, 0)
 
 
 def hit(*, key: str, count: int, seconds: int) -> Hit:

@@ -72,7 +72,8 @@ def lockout_for(*, username: str, address: str) -> Lockout | None:
     """The lock that holds for this name or address now, if any."""
     now = limits.clock()
     for what, value in _subjects(username, address):
-        until = cache.get(_key("lock", what, value))
+        key = _key("lock", what, value)
+        until = limits.guarded("Sign-in lockout check", lambda key=key: cache.get(key), None)
         if until is not None and until > now:
             return Lockout(what=what, seconds_left=max(math.ceil(until - now), 1))
     return None
@@ -85,14 +86,16 @@ def failure_record(*, username: str, address: str) -> None:
         counter = _key("failures", what, value)
         failures = limits.increment(counter, timeout=window)  # the window runs from the first failure
         if failures >= settings.PORTAL_LOGIN_FAILURE_LIMIT:
-            cache.set(_key("lock", what, value), limits.clock() + lockout, timeout=lockout)
-            cache.delete(counter)
+            lock = _key("lock", what, value)
+            limits.guarded("Sign-in lockout", lambda lock=lock: cache.set(lock, limits.clock() + lockout, timeout=lockout), None)
+            limits.guarded("Sign-in failure count reset", lambda key=counter: cache.delete(key), False)
 
 
 def success_record(*, username: str) -> None:
     """A right password ends the account's run of failures; the address's count stands, so one
     known account cannot be used to reset the count while guessing others."""
-    cache.delete(_key("failures", "account", username.casefold()))
+    key = _key("failures", "account", username.casefold())
+    limits.guarded("Sign-in failure count reset", lambda: cache.delete(key), False)
 
 
 @receiver(user_login_failed)
