@@ -2,11 +2,11 @@
 (jobs.services.TEMPLATE_VERSION_FIELDS) and the parameter declarations of jobs/parameters.py;
 every rule about them is the services' (`_check_version`), so the page and the API agree.
 
-Parameters are repeated rows (name, type, default, min, max, choices, mount path) rather than a
-formset, as the quota request's lines are. The types offered are jobs.parameters.TYPES, so a new
-type appears here by itself; keys a declaration holds beyond those seven (a new type's own
-settings, such as a volume's read_only: false) are kept from the current version when its row
-keeps its name.
+Parameters are repeated rows (name, type, default, min, max, choices, mount path, access)
+rather than a formset, as the quota request's lines are. Access is a volume's: read-only unless
+the author chooses "writable" (`read_only: false`). The types offered are jobs.parameters.TYPES,
+so a new type appears here by itself; keys a declaration holds beyond the rows' (a new type's
+own settings) are kept from the current version when its row keeps its name.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from portal.errors import DomainError
 from portal.models import User
 from tenants.models import Flavor, Membership, Team, user_team_roles
 
-ROW_KEYS = ("name", "type", "default", "min", "max", "choices", "mount_path")
+ROW_KEYS = ("name", "type", "default", "min", "max", "choices", "mount_path", "access")
+WRITABLE = "writable"  # the access a volume row may choose; anything else is read-only
 BLANK_ROWS = 2
 
 
@@ -40,6 +41,7 @@ class ParameterRow:
     max: str = ""
     choices: str = ""
     mount_path: str = ""  # where a volume or git parameter is mounted
+    access: str = ""  # WRITABLE: a volume the workload may write to
 
     @property
     def is_blank(self) -> bool:
@@ -54,6 +56,15 @@ def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _row_text(spec: dict[str, Any], key: str) -> str:
+    """A declaration's setting as its row shows it."""
+    if key == "choices":
+        return ", ".join(map(str, spec.get(key) or []))
+    if key == "access":
+        return WRITABLE if spec.get("read_only") is False else ""
+    return _text(spec.get(key))
 
 
 def _number(text: str) -> Any:
@@ -203,8 +214,7 @@ class TemplateEditorForm(forms.Form):
                     for index in range(count)]
             return rows or [ParameterRow(0)]
         declared = self.version.parameters if self.version else []
-        rows = [ParameterRow(index, *(_text(spec.get(key)) if key != "choices" else ", ".join(map(str, spec.get(key) or []))
-                                      for key in ROW_KEYS)) for index, spec in enumerate(declared)]
+        rows = [ParameterRow(index, *(_row_text(spec, key) for key in ROW_KEYS)) for index, spec in enumerate(declared)]
         return rows + [ParameterRow(len(rows) + n) for n in range(BLANK_ROWS)]
 
     def declarations(self) -> list[dict[str, Any]]:
@@ -215,7 +225,8 @@ class TemplateEditorForm(forms.Form):
             if row.is_blank:
                 continue
             name, kind = row.name.strip(), row.type.strip()
-            spec: dict[str, Any] = {key: value for key, value in kept.get(name, {}).items() if key not in ROW_KEYS}
+            spec: dict[str, Any] = {key: value for key, value in kept.get(name, {}).items()
+                                    if key not in ROW_KEYS and key != "read_only"}
             spec.update(name=name, type=kind)
             default = _default(kind, row.default)
             if default is not None:
@@ -229,6 +240,11 @@ class TemplateEditorForm(forms.Form):
                 spec["choices"] = choices
             if row.mount_path.strip():
                 spec["mount_path"] = row.mount_path.strip()
+            if row.access == WRITABLE:
+                if kind != "volume":
+                    raise DomainError(f"Parameter {name}: only a volume can be writable; a {kind} parameter is "
+                                      "not a mounted volume.", field="parameters")
+                spec["read_only"] = False
             declared.append(spec)
         return declared
 

@@ -33,6 +33,8 @@ def editor_form(*, flavors: tuple[str, ...] = ("h100-80gb",), params: list[tuple
         "storage_gib": "0", "port": "0", "idle_minutes": "0", "check_in": "", "action": "save",
         "param_name": [p[0] for p in params], "param_type": [p[1] for p in params], "param_default": [p[2] for p in params],
         "param_min": [p[3] for p in params], "param_max": [p[4] for p in params], "param_choices": [p[5] for p in params],
+        "param_mount_path": [p[6] if len(p) > 6 else "" for p in params],
+        "param_access": [p[7] if len(p) > 7 else "" for p in params],
     }
     data.update(changes)
     return {key: value for key, value in data.items() if value != ""}
@@ -291,3 +293,27 @@ def test_a_team_template_is_checked_only_in_its_own_teams_namespace(admin_user, 
 def test_an_api_create_with_no_team_in_the_cluster_says_it_was_not_checked(admin_user, team, flavor, simulated):
     response = api(admin_user).post("/api/templates/", api_body(), format="json")
     assert response.status_code == 201 and response.json()["checked_in"] is None
+
+
+def test_a_lead_makes_a_data_volume_writable_and_back_and_the_editor_shows_which(lead, team_template):
+    url = reverse("jobs:template-edit", args=[team_template.pk])
+    data_volume = ("data", "volume", "", "", "", "", "/data", "writable")
+    saved = login(lead).post(url, editor_form(params=[data_volume], args=""))
+    assert saved.status_code == 302, saved.content.decode().split("Not saved")[-1][:300]
+    (spec,) = team_template.current.parameters
+    assert (spec["type"], spec["mount_path"], spec["read_only"]) == ("volume", "/data", False)
+    page = login(lead).get(url).content.decode()
+    assert '<option value="writable" selected>writable</option>' in page
+
+    assert login(lead).post(url, editor_form(params=[data_volume[:7] + ("",)], args="")).status_code == 302
+    (spec,) = WorkloadTemplate.objects.get(pk=team_template.pk).current.parameters
+    assert spec["read_only"] is True
+    assert '<option value="writable" selected>' not in login(lead).get(url).content.decode()
+
+
+def test_only_a_volume_can_be_writable_and_the_editor_says_so(lead, team_template):
+    url = reverse("jobs:template-edit", args=[team_template.pk])
+    response = login(lead).post(url, editor_form(params=[("epochs", "int", "3", "1", "100", "", "", "writable")]))
+    assert response.status_code == 400
+    assert "only a volume can be writable" in response.content.decode()
+    assert team_template.current.number == 1
