@@ -178,19 +178,26 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
 def _check_sources(team: Team, declared: list[dict[str, Any]], values: dict[str, Any]) -> None:
     """A chosen data volume must be a claim in the team's own namespace now (read from the
     cluster, not a list the form showed); a repository must be under the site's allowed sources."""
+    try:
+        problem = sources_problem(team, declared, values)
+    except KubeError as error:
+        raise DomainError(f"The cluster did not answer whether {team.slug} has the data volumes chosen; try again "
+                          f"in a minute ({error}).", field="parameters") from None
+    if problem:
+        raise DomainError(problem, field="parameters")
+
+
+def sources_problem(team: Team, declared: list[dict[str, Any]], values: dict[str, Any]) -> str:
+    """Why the data volumes or repositories chosen may not be used (empty when they may). A
+    KubeError reading the team's claims is raised: not knowing is not a refusal."""
     for spec in declared:
         name, value = spec["name"], values.get(spec["name"])
-        if spec.get("type") == "volume" and value:
-            try:
-                exists = selectors.team_claim_exists(team=team, claim=value)
-            except KubeError as error:
-                raise DomainError(f"{name}: the cluster did not answer whether {team.slug} has the data volume "
-                                  f"“{value}”; try again in a minute ({error}).", field="parameters") from None
-            if not exists:
-                raise DomainError(f"{name}: {team.slug} has no data volume (PersistentVolumeClaim) named “{value}” in "
-                                  "its namespace; choose one of the team's volumes.", field="parameters")
-        elif spec.get("type") == "git" and value and not policy.git_url_allowed(value["url"], selectors.git_sources()):
-            raise DomainError(_git_refusal(name, value["url"]), field="parameters")
+        if spec.get("type") == "volume" and value and not selectors.team_claim_exists(team=team, claim=value):
+            return (f"{name}: {team.slug} has no data volume (PersistentVolumeClaim) named “{value}” in its namespace; "
+                    "choose one of the team's volumes.")
+        if spec.get("type") == "git" and value and not policy.git_url_allowed(value["url"], selectors.git_sources()):
+            return _git_refusal(name, value["url"])
+    return ""
 
 
 def _git_refusal(name: str, url: str) -> str:
@@ -219,11 +226,14 @@ def template_withdrawn(workload: Workload) -> str:
 def submission_refusal(workload: Workload) -> str:
     """Why a recorded workload may not be created in the cluster after all, checked again when a
     lost submission is sent again: its template may have been withdrawn, its owner may have lost
-    the role its tier needs, or its image may have left the allow-list. Empty when it may go."""
+    the role its tier needs, its image may have left the allow-list, its data volume may have been
+    deleted or its repository's source withdrawn. Empty when it may go. A KubeError reading the
+    team's claims is raised, so the submission is retried rather than failed."""
     version = workload.template_version
     return (template_withdrawn(workload)
             or rules.priority_refusal(workload.owner, workload.team, version, workload.priority)
-            or image_no_longer_allowed(version))
+            or image_no_longer_allowed(version)
+            or sources_problem(workload.team, version.parameters, workload.parameters))
 
 
 def launch_rate_check(*, user: User) -> None:

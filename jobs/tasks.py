@@ -64,11 +64,11 @@ def workload_submit(workload_id: int) -> str:
         return "nothing to do"
     # A submission sent again may come after its owner lost the role its tier needs, or after its
     # image left the allow-list: the launch's checks hold for the cluster, not only for the form.
-    refusal = services.submission_refusal(workload)
-    if refusal:
-        services.record_transition(workload, Workload.Phase.FAILED, f"Not created in the cluster: {refusal}")
-        return "failed"
     try:
+        refusal = services.submission_refusal(workload)
+        if refusal:
+            services.record_transition(workload, Workload.Phase.FAILED, f"Not created in the cluster: {refusal}")
+            return "failed"
         objects = manifests.make_workload_objects(spec=services.workload_spec(workload))
         for obj in objects:
             gateway().apply(obj)

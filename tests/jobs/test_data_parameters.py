@@ -148,6 +148,37 @@ def test_a_claim_deleted_after_the_form_listed_it_is_refused_at_launch(team_clai
         launch(member, team_claims, own_data, flavor, parameters={"data": "imagenet"})
 
 
+def test_a_claim_deleted_before_a_lost_submission_is_sent_again_fails_it_in_words(
+        team_claims, member, own_data, flavor, simulated, django_capture_on_commit_callbacks):
+    from jobs import tasks
+
+    workload = launch(member, team_claims, own_data, flavor, parameters={"data": "imagenet"})  # its task lost
+    gateway().delete(ObjectRef("v1", "PersistentVolumeClaim", "imagenet", team_claims.namespace))
+    tasks.workload_submit(workload.pk)
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.FAILED
+    assert workload.reason == ("Not created in the cluster: data: vision has no data volume (PersistentVolumeClaim) "
+                               "named “imagenet” in its namespace; choose one of the team's volumes.")
+    assert gateway().get(ObjectRef("batch/v1", "Job", workload.k8s_name, team_claims.namespace)) is None
+
+
+def test_a_claim_that_cannot_be_read_at_submission_is_retried_not_failed(team_claims, member, own_data, flavor,
+                                                                           simulated, monkeypatch):
+    from jobs import selectors, tasks
+    from portal.kube import KubeError
+
+    workload = launch(member, team_claims, own_data, flavor, parameters={"data": "imagenet"})
+
+    def unavailable(**kwargs: Any) -> bool:
+        raise KubeError("etcdserver: request timed out", status=503)
+
+    monkeypatch.setattr(selectors, "team_claim_exists", unavailable)
+    with pytest.raises(KubeError):
+        tasks.workload_submit.run(workload.pk)  # the task body: the retry policy sees a retriable error
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.SUBMITTING and workload.submit_attempts == 1
+
+
 # --- Hostile values ---------------------------------------------------------------------------------
 
 
