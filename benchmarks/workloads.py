@@ -8,7 +8,9 @@ does in production. KWOK finishes each pod after 2 s. Reports, from the same run
   after the portal applied it, so the call's duration is that time);
 - status lag: from a pod finishing (its container's finishedAt, which Kubernetes writes in
   whole seconds, so the figure is an upper bound that may be up to 1 s high) to the portal
-  recording the workload as succeeded;
+  recording the workload as succeeded; and exactly, the portal's own share: from the arrival
+  of the watch event that carried a change to the commit that shows it (`WorkloadInformer.lags`,
+  the portal's clock at both ends);
 - API server calls the portal makes per workload over its whole life;
 - the floor: a bare-client server-side apply of the same Job.
 
@@ -150,6 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         time.sleep(1)
     drained = time.monotonic()
     informer.stop()
+    portal_lags = list(informer.lags)
     portal_calls = cluster.total - calls_before
 
     # Status lag: pod finishedAt (whole seconds) to the portal's "succeeded" transition.
@@ -205,6 +208,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "status_lag_upper_bound_p50_s": round(percentile(lags, 0.5), 2) if lags else None,
         "status_lag_upper_bound_p95_s": round(percentile(lags, 0.95), 2) if lags else None,
         "status_lag_samples": len(lags),
+        "status_lag_portal_p50_s": round(percentile(portal_lags, 0.5), 3) if portal_lags else None,
+        "status_lag_portal_p95_s": round(percentile(portal_lags, 0.95), 3) if portal_lags else None,
+        "status_lag_portal_samples": len(portal_lags),
         "portal_api_calls_per_workload": round(portal_calls / max(total, 1), 2),
         "all_succeeded_s_after_last_launch": round(drained - launches_done, 1),
         "floor_bare_apply_p50_ms": round(1000 * statistics.median(floor), 1),

@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +32,11 @@ class WorkloadInformer:
         # Called before each write; raises once this process may no longer write (portal.leader).
         self.fence = fence
         self.store: dict[str, dict[ObjectKey, dict[str, Any]]] = {kind: {} for _, kind, _ in WATCHED}
-        self.events: queue.Queue[tuple[str, WatchEvent]] = queue.Queue()
+        # (kind, event, when it arrived): the arrival is the portal's own clock, for the status lag.
+        self.events: queue.Queue[tuple[str, WatchEvent, float]] = queue.Queue()
+        # Seconds from the first watch event of a batch that changed a workload to the commit
+        # that shows the change: the status lag on the portal's side, exact to the batch.
+        self.lags: deque[float] = deque(maxlen=100_000)
         self.stopping = threading.Event()
         self.watch_seconds = watch_seconds
         self.batch_seconds = batch_seconds
@@ -48,7 +53,7 @@ class WorkloadInformer:
                     for event in gateway().watch(api_version, kind, labels=labels, timeout_seconds=self.watch_seconds):
                         if self.stopping.is_set():
                             return
-                        self.events.put((kind, event))
+                        self.events.put((kind, event, time.time()))
                 except Exception as error:  # noqa: BLE001 - a watcher must outlive any one failure
                     if self.stopping.is_set():
                         return
@@ -114,7 +119,9 @@ class WorkloadInformer:
                     except queue.Empty:
                         break
                 close_old_connections()
-                result = self.handle(batch)
+                result = self.handle([(kind, event) for kind, event, _ in batch])
+                if result is not None and result.changed:
+                    self.lags.append(time.time() - min(arrived for _, _, arrived in batch))
                 if result is not None and on_sync:
                     on_sync(result)
         finally:

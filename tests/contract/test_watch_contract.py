@@ -58,6 +58,8 @@ def test_the_informer_follows_a_job_across_watch_restarts_without_losing_or_doub
     assert counting.kinds[("watch", "Pod")] >= 3
     assert RunInterval.objects.filter(workload=workload).count() == 1
     assert RunInterval.objects.filter(workload=workload, ended_at__isnull=False).count() == 1
+    # The portal's own share of the status lag: from a batch's first event to the commit showing it.
+    assert informer.lags and all(0 <= lag < 5 for lag in informer.lags), list(informer.lags)
 
 
 def closing(run: Callable[[], None]) -> Callable[[], None]:
