@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -15,8 +15,9 @@ from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 from django.utils import timezone
 
 from jobs import manifests, policy, pricing
-from jobs.models import ImageRegistry, Priority, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
+from jobs.models import ImageRegistry, Priority, RunInterval, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
 from portal.kube import KubeError, ObjectRef, gateway
+from portal.metrics import PodKey
 from tenants import cluster_selectors
 from tenants import selectors as tenant_selectors
 from tenants.cluster_selectors import QueueUsage
@@ -434,6 +435,20 @@ def templates_for_user(*, user: Any) -> QuerySet[WorkloadTemplate]:
         .prefetch_related(Prefetch("versions", queryset=versions), "teams")
         .order_by("name", "pk")
     )
+
+
+def flavor_of_pods(pods: Collection[PodKey]) -> dict[PodKey, str]:
+    """The flavor (by name) each running pod's workload was launched on: one query over the
+    open run intervals. Pods of no workload (not the portal's) are left out."""
+    names = {pod.pod for pod in pods}
+    found = {}
+    rows = (RunInterval.objects.filter(ended_at__isnull=True, pod_name__in=names)
+            .values_list("pod_name", "workload__team__slug", "workload__flavor__name"))
+    for pod_name, slug, flavor in rows:
+        key = PodKey(Team(slug=slug).namespace, pod_name)
+        if key in pods:
+            found[key] = flavor
+    return found
 
 
 def team_contents(team: Team) -> list[str]:

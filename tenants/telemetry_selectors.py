@@ -1,20 +1,35 @@
 """The capacity page's GPU telemetry: per node, the GPUs its exporter reports, how many a pod
-holds, how busy those are, the hottest one, and XIDs in the last day; and the hottest GPUs.
-Two metrics queries whatever the cluster's size."""
+holds, how busy those are, the hottest one, and XIDs in the last day; per flavor, the GPUs its
+workloads hold and how busy those are; and the hottest GPUs. Two metrics queries and one
+database query whatever the cluster's size.
+
+Which flavor a held GPU is allocated as is the workload's, which jobs knows: jobs registers how
+to read it (`register_flavor_of_pods`), as billing registers prices with jobs."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from portal.metrics import MetricsError, metrics
+from portal.metrics import MetricsError, PodKey, metrics
 from portal.metrics.base import GpuReading
 from tenants.models import Team
 
 WINDOW = dt.timedelta(minutes=5)
 XID_WINDOW = dt.timedelta(days=1)
 HOTTEST = 5
+NOT_A_WORKLOAD = "(not a portal workload)"
+
+# The flavor each pod's workload was launched on, by name; pods of no workload are left out.
+FlavorOfPods = Callable[[Collection[PodKey]], Mapping[PodKey, str]]
+_flavor_of_pods: FlavorOfPods | None = None
+
+
+def register_flavor_of_pods(provider: FlavorOfPods) -> None:
+    global _flavor_of_pods
+    _flavor_of_pods = provider
 
 
 @dataclass(frozen=True)
@@ -28,8 +43,16 @@ class NodeTelemetry:
 
 
 @dataclass(frozen=True)
+class FlavorTelemetry:
+    flavor: str
+    held: int  # GPUs (or MIG instances, or shared replicas' GPUs) its workloads hold and report
+    busy_percent: float | None  # their engine active, averaged
+
+
+@dataclass(frozen=True)
 class ClusterTelemetry:
     nodes: tuple[NodeTelemetry, ...] = ()
+    flavors: tuple[FlavorTelemetry, ...] = ()
     hottest: tuple[GpuReading, ...] = ()
     unavailable: str = ""
 
@@ -55,4 +78,17 @@ def cluster_telemetry() -> ClusterTelemetry:
                                    busy_percent=sum(held) / len(held) if held else None,
                                    hottest_c=max(temperatures) if temperatures else None, xids=xids.get(node, 0)))
     hottest = sorted((r for r in readings if r.temperature_c is not None), key=lambda r: -(r.temperature_c or 0))[:HOTTEST]
-    return ClusterTelemetry(nodes=tuple(nodes), hottest=tuple(hottest))
+    return ClusterTelemetry(nodes=tuple(nodes), flavors=_by_flavor(readings), hottest=tuple(hottest))
+
+
+def _by_flavor(readings: list[GpuReading]) -> tuple[FlavorTelemetry, ...]:
+    held = [r for r in readings if r.pod]
+    flavor_of = _flavor_of_pods({PodKey(r.namespace, r.pod) for r in held}) if _flavor_of_pods and held else {}
+    by_flavor: dict[str, list[float | None]] = defaultdict(list)
+    for reading in held:
+        by_flavor[flavor_of.get(PodKey(reading.namespace, reading.pod), NOT_A_WORKLOAD)].append(reading.engine_active)
+    rows = []
+    for flavor, values in sorted(by_flavor.items(), key=lambda item: (item[0] == NOT_A_WORKLOAD, item[0])):
+        known = [v for v in values if v is not None]
+        rows.append(FlavorTelemetry(flavor=flavor, held=len(values), busy_percent=sum(known) / len(known) if known else None))
+    return tuple(rows)

@@ -42,3 +42,19 @@ def test_no_metrics_is_said_on_the_capacity_page(running_job, admin_user, gpu_me
 def test_only_platform_admins_see_the_capacity_page(running_job, member, lead):
     assert login(member).get("/capacity/").status_code == 403
     assert login(lead).get("/capacity/").status_code == 403
+
+
+def test_held_gpus_are_shown_per_flavor_of_their_workload_and_a_stranger_pod_apart(running_job, admin_user, flavor,
+                                                                                 gpu_metrics):
+    from portal.metrics.base import GpuReading
+    from tenants import telemetry_selectors
+
+    pod = running_job.intervals.get().pod_name
+    gpu_metrics.set_engine_active(namespace="vision", pod=pod, percent=40)
+    found = telemetry_selectors.cluster_telemetry()
+    assert [(f.flavor, f.held, round(f.busy_percent or 0)) for f in found.flavors] == [(flavor.name, 2, 40)]
+
+    stranger = GpuReading(node="n9", gpu="GPU-x", namespace="kube-system", pod="someone-else", engine_active=90.0)
+    assert [(f.flavor, f.held) for f in telemetry_selectors._by_flavor([stranger])] == [("(not a portal workload)", 1)]
+    page = login(admin_user).get("/capacity/").content.decode()
+    assert 'data-testid="flavor-telemetry"' in page and f"<tr><td>{flavor.name}</td><td class=\"num\">2</td>" in page
