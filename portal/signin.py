@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -73,7 +74,7 @@ def lockout_for(*, username: str, address: str) -> Lockout | None:
     now = limits.clock()
     for what, value in _subjects(username, address):
         key = _key("lock", what, value)
-        until = limits.guarded("Sign-in lockout check", lambda key=key: cache.get(key), None)
+        until = limits.guarded("Sign-in lockout check", partial(cache.get, key), None)
         if until is not None and until > now:
             return Lockout(what=what, seconds_left=max(math.ceil(until - now), 1))
     return None
@@ -87,15 +88,15 @@ def failure_record(*, username: str, address: str) -> None:
         failures = limits.increment(counter, timeout=window)  # the window runs from the first failure
         if failures >= settings.PORTAL_LOGIN_FAILURE_LIMIT:
             lock = _key("lock", what, value)
-            limits.guarded("Sign-in lockout", lambda lock=lock: cache.set(lock, limits.clock() + lockout, timeout=lockout), None)
-            limits.guarded("Sign-in failure count reset", lambda key=counter: cache.delete(key), False)
+            limits.guarded("Sign-in lockout", partial(cache.set, lock, limits.clock() + lockout, timeout=lockout), None)
+            limits.guarded("Sign-in failure count reset", partial(cache.delete, counter), False)
 
 
 def success_record(*, username: str) -> None:
     """A right password ends the account's run of failures; the address's count stands, so one
     known account cannot be used to reset the count while guessing others."""
     key = _key("failures", "account", username.casefold())
-    limits.guarded("Sign-in failure count reset", lambda: cache.delete(key), False)
+    limits.guarded("Sign-in failure count reset", partial(cache.delete, key), False)
 
 
 @receiver(user_login_failed)

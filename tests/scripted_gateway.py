@@ -23,10 +23,10 @@ def unavailable(message: str = "etcdserver: request timed out", status: int = 50
 
 
 class ScriptedGateway:
-    """Raises the scripted errors, one per write (apply, create, replace or delete), in order; then lets writes
-    through. `always` fails every write with the same error. Reads always go through."""
+    """Raises the scripted errors, one per write (apply, create, replace or delete), in order (None lets that
+    write through); then lets writes through. `always` fails every write with the same error. Reads always go through."""
 
-    def __init__(self, cluster: SimulatedGateway, *errors: Exception, always: Exception | None = None) -> None:
+    def __init__(self, cluster: SimulatedGateway, *errors: Exception | None, always: Exception | None = None) -> None:
         self.cluster, self.errors, self.always = cluster, list(errors), always
         self.attempts = 0  # writes tried, failed or not
         self.writes: list[str] = []  # what each was: "apply", "create", "replace" or "delete"
