@@ -23,6 +23,7 @@ import base64
 import contextlib
 import copy
 import ctypes
+import json
 import os
 import secrets
 import shutil
@@ -538,12 +539,50 @@ class ControlPlane:
         ])
 
     def _start_apiserver(self) -> None:
+        self._spawn("kube-apiserver", self._apiserver_argv(self.ports["apiserver"]))
+
+    def start_apiserver_replica(self, *extra_flags: str) -> str:
+        """Another kube-apiserver on the same etcd, as in a highly available control plane, with
+        extra flags: `--watch-cache=false` makes every watch read etcd, so one resumed after
+        `etcd_compact()` gets a real 410. Returns its URL; it stops with the control plane."""
+        port = _free_ports(1)[0]
+        name = f"kube-apiserver-{port}"
+        self._spawn(name, [*self._apiserver_argv(port), *extra_flags])
+        url = f"https://127.0.0.1:{port}"
+        self._wait_https(name, f"{url}/readyz", timeout=self.start_timeout)
+        return url
+
+    def stop_apiserver_replica(self, url: str) -> None:
+        name = f"kube-apiserver-{url.rsplit(':', 1)[1]}"
+        for proc in [p for p in self._procs if p.name == name]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.popen.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.popen.wait(timeout=10)
+            self._procs.remove(proc)
+
+    def etcd_compact(self) -> int:
+        """Compacts etcd's history up to its current revision, as the API server does every five
+        minutes; a watch resumed from an older resourceVersion then gets 410 Gone. Returns the revision."""
+        base = f"http://127.0.0.1:{self.ports['etcd']}/v3/kv"
+
+        def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+            request = urllib.request.Request(f"{base}/{path}", data=json.dumps(body).encode(), method="POST",
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return dict(json.load(answer))
+
+        revision = int(post("range", {"key": base64.b64encode(b"/registry/").decode(), "limit": 1})["header"]["revision"])
+        post("compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def _apiserver_argv(self, port: int) -> list[str]:
         pki = self._need_workdir() / "pki"
-        self._spawn("kube-apiserver", [
+        return [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-            f"--secure-port={self.ports['apiserver']}",
+            f"--secure-port={port}",
             f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
             f"--requestheader-client-ca-file={pki / 'ca.crt'}",
@@ -570,7 +609,7 @@ class ControlPlane:
             "--event-ttl=1h",
             "--delete-collection-workers=4",
             f"--v={self.verbosity}",
-        ])
+        ]
 
     def _component_common(self, port: int) -> list[str]:
         kc = str(self.kubeconfig_path)
