@@ -225,9 +225,17 @@ def git_url_allowed(url: str, entries: Iterable[str]) -> bool:
     return match is not None and _under(f"{match['host'].lower()}/{match['path'].rstrip('/')}", entries)
 
 
+# A commit id shortened (7 to 39 hex digits, at least one a digit): git fetches a commit only by
+# its full id, so the pod's fetch would fail minutes after the launch had looked fine.
+ABBREVIATED_COMMIT = re.compile(r"^(?=[a-f]*[0-9])[0-9a-f]{7,39}$")
+
+
 def git_revision_problem(revision: str) -> str | None:
     if (not GIT_REVISION.fullmatch(revision) or ".." in revision or "//" in revision or revision.endswith((".lock", "/", "."))
             or "/." in revision):
         return (f"“{revision[:80]}” is not a branch, tag or commit: letters, digits and . _ / + - only, not starting "
                 "with '-'.")
+    if ABBREVIATED_COMMIT.fullmatch(revision):
+        return (f"“{revision}” looks like a shortened commit id, which git cannot fetch; give the full 40-character "
+                "commit id, a branch or a tag.")
     return None

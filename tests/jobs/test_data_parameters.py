@@ -430,6 +430,17 @@ def test_the_fetch_checks_out_a_branch_a_tag_or_a_commit(tmp_path, upstream, rev
     assert (tmp_path / "checkout" / "train.py").read_text() == expected
 
 
+def test_a_shortened_commit_id_fails_the_fetch_so_the_launch_refuses_it_in_words(tmp_path, upstream):
+    repo, first = upstream
+    assert _fetch(tmp_path, f"file://{repo}", first[:10], allow_file=True).returncode != 0  # why it is refused
+    from jobs.policy import git_revision_problem
+
+    assert git_revision_problem(first[:10]) == (f"“{first[:10]}” looks like a shortened commit id, which git cannot "
+                                                "fetch; give the full 40-character commit id, a branch or a tag.")
+    assert git_revision_problem(first) is None and git_revision_problem("deadbeef") is None  # a full id; a branch name
+    assert git_revision_problem("v1.2.3") is None and git_revision_problem("release-2024") is None
+
+
 @pytest.mark.parametrize("url", ["file://{repo}", "ext::sh -c touch% {marker}"])
 def test_the_fetch_itself_refuses_every_transport_but_https(tmp_path, upstream, url):
     """Should a URL get past the portal's checks, git, as the fetch configures it, still refuses it."""
