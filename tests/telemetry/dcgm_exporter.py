@@ -1,12 +1,15 @@
 """A stand-in for NVIDIA's dcgm-exporter that the tests drive: it serves `/metrics` in
 dcgm-exporter's exact text format (its HELP lines, label names and order, per GPU or MIG
-instance, with the pod that holds it), with the values a test sets, and can be taken down."""
+instance, with the pod that holds it), with the values a test sets, and can be taken down.
+`KwokFeed` feeds it from the real control plane's KWOK pods instead of by hand."""
 
 from __future__ import annotations
 
 import http.server
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 # (name, HELP) as dcgm-exporter's default-counters.csv has them; all are gauges.
 COUNTERS = [
@@ -123,3 +126,70 @@ class DcgmExporter:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+KWOK_UUID_PREFIX = "GPU-kwok-"
+
+
+class KwokFeed:
+    """Feeds the exporter from the real control plane's pods, as dcgm-exporter learns from the
+    kubelet's pod-resources API which pod holds which GPU: every running pod that requests
+    `resource` gets that many GPUs of its node (the lowest free indices, kept while it runs),
+    reporting the engine active the test sets for its name's prefix (`set_busy`), `default`
+    otherwise. GPUs of pods that ended leave the exporter; what a test put by hand stays."""
+
+    def __init__(self, exporter: DcgmExporter, list_pods: Callable[[], list[dict[str, Any]]], *,
+                 resource: str = "nvidia.com/gpu", default: float = 0.0, interval: float = 0.5) -> None:
+        self.exporter, self.list_pods, self.resource = exporter, list_pods, resource
+        self.default, self.interval = default, interval
+        self.busy: dict[str, float] = {}  # pod name prefix → engine active
+        self.slots: dict[tuple[str, int], tuple[str, str]] = {}  # (node, index) → (namespace, pod)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="kwok-feed")
+
+    def set_busy(self, pod_prefix: str, ratio: float) -> None:
+        self.busy[pod_prefix] = ratio
+
+    def start(self) -> KwokFeed:
+        self.tick()
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=10)
+        with self.exporter.lock:
+            self.exporter.gpus = {k: g for k, g in self.exporter.gpus.items() if not k.startswith(KWOK_UUID_PREFIX)}
+
+    def _run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - a read that failed is tried again next tick
+                continue
+
+    def _requested(self, pod: dict[str, Any]) -> int:
+        return sum(int((c.get("resources") or {}).get("limits", {}).get(self.resource, 0) or 0)
+                   for c in pod["spec"].get("containers", []))
+
+    def _engine_active(self, pod: str) -> float:
+        matches = [prefix for prefix in self.busy if pod.startswith(prefix)]
+        return self.busy[max(matches, key=len)] if matches else self.default
+
+    def tick(self) -> None:
+        running = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in self.list_pods()
+                   if (p.get("status") or {}).get("phase") == "Running" and p["spec"].get("nodeName") and self._requested(p)}
+        self.slots = {slot: owner for slot, owner in self.slots.items() if owner in running}
+        for owner, pod in sorted(running.items()):
+            node = pod["spec"]["nodeName"]
+            held = [index for (n, index), o in self.slots.items() if n == node and o == owner]
+            free = (index for index in range(1024) if (node, index) not in self.slots)
+            for _ in range(self._requested(pod) - len(held)):
+                self.slots[(node, next(free))] = owner
+        gpus = {f"{KWOK_UUID_PREFIX}{node}-{index}": Gpu(
+                    node=node, gpu=index, uuid=f"{KWOK_UUID_PREFIX}{node}-{index}", namespace=namespace, pod=pod,
+                    engine_active=self._engine_active(pod), fb_used=40_000, fb_free=41_559, power=300.0, temperature=60)
+                for (node, index), (namespace, pod) in self.slots.items()}
+        with self.exporter.lock:
+            kept = {k: g for k, g in self.exporter.gpus.items() if not k.startswith(KWOK_UUID_PREFIX)}
+            self.exporter.gpus = {**kept, **gpus}
