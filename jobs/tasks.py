@@ -62,8 +62,9 @@ def workload_submit(workload_id: int) -> str:
     workload = _load(workload_id, task="submit")
     if workload is None or workload.phase != Workload.Phase.SUBMITTING:
         return "nothing to do"
-    # A submission sent again may come after its owner lost the role its tier needs, or after its
-    # image left the allow-list: the launch's checks hold for the cluster, not only for the form.
+    # A submission sent again may come after its owner lost the role its tier needs, its image left
+    # the allow-list or its data volume was deleted: the launch's checks hold for the cluster, not
+    # only for the form. Not knowing (the claim could not be read) is retried, not a refusal.
     try:
         refusal = services.submission_refusal(workload)
         if refusal:
