@@ -8,7 +8,9 @@ workload's host (a teammate's server would receive it), so the hand-over goes li
 1. `/workloads/<id>/open/` (signed in to the portal) checks `jobs.open_workload` and redirects to
    the workload's host with a ticket in the query: signed, naming the user and the workload,
    good for `TICKET_SECONDS` and only once.
-2. The gate sees the ticket in `X-Original-URL`, spends it, answers 200 and sets the access
+2. The gate sees the ticket in `X-Original-URL`, spends it (its nonce is recorded in the
+   database, `SpentTicket`, not the cache: Redis away must not lock people out of their
+   notebooks), answers 200 and sets the access
    cookie on the workload's host (ingress-nginx passes the gate's `Set-Cookie` on): host-only,
    HttpOnly, signed for that user and that workload only, so the server behind it, which sees the
    cookie, cannot use it anywhere else.
@@ -30,6 +32,7 @@ the workload's Kubernetes Secret for its pod, and only its SHA-256 is stored.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import secrets
 import urllib.parse
@@ -39,13 +42,14 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.core import signing
-from django.core.cache import cache
+from django.db import IntegrityError, transaction
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.crypto import constant_time_compare, salted_hmac
 from rest_framework import exceptions, permissions
 from rest_framework.request import Request
 
-from jobs.models import Workload
+from jobs.models import SpentTicket, Workload
 from portal.models import ApiToken, User
 from portal.tokens import TOKEN_PREFIX, TokenAuthentication
 
@@ -84,8 +88,12 @@ def _ticket_spend(*, workload_id: int, original_url: str) -> int | None:
         return None
     if not isinstance(ticket, dict) or ticket.get("w") != workload_id or not isinstance(ticket.get("u"), int):
         return None
-    if not cache.add(f"workload-ticket:{ticket.get('n')}", True, timeout=TICKET_SECONDS * 2):
+    try:
+        with transaction.atomic():
+            SpentTicket.objects.create(nonce=str(ticket.get("n"))[:64])
+    except IntegrityError:
         return None  # spent already
+    SpentTicket.objects.filter(spent_at__lt=timezone.now() - dt.timedelta(seconds=TICKET_SECONDS * 2)).delete()
     return int(ticket["u"])
 
 

@@ -464,6 +464,18 @@ class WorkloadIdleState(models.Model):
         return f"idle state of workload {self.workload_id}"
 
 
+class SpentTicket(models.Model):
+    """A workload ticket (jobs/access.py) spent at the gate, by its nonce, so one ticket never
+    opens a workload twice. In the database rather than the cache: the gate must let people in
+    while Redis is away. Rows older than twice a ticket's life are deleted as new ones are spent."""
+
+    nonce = models.CharField(max_length=64, unique=True)
+    spent_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return f"ticket {self.nonce[:6]}… spent {self.spent_at:%Y-%m-%d %H:%M:%S}"
+
+
 class GpuXidEvent(models.Model):
     """An XID error a GPU reported while a workload's pod held it (DCGM_FI_DEV_XID_ERRORS changed).
 

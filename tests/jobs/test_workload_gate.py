@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import socket
 import subprocess
 import sys
 import urllib.parse
@@ -204,6 +205,25 @@ def test_a_browser_is_handed_over_once_and_then_holds_a_cookie_for_that_workload
 
     other = launch(member, ready_team, notebook_template, flavor)
     assert gate(other.pk, client=host).status_code == 401  # and opens nothing else
+
+
+def test_the_hand_over_works_while_the_cache_is_away_and_a_ticket_still_opens_once(notebook, member, settings):
+    with socket.socket() as probe:  # nothing listens here: Redis is down
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+    location = open_notebook(login(member), notebook)
+    assert gate(notebook.pk, url=location).status_code == 200
+    assert gate(notebook.pk, url=location).status_code == 401  # spent, as recorded in the database
+
+
+def test_spent_tickets_are_forgotten_once_they_could_no_longer_be_spent(notebook, member):
+    from jobs.models import SpentTicket
+
+    SpentTicket.objects.create(nonce="long-ago", spent_at=timezone.now() - dt.timedelta(seconds=access.TICKET_SECONDS * 3))
+    assert gate(notebook.pk, url=open_notebook(login(member), notebook)).status_code == 200
+    assert not SpentTicket.objects.filter(nonce="long-ago").exists() and SpentTicket.objects.count() == 1
 
 
 def test_a_ticket_for_one_workload_opens_no_other(notebook, member, ready_team, notebook_template, flavor):
