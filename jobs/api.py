@@ -24,8 +24,10 @@ from rest_framework.routers import BaseRouter
 
 from jobs import reclaim, selectors, services
 from jobs.filters import TemplateFilter, WorkloadFilter
-from jobs.models import ImageRegistry, Workload, WorkloadTemplate
+from jobs.models import GitSource, ImageRegistry, Workload, WorkloadTemplate
 from jobs.serializers import (
+    GitSourceCreateSerializer,
+    GitSourceSerializer,
     ImageRegistryCreateSerializer,
     ImageRegistrySerializer,
     LogsSerializer,
@@ -139,6 +141,27 @@ class ImageRegistryViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, vi
 
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         services.image_registry_remove(user=signed_in_user(request), registry=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema_view(
+    list=extend_schema(description="Where templates' git parameters may fetch code from, as platform admins keep "
+                                   "them (PORTAL_GIT_SOURCES, set at deployment, is allowed too). Everyone signed in "
+                                   "may read it, so a template's author knows what will be accepted."),
+    create=extend_schema(request=GitSourceCreateSerializer, responses={201: GitSourceSerializer},
+                         description="Platform admins: allow a git host, or a path under it (github.com/acme)."),
+    destroy=extend_schema(description="Platform admins: launches fetching from it are refused from then on."),
+)
+class GitSourceViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+    serializer_class = GitSourceSerializer
+    queryset = GitSource.objects.select_related("created_by")
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        source = services.git_source_add(user=signed_in_user(request), **parse(GitSourceCreateSerializer, request))
+        return Response(self.get_serializer(source).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        services.git_source_remove(user=signed_in_user(request), source=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -261,3 +284,4 @@ def register(router: BaseRouter) -> None:
     router.register("templates", TemplateViewSet, basename="template")
     router.register("workloads", WorkloadViewSet, basename="workload")
     router.register("image-registries", ImageRegistryViewSet, basename="image-registry")
+    router.register("git-sources", GitSourceViewSet, basename="git-source")

@@ -187,6 +187,24 @@ class ImageRegistry(models.Model):
         return self.prefix
 
 
+class GitSource(models.Model):
+    """One entry of the git allow-list, kept by platform admins: a host, or a host and a path
+    prefix (`github.com/acme`). Templates' git parameters fetch only from these and from
+    PORTAL_GIT_SOURCES, set at deployment."""
+
+    prefix = models.CharField(max_length=255, unique=True,
+                              help_text="A git host, optionally with a path: github.com/acme, git.example.com.")
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["prefix"]
+
+    def __str__(self) -> str:
+        return self.prefix
+
+
 class WorkloadQuerySet(models.QuerySet["Workload"]):
     def for_user(self, user: User | AnonymousUser) -> WorkloadQuerySet:
         if not user.is_authenticated:

@@ -68,6 +68,7 @@ rules.add_perm("jobs.open_workload", can_open_workload)
 rules.add_perm("jobs.reveal_notebook_token", can_reveal_notebook_token)
 rules.add_perm("jobs.create_global_template", is_platform_admin)
 rules.add_perm("jobs.manage_image_registries", is_platform_admin)
+rules.add_perm("jobs.manage_git_sources", is_platform_admin)
 
 
 def allowed_priorities(user: Any, team: Any, version: Any) -> list[str]:

@@ -15,7 +15,16 @@ from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 from django.utils import timezone
 
 from jobs import manifests, policy, pricing
-from jobs.models import ImageRegistry, Priority, RunInterval, Workload, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
+from jobs.models import (
+    GitSource,
+    ImageRegistry,
+    Priority,
+    RunInterval,
+    Workload,
+    WorkloadKind,
+    WorkloadTemplate,
+    WorkloadTemplateVersion,
+)
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.metrics import PodKey
 from tenants import cluster_selectors
@@ -35,8 +44,10 @@ def image_allow_list() -> list[str]:
 
 
 def git_sources() -> list[str]:
-    """Where git parameters may fetch code from (PORTAL_GIT_SOURCES), in one written form."""
-    return sorted({entry for entry in map(policy.git_source_entry, settings.PORTAL_GIT_SOURCES) if entry})
+    """Where git parameters may fetch code from: the sources set at deployment
+    (PORTAL_GIT_SOURCES) and those platform admins keep (GitSource), in one written form."""
+    configured = {entry for entry in map(policy.git_source_entry, settings.PORTAL_GIT_SOURCES) if entry}
+    return sorted({*configured, *GitSource.objects.values_list("prefix", flat=True)})
 
 
 def team_claims(*, team: Team) -> list[str] | None:

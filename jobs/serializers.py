@@ -10,6 +10,7 @@ from rest_framework import serializers
 
 from jobs import policy, selectors, services
 from jobs.models import (
+    GitSource,
     IdleAction,
     ImageRegistry,
     Priority,
@@ -378,6 +379,20 @@ class ImageRegistrySerializer(serializers.ModelSerializer):
 
 class ImageRegistryCreateSerializer(StrictInputMixin, serializers.Serializer):
     prefix = serializers.CharField(max_length=255, help_text="A registry host, optionally with a path: nvcr.io/nvidia.")
+    note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class GitSourceSerializer(serializers.ModelSerializer):
+    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = GitSource
+        fields = ["id", "prefix", "note", "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class GitSourceCreateSerializer(StrictInputMixin, serializers.Serializer):
+    prefix = serializers.CharField(max_length=255, help_text="A git host, optionally with a path: github.com/acme.")
     note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 

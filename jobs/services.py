@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from jobs import access, idle_policy, manifests, notifications, policy, pricing, rules, selectors
 from jobs.models import (
+    GitSource,
     IdleDefaults,
     ImageRegistry,
     Priority,
@@ -596,6 +597,34 @@ def image_registry_remove(*, user: User, registry: ImageRegistry) -> None:
     audit_record(actor=user, action="image_registry.removed", obj=registry,
                  message=f"{user.username} no longer allows images from {registry.prefix}")
     registry.delete()
+
+
+# --- The git allow-list ---------------------------------------------------------------------------
+
+
+@transaction.atomic
+def git_source_add(*, user: User, prefix: str, note: str = "") -> GitSource:
+    """Allows templates' git parameters to fetch from a host, or from a path under it."""
+    _require(user.has_perm("jobs.manage_git_sources"))
+    entry = policy.git_source_entry(prefix)
+    if entry is None:
+        raise DomainError(f"“{prefix[:200]}” is not a git source: write its host, optionally with a path, "
+                          "e.g. github.com/acme.", field="prefix")
+    if GitSource.objects.filter(prefix=entry).exists():
+        raise DomainError(f"{entry} is on the allow-list already.", field="prefix")
+    source = GitSource.objects.create(prefix=entry, note=note[:200], created_by=user)
+    audit_record(actor=user, action="git_source.added", obj=source, message=f"{user.username} allowed code from {entry}")
+    return source
+
+
+@transaction.atomic
+def git_source_remove(*, user: User, source: GitSource) -> None:
+    """Takes a source off the allow-list: launches that would fetch from it are refused in words,
+    and a submission sent again after it is removed fails with the reason."""
+    _require(user.has_perm("jobs.manage_git_sources"))
+    audit_record(actor=user, action="git_source.removed", obj=source,
+                 message=f"{user.username} no longer allows code from {source.prefix}")
+    source.delete()
 
 
 # --- The template editor: sharing, the launch preview and its dry run ----------------------------

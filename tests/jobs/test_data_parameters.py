@@ -241,6 +241,49 @@ def test_a_repository_the_template_allows_but_the_site_does_not_is_refused(team_
     assert workload.parameters["code"] == {"url": "https://git.example.com/ml/x", "revision": "HEAD"}
 
 
+def test_platform_admins_keep_the_git_allow_list_through_the_api_and_a_launch_follows_it(
+        team_claims, member, lead, admin_user, flavor, settings, sources, django_capture_on_commit_callbacks):
+    from jobs import tasks
+    from jobs.models import GitSource
+    from portal.models import AuditEvent
+
+    settings.PORTAL_GIT_SOURCES = []
+    template = services.template_create(
+        user=admin_user, slug="any-git", name="Any git", kind=WorkloadKind.TRAINING, flavors=[flavor],
+        image="quay.io/acme/train:1", default_units=1, max_units=4,
+        parameters=[{"name": "code", "type": "git", "mount_path": "/code"}])
+    code = {"code": "https://gitlab.example.com/ml/x.git"}
+    with pytest.raises(DomainError, match="allowed: none yet"):
+        launch(member, team_claims, template, flavor, parameters=code)
+
+    assert api(lead).post("/api/git-sources/", {"prefix": "gitlab.example.com"}, format="json").status_code == 403
+    assert api(member).post("/api/git-sources/", {"prefix": "gitlab.example.com"}, format="json").status_code == 403
+    added = api(admin_user).post("/api/git-sources/", {"prefix": "https://GitLab.example.com/ml/", "note": "ML"},
+                                 format="json")
+    assert added.status_code == 201 and (added.json()["prefix"], added.json()["created_by"]) == ("gitlab.example.com/ml",
+                                                                                                  "root")
+    assert [s["prefix"] for s in api(member).get("/api/git-sources/").json()["results"]] == ["gitlab.example.com/ml"]
+    again = api(admin_user).post("/api/git-sources/", {"prefix": "gitlab.example.com/ml"}, format="json")
+    assert again.status_code == 400 and again.json()["message"] == "gitlab.example.com/ml is on the allow-list already."
+    bad = api(admin_user).post("/api/git-sources/", {"prefix": "ssh://evil"}, format="json")
+    assert bad.status_code == 400 and "is not a git source" in bad.json()["message"]
+
+    workload = launch(member, team_claims, template, flavor, parameters=code)  # its submission waits (lost task)
+    with pytest.raises(DomainError, match="allowed: gitlab.example.com/ml"):
+        launch(member, team_claims, template, flavor, parameters={"code": "https://gitlab.example.com/ops/x.git"})
+
+    entry = added.json()["id"]
+    assert api(lead).delete(f"/api/git-sources/{entry}/").status_code == 403
+    assert api(admin_user).delete(f"/api/git-sources/{entry}/").status_code == 204
+    assert not GitSource.objects.exists()
+    assert tasks.workload_submit(workload.pk) == "failed"  # sent again after the source left the list
+    workload.refresh_from_db()
+    assert workload.reason.startswith("Not created in the cluster: code: the repository https://gitlab.example.com/ml/x.git")
+    audit = AuditEvent.objects.filter(action__startswith="git_source.").order_by("id")
+    assert list(audit.values_list("message", flat=True)) == [
+        "root allowed code from gitlab.example.com/ml", "root no longer allows code from gitlab.example.com/ml"]
+
+
 @pytest.mark.parametrize(("declared", "words"), [
     ([{"name": "d", "type": "volume"}], "the mount path must be an absolute path"),
     ([{"name": "d", "type": "volume", "mount_path": "/"}], "the mount path must be an absolute path"),
