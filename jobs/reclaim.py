@@ -41,6 +41,7 @@ from portal.errors import DomainError, StateConflict
 from portal.metrics import MetricsError, PodKey, metrics
 from portal.models import User
 from portal.notifications import notify
+from portal.tasks import send_on_commit
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,7 @@ def _act(workload: Workload, policy: idle_policy.IdlePolicy, *, idle_minutes: in
         audit_record(actor=None, action="workload.scaled_idle", obj=locked, team_id=locked.team_id,
                      message=f"{locked.name} (#{locked.pk}) of {locked.team.slug} scaled from {before} to {low} "
                              f"replicas: {why}")
-        transaction.on_commit(functools.partial(tasks.workload_apply.delay, locked.pk))
+        send_on_commit(tasks.workload_apply, locked.pk, unsent=functools.partial(tasks.mark_unsent, locked.pk))
         notify(recipients=[workload.owner], message=f"{locked.name} (#{locked.pk}) was scaled from {before} to {low} "
                f"replicas: {why}.", url=reverse("jobs:workload-detail", args=[locked.pk]))
         return True

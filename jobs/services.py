@@ -337,7 +337,7 @@ def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload
                  message=f"{user.username} scaled {locked.name} (#{locked.pk}) from {before} to {replicas} replicas")
     from jobs import tasks
 
-    send_on_commit(tasks.workload_apply, locked.pk)
+    send_on_commit(tasks.workload_apply, locked.pk, unsent=lambda: tasks.mark_unsent(locked.pk))
     return locked
 
 

@@ -131,8 +131,8 @@ UNSENT_REASON = ("Recorded, not sent to a worker yet: the portal's task queue di
 
 
 def mark_unsent(workload_id: int) -> None:
-    """What was asked for it (its submission, or its removal once stopped) never reached the
-    broker: the next resubmit pass sends it again, whatever its age."""
+    """What was asked for it (its submission, a change of its replicas, or its removal once
+    stopped) never reached the broker: the next resubmit pass sends it again, whatever its age."""
     workload = Workload.objects.filter(pk=workload_id)
     workload.update(unsent_since=timezone.now())
     workload.filter(phase=Workload.Phase.SUBMITTING).update(reason=UNSENT_REASON)
@@ -144,8 +144,8 @@ def workloads_resubmit_lost() -> int:
     idempotent. Each says why it still waits, on its page and in the API, instead of only
     'Submitting'. One the broker never took (`unsent_since`) goes at once; any other once it has
     waited PORTAL_SUBMITTING_BOUND_SECONDS, since its message may merely be in the queue. The
-    removal of a workload stopped while the broker was away is sent again too. Returns the
-    number of submissions sent."""
+    removal of a workload stopped, and the change of one running, while the broker was away are
+    sent again too. Returns the number of submissions sent."""
     now = timezone.now()
     bound = dt.timedelta(seconds=settings.PORTAL_SUBMITTING_BOUND_SECONDS)
     lost = Workload.objects.filter(Q(created_at__lt=now - bound) | Q(unsent_since__isnull=False),
@@ -170,6 +170,13 @@ def workloads_resubmit_lost() -> int:
                                       unsent_since__isnull=False)
     for workload_id, unsent_since in stopped.values_list("pk", "unsent_since")[:500]:
         workload_teardown.apply_async((workload_id,), expires=RESUBMIT_EXPIRES_SECONDS)
+        Workload.objects.filter(pk=workload_id, unsent_since=unsent_since).update(unsent_since=None)
+    # A change of a running workload (its replicas, by hand or by the idle policy) recorded while the
+    # broker was away: applying its objects again is idempotent.
+    changed = Workload.objects.filter(phase__in=(Workload.Phase.QUEUED, Workload.Phase.ADMITTED, Workload.Phase.RUNNING),
+                                      unsent_since__isnull=False)
+    for workload_id, unsent_since in changed.values_list("pk", "unsent_since")[:500]:
+        workload_apply.apply_async((workload_id,), expires=RESUBMIT_EXPIRES_SECONDS)
         Workload.objects.filter(pk=workload_id, unsent_since=unsent_since).update(unsent_since=None)
     return len(rows)
 

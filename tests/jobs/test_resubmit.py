@@ -12,7 +12,8 @@ from kombu.exceptions import OperationalError
 
 from jobs import services as job_services
 from jobs import tasks
-from jobs.models import Workload
+from jobs.models import Workload, WorkloadKind
+from portal.kube import ObjectRef
 from tests.helpers import launch
 
 pytestmark = pytest.mark.django_db
@@ -129,3 +130,31 @@ def test_a_stop_the_broker_does_not_take_is_recorded_and_its_objects_removed_by_
     workload.refresh_from_db()
     assert workload.unsent_since is None
     assert simulated.list("batch/v1", "Job", namespace=ready_team.namespace)[0] == []
+
+
+def test_a_scale_the_broker_does_not_take_is_recorded_and_applied_by_the_next_pass(
+        ready_team, member, admin_user, flavor, simulated, monkeypatch, django_capture_on_commit_callbacks):
+    vllm = job_services.template_create(
+        user=admin_user, slug="vllm", name="vLLM", kind=WorkloadKind.INFERENCE, flavors=[flavor], image="vllm/vllm:1",
+        port=8000, parameters=[{"name": "workers", "type": "int", "default": 1, "min": 1, "max": 4}])
+    server = launch(member, ready_team, vllm, flavor)
+    tasks.workload_submit(server.pk)
+    Workload.objects.filter(pk=server.pk).update(phase=Workload.Phase.RUNNING)
+    server.refresh_from_db()
+    refused = OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    monkeypatch.setattr(tasks.workload_apply, "apply_async", lambda *args, **kwargs: (_ for _ in ()).throw(refused))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        job_services.workload_scale(user=member, workload=server, replicas=3)
+
+    server.refresh_from_db()
+    assert server.workers == 3 and server.unsent_since is not None
+    deployment = simulated.get(ObjectRef("apps/v1", "Deployment", server.k8s_name, ready_team.namespace))
+    assert deployment["spec"]["replicas"] == 1  # the change has not reached the cluster
+
+    monkeypatch.undo()
+    tasks.workloads_resubmit_lost()
+    server.refresh_from_db()
+    assert server.unsent_since is None
+    deployment = simulated.get(ObjectRef("apps/v1", "Deployment", server.k8s_name, ready_team.namespace))
+    assert deployment["spec"]["replicas"] == 3
