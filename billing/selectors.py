@@ -19,8 +19,23 @@ from typing import Any, cast
 
 from django.contrib.auth.models import AnonymousUser
 from django.core.cache import cache
-from django.db.models import Count, F, FloatField, Func, Max, Q, QuerySet, Subquery, Sum, Value
-from django.db.models.functions import Coalesce, Greatest, Least, TruncDate
+from django.db.models import (
+    Count,
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    FloatField,
+    Func,
+    Max,
+    Min,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
+from django.db.models.functions import Coalesce, Greatest, Least, TruncDate, TruncSecond
 from django.utils import timezone
 
 from billing import ledger, metering, money, periods
@@ -514,43 +529,65 @@ class WorkloadCost:
 def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None, end: dt.datetime | None = None,
                    now: dt.datetime | None = None) -> dict[int, WorkloadCost]:
     """GPU-hours and cost so far of each workload, from its own intervals (an open one up to
-    now), each second at the rate in force then: two queries for any number of workloads.
+    now), each second at the rate in force then: two queries for any number of workloads, whatever
+    the number of their intervals (a third when some of them ran across a price change).
 
-    Seconds are whole seconds, as metering counts them. A workload whose hours span rates in two
-    currencies shows GPU-hours and no cost.
+    Seconds are whole seconds, as metering counts them: the database sums them per workload,
+    flavor and share, with the first and last second of each group; a group that lies within one
+    rate's window is priced whole, and only a group that spans a price change is read interval
+    by interval. A workload whose hours span rates in two currencies shows GPU-hours and no cost.
     """
     now = now or timezone.now()
-    intervals = (RunInterval.objects.filter(workload_id__in=workload_ids)
-                 .values_list("workload_id", "units", "started_at", "ended_at", "flavor_id",
-                              "fraction_numerator", "fraction_denominator"))
+    intervals = RunInterval.objects.filter(workload_id__in=workload_ids)
     if start is not None:
         intervals = intervals.filter(Q(ended_at__isnull=True) | Q(ended_at__gt=start))
     if end is not None:
         intervals = intervals.filter(started_at__lt=end)
-    rows = list(intervals)
+    upper: Any = Coalesce("ended_at", Value(now, output_field=DateTimeField()))
+    if end is not None:
+        upper = Least(upper, Value(end, output_field=DateTimeField()))
+    lower: Any = F("started_at") if start is None else Greatest("started_at", Value(start, output_field=DateTimeField()))
+    clamped = (intervals.annotate(began=lower, ended=upper, lower=TruncSecond(lower), upper=TruncSecond(upper))
+               .filter(upper__gt=F("lower")))
+    key = ("workload_id", "flavor_id", "units", "fraction_numerator", "fraction_denominator")
+    groups = list(clamped.values(*key).annotate(
+        total=Sum(ExpressionWrapper(F("upper") - F("lower"), output_field=DurationField())),
+        first=Min("began"), last=Max("ended")).order_by())
     rates: dict[int, list[Rate]] = defaultdict(list)
-    for found in Rate.objects.filter(flavor_id__in={row[4] for row in rows}).order_by("flavor_id", "effective_from"):
+    for found in Rate.objects.filter(flavor_id__in={group["flavor_id"] for group in groups}).order_by("flavor_id",
+                                                                                                       "effective_from"):
         rates[found.flavor_id].append(found)
     windows = {flavor_id: [(rate, rate.effective_from.replace(microsecond=0),
                             found[i + 1].effective_from.replace(microsecond=0) if i + 1 < len(found) else None)
                            for i, rate in enumerate(found)] for flavor_id, found in rates.items()}
     # Whole seconds summed as integers per workload and fraction (and per rate for the amounts), one
-    # Fraction per sum at the end: a page of 50 workloads reads thousands of intervals.
+    # Fraction per sum at the end.
     seconds: dict[tuple[int, int, int], int] = defaultdict(int)
     rated: dict[tuple[int, Rate, int, int], int] = defaultdict(int)
-    for workload_id, units, began, ended, flavor_id, numerator, denominator in rows:
-        lower = max(began, start) if start else began
-        upper = min(ended or now, end) if end else (ended or now)
-        lower, upper = lower.replace(microsecond=0), upper.replace(microsecond=0)
-        if upper <= lower:
-            continue
-        share = units * numerator
-        seconds[workload_id, share, denominator] += int((upper - lower).total_seconds())
-        for rate, since, until in windows.get(flavor_id, ()):
-            a = max(lower, since)
-            b = min(upper, until) if until else upper
-            if b > a:
-                rated[workload_id, rate, share, denominator] += int((b - a).total_seconds())
+    across: list[dict[str, Any]] = []  # groups that ran across a price change (or before the first price)
+    for group in groups:
+        share, denominator = group["units"] * group["fraction_numerator"], group["fraction_denominator"]
+        total = int(group["total"].total_seconds())
+        seconds[group["workload_id"], share, denominator] += total
+        flavor_windows = windows.get(group["flavor_id"], ())
+        first, last = group["first"].replace(microsecond=0), group["last"].replace(microsecond=0)
+        within = next((rate for rate, since, until in flavor_windows
+                       if since <= first and (until is None or last <= until)), None)
+        if within is not None:
+            rated[group["workload_id"], within, share, denominator] += total
+        elif flavor_windows:
+            across.append(group)
+    if across:
+        condition = Q()
+        for group in across:
+            condition |= Q(**{field: group[field] for field in key})
+        rows = clamped.filter(condition).values_list(*key, "lower", "upper")
+        for workload_id, flavor_id, units, numerator, denominator, began, ended in rows:
+            for rate, since, until in windows[flavor_id]:
+                a = max(began, since)
+                b = min(ended, until) if until else ended
+                if b > a:
+                    rated[workload_id, rate, units * numerator, denominator] += int((b - a).total_seconds())
     unit_seconds: dict[int, Fraction] = defaultdict(Fraction)
     for (workload_id, share, denominator), total in seconds.items():
         unit_seconds[workload_id] += Fraction(share * total, denominator)

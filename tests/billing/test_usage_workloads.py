@@ -214,3 +214,55 @@ def test_costs_summed_per_fraction_equal_the_exact_sum_over_each_interval(ready_
         cost = selectors.workload_costs(workload_ids=[workload.pk], now=now, **window)[workload.pk]
         assert cost.gpu_hours == round_places(seconds / SECONDS_PER_HOUR, selectors.ROUNDING_HOURS)
         assert cost.cost == round_money(amount, "USD") and cost.cost > 0
+
+
+def _one_by_one(intervals, rates, *, now, start=None, end=None):
+    """The reference: every interval read and priced on its own, second by second of each rate's window."""
+    from fractions import Fraction
+
+    seconds, amounts = Fraction(0), Fraction(0)
+    ordered = sorted(rates, key=lambda r: r.effective_from)
+    for row in intervals:
+        lower = (max(row.started_at, start) if start else row.started_at).replace(microsecond=0)
+        upper = (min(row.ended_at or now, end) if end else (row.ended_at or now)).replace(microsecond=0)
+        if upper <= lower:
+            continue
+        share = Fraction(row.units * row.fraction_numerator, row.fraction_denominator)
+        seconds += share * int((upper - lower).total_seconds())
+        for i, found in enumerate(ordered):
+            since = found.effective_from.replace(microsecond=0)
+            until = ordered[i + 1].effective_from.replace(microsecond=0) if i + 1 < len(ordered) else None
+            a, b = max(lower, since), (min(upper, until) if until else upper)
+            if b > a:
+                amounts += share * int((b - a).total_seconds()) / 3600 * Fraction(found.price_per_gpu_hour)
+    return seconds / 3600, amounts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_summing_in_the_database_prices_exactly_as_reading_each_interval(ready_team, member, training, flavor, seed):
+    """Random intervals (some open, some with fractions of a second, some across price changes)
+    priced by the grouped sums equal the interval-by-interval reference, with and without a period."""
+    import random
+
+    from billing.money import round_money, round_places
+
+    chance = random.Random(seed)
+    prices = [rate(flavor, f"{chance.randint(1, 9)}.{chance.randint(0, 99):02d}",
+                   effective_from=T0 + dt.timedelta(hours=hours)) for hours in sorted(chance.sample(range(-5, 30), 3))]
+    workloads = [launch(member, ready_team, training, flavor, f"w{n}", units=chance.randint(1, 4)) for n in range(3)]
+    for n in range(40):
+        began = T0 + dt.timedelta(seconds=chance.randint(-6 * 3600, 30 * 3600), microseconds=chance.randint(0, 999_999))
+        open_ = chance.random() < 0.1
+        RunInterval.objects.create(
+            workload=chance.choice(workloads), pod_uid=f"u{seed}-{n}", pod_name=f"p{n}", resource_name=flavor.resource_name,
+            units=chance.randint(1, 4), started_at=began, fraction_numerator=chance.choice([1, 1, 1, 3]),
+            fraction_denominator=chance.choice([1, 1, 7]),
+            ended_at=None if open_ else began + dt.timedelta(seconds=chance.randint(0, 8 * 3600),
+                                                             microseconds=chance.randint(0, 999_999)))
+    now = T0 + dt.timedelta(hours=40)
+    for window in ({}, {"start": T0 + dt.timedelta(hours=2, seconds=0.5), "end": T0 + dt.timedelta(hours=20)}):
+        found = selectors.workload_costs(workload_ids=[w.pk for w in workloads], now=now, **window)
+        for workload in workloads:
+            hours, amount = _one_by_one(RunInterval.objects.filter(workload=workload), prices, now=now, **window)
+            assert found[workload.pk].gpu_hours == round_places(hours, 2), (seed, window)
+            assert found[workload.pk].cost == (round_money(amount, "USD") if amount else None), (seed, window)
