@@ -139,7 +139,9 @@ def test_stopping_removes_every_object_and_ends_the_interval(cluster, site, temp
     lead = team.memberships.get().user
     workload = launch(team, lead, templates["distributed"], site.flavor, django_capture_on_commit_callbacks, units=1)
     cluster.wait_for(lambda: phase_of(workload) == Workload.Phase.RUNNING, what="the distributed job to run")
-    cluster.wait_for(lambda: RunInterval.objects.filter(workload=workload).count() == 2, what="two workers' intervals")
+    # RUNNING may be seen with one worker's pod started: the other's interval comes with a later sync.
+    cluster.wait_for(lambda: phase_of(workload) and RunInterval.objects.filter(workload=workload).count() == 2,
+                     what="two workers' intervals")
 
     with django_capture_on_commit_callbacks(execute=True):
         services.workload_stop(user=lead, workload=workload)
