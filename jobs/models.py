@@ -169,40 +169,40 @@ class WorkloadTemplateVersion(models.Model):
         return f"{self.template.name} v{self.number}"
 
 
-class ImageRegistry(models.Model):
-    """One entry of the image allow-list, kept by platform admins: a registry host, or a host and
-    a path prefix (`ghcr.io/acme`). Templates may only use images from these."""
+class AllowListEntry(models.Model):
+    """An entry of an allow-list platform admins keep: a host, or a host and a path prefix,
+    matched by whole segments. Entries are added and removed, never edited: each step is audited."""
+
+    prefix = models.CharField(max_length=255, unique=True)
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        abstract = True
+        ordering = ["prefix"]
+
+    def __str__(self) -> str:
+        return self.prefix
+
+
+class ImageRegistry(AllowListEntry):
+    """The image allow-list: templates may only use images from these registries (and from
+    PORTAL_IMAGE_REGISTRIES, set at deployment)."""
 
     prefix = models.CharField(max_length=255, unique=True,
                               help_text="A registry host, optionally with a path: nvcr.io/nvidia, docker.io/pytorch.")
-    note = models.CharField(max_length=200, blank=True)
-    created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(default=timezone.now)
 
-    class Meta:
-        ordering = ["prefix"]
+    class Meta(AllowListEntry.Meta):
         verbose_name_plural = "image registries"
 
-    def __str__(self) -> str:
-        return self.prefix
 
-
-class GitSource(models.Model):
-    """One entry of the git allow-list, kept by platform admins: a host, or a host and a path
-    prefix (`github.com/acme`). Templates' git parameters fetch only from these and from
-    PORTAL_GIT_SOURCES, set at deployment."""
+class GitSource(AllowListEntry):
+    """The git allow-list: templates' git parameters fetch only from these (and from
+    PORTAL_GIT_SOURCES, set at deployment)."""
 
     prefix = models.CharField(max_length=255, unique=True,
                               help_text="A git host, optionally with a path: github.com/acme, git.example.com.")
-    note = models.CharField(max_length=200, blank=True)
-    created_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["prefix"]
-
-    def __str__(self) -> str:
-        return self.prefix
 
 
 class WorkloadQuerySet(models.QuerySet["Workload"]):

@@ -368,13 +368,22 @@ class WorkloadLaunchSerializer(StrictInputMixin, serializers.Serializer):
                                        help_text="Values for the template's parameters, by name.")
 
 
-class ImageRegistrySerializer(serializers.ModelSerializer):
+class AllowListEntrySerializer(serializers.ModelSerializer):
     created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
-        model = ImageRegistry
         fields = ["id", "prefix", "note", "created_by", "created_at"]
         read_only_fields = fields
+
+
+class ImageRegistrySerializer(AllowListEntrySerializer):
+    class Meta(AllowListEntrySerializer.Meta):
+        model = ImageRegistry
+
+
+class GitSourceSerializer(AllowListEntrySerializer):
+    class Meta(AllowListEntrySerializer.Meta):
+        model = GitSource
 
 
 class ImageRegistryCreateSerializer(StrictInputMixin, serializers.Serializer):
@@ -382,18 +391,8 @@ class ImageRegistryCreateSerializer(StrictInputMixin, serializers.Serializer):
     note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 
-class GitSourceSerializer(serializers.ModelSerializer):
-    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
-
-    class Meta:
-        model = GitSource
-        fields = ["id", "prefix", "note", "created_by", "created_at"]
-        read_only_fields = fields
-
-
-class GitSourceCreateSerializer(StrictInputMixin, serializers.Serializer):
+class GitSourceCreateSerializer(ImageRegistryCreateSerializer):
     prefix = serializers.CharField(max_length=255, help_text="A git host, optionally with a path: github.com/acme.")
-    note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 
 class WhyWaitingSerializer(serializers.Serializer):
