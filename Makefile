@@ -24,7 +24,7 @@ portal-on-cluster: ## the demo portal against the control plane that `make clust
 
 bench:           ## the benchmarks, against a control plane they start themselves
 	scripts/setup.sh && .venv/bin/python benchmarks/onboarding.py
-	scripts/with-services.sh .venv/bin/python benchmarks/workloads.py
+	scripts/with-services.sh .venv/bin/python benchmarks/workloads.py --sweep 10,20,30,40,60
 	.venv/bin/python benchmarks/live_page.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_rollups.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py

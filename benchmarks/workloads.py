@@ -12,10 +12,12 @@ does in production. KWOK finishes each pod after 2 s. Reports, from the same run
   of the watch event that carried a change to the commit that shows it (`WorkloadInformer.lags`,
   the portal's clock at both ends);
 - API server calls the portal makes per workload over its whole life;
-- the floor: a bare-client server-side apply of the same Job.
+- the floor: a bare-client server-side apply of the same Job;
+- with `--sweep 10,20,30,40`: steady phases at rising rates after the burst, and the highest
+  rate whose launch p95 stays under 300 ms.
 
 Run through `make bench` (PostgreSQL is started for it), or with DATABASE_URL set:
-    .venv/bin/python benchmarks/workloads.py [--rate 20] [--seconds 30] [--burst 200]
+    .venv/bin/python benchmarks/workloads.py [--rate 20] [--seconds 30] [--burst 200] [--sweep 10,20,30,40]
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20)
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--burst", type=int, default=200)
+    parser.add_argument("--sweep", type=lambda text: [float(rate) for rate in text.split(",") if rate], default=[],
+                        help="Steady rates to try after the burst, lowest first, e.g. 10,20,30,40: the highest whose "
+                             "p95 stays under 300 ms is reported (the sweep stops at the first that does not).")
+    parser.add_argument("--sweep-seconds", type=float, default=20)
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL"):
         sys.exit("Set DATABASE_URL (PostgreSQL), or run `make bench`, which starts one.")
@@ -126,24 +132,35 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             errors.append(f"{response.status_code}: {response.content[:200]!r}")
         return elapsed
 
-    steady: list[float] = []
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    def steady_phase(pool: ThreadPoolExecutor, rate: float, seconds: float) -> tuple[list[float], float]:
         futures = []
         start = time.perf_counter()
-        count = int(args.rate * args.seconds)
-        for index in range(count):
-            delay = start + index / args.rate - time.perf_counter()
+        for index in range(int(rate * seconds)):
+            delay = start + index / rate - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
             futures.append(pool.submit(launch))
-        steady = [f.result() for f in futures]
-        steady_wall = time.perf_counter() - start
+        return [f.result() for f in futures], time.perf_counter() - start
+
+    sweep: list[dict[str, float]] = []
+    swept: list[float] = []
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        steady, steady_wall = steady_phase(pool, args.rate, args.seconds)
         burst_start = time.perf_counter()
         burst = [f.result() for f in [pool.submit(launch) for _ in range(args.burst)]]
         burst_wall = time.perf_counter() - burst_start
+        for rate in sorted(args.sweep):
+            time.sleep(5)  # the burst's (or the last rate's) pods finish and the queue drains first
+            latencies, wall = steady_phase(pool, rate, args.sweep_seconds)
+            swept += latencies
+            sweep.append({"rate_per_s": rate, "achieved_rate_per_s": round(len(latencies) / wall, 1),
+                          "launch_p50_ms": round(1000 * percentile(latencies, 0.5), 1),
+                          "launch_p95_ms": round(1000 * percentile(latencies, 0.95), 1)})
+            if percentile(latencies, 0.95) >= 0.3:
+                break
     launches_done = time.monotonic()
 
-    total = len(steady) + len(burst)
+    total = len(steady) + len(burst) + len(swept)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         done = Workload.objects.filter(phase=Workload.Phase.SUCCEEDED).count()
@@ -202,6 +219,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "burst": {"launches": len(burst), "wall_s": round(burst_wall, 2),
                   "launch_p50_ms": round(1000 * percentile(burst, 0.5), 1),
                   "launch_p95_ms": round(1000 * percentile(burst, 0.95), 1)},
+        "sweep": sweep,
+        "highest_rate_with_p95_under_300ms": max((phase["rate_per_s"] for phase in sweep
+                                                  if phase["launch_p95_ms"] < 300), default=None),
         "errors": errors[:5], "error_count": len(errors),
         "workloads_recorded": Workload.objects.count(), "workloads_succeeded": succeeded,
         "lost": total - Workload.objects.count(),
