@@ -126,6 +126,7 @@ class WorkloadInformer:
                     on_sync(result)
         finally:
             self.stop()
+            connection.close()  # this thread's own: a thread that ran the informer leaves none open
 
     def handle(self, batch: list[tuple[str, WatchEvent]]) -> SyncResult | None:
         """Applies a batch of events to the caches and syncs the workloads they touch, once every

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import yaml
-from django.db import connection
 from kubernetes import client as k8s_client
 
 from jobs import manifests
@@ -78,13 +77,7 @@ def test_a_watch_resumed_after_etcd_compaction_gets_410_lists_afresh_and_records
     team = site.team("expiry", gpus=1)
     # One watch round outlasts the test: the resumption is the gateway's, within a round.
     informer = WorkloadInformer(watch_seconds=90)
-    def run() -> None:
-        try:
-            informer.run()
-        finally:
-            connection.close()  # this thread's own; the test database is dropped after the test
-
-    worker = threading.Thread(target=run, daemon=True)
+    worker = threading.Thread(target=informer.run, daemon=True)
     worker.start()
     try:
         wait_for(lambda: all(ready.is_set() for ready in informer.ready.values()), what="every kind listed once",
