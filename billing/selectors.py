@@ -338,6 +338,7 @@ class TeamMonthUsage:
     ledger: str
     forecast: MonthForecast | None
     months: list[dt.date]
+    metered_until: dt.datetime  # how far the rollups (and so every figure on the page) count
 
     @property
     def is_current(self) -> bool:
@@ -391,13 +392,14 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     # Only a month under way has a forecast to show: an ended month's would be its total, read twice.
     forecast = month_forecast(account=account, month=month, now=now) if account and start <= now < end else None
     borrowed_total = sum((t.gpu_hours for (_, b), t in by_flavor.items() if b), Fraction(0))
+    metered = _metered_end(start=start, end=end, now=now)
     return TeamMonthUsage(
         team=team, account=account, month=month, currency=currency, total=Line.of("total", "Total", total, currency),
         by_flavor=flavor_lines, by_person=person_lines, by_day=bars,
         chart_max=max((bar.gpu_hours for bar in bars), default=Decimal(0)),
-        top_workloads=top_workloads(team=team, start=start, end=_metered_end(start=start, end=end, now=now), now=now),
+        top_workloads=top_workloads(team=team, start=start, end=metered, now=now),
         ledger=_ledger_sentence(month=month, borrowed=borrowed_total, flavor_lines=flavor_lines, by_flavor=by_flavor),
-        forecast=forecast, months=recent_months(now=now))
+        forecast=forecast, months=recent_months(now=now), metered_until=metered)
 
 
 def _metered_end(*, start: dt.datetime, end: dt.datetime, now: dt.datetime) -> dt.datetime:

@@ -93,6 +93,18 @@ def test_the_current_month_shows_the_forecast_and_a_slot_for_the_budget_bar(as_u
     assert 'data-testid="forecast"' in html and "at this rate by month end" in html
 
 
+def test_the_current_month_says_how_far_the_rollups_count(as_user, lead, team, flavor):
+    from billing.models import MeteringState
+
+    now = timezone.now()
+    metered = max(periods.month_bounds(periods.current_month())[0], now - dt.timedelta(minutes=1))
+    MeteringState.objects.all().delete()
+    MeteringState.objects.create(metered_until=metered)
+    html = page(as_user(lead), "billing:team-usage", "vision").content.decode()
+    local = timezone.localtime(metered)
+    assert f'counted up to <span data-testid="metered-until">{local:%H:%M}</span>' in html
+
+
 PAGES = [("billing:team-usage", ("vision",)), ("billing:finance-overview", ()), ("billing:rate-card", ()),
          ("billing:my-usage", ())]
 EXPECTED = {
