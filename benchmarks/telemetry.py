@@ -759,7 +759,7 @@ def _size(n: float) -> str:
 
 
 def report(manifest: dict[str, Any], rows: list[dict[str, Any]], *, reused: bool, cache: Path,
-           load: tuple[float, ...]) -> None:
+           load: tuple[float, float]) -> None:
     m, b = manifest, manifest["build_seconds"]
     mig = ", ".join(f"{n} as {profile}" for profile, n in m["mig_gpus"].items() if n)
     print(f"GPU telemetry benchmark: {m['gpus']} GPUs on {m['nodes']} nodes ({mig or 'no MIG'}), {m['devices']} devices, "
@@ -773,8 +773,8 @@ def report(manifest: dict[str, Any], rows: list[dict[str, Any]], *, reused: bool
           f"{m['block_samples']:,} samples; {_size(m['bytes_on_disk'])} on disk")
     print("  Left out: DCGM_FI_DEV_GPU_UTIL (the portal does not read it) and staleness markers (backfill cannot "
           "write them).")
-    print(f"Timings in ms, after one untimed first call; a shared 2-core machine, load average {load[0]:.1f} at the start: "
-          "expect noise.")
+    print(f"Timings in ms, after one untimed first call. A shared 2-core machine, its load average {load[0]:.1f} when "
+          f"measuring began and {load[1]:.1f} when it ended: expect noise.")
     width = max(len(r["name"]) for r in rows)
     print(f"  {'':{width}}  {'first':>8} {'p50':>8} {'p95':>8} {'max':>8} {'n':>3}  {'target':>7}  result")
     for r in rows:
@@ -811,7 +811,6 @@ def main() -> None:
                       "running": args.running, "teams": args.teams, "seed": args.seed, "block_hours": args.block_hours},
                      sort_keys=True)
     cache = args.cache_dir / hashlib.sha256(key.encode()).hexdigest()[:16]
-    load = os.getloadavg()
     reused = (cache / "manifest.json").exists() and not args.rebuild
     if reused:
         manifest = json.loads((cache / "manifest.json").read_text())
@@ -823,7 +822,9 @@ def main() -> None:
     server.start(timeout=600)
     try:
         started_s = time.perf_counter() - t0
+        load = os.getloadavg()[0], 0.0
         rows = measure(server.url, manifest, args.repeat, args.raw_repeat)
+        load = load[0], os.getloadavg()[0]
     finally:
         server.stop()
     report(manifest, rows, reused=reused, cache=cache, load=load)
