@@ -27,8 +27,9 @@ The data set (built once, then cached under ~/.cache/gpu-portal/bench-telemetry/
   it, or without them when nobody does. Left out: DCGM_FI_DEV_GPU_UTIL (nothing in the portal
   reads it) and staleness markers (a backfill cannot write them: a pod's series just stops).
 - The samples are written as OpenMetrics, streamed to one file per 6 hours, each imported with
-  `promtool tsdb create-blocks-from openmetrics` and deleted. The three recording rules the door
-  reads (deploy/prometheus/recording_rules.yaml's expressions, evaluated every minute as there)
+  `promtool tsdb create-blocks-from openmetrics` and deleted. The recording rules the door reads
+  (deploy/prometheus/recording_rules.yaml's rules that portal/metrics/prometheus.py names, and
+  those they are computed from; today the three per-pod ones), evaluated every minute as there,
   are backfilled with `promtool tsdb create-blocks-from rules` against a Prometheus on the raw
   blocks. A Prometheus is then left to compact everything (overlapping rule blocks merged, blocks
   up to `--block-hours`: 54 h, what a Prometheus keeping 30 days compacts to) and stopped.
@@ -58,6 +59,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -90,7 +92,7 @@ from portal.metrics.base import (  # noqa: E402 - after the checkout is on the p
     WorkloadSeries,
     XidReport,
 )
-from portal.metrics.prometheus import RECORDED_GPUS_1H, RECORDED_WINDOWS, PrometheusMetrics  # noqa: E402
+from portal.metrics.prometheus import PrometheusMetrics  # noqa: E402
 from tests.telemetry.dcgm_exporter import COUNTERS, Gpu  # noqa: E402
 from tests.telemetry.prometheus_server import PrometheusServer  # noqa: E402
 
@@ -98,6 +100,7 @@ from tests.telemetry.prometheus_server import PrometheusServer  # noqa: E402
 GENERATOR_VERSION = 1
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 PRODUCTION_RULES = ROOT / "deploy" / "prometheus" / "recording_rules.yaml"
+DOOR = ROOT / "portal" / "metrics" / "prometheus.py"
 TARGET_MS = {"workload_page": 150, "idle_sweep": 2000, "team_month": 300}
 IMPORT_HOURS = 6  # one OpenMetrics file per 6 hours: under a GB, imported and deleted in turn
 NAMESPACE_PREFIX = "gpu-"
@@ -421,16 +424,35 @@ def write_window(path: Path, schedule: Schedule, w0: int, w1: int, totals: Total
 
 # --- Building the data set --------------------------------------------------------------------------
 
-def production_rules() -> dict[str, Any]:
-    """The group of deploy/prometheus's rules that defines the three series the door reads."""
-    wanted = {*RECORDED_WINDOWS.values(), RECORDED_GPUS_1H}
-    for group in yaml.safe_load(PRODUCTION_RULES.read_text())["groups"]:
-        rules = [r for r in group["rules"] if r.get("record") in wanted]
-        if rules:
-            if {r["record"] for r in rules} != wanted:
-                raise SystemExit(f"{PRODUCTION_RULES} no longer defines {sorted(wanted)} in one group")
-            return {"name": group["name"], "interval": group.get("interval", "1m"), "rules": rules}
-    raise SystemExit(f"{PRODUCTION_RULES} defines none of {sorted(wanted)}")
+def _mentions(text: str, name: str) -> bool:
+    return re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", text) is not None
+
+
+def production_rules(rules_path: Path = PRODUCTION_RULES, door_path: Path = DOOR) -> dict[str, Any]:
+    """deploy/prometheus's recording rules that the door reads (those whose names its source
+    quotes) and those they are computed from, in the rules file's order, as one group: what the
+    benchmark backfills. A rule the door starts reading is backfilled without changing this file."""
+    door = door_path.read_text()
+    groups = yaml.safe_load(rules_path.read_text())["groups"]
+    found = {r["record"]: (g, r) for g in groups for r in g["rules"] if "record" in r}
+    wanted = {name for name in found if f'"{name}"' in door}
+    if not wanted:
+        raise SystemExit(f"{door_path} reads none of {rules_path}'s recording rules")
+    while extra := {n for w in wanted for n in found if n not in wanted and _mentions(found[w][1]["expr"], n)}:
+        wanted |= extra
+    chosen = [(g, r) for name, (g, r) in found.items() if name in wanted]
+    if len({g.get("interval", "1m") for g, _ in chosen}) > 1:
+        raise SystemExit(f"the rules the door reads are evaluated at different intervals in {rules_path}")
+    return {"name": chosen[0][0]["name"], "interval": chosen[0][0].get("interval", "1m"), "rules": [r for _, r in chosen]}
+
+
+def rule_levels(group: dict[str, Any]) -> list[dict[str, Any]]:
+    """The group split so that a rule reading another recorded series comes in a later group:
+    promtool's rule backfill reads only what the Prometheus it queries holds."""
+    level: dict[str, int] = {}
+    for rule in group["rules"]:  # a rule follows those it reads in the rules file, as Prometheus evaluates them
+        level[rule["record"]] = 1 + max((level[n] for n in level if _mentions(rule["expr"], n)), default=-1)
+    return [{**group, "rules": [r for r in group["rules"] if level[r["record"]] == n]} for n in range(max(level.values()) + 1)]
 
 
 class BenchPrometheus(PrometheusServer):
@@ -498,22 +520,25 @@ def build(cache: Path, args: argparse.Namespace) -> dict[str, Any]:
               f"{totals.text_bytes / 1e9:.1f} GB of OpenMetrics so far)", file=sys.stderr, flush=True)
     raw_s = time.perf_counter() - started
 
-    # The recording rules, evaluated every minute over the whole data set by a Prometheus on it.
+    # The recording rules, evaluated every minute over the whole data set by a Prometheus on it;
+    # those reading other recorded series once those are in the data.
     t0 = time.perf_counter()
-    rules_file, rules_out = work / "rules.yml", work / "rules-blocks"
-    rules_file.write_text(yaml.safe_dump({"groups": [production_rules()]}, sort_keys=False))
-    server = BenchPrometheus(data, args.block_hours)
-    server.start(timeout=600)
-    try:
-        subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "rules", f"--url={server.url}",
-                        f"--start={schedule.start_ts}", f"--end={end_ts}", f"--output-dir={rules_out}",
-                        "--eval-interval=60s", str(rules_file)], check=True, capture_output=True)
-    finally:
-        server.stop()
-    rule_metas = block_metas(rules_out)
-    for block in rules_out.iterdir():
-        if (block / "meta.json").exists():
-            block.rename(data / block.name)
+    rule_metas = []
+    for n, group in enumerate(rule_levels(production_rules())):
+        rules_file, rules_out = work / f"rules-{n}.yml", work / f"rules-blocks-{n}"
+        rules_file.write_text(yaml.safe_dump({"groups": [group]}, sort_keys=False))
+        server = BenchPrometheus(data, args.block_hours)
+        server.start(timeout=600)
+        try:
+            subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "rules", f"--url={server.url}",
+                            f"--start={schedule.start_ts}", f"--end={end_ts}", f"--output-dir={rules_out}",
+                            "--eval-interval=60s", str(rules_file)], check=True, capture_output=True)
+        finally:
+            server.stop()
+        rule_metas += block_metas(rules_out)
+        for block in rules_out.iterdir():
+            if (block / "meta.json").exists():
+                block.rename(data / block.name)
     rules_s = time.perf_counter() - t0
 
     # Compaction, as the Prometheus serving it would do in its first minutes, done here: not while
