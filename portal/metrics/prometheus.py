@@ -48,6 +48,9 @@ RECORDED_WINDOWS = {
     3600: "namespace_pod:dcgm_gr_engine_active:avg1h",
 }
 RECORDED_GPUS_1H = "namespace_pod:dcgm_gpus:count1h"  # the GPUs each pod reported in the last hour
+# Per namespace and hour: those GPUs, and those times each pod's hourly average (a month is one series per team).
+RECORDED_NAMESPACE_GPUS_1H = "namespace:dcgm_gpus:count1h"
+RECORDED_NAMESPACE_BUSY_1H = "namespace:dcgm_gpus_busy:sum1h"
 _SERIES_NAMES = ("engine_active", "memory_used", "memory_total", "power", "temperature")
 
 
@@ -117,17 +120,20 @@ class PrometheusMetrics:
         parts = {
             "engine_active": f"100 * avg(avg_over_time({ENGINE_ACTIVE}{sel}[{average_over}s]))",
             "memory_used": f"sum({FB_USED}{sel})",
-            "memory_total": f"sum({FB_USED}{sel}) + sum({FB_FREE}{sel})",
+            "memory_free": f"sum({FB_FREE}{sel})",  # the total is used + free, added here: FB_USED is read once
             "power": f"sum({POWER}{sel})",
             "temperature": f"max({TEMPERATURE}{sel})",
         }
         query = " or ".join(f'label_replace({expr}, "series", "{name}", "", "")' for name, expr in parts.items())
         result = self.query_range(query, start=start, end=end, step=step)
-        found: dict[str, tuple[Point, ...]] = dict.fromkeys(_SERIES_NAMES, ())
+        found: dict[str, tuple[Point, ...]] = dict.fromkeys((*_SERIES_NAMES, "memory_free"), ())
         for series in result:
             name = series["metric"].get("series", "")
             if name in found:
                 found[name] = tuple(Point(float(at), float(value)) for at, value in series["values"])
+        used = {point.at: point.value for point in found["memory_used"]}
+        found["memory_total"] = tuple(Point(free.at, used[free.at] + free.value) for free in found["memory_free"]
+                                      if free.at in used)
         return WorkloadSeries(step_seconds=step, engine_active=found["engine_active"], memory_used_mib=found["memory_used"],
                               memory_total_mib=found["memory_total"], power_watts=found["power"],
                               temperature_c=found["temperature"])
@@ -152,10 +158,11 @@ class PrometheusMetrics:
             return {}
         sel = f'{{namespace=~"{_regex_of(namespaces)}"}}'
         if span >= 6 * 3600 and self.use_recording_rules:
-            # Each hour: the devices a pod reported in it (a pod that ran 14:05-14:45 too), and
-            # those times the pod's average over the hour.
-            busy = f"sum by (namespace) ({RECORDED_WINDOWS[3600]}{sel} * on (namespace, pod) {RECORDED_GPUS_1H}{sel})"
-            covered = f"sum by (namespace) ({RECORDED_GPUS_1H}{sel})"
+            # Each hour: the devices the namespace's pods reported in it (a pod that ran 14:05-14:45
+            # too), and those times each pod's average over the hour; recorded per namespace, so a
+            # month reads one series per team however many pods it ran.
+            busy = f"sum by (namespace) ({RECORDED_NAMESPACE_BUSY_1H}{sel})"
+            covered = f"sum by (namespace) ({RECORDED_NAMESPACE_GPUS_1H}{sel})"
             window, step = f"{span // 3600}h", "1h"
             scale = ""
         else:

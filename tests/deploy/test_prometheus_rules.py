@@ -62,7 +62,8 @@ def test_the_per_pod_averages_the_metrics_door_reads_are_recorded_as_agreed():
         "count by (namespace, pod) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[1h]))")
     harness_rules = rules(Path(__file__).parents[1] / "telemetry" / "recording_rules.yml")
     harness = {rule["record"]: rule["expr"].strip() for rule in harness_rules}  # the suite's Prometheus: the same
-    assert harness == {name: recorded[name] for name in harness} and len(harness) == 3
+    assert recorded["namespace:dcgm_gpus:count1h"] == "sum by (namespace) (namespace_pod:dcgm_gpus:count1h)"
+    assert harness == {name: recorded[name] for name in harness} and len(harness) == 5
 
 
 def test_every_name_the_rules_read_is_recorded_exported_by_dcgm_or_by_the_portal(client, db):
