@@ -378,8 +378,8 @@ def wait_namespaces_ready(cp: ControlPlane, count: int, *, timeout: float) -> No
             quotas = core.list_resource_quota_for_all_namespaces(label_selector="app.kubernetes.io/managed-by=gpu-portal").items
             accounts = core.list_service_account_for_all_namespaces(field_selector="metadata.name=default").items
             named = {account.metadata.namespace for account in accounts if account.metadata}
-            ready = sum(bool(quota.status and quota.status.hard) and bool(quota.metadata) and quota.metadata.namespace in named
-                        for quota in quotas)
+            ready = sum(bool(quota.status and quota.status.hard) and quota.metadata is not None
+                        and quota.metadata.namespace in named for quota in quotas)
             if ready >= count:
                 return
             progress(f"{ready} of {count} team namespaces take pods")
