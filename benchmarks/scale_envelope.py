@@ -178,7 +178,7 @@ def report(figures: dict[str, Any]) -> int:
         ("team pass, nothing to change: writes", str(team_pass["writes_max"]), "0", team_pass["writes_max"] == 0),
         ("status sync lag p95 (portal)", f"{lag.get('p95')} s", f"< {LAG_P95_TARGET_S} s",
          lag.get("samples", 0) > 0 and lag["p95"] < LAG_P95_TARGET_S),
-        ("status sync kept up (queue drained, all recorded)", str(figures["status_sync"]["events"]["kept_up"]), "True",
+        ("status sync kept up (all recorded, no backlog)", str(figures["status_sync"]["events"]["kept_up"]), "True",
          figures["status_sync"]["events"]["kept_up"]),
     ]
     print(f"\nsizes: {json.dumps(figures['sizes'])}")
@@ -370,7 +370,7 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
     launching["running_pods"] = settled
 
     progress(f"{settled} pods running; the team pass")
-    team_pass = measure_team_pass(cluster, args.passes)
+    team_pass = measure_team_pass(cp, cluster, args.passes)
     progress(f"team pass: {team_pass['wall_s']}; the status sync")
     phases["team_pass"] = round(sum(team_pass.pop("walls")), 1)
 
@@ -466,28 +466,51 @@ def wait_running(expected: int, *, timeout: float) -> int:
     return running
 
 
-def measure_team_pass(cluster: Any, passes: int) -> dict[str, Any]:
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_team_pass(cp: ControlPlane, cluster: Any, passes: int) -> dict[str, Any]:
+    """The periodic pass with nothing to change, `passes` times: its wall time, and apart, the CPU
+    it took in this process and in the API server (on 2 shared cores, the wall time is also
+    whatever else runs), and how often Python's cyclic collector ran during it."""
+    import gc
+
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from tenants import reconcile
 
+    apiserver = next(p.popen.pid for p in cp._procs if p.name == "kube-apiserver")
     walls: list[float] = []
+    cpus: list[float] = []
+    server_cpus: list[float] = []
+    collections: list[list[int]] = []
     calls: list[int] = []
     writes: list[int] = []
     queries: list[int] = []
     errors: dict[str, str] = {}
     for _ in range(passes):
         before = cluster.total
+        collected = [generation["collections"] for generation in gc.get_stats()]
+        server_cpu = cpu_seconds(apiserver)
         with CaptureQueriesContext(connection) as captured:
+            cpu = time.process_time()
             begun = time.perf_counter()
             result = reconcile.cluster_reconcile()
             walls.append(time.perf_counter() - begun)
+            cpus.append(time.process_time() - cpu)
+        server_cpus.append(cpu_seconds(apiserver) - server_cpu)
+        collections.append([generation["collections"] - n for generation, n in zip(gc.get_stats(), collected, strict=True)])
         calls.append(cluster.total - before)
         writes.append(result.writes)
         queries.append(len(captured.captured_queries))
         errors.update(result.errors)
-    return {"passes": passes, "wall_s": spread(walls), "walls": walls, "api_calls": calls, "reads": result.reads,
+    return {"passes": passes, "wall_s": spread(walls), "walls": walls, "portal_cpu_s": spread(cpus),
+            "apiserver_cpu_s": spread(server_cpus), "gc_collections_per_generation": collections,
+            "load_average_1m": round(os.getloadavg()[0], 2), "api_calls": calls, "reads": result.reads,
             "writes": writes, "writes_max": max(writes), "db_queries": queries, "errors": dict(list(errors.items())[:3]),
             "applied_sample": result.applied[:5]}
 
@@ -628,7 +651,10 @@ def measure_status_sync(cp: ControlPlane, cluster: Any, args: argparse.Namespace
     done = Workload.objects.filter(pk__in=ids, phase=Workload.Phase.SUCCEEDED).count()
     write_times = [sent for _, sent, _, ok in written if ok]
     write_window = max(write_times) - min(write_times) if len(write_times) > 1 else 0.0
-    kept_up = done == len(ids) and (queue_sizes[-1] if queue_sizes else 0) == 0
+    # Kept up: every finished pod recorded, and no backlog building: the queue was empty at some
+    # moment of the window's last 5 s (the cluster's own follow-up events keep arriving after it).
+    tail = [size for t, size in samples if window_end - 5 <= t <= window_end]
+    kept_up = done == len(ids) and min(tail, default=0) == 0
     event_figures = {
         "pods_finished_by_status_write": len(written), "writes_failed": sum(not ok for *_, ok in written),
         "write_rate_per_s": round((len(write_times) - 1) / write_window, 1) if write_window else None,
