@@ -20,6 +20,7 @@ from django.db.models import F
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from portal.collector import collector_paused
 from portal.kube import KubeError, NodeSpec, ObjectRef, gateway, ref_of
 from portal.kube.base import quantity
 from tenants import manifests
@@ -215,6 +216,7 @@ def live_objects() -> dict[ObjectRef, dict[str, Any]]:
     return live
 
 
+@collector_paused()  # it decodes every object the portal owns: the cyclic collector took half its time
 def cluster_reconcile() -> PassResult:
     """Repairs drift and prunes what the portal owns but no longer wants, writing only the difference."""
     result = PassResult()

@@ -179,12 +179,14 @@ class ControlPlane:
     ``ControlPlane(cache_dir=None, *, workdir=None, keep_workdir=None, pod_run_seconds=2.0,
     start_timeout=120.0)``. ``cache_dir`` defaults to ``ensure_built()``. Everything lives
     in a fresh temp dir (``workdir``) that ``stop()`` removes unless ``keep_workdir`` (or
-    env ``GPU_PORTAL_CP_KEEP_WORKDIR=1``).
+    env ``GPU_PORTAL_CP_KEEP_WORKDIR=1``). ``kueue_config`` replaces top-level fields of
+    Kueue's Configuration (e.g. ``controller`` with Kueue's shipped ``groupKindConcurrency``,
+    which the tests leave at one reconcile at a time).
     """
 
     def __init__(self, cache_dir: str | os.PathLike | None = None, *, workdir: str | os.PathLike | None = None,
                  keep_workdir: bool | None = None, pod_run_seconds: float = 2.0, start_timeout: float = 120.0,
-                 verbosity: int = 1, pods_ready_timeout: float = 15.0):
+                 verbosity: int = 1, pods_ready_timeout: float = 15.0, kueue_config: Mapping[str, Any] | None = None):
         self._cache_arg = Path(cache_dir) if cache_dir else None
         self._workdir_arg = Path(workdir) if workdir else None
         if keep_workdir is None:
@@ -194,6 +196,7 @@ class ControlPlane:
         self.start_timeout = start_timeout
         self.verbosity = verbosity
         self.pods_ready_timeout = pods_ready_timeout
+        self.kueue_config = dict(kueue_config or {})
         # Whether Kueue serves visibility.kueue.x-k8s.io here: decided when Kueue starts.
         self.serves_visibility: bool | None = None
         self._procs: list[_Proc] = []
@@ -838,6 +841,7 @@ class ControlPlane:
             "waitForPodsReady": {"timeout": f"{self.pods_ready_timeout:g}s", "blockAdmission": False,
                                  "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 1,
                                                        "backoffMaxSeconds": 10}},
+            **self.kueue_config,
         }
         path = self._need_workdir() / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
