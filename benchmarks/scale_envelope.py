@@ -42,6 +42,7 @@ import multiprocessing
 import os
 import queue
 import resource
+import signal
 import sys
 import tempfile
 import threading
@@ -141,6 +142,8 @@ def main() -> None:
                        "PORTAL_VAR_DIR": os.environ.get("PORTAL_VAR_DIR") or tempfile.mkdtemp(prefix="gpu-portal-bench-")})
     from tests.cluster.harness import ControlPlane, ensure_built
 
+    # A run stopped from outside (timeout, kill) still stops its control plane and removes its files.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     load_before = os.getloadavg()
     progress("starting the control plane")
     started = time.monotonic()
@@ -374,7 +377,7 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
     team_pass = measure_team_pass(cp, cluster, args.passes)
     team_pass["collector_running"] = measure_team_pass(cp, cluster, args.passes, collector=True)
     team_pass["collector_running"].pop("walls")
-    progress(f"team pass: {team_pass['wall_s']}; the status sync")
+    progress(f"team pass: {json.dumps(team_pass)}; the status sync")
     phases["team_pass"] = round(sum(team_pass.pop("walls")), 1)
 
     sync, sync_phases, sync_memory = measure_status_sync(cp, cluster, args, running=settled)
@@ -679,6 +682,7 @@ def measure_status_sync(cp: ControlPlane, cluster: Any, args: argparse.Namespace
         "portal_api_calls": {f"{method} {kind}": n for (method, kind), n in (Counter(cluster.kinds) - calls_before).items()},
     }
     memory["after_events"] = rss()
+    progress(f"pod events: {json.dumps(event_figures)}; a relist")
     relist = measure_relist(informer, synced)
     informer.stop()
     watcher.join(timeout=10)
