@@ -47,8 +47,8 @@ RECORDED_WINDOWS = {
     300: "namespace_pod:dcgm_gr_engine_active:avg5m",
     3600: "namespace_pod:dcgm_gr_engine_active:avg1h",
 }
-RECORDED_GPUS_1H = "namespace_pod:dcgm_gpus:count1h"  # the GPUs each pod reported in the last hour
-# Per namespace and hour: those GPUs, and those times each pod's hourly average (a month is one series per team).
+# Per namespace and hour: the GPUs its pods reported in the hour, and those times each pod's hourly
+# average (recorded from the per-pod namespace_pod:dcgm_gpus:count1h; a month is one series per team).
 RECORDED_NAMESPACE_GPUS_1H = "namespace:dcgm_gpus:count1h"
 RECORDED_NAMESPACE_BUSY_1H = "namespace:dcgm_gpus_busy:sum1h"
 _SERIES_NAMES = ("engine_active", "memory_used", "memory_total", "power", "temperature")
