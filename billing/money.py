@@ -45,19 +45,31 @@ def round_places(value: Fraction | Decimal | int, places: int) -> Decimal:
     return Decimal(scaled).scaleb(-places)
 
 
-def rounded_cost(*, parts: dict[tuple[int, int], int], price_per_gpu_hour: Decimal, currency: str) -> Decimal:
-    """round_money of the summed `cost` of the parts ((numerator, denominator) → unit-seconds) at one
-    price, worked out in integers: the same half-even rounding of the same exact sum, without a
-    Fraction per part (a page that costs thousands of lines spends its time there otherwise)."""
-    places = minor_unit(currency)
-    price, price_denominator = price_per_gpu_hour.as_integer_ratio()
-    common = 1
-    for _, denominator in parts:
-        common = common * denominator // gcd(common, denominator)
-    numerator = sum(unit_seconds * part * (common // denominator) for (part, denominator), unit_seconds in parts.items())
-    whole, rest = divmod(numerator * price * 10**places, common * SECONDS_PER_HOUR * price_denominator)
-    divisor = common * SECONDS_PER_HOUR * price_denominator
-    if 2 * rest > divisor or (2 * rest == divisor and whole % 2):
+def round_ratio(numerator: int, denominator: int, places: int) -> Decimal:
+    """numerator / denominator (denominator > 0) rounded half-even to `places` decimals, in
+    integers: what round_places does, without a Fraction (pages that round thousands of figures
+    spend their time there otherwise)."""
+    whole, rest = divmod(numerator * 10**places, denominator)
+    if 2 * rest > denominator or (2 * rest == denominator and whole % 2):
         whole += 1
     return Decimal(whole).scaleb(-places)
 
+
+def per_denominator_ratio(parts: dict[int, int]) -> tuple[int, int]:
+    """The exact sum of value / denominator over {denominator: value}, as one integer ratio over
+    the denominators' least common multiple."""
+    common = 1
+    for denominator in parts:
+        common = common * denominator // gcd(common, denominator)
+    return sum(value * (common // denominator) for denominator, value in parts.items()), common
+
+
+def rounded_cost(*, parts: dict[tuple[int, int], int], price_per_gpu_hour: Decimal, currency: str) -> Decimal:
+    """round_money of the summed `cost` of the parts ((numerator, denominator) → unit-seconds) at one
+    price, worked out in integers: the same half-even rounding of the same exact sum."""
+    by_denominator: dict[int, int] = {}
+    for (part, denominator), unit_seconds in parts.items():
+        by_denominator[denominator] = by_denominator.get(denominator, 0) + unit_seconds * part
+    numerator, common = per_denominator_ratio(by_denominator)
+    price, price_denominator = price_per_gpu_hour.as_integer_ratio()
+    return round_ratio(numerator * price, common * SECONDS_PER_HOUR * price_denominator, minor_unit(currency))

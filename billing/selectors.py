@@ -618,15 +618,14 @@ OVERVIEW_SORTS = ("team", "cost_center", "gpu_hours", "cost", "change")
 
 @dataclass(frozen=True)
 class OverviewRow:
-    account: Account
+    account_id: int
+    name: str
+    cost_center: str
+    team_slug: str | None  # None once the team is deleted (its account and hours stay)
     gpu_hours: Decimal
     cost: Decimal
     previous_cost: Decimal
     change: Decimal | None  # percent against last month; None when last month cost nothing
-
-    @property
-    def team_slug(self) -> str | None:
-        return self.account.team.slug if self.account.team_id and self.account.team else None
 
 
 @dataclass(frozen=True)
@@ -707,9 +706,22 @@ class _Sums:
             by_denominator[denominator] += unit_seconds * numerator
         self.money[key] += cost
 
-    def gpu_hours(self, key: Any) -> Fraction:
-        return sum((Fraction(value, denominator) for denominator, value in self.seconds.get(key, {}).items()),
-                   Fraction(0)) / SECONDS_PER_HOUR
+    def gpu_hours(self, key: Any) -> Decimal:
+        """The key's GPU-hours, rounded as shown."""
+        return self._rounded_hours(self.seconds.get(key, {}))
+
+    def total_gpu_hours(self) -> Decimal:
+        """Every key's GPU-hours summed exactly, then rounded."""
+        merged: dict[int, int] = defaultdict(int)
+        for by_denominator in self.seconds.values():
+            for denominator, value in by_denominator.items():
+                merged[denominator] += value
+        return self._rounded_hours(merged)
+
+    @staticmethod
+    def _rounded_hours(by_denominator: dict[int, int]) -> Decimal:
+        numerator, common = money.per_denominator_ratio(by_denominator)
+        return money.round_ratio(numerator, common * SECONDS_PER_HOUR, ROUNDING_HOURS)
 
 
 def _idle_shared(*, start: dt.datetime, end: dt.datetime) -> dict[int, Fraction]:
@@ -756,20 +768,20 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
         flavor_sums.add(key[1], parts, cost)
     for key, parts in before.items():
         last_month.add(key[0], parts, line_cost(key, parts, previous_prices))
-    hours = {account_id: this_month.gpu_hours(account_id) for account_id in this_month.seconds}
     spent, previous_money = this_month.money, last_month.money
-    wanted = set(hours) | set(previous_money)
-    accounts = Account.objects.select_related("team").filter(Q(team__isnull=False) | Q(pk__in=wanted))
+    wanted = set(this_month.seconds) | set(previous_money)
+    accounts = (Account.objects.filter(Q(team__isnull=False) | Q(pk__in=wanted))
+                .values_list("pk", "name", "cost_center", "team__slug"))
     rows = []
-    for account in accounts:
-        cost = spent.get(account.pk, zero)
-        was = previous_money.get(account.pk, zero)
-        change = round_places((Fraction(cost) - Fraction(was)) / Fraction(was) * 100, 1) if was else None
-        rows.append(OverviewRow(account=account, gpu_hours=round_places(hours.get(account.pk, Fraction(0)), ROUNDING_HOURS),
-                                cost=cost, previous_cost=was, change=change))
+    for account_id, name, cost_center, team_slug in accounts:
+        cost = spent.get(account_id, zero)
+        was = previous_money.get(account_id, zero)
+        rows.append(OverviewRow(account_id=account_id, name=name, cost_center=cost_center, team_slug=team_slug,
+                                gpu_hours=this_month.gpu_hours(account_id), cost=cost, previous_cost=was,
+                                change=_percent_change(was, cost)))
     sort = sort if sort in OVERVIEW_SORTS else "cost"
-    rows.sort(key=lambda row: row.account.name.lower())
-    keys = {"team": lambda r: r.account.name.lower(), "cost_center": lambda r: r.account.cost_center.lower(),
+    rows.sort(key=lambda row: row.name.lower())
+    keys = {"team": lambda r: r.name.lower(), "cost_center": lambda r: r.cost_center.lower(),
             "gpu_hours": lambda r: r.gpu_hours, "cost": lambda r: r.cost,
             "change": lambda r: (r.change is not None, r.change or Decimal(0))}
     rows.sort(key=keys[sort], reverse=descending)
@@ -782,15 +794,27 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
         shared_hours=round_places(shared.get(pk, Fraction(0)) * flavors[pk].fraction / SECONDS_PER_HOUR, ROUNDING_HOURS))
         for pk in sorted(idle, key=lambda pk: flavors[pk].name)]
     flavor_totals = [Line(key=flavors[pk].slug, label=flavors[pk].name,
-                          gpu_hours=round_places(flavor_sums.gpu_hours(pk), ROUNDING_HOURS), cost=flavor_sums.money.get(pk, zero))
+                          gpu_hours=flavor_sums.gpu_hours(pk), cost=flavor_sums.money.get(pk, zero))
                      for pk in sorted(flavors, key=lambda pk: flavors[pk].name)]
     total_cost = sum(spent.values(), zero)
-    total_hours = sum(hours.values(), Fraction(0))
     return FinanceOverview(
         month=month, currency=currency, rows=rows, flavor_totals=flavor_totals, unallocated=unallocated,
-        total=Line(key="total", label="Total", gpu_hours=round_places(total_hours, ROUNDING_HOURS), cost=total_cost),
+        total=Line(key="total", label="Total", gpu_hours=this_month.total_gpu_hours(), cost=total_cost),
         previous_total=sum(previous_money.values(), zero), sort=sort, descending=descending,
         months=recent_months(now=now))
+
+
+def _percent_change(was: Decimal, now: Decimal) -> Decimal | None:
+    """(now - was) / was in percent, rounded half-even to a tenth; None when `was` is zero."""
+    if not was:
+        return None
+    was_numerator, was_denominator = was.as_integer_ratio()
+    now_numerator, now_denominator = now.as_integer_ratio()
+    numerator = (now_numerator * was_denominator - was_numerator * now_denominator) * 100
+    denominator = now_denominator * was_numerator
+    if denominator < 0:
+        numerator, denominator = -numerator, -denominator
+    return money.round_ratio(numerator, denominator, 1)
 
 
 # --- Personal ----------------------------------------------------------------------------------

@@ -112,3 +112,36 @@ def test_a_line_costed_in_integers_rounds_exactly_as_its_exact_sum_does():
         exact = sum((cost(unit_seconds=seconds, numerator=n, denominator=d, price_per_gpu_hour=price)
                      for (n, d), seconds in parts.items()), Fraction(0))
         assert rounded_cost(parts=parts, price_per_gpu_hour=price, currency=currency) == round_money(exact, currency)
+
+
+def test_an_integer_ratio_rounds_half_even_as_a_fraction_does():
+    import random
+    from fractions import Fraction
+
+    from billing.money import round_places, round_ratio
+
+    draw = random.Random(11)
+    cases = [(5, 1000, 2), (15, 1000, 2), (-5, 1000, 2), (-15, 1000, 2), (1, 3, 0), (0, 7, 1)]
+    cases += [(draw.randint(-10**9, 10**9), draw.randint(1, 10**6), draw.randint(0, 4)) for _ in range(2000)]
+    for numerator, denominator, places in cases:
+        assert round_ratio(numerator, denominator, places) == round_places(Fraction(numerator, denominator), places), \
+            (numerator, denominator, places)
+
+
+def test_the_overview_change_is_the_exact_percentage_rounded_to_a_tenth():
+    import random
+    from fractions import Fraction
+
+    from billing.money import round_places
+    from billing.selectors import _percent_change
+
+    draw = random.Random(3)
+    assert _percent_change(Decimal("0.00"), Decimal("12.00")) is None
+    assert _percent_change(Decimal("100.00"), Decimal("100.05")) == Decimal("0.0")  # 0.05 %: half-even to 0.0
+    assert _percent_change(Decimal("100.00"), Decimal("100.15")) == Decimal("0.2")  # 0.15 %: half-even up
+    assert _percent_change(Decimal("10.00"), Decimal("5.00")) == Decimal("-50.0")
+    for _ in range(2000):
+        was = Decimal(draw.randint(-10**6, 10**6)).scaleb(-draw.choice([0, 2, 3]))
+        now = Decimal(draw.randint(0, 10**6)).scaleb(-draw.choice([0, 2, 3]))
+        expected = round_places((Fraction(now) - Fraction(was)) / Fraction(was) * 100, 1) if was else None
+        assert _percent_change(was, now) == expected, (was, now)
