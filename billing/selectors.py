@@ -770,10 +770,10 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
         last_month.add(key[0], parts, line_cost(key, parts, previous_prices))
     spent, previous_money = this_month.money, last_month.money
     wanted = set(this_month.seconds) | set(previous_money)
-    accounts = (Account.objects.filter(Q(team__isnull=False) | Q(pk__in=wanted))
-                .values_list("pk", "name", "cost_center", "team__slug"))
     rows = []
-    for account_id, name, cost_center, team_slug in accounts:
+    for account_id, name, cost_center, team_slug in Account.objects.values_list("pk", "name", "cost_center", "team__slug"):
+        if team_slug is None and account_id not in wanted:
+            continue  # a deleted team's account with no hours in either month
         cost = spent.get(account_id, zero)
         was = previous_money.get(account_id, zero)
         rows.append(OverviewRow(account_id=account_id, name=name, cost_center=cost_center, team_slug=team_slug,
