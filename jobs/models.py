@@ -345,6 +345,9 @@ class RunInterval(models.Model):
         indexes = [
             models.Index(fields=["started_at"], name="run_interval_started"),
             models.Index(fields=["ended_at"], name="run_interval_ended"),
+            # a team's intervals overlapping a period (top workloads): without it PostgreSQL ANDs
+            # the team's bitmap with every interval that ended after the period's start
+            models.Index(fields=["team", "ended_at"], name="run_interval_team_ended"),
             models.Index(fields=["id"], condition=Q(settled=False), name="run_interval_unsettled"),
         ]
 
