@@ -60,6 +60,7 @@ from billing.ledger import LentKey, lent_rows
 from billing.models import Account, CapacityHour, FlavorHour, GuaranteeHour, LentHour, MeteringState, Rate, UsageHour, UsageMonth
 from billing.periods import billing_zone, hour_floor, hour_starts, local_date, month_bounds, next_hour
 from jobs.models import RunInterval, RunIntervalSwitch
+from portal.collector import collector_paused
 from tenants.models import Flavor, QuotaGrant, Team
 
 # (hour, account id, flavor id, owner username, borrowed, rate id, fraction numerator, denominator)
@@ -324,6 +325,7 @@ def _lock_state() -> MeteringState:
     return state
 
 
+@collector_paused()  # each refresh builds ~100,000 tuples, no cycles: the collector's full runs cost it a third
 def rollups_refresh(*, until: dt.datetime | None = None) -> int:
     """Brings the rollups up to `until` (now by default, never later than now, never back before
     the watermark): open intervals are metered up to it, closed ones fully. Idempotent. Returns

@@ -5,6 +5,7 @@ Units × seconds are unit-seconds; GPU-seconds are that × the flavor's fraction
 from __future__ import annotations
 
 import datetime as dt
+import gc
 from decimal import Decimal
 from fractions import Fraction
 from zoneinfo import ZoneInfo
@@ -109,6 +110,26 @@ def test_a_pod_the_sync_found_late_is_metered_from_its_own_start_in_hours_alread
 
     assert usage() == {at("2026-10-10 09:00"): 1800, at("2026-10-10 10:00"): 600}
     assert hours == 3  # 09 and 10 again for the late pod, and the open hour 12; 11 is left alone
+
+
+def test_a_refresh_runs_with_the_collector_paused(h100, vision, alice, monkeypatch):
+    seen: list[bool] = []
+    rows = metering.usage_rows
+
+    def usage_rows(*args: object, **kwargs: object) -> dict:
+        seen.append(gc.isenabled())
+        return rows(*args, **kwargs)  # type: ignore[arg-type]
+
+    make_interval(make_workload(team=vision, owner=alice, flavor=h100), at("2026-10-06 10:00"))
+    monkeypatch.setattr(metering, "usage_rows", usage_rows)
+    enabled = gc.isenabled()
+    gc.enable()
+    try:
+        metering.rollups_refresh(until=at("2026-10-06 10:30"))
+        assert seen == [False]
+        assert gc.isenabled()
+    finally:
+        (gc.enable if enabled else gc.disable)()
 
 
 def test_refreshing_twice_changes_nothing(h100, vision, alice):
