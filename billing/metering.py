@@ -374,7 +374,7 @@ def rollups_refresh(*, until: dt.datetime | None = None) -> int:
             hours += len(window.hours())
         if sealed is None:
             months_rebuild(through=sealing)
-        # Usage is written first: a concurrent refresh waits on its upsert until this one commits.
+        # Refreshes take turns on the state row's lock, so the rows each store reads are all there are.
         recorded = Window(hour_floor(previous), until)
         _store_capacity(recorded, capacity_rows(recorded, until=until))
         _store_guarantees(recorded, guarantee_rows(recorded, until=until, accounts=accounts))
@@ -431,8 +431,10 @@ _USAGE_FIELDS = ("hour", "account_id", "flavor_id", "owner_username", "borrowed"
 
 
 def _upserts() -> bool:
-    """PostgreSQL upserts on the rollups' unique keys; SQLite has no NULLS NOT DISTINCT key to
-    upsert on (the rate may be empty), so there rows are updated and created apart."""
+    """PostgreSQL writes each kind of change in one statement from a JSON payload (rows updated by
+    id, new rows inserted, the monthly level's differences added by an upsert on its unique key);
+    SQLite has no NULLS NOT DISTINCT key to upsert on (the rate may be empty), so there rows are
+    updated and created apart by the ORM."""
     return connection.vendor == "postgresql"
 
 
@@ -445,28 +447,50 @@ _GUARANTEE_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavo
 _LENT_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavor_id", "bigint"), ("unit_seconds", "bigint"))
 
 
-def _pg_upsert(model: type[Model], columns: tuple[tuple[str, str], ...],
-               rows: list[tuple[object, ...]], *, update: list[str], add: bool = False) -> None:
-    """One INSERT … SELECT … ON CONFLICT DO UPDATE for all rows: thousands of rows a minute cost one
-    statement, not thousands of model instances. The rows travel as one JSON text (instants as
-    epoch seconds) that PostgreSQL unpacks itself, cheaper for the client than binding each value.
-    With `add`, a row found gets the values added to its own instead of replaced."""
-    if not rows:
-        return
+def _pg_insert_select(model: type[Model], columns: tuple[tuple[str, str], ...], rows: list[tuple[object, ...]],
+                      *, keys: int) -> tuple[str, list[object]]:
+    """INSERT … SELECT of all rows in one statement: thousands of rows a minute cost one statement,
+    not thousands of model instances. The rows travel as one JSON text (instants as epoch seconds)
+    that PostgreSQL unpacks itself, cheaper for the client than binding each value. They go in in
+    the order of the first `keys` columns (the unique key's), so consecutive rows land on the same
+    index pages and check the same account's foreign key."""
     names = [name for name, _ in columns]
-    keys = [name for name in names if name not in update]
     payload = json.dumps([[_epoch(value) if kind == "timestamptz" else value  # type: ignore[arg-type]
                            for value, (_, kind) in zip(row, columns, strict=True)] for row in rows])
-    table = connection.ops.quote_name(model._meta.db_table)
     selected = ", ".join(f"to_timestamp((r->>{n})::bigint)" if kind == "timestamptz" else f"(r->>{n})::{kind}"
                          for n, (_, kind) in enumerate(columns))
-    sql = (f"INSERT INTO {table} ({', '.join(names)}) "
-           f"SELECT {selected} FROM jsonb_array_elements(%s::jsonb) AS r "
-           f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
-           + ", ".join(f"{name} = {table}.{name} + EXCLUDED.{name}" if add else f"{name} = EXCLUDED.{name}"
-                       for name in update))
+    return (f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({', '.join(names)}) "
+            f"SELECT {selected} FROM jsonb_array_elements(%s::jsonb) AS r "
+            f"ORDER BY {', '.join(str(n + 1) for n in range(keys))}"), [payload]
+
+
+def _pg_insert(model: type[Model], columns: tuple[tuple[str, str], ...], rows: list[tuple[object, ...]],
+               *, keys: int) -> None:
+    """Inserts rows whose keys are not stored: the refresh read the stored ones under the lock that
+    serialises refreshes, so no conflict is possible and none is probed for (a duplicate would be
+    the database's unique violation, loud). The hour's first refresh inserts ~10,000 usage rows at
+    10,000 running pods: in key order and without the upsert's probe they cost PostgreSQL 0.15 s of
+    CPU, foreign-key checks included, against 0.19 to 0.27 s (2026-11-26)."""
+    if not rows:
+        return
+    sql, params = _pg_insert_select(model, columns, rows, keys=keys)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [payload])
+        cursor.execute(sql, params)
+
+
+def _pg_add(model: type[Model], columns: tuple[tuple[str, str], ...], rows: list[tuple[object, ...]],
+            *, update: list[str]) -> None:
+    """Adds each row's `update` values to the stored row of its key, inserting the rows not stored:
+    one INSERT … SELECT … ON CONFLICT DO UPDATE."""
+    if not rows:
+        return
+    keys = [name for name, _ in columns if name not in update]
+    sql, params = _pg_insert_select(model, columns, rows, keys=len(keys))
+    table = connection.ops.quote_name(model._meta.db_table)
+    sql += (f" ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
+            + ", ".join(f"{name} = {table}.{name} + EXCLUDED.{name}" for name in update))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def _pg_update_by_id(model: type[Model], rows: list[tuple[object, ...]],
@@ -501,8 +525,8 @@ def _store_usage(window: Window, rows: dict[UsageKey, int], *, account_ids: Coll
     if _upserts():
         _pg_update_by_id(UsageHour, [(existing[key][0], value) for key, value in changed.items() if key in existing],
                          ("unit_seconds", "bigint"))
-        _pg_upsert(UsageHour, _USAGE_COLUMNS, [(*key, value) for key, value in changed.items() if key not in existing],
-                   update=["unit_seconds"])
+        _pg_insert(UsageHour, _USAGE_COLUMNS, [(*key, value) for key, value in changed.items() if key not in existing],
+                   keys=len(_USAGE_FIELDS))
         return before
     objects = [UsageHour(**dict(zip(_USAGE_FIELDS, key, strict=True)), unit_seconds=value)
                for key, value in changed.items()]
@@ -569,8 +593,7 @@ def _add_to_months(deltas: dict[MonthKey, int]) -> None:
     months = {key[0] for key in deltas}
     if _upserts():
         table = connection.ops.quote_name(UsageMonth._meta.db_table)
-        _pg_upsert(UsageMonth, _MONTH_COLUMNS, [(*key, value) for key, value in deltas.items()],
-                   update=["unit_seconds"], add=True)
+        _pg_add(UsageMonth, _MONTH_COLUMNS, [(*key, value) for key, value in deltas.items()], update=["unit_seconds"])
         with connection.cursor() as cursor:
             cursor.execute(f"DELETE FROM {table} WHERE unit_seconds = 0 AND month = ANY(%s)", [sorted(months)])
         return
@@ -656,8 +679,8 @@ def _store_guarantees(window: Window, rows: dict[GuaranteeKey, tuple[int, bool]]
         differing = {key: value for key, value in rows.items() if existing.get(key, (None, None))[1] != value}
         _pg_update_by_id(GuaranteeHour, [(existing[key][0], *value) for key, value in differing.items() if key in existing],
                          ("unit_seconds", "bigint"), ("lends_idle", "boolean"))
-        _pg_upsert(GuaranteeHour, _GUARANTEE_COLUMNS, [(*key, *value) for key, value in differing.items()
-                                                       if key not in existing], update=["unit_seconds", "lends_idle"])
+        _pg_insert(GuaranteeHour, _GUARANTEE_COLUMNS, [(*key, *value) for key, value in differing.items()
+                                                       if key not in existing], keys=3)
         return
     changed = [GuaranteeHour(hour=key[0], account_id=key[1], flavor_id=key[2], unit_seconds=value, lends_idle=lends)
                for key, (value, lends) in rows.items() if existing.get(key, (None, None))[1] != (value, lends)]
@@ -715,8 +738,8 @@ def _store_lent(window: Window, rows: dict[LentKey, int]) -> None:
     if _upserts():
         _pg_update_by_id(LentHour, [(existing[key][0], value) for key, value in changed.items() if key in existing],
                          ("unit_seconds", "bigint"))
-        _pg_upsert(LentHour, _LENT_COLUMNS, [(*key, value) for key, value in changed.items() if key not in existing],
-                   update=["unit_seconds"])
+        _pg_insert(LentHour, _LENT_COLUMNS, [(*key, value) for key, value in changed.items() if key not in existing],
+                   keys=3)
         return
     objects = [LentHour(pk=existing[key][0] if key in existing else None, hour=key[0], account_id=key[1],
                         flavor_id=key[2], unit_seconds=value) for key, value in changed.items()]
