@@ -113,7 +113,7 @@ def test_a_pod_the_sync_found_late_is_metered_from_its_own_start_in_hours_alread
 
 
 def test_pods_closed_and_found_late_in_a_complete_hour_correct_it_and_who_lent_in_it(h100, vision, alice):
-    speech, audio = TeamFactory(slug="speech", name="Speech"), TeamFactory(slug="audio", name="Audio")
+    speech, audio = TeamFactory.create(slug="speech", name="Speech"), TeamFactory.create(slug="audio", name="Audio")
     QuotaGrantFactory(team=vision, flavor=h100, units=4, valid_from=at("2026-10-01 00:00"))
     QuotaGrantFactory(team=speech, flavor=h100, units=1, valid_from=at("2026-10-01 00:00"))
     make_interval(make_workload(team=vision, owner=alice, flavor=h100, units=2), at("2026-10-06 10:00"))
