@@ -10,6 +10,11 @@ in wall-clock time and in CPU time of the portal's process and of its PostgreSQL
 Target: under 1 s per minute of activity. At the end it checks the rollups against a
 recomputation from scratch (`billing.metering.recompute`) and prints the figures as JSON.
 
+Two minutes cost more than the others and are reported apart: the one whose refresh reaches the
+hour boundary (the completed hour is folded into the monthly level) and the next (the new hour's
+rows are inserted, and the late intervals of the completed hour correct it).
+BENCH_PROFILE=<minute> prints a cProfile of that minute's refresh to stderr.
+
 Run through `make bench`, or with PostgreSQL from scripts/with-services.sh:
     scripts/with-services.sh .venv/bin/python benchmarks/billing_rollups.py [--pods 10000] [--minutes 15]
 """
@@ -124,7 +129,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                                                                  borrowed=rng.random() < 0.5) for i in flips])
         closed_total, opened_total, flipped_total = closed_total + len(ending), opened_total + len(new), flipped_total + 20
         tick, cpu, db_cpu = time.perf_counter(), time.process_time(), backend()
-        if os.environ.get("BENCH_PROFILE") and minute == 2:
+        if os.environ.get("BENCH_PROFILE") == str(minute):
             import cProfile
             import pstats
 
@@ -143,6 +148,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         floors.append(time.perf_counter() - tick)
 
     now = start + dt.timedelta(minutes=args.minutes)
+    crossing = [minute for minute in range(1, args.minutes + 1)
+                if hour_floor(start + dt.timedelta(minutes=minute)) != hour_floor(start + dt.timedelta(minutes=minute - 1))]
     check = time.perf_counter()
     differences = metering.recompute(start=hour_floor(start - dt.timedelta(hours=7)), end=now)
     recompute_seconds = time.perf_counter() - check
@@ -154,10 +161,14 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "first_refresh_seconds (7 hours of history)": round(first_refresh, 2),
         "refresh_seconds_per_minute": {"median": round(statistics.median(timings), 3), "max": round(max(timings), 3),
                                        "all": [round(t, 3) for t in timings]},
+        "hour_crossing (the minute reaching the boundary and the next)": {
+            f"minute {minute}": {"wall": round(timings[minute - 1], 3), "portal_cpu": round(cpu_timings[minute - 1], 3),
+                                 "database_cpu": round(database_cpu[minute - 1], 3)}
+            for first in crossing for minute in (first, first + 1) if minute <= args.minutes},
         "portal_cpu_seconds_per_minute": {"median": round(statistics.median(cpu_timings), 3),
-                                          "max": round(max(cpu_timings), 3)},
+                                          "max": round(max(cpu_timings), 3), "all": [round(t, 3) for t in cpu_timings]},
         "database_cpu_seconds_per_minute": {"median": round(statistics.median(database_cpu), 3),
-                                            "max": round(max(database_cpu), 3)},
+                                            "max": round(max(database_cpu), 3), "all": [round(t, 3) for t in database_cpu]},
         "portal_and_database_cpu_seconds_per_minute (median)": round(statistics.median(
             [a + b for a, b in zip(cpu_timings, database_cpu, strict=True)]), 3),
         "floor_seconds (one read of the running intervals)": round(statistics.median(floors), 3),

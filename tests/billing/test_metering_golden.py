@@ -5,6 +5,7 @@ Units × seconds are unit-seconds; GPU-seconds are that × the flavor's fraction
 from __future__ import annotations
 
 import datetime as dt
+import gc
 from decimal import Decimal
 from fractions import Fraction
 from zoneinfo import ZoneInfo
@@ -14,11 +15,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from billing import metering
-from billing.models import Account, CapacityHour, Rate, UsageHour
+from billing.models import Account, CapacityHour, FlavorHour, LentHour, Rate, UsageHour, UsageMonth
 from billing.money import gpu_hours
 from billing.periods import month_bounds
 from tests.billing.metering_helpers import account, at, make_interval, make_workload, total, usage
-from tests.factories import FlavorFactory, TeamFactory, UserFactory
+from tests.factories import FlavorFactory, QuotaGrantFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -109,6 +110,61 @@ def test_a_pod_the_sync_found_late_is_metered_from_its_own_start_in_hours_alread
 
     assert usage() == {at("2026-10-10 09:00"): 1800, at("2026-10-10 10:00"): 600}
     assert hours == 3  # 09 and 10 again for the late pod, and the open hour 12; 11 is left alone
+
+
+def test_pods_closed_and_found_late_in_a_complete_hour_correct_it_and_who_lent_in_it(h100, vision, alice):
+    speech, audio = TeamFactory.create(slug="speech", name="Speech"), TeamFactory.create(slug="audio", name="Audio")
+    QuotaGrantFactory(team=vision, flavor=h100, units=4, valid_from=at("2026-10-01 00:00"))
+    QuotaGrantFactory(team=speech, flavor=h100, units=1, valid_from=at("2026-10-01 00:00"))
+    make_interval(make_workload(team=vision, owner=alice, flavor=h100, units=2), at("2026-10-06 10:00"))
+    borrowing = make_interval(make_workload(team=audio, owner=alice, flavor=h100, units=2, on_borrowed=True),
+                              at("2026-10-06 10:00"))
+    metering.rollups_refresh(until=at("2026-10-06 10:00"))
+    metering.rollups_refresh(until=at("2026-10-06 11:10"))
+    hour = at("2026-10-06 10:00")
+    # Audio borrowed 7,200; Speech's 3,600 and Vision's 7,200 were idle: they lent it 1 : 2.
+    assert dict(LentHour.objects.filter(hour=hour).values_list("account__slug", "unit_seconds")) == {
+        "speech": 2400, "vision": 4800}
+    untouched = UsageHour.objects.get(hour=hour, account=account(vision))
+
+    # Seen after the hour ended: Audio's pod had ended at 10:30, and Speech ran 1 unit 10:00-10:45.
+    borrowing.ended_at = at("2026-10-06 10:30")
+    borrowing.save(update_fields=["ended_at"])
+    make_interval(make_workload(team=speech, owner=alice, flavor=h100), at("2026-10-06 10:00"), at("2026-10-06 10:45"))
+    metering.rollups_refresh(until=at("2026-10-06 11:15"))
+
+    assert usage(hour=hour, account=account(audio)) == {hour: 2 * 1800}
+    assert usage(hour=hour, account=account(speech)) == {hour: 2700}
+    assert UsageHour.objects.get(hour=hour, account=account(vision)) == untouched
+    assert untouched.unit_seconds == 2 * 3600
+    assert usage(hour=at("2026-10-06 11:00")) == {at("2026-10-06 11:00"): 2 * 900}  # Vision's only
+    # Borrowed 3,600 now; idle 900 (Speech) and 7,200 (Vision): lent 3,600 × 900 / 8,100 and × 7,200 / 8,100.
+    assert dict(LentHour.objects.filter(hour=hour).values_list("account__slug", "unit_seconds")) == {
+        "speech": 400, "vision": 3200}
+    assert FlavorHour.objects.get(hour=hour).unit_seconds == 3600 + 2700 + 7200
+    assert dict(UsageMonth.objects.values_list("account__slug", "unit_seconds")) == {
+        "audio": 3600, "speech": 2700, "vision": 7200}
+    assert metering.recompute(start=at("2026-10-06 00:00"), end=at("2026-10-07 00:00")) == []
+
+
+def test_a_refresh_runs_with_the_collector_paused(h100, vision, alice, monkeypatch):
+    seen: list[bool] = []
+    rows = metering.usage_rows
+
+    def usage_rows(*args: object, **kwargs: object) -> dict:
+        seen.append(gc.isenabled())
+        return rows(*args, **kwargs)  # type: ignore[arg-type]
+
+    make_interval(make_workload(team=vision, owner=alice, flavor=h100), at("2026-10-06 10:00"))
+    monkeypatch.setattr(metering, "usage_rows", usage_rows)
+    enabled = gc.isenabled()
+    gc.enable()
+    try:
+        metering.rollups_refresh(until=at("2026-10-06 10:30"))
+        assert seen == [False]
+        assert gc.isenabled()
+    finally:
+        (gc.enable if enabled else gc.disable)()
 
 
 def test_refreshing_twice_changes_nothing(h100, vision, alice):
