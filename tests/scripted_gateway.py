@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from portal.kube import FIELD_MANAGER, Gateway, KubeError, NodeSpec, ObjectRef, WatchEvent
+from portal.kube.base import KindLists
 from portal.kube.simulated import SimulatedGateway
 
 
@@ -72,6 +73,11 @@ class ScriptedGateway:
         fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         return self.cluster.list(api_version, kind, namespace=namespace, labels=labels, fields=fields)
+
+    def list_kinds(
+        self, kinds: Sequence[tuple[str, str]], *, labels: dict[str, str] | None = None,
+    ) -> KindLists:
+        return self.cluster.list_kinds(kinds, labels=labels)
 
     def watch(
         self,

@@ -113,6 +113,10 @@ class KubeError(Exception):
         return self.status is None or self.status == 429 or self.status >= 500
 
 
+# What `list_kinds` answers: each (apiVersion, kind) asked, with its objects.
+KindLists = dict[tuple[str, str], list[dict[str, Any]]]
+
+
 @dataclass(frozen=True)
 class WatchEvent:
     # ADDED, MODIFIED, DELETED, or RELISTED: the watch (re)started from a fresh list, which the
@@ -164,6 +168,13 @@ class Gateway(Protocol):
         selector (dotted path: value, all must match), which the API server supports only for
         some fields of some kinds: metadata.name and metadata.namespace everywhere, and for
         Events involvedObject.*, reason, type and source."""
+
+    def list_kinds(
+        self, kinds: Sequence[tuple[str, str]], *, labels: dict[str, str] | None = None,
+    ) -> KindLists:
+        """Every object of each (apiVersion, kind) matching `labels`, across all namespaces, each
+        kind as `list` answers it. A real cluster is asked for all the kinds at once. When any
+        kind fails, the first failure in `kinds`' order is raised, once every list has ended."""
 
     def watch(
         self,

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from portal.kube.base import FIELD_MANAGER, Gateway, NodeSpec, ObjectRef, WatchEvent
+from portal.kube.base import FIELD_MANAGER, Gateway, KindLists, NodeSpec, ObjectRef, WatchEvent
 
 # The methods that are requests to the cluster's API; the hooks (expect_nodes, tick) are not.
 API_METHODS = ("apply", "dry_run", "create", "replace", "delete", "get", "list", "watch", "pod_logs",
@@ -78,6 +78,13 @@ class CountingGateway:
     ) -> tuple[list[dict[str, Any]], str]:
         self._count("list", kind)
         return self.inner.list(api_version, kind, namespace=namespace, labels=labels, fields=fields)
+
+    def list_kinds(
+        self, kinds: Sequence[tuple[str, str]], *, labels: dict[str, str] | None = None,
+    ) -> KindLists:
+        for _, kind in kinds:
+            self._count("list", kind)
+        return self.inner.list_kinds(kinds, labels=labels)
 
     def watch(
         self,

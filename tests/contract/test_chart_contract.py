@@ -18,6 +18,7 @@ import yaml
 from kubernetes import client as k8s_client
 
 from portal.kube import KubeError, ObjectRef, reset_gateway
+from portal.kube.base import KindLists
 from portal.kube.kubernetes import KubernetesGateway
 from tests.cluster.harness import ControlPlaneError
 from tests.contract import test_workload_contract as workload_contract
@@ -171,6 +172,9 @@ class AsThePortal:
 
     def list(self, api_version: str, kind: str, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
         return self._as().list(api_version, kind, **kwargs)
+
+    def list_kinds(self, kinds: Any, **kwargs: Any) -> KindLists:
+        return self._as().list_kinds(kinds, **kwargs)
 
     def watch(self, api_version: str, kind: str, **kwargs: Any) -> Iterator[Any]:
         return self._as().watch(api_version, kind, **kwargs)

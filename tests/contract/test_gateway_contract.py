@@ -63,6 +63,24 @@ def test_a_list_narrowed_by_a_field_selector_returns_only_the_matching_objects(c
     gateway().delete(ObjectRef("v1", "Namespace", other))
 
 
+def test_listing_several_kinds_at_once_answers_what_listing_each_kind_answers(cluster):
+    name = cluster.unique("kinds")
+    labels = {"gpu-portal.io/test": cluster.unique("list-kinds")}
+    gateway().apply({**namespace(name), "metadata": {"name": name, "labels": labels}})
+    gateway().apply({"apiVersion": "v1", "kind": "LimitRange",
+                     "metadata": {"name": "defaults", "namespace": name, "labels": labels},
+                     "spec": {"limits": [{"type": "Container", "default": {"cpu": "1"}}]}})
+    kinds = [("v1", "Namespace"), ("v1", "LimitRange"), (KUEUE, "ClusterQueue")]
+
+    listed = gateway().list_kinds(kinds, labels=labels)
+
+    names = {kind: [(item["kind"], item["metadata"]["name"]) for item in items] for (_, kind), items in listed.items()}
+    assert names == {"Namespace": [("Namespace", name)], "LimitRange": [("LimitRange", "defaults")], "ClusterQueue": []}
+    one_by_one = {kind: gateway().list(api_version, kind, labels=labels)[0] for api_version, kind in kinds}
+    assert names == {kind: [(item["kind"], item["metadata"]["name"]) for item in items] for kind, items in one_by_one.items()}
+    gateway().delete(ObjectRef("v1", "Namespace", name))
+
+
 def test_a_watch_from_a_version_sees_the_changes_after_it(cluster):
     name = cluster.unique("watched")
     gateway().apply(namespace(name))

@@ -177,6 +177,58 @@ def test_a_list_sends_its_field_selector_beside_the_label_selector(api_server):
     assert query["fieldSelector"] == ["involvedObject.name=wl-1-abcde,type=Warning"] and query["labelSelector"] == ["a=b"]
 
 
+def test_a_paged_list_returns_every_item_across_continue_tokens_and_the_first_pages_version(api_server):
+    pages = [
+        (200, {"metadata": {"resourceVersion": "40", "continue": "t1"}, "items": [{"metadata": {"name": "a"}}]}),
+        (200, {"metadata": {"resourceVersion": "40", "continue": "t2"}, "items": [{"metadata": {"name": "b"}}]}),
+        (200, {"metadata": {"resourceVersion": "40"}, "items": [{"metadata": {"name": "c"}}]}),
+    ]
+    server = api_server({"/api/v1/namespaces": pages})
+    items, version = server.gateway().list("v1", "Namespace", labels={"app.kubernetes.io/managed-by": "gpu-portal"})
+    assert ([item["metadata"]["name"] for item in items], version) == (["a", "b", "c"], "40")
+    assert {(item["apiVersion"], item["kind"]) for item in items} == {("v1", "Namespace")}
+    queries = [parse_qs(urlsplit(path).query) for _, path in server.seen]
+    assert [query.get("continue") for query in queries] == [None, ["t1"], ["t2"]]
+    assert all(query["labelSelector"] == ["app.kubernetes.io/managed-by=gpu-portal"] for query in queries)
+
+
+def test_listing_several_kinds_at_once_answers_each_kind_with_all_its_pages(api_server):
+    server = api_server({
+        "/api/v1/namespaces": [(200, {"metadata": {"continue": "t1"}, "items": [{"metadata": {"name": "a"}}]}),
+                               (200, {"metadata": {}, "items": [{"metadata": {"name": "b"}}]})],
+        "/api/v1/resourcequotas": [(200, {"metadata": {}, "items": [{"metadata": {"name": "quota", "namespace": "a"}}]})],
+        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues": [(200, {"metadata": {}, "items": []})],
+    })
+    kinds = [("v1", "Namespace"), ("v1", "ResourceQuota"), ("kueue.x-k8s.io/v1beta2", "ClusterQueue")]
+    listed = server.gateway().list_kinds(kinds, labels={"team": "vision"})
+    assert {kind: [item["metadata"]["name"] for item in items] for (_, kind), items in listed.items()} == {
+        "Namespace": ["a", "b"], "ResourceQuota": ["quota"], "ClusterQueue": []}
+    assert all("labelSelector=team%3Dvision" in path for _, path in server.seen)
+
+
+@pytest.mark.parametrize("failing", [0, 2])
+def test_listing_several_kinds_at_once_raises_what_any_kind_failed_with(api_server, failing):
+    kinds = [("v1", "Namespace"), ("v1", "ResourceQuota"), ("kueue.x-k8s.io/v1beta2", "ClusterQueue")]
+    paths = ["/api/v1/namespaces", "/api/v1/resourcequotas", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"]
+    forbidden = (403, {"kind": "Status", "reason": "Forbidden", "message": "cannot list this kind"})
+    server = api_server({path: [forbidden if index == failing else (200, {"metadata": {}, "items": []})]
+                         for index, path in enumerate(paths)})
+    with pytest.raises(KubeError, match="cannot list this kind") as raised:
+        server.gateway().list_kinds(kinds)
+    assert raised.value.status == 403
+    assert sorted(path.split("?")[0] for _, path in server.seen) == sorted(paths)  # every kind was still asked
+
+
+def test_the_simulated_cluster_lists_several_kinds_as_it_lists_each(db):
+    cluster = SimulatedGateway()
+    for name in ("vision", "speech"):
+        cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"team": name}}})
+    kinds = [("v1", "Namespace"), ("v1", "ResourceQuota")]
+    listed = cluster.list_kinds(kinds, labels={"team": "vision"})
+    assert listed == {kind: cluster.list(*kind, labels={"team": "vision"})[0] for kind in kinds}
+    assert [item["metadata"]["name"] for item in listed[("v1", "Namespace")]] == ["vision"]
+
+
 class FakeClock:
     """Time that passes only when someone sleeps, or the test moves it."""
 

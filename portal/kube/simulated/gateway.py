@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from portal.kube.base import FIELD_MANAGER, NodeSpec, ObjectRef, WatchEvent
+from portal.kube.base import FIELD_MANAGER, KindLists, NodeSpec, ObjectRef, WatchEvent
 from portal.kube.simulated.apiserver import ApiServer
 from portal.kube.simulated.controllers import controllers_reconcile
 from portal.kube.simulated.kubelet import pod_logs
@@ -72,6 +72,13 @@ class SimulatedGateway:
         fields: dict[str, str] | None = None,
     ) -> tuple[list[dict[str, Any]], str]:
         return self.api.list(api_version, kind, namespace=namespace, labels=labels, fields=fields)
+
+    def list_kinds(
+        self, kinds: Sequence[tuple[str, str]], *, labels: dict[str, str] | None = None,
+    ) -> KindLists:
+        # One after another: its reads are the database's, which another thread would read
+        # outside the caller's transaction.
+        return {(api_version, kind): self.list(api_version, kind, labels=labels)[0] for api_version, kind in kinds}
 
     def watch(
         self,
