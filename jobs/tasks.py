@@ -25,7 +25,9 @@ RESUBMIT_EXPIRES_SECONDS = 30
 
 
 def _load(workload_id: int, *, task: str) -> Workload | None:
-    workload = Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+    # The owner too: a submission asks again which tiers the owner may launch at.
+    workload = (Workload.objects.select_related("team", "owner", "flavor", "template_version__template")
+                .filter(pk=workload_id).first())
     if workload is None:
         # Deleted while its message waited (with its team, say): trying again cannot bring it back.
         log.info("%s: workload %s no longer exists; nothing to do", task, workload_id)
