@@ -63,17 +63,20 @@ class LaunchRequest:
     version: WorkloadTemplateVersion | None = None  # a relaunch keeps the version it copies
 
 
-def record_transition(workload: Workload, phase: str, reason: str = "") -> None:
+def record_transition(workload: Workload, phase: str, reason: str = "", *, also_save: tuple[str, ...] = ()) -> None:
     """Moves the workload to a phase, keeping the timeline. A repeat of the same phase and
-    reason is not a transition."""
+    reason is not a transition. `also_save` names other fields the caller set on the workload,
+    written in the same UPDATE."""
     if workload.phase == phase and workload.reason == reason and workload.pk and workload.transitions.exists():
+        if also_save:
+            workload.save(update_fields=list(also_save))
         return
     entered = workload.phase != phase
     workload.phase, workload.reason = phase, reason
     now = timezone.now()
     if phase in Workload.FINAL_PHASES and workload.finished_at is None:
         workload.finished_at = now
-    workload.save(update_fields=["phase", "reason", "finished_at"])
+    workload.save(update_fields=["phase", "reason", "finished_at", *also_save])
     WorkloadTransition.objects.create(workload=workload, phase=phase, reason=reason, at=now)
     if entered and phase in notifications.PHASE_EVENTS:
         detail = reason if phase == Workload.Phase.FAILED else ""
