@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from jobs import access, idle_policy, manifests, notifications, policy, pricing, rules, selectors
@@ -119,15 +120,17 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     _require(user.has_perm("jobs.launch_workload", team))
     if not flavor.is_active:
         raise DomainError(f"{flavor.name} is retired: nothing new runs on it; choose another flavor.", field="flavor")
-    if not WorkloadTemplate.objects.for_team(team).filter(pk=template.pk).exists():
+    if request.version is not None and request.version.template_id != template.pk:
+        raise DomainError(f"Version {request.version.number} is not a version of {template.name}.", field="template")
+    launchable = _launch_version(team=team, template=template, version=request.version, flavor=flavor)
+    if launchable is None:
         raise DomainError(f"The template “{template.name}” is not available to {team.slug}.", field="template")
-    version = request.version or template.current
-    if version.template_id != template.pk:
-        raise DomainError(f"Version {version.number} is not a version of {template.name}.", field="template")
-    image_refusal = image_no_longer_allowed(version)
+    version, runs_on_flavor = launchable
+    allow_list = selectors.image_allow_list()  # read once: the template's image and a chosen one both ask it
+    image_refusal = image_no_longer_allowed(version, allow_list=allow_list)
     if image_refusal:
         raise DomainError(image_refusal, field="template")
-    if not version.flavors.filter(pk=flavor.pk).exists():
+    if not runs_on_flavor:
         allowed = ", ".join(version.flavors.values_list("name", flat=True)) or "none"
         raise DomainError(f"{template.name} cannot run on {flavor.name}; choose one of: {allowed}.", field="flavor")
     try:
@@ -135,7 +138,7 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     except ParameterError as error:
         raise DomainError(str(error), field="parameters") from None
     chosen_image, _, _ = chosen_work(declared=version.parameters, values=values)
-    if chosen_image is not None and (problem := policy.image_problem(chosen_image, selectors.image_allow_list())):
+    if chosen_image is not None and (problem := policy.image_problem(chosen_image, allow_list)):
         raise DomainError(problem, field="parameters")
     _check_sources(team, version.parameters, values)
     units = version.default_units if request.units is None else request.units
@@ -179,6 +182,22 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
 
 
+def _launch_version(
+    *, team: Team, template: WorkloadTemplate, version: WorkloadTemplateVersion | None, flavor: Flavor
+) -> tuple[WorkloadTemplateVersion, bool] | None:
+    """The version a launch runs (the one given, else the template's current one) and whether it
+    runs on the flavor; None when the template is not available to the team. One query, as the
+    launch holds a web request while it checks."""
+    versions = template.versions.filter(pk=version.pk) if version is not None else template.versions.order_by("-number")
+    found = versions.filter(
+        Exists(WorkloadTemplate.objects.for_team(team).filter(pk=OuterRef("template_id")))
+    ).annotate(
+        runs_on_flavor=Exists(WorkloadTemplateVersion.flavors.through.objects.filter(
+            workloadtemplateversion_id=OuterRef("pk"), flavor_id=flavor.pk))
+    ).first()
+    return None if found is None else (found, found.runs_on_flavor)
+
+
 def _check_sources(team: Team, declared: list[dict[str, Any]], values: dict[str, Any]) -> None:
     """A chosen data volume must be a claim in the team's own namespace now (read from the
     cluster, not a list the form showed); a repository must be under the site's allowed sources."""
@@ -209,9 +228,10 @@ def _git_refusal(name: str, url: str) -> str:
     return f"{name}: the repository {url} is not from a source this portal fetches code from; allowed: {allowed}."
 
 
-def image_no_longer_allowed(version: WorkloadTemplateVersion) -> str:
-    """Why nothing may launch from a version whose image left the allow-list; empty when it may."""
-    if policy.image_allowed(version.image, selectors.image_allow_list()):
+def image_no_longer_allowed(version: WorkloadTemplateVersion, *, allow_list: list[str] | None = None) -> str:
+    """Why nothing may launch from a version whose image left the allow-list; empty when it may.
+    `allow_list` is the list the caller already read, if it did."""
+    if policy.image_allowed(version.image, selectors.image_allow_list() if allow_list is None else allow_list):
         return ""
     return (f"{version.template.name} uses the image {version.image}, which is not from an allowed registry any more; "
             "ask its owner to publish a version with an allowed image.")
