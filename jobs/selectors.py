@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery, prefetch_related_objects
 from django.utils import timezone
 
 from jobs import manifests, policy, pricing
@@ -72,6 +72,16 @@ def team_claim_exists(*, team: Team, claim: str) -> bool:
 def workloads_for_user(*, user: Any) -> QuerySet[Workload]:
     """The workloads the user can see; the lists narrow them with jobs.filters.WorkloadFilter."""
     return Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
+
+
+def workload_launched(*, workload: Workload) -> Workload:
+    """A workload its caller just launched, with its timeline, for the answer to the launch. Only
+    its own row is read again (its submission may have moved it on already); the team, owner,
+    flavor and version it holds are the ones the launch checked, which never change, so the
+    detail's five-table join is not needed on the launch's critical path."""
+    workload.refresh_from_db(fields=[field.attname for field in Workload._meta.concrete_fields if not field.is_relation])
+    prefetch_related_objects([workload], "transitions", "intervals")
+    return workload
 
 
 def _queues() -> dict[str, list[QueueUsage]] | None:
