@@ -202,11 +202,16 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         fresh = self.get_queryset().get(pk=workload.pk)
         return Response(WorkloadDetailSerializer(fresh, context=self.get_serializer_context()).data, status=code)
 
+    def _launched(self, workload: Workload) -> Response:
+        launched = selectors.workload_launched(workload=workload)
+        return Response(WorkloadDetailSerializer(launched, context=self.get_serializer_context()).data,
+                        status=status.HTTP_201_CREATED)
+
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(WorkloadLaunchSerializer, request)
         team = get_object_or_404(Team.objects.for_user(request.user), slug=data.pop("team"))
         workload = services.workload_launch(user=signed_in_user(request), request=services.LaunchRequest(team=team, **data))
-        return self._answer(workload, status.HTTP_201_CREATED)
+        return self._launched(workload)
 
     @extend_schema(request=None, responses={200: WorkloadDetailSerializer},
                    description="Its owner, the team's leads and platform admins stop a workload that is still active, "
@@ -231,7 +236,7 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["post"])
     def relaunch(self, request: Request, pk: str | None = None) -> Response:
         workload = services.workload_relaunch(user=signed_in_user(request), workload=self.get_object())
-        return self._answer(workload, status.HTTP_201_CREATED)
+        return self._launched(workload)
 
     @extend_schema(request=ScaleSerializer, responses={200: WorkloadDetailSerializer},
                    description="Inference servers only: replicas within the template's bounds and the team's reach.")

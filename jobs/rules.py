@@ -81,6 +81,10 @@ def allowed_priorities(user: Any, team: Any, version: Any) -> list[str]:
 def priority_refusal(user: Any, team: Any, version: Any, priority: str) -> str:
     """Why `user` may not launch at `priority` from this version in `team`, in a sentence naming
     the tiers they may use; empty when they may."""
+    if priority in Priority.values and priority in (version.allowed_priorities or []):
+        # A tier the template offers members is open to everyone who may launch at all, so the
+        # user's roles (a query for an owner loaded afresh, as a submission does) need not be read.
+        return ""
     allowed = allowed_priorities(user, team, version)
     if priority in allowed:
         return ""

@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery, prefetch_related_objects
 from django.utils import timezone
 
 from jobs import manifests, policy, pricing
@@ -25,6 +25,7 @@ from jobs.models import (
     WorkloadTemplate,
     WorkloadTemplateVersion,
 )
+from portal import memo
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.metrics import PodKey
 from tenants import cluster_selectors
@@ -36,18 +37,32 @@ PRIORITY_ORDER: dict[str, int] = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority
 WAITING = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED, Workload.Phase.SUBMITTING)
 
 
+IMAGE_ALLOW_LIST = "image-allow-list"  # portal.memo topics; the services that change them forget them
+GIT_SOURCES = "git-sources"
+
+
 def image_allow_list() -> list[str]:
     """Every registry templates may pull from: the deployment's (PORTAL_IMAGE_REGISTRIES) and the
-    platform admins' (ImageRegistry), in one written form."""
-    configured = [entry for entry in map(policy.registry_entry, settings.PORTAL_IMAGE_REGISTRIES) if entry]
-    return sorted({*configured, *ImageRegistry.objects.values_list("prefix", flat=True)})
+    platform admins' (ImageRegistry), in one written form. Read once per request: a launch asks
+    it in its checks and again in its submission."""
+
+    def read() -> list[str]:
+        configured = [entry for entry in map(policy.registry_entry, settings.PORTAL_IMAGE_REGISTRIES) if entry]
+        return sorted({*configured, *ImageRegistry.objects.values_list("prefix", flat=True)})
+
+    return memo.remembered((IMAGE_ALLOW_LIST,), read)
 
 
 def git_sources() -> list[str]:
     """Where git parameters may fetch code from: the sources set at deployment
-    (PORTAL_GIT_SOURCES) and those platform admins keep (GitSource), in one written form."""
-    configured = {entry for entry in map(policy.git_source_entry, settings.PORTAL_GIT_SOURCES) if entry}
-    return sorted({*configured, *GitSource.objects.values_list("prefix", flat=True)})
+    (PORTAL_GIT_SOURCES) and those platform admins keep (GitSource), in one written form. Read
+    once per request, like the image allow-list."""
+
+    def read() -> list[str]:
+        configured = {entry for entry in map(policy.git_source_entry, settings.PORTAL_GIT_SOURCES) if entry}
+        return sorted({*configured, *GitSource.objects.values_list("prefix", flat=True)})
+
+    return memo.remembered((GIT_SOURCES,), read)
 
 
 def team_claims(*, team: Team) -> list[str] | None:
@@ -72,6 +87,16 @@ def team_claim_exists(*, team: Team, claim: str) -> bool:
 def workloads_for_user(*, user: Any) -> QuerySet[Workload]:
     """The workloads the user can see; the lists narrow them with jobs.filters.WorkloadFilter."""
     return Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
+
+
+def workload_launched(*, workload: Workload) -> Workload:
+    """A workload its caller just launched, with its timeline, for the answer to the launch. Only
+    its own row is read again (its submission may have moved it on already); the team, owner,
+    flavor and version it holds are the ones the launch checked, which never change, so the
+    detail's five-table join is not needed on the launch's critical path."""
+    workload.refresh_from_db(fields=[field.attname for field in Workload._meta.concrete_fields if not field.is_relation])
+    prefetch_related_objects([workload], "transitions", "intervals")
+    return workload
 
 
 def _queues() -> dict[str, list[QueueUsage]] | None:

@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from jobs import access, idle_policy, manifests, notifications, policy, pricing, rules, selectors
@@ -33,7 +34,7 @@ from jobs.parameters import (
     render,
     validate_parameters,
 )
-from portal import limits
+from portal import limits, memo
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.kube import KubeError, gateway
@@ -63,17 +64,20 @@ class LaunchRequest:
     version: WorkloadTemplateVersion | None = None  # a relaunch keeps the version it copies
 
 
-def record_transition(workload: Workload, phase: str, reason: str = "") -> None:
+def record_transition(workload: Workload, phase: str, reason: str = "", *, also_save: tuple[str, ...] = ()) -> None:
     """Moves the workload to a phase, keeping the timeline. A repeat of the same phase and
-    reason is not a transition."""
+    reason is not a transition. `also_save` names other fields the caller set on the workload,
+    written in the same UPDATE."""
     if workload.phase == phase and workload.reason == reason and workload.pk and workload.transitions.exists():
+        if also_save:
+            workload.save(update_fields=list(also_save))
         return
     entered = workload.phase != phase
     workload.phase, workload.reason = phase, reason
     now = timezone.now()
     if phase in Workload.FINAL_PHASES and workload.finished_at is None:
         workload.finished_at = now
-    workload.save(update_fields=["phase", "reason", "finished_at"])
+    workload.save(update_fields=["phase", "reason", "finished_at", *also_save])
     WorkloadTransition.objects.create(workload=workload, phase=phase, reason=reason, at=now)
     if entered and phase in notifications.PHASE_EVENTS:
         detail = reason if phase == Workload.Phase.FAILED else ""
@@ -116,15 +120,17 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     _require(user.has_perm("jobs.launch_workload", team))
     if not flavor.is_active:
         raise DomainError(f"{flavor.name} is retired: nothing new runs on it; choose another flavor.", field="flavor")
-    if not WorkloadTemplate.objects.for_team(team).filter(pk=template.pk).exists():
+    if request.version is not None and request.version.template_id != template.pk:
+        raise DomainError(f"Version {request.version.number} is not a version of {template.name}.", field="template")
+    launchable = _launch_version(team=team, template=template, version=request.version, flavor=flavor)
+    if launchable is None:
         raise DomainError(f"The template “{template.name}” is not available to {team.slug}.", field="template")
-    version = request.version or template.current
-    if version.template_id != template.pk:
-        raise DomainError(f"Version {version.number} is not a version of {template.name}.", field="template")
-    image_refusal = image_no_longer_allowed(version)
+    version, runs_on_flavor = launchable
+    allow_list = selectors.image_allow_list()  # read once: the template's image and a chosen one both ask it
+    image_refusal = image_no_longer_allowed(version, allow_list=allow_list)
     if image_refusal:
         raise DomainError(image_refusal, field="template")
-    if not version.flavors.filter(pk=flavor.pk).exists():
+    if not runs_on_flavor:
         allowed = ", ".join(version.flavors.values_list("name", flat=True)) or "none"
         raise DomainError(f"{template.name} cannot run on {flavor.name}; choose one of: {allowed}.", field="flavor")
     try:
@@ -132,7 +138,7 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     except ParameterError as error:
         raise DomainError(str(error), field="parameters") from None
     chosen_image, _, _ = chosen_work(declared=version.parameters, values=values)
-    if chosen_image is not None and (problem := policy.image_problem(chosen_image, selectors.image_allow_list())):
+    if chosen_image is not None and (problem := policy.image_problem(chosen_image, allow_list)):
         raise DomainError(problem, field="parameters")
     _check_sources(team, version.parameters, values)
     units = version.default_units if request.units is None else request.units
@@ -176,6 +182,28 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
 
 
+TEMPLATE_AVAILABLE = "template-available"  # a portal.memo topic: template_share forgets it
+
+
+def _launch_version(
+    *, team: Team, template: WorkloadTemplate, version: WorkloadTemplateVersion | None, flavor: Flavor
+) -> tuple[WorkloadTemplateVersion, bool] | None:
+    """The version a launch runs (the one given, else the template's current one) and whether it
+    runs on the flavor; None when the template is not available to the team. One query, as the
+    launch holds a web request while it checks."""
+    versions = template.versions.filter(pk=version.pk) if version is not None else template.versions.order_by("-number")
+    found = versions.filter(
+        Exists(WorkloadTemplate.objects.for_team(team).filter(pk=OuterRef("template_id")))
+    ).annotate(
+        runs_on_flavor=Exists(WorkloadTemplateVersion.flavors.through.objects.filter(
+            workloadtemplateversion_id=OuterRef("pk"), flavor_id=flavor.pk))
+    ).first()
+    if found is None:
+        return None
+    memo.remember((TEMPLATE_AVAILABLE, template.pk, team.pk), True)
+    return found, found.runs_on_flavor
+
+
 def _check_sources(team: Team, declared: list[dict[str, Any]], values: dict[str, Any]) -> None:
     """A chosen data volume must be a claim in the team's own namespace now (read from the
     cluster, not a list the form showed); a repository must be under the site's allowed sources."""
@@ -206,9 +234,10 @@ def _git_refusal(name: str, url: str) -> str:
     return f"{name}: the repository {url} is not from a source this portal fetches code from; allowed: {allowed}."
 
 
-def image_no_longer_allowed(version: WorkloadTemplateVersion) -> str:
-    """Why nothing may launch from a version whose image left the allow-list; empty when it may."""
-    if policy.image_allowed(version.image, selectors.image_allow_list()):
+def image_no_longer_allowed(version: WorkloadTemplateVersion, *, allow_list: list[str] | None = None) -> str:
+    """Why nothing may launch from a version whose image left the allow-list; empty when it may.
+    `allow_list` is the list the caller already read, if it did."""
+    if policy.image_allowed(version.image, selectors.image_allow_list() if allow_list is None else allow_list):
         return ""
     return (f"{version.template.name} uses the image {version.image}, which is not from an allowed registry any more; "
             "ask its owner to publish a version with an allowed image.")
@@ -218,7 +247,8 @@ def template_withdrawn(workload: Workload) -> str:
     """Why nothing more may be created from the workload's template: withdrawn (it cannot be
     deleted while workloads name it) or no longer shared with the team. Empty when it may."""
     template = workload.template_version.template
-    if WorkloadTemplate.objects.for_team(workload.team).filter(pk=template.pk).exists():
+    if memo.remembered((TEMPLATE_AVAILABLE, template.pk, workload.team_id),
+                       lambda: WorkloadTemplate.objects.for_team(workload.team).filter(pk=template.pk).exists()):
         return ""
     return (f"The template “{template.name}” is no longer available to {workload.team.slug}; "
             "launch it again from another template.")
@@ -584,6 +614,7 @@ def image_registry_add(*, user: User, prefix: str, note: str = "") -> ImageRegis
     if ImageRegistry.objects.filter(prefix=entry).exists():
         raise DomainError(f"{entry} is on the allow-list already.", field="prefix")
     registry = ImageRegistry.objects.create(prefix=entry, note=note[:200], created_by=user)
+    memo.forget(selectors.IMAGE_ALLOW_LIST)
     audit_record(actor=user, action="image_registry.added", obj=registry,
                  message=f"{user.username} allowed images from {entry}")
     return registry
@@ -597,6 +628,7 @@ def image_registry_remove(*, user: User, registry: ImageRegistry) -> None:
     audit_record(actor=user, action="image_registry.removed", obj=registry,
                  message=f"{user.username} no longer allows images from {registry.prefix}")
     registry.delete()
+    memo.forget(selectors.IMAGE_ALLOW_LIST)
 
 
 # --- The git allow-list ---------------------------------------------------------------------------
@@ -613,6 +645,7 @@ def git_source_add(*, user: User, prefix: str, note: str = "") -> GitSource:
     if GitSource.objects.filter(prefix=entry).exists():
         raise DomainError(f"{entry} is on the allow-list already.", field="prefix")
     source = GitSource.objects.create(prefix=entry, note=note[:200], created_by=user)
+    memo.forget(selectors.GIT_SOURCES)
     audit_record(actor=user, action="git_source.added", obj=source, message=f"{user.username} allowed code from {entry}")
     return source
 
@@ -625,6 +658,7 @@ def git_source_remove(*, user: User, source: GitSource) -> None:
     audit_record(actor=user, action="git_source.removed", obj=source,
                  message=f"{user.username} no longer allows code from {source.prefix}")
     source.delete()
+    memo.forget(selectors.GIT_SOURCES)
 
 
 # --- The template editor: sharing, the launch preview and its dry run ----------------------------
@@ -658,6 +692,7 @@ def template_share(*, user: User, template: WorkloadTemplate, is_global: bool, t
     template.is_global = is_global
     template.save(update_fields=["is_global"])
     template.teams.set(chosen)
+    memo.forget(TEMPLATE_AVAILABLE)
     audience = "every team" if is_global else ", ".join(after[1])
     audit_record(actor=user, action="template.shared", obj=template, data={"is_global": is_global, "teams": after[1]},
                  message=f"{user.username} shared template {template.name} with {audience}")

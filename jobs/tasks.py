@@ -25,7 +25,9 @@ RESUBMIT_EXPIRES_SECONDS = 30
 
 
 def _load(workload_id: int, *, task: str) -> Workload | None:
-    workload = Workload.objects.select_related("team", "flavor", "template_version__template").filter(pk=workload_id).first()
+    # The owner too: a submission asks again which tiers the owner may launch at.
+    workload = (Workload.objects.select_related("team", "owner", "flavor", "template_version__template")
+                .filter(pk=workload_id).first())
     if workload is None:
         # Deleted while its message waited (with its team, say): trying again cannot bring it back.
         log.info("%s: workload %s no longer exists; nothing to do", task, workload_id)
@@ -84,14 +86,18 @@ def workload_submit(workload_id: int) -> str:
         # while they were being created, or the owner may have stopped the workload: only a
         # workload still submitting moves to queued, so a later phase is never undone.
         current = Workload.objects.select_for_update().get(pk=workload.pk)
+        stamped: tuple[str, ...] = ()
         if current.submitted_at is None:
             current.submitted_at = timezone.now()
-            current.save(update_fields=["submitted_at"])
+            stamped = ("submitted_at",)
         if current.phase == Workload.Phase.SUBMITTING:
-            services.record_transition(current, Workload.Phase.QUEUED, "Waiting for Kueue to admit it")
-        elif current.phase == Workload.Phase.STOPPED:
-            # Its teardown may have run before these objects existed: remove them again.
-            send_on_commit(workload_teardown, current.pk, unsent=lambda: mark_unsent(current.pk))
+            services.record_transition(current, Workload.Phase.QUEUED, "Waiting for Kueue to admit it", also_save=stamped)
+        else:
+            if stamped:
+                current.save(update_fields=list(stamped))
+            if current.phase == Workload.Phase.STOPPED:
+                # Its teardown may have run before these objects existed: remove them again.
+                send_on_commit(workload_teardown, current.pk, unsent=lambda: mark_unsent(current.pk))
     return "submitted"
 
 

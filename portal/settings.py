@@ -82,6 +82,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "portal.observability.RequestIdMiddleware",
     "portal.observability.MetricsMiddleware",
+    "portal.memo.RequestMemoMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
