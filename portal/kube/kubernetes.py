@@ -90,6 +90,20 @@ def _status_message(status: int, body: bytes) -> tuple[str, str]:
     return data.get("message") or f"HTTP {status}", reason
 
 
+def _quota_bookkeeping_conflict(status: int, body: bytes, ref: ObjectRef | None) -> bool:
+    """A 409 about a ResourceQuota when the request was for something else: the quota admission
+    plugin lost an optimistic-concurrency race updating the namespace's usage while several pods
+    or Jobs were created at once. Nothing about the object sent was wrong, and the same request
+    succeeds once retried, so it is transient; a conflict on the object itself stays a refusal."""
+    if status != 409 or (ref is not None and ref.kind == "ResourceQuota"):
+        return False
+    try:
+        details = json.loads(body).get("details") or {}
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return details.get("kind") == "resourcequotas"
+
+
 def _backoff(attempt: int) -> float:
     return min(0.1 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())  # jitter, not security: random is fine
 
@@ -196,6 +210,9 @@ class KubernetesGateway:
                 if delay is not None:
                     self.sleep(delay)
                     continue
+            if _quota_bookkeeping_conflict(status, data, ref) and attempt < self.max_attempts:
+                self.sleep(_backoff(attempt))
+                continue
             message, reason = _status_message(status, data)
             raise KubeError(message, ref=ref, status=status, reason=reason)
         raise AssertionError("unreachable")

@@ -152,6 +152,40 @@ def test_validation_and_conflict_errors_are_not_retried_and_say_why(api_server):
     assert len(server.seen) == 1 and server.slept == []
 
 
+QUOTA_RACE = {"kind": "Status", "code": 409, "reason": "Conflict",
+              "message": 'Operation cannot be fulfilled on resourcequotas "vision-quota": the object has been modified; '
+                         "please apply your changes to the latest version and try again",
+              "details": {"name": "vision-quota", "kind": "resourcequotas"}}
+JOB_PATH = "/apis/batch/v1/namespaces/vision/jobs/train-1"
+JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train-1", "namespace": "vision"}}
+
+
+def test_a_job_refused_because_quota_admission_lost_a_race_is_sent_again(api_server):
+    """Creating many Jobs at once, the quota plugin's update of the namespace's usage can lose
+    to another's: a 409 about the ResourceQuota, not the Job. Seen failing a launch under load."""
+    server = api_server({JOB_PATH: [(409, QUOTA_RACE), (200, {"metadata": {"name": "train-1"}})]})
+    assert server.gateway().apply(JOB) == {"metadata": {"name": "train-1"}}
+    assert len(server.seen) == 2 and len(server.slept) == 1
+
+
+def test_a_quota_race_that_does_not_clear_ends_after_the_budget_in_words(api_server):
+    server = api_server({JOB_PATH: [(409, QUOTA_RACE)] * 3})
+    with pytest.raises(KubeError, match='^Job vision/train-1: conflict: Operation cannot be fulfilled on resourcequotas') as failed:
+        server.gateway().apply(JOB)
+    assert failed.value.status == 409 and len(server.seen) == 3
+
+
+def test_a_conflict_on_the_object_itself_is_not_sent_again(api_server):
+    mine = {**QUOTA_RACE, "details": {"name": "train-1", "kind": "jobs"}}
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "vision-quota", "namespace": "vision"}}
+    server = api_server({JOB_PATH: [(409, mine)], "/api/v1/namespaces/vision/resourcequotas/vision-quota": [(409, QUOTA_RACE)]})
+    for obj in (JOB, quota):
+        with pytest.raises(KubeError) as refused:
+            server.gateway().apply(obj)
+        assert refused.value.status == 409
+    assert len(server.seen) == 2 and server.slept == []
+
+
 def test_a_watch_whose_version_expired_lists_afresh_and_goes_on(api_server):
     expired = json.dumps({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}) + "\n"
     modified = json.dumps({"type": "MODIFIED", "object": {"metadata": {"name": "b", "resourceVersion": "12"}}}) + "\n"
