@@ -170,7 +170,8 @@ def test_a_job_refused_because_quota_admission_lost_a_race_is_sent_again(api_ser
 
 def test_a_quota_race_that_does_not_clear_ends_after_the_budget_in_words(api_server):
     server = api_server({JOB_PATH: [(409, QUOTA_RACE)] * 3})
-    with pytest.raises(KubeError, match='^Job vision/train-1: conflict: Operation cannot be fulfilled on resourcequotas') as failed:
+    said = "^Job vision/train-1: conflict: Operation cannot be fulfilled on resourcequotas"
+    with pytest.raises(KubeError, match=said) as failed:
         server.gateway().apply(JOB)
     assert failed.value.status == 409 and len(server.seen) == 3
 
