@@ -20,6 +20,7 @@ from typing import Any, cast
 from django.contrib.auth.models import AnonymousUser
 from django.core.cache import cache
 from django.db.models import (
+    Case,
     Count,
     DateTimeField,
     DurationField,
@@ -34,6 +35,7 @@ from django.db.models import (
     Subquery,
     Sum,
     Value,
+    When,
 )
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDate, TruncSecond
 from django.utils import timezone
@@ -256,6 +258,9 @@ def _grouped(*, start: dt.datetime, end: dt.datetime, keys: tuple[str, ...], acc
     exact tallies per key, and the currencies of those rates. Unpriced hours count GPU-hours and
     no cost. The key "day" is the local day of the billing time zone, grouped by the database,
     so a month comes back as at most 31 rows per group rather than 744."""
+    if owner is None and set(keys) <= _MONTHLY_KEYS:
+        return _tallied(_rollup_sums(start=start, end=end, fields=(*keys, *_line_key_fields()), account_ids=account_ids),
+                        keys)
     rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
     if account_ids is not None:
         rows = rows.filter(account_id__in=account_ids)
@@ -264,6 +269,48 @@ def _grouped(*, start: dt.datetime, end: dt.datetime, keys: tuple[str, ...], acc
     if "day" in keys:
         rows = rows.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
     return _tallied(rows.values(*keys, *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by(), keys)
+
+
+_MONTHLY_KEYS = {"account_id", "flavor_id", "borrowed"}  # what UsageMonth keeps besides the line key
+
+
+def _rollup_sums(*, start: dt.datetime, end: dt.datetime, fields: tuple[str, ...],
+                 account_ids: list[int] | None = None) -> QuerySet[Any, dict[str, Any]]:
+    """The usage of [start, end) grouped by `fields` (ones UsageMonth keeps) with its
+    `unit_seconds`, from the monthly level wherever it holds the hours asked for, in one statement.
+
+    Per local month the range touches: when the range begins with the month, UsageMonth holds
+    [month start, months_through) of it, so it is read, plus the hourly rows from months_through,
+    as long as months_through falls inside the range (or the range runs to the month's end); any
+    other piece of a month is read from the hourly rows. `months_through` is read inside the same
+    statement, so a refresh committing meanwhile cannot count an hour twice or not at all. Rows of
+    one key may come back several times (a month's level and its open hours): callers add them."""
+    through = Subquery(MeteringState.objects.order_by("pk").values("months_through")[:1])
+    parts: list[QuerySet[Any, Any]] = []
+    at = start
+    while at < end:
+        month_begins, month_ends = periods.month_bounds(periods.local_date(at))
+        piece_end = min(end, month_ends)
+        hourly = UsageHour.objects.filter(hour__gte=at, hour__lt=piece_end)
+        if at == month_begins:
+            monthly = UsageMonth.objects.filter(month=month_begins)
+            if piece_end < month_ends:  # part of the month: its level is usable only if it stops inside
+                monthly = monthly.alias(through=through).filter(through__lte=piece_end)
+                hourly = hourly.alias(through=through).filter(hour__gte=Case(
+                    When(through__lte=piece_end, then=Greatest("through", Value(at))), default=Value(at)))
+            else:
+                hourly = hourly.filter(hour__gte=Coalesce(through, Value(at)))
+            parts.append(monthly)
+        parts.append(hourly)
+        at = piece_end
+    grouped = []
+    for part in parts:
+        if account_ids is not None:
+            part = part.filter(account_id__in=account_ids)
+        grouped.append(part.values(*fields).annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    if not grouped:
+        return UsageHour.objects.none().values(*fields).annotate(unit_seconds=Sum("unit_seconds"))
+    return grouped[0].union(*grouped[1:], all=True)
 
 
 def _tallied(grouped: Iterable[dict[str, Any]], keys: tuple[str, ...]) -> tuple[dict[tuple, Tally], set[str]]:
@@ -678,15 +725,11 @@ def _all_accounts_month(*, start: dt.datetime, end: dt.datetime) -> tuple[dict[L
     hours plus the UsageHour rows of the hours after them (the open hour), in one statement, so it
     reads about accounts × flavors rows rather than a month of hourly ones, and a refresh
     committing meanwhile cannot count an hour twice or not at all."""
-    fields = ("account_id", "flavor_id", "rate_id", "fraction_numerator", "fraction_denominator")
-    complete = (UsageMonth.objects.filter(month=start).values(*fields)
-                .annotate(total=Sum("unit_seconds")).values_list(*fields, "total").order_by())
-    through = Subquery(MeteringState.objects.order_by("pk").values("months_through")[:1])
-    still_open = (UsageHour.objects.filter(hour__gte=start, hour__lt=end).filter(hour__gte=Coalesce(through, Value(start)))
-                  .values(*fields).annotate(total=Sum("unit_seconds")).values_list(*fields, "total").order_by())
     lines: dict[LineKey, LineParts] = defaultdict(lambda: defaultdict(int))
-    for account_id, flavor_id, rate_id, numerator, denominator, total in complete.union(still_open, all=True):
-        lines[(account_id, flavor_id, rate_id)][(numerator, denominator)] += total
+    for row in _rollup_sums(start=start, end=end, fields=(
+            "account_id", "flavor_id", "rate_id", "fraction_numerator", "fraction_denominator")):
+        lines[(row["account_id"], row["flavor_id"], row["rate_id"])][
+            (row["fraction_numerator"], row["fraction_denominator"])] += row["unit_seconds"]
     prices = {pk: (price, currency) for pk, price, currency in Rate.objects.filter(
         pk__in={key[2] for key in lines if key[2] is not None}).values_list("pk", "price_per_gpu_hour", "currency")}
     return lines, prices

@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
+from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
@@ -159,3 +160,38 @@ def test_hourly_rows_written_without_metering_are_read_hourly(client, finance_us
     client.force_login(finance_user)
     html = client.get(reverse("billing:finance-overview"), {"month": "2026-10"}).content.decode()
     assert 'data-testid="overview-total">2.00 USD<' in html
+
+
+@pytest.mark.parametrize(("start", "end"), [
+    ("2026-10-01 00:00", "2026-11-01 00:00"),  # a whole month: its level alone
+    ("2026-10-01 00:00", "2026-12-01 00:00"),  # two months: October's level, November's level and open hours
+    ("2026-11-01 00:00", "2026-11-02 00:00"),  # the open month's first day: its level stops inside it
+    ("2026-11-01 00:00", "2026-11-01 01:00"),  # a piece that ends before months_through: hourly rows only
+    ("2026-10-01 00:00", "2026-10-16 00:00"),  # a past month's first half: its level holds too much
+    ("2026-10-15 00:00", "2026-11-01 01:30"),  # begins mid-month: hourly rows, then November up to 01:30
+    ("2026-10-31 23:00", "2026-11-01 00:00"),  # one hour
+])
+def test_usage_read_from_the_monthly_level_equals_the_hourly_rows_for_any_range(start, end):
+    from billing.selectors import _grouped, _line_key_fields, _tallied
+
+    play_a_month_end_with_late_and_closed_intervals()  # months_through 2026-11-01 02:00
+    keys = ("account_id", "flavor_id", "borrowed")
+    hourly = (UsageHour.objects.filter(hour__gte=at(start), hour__lt=at(end))
+              .values(*keys, *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    expected, _ = _tallied(hourly, keys)
+
+    with CaptureQueriesContext(connection) as read:
+        found, _ = _grouped(start=at(start), end=at(end), keys=keys)
+
+    assert dict(found) == dict(expected) and found
+    assert len(read) == 1  # one statement, months_through read inside it
+    month_begins_inside = start.endswith("-01 00:00") or start < "2026-11-01 00:00" < end
+    assert ("billing_usagemonth" in read.captured_queries[0]["sql"]) == month_begins_inside
+
+
+def test_the_finance_usage_api_reads_the_monthly_level_not_a_month_of_hourly_rows(client, finance_user):
+    play_a_month_end_with_late_and_closed_intervals()
+    UsageHour.objects.filter(hour__lt=at("2026-11-01 00:00")).update(unit_seconds=0)  # the level must be what is read
+    client.force_login(finance_user)
+    answer = client.get("/api/billing/usage/", {"start": "2026-10-01", "end": "2026-10-31", "by": "team"}).json()
+    assert {row["team"]: row["gpu_hours"] for row in answer["rows"]} == {"vision": "2.0000", "speech": "1.0000"}
