@@ -44,6 +44,7 @@ from billing import ledger, metering, money, periods
 from billing.models import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, Rate, UsageHour, UsageMonth
 from billing.money import SECONDS_PER_HOUR, round_money, round_places
 from jobs.models import RunInterval, Workload
+from portal.collector import collector_paused
 from portal.errors import DomainError
 from portal.models import User
 from tenants.models import Flavor, Team
@@ -781,6 +782,7 @@ def _idle_shared(*, start: dt.datetime, end: dt.datetime) -> dict[int, Fraction]
     return cast(dict[int, Fraction], cache.get_or_set(key, compute, OVERVIEW_CACHE_SECONDS))
 
 
+@collector_paused()  # ~27 collections a request, and the full ones doubled its p95 (benchmarks/billing_pages.py)
 def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = True,
                      now: dt.datetime | None = None) -> FinanceOverview:
     """Every account (teams, and deleted teams that still have hours), with cost center, this

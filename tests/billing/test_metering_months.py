@@ -195,3 +195,26 @@ def test_the_finance_usage_api_reads_the_monthly_level_not_a_month_of_hourly_row
     client.force_login(finance_user)
     answer = client.get("/api/billing/usage/", {"start": "2026-10-01", "end": "2026-10-31", "by": "team"}).json()
     assert {row["team"]: row["gpu_hours"] for row in answer["rows"]} == {"vision": "2.0000", "speech": "1.0000"}
+
+
+def test_the_overview_is_worked_out_with_the_cyclic_collector_paused_and_turns_it_back_on(monkeypatch):
+    import gc
+
+    from billing import selectors
+
+    seen: list[bool] = []
+    tallied = selectors._all_accounts_month
+
+    def all_accounts_month(**kwargs: dt.datetime) -> object:
+        seen.append(gc.isenabled())
+        return tallied(**kwargs)
+
+    monkeypatch.setattr(selectors, "_all_accounts_month", all_accounts_month)
+    enabled = gc.isenabled()
+    gc.enable()
+    try:
+        selectors.finance_overview(month=dt.date(2026, 10, 1))
+        assert seen == [False, False] and gc.isenabled()
+    finally:
+        if not enabled:
+            gc.disable()
