@@ -701,19 +701,22 @@ def _store_guarantees(window: Window, rows: dict[GuaranteeKey, tuple[int, bool]]
 def _lent_usage(usage: dict[UsageKey, int]) -> list[LentUsage]:
     """What the lent rule needs of the usage rows: (hour, account, flavor, borrowed) sums, only of
     the hours and flavors somebody borrowed."""
-    borrowed = {(key[0], key[2]) for key, value in usage.items() if key[4] and value}
     sums: dict[tuple[dt.datetime, int, int, bool], int] = defaultdict(int)
     for key, value in usage.items():
-        if (key[0], key[2]) in borrowed:
-            sums[(key[0], key[1], key[2], key[4])] += value
-    return [(*key, value) for key, value in sums.items()]
+        sums[(key[0], key[1], key[2], key[4])] += value
+    return _where_borrowed([(*key, value) for key, value in sums.items()])
 
 
 def _stored_lent_usage(window: Window) -> list[LentUsage]:
     """`_lent_usage` of the window's stored rows, every account's, summed by the database."""
-    sums = list(_hourly(UsageHour.objects.filter(hour__gte=window.start, hour__lt=window.end)
-                        .values("hour", "account_id", "flavor_id", "borrowed").annotate(total=Sum("unit_seconds")).order_by(),
-                        ("hour", "account_id", "flavor_id", "borrowed", "total"), window))
+    return _where_borrowed(list(_hourly(UsageHour.objects.filter(hour__gte=window.start, hour__lt=window.end)
+                                        .values("hour", "account_id", "flavor_id", "borrowed")
+                                        .annotate(total=Sum("unit_seconds")).order_by(),
+                                        ("hour", "account_id", "flavor_id", "borrowed", "total"), window)))
+
+
+def _where_borrowed(sums: list[LentUsage]) -> list[LentUsage]:
+    """The sums of the hours and flavors in which somebody borrowed: the only ones lending weighs."""
     borrowed = {(hour, flavor_id) for hour, _, flavor_id, on_borrowed, value in sums if on_borrowed and value}
     return [row for row in sums if (row[0], row[2]) in borrowed]
 
