@@ -8,7 +8,6 @@ lagging cache lacks is never taken as gone."""
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 import time
@@ -20,9 +19,9 @@ from django.db import close_old_connections, connection
 
 from jobs.sync import WATCHED, Key, Snapshot, SyncResult, sync_snapshot
 from portal.adapters import whole_number
-from portal.kube import WatchEvent, gateway
+from portal.kube import WatchEvent
+from portal.kube.store import follow
 
-log = logging.getLogger(__name__)
 ObjectKey = tuple[str, str]  # (namespace, name)
 
 
@@ -45,26 +44,15 @@ class WorkloadInformer:
         self.pending: set[Key] = set()
         self.threads: list[threading.Thread] = []
 
-    def _watch(self, api_version: str, kind: str, labels: dict[str, str] | None) -> None:
-        try:
-            while not self.stopping.is_set():
-                try:
-                    # No resourceVersion: each round starts from a list, so nothing is missed between rounds.
-                    for event in gateway().watch(api_version, kind, labels=labels, timeout_seconds=self.watch_seconds):
-                        if self.stopping.is_set():
-                            return
-                        self.events.put((kind, event, time.time()))
-                except Exception as error:  # noqa: BLE001 - a watcher must outlive any one failure
-                    if self.stopping.is_set():
-                        return
-                    log.warning("watch of %s failed, starting over: %s", kind, error)
-                    self.stopping.wait(1)
-        finally:
-            connection.close()  # the simulated cluster reads the database from this thread
+    def _arrived(self, kind: str) -> Callable[[WatchEvent], None]:
+        return lambda event: self.events.put((kind, event, time.time()))
 
     def start(self) -> None:
         for api_version, kind, labels in WATCHED:
-            thread = threading.Thread(target=self._watch, args=(api_version, kind, labels), daemon=True, name=f"watch-{kind}")
+            thread = threading.Thread(
+                target=follow, args=(api_version, kind, labels, self._arrived(kind)),
+                kwargs={"stopping": self.stopping, "watch_seconds": self.watch_seconds}, daemon=True, name=f"watch-{kind}",
+            )
             thread.start()
             self.threads.append(thread)
 

@@ -344,7 +344,9 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "quota-grants-expire": {"task": "tenants.tasks.quota_grants_expire", "schedule": 60.0},
-    "cluster-reconcile": {"task": "tenants.tasks.cluster_reconcile", "schedule": 120.0},
+    # The safety net: the watcher's team pass (PORTAL_TEAM_PASS_SECONDS) works from a watch-kept
+    # store; this one lists everything the portal owns.
+    "cluster-reconcile": {"task": "tenants.tasks.cluster_reconcile", "schedule": 600.0},
     "simulated-cluster-tick": {"task": "portal.tasks.simulated_cluster_tick", "schedule": 5.0},
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 30.0},
@@ -570,6 +572,11 @@ PORTAL_POD_LABELS = env_labels("PORTAL_POD_LABELS", "app.kubernetes.io/name=gpu-
 # always holds its Lease. A leader that cannot renew for the renew deadline stops writing, and
 # the others wait the lease duration from the last renewal they saw before taking over.
 PORTAL_LEADER_ELECTION = env_bool("PORTAL_LEADER_ELECTION", False)
+# How often the watcher (its leader, when elected) compares every team's objects with the store
+# its watches keep and repairs what differs; 0 leaves it to the worker's pass every 10 minutes.
+PORTAL_TEAM_PASS_SECONDS = float(env("PORTAL_TEAM_PASS_SECONDS", "60"))
+if PORTAL_TEAM_PASS_SECONDS < 0:
+    raise ImproperlyConfigured(f"PORTAL_TEAM_PASS_SECONDS is {PORTAL_TEAM_PASS_SECONDS}: seconds, or 0 for none.")
 POD_NAME = env("POD_NAME", "")
 POD_NAMESPACE = namespace_name("POD_NAMESPACE", env("POD_NAMESPACE", PORTAL_NAMESPACE))
 PORTAL_LEADER_LEASE = env("PORTAL_LEADER_LEASE", "gpu-portal-watcher")

@@ -151,6 +151,44 @@ def test_the_periodic_pass_repairs_drift_and_then_writes_nothing(cluster, site):
     assert (again.applied, again.errors) == ([], {})
 
 
+def test_the_watchers_store_follows_the_cluster_and_its_pass_repairs_drift_then_writes_nothing(
+    cluster, site, transactional_db,  # the store's watch threads read the simulated cluster's tables
+):
+    team = site.team("stored", gpus=2)
+    quota = ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug)
+    policy = ObjectRef("networking.k8s.io/v1", "NetworkPolicy", "gpu-portal-default-deny-ingress", team.slug)
+    wanted_gpus = existing(quota)["spec"]["hard"]["requests.nvidia.com/gpu"]
+
+    def held() -> dict:
+        return store.snapshot() or {}
+
+    def stored_gpus() -> str | None:
+        stored = held().get(quota)
+        return stored["spec"]["hard"]["requests.nvidia.com/gpu"] if stored else None
+
+    store = reconcile.owned_store(watch_seconds=30).start()
+    try:
+        assert store.wait_listed(timeout=60)
+        cluster.wait_for(lambda: stored_gpus() == wanted_gpus and policy in held(), what="the store to hold the team")
+        gateway().apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu-portal", "namespace": team.slug},
+                         "spec": {"hard": {**existing(quota)["spec"]["hard"], "requests.nvidia.com/gpu": "0"}}},
+                        field_manager="someone-by-hand")
+        gateway().delete(policy)
+        cluster.wait_for(lambda: stored_gpus() == "0" and policy not in held(), what="the store to see the drift")
+
+        repaired = reconcile.cluster_reconcile(store=store)
+
+        assert repaired.reads == 0 and team.slug not in repaired.errors
+        assert {str(quota), str(policy)} <= set(repaired.applied)
+        assert existing(quota)["spec"]["hard"]["requests.nvidia.com/gpu"] == wanted_gpus
+        cluster.wait_for(lambda: stored_gpus() == wanted_gpus and policy in held(), what="the store to see the repair")
+        again = reconcile.cluster_reconcile(store=store)
+        assert [ref for ref in again.applied + again.deleted if team.slug in ref] == []
+        assert (again.reads, again.confirmed) == (0, 0) and team.slug not in again.errors
+    finally:
+        store.stop()
+
+
 def test_the_members_role_binding_names_sso_members_by_subject_and_no_local_account(
     cluster, site, django_capture_on_commit_callbacks,
 ):

@@ -1,11 +1,14 @@
-"""Follows the cluster with watches and records workload phases and run intervals as they
-happen. Run one per site beside the Celery worker (which does the periodic full pass), or
-several with PORTAL_LEADER_ELECTION=1, of which the one holding the Lease writes."""
+"""Follows the cluster with watches: records workload phases and run intervals as they happen,
+and every PORTAL_TEAM_PASS_SECONDS runs the team pass from a watch-kept store of what the portal
+owns (tenants.reconcile.StorePasses). Run one per site beside the Celery worker (which does the
+periodic full passes), or several with PORTAL_LEADER_ELECTION=1, of which the one holding the
+Lease writes."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -14,6 +17,7 @@ from django.core.management.base import BaseCommand
 from jobs.watch import WorkloadInformer
 from portal.health import WATCHER, heartbeat_record
 from portal.leader import LeaderElector, LeaseConfig
+from tenants.reconcile import StorePasses
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 10.0
@@ -45,11 +49,15 @@ class Command(BaseCommand):
         if settings.PORTAL_LEADER_ELECTION:
             self._handle_elected()
             return
-        self.stdout.write("Watching jobs, servers, pods and Kueue workloads (Ctrl-C stops).")
+        self.stdout.write("Watching jobs, servers, pods and Kueue workloads, and the teams' objects (Ctrl-C stops).")
+        passes = team_passes()
         try:
             WorkloadInformer().run(until=LoopHeartbeat())
         except KeyboardInterrupt:
             self.stdout.write("Stopped.")
+        finally:
+            if passes is not None:
+                passes.stop()
 
     def _handle_elected(self) -> None:
         """Only the leader watches and writes; a follower waits for the Lease. The leader stops
@@ -63,7 +71,19 @@ class Command(BaseCommand):
         def watch(leader: LeaderElector) -> None:
             heartbeat = LoopHeartbeat()
             informer = WorkloadInformer(fence=leader.fence)
-            informer.run(until=lambda: leader.stopping.is_set() or not leader.leading() or heartbeat())
+            passes = team_passes(fence=leader.fence)
+            try:
+                informer.run(until=lambda: leader.stopping.is_set() or not leader.leading() or heartbeat())
+            finally:
+                if passes is not None:
+                    passes.stop()
 
         elector.lead(watch)
         self.stdout.write("Stopped.")
+
+
+def team_passes(*, fence: Callable[[], None] | None = None) -> StorePasses | None:
+    """The team pass from a store, started, unless PORTAL_TEAM_PASS_SECONDS turns it off."""
+    if not settings.PORTAL_TEAM_PASS_SECONDS:
+        return None
+    return StorePasses(seconds=settings.PORTAL_TEAM_PASS_SECONDS, fence=fence).start()
