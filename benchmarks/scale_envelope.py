@@ -17,10 +17,12 @@ p95 under 1 s), the portal's memory figures." In one run, each phase timed:
    bulk (`bulk_launch`: the same rows and the same Job): on 2 cores the service launches about 11
    a second while the cluster starts their pods, and the cluster itself starts 2 to 10 a second.
    Kueue runs as a site configures it (KUEUE_AS_INSTALLED, deploy/kueue's 10 min pods-ready timeout).
-4. The periodic team pass with nothing to change (`tenants.reconcile.cluster_reconcile`) through
-   a CountingGateway, several times: wall time, API calls, writes, database queries, the CPU it
-   took here and in the API server, and the same lists with the bare client; then as often with
-   Python's cyclic collector running (the pass before it paused it), for comparison.
+4. The periodic team pass with nothing to change, as the watcher runs it: from a watch-kept
+   store of everything the portal owns (`tenants.reconcile.owned_store`, started here and waited
+   for until every kind is listed: its listing time and the RSS it added are reported), through a
+   CountingGateway, several times: wall time, API calls, writes, database queries, the CPU it
+   took here and in the API server; then as often the worker's safety-net pass, which lists
+   every kind, and the same lists with the bare client, for comparison.
 5. The watch-driven status sync (`jobs.watch.WorkloadInformer`, in a thread as in production):
    its first list and catch-up over every workload, then pods finishing at `--event-rate` per
    second for `--event-seconds`: another process writes each pod's status as the kubelet would
@@ -49,6 +51,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime as dt
+import gc
 import json
 import multiprocessing
 import os
@@ -60,7 +63,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -385,10 +387,23 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
     phases["admit_and_run"] = round(time.monotonic() - started, 1)
     launching["running_pods"] = settled
 
-    progress(f"{settled} pods running; the team pass")
-    team_pass = measure_team_pass(cp, cluster, args.passes)
-    team_pass["collector_running"] = measure_team_pass(cp, cluster, args.passes, collector=True)
-    team_pass["collector_running"].pop("walls")
+    progress(f"{settled} pods running; the team pass from the watcher's store")
+    from tenants import reconcile
+
+    gc.collect()
+    before_store, started = rss()["rss_mib"], time.monotonic()
+    store = reconcile.owned_store().start()
+    if not store.wait_listed(timeout=600):
+        raise SystemExit("the store did not list every kind within 10 minutes")
+    listed_s = round(time.monotonic() - started, 2)
+    gc.collect()
+    store_memory = {"objects": len(store), "listed_in_s": listed_s, "rss_added_mib": rss()["rss_mib"] - before_store}
+    memory["team_store"] = store_memory
+    team_pass = measure_team_pass(cp, cluster, args.passes, store=store)
+    team_pass["store"] = store_memory
+    team_pass["listing"] = measure_team_pass(cp, cluster, args.passes)
+    team_pass["listing"].pop("walls")
+    store.stop()
     progress(f"team pass: {json.dumps(team_pass)}; the status sync")
     phases["team_pass"] = round(sum(team_pass.pop("walls")), 1)
 
@@ -512,13 +527,11 @@ def floor_lists(cluster: Any, repeats: int = 5) -> list[float]:
     return walls
 
 
-def measure_team_pass(cp: ControlPlane, cluster: Any, passes: int, *, collector: bool = False) -> dict[str, Any]:
+def measure_team_pass(cp: ControlPlane, cluster: Any, passes: int, *, store: Any = None) -> dict[str, Any]:
     """The periodic pass with nothing to change, `passes` times: its wall time, and apart, the CPU
     it took in this process and in the API server (on 2 shared cores, the wall time is also
-    whatever else runs), and how often Python's cyclic collector ran during it. With `collector`,
-    the pass as it was before it paused the collector (portal.collector), for comparison."""
-    import gc
-
+    whatever else runs), and how often Python's cyclic collector ran during it. From `store`
+    (the watcher's pass) or, without one, from lists (the worker's safety net)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -530,7 +543,6 @@ def measure_team_pass(cp: ControlPlane, cluster: Any, passes: int, *, collector:
     server_cpu, begun = cpu_seconds(apiserver), time.monotonic()
     time.sleep(5)
     background = (cpu_seconds(apiserver) - server_cpu) / (time.monotonic() - begun)
-    unpaused: Callable[[], Any] = reconcile.cluster_reconcile.__wrapped__  # type: ignore[attr-defined]  # functools.wraps
     walls: list[float] = []
     cpus: list[float] = []
     server_cpus: list[float] = []
@@ -546,7 +558,7 @@ def measure_team_pass(cp: ControlPlane, cluster: Any, passes: int, *, collector:
         with CaptureQueriesContext(connection) as captured:
             cpu = time.process_time()
             begun = time.perf_counter()
-            result = (unpaused if collector else reconcile.cluster_reconcile)()
+            result = reconcile.cluster_reconcile(store=store)
             walls.append(time.perf_counter() - begun)
             cpus.append(time.process_time() - cpu)
         server_cpus.append(cpu_seconds(apiserver) - server_cpu)
@@ -559,7 +571,8 @@ def measure_team_pass(cp: ControlPlane, cluster: Any, passes: int, *, collector:
             "apiserver_cpu_s": spread(server_cpus), "apiserver_background_cpu_per_s": round(background, 2),
             "floor_bare_lists_s": spread(floor_lists(cluster)), "gc_collections_per_generation": collections,
             "load_average_1m": round(os.getloadavg()[0], 2), "api_calls": calls, "reads": result.reads,
-            "writes": writes, "writes_max": max(writes), "db_queries": queries, "errors": dict(list(errors.items())[:3]),
+            "writes": writes, "writes_max": max(writes), "confirmed": result.confirmed, "db_queries": queries,
+            "errors": dict(list(errors.items())[:3]),
             "applied_sample": result.applied[:5]}
 
 
