@@ -35,6 +35,7 @@ urlpatterns = [
     path("notifications/read/", views.notifications_read, name="notifications-read"),
     path("notifications/bell/", views.notification_bell, name="notification-bell"),
     path("notifications/<int:pk>/", views.notification_open, name="notification-open"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),

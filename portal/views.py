@@ -7,6 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template import loader
+from django.templatetags.static import static
 from django.views import defaults
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRefresh
@@ -36,6 +37,13 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     if request.path.startswith("/api/"):
         return JsonResponse({"message": "Not found, or not visible to you.", "errors": {}}, status=404)
     return defaults.page_not_found(request, exception or Http404())
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Pages name their icon (favicon.svg); what does not, such as the API's browsable pages or a
+    browser's own guess, asks for /favicon.ico."""
+    return redirect(static("portal/favicon.svg"), permanent=True)
 
 
 @require_GET

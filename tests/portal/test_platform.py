@@ -52,6 +52,14 @@ def test_health_is_liveness_and_names_nothing_inside_the_site(client, db):
     assert response.json() == {"status": "ok"}
 
 
+def test_favicon_ico_leads_anyone_to_the_icon_the_pages_name(client, db):
+    from django.templatetags.static import static
+
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and response["Location"] == static("portal/favicon.svg")
+    assert client.get(response["Location"]).status_code == 200
+
+
 def test_metrics_count_requests_by_route_not_by_path(client, db):
     client.get("/healthz")
     body = client.get("/metrics").content.decode()
