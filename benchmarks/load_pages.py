@@ -51,7 +51,7 @@ TARGET_MS = 150
 # Queries per request of each page, measured with the test client at the seeded scale; a bound
 # does not depend on the number of teams, workloads or intervals.
 QUERY_BOUNDS = {
-    "dashboard": 13, "team": 18, "workload-list": 17, "workload-detail": 14, "team-usage": 25, "my-usage": 11,
+    "dashboard": 13, "team": 18, "workload-list": 17, "workload-detail": 14, "team-usage": 20, "my-usage": 11,
     "approvals": 15, "statements": 9, "statement-detail": 11, "finance-overview": 19,
     "api-workloads": 7, "api-teams": 10, "api-quota-requests": 8, "api-grants": 7, "api-memberships": 7,
     "api-flavors": 7, "api-notifications": 5, "api-usage": 12,

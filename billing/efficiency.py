@@ -7,7 +7,8 @@ pod ran before telemetry was set up) is neither busy nor idle, so efficiency is 
 hours, the page says how much of the allocated time that is, and the idle cost is priced on the
 covered share alone.
 
-Two queries whatever the team's size: one aggregate over the rollups, one metrics query.
+Two queries whatever the team's size: one aggregate over the rollups (none when the caller
+read the allocated time already), one metrics query.
 """
 
 from __future__ import annotations
@@ -56,11 +57,18 @@ class Efficiency:
 
 
 def team_month_efficiency(*, team: Team, account: Account | None, month: dt.date, cost: Decimal,
-                          now: dt.datetime | None = None) -> Efficiency:
+                          now: dt.datetime | None = None, allocated_unit_seconds: int | None = None) -> Efficiency:
+    """`allocated_unit_seconds`, when the caller read them already (the team usage page's grouped
+    read), spares the aggregate over the rollups."""
     start, end = periods.month_bounds(periods.month_start(month))
     end = min(end, now or timezone.now())
-    seconds = (UsageHour.objects.filter(account=account, hour__gte=start, hour__lt=end)
-               .aggregate(total=Sum("unit_seconds"))["total"] or 0) if account is not None else 0
+    if allocated_unit_seconds is not None:
+        seconds = allocated_unit_seconds
+    elif account is not None:
+        seconds = (UsageHour.objects.filter(account=account, hour__gte=start, hour__lt=end)
+                   .aggregate(total=Sum("unit_seconds"))["total"] or 0)
+    else:
+        seconds = 0
     allocated = seconds / 3600
     if end <= start:
         return Efficiency(allocated, None, cost, unavailable="The month has not begun.")

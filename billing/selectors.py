@@ -174,28 +174,47 @@ def month_forecasts(*, accounts: list[Account], month: dt.date,
     number; an account whose usage is priced in two currencies gets the refusal instead."""
     now = now or timezone.now()
     start, end = periods.month_bounds(month)
-    clipped_now = min(max(now, start), end)
-    window_start = max(start, periods.hour_floor(clipped_now - FORECAST_WINDOW))
+    clipped_now, window_start = _forecast_window(start=start, end=end, now=now)
     priced = UsageHour.objects.filter(account__in=accounts, hour__gte=start, hour__lt=clipped_now, rate__isnull=False)
     rows = (priced.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
             .values("account_id", "day", *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    recent_rows: Iterable[dict[str, Any]] = []
+    if clipped_now > window_start:
+        recent_rows = (priced.filter(hour__gte=window_start).values("account_id", *_line_key_fields())
+                       .annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    return _forecasts(accounts=accounts, month=month, now=now, daily_rows=rows, recent_rows=recent_rows)
+
+
+def _forecast_window(*, start: dt.datetime, end: dt.datetime, now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+    """Where a month's forecast stops counting (now, within the month) and where its burn window begins."""
+    clipped_now = min(max(now, start), end)
+    return clipped_now, max(start, periods.hour_floor(clipped_now - FORECAST_WINDOW))
+
+
+def _forecasts(*, accounts: list[Account], month: dt.date, now: dt.datetime, daily_rows: Iterable[dict[str, Any]],
+               recent_rows: Iterable[dict[str, Any]],
+               idle_currency: str | None = None) -> dict[int, MonthForecast | DomainError]:
+    """The forecasts folded from the month's priced rollups up to now, grouped by account, local
+    day and line (`daily_rows`), and those of the burn window, by account and line. An account
+    with no priced usage is shown in `idle_currency`, `default_currency()` unless the caller read it."""
+    start, end = periods.month_bounds(month)
+    clipped_now, window_start = _forecast_window(start=start, end=end, now=now)
     lines: dict[int, dict[tuple[int, int], Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     currencies: dict[int, set[str]] = defaultdict(set)
     by_day: dict[int, dict[dt.date, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    for row in rows:
+    for row in daily_rows:
         amount, account_id = _row_cost(row), row["account_id"]
         currencies[account_id].add(row["rate__currency"])
         lines[account_id][(row["flavor_id"], row["rate_id"])] += amount
         by_day[account_id][row["day"]] += amount
     recent: dict[int, Fraction] = defaultdict(Fraction)
-    if clipped_now > window_start:
-        for row in (priced.filter(hour__gte=window_start).values("account_id", *_line_key_fields())
-                    .annotate(unit_seconds=Sum("unit_seconds")).order_by()):
-            recent[row["account_id"]] += _row_cost(row)
+    for row in recent_rows:
+        recent[row["account_id"]] += _row_cost(row)
     window_seconds = int((clipped_now - window_start).total_seconds())
     remaining_hours = Fraction(int((end - clipped_now).total_seconds()), SECONDS_PER_HOUR)
     forecasts: dict[int, MonthForecast | DomainError] = {}
-    idle_currency = default_currency() if any(not currencies[account.pk] for account in accounts) else ""
+    if idle_currency is None:
+        idle_currency = default_currency() if any(not currencies[account.pk] for account in accounts) else ""
     for account in accounts:
         try:
             currency = _one_currency(currencies[account.pk], what=f"{account.name}'s usage") \
@@ -387,6 +406,7 @@ class TeamMonthUsage:
     forecast: MonthForecast | None
     months: list[dt.date]
     metered_until: dt.datetime  # how far the rollups (and so every figure on the page) count
+    allocated_unit_seconds: int  # what the team's pods held in the month up to now: the efficiency's allocated time
 
     @property
     def is_current(self) -> bool:
@@ -404,15 +424,17 @@ CHART_BAR = 18
 
 def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = None) -> TeamMonthUsage:
     """Everything the team usage page shows for a local month, in a fixed number of queries:
-    by flavor (guaranteed, borrowed), by person, by day, the top workloads and the forecast."""
+    by flavor (guaranteed, borrowed), by person, by day and the forecast from one grouped read of
+    the month's hourly rollups (`_team_month_rows`), the lent hours, the top workloads."""
     now = now or timezone.now()
     month = periods.month_start(month)
     start, end = periods.month_bounds(month)
     account = account_for_team(team=team)
     ids = [account.pk] if account else []
-    by_flavor, currencies = _grouped(start=start, end=end, keys=("flavor_id", "borrowed"), account_ids=ids)
-    by_person, _ = _grouped(start=start, end=end, keys=("owner_username",), account_ids=ids)
-    by_day, _ = _grouped(start=start, end=end, keys=("day",), account_ids=ids)
+    rows = _team_month_rows(account_id=account.pk, start=start, end=end, now=now) if account else []
+    by_flavor, currencies = _tallied(_summed(rows, ("flavor_id", "borrowed")), ("flavor_id", "borrowed"))
+    by_person, _ = _tallied(_summed(rows, ("owner_username",)), ("owner_username",))
+    by_day, _ = _tallied(_summed(rows, ("day",)), ("day",))
     currency = _one_currency(currencies, what=f"{team.name}'s usage")
     lent = ledger.lent(start=start, end=end, account_ids=ids) if ids else {}
     flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor} | {flavor_id for _, flavor_id in lent})
@@ -438,7 +460,15 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     bars = _day_bars(month, {day: tally for (day,), tally in by_day.items()}, currency)
 
     # Only a month under way has a forecast to show: an ended month's would be its total, read twice.
-    forecast = month_forecast(account=account, month=month, now=now) if account and start <= now < end else None
+    forecast = None
+    if account and start <= now < end:
+        found = _forecasts(accounts=[account], month=month, now=now,
+                           daily_rows=_summed(rows, ("account_id", "day"), measure="to_now", priced_only=True),
+                           recent_rows=_summed(rows, ("account_id",), measure="recent", priced_only=True),
+                           idle_currency=None if currencies else currency)[account.pk]  # default_currency(), read once
+        if isinstance(found, DomainError):
+            raise found
+        forecast = found
     borrowed_total = sum((t.gpu_hours for (_, b), t in by_flavor.items() if b), Fraction(0))
     metered = _metered_end(start=start, end=end, now=now)
     return TeamMonthUsage(
@@ -447,7 +477,43 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
         chart_max=max((bar.gpu_hours for bar in bars), default=Decimal(0)),
         top_workloads=top_workloads(team=team, start=start, end=metered, now=now),
         ledger=_ledger_sentence(month=month, borrowed=borrowed_total, flavor_lines=flavor_lines, by_flavor=by_flavor),
-        forecast=forecast, months=recent_months(now=now), metered_until=metered)
+        forecast=forecast, months=recent_months(now=now), metered_until=metered,
+        allocated_unit_seconds=sum(row["to_now"] for row in rows if row["to_now"] is not None))
+
+
+_TEAM_MONTH_KEYS = ("account_id", "flavor_id", "borrowed", "owner_username", "day")
+
+
+def _team_month_rows(*, account_id: int, start: dt.datetime, end: dt.datetime,
+                     now: dt.datetime) -> list[dict[str, Any]]:
+    """The account's hourly rollups of [start, end) in one grouped statement, by flavor, borrowed,
+    person, local day and line, each group with three sums: `unit_seconds` (all of it), `to_now`
+    (its hours before now: the forecast's and the efficiency's) and `recent` (the forecast's burn
+    window); a sum is None where none of the group's hours fall in its range. The team page folds
+    its by-flavor, by-person and by-day figures, the forecast and the allocated hours out of
+    these rows with `_summed`: one read of a month of hourly rows instead of six."""
+    clipped_now, window_start = _forecast_window(start=start, end=end, now=now)
+    return list(UsageHour.objects.filter(account_id=account_id, hour__gte=start, hour__lt=end)
+                .annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
+                .values(*_TEAM_MONTH_KEYS, *_line_key_fields())
+                .annotate(to_now=Sum("unit_seconds", filter=Q(hour__lt=clipped_now)),
+                          recent=Sum("unit_seconds", filter=Q(hour__gte=window_start, hour__lt=clipped_now)),
+                          unit_seconds=Sum("unit_seconds"))  # last: it shadows the column for what follows
+                .order_by())
+
+
+def _summed(rows: Iterable[dict[str, Any]], keys: tuple[str, ...], *, measure: str = "unit_seconds",
+            priced_only: bool = False) -> list[dict[str, Any]]:
+    """Grouped rollup rows summed again by `keys` and the line, in integers: the rows the database
+    answers when grouped by those keys alone (`measure` picks which of `_team_month_rows`' sums;
+    a group without it is left out, as a read of that range would leave it out). Costs are linear
+    in unit-seconds within a line, so tallying these gives exactly the figures of such a read."""
+    fields = tuple(dict.fromkeys((*keys, *_line_key_fields())))
+    sums: dict[tuple, int] = defaultdict(int)
+    for row in rows:
+        if row[measure] is not None and not (priced_only and row["rate_id"] is None):
+            sums[tuple(row[field] for field in fields)] += row[measure]
+    return [{**dict(zip(fields, key, strict=True)), "unit_seconds": value} for key, value in sums.items()]
 
 
 def _metered_end(*, start: dt.datetime, end: dt.datetime, now: dt.datetime) -> dt.datetime:

@@ -59,7 +59,8 @@ def team_usage(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         usage = selectors.team_month_usage(team=team, month=parse_month(request.GET.get("month")))
     except DomainError as error:
         return _refusal(error)
-    efficiency = team_month_efficiency(team=team, account=usage.account, month=usage.month, cost=usage.total.cost)
+    efficiency = team_month_efficiency(team=team, account=usage.account, month=usage.month, cost=usage.total.cost,
+                                       allocated_unit_seconds=usage.allocated_unit_seconds)
     return render(request, "billing/team_usage.html", {"team": team, "usage": usage, "efficiency": efficiency})
 
 
