@@ -23,7 +23,9 @@ does in production. KWOK finishes each pod after 2 s. Reports, from the same run
   (the portal's Python: middleware, DRF, checks, serializers), each timed inside the launch; and
   the CPU time its thread used (time.thread_time), which no wait inflates: the gap between a
   launch's wall clock and its CPU is waiting (for the API server, PostgreSQL, or the GIL, which
-  the 8 launching threads and the informer share in this one process);
+  the 8 launching threads and the informer share in this one process); the CPU of the whole
+  process over the steady phase beside the launches' own (the rest is mostly the informer); and
+  the cyclic collector's pauses, whose full runs stop every thread of the process;
 - with `--sweep 10,20,30,40`: steady phases at rising rates after the burst, and the highest
   rate whose launch p95 stays under 300 ms.
 
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import json
 import multiprocessing
@@ -154,6 +157,8 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
+        import portal.wsgi  # noqa: F401 - the portal starts as its web process does
+
         print(json.dumps(run(args), indent=2))
 
 
@@ -281,13 +286,28 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         latencies = [f.result() for f in futures]
         return latencies, time.perf_counter() - start, (window_start, time.time())
 
+    # The cyclic collector's pauses in the steady phase: a full collection stops every thread of
+    # the process (the launches and the informer) while it walks the heap.
+    pauses: list[tuple[int, float]] = []
+    collecting: dict[str, float] = {}
+
+    def collector_timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collecting["started"] = time.perf_counter()
+        elif "started" in collecting:
+            pauses.append((info["generation"], time.perf_counter() - collecting.pop("started")))
+
     sweep: list[dict[str, Any]] = []
     sweep_windows: list[tuple[float, float]] = []
     swept: list[float] = []
     floor_go.set()
     with ThreadPoolExecutor(max_workers=8) as pool:
         applies.clear()
+        gc.callbacks.append(collector_timed)
+        process_cpu_started = time.process_time()
         steady, steady_wall, steady_window = steady_phase(pool, args.rate, args.seconds, steady=True)
+        steady_process_cpu = time.process_time() - process_cpu_started
+        gc.callbacks.remove(collector_timed)
         steady_applies = list(applies)
         burst_window_start = time.time()
         burst_start = time.perf_counter()
@@ -387,6 +407,11 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                    "queries_per_launch": round(statistics.mean(part[3] for part in parts), 2) if parts else None,
                    "rest_in_launch_p50_ms": ms(rest, 0.5), "rest_in_launch_p95_ms": ms(rest, 0.95),
                    "cpu_of_launch_thread_p50_ms": ms(cpu, 0.5), "cpu_of_launch_thread_p95_ms": ms(cpu, 0.95),
+                   "cpu_of_the_process_s": round(steady_process_cpu, 2), "cpu_of_the_launches_s": round(sum(cpu), 2),
+                   "collector_pauses": {f"gen{generation}": {
+                       "count": len(times), "total_ms": round(1000 * sum(times), 1), "max_ms": round(1000 * max(times), 1)}
+                       for generation in (0, 1, 2)
+                       if (times := [seconds for which, seconds in pauses if which == generation])},
                    "same_run_floor_p50_ms": ms(floor_steady, 0.5), "same_run_floor_p95_ms": ms(floor_steady, 0.95),
                    "same_run_floor_samples": len(floor_steady),
                    "launch_p95_over_same_run_floor_p95": round(steady_p95 / percentile(floor_steady, 0.95), 2)
