@@ -49,8 +49,8 @@ def collector_paused() -> Iterator[None]:
 def startup_objects_frozen() -> None:
     """Moves every object alive now out of the collector's reach, for good: called once the web
     process has loaded (portal/wsgi.py). The modules, models, URL patterns, settings and
-    middleware it loaded to start (114,000 objects after portal/wsgi.py) live as long as the process, and each
-    full collection walked all of them again, stopping every request in the process meanwhile:
-    136 ms for one such collection, measured in a loop of API launches, 5 ms with them frozen.
-    Nothing alive at start is freed later anyway; what requests build stays collected as before."""
+    middleware it loaded to start (114,000 objects) live as long as the process, and each full
+    collection walked all of them again, stopping every request in the process meanwhile: 136 ms
+    for one such collection, measured in a loop of API launches, 5 ms with them frozen. Nothing
+    alive at start is freed later anyway; what requests build stays collected as before."""
     gc.freeze()
