@@ -12,10 +12,27 @@ does in production. KWOK finishes each pod after 2 s. Reports, from the same run
   of the watch event that carried a change to the commit that shows it (`WorkloadInformer.lags`,
   the portal's clock at both ends);
 - API server calls the portal makes per workload over its whole life;
-- the floor: a bare-client server-side apply of the same Job; and, to tell the portal's share of
-  a launch from the API server's, how long the apply inside each steady launch took;
+- the floor, measured in the same run under the same load: a separate process with the bare
+  `kubernetes` client server-side applies the same Job (under other names, its labels replaced so
+  that Kueue and the portal's informer leave it alone: it stays suspended) into the same namespace
+  at a low steady rate (`--floor-rate`, 2 per second) from the first steady launch to the last
+  launch of the sweep, each sample counted in the phase it started in; the headline ratio is the
+  steady launch p95 over this floor's p95 in the steady phase. The old floor, 200 applies one
+  after another after the load has drained (a quiet API server), is still reported, apart;
+- where a steady launch's time goes: the apply inside it, its database queries, and the rest
+  (the portal's Python: middleware, DRF, checks, serializers), each timed inside the launch; and
+  the CPU time its thread used (time.thread_time), which no wait inflates: the gap between a
+  launch's wall clock and its CPU is waiting (for the API server, PostgreSQL, or the GIL, which
+  the 8 launching threads and the informer share in this one process); the CPU of the whole
+  process over the steady phase beside the launches' own (the rest is mostly the informer); and
+  the cyclic collector's pauses, whose full runs stop every thread of the process;
 - with `--sweep 10,20,30,40`: steady phases at rising rates after the burst, and the highest
   rate whose launch p95 stays under 300 ms.
+
+The portal runs as production would: DEBUG off (with it on, Django keeps every query's SQL in
+memory); `--debug` turns it on. With BENCH_PROFILE=1 the steady launches run under cProfile (one
+profiler per thread, merged) and the profile is printed to stderr: it slows them, so a profiled
+run's figures are not the ones to quote.
 
 Run through `make bench` (PostgreSQL is started for it), or with DATABASE_URL set:
     .venv/bin/python benchmarks/workloads.py [--rate 20] [--seconds 30] [--burst 200] [--sweep 10,20,30,40]
@@ -24,8 +41,13 @@ Run through `make bench` (PostgreSQL is started for it), or with DATABASE_URL se
 from __future__ import annotations
 
 import argparse
+import cProfile
+import gc
+import io
 import json
+import multiprocessing
 import os
+import pstats
 import statistics
 import sys
 import tempfile
@@ -46,6 +68,61 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
+def ms(values: list[float], q: float) -> float | None:
+    return round(1000 * percentile(values, q), 1) if values else None
+
+
+def floor_copy(job: dict[str, Any], name: str) -> dict[str, Any]:
+    """The Job as the floor applies it: another name, and labels that neither Kueue (no queue
+    name: it stays suspended, and nothing is admitted or run for it) nor the informer picks up."""
+    obj = json.loads(json.dumps(job))
+    obj["metadata"]["name"] = name
+    obj["metadata"]["labels"] = {"bench": "floor"}
+    obj["spec"]["template"]["metadata"]["labels"] = {"bench": "floor"}
+    return obj
+
+
+def bare_apply(api: Any, obj: dict[str, Any]) -> float:
+    """One server-side apply with the bare client, as the portal's gateway sends it; seconds taken."""
+    from portal.kube.base import ref_of
+
+    ref = ref_of(obj)
+    params = api.param_serialize("PATCH", ref.info.object_path(ref.name, ref.namespace),
+                                 query_params=[("fieldManager", "bench-floor"), ("force", "true")],
+                                 header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+                                 body=obj, auth_settings=["BearerToken"])
+    started = time.perf_counter()
+    api.call_api(*params).read()
+    return time.perf_counter() - started
+
+
+def floor_applier(kubeconfig: str, job: dict[str, Any], rate: float, ready: Any, go: Any, stop: Any, out: Any) -> None:
+    """The same-run floor, in its own process so that it shares the API server and the machine
+    with the launches but not the portal's process (its threads and its GIL): applies the Job
+    at `rate` per second, on a fixed schedule, from `go` to `stop`; sends back (wall-clock start,
+    seconds) for each."""
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    api = k8s.ApiClient(configuration)
+    bare_apply(api, floor_copy(job, "floor-run-warmup"))  # the connection opened, as the portal's are
+    ready.set()
+    go.wait()
+    samples: list[tuple[float, float]] = []
+    start = time.perf_counter()
+    index = 0
+    while not stop.is_set():
+        delay = start + index / rate - time.perf_counter()
+        if delay > 0 and stop.wait(delay):
+            break
+        started = time.time()
+        samples.append((started, bare_apply(api, floor_copy(job, f"floor-run-{index}"))))
+        index += 1
+    out.put(samples)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=float, default=20)
@@ -55,12 +132,16 @@ def main() -> None:
                         help="Steady rates to try after the burst, lowest first, e.g. 10,20,30,40: the highest whose "
                              "p95 stays under 300 ms is reported (the sweep stops at the first that does not).")
     parser.add_argument("--sweep-seconds", type=float, default=20)
+    parser.add_argument("--floor-rate", type=float, default=2,
+                        help="Bare applies per second by the same-run floor's process, throughout the launches.")
+    parser.add_argument("--debug", action="store_true", help="Run the portal with DEBUG on (off by default, as in production).")
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL"):
         sys.exit("Set DATABASE_URL (PostgreSQL), or run `make bench`, which starts one.")
 
     os.environ.update({"PORTAL_CLUSTER": "kubernetes", "DJANGO_SETTINGS_MODULE": "portal.settings",
-                       "CELERY_TASK_ALWAYS_EAGER": "1", "KUBE_QPS": "500", "KUBE_BURST": "500", "LOG_LEVEL": "WARNING",
+                       "CELERY_TASK_ALWAYS_EAGER": "1", "DEBUG": "1" if args.debug else "0", "KUBE_QPS": "500",
+                       "KUBE_BURST": "500", "LOG_LEVEL": "WARNING",
                        # One token launches the whole load on purpose: the site's limits would cut it short.
                        "PORTAL_LAUNCH_RATE": "1000000/minute", "PORTAL_TEAM_MAX_WORKLOADS": "1000000",
                        "PORTAL_VAR_DIR": os.environ.get("PORTAL_VAR_DIR") or tempfile.mkdtemp(prefix="gpu-portal-bench-")})
@@ -76,10 +157,13 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
+        import portal.wsgi  # noqa: F401 - the portal starts as its web process does
+
         print(json.dumps(run(args), indent=2))
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
+    from django.db import connection
     from django.test import Client
     from django.utils.dateparse import parse_datetime
 
@@ -87,7 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     from jobs.models import Workload, WorkloadTransition
     from jobs.watch import WorkloadInformer
     from portal import tokens
-    from portal.kube import FIELD_MANAGER, gateway, ref_of, reset_gateway
+    from portal.kube import FIELD_MANAGER, gateway, reset_gateway
     from portal.kube.counting import CountingGateway
     from portal.kube.kubernetes import KubernetesGateway
     from portal.models import User
@@ -97,6 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     real = gateway()
     assert isinstance(real, KubernetesGateway)  # the benchmark runs against a real control plane
     applies: list[float] = []
+    local = threading.local()
 
     class TimedGateway(CountingGateway):
         def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
@@ -104,7 +189,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             try:
                 return super().apply(obj, field_manager=field_manager, force=force)
             finally:
-                applies.append(time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
+                applies.append(elapsed)
+                local.apply = getattr(local, "apply", 0.0) + elapsed
 
     cluster = TimedGateway(real)
     reset_gateway(cluster)
@@ -118,61 +205,139 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     reconcile.platform_reconcile()
     reconcile.team_reconcile(team_id=team.pk)
     services.image_registry_add(user=admin, prefix="registry.example.com")
-    services.template_create(user=admin, slug="bench-train", name="Bench", kind="training", flavors=[flavor],
-                             image="registry.example.com/train:1", command=["python", "train.py"], default_cpu=1,
-                             default_memory_gib=1, parameters=[])
+    template = services.template_create(user=admin, slug="bench-train", name="Bench", kind="training", flavors=[flavor],
+                                        image="registry.example.com/train:1", command=["python", "train.py"],
+                                        default_cpu=1, default_memory_gib=1, parameters=[])
     _, secret = tokens.api_token_create(user=member, name="bench", expires_in_days=1)
     body = json.dumps({"team": "bench", "template": "bench-train", "flavor": "h100", "units": 1})
+
+    # The Job a launch of that body makes, for the same-run floor to apply before any launch has
+    # made one; checked against a launched workload's Job at the end.
+    version = template.current
+    floor_job = manifests.make_workload_objects(spec=services.workload_spec(Workload(
+        pk=1, team=team, owner=member, template_version=version, name="bench-train", parameters={}, flavor=flavor,
+        units=1, workers=1, cpu=version.default_cpu, memory_gib=version.default_memory_gib,
+        priority=version.default_priority)))[0]
+    spawn = multiprocessing.get_context("spawn")
+    floor_ready, floor_go, floor_stop, floor_out = spawn.Event(), spawn.Event(), spawn.Event(), spawn.Queue()
+    floor_process = spawn.Process(target=floor_applier, daemon=True, args=(
+        os.environ["KUBECONFIG"], floor_job, args.floor_rate, floor_ready, floor_go, floor_stop, floor_out))
+    floor_process.start()
 
     informer = WorkloadInformer()
     watcher = threading.Thread(target=informer.run, daemon=True)
     watcher.start()
     while not all(ready.is_set() for ready in informer.ready.values()):
         time.sleep(0.05)
+    if not floor_ready.wait(60):
+        sys.exit("The same-run floor's process did not start.")
     calls_before = cluster.total
 
     errors: list[str] = []
-    local = threading.local()
+    profiling = os.environ.get("BENCH_PROFILE") == "1"
+    profiles: list[cProfile.Profile] = []
+    # Per steady launch: (seconds in all, in its apply, in its database queries, queries, CPU
+    # seconds of its thread: what the portal's Python itself spent, without the waits).
+    parts: list[tuple[float, float, float, int, float]] = []
 
-    def launch() -> float:
+    def timed_query(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            local.db += time.perf_counter() - started
+            local.queries += 1
+
+    def launch(*, steady: bool = False) -> float:
         client = getattr(local, "client", None) or Client()
         local.client = client
-        started = time.perf_counter()
-        response = client.post("/api/workloads/", body, content_type="application/json", HTTP_AUTHORIZATION=f"Token {secret}")
-        elapsed = time.perf_counter() - started
+        local.apply, local.db, local.queries = 0.0, 0.0, 0
+        profile: cProfile.Profile | None = None
+        if profiling and steady:
+            profile = getattr(local, "profile", None)
+            if profile is None:
+                profile = local.profile = cProfile.Profile()
+                profiles.append(profile)
+        started, cpu_started = time.perf_counter(), time.thread_time()
+        with connection.execute_wrapper(timed_query):
+            if profile is not None:
+                profile.enable()
+            response = client.post("/api/workloads/", body, content_type="application/json",
+                                   HTTP_AUTHORIZATION=f"Token {secret}")
+            if profile is not None:
+                profile.disable()
+        elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu_started
+        if steady:
+            parts.append((elapsed, local.apply, local.db, local.queries, cpu))
         if response.status_code != 201:
             errors.append(f"{response.status_code}: {response.content[:200]!r}")
         return elapsed
 
-    def steady_phase(pool: ThreadPoolExecutor, rate: float, seconds: float) -> tuple[list[float], float]:
+    def steady_phase(pool: ThreadPoolExecutor, rate: float, seconds: float, *, steady: bool = False
+                     ) -> tuple[list[float], float, tuple[float, float]]:
         futures = []
+        window_start = time.time()
         start = time.perf_counter()
         for index in range(int(rate * seconds)):
             delay = start + index / rate - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            futures.append(pool.submit(launch))
-        return [f.result() for f in futures], time.perf_counter() - start
+            futures.append(pool.submit(launch, steady=steady))
+        latencies = [f.result() for f in futures]
+        return latencies, time.perf_counter() - start, (window_start, time.time())
 
-    sweep: list[dict[str, float]] = []
+    # The cyclic collector's pauses in the steady phase: a full collection stops every thread of
+    # the process (the launches and the informer) while it walks the heap.
+    pauses: list[tuple[int, float]] = []
+    collecting: dict[str, float] = {}
+
+    def collector_timed(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collecting["started"] = time.perf_counter()
+        elif "started" in collecting:
+            pauses.append((info["generation"], time.perf_counter() - collecting.pop("started")))
+
+    sweep: list[dict[str, Any]] = []
+    sweep_windows: list[tuple[float, float]] = []
     swept: list[float] = []
+    floor_go.set()
     with ThreadPoolExecutor(max_workers=8) as pool:
         applies.clear()
-        steady, steady_wall = steady_phase(pool, args.rate, args.seconds)
+        gc.callbacks.append(collector_timed)
+        process_cpu_started = time.process_time()
+        steady, steady_wall, steady_window = steady_phase(pool, args.rate, args.seconds, steady=True)
+        steady_process_cpu = time.process_time() - process_cpu_started
+        gc.callbacks.remove(collector_timed)
         steady_applies = list(applies)
+        burst_window_start = time.time()
         burst_start = time.perf_counter()
         burst = [f.result() for f in [pool.submit(launch) for _ in range(args.burst)]]
         burst_wall = time.perf_counter() - burst_start
+        burst_window = (burst_window_start, time.time())
         for rate in sorted(args.sweep):
             time.sleep(5)  # the burst's (or the last rate's) pods finish and the queue drains first
-            latencies, wall = steady_phase(pool, rate, args.sweep_seconds)
+            latencies, wall, window = steady_phase(pool, rate, args.sweep_seconds)
             swept += latencies
+            sweep_windows.append(window)
             sweep.append({"rate_per_s": rate, "achieved_rate_per_s": round(len(latencies) / wall, 1),
-                          "launch_p50_ms": round(1000 * percentile(latencies, 0.5), 1),
-                          "launch_p95_ms": round(1000 * percentile(latencies, 0.95), 1)})
+                          "launch_p50_ms": ms(latencies, 0.5), "launch_p95_ms": ms(latencies, 0.95)})
             if percentile(latencies, 0.95) >= 0.3:
                 break
+    floor_stop.set()
+    floor_samples: list[tuple[float, float]] = floor_out.get(timeout=60)
+    floor_process.join(timeout=30)
     launches_done = time.monotonic()
+
+    def floor_in(window: tuple[float, float]) -> list[float]:
+        return [seconds for started, seconds in floor_samples if window[0] <= started < window[1]]
+
+    floor_steady = floor_in(steady_window)
+    for phase, window in zip(sweep, sweep_windows, strict=True):
+        samples = floor_in(window)
+        phase.update({"same_run_floor_p50_ms": ms(samples, 0.5), "same_run_floor_p95_ms": ms(samples, 0.95),
+                      "same_run_floor_samples": len(samples),
+                      "launch_p95_over_same_run_floor_p95": round(phase["launch_p95_ms"] / ms(samples, 0.95), 2)
+                      if samples else None})
 
     total = len(steady) + len(burst) + len(swept)
     deadline = time.monotonic() + 300
@@ -202,39 +367,60 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         if t.workload_id in finished_at
     ]
 
-    # The floor: the same Job, applied with the bare client.
+    # The same Job as the launches made: only the names and labels the floor replaces differ.
+    sample = Workload.objects.order_by("pk").first()
+    assert sample is not None  # the launches above recorded workloads
+    job = manifests.make_workload_objects(spec=services.workload_spec(sample))[0]
+    assert floor_copy(job, "same") == floor_copy(floor_job, "same"), "the floor applies another Job than the launches"
+
+    # The quiet floor: the same Job applied one after another once the load has drained.
     from kubernetes import client as k8s
 
     api = k8s.ApiClient(real.configuration)
-    sample = Workload.objects.first()
-    assert sample is not None  # the launches above recorded workloads
-    job = manifests.make_workload_objects(spec=services.workload_spec(sample))[0]
-    floor: list[float] = []
-    for index in range(200):
-        obj = json.loads(json.dumps(job))
-        obj["metadata"]["name"] = f"floor-{index}"
-        obj["metadata"]["labels"] = {"bench": "floor"}
-        obj["spec"]["template"]["metadata"]["labels"] = {"bench": "floor"}
-        ref = ref_of(obj)
-        params = api.param_serialize("PATCH", ref.info.object_path(ref.name, ref.namespace),
-                                     query_params=[("fieldManager", "bench-floor"), ("force", "true")],
-                                     header_params={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
-                                     body=obj, auth_settings=["BearerToken"])
-        started = time.perf_counter()
-        api.call_api(*params).read()
-        floor.append(time.perf_counter() - started)
+    quiet_floor = [bare_apply(api, floor_copy(job, f"floor-{index}")) for index in range(200)]
 
+    if profiling:
+        merged = pstats.Stats(profiles[0])
+        for profile in profiles[1:]:
+            merged.add(profile)
+        for order in ("cumulative", "tottime"):
+            text = io.StringIO()
+            merged.stream = text  # type: ignore[attr-defined]
+            merged.sort_stats(order).print_stats(45)
+            print(text.getvalue(), file=sys.stderr)
+
+    launch_only = [total_s - apply_s for total_s, apply_s, *_ in parts]
+    rest = [total_s - apply_s - db_s for total_s, apply_s, db_s, *_ in parts]
+    cpu = [cpu_s for *_, cpu_s in parts]
     succeeded = Workload.objects.filter(phase=Workload.Phase.SUCCEEDED).count()
+    steady_p95 = percentile(steady, 0.95)
     return {
         "steady": {"launches": len(steady), "target_rate_per_s": args.rate,
                    "achieved_rate_per_s": round(len(steady) / steady_wall, 1),
-                   "launch_p50_ms": round(1000 * percentile(steady, 0.5), 1),
-                   "launch_p95_ms": round(1000 * percentile(steady, 0.95), 1),
-                   "apply_in_launch_p50_ms": round(1000 * percentile(steady_applies, 0.5), 1),
-                   "apply_in_launch_p95_ms": round(1000 * percentile(steady_applies, 0.95), 1)},
+                   "launch_p50_ms": ms(steady, 0.5), "launch_p95_ms": ms(steady, 0.95),
+                   "apply_in_launch_p50_ms": ms(steady_applies, 0.5),
+                   "apply_in_launch_p95_ms": ms(steady_applies, 0.95),
+                   "launch_minus_its_apply_p50_ms": ms(launch_only, 0.5),
+                   "launch_minus_its_apply_p95_ms": ms(launch_only, 0.95),
+                   "db_in_launch_p50_ms": ms([db for _, _, db, *_ in parts], 0.5),
+                   "db_in_launch_p95_ms": ms([db for _, _, db, *_ in parts], 0.95),
+                   "queries_per_launch": round(statistics.mean(part[3] for part in parts), 2) if parts else None,
+                   "rest_in_launch_p50_ms": ms(rest, 0.5), "rest_in_launch_p95_ms": ms(rest, 0.95),
+                   "cpu_of_launch_thread_p50_ms": ms(cpu, 0.5), "cpu_of_launch_thread_p95_ms": ms(cpu, 0.95),
+                   "cpu_of_the_process_s": round(steady_process_cpu, 2), "cpu_of_the_launches_s": round(sum(cpu), 2),
+                   "collector_pauses": {f"gen{generation}": {
+                       "count": len(times), "total_ms": round(1000 * sum(times), 1), "max_ms": round(1000 * max(times), 1)}
+                       for generation in (0, 1, 2)
+                       if (times := [seconds for which, seconds in pauses if which == generation])},
+                   "same_run_floor_p50_ms": ms(floor_steady, 0.5), "same_run_floor_p95_ms": ms(floor_steady, 0.95),
+                   "same_run_floor_samples": len(floor_steady),
+                   "launch_p95_over_same_run_floor_p95": round(steady_p95 / percentile(floor_steady, 0.95), 2)
+                   if floor_steady else None},
         "burst": {"launches": len(burst), "wall_s": round(burst_wall, 2),
-                  "launch_p50_ms": round(1000 * percentile(burst, 0.5), 1),
-                  "launch_p95_ms": round(1000 * percentile(burst, 0.95), 1)},
+                  "launch_p50_ms": ms(burst, 0.5), "launch_p95_ms": ms(burst, 0.95),
+                  "same_run_floor_p50_ms": ms(floor_in(burst_window), 0.5),
+                  "same_run_floor_p95_ms": ms(floor_in(burst_window), 0.95),
+                  "same_run_floor_samples": len(floor_in(burst_window))},
         "sweep": sweep,
         "highest_rate_with_p95_under_300ms": max((phase["rate_per_s"] for phase in sweep
                                                   if phase["launch_p95_ms"] < 300), default=None),
@@ -249,8 +435,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "status_lag_portal_samples": len(portal_lags),
         "portal_api_calls_per_workload": round(portal_calls / max(total, 1), 2),
         "all_succeeded_s_after_last_launch": round(drained - launches_done, 1),
-        "floor_bare_apply_p50_ms": round(1000 * statistics.median(floor), 1),
-        "floor_bare_apply_p95_ms": round(1000 * percentile(floor, 0.95), 1),
+        "quiet_floor_after_the_load_p50_ms": ms(quiet_floor, 0.5),
+        "quiet_floor_after_the_load_p95_ms": ms(quiet_floor, 0.95),
+        "launch_p95_over_quiet_floor_p95": round(steady_p95 / percentile(quiet_floor, 0.95), 2),
     }
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import gc
 import threading
+import weakref
 
 import pytest
 
-from portal.collector import collector_paused
+from portal.collector import collector_paused, startup_objects_frozen
 from tenants import reconcile
 
 
@@ -58,6 +59,23 @@ def test_a_collector_turned_off_by_someone_else_stays_off():
     with collector_paused():
         pass
     assert not gc.isenabled()
+
+
+def test_what_the_process_loaded_to_start_is_out_of_the_collectors_reach_and_what_comes_after_is_not():
+    class Node:
+        pass
+
+    try:
+        startup_objects_frozen()
+        assert gc.get_freeze_count() > 0
+        cycle = Node()
+        cycle.itself = cycle  # type: ignore[attr-defined]
+        gone = weakref.ref(cycle)
+        del cycle
+        gc.collect()
+        assert gone() is None, "a cycle made after the start is still collected"
+    finally:
+        gc.unfreeze()  # the rest of the suite runs as before
 
 
 @pytest.mark.django_db
