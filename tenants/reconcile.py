@@ -31,6 +31,7 @@ from portal.collector import collector_paused
 from portal.kube import KubeError, NodeSpec, ObjectRef, gateway, ref_of
 from portal.kube.base import quantity
 from portal.kube.store import KindStore
+from portal.leader import LeadershipLost
 from tenants import manifests
 from tenants.desired import platform_objects, simulated_nodes, team_specs
 from tenants.models import Team
@@ -385,6 +386,9 @@ class StorePasses:
                     if self.fence is not None:
                         self.fence()
                     result = cluster_reconcile(store=self.store)
+                except LeadershipLost as lost:  # the command stops this loop once the informer notices too
+                    log.info("team pass skipped: %s", lost)
+                    continue
                 except Exception:  # a failed pass is tried again at the next; it must not end the loop
                     log.exception("team pass from the store failed")
                     continue

@@ -18,6 +18,7 @@ import pytest
 from portal.kube import ObjectRef, WatchEvent, reset_gateway
 from portal.kube.counting import CountingGateway
 from portal.kube.store import KindStore
+from portal.leader import LeadershipLost
 from tenants import manifests, reconcile
 from tests.factories import TeamFactory
 from tests.helpers import make_ready
@@ -200,7 +201,7 @@ def test_the_watchers_passes_repair_drift_from_the_store_and_stop_with_the_fence
 
     def fence() -> None:
         if not leading.is_set():
-            raise RuntimeError("no longer the leader")
+            raise LeadershipLost("no longer the leader")
 
     passes = reconcile.StorePasses(seconds=0.05, fence=fence, store=reconcile.owned_store(watch_seconds=5)).start()
     try:
