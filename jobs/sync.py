@@ -79,19 +79,22 @@ class Snapshot:
         return cls.of({kind: cluster.list(api_version, kind, labels=labels)[0] for api_version, kind, labels in WATCHED})
 
     @classmethod
-    def of(cls, objects: dict[str, list[dict[str, Any]]]) -> Snapshot:
-        """Indexes lists of objects by kind (a fresh read, or an informer's cache)."""
+    def of(cls, objects: dict[str, list[dict[str, Any]]], keys: set[Key] | None = None) -> Snapshot:
+        """Indexes lists of objects by kind (a fresh read, or an informer's cache). With `keys`,
+        only those workloads' objects: all that a sync of just those workloads reads, and what the
+        informer indexes for each batch, which at 5,000 workloads spent about 20 ms a batch
+        indexing the other 15,000 objects."""
         snapshot = cls()
         by_name: dict[tuple[str, str, str], Key] = {}
         for kind in ("Job", "Deployment", "StatefulSet"):
             for obj in objects.get(kind, []):
                 key = _key(obj)
-                if key is not None:
+                if key is not None and (keys is None or key in keys):
                     snapshot.owners[key] = obj
                     by_name[(kind, key[0], obj["metadata"]["name"])] = key
         for pod in objects.get("Pod", []):
             key = _key(pod)
-            if key is not None:
+            if key is not None and (keys is None or key in keys):
                 snapshot.pods[key].append(pod)
                 by_name[("Pod", key[0], pod["metadata"]["name"])] = key
         for kueue_workload in objects.get("Workload", []):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
+from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +31,9 @@ class WorkloadInformer:
         # Called before each write; raises once this process may no longer write (portal.leader).
         self.fence = fence
         self.store: dict[str, dict[ObjectKey, dict[str, Any]]] = {kind: {} for _, kind, _ in WATCHED}
+        # The store's keys by kind and namespace: a batch indexes only the namespaces it touches
+        # (all of a workload's objects live in its team's), not every object the store holds.
+        self.namespaces: dict[str, defaultdict[str, set[ObjectKey]]] = {kind: defaultdict(set) for _, kind, _ in WATCHED}
         # (kind, event, when it arrived): the arrival is the portal's own clock, for the status lag.
         self.events: queue.Queue[tuple[str, WatchEvent, float]] = queue.Queue()
         # Seconds from the first watch event of a batch that changed a workload to the commit
@@ -61,20 +64,25 @@ class WorkloadInformer:
 
     def _apply(self, kind: str, event: WatchEvent) -> set[Key]:
         """Updates the cache; returns the workloads the change may concern."""
-        store = self.store[kind]
+        store, namespaces = self.store[kind], self.namespaces[kind]
         if event.type == "RELISTED":
             changed = list(store.values())
             store.clear()
+            namespaces.clear()
             for item in event.object.get("items", []):
-                store[(item["metadata"].get("namespace", ""), item["metadata"]["name"])] = item
+                key = (item["metadata"].get("namespace", ""), item["metadata"]["name"])
+                store[key] = item
+                namespaces[key[0]].add(key)
             self.ready[kind].set()
             return self._keys([*changed, *store.values()])
         obj = event.object
         key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         if event.type == "DELETED":
             store.pop(key, None)
+            namespaces[key[0]].discard(key)
         else:
             store[key] = obj
+            namespaces[key[0]].add(key)
         return self._keys([obj])
 
     def _keys(self, objects: list[dict[str, Any]]) -> set[Key]:
@@ -124,5 +132,7 @@ class WorkloadInformer:
         if not self.pending or not all(ready.is_set() for ready in self.ready.values()):
             return None
         touched, self.pending = self.pending, set()
-        return sync_snapshot(Snapshot.of({kind: list(objs.values()) for kind, objs in self.store.items()}), touched,
-                             fence=self.fence)
+        spaces = {namespace for namespace, _ in touched}
+        snapshot = Snapshot.of({kind: [objects[key] for space in spaces for key in self.namespaces[kind].get(space, ())]
+                                for kind, objects in self.store.items()}, touched)
+        return sync_snapshot(snapshot, touched, fence=self.fence)
