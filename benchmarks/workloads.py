@@ -422,8 +422,10 @@ def run(args: argparse.Namespace) -> dict[str, object]:
                   "same_run_floor_p95_ms": ms(floor_in(burst_window), 0.95),
                   "same_run_floor_samples": len(floor_in(burst_window))},
         "sweep": sweep,
-        "highest_rate_with_p95_under_300ms": max((phase["rate_per_s"] for phase in sweep
-                                                  if phase["launch_p95_ms"] < 300), default=None),
+        # The steady phase is a rate tried too: 30 s of it, where each sweep rate has --sweep-seconds.
+        "highest_rate_with_p95_under_300ms": max(
+            [phase["rate_per_s"] for phase in sweep if phase["launch_p95_ms"] < 300]
+            + ([args.rate] if steady and steady_p95 * 1000 < 300 else []), default=None),
         "errors": errors[:5], "error_count": len(errors),
         "workloads_recorded": Workload.objects.count(), "workloads_succeeded": succeeded,
         "lost": total - Workload.objects.count(),
