@@ -126,8 +126,7 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     if launchable is None:
         raise DomainError(f"The template “{template.name}” is not available to {team.slug}.", field="template")
     version, runs_on_flavor = launchable
-    allow_list = selectors.image_allow_list()  # read once: the template's image and a chosen one both ask it
-    image_refusal = image_no_longer_allowed(version, allow_list=allow_list)
+    image_refusal = image_no_longer_allowed(version)
     if image_refusal:
         raise DomainError(image_refusal, field="template")
     if not runs_on_flavor:
@@ -138,7 +137,7 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     except ParameterError as error:
         raise DomainError(str(error), field="parameters") from None
     chosen_image, _, _ = chosen_work(declared=version.parameters, values=values)
-    if chosen_image is not None and (problem := policy.image_problem(chosen_image, allow_list)):
+    if chosen_image is not None and (problem := policy.image_problem(chosen_image, selectors.image_allow_list())):
         raise DomainError(problem, field="parameters")
     _check_sources(team, version.parameters, values)
     units = version.default_units if request.units is None else request.units
@@ -234,10 +233,9 @@ def _git_refusal(name: str, url: str) -> str:
     return f"{name}: the repository {url} is not from a source this portal fetches code from; allowed: {allowed}."
 
 
-def image_no_longer_allowed(version: WorkloadTemplateVersion, *, allow_list: list[str] | None = None) -> str:
-    """Why nothing may launch from a version whose image left the allow-list; empty when it may.
-    `allow_list` is the list the caller already read, if it did."""
-    if policy.image_allowed(version.image, selectors.image_allow_list() if allow_list is None else allow_list):
+def image_no_longer_allowed(version: WorkloadTemplateVersion) -> str:
+    """Why nothing may launch from a version whose image left the allow-list; empty when it may."""
+    if policy.image_allowed(version.image, selectors.image_allow_list()):
         return ""
     return (f"{version.template.name} uses the image {version.image}, which is not from an allowed registry any more; "
             "ask its owner to publish a version with an allowed image.")
