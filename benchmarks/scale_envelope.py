@@ -142,6 +142,10 @@ def main() -> None:
                         help="how many workloads go through the launch service (default all); the rest are made in "
                              "bulk: the rows a launch records and the Job it applies (bulk_launch)")
     parser.add_argument("--settle-timeout", type=float, default=1200, help="seconds to wait for every pod to run")
+    parser.add_argument("--pods-ready-timeout", type=float, default=600,
+                        help="Kueue's waitForPodsReady timeout in seconds (default deploy/kueue's 10 min). On 2 cores the "
+                             "cluster starts 2 to 12 pods a second, so at 10,000 workloads the last Jobs wait longer than "
+                             "10 min for their pods and Kueue evicts them; a longer timeout lets every pod start")
     parser.add_argument("--profile", help="write a cProfile of the informer's thread during the pod events to this file")
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL"):
@@ -165,7 +169,7 @@ def main() -> None:
     # eviction, and its one reconcile at a time per kind suits a test; thousands of Jobs at once
     # take longer, so the timeout of deploy/kueue (10 min) and the concurrency and client rate of
     # Kueue's shipped configuration, which deploy/kueue's fields are merged into.
-    with ControlPlane(ensure_built(), pods_ready_timeout=600, kueue_config=KUEUE_AS_INSTALLED) as cp:
+    with ControlPlane(ensure_built(), pods_ready_timeout=args.pods_ready_timeout, kueue_config=KUEUE_AS_INSTALLED) as cp:
         start_s = time.monotonic() - started
         os.environ["KUBECONFIG"] = str(cp.kubeconfig_path)
         import django
@@ -386,6 +390,7 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
     settled = wait_running(args.workloads - len(errors), timeout=args.settle_timeout)
     phases["admit_and_run"] = round(time.monotonic() - started, 1)
     launching["running_pods"] = settled
+    launching["kueue_evictions"] = kueue_evictions()
 
     progress(f"{settled} pods running; the team pass from the watcher's store")
     from tenants import reconcile
@@ -413,7 +418,7 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "sizes": {"teams": args.teams, "nodes": args.nodes, "workloads": args.workloads, "event_rate": args.event_rate,
                   "event_seconds": args.event_seconds, "gpus_per_node": args.gpus_per_node,
-                  "shared_per_node": args.shared_per_node},
+                  "shared_per_node": args.shared_per_node, "pods_ready_timeout_s": args.pods_ready_timeout},
         "phases_s": phases, "provisioning": provisioning, "launching": launching, "team_pass": team_pass,
         "status_sync": sync, "memory": memory,
     }
@@ -497,6 +502,25 @@ def wait_running(expected: int, *, timeout: float) -> int:
             break
         time.sleep(5)
     return running
+
+
+def kueue_evictions() -> dict[str, int]:
+    """Kueue Workloads evicted at least once (their pods were not all ready within the pods-ready
+    timeout, or another reason), by the reason Kueue gives: a run where none were evicted measured
+    the workloads it launched, not Jobs requeued and started twice."""
+    from jobs.sync import KUEUE
+    from portal.kube import gateway
+
+    objects, _ = gateway().list(KUEUE, "Workload")
+    reasons: Counter[str] = Counter()
+    for obj in objects:
+        status = obj.get("status") or {}
+        evicted = [c for c in status.get("conditions") or [] if c.get("type") == "Evicted"]
+        if evicted:
+            reasons[evicted[0].get("reason") or "unknown"] += 1
+        elif status.get("requeueState"):
+            reasons["requeued"] += 1
+    return {"workloads": len(objects), "evicted": sum(reasons.values()), **{f"reason:{k}": v for k, v in reasons.items()}}
 
 
 def cpu_seconds(pid: int) -> float:
