@@ -7,3 +7,6 @@ class PortalConfig(AppConfig):
 
     def ready(self) -> None:
         from portal import signin  # noqa: F401  (connects the sign-in failure counters)
+        from portal.observability import HeartbeatCollector, scrape_collector_register
+
+        scrape_collector_register(HeartbeatCollector())

@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 WORKER = "worker"
 BEAT = "beat"
 WATCHER = "watcher"
+# Not a process but the team pass (tenants.reconcile.cluster_reconcile), from the watcher's store
+# or the worker's listing: when it last compared every team with the cluster. Exported on /metrics
+# and shown on the team page; readiness does not wait for it (the pass can be turned off).
+TEAM_PASS = "team-pass"
 
 # What each heartbeat proves, for the reason a stale one gives.
 HEARTBEAT_ROLES = {
@@ -34,6 +38,10 @@ HEARTBEAT_ROLES = {
 
 def heartbeat_record(*, name: str, at: dt.datetime | None = None) -> None:
     Heartbeat.objects.update_or_create(name=name, defaults={"at": at or timezone.now()})
+
+
+def heartbeat_at(name: str) -> dt.datetime | None:
+    return Heartbeat.objects.filter(name=name).values_list("at", flat=True).first()
 
 
 @dataclass(frozen=True)

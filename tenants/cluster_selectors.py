@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
+from portal.health import TEAM_PASS, heartbeat_at
 from portal.kube import KubeError, gateway
 from tenants import manifests, selectors
 from tenants.models import Flavor, Team
@@ -96,6 +97,7 @@ class ClusterPicture:
     synced_at: Any
     usage: list[QueueUsage]
     unreachable: str = ""
+    checked_at: Any = None  # the last team pass, which compared every team's objects with the cluster
 
 
 def team_cluster_picture(*, team: Team) -> ClusterPicture:
@@ -107,7 +109,7 @@ def team_cluster_picture(*, team: Team) -> ClusterPicture:
         usage, unreachable = [], f"The cluster did not answer: {error}"
     usage = [replace(row, flavor=names.get(row.flavor, row.flavor)) for row in usage]
     return ClusterPicture(state=team.sync_state, state_display=team.sync_state_display, error=team.sync_error,
-                          synced_at=team.synced_at, usage=usage, unreachable=unreachable)
+                          synced_at=team.synced_at, usage=usage, unreachable=unreachable, checked_at=heartbeat_at(TEAM_PASS))
 
 
 @dataclass(frozen=True)

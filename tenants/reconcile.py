@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from portal.collector import collector_paused
+from portal.health import TEAM_PASS, heartbeat_record
 from portal.kube import KubeError, NodeSpec, ObjectRef, gateway, ref_of
 from portal.kube.base import quantity
 from portal.kube.store import KindStore
@@ -246,6 +248,7 @@ def cluster_reconcile(*, store: KindStore | None = None) -> PassResult:
     difference. With a `store` that has listed every kind, it compares against the store instead
     of listing, and reads an object directly before writing it; otherwise it lists."""
     result = PassResult()
+    begun = time.monotonic()
     cluster = gateway()
     cached = store.snapshot() if store is not None else None
     if cached is None:
@@ -309,8 +312,14 @@ def cluster_reconcile(*, store: KindStore | None = None) -> PassResult:
             result.deleted.append(str(ref))
         except KubeError as error:
             result.errors[str(ref)] = str(error)
+    heartbeat_record(name=TEAM_PASS)
+    took = time.monotonic() - begun
     if result.writes:
-        log.info("cluster reconcile: applied %d, deleted %d objects", len(result.applied), len(result.deleted))
+        log.info("cluster reconcile: applied %d, deleted %d objects (%d teams, %.2f s)",
+                 len(result.applied), len(result.deleted), len(specs), took)
+    else:
+        log.debug("cluster reconcile: nothing to change (%d teams, %d objects %s, %.2f s)",
+                  len(specs), len(live), "from the store" if confirm else "listed", took)
     return result
 
 

@@ -107,6 +107,9 @@ class ClusterPictureSerializer(serializers.Serializer):
     error = serializers.CharField(help_text="Why the last apply failed, or why the team cannot be provisioned (its namespace "
                                   "or ClusterQueue exists and was not created by the portal for it); empty when neither.")
     synced_at = serializers.DateTimeField(allow_null=True, help_text="The last successful apply.")
+    checked_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the periodic team pass last compared every team's objects with the cluster "
+                                   "(and repaired any drift); null until it has run once.")
     unreachable = serializers.CharField(help_text="Set when the cluster did not answer for the live usage.")
     usage = QueueUsageSerializer(many=True)
 

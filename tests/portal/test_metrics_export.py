@@ -49,6 +49,21 @@ def test_team_reconcile_state_and_guarantees_are_exported_per_team_and_flavor(cl
     assert got[("portal_quota_guaranteed_units", vision | {("flavor", "h100-80gb")})] == 4
 
 
+def test_heartbeats_and_the_last_team_pass_are_exported_as_unix_times(client, db):
+    from portal.health import TEAM_PASS, WATCHER, heartbeat_record
+
+    assert not any(name == "portal_heartbeat_timestamp_seconds" for name, _ in samples(client))  # none recorded yet
+    heartbeat_record(name=WATCHER, at=NOW - timedelta(seconds=5))
+    heartbeat_record(name=TEAM_PASS, at=NOW - timedelta(minutes=3))
+    got = samples(client)
+
+    def beat(name: str) -> float:
+        return got[("portal_heartbeat_timestamp_seconds", frozenset({("name", name)}))]
+
+    assert beat("watcher") == (NOW - timedelta(seconds=5)).timestamp()
+    assert beat("team-pass") == (NOW - timedelta(minutes=3)).timestamp()
+
+
 def test_held_units_and_queue_waits_are_exported_per_team_and_flavor(client, ready_team, member, training, flavor):
     running = launch(member, ready_team, training, flavor, units=2)
     waiting = launch(member, ready_team, training, flavor, units=1)

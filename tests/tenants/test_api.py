@@ -388,8 +388,11 @@ def test_the_team_cluster_picture_shows_sync_state_and_live_quota(team, member, 
     picture = api(member).get("/api/teams/vision/cluster/").json()
 
     assert picture["state"] == "in_sync" and picture["error"] == "" and picture["synced_at"]
+    assert picture["checked_at"] is None  # the periodic team pass has not run yet
     assert picture["usage"] == [{"flavor": "H100 80GB", "resource": "nvidia.com/gpu", "guaranteed": 4, "in_use": 0,
                                  "borrowed": 0, "lent": 0}]
+    reconcile.cluster_reconcile()
+    assert api(member).get("/api/teams/vision/cluster/").json()["checked_at"]
 
 
 def test_a_platform_admin_creates_a_team(admin_user):

@@ -740,6 +740,11 @@ def test_the_team_page_loads_the_live_cluster_picture(team, member, flavor, as_u
     fragment = client.get(reverse("tenants:team-cluster", args=["vision"]), **HTMX).content.decode()
     assert 'data-testid="sync-state">In sync<' in fragment
     assert "Last applied" in fragment
+    assert "Checked against the cluster" not in fragment  # no team pass has run yet
+
+    reconcile.cluster_reconcile()
+    fragment = client.get(reverse("tenants:team-cluster", args=["vision"]), **HTMX).content.decode()
+    assert "Checked against the cluster" in fragment
     row = fragment[fragment.index('data-testid="usage-row"'):]
     assert "H100 80GB" in row and '<td class="num">4</td>' in row
 

@@ -66,6 +66,24 @@ def test_a_pass_from_a_store_with_nothing_to_change_asks_the_api_server_nothing(
     assert (counting.total, result.reads, result.writes, result.errors) == (0, 0, 0, {})
 
 
+def test_a_finished_pass_records_when_it_compared_the_teams_and_a_failed_one_does_not(two_teams, simulated, monkeypatch):
+    from portal.health import TEAM_PASS, heartbeat_at
+    from portal.kube import KubeError
+
+    assert heartbeat_at(TEAM_PASS) is None
+    reconcile.cluster_reconcile(store=filled(reconcile.owned_store(), simulated))
+    first = heartbeat_at(TEAM_PASS)
+    assert first is not None
+
+    def unanswered() -> None:
+        raise KubeError("the API server did not answer")
+
+    monkeypatch.setattr(reconcile, "live_objects", unanswered)
+    with pytest.raises(KubeError):
+        reconcile.cluster_reconcile()
+    assert heartbeat_at(TEAM_PASS) == first
+
+
 def test_until_every_kind_is_listed_the_pass_lists_instead(two_teams, simulated):
     store = filled(reconcile.owned_store(), simulated, kinds=reconcile.OWNED_KINDS[:-1])
     assert store.snapshot() is None
