@@ -79,7 +79,11 @@ class WorkloadInformer:
         key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
         if event.type == "DELETED":
             store.pop(key, None)
-            namespaces[key[0]].discard(key)
+            keys = namespaces.get(key[0])
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del namespaces[key[0]]  # a deleted team's namespace leaves nothing behind
         else:
             store[key] = obj
             namespaces[key[0]].add(key)

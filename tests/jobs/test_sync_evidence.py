@@ -512,3 +512,14 @@ def test_a_pod_missing_from_the_snapshot_is_read_before_the_sync_opens_its_trans
     sync.sync_snapshot(sync.Snapshot.of({"Job": [life.job_admitted]}))
 
     assert recording.depths and set(recording.depths) == {outside}
+
+
+def test_a_namespace_whose_last_object_was_deleted_leaves_nothing_in_the_informers_index(life):
+    informer = started_informer()
+    informer.handle([("Job", WatchEvent("ADDED", life.job_admitted)), ("Pod", WatchEvent("ADDED", life.pod_running))])
+    assert set(informer.namespaces["Job"]) == set(informer.namespaces["Pod"]) == {"vision"}
+
+    informer.handle([("Pod", WatchEvent("DELETED", life.pod_running)), ("Job", WatchEvent("DELETED", life.job_admitted))])
+    assert dict(informer.namespaces["Job"]) == dict(informer.namespaces["Pod"]) == {}
+    informer.handle([("Pod", WatchEvent("DELETED", life.pod_running))])  # a second delete (after a relist) is harmless
+    assert dict(informer.namespaces["Pod"]) == {}
