@@ -20,7 +20,7 @@ from django.db import close_old_connections, connection
 from jobs.sync import WATCHED, Key, Snapshot, SyncResult, sync_snapshot
 from portal.adapters import whole_number
 from portal.kube import WatchEvent
-from portal.kube.store import follow
+from portal.kube.store import follow, unmanaged
 
 ObjectKey = tuple[str, str]  # (namespace, name)
 
@@ -71,7 +71,7 @@ class WorkloadInformer:
             namespaces.clear()
             for item in event.object.get("items", []):
                 key = (item["metadata"].get("namespace", ""), item["metadata"]["name"])
-                store[key] = item
+                store[key] = unmanaged(item)
                 namespaces[key[0]].add(key)
             self.ready[kind].set()
             return self._keys([*changed, *store.values()])
@@ -85,7 +85,7 @@ class WorkloadInformer:
                 if not keys:
                     del namespaces[key[0]]  # a deleted team's namespace leaves nothing behind
         else:
-            store[key] = obj
+            store[key] = unmanaged(obj)
             namespaces[key[0]].add(key)
         return self._keys([obj])
 

@@ -111,10 +111,16 @@ class KindStore:
         return sum(len(objects) for objects in self._objects.values())
 
 
+def unmanaged(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without `metadata.managedFields`, in place: nobody reads them from a cache, and
+    they were a third to a half of each object a watch delivers."""
+    (obj.get("metadata") or {}).pop("managedFields", None)
+    return obj
+
+
 def _kept(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
     """The object as a store keeps it: its apiVersion and kind filled in (lists leave them out of
     items) and without managedFields."""
     obj.setdefault("apiVersion", api_version)
     obj.setdefault("kind", kind)
-    (obj.get("metadata") or {}).pop("managedFields", None)
-    return obj
+    return unmanaged(obj)

@@ -60,6 +60,10 @@ def test_the_informer_follows_a_job_across_watch_restarts_without_losing_or_doub
     assert RunInterval.objects.filter(workload=workload, ended_at__isnull=False).count() == 1
     # The portal's own share of the status lag: from a batch's first event to the commit showing it.
     assert informer.lags and all(0 <= lag < 5 for lag in informer.lags), list(informer.lags)
+    # What the cache keeps is what the sync reads: the API server's managedFields are dropped.
+    kept = [obj for objects in informer.store.values() for obj in objects.values()]
+    assert any(obj["metadata"]["name"] == workload.k8s_name for obj in kept)
+    assert not [obj["metadata"]["name"] for obj in kept if "managedFields" in obj["metadata"]]
 
 
 def closing(run: Callable[[], None]) -> Callable[[], None]:

@@ -523,3 +523,18 @@ def test_a_namespace_whose_last_object_was_deleted_leaves_nothing_in_the_informe
     assert dict(informer.namespaces["Job"]) == dict(informer.namespaces["Pod"]) == {}
     informer.handle([("Pod", WatchEvent("DELETED", life.pod_running))])  # a second delete (after a relist) is harmless
     assert dict(informer.namespaces["Pod"]) == {}
+
+
+def test_the_informer_keeps_objects_without_their_managed_fields(life):
+    import copy
+
+    informer = started_informer()
+    fields = [{"manager": "kube-controller-manager", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    job, pod = copy.deepcopy(life.job_admitted), copy.deepcopy(life.pod_running)
+    job["metadata"]["managedFields"] = pod["metadata"]["managedFields"] = fields
+    informer.handle([("Job", WatchEvent("RELISTED", {"items": [job]})), ("Pod", WatchEvent("ADDED", pod))])
+
+    kept = [*informer.store["Job"].values(), *informer.store["Pod"].values()]
+    assert len(kept) == 2 and not any("managedFields" in obj["metadata"] for obj in kept)
+    life.workload.refresh_from_db()
+    assert life.workload.phase == Workload.Phase.RUNNING
