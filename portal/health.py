@@ -37,7 +37,10 @@ HEARTBEAT_ROLES = {
 
 
 def heartbeat_record(*, name: str, at: dt.datetime | None = None) -> None:
-    Heartbeat.objects.update_or_create(name=name, defaults={"at": at or timezone.now()})
+    """One UPDATE, as every beat after the first is; the first creates the row."""
+    at = at or timezone.now()
+    if not Heartbeat.objects.filter(name=name).update(at=at):
+        Heartbeat.objects.update_or_create(name=name, defaults={"at": at})  # safe if another process's first beat races it
 
 
 def heartbeat_at(name: str) -> dt.datetime | None:

@@ -127,6 +127,15 @@ def test_readiness_checks_only_what_the_site_runs(client, all_alive, settings):
     assert client.get("/readyz").status_code == 200
 
 
+def test_a_heartbeat_after_the_first_is_one_update_of_the_same_row(db, django_assert_num_queries):
+    first = timezone.now() - dt.timedelta(seconds=10)
+    heartbeat_record(name=WATCHER, at=first)
+    with django_assert_num_queries(1):
+        heartbeat_record(name=WATCHER)
+    (row,) = Heartbeat.objects.filter(name=WATCHER)
+    assert row.at > first
+
+
 def test_the_heartbeat_task_records_the_workers_heartbeat(db):
     heartbeat.delay()
 
