@@ -25,7 +25,7 @@ portal-on-cluster: ## the demo portal against the control plane that `make clust
 bench:           ## the benchmarks, against a control plane they start themselves
 	scripts/setup.sh && .venv/bin/python benchmarks/onboarding.py
 	scripts/with-services.sh .venv/bin/python benchmarks/workloads.py --sweep 10,20,30,40,60
-	scripts/with-services.sh .venv/bin/python benchmarks/scale_envelope.py
+	scripts/with-services.sh .venv/bin/python benchmarks/scale_envelope.py --launched 1000 --pods-ready-timeout 3600 --settle-timeout 3600
 	.venv/bin/python benchmarks/live_page.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_rollups.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py

@@ -41,7 +41,8 @@ p95 under 1 s), the portal's memory figures." In one run, each phase timed:
 Run through `make bench` (PostgreSQL and Redis are started for it), or with DATABASE_URL set:
     scripts/with-services.sh .venv/bin/python benchmarks/scale_envelope.py \
         [--teams 1000] [--nodes 500] [--workloads 10000] [--event-rate 50] [--event-seconds 60] \
-        [--launched 1000]
+        [--launched 1000] [--pods-ready-timeout 600] [--settle-timeout 1200]
+(`make bench` runs the issue's envelope: --launched 1000 --pods-ready-timeout 3600 --settle-timeout 3600.)
 Prints the figures as JSON and a table of the targets; exits 1 when a target is missed. Progress,
 and each phase's figures as soon as measured, go to stderr. At 1,000 teams, 500 nodes and 5,000
 workloads (1,000 launched) a run took 17.5 min on 2 cores. At 10,000 it took 32 min with
