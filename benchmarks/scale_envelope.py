@@ -46,7 +46,7 @@ Run through `make bench` (PostgreSQL and Redis are started for it), or with DATA
 Prints the figures as JSON and a table of the targets; exits 1 when a target is missed. Progress,
 and each phase's figures as soon as measured, go to stderr. At 1,000 teams, 500 nodes and 5,000
 workloads (1,000 launched) a run took 17.5 min on 2 cores. At 10,000 it took 32 min with
-`--pods-ready-timeout 3600 --settle-timeout 3600`: pods started 3 to 14 a second, the last about
+`--pods-ready-timeout 3600 --settle-timeout 3600`: pods started 3 to 16 a second, the last about
 15 min after the last Job was made, and no Workload was evicted. The longer timeout because a run
 at 6,000 with the site's 10 min (2026-11-26, other tests sharing the cores) saw Kueue evict Jobs
 whose pods had not all started.
