@@ -154,7 +154,8 @@ class Notification(models.Model):
 
 
 class Heartbeat(models.Model):
-    """The last sign of life of a background process (worker, beat, watcher), for readiness.
+    """The last sign of life of a background process (worker, beat, watcher), for readiness, and
+    the end of the last team pass (`team-pass`), for the team page; all exported on /metrics.
 
     In the database because it is the one thing every process of a site shares, embedded or not.
     """
