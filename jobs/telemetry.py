@@ -47,7 +47,7 @@ def _polyline(points: Sequence[Point], *, start: float, end: float, top: float) 
     return " ".join(f"{(p.at - start) / span * WIDTH:.1f},{HEIGHT - min(p.value, top) / top * HEIGHT:.1f}" for p in points)
 
 
-def _verdict(engine: Sequence[Point], *, step: int, running: bool, threshold: int) -> str:
+def _verdict(engine: Sequence[Point], *, running: bool, threshold: int) -> str:
     if running:
         trailing = 0
         for point in reversed(engine):
@@ -55,7 +55,9 @@ def _verdict(engine: Sequence[Point], *, step: int, running: bool, threshold: in
                 break
             trailing += 1
         if trailing >= 2:
-            return f"Idle for {trailing * step // 60} minutes: its GPUs under {threshold} % engine active."
+            # From the first idle sample to the last: what the samples show, whatever their phase.
+            idle_seconds = engine[-1].at - engine[-trailing].at
+            return f"Idle for {int(idle_seconds // 60)} minutes: its GPUs under {threshold} % engine active."
     average = sum(p.value for p in engine) / len(engine)
     return f"Busy {average:.0f} % of its GPU time (engine active, averaged over its life)."
 
@@ -96,7 +98,7 @@ def workload_telemetry(*, workload: Workload, now: dt.datetime | None = None) ->
         shared = (f"{workload.flavor.name} GPUs are shared ({workload.flavor.get_sharing_mode_display().lower()}): these are "
                   "the whole GPU's figures, which other pods on it share, not this workload's own.")
     return WorkloadTelemetry(charts=tuple(charts), shared=shared, verdict=_verdict(
-        series.engine_active, step=series.step_seconds, running=workload.phase == Workload.Phase.RUNNING, threshold=threshold))
+        series.engine_active, running=workload.phase == Workload.Phase.RUNNING, threshold=threshold))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from jobs import sync, telemetry
 from jobs.models import Workload
+from portal.metrics.base import Point
 from tests.conftest import login
 from tests.factories import FlavorFactory
 from tests.helpers import launch, make_ready
@@ -48,6 +49,15 @@ def test_an_idle_job_says_for_how_long(running_job, gpu_metrics):
     pod = running_job.intervals.get().pod_name
     gpu_metrics.set_engine_active(namespace="vision", pod=pod, percent=0.5)
     assert telemetry.workload_telemetry(workload=running_job, now=_later()).verdict.startswith("Idle for 9 minutes")
+
+
+def test_how_long_idle_is_read_from_the_samples_times_not_their_count():
+    # 40 idle samples 15 s apart span 585 s, 9.75 minutes; counting them as 40 steps said 10. How
+    # many samples fall in a span depends on where the 15 s grid falls, so the count made the
+    # verdict flip between 9 and 10 minutes for the same idle time.
+    samples = [Point(1000.0 + 15 * i, 0.5) for i in range(40)]
+    verdict = telemetry._verdict([Point(985.0, 90.0), *samples], running=True, threshold=5)
+    assert verdict.startswith("Idle for 9 minutes")
 
 
 def test_no_metrics_is_said_in_words(running_job, gpu_metrics):
