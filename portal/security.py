@@ -1,5 +1,5 @@
 """The Content-Security-Policy every response carries and the one way a view relaxes it; the
-sessions' idle timeout.
+sessions' idle timeout; requests carrying a NUL character refused.
 
 Django 5.2 has no CSP of its own (6.0 brings one), so this small middleware sets the header. The
 policy comes from settings (CONTENT_SECURITY_POLICY): pages load scripts and styles only from
@@ -14,9 +14,13 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY as AUTH_SESSION_KEY
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
+from django.template import loader
 from django.utils import timezone
 from rest_framework import renderers
+
+from portal.parsers import nul_field, nul_refusal
 
 Directives = dict[str, list[str]]
 _OVERRIDE_ATTRIBUTE = "portal_csp_extra"
@@ -115,3 +119,35 @@ class ContentSecurityPolicyMiddleware:
         )
         response.headers.setdefault(header, policy_with(extra) if extra else policy)
         return response
+
+
+class RefuseNulMiddleware:
+    """Refuses, with a 400 that names the field, a request whose path, query string, cookies or
+    form hold a NUL character, before a view, a form's choices or the session's cookie can take
+    it to the database (see portal.parsers.nul_field; the API's JSON and multipart bodies are
+    held to it by their parsers). Before the session and the user are loaded, so the HTML page
+    is drawn as to someone signed out, as the 500 page may be."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        api = request.path_info.startswith("/api/")
+        fields = [("path", request.path_info), *request.GET.lists(), *request.COOKIES.items()]
+        try:
+            # A multipart body is left to the API's parser, which says in JSON what is wrong with it.
+            if request.content_type == "application/x-www-form-urlencoded" or (
+                    request.content_type == "multipart/form-data" and not api):
+                fields.extend(request.POST.lists())
+        except MultiPartParserError as error:
+            return self._refuse(api, "form", f"The form could not be read ({error}); send it again from its page.")
+        field = nul_field(fields)
+        if field is None:
+            return self.get_response(request)
+        return self._refuse(api, field, nul_refusal(field))
+
+    @staticmethod
+    def _refuse(api: bool, field: str, message: str) -> HttpResponse:
+        if api:
+            return JsonResponse({"message": message, "errors": {field: [message]}}, status=400)
+        return HttpResponse(loader.render_to_string("400.html", {"message": message}), status=400)

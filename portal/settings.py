@@ -86,6 +86,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "portal.security.RefuseNulMiddleware",  # before the session's cookie reaches the database
     "django.contrib.sessions.middleware.SessionMiddleware",
     "portal.security.SessionIdleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -279,7 +280,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PARSER_CLASSES": [
         "portal.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
+        "portal.parsers.MultiPartParser",
     ],
     "DEFAULT_FILTER_BACKENDS": ["portal.adapters.ListFilterBackend"],
     "DEFAULT_RENDERER_CLASSES": [
