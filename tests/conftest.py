@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from celery._state import _set_task_join_will_block
+from django.db import connections
 from django.test import Client
 
 from jobs import services as job_services
@@ -203,5 +204,12 @@ def browser() -> Iterator[Any]:
         pytest.fail("Debian's Chromium is not installed: `make test` installs it (apt-get install chromium)")
     with sync_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+        try:
+            yield launched
+        finally:
+            launched.close()
+            # Inside Playwright's sync API the test runs in another contextvars context, so
+            # Django's connections (asgiref Locals) there are new ones, which the test database's
+            # own teardown (in the outer context) never closes: each browser test left one open,
+            # and dropping the test database warned that "other users" were still on it.
+            connections.close_all()
