@@ -39,8 +39,8 @@ soak:            ## the demo's processes under steady launches for 30 minutes (S
 
 image:           ## build the container image from Dockerfile without Docker (buildah on an mmdebstrap base), then smoke-run it
 	scripts/build-image.sh
-fuzz:            ## Schemathesis over the whole API as every role, 25 cases per operation, role and mode
-	scripts/setup.sh && PORTAL_FUZZ_EXAMPLES=25 .venv/bin/pytest -q -s -p no:cacheprovider tests/portal/test_api_fuzz.py
+fuzz:            ## Schemathesis over the whole API as every role, 25 cases per operation, role and mode, on PostgreSQL
+	scripts/setup.sh && PORTAL_FUZZ_EXAMPLES=25 scripts/with-services.sh .venv/bin/pytest -q -s -p no:cacheprovider tests/portal/test_api_fuzz.py
 
 chart-rules:     ## copy deploy/prometheus's recording and alerting rules into the chart's PrometheusRule file
 	.venv/bin/python scripts/chart_rules.py

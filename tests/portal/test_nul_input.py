@@ -125,3 +125,11 @@ def test_text_without_a_nul_still_passes_escaped_look_alikes_included(ready_team
     assert response.status_code == 200
     page = login(member).get(f"/launch/?team={ready_team.slug}&template={training.pk}")
     assert page.status_code == 200
+
+
+def test_a_page_form_that_cannot_be_read_is_a_400_in_words(member):
+    # A multipart body without its boundary: Django's parser raises; the page was an empty 400.
+    response = login(member).post("/launch/", b"--x\r\nnot a part", content_type="multipart/form-data")
+
+    assert response.status_code == 400
+    assert "The form could not be read" in response.content.decode()
