@@ -29,6 +29,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.stats import percentile  # noqa: E402 - after the checkout is on the path
+
 FLAVORS = [("H100 80GB", "h100", 1, 1, "4.00"), ("A100 80GB", "a100", 1, 1, "2.50"), ("L40S", "l40s", 1, 1, "1.20"),
            ("A100 1g.10gb", "a100-1g", 1, 7, "2.50"), ("T4 shared", "t4-shared", 1, 4, "0.40")]
 TARGET_MS = 150
@@ -150,7 +152,7 @@ def timed(client: Any, url: str, requests: int) -> dict[str, Any]:
                     print(query["time"], query["sql"][:300], *[line for (line,) in cursor.fetchall()],
                           sep="\n", file=sys.stderr)
     times.sort()
-    p95 = times[max(0, int(round(0.95 * len(times))) - 1)]
+    p95 = percentile(times, 0.95)
     return {"url": url, "first_request_ms": round(first_ms, 1), "first_request_queries": len(first_queries),
             "requests": requests, "p50_ms": round(statistics.median(times), 1), "p95_ms": round(p95, 1),
             "max_ms": round(times[-1], 1), "queries": sorted(queries), "under_target": p95 < TARGET_MS}

@@ -47,6 +47,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.stats import percentile  # noqa: E402 - after the checkout is on the path
+
 TARGET_MS = 150
 # Queries per request of each page, measured with the test client at the seeded scale; a bound
 # does not depend on the number of teams, workloads or intervals.
@@ -398,7 +400,7 @@ def load(persons: list[Person], base: str, args: argparse.Namespace, workers: in
     pages = {}
     for name in sorted(times):
         measured = sorted(times[name])
-        p95 = measured[max(0, int(round(0.95 * len(measured))) - 1)]
+        p95 = percentile(measured, 0.95)
         pages[name] = {"requests": len(measured), "p50_ms": round(statistics.median(measured), 1),
                        "p95_ms": round(p95, 1), "max_ms": round(measured[-1], 1), "errors": len(errors[name]),
                        "error_statuses": sorted(set(errors[name])), "under_target": p95 < TARGET_MS and not errors[name]}

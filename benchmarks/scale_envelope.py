@@ -79,6 +79,8 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.stats import percentile  # noqa: E402 - after the checkout is on the path
+
 PASS_TARGET_S = 2.0
 LAG_P95_TARGET_S = 1.0
 NODE_LABEL_GPU = "gpu-portal/gpu"
@@ -98,13 +100,6 @@ _BEGUN = time.monotonic()
 def progress(message: str) -> None:
     """A line on stderr for whoever watches a long run; the figures go to stdout."""
     print(f"[{time.monotonic() - _BEGUN:7.1f} s] {message}", file=sys.stderr, flush=True)
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
 def spread(values: list[float], digits: int = 3) -> dict[str, Any]:

@@ -38,6 +38,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.stats import percentile  # noqa: E402 - after the checkout is on the path
+
 PYTHON = sys.executable
 # How long launches may take to leave 'submitting' once launching stops, before counting as stuck.
 DRAIN_SECONDS = 60.0
@@ -49,13 +53,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
 @dataclass

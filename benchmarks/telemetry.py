@@ -76,6 +76,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.stats import percentile  # noqa: E402 - after the checkout is on the path
 from portal.metrics.base import (  # noqa: E402 - after the checkout is on the path, as for the tests package
     ENGINE_ACTIVE,
     FB_FREE,
@@ -647,7 +648,7 @@ def timed(name: str, door: BenchDoor, call: Callable[[], Any], check: Callable[[
         row.update(error=str(error), met=False)
         return row
     times.sort()
-    p95 = times[max(0, int(round(0.95 * len(times))) - 1)]
+    p95 = percentile(times, 0.95)
     if requests != {1}:
         problems.append(f"{sorted(requests)} HTTP requests per call, not one")
     row.update(p50_ms=round(statistics.median(times), 1), p95_ms=round(p95, 1), max_ms=round(times[-1], 1),

@@ -60,12 +60,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
+from benchmarks.stats import percentile  # noqa: E402 - after the checkout is on the path
 
 
 def ms(values: list[float], q: float) -> float | None:
