@@ -29,10 +29,9 @@ RESERVED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease
 
 
 def validate_dns_label(value: str) -> None:
-    RegexValidator(
-        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
-        message=f"“{value}” is not a valid name. {DNS_LABEL_HELP}",
-    )(value)
+    # The value goes in as a parameter, not into the message: Django formats a validator's message
+    # with its params, so a "%" the user typed in the message itself was a 500.
+    RegexValidator(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", message=f"“%(value)s” is not a valid name. {DNS_LABEL_HELP}")(value)
     if len(value) > 63:
         raise ValidationError(f"“{value}” is {len(value)} characters long. {DNS_LABEL_HELP}")
     if value in RESERVED_NAMESPACES or value.startswith("kube-"):
