@@ -1,9 +1,11 @@
-"""The API's body parsers, and the one rule on text every request follows: no NUL character.
+"""The API's body parsers, and the one rule on text every request follows: nothing the database
+cannot keep (a NUL, a lone surrogate).
 Their own module because DRF reads DEFAULT_PARSER_CLASSES while `rest_framework.views` loads,
 which portal.adapters imports: a parser there would be a circular import."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
@@ -14,44 +16,51 @@ from rest_framework import exceptions, parsers
 MAX_JSON_DEPTH = 64
 
 
-def _holds_nul(value: Any) -> bool:
-    """Whether any text in a parsed body (keys included) holds a NUL, walked without recursion."""
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _flaw(value: Any) -> str | None:
+    """What in a value (a parsed body's text, keys included, walked without recursion) no text
+    may hold, in words, or None."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
             if "\x00" in item:
-                return True
+                return "a NUL character (code 0)"
+            if _SURROGATE.search(item):
+                return "half of a UTF-16 surrogate pair (\\ud800 to \\udfff), which is not a character alone"
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
-    return False
-
-
-def nul_field(fields: Iterable[tuple[str, Any]]) -> str | None:
-    """The first field whose name or value holds a NUL character (code 0), or None.
-
-    PostgreSQL refuses such text in any statement, a query's parameters included, with an error:
-    a team's slug with a NUL in a query string was a 500 wherever it reached a lookup (form
-    choices, the API's slug fields, the template reference). No text the portal keeps or looks up
-    can hold one, so every request is held to this before anything reads it: the query string,
-    the cookies and forms (portal.security.RefuseNulMiddleware) and the API's bodies (below)."""
-    for name, value in fields:
-        if _holds_nul(name) or _holds_nul(value):
-            return name.replace("\x00", "\\0")
     return None
 
 
-def nul_refusal(field: str) -> str:
-    return f"“{field}” holds a NUL character (code 0), which no text in the portal may contain; remove it and send again."
+def text_refusal(fields: Iterable[tuple[str, Any]]) -> tuple[str, str] | None:
+    """The first field whose name or value holds what no text may hold, with a sentence saying
+    so; None when every field is text the database can keep.
+
+    PostgreSQL refuses a NUL (code 0) in any statement, a query's parameters included, and a
+    lone surrogate cannot even be encoded to send: either was a 500 wherever it reached a lookup
+    (a team's slug in the launch page's query string, the API's template field). No text the
+    portal keeps or looks up can hold one, so every request is held to this before anything
+    reads it: the path, query string, cookies and forms (portal.security.RefuseUnreadableTextMiddleware)
+    and the API's bodies (below); only JSON's escapes can spell a surrogate."""
+    for name, value in fields:
+        flaw = _flaw(name) or _flaw(value)
+        if flaw is not None:
+            shown = name.encode("unicode_escape").decode("ascii") if _flaw(name) else name
+            return shown, f"“{shown}” holds {flaw}, which no text in the portal may contain; remove it and send again."
+    return None
 
 
-def _refuse_nul(fields: Iterable[tuple[str, Any]]) -> None:
-    field = nul_field(fields)
-    if field is not None:
-        raise exceptions.ValidationError({field: [nul_refusal(field)]})
+def _refuse_unreadable(fields: Iterable[tuple[str, Any]]) -> None:
+    refusal = text_refusal(fields)
+    if refusal is not None:
+        field, message = refusal
+        raise exceptions.ValidationError({field: [message]})
 
 
 def _json_depth(value: Any) -> int:
@@ -77,16 +86,16 @@ class JSONParser(parsers.JSONParser):
             data = None
         else:
             if _json_depth(data) <= MAX_JSON_DEPTH:
-                _refuse_nul(data.items() if isinstance(data, dict) else [("body", data)])
+                _refuse_unreadable(data.items() if isinstance(data, dict) else [("body", data)])
                 return data
         raise exceptions.ParseError(f"The JSON is nested too deeply; no request needs more than {MAX_JSON_DEPTH} levels.")
 
 
 class MultiPartParser(parsers.MultiPartParser):
-    """DRF's multipart parser, refusing a field that holds a NUL (see nul_field). Form bodies
+    """DRF's multipart parser, refusing a field that holds a NUL (see text_refusal). Form bodies
     (urlencoded) are held to it before they reach DRF, by the middleware that checks every form."""
 
     def parse(self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         parsed = super().parse(stream, media_type, parser_context)
-        _refuse_nul(parsed.data.lists())
+        _refuse_unreadable(parsed.data.lists())
         return parsed

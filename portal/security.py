@@ -1,5 +1,5 @@
 """The Content-Security-Policy every response carries and the one way a view relaxes it; the
-sessions' idle timeout; requests carrying a NUL character refused.
+sessions' idle timeout; requests carrying text the database cannot keep refused.
 
 Django 5.2 has no CSP of its own (6.0 brings one), so this small middleware sets the header. The
 policy comes from settings (CONTENT_SECURITY_POLICY): pages load scripts and styles only from
@@ -20,7 +20,7 @@ from django.template import loader
 from django.utils import timezone
 from rest_framework import renderers
 
-from portal.parsers import nul_field, nul_refusal
+from portal.parsers import text_refusal
 
 Directives = dict[str, list[str]]
 _OVERRIDE_ATTRIBUTE = "portal_csp_extra"
@@ -121,10 +121,10 @@ class ContentSecurityPolicyMiddleware:
         return response
 
 
-class RefuseNulMiddleware:
+class RefuseUnreadableTextMiddleware:
     """Refuses, with a 400 that names the field, a request whose path, query string, cookies or
-    form hold a NUL character, before a view, a form's choices or the session's cookie can take
-    it to the database (see portal.parsers.nul_field; the API's JSON and multipart bodies are
+    form hold text the database cannot keep (a NUL), before a view, a form's choices or the session's cookie can take
+    it to the database (see portal.parsers.text_refusal; the API's JSON and multipart bodies are
     held to it by their parsers). Before the session and the user are loaded, so the HTML page
     is drawn as to someone signed out, as the 500 page may be."""
 
@@ -141,10 +141,10 @@ class RefuseNulMiddleware:
                 fields.extend(request.POST.lists())
         except MultiPartParserError as error:
             return self._refuse(api, "form", f"The form could not be read ({error}); send it again from its page.")
-        field = nul_field(fields)
-        if field is None:
+        refusal = text_refusal(fields)
+        if refusal is None:
             return self.get_response(request)
-        return self._refuse(api, field, nul_refusal(field))
+        return self._refuse(api, *refusal)
 
     @staticmethod
     def _refuse(api: bool, field: str, message: str) -> HttpResponse:

@@ -86,7 +86,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "portal.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "portal.security.RefuseNulMiddleware",  # before the session's cookie reaches the database
+    "portal.security.RefuseUnreadableTextMiddleware",  # before the session's cookie reaches the database
     "django.contrib.sessions.middleware.SessionMiddleware",
     "portal.security.SessionIdleMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -1,8 +1,10 @@
-"""A NUL character (code 0) in any part of a request is a 400 that names where it was, and
-nothing is written. PostgreSQL refuses such text even as a lookup's parameter: before
-portal.parsers.nul_field held every request to this, a team slug with a NUL in the launch page's
-query string, the quota preview or the API's template field was a 500 (the API fuzzer found the
-last). The suite runs on PostgreSQL, so these are the real refusal, not SQLite's tolerance."""
+"""A NUL character (code 0) in any part of a request, or a lone surrogate in a JSON body, is a
+400 that names where it was, and nothing is written. PostgreSQL refuses a NUL even as a lookup's
+parameter, and a lone surrogate cannot be encoded to send: before portal.parsers.text_refusal held
+every request to this, a team slug with a NUL in the launch page's query string, the quota
+preview or the API's template field was a 500 (the API fuzzer found the last), and so was a
+surrogate in the template field. The suite runs on PostgreSQL, so these are the real refusal,
+not SQLite's tolerance."""
 
 from __future__ import annotations
 
@@ -117,6 +119,26 @@ def test_a_form_too_large_to_read_gets_the_portals_400_page_in_words(member, set
 
     assert response.status_code == 400
     assert "Something in it was malformed or too large" in response.content.decode()
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ('{"team": "vision", "template": "\\ud800", "flavor": "h100"}', "template"),
+    ('{"team": "vision", "template": "1", "flavor": "h100", "parameters": {"image_tag": "v\\udfff"}}', "parameters"),
+    ('{"team": "vision", "template": "1", "flavor": "h100", "name\\u0000": "x"}', "name\\x00"),
+])
+def test_a_lone_surrogate_or_a_nul_in_a_key_of_a_json_body_is_a_400_naming_the_field(ready_team, member, body, field):
+    response = api(member).post("/api/workloads/", body, content_type="application/json")
+
+    assert response.status_code == 400, response.content
+    assert list(response.json()["errors"]) == [field]
+    assert not Workload.objects.exists()
+
+
+def test_a_surrogate_pair_is_an_ordinary_character(ready_team, member, training):
+    body = {"team": ready_team.slug, "template": training.pk, "flavor": "h100", "name": "run-\U0001f680"}
+    response = api(member).post("/api/workloads/", json.dumps(body), content_type="application/json")  # "\ud83d\ude80"
+
+    assert "surrogate" not in response.content.decode()
 
 
 def test_text_without_a_nul_still_passes_escaped_look_alikes_included(ready_team, member, training):
