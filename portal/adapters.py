@@ -38,6 +38,10 @@ from portal.models import User
 PAGE_SIZE = 25
 TRUE_VALUES = {"1", "true", "yes"}
 FALSE_VALUES = {"0", "false", "no"}
+# What FlagField reads, for the schema (JSON Schema has no case-insensitive flag): a client that
+# sends `?active=` or `?active=True` is answered, so the schema must not call those invalid.
+FLAG_PATTERN = "^(" + "|".join("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in word)
+                              for word in sorted(TRUE_VALUES | FALSE_VALUES)) + ")?$"
 # ASCII digits only: str.isdigit() also says yes to "²" and "①", which int() then refuses, and
 # int() itself reads Arabic-Indic or full-width digits that nobody meant as a number here.
 WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")  # 18 digits stay below 2^63, what a database column holds
@@ -274,10 +278,11 @@ class ListFilterBackend(DjangoFilterBackend):
 
 
 class FlagField(forms.Field):
-    """1/true/yes or 0/false/no; anything else is refused rather than quietly ignored."""
+    """1/true/yes or 0/false/no, in any case, or empty for either; anything else (spaces
+    included) is refused rather than quietly ignored. FLAG_PATTERN documents exactly this."""
 
     def to_python(self, value: Any) -> bool | None:
-        text = str(value or "").strip().lower()
+        text = str(value or "").lower()
         if not text:
             return None
         if text in TRUE_VALUES:
@@ -287,10 +292,11 @@ class FlagField(forms.Field):
         raise ValidationError(self.error_messages["invalid"], code="invalid", params={"value": value})
 
 
-def _documented(list_filter: django_filters.Filter, schema_type: str) -> None:
+def _documented(list_filter: django_filters.Filter, schema_type: str, **schema: Any) -> None:
     """drf-spectacular cannot guess a custom filter's type, and a type given on the class drops
     the help text; given on the filter itself, with the help text, it keeps both."""
-    extend_schema_field({"type": schema_type, "description": str(list_filter.extra.get("help_text", ""))})(list_filter)
+    extend_schema_field({"type": schema_type, "description": str(list_filter.extra.get("help_text", "")),
+                         **schema})(list_filter)
 
 
 class FlagFilter(django_filters.Filter):
@@ -298,7 +304,7 @@ class FlagFilter(django_filters.Filter):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        _documented(self, "boolean")
+        _documented(self, "string", pattern=FLAG_PATTERN)
 
     @property
     def field(self) -> forms.Field:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import pytest
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.renderers import JSONRenderer
@@ -75,3 +76,19 @@ def test_an_empty_choice_filter_is_documented_as_the_any_value_the_api_reads_it_
 def test_a_template_versions_blank_idle_action_is_in_its_schema(schema):
     version = schema["components"]["schemas"]["TemplateVersion"]["properties"]["idle_action"]
     assert {"$ref": "#/components/schemas/BlankEnum"} in version["oneOf"]
+
+
+@pytest.mark.parametrize(("value", "valid"), [
+    ("", True), ("1", True), ("True", True), ("no", True), ("FALSE", True),
+    ("2", False), (" 1", False), ("truee", False), ("on", False),
+])
+def test_a_flag_is_answered_exactly_when_its_schema_says_it_is_valid(schema, lead, ready_team, value, valid):
+    # The fuzzer's find: `?active=` was answered (as "either") while the schema called the flag a
+    # boolean, which an empty value is not; " 1" was answered while no schema could say so.
+    (active,) = [p for p in schema["paths"]["/api/grants/"]["get"]["parameters"] if p["name"] == "active"]
+    response = api(lead).get("/api/grants/", {"active": value})
+
+    assert jsonschema.Draft202012Validator(active["schema"]).is_valid(value) is valid
+    assert response.status_code == (200 if valid else 400)
+    if not valid:
+        assert response.json()["errors"] == {"active": [f"active is 1 or 0, not “{value}”."]}

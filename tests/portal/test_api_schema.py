@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from portal.adapters import FLAG_PATTERN
+
 ROOT = Path(__file__).resolve().parents[2]
 
 ENDPOINTS = {
@@ -123,12 +125,12 @@ def test_every_list_documents_its_team_filter_from_the_filterset(schema, path):
     assert team["in"] == "query" and team["schema"] == {"type": "string"} and team["description"]
 
 
-def test_flags_are_documented_as_booleans(schema):
+def test_flags_are_documented_as_exactly_the_words_they_read(schema):
     flags = {(path, p["name"]): p["schema"] for path in ("/api/quota-requests/", "/api/grants/", "/api/notifications/")
              for p in schema["paths"][path]["get"]["parameters"] if p["name"] in {"mine", "active", "unread"}}
 
-    assert flags == {("/api/quota-requests/", "mine"): {"type": "boolean"}, ("/api/grants/", "active"): {"type": "boolean"},
-                     ("/api/notifications/", "unread"): {"type": "boolean"}}
+    assert set(flags) == {("/api/quota-requests/", "mine"), ("/api/grants/", "active"), ("/api/notifications/", "unread")}
+    assert all(flag == {"type": "string", "pattern": FLAG_PATTERN} for flag in flags.values())
 
 
 def test_every_operation_has_a_summary_for_swagger_ui(schema):
