@@ -58,10 +58,15 @@ def next_month(month: dt.date) -> dt.date:
 MONTH = re.compile(r"([0-9]{4})-([0-9]{2})")
 
 
+LAST_YEAR = 2999
+
+
 def month_parse(text: str) -> dt.date | None:
-    """The first day of a month written YYYY-MM (from the year 2000), or None for anything else."""
+    """The first day of a month written YYYY-MM (the years 2000 to 2999), or None for anything else.
+    The upper bound keeps the month after it, and the ranges pages draw around it, within what a
+    date can hold: "9999-12" was a 500 on every page that reads a month."""
     match = MONTH.fullmatch(text.strip())
-    if match is None or not 1 <= int(match[2]) <= 12 or int(match[1]) < 2000:
+    if match is None or not 1 <= int(match[2]) <= 12 or not 2000 <= int(match[1]) <= LAST_YEAR:
         return None
     return dt.date(int(match[1]), int(match[2]), 1)
 

@@ -403,6 +403,7 @@ class WorkloadLogs:
     lines: list[str]
     unreachable: str = ""
     pods: tuple[str, ...] = ()  # every pod of the workload, newest first: a distributed job's workers, a server's replicas
+    no_such_pod: bool = False  # the pod asked for is not one of them (the cluster answered)
 
     @property
     def text(self) -> str:
@@ -422,7 +423,7 @@ def workload_logs(*, workload: Workload, tail_lines: int | None = 100, pod: str 
         pods = sorted(_pods(workload), key=lambda p: p["metadata"].get("creationTimestamp", ""), reverse=True)
         names = tuple(p["metadata"]["name"] for p in pods)
         if pod and pod not in names:
-            return WorkloadLogs(pod="", lines=[], pods=names,
+            return WorkloadLogs(pod="", lines=[], pods=names, no_such_pod=True,
                                 unreachable=f"{workload.name} has no pod “{pod}”; choose one of its pods.")
         chosen = pod or (names[0] if names else "")
         logs = (gateway().pod_logs(namespace=workload.team.namespace, name=chosen, tail_lines=tail_lines,

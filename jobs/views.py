@@ -268,7 +268,7 @@ def workload_logs_download(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     logs = selectors.workload_logs(workload=workload, tail_lines=None, pod=request.GET.get("pod", "").strip(),
                                    limit_bytes=selectors.LOG_DOWNLOAD_BYTES)
     if logs.unreachable:
-        return HttpResponse(logs.unreachable, status=502 if not logs.pods else 404, content_type="text/plain; charset=utf-8")
+        return HttpResponse(logs.unreachable, status=404 if logs.no_such_pod else 502, content_type="text/plain; charset=utf-8")
     response = HttpResponse(logs.text + ("\n" if logs.lines else ""), content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{logs.pod or workload.k8s_name}.log"'
     response["Cache-Control"] = "no-store"

@@ -252,8 +252,8 @@ def _form_error_text(form: Any) -> str:
 @login_required
 @require_http_methods(["GET", "POST"])
 def quota_request_create(request: HtmxHttpRequest) -> HttpResponse:
-    renew = request.GET.get("renew", "")
-    renewal_of = _visible_request(request, int(renew)) if renew.isdigit() and request.method == "GET" else None
+    renew = whole_number(request.GET.get("renew"))  # isdigit() took "²", which int() refuses
+    renewal_of = _visible_request(request, renew) if renew is not None and request.method == "GET" else None
     form = QuotaRequestForm(request.POST if request.method == "POST" else None, user=request.user,
                             initial_team=request.GET.get("team"), renewal_of=renewal_of)
     if request.method == "POST" and form.is_valid():

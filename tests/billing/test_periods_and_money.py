@@ -91,6 +91,7 @@ def test_money_rounds_half_even_to_the_minor_unit(value, currency, expected):
 @pytest.mark.parametrize(("text", "month"), [
     ("2026-11", dt.date(2026, 11, 1)), (" 2026-01 ", dt.date(2026, 1, 1)),
     ("2026-13", None), ("2026-00", None), ("1999-12", None), ("2026-1", None), ("26-11", None), ("", None), ("2026-１１", None),
+    ("2999-12", dt.date(2999, 12, 1)), ("3000-01", None), ("9999-12", None),  # the month after 9999-12 is no date
 ])
 def test_a_month_is_written_yyyy_mm(text, month):
     assert periods.month_parse(text) == month

@@ -679,6 +679,14 @@ def test_a_pod_that_is_not_the_workloads_is_refused(two_workers, member, as_user
     assert download.status_code == 404
 
 
+def test_a_pod_asked_of_a_workload_with_no_pods_yet_is_a_404_not_the_clusters_fault(ready_team, member, training, flavor,
+                                                                                     simulated, as_user):
+    # It was a 502 ("the cluster did not answer") whenever the workload had no pods to offer.
+    workload = launch(member, ready_team, training, flavor)
+    download = as_user(member).get(reverse("jobs:workload-logs-download", args=[workload.pk]), {"pod": "kube-apiserver"})
+    assert download.status_code == 404 and "has no pod “kube-apiserver”" in download.content.decode()
+
+
 def test_the_whole_log_downloads_as_a_file(two_workers, member, as_user):
     response = as_user(member).get(reverse("jobs:workload-logs-download", args=[two_workers.pk]))
     assert response.status_code == 200 and response["Content-Type"] == "text/plain; charset=utf-8"
