@@ -49,9 +49,10 @@ def text_refusal(fields: Iterable[tuple[str, Any]]) -> tuple[str, str] | None:
     reads it: the path, query string, cookies and forms (portal.security.RefuseUnreadableTextMiddleware)
     and the API's bodies (below); only JSON's escapes can spell a surrogate."""
     for name, value in fields:
-        flaw = _flaw(name) or _flaw(value)
+        in_name = _flaw(name)
+        flaw = in_name or _flaw(value)
         if flaw is not None:
-            shown = name.encode("unicode_escape").decode("ascii") if _flaw(name) else name
+            shown = name.encode("unicode_escape").decode("ascii") if in_name else name  # the name itself, printable
             return shown, f"“{shown}” holds {flaw}, which no text in the portal may contain; remove it and send again."
     return None
 
@@ -92,8 +93,9 @@ class JSONParser(parsers.JSONParser):
 
 
 class MultiPartParser(parsers.MultiPartParser):
-    """DRF's multipart parser, refusing a field that holds a NUL (see text_refusal). Form bodies
-    (urlencoded) are held to it before they reach DRF, by the middleware that checks every form."""
+    """DRF's multipart parser, refusing a field whose text the database cannot keep (see
+    text_refusal). Urlencoded bodies are held to it before they reach DRF, by the middleware that
+    checks every form."""
 
     def parse(self, stream: IO[Any], media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         parsed = super().parse(stream, media_type, parser_context)

@@ -123,10 +123,10 @@ class ContentSecurityPolicyMiddleware:
 
 class RefuseUnreadableTextMiddleware:
     """Refuses, with a 400 that names the field, a request whose path, query string, cookies or
-    form hold text the database cannot keep (a NUL), before a view, a form's choices or the session's cookie can take
-    it to the database (see portal.parsers.text_refusal; the API's JSON and multipart bodies are
-    held to it by their parsers). Before the session and the user are loaded, so the HTML page
-    is drawn as to someone signed out, as the 500 page may be."""
+    form hold text the database cannot keep (a NUL), before a view, a form's choices or the
+    session's cookie can take it there (portal.parsers.text_refusal; the API's JSON and multipart
+    bodies are held to it by their parsers). It runs before the session and the user are loaded,
+    so its HTML page is drawn as to someone signed out, as the 500 page may be."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
