@@ -42,8 +42,12 @@ def parse_month(text: str | None) -> dt.date:
     return month
 
 
-def _refusal(error: DomainError) -> HttpResponse:
-    return HttpResponseBadRequest(error.message, content_type="text/plain; charset=utf-8")
+def _refusal(request: HtmxHttpRequest, error: DomainError) -> HttpResponse:
+    """A month or sort order the page cannot read: the sentence alone for htmx, else the 400 page
+    with it, so a mistyped address is not a bare line of text."""
+    if request.htmx:
+        return HttpResponseBadRequest(error.message, content_type="text/plain; charset=utf-8")
+    return render(request, "400.html", {"message": error.message}, status=400)
 
 
 def _require_costs(request: HtmxHttpRequest) -> None:
@@ -58,7 +62,7 @@ def team_usage(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     try:
         usage = selectors.team_month_usage(team=team, month=parse_month(request.GET.get("month")))
     except DomainError as error:
-        return _refusal(error)
+        return _refusal(request, error)
     efficiency = team_month_efficiency(team=team, account=usage.account, month=usage.month, cost=usage.total.cost,
                                        allocated_unit_seconds=usage.allocated_unit_seconds)
     return render(request, "billing/team_usage.html", {"team": team, "usage": usage, "efficiency": efficiency})
@@ -77,7 +81,7 @@ def team_efficiency(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         cost, currency = (selectors.team_month_cost(account=account, month=month) if account is not None
                           else (Decimal(0), ""))
     except DomainError as error:
-        return _refusal(error)
+        return _refusal(request, error)
     efficiency = team_month_efficiency(team=team, account=account, month=month, cost=cost)
     context = {"team": team, "month": month, "efficiency": efficiency, "currency": currency}
     name = "billing/team_efficiency.html#team-efficiency" if request.htmx else "billing/team_efficiency.html"
@@ -90,14 +94,14 @@ def finance_overview(request: HtmxHttpRequest) -> HttpResponse:
     _require_costs(request)
     sort = request.GET.get("sort") or "cost"
     if sort not in selectors.OVERVIEW_SORTS:
-        return _refusal(DomainError(f"“{sort}” is not a column to sort by; choose one of "
+        return _refusal(request, DomainError(f"“{sort}” is not a column to sort by; choose one of "
                                     f"{', '.join(selectors.OVERVIEW_SORTS)}."))
     descending = request.GET.get("dir", "desc") != "asc"
     try:
         overview = selectors.finance_overview(month=parse_month(request.GET.get("month")), sort=sort,
                                               descending=descending)
     except DomainError as error:
-        return _refusal(error)
+        return _refusal(request, error)
     keep = [("sort", overview.sort), ("dir", "desc" if overview.descending else "asc")]
     rows = Paginator(overview.rows, OVERVIEW_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(request, "billing/finance_overview.html",
@@ -110,7 +114,7 @@ def my_usage(request: HtmxHttpRequest) -> HttpResponse:
     try:
         usage = selectors.personal_usage(user=request.user, month=parse_month(request.GET.get("month")))
     except DomainError as error:
-        return _refusal(error)
+        return _refusal(request, error)
     teams = list(Team.objects.filter(pk__in=list(user_team_roles(request.user))).order_by("name"))
     return render(request, "billing/my_usage.html", {"usage": usage, "teams": teams})
 

@@ -83,6 +83,11 @@ def test_the_month_picker_defaults_to_this_month_and_refuses_what_is_not_a_month
         response = page(client, "billing:team-usage", "vision", month=bad)
         assert response.status_code == 400
         assert "is not a month; write it as YYYY-MM" in response.content.decode()
+    # A page load gets the portal's 400 page around the sentence (it was a bare line of text); htmx the sentence.
+    html = page(client, "billing:team-usage", "vision", month="2026-13").content.decode()
+    assert "The request could not be read" in html and "Go to your dashboard" in html
+    fragment = client.get(reverse("billing:team-usage", args=["vision"]), {"month": "2026-13"}, HTTP_HX_REQUEST="true")
+    assert fragment.status_code == 400 and fragment.content.decode().startswith("“2026-13” is not a month")
 
 
 def test_the_current_month_shows_the_forecast_and_a_slot_for_the_budget_bar(as_user, lead, team, flavor):

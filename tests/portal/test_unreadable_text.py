@@ -38,6 +38,7 @@ def test_a_nul_in_a_pages_address_is_a_400_page_that_says_where(ready_team, memb
     assert response.status_code == 400
     page = response.content.decode()
     assert f"“{field}” holds a NUL character (code 0)" in page and "The request could not be read" in page
+    assert "Back to the portal" in page  # refused before the session is read: one link for the signed in and out
 
 
 @pytest.mark.parametrize("encoding", ["urlencoded", "multipart"])
