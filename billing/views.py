@@ -95,7 +95,7 @@ def finance_overview(request: HtmxHttpRequest) -> HttpResponse:
     sort = request.GET.get("sort") or "cost"
     if sort not in selectors.OVERVIEW_SORTS:
         return _refusal(request, DomainError(f"“{sort}” is not a column to sort by; choose one of "
-                                    f"{', '.join(selectors.OVERVIEW_SORTS)}."))
+                                             f"{', '.join(selectors.OVERVIEW_SORTS)}."))
     descending = request.GET.get("dir", "desc") != "asc"
     try:
         overview = selectors.finance_overview(month=parse_month(request.GET.get("month")), sort=sort,

@@ -14,10 +14,11 @@ from tests.helpers import file_request, launch
 
 pytestmark = pytest.mark.django_db
 
-# Every parameter any page reads (a page ignores the rest).
-PARAMETERS = ["team", "template", "flavor", "units", "page", "month", "sort", "order", "status", "phase", "owner",
-              "mine", "kind", "q", "from", "to", "start", "end", "action", "actor", "preset", "renew", "rd", "pod",
-              "follow", "tail", "next", "days", "window", "group"]
+# Every parameter a page reads: its own request.GET reads, the launch form preselected from the
+# query (the training template's parameters too) and the list filters (a page ignores the rest).
+PARAMETERS = ["team", "template", "flavor", "units", "cpu", "memory_gib", "priority", "name", "p_epochs",
+              "p_learning_rate", "p_image_tag", "page", "month", "sort", "dir", "status", "phase", "owner", "mine",
+              "preset", "renew", "rd", "pod", "follow", "next"]
 HOSTILE = ["%", "%s%(x)s{0}", "-1", "0", "99999999999999999999999", "1e309", "nan", "²", "１",
            "' OR 1=1 --", "<script>alert(1)</script>", "../../etc/passwd", "vision\u202e", "x" * 5000, "",
            "2026-13-45", "9999-12", "0000-00", "\t", "team[]=a"]

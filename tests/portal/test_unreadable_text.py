@@ -66,11 +66,12 @@ def _api_launch(client, body, content_type):
 @pytest.mark.parametrize("content_type", ["application/json", MULTIPART_CONTENT, "application/x-www-form-urlencoded"])
 @pytest.mark.parametrize(("change", "field"), [
     ({"template": NUL}, "template"),  # Schemathesis's find: a lookup by the template's slug
-    ({"flavor": "h1" + NUL}, "flavor"),
+    ({"flavor": "h100-80gb" + NUL}, "flavor"),
     ({"name": "run" + NUL}, "name"),
 ])
-def test_a_nul_in_an_api_body_is_a_400_in_json_naming_the_field(ready_team, member, training, content_type, change, field):
-    body = {"team": ready_team.slug, "template": str(training.pk), "flavor": "h100", **change}
+def test_a_nul_in_an_api_body_is_a_400_in_json_naming_the_field(ready_team, member, training, flavor, content_type, change,
+                                                                field):
+    body = {"team": ready_team.slug, "template": str(training.pk), "flavor": flavor.slug, **change}
     response = _api_launch(api(member), body, content_type)
 
     assert response.status_code == 400, response.content
@@ -81,8 +82,9 @@ def test_a_nul_in_an_api_body_is_a_400_in_json_naming_the_field(ready_team, memb
 
 
 @pytest.mark.parametrize("parameters", [{"image_tag": "v1" + NUL}, {"image" + NUL: "v1"}, {"epochs": [NUL]}])
-def test_a_nul_deep_in_a_json_body_a_key_included_is_refused_at_its_top_field(ready_team, member, training, parameters):
-    body = {"team": ready_team.slug, "template": training.pk, "flavor": "h100", "parameters": parameters}
+def test_a_nul_deep_in_a_json_body_a_key_included_is_refused_at_its_top_field(ready_team, member, training, flavor,
+                                                                              parameters):
+    body = {"team": ready_team.slug, "template": training.pk, "flavor": flavor.slug, "parameters": parameters}
     response = _api_launch(api(member), body, "application/json")
 
     assert response.status_code == 400 and list(response.json()["errors"]) == ["parameters"]
@@ -123,9 +125,9 @@ def test_a_form_too_large_to_read_gets_the_portals_400_page_in_words(member, set
 
 
 @pytest.mark.parametrize(("body", "field"), [
-    ('{"team": "vision", "template": "\\ud800", "flavor": "h100"}', "template"),
-    ('{"team": "vision", "template": "1", "flavor": "h100", "parameters": {"image_tag": "v\\udfff"}}', "parameters"),
-    ('{"team": "vision", "template": "1", "flavor": "h100", "name\\u0000": "x"}', "name\\x00"),
+    ('{"team": "vision", "template": "\\ud800", "flavor": "h100-80gb"}', "template"),
+    ('{"team": "vision", "template": "1", "flavor": "h100-80gb", "parameters": {"image_tag": "v\\udfff"}}', "parameters"),
+    ('{"team": "vision", "template": "1", "flavor": "h100-80gb", "name\\u0000": "x"}', "name\\x00"),
 ])
 def test_a_lone_surrogate_or_a_nul_in_a_key_of_a_json_body_is_a_400_naming_the_field(ready_team, member, body, field):
     response = api(member).post("/api/workloads/", body, content_type="application/json")
@@ -135,11 +137,13 @@ def test_a_lone_surrogate_or_a_nul_in_a_key_of_a_json_body_is_a_400_naming_the_f
     assert not Workload.objects.exists()
 
 
-def test_a_surrogate_pair_is_an_ordinary_character(ready_team, member, training):
-    body = {"team": ready_team.slug, "template": training.pk, "flavor": "h100", "name": "run-\U0001f680"}
-    response = api(member).post("/api/workloads/", json.dumps(body), content_type="application/json")  # "\ud83d\ude80"
+def test_a_surrogate_pair_is_an_ordinary_character(ready_team, member, training, flavor):
+    # json.dumps writes the rocket as the pair "\ud83d\ude80", which JSON reads back as one character.
+    body = {"team": ready_team.slug, "template": training.pk, "flavor": flavor.slug, "name": "run-\U0001f680"}
+    response = api(member).post("/api/workloads/", json.dumps(body), content_type="application/json")
 
     assert "surrogate" not in response.content.decode()
+    assert response.status_code == 201 and Workload.objects.get().name == "run-\U0001f680"
 
 
 def test_text_without_a_nul_still_passes_escaped_look_alikes_included(ready_team, member, training):
