@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
+from jobs import tasks as job_tasks
 from jobs.models import Workload
 from portal.celery import app
 from portal.kube import ObjectRef
@@ -124,13 +125,26 @@ def test_a_worker_killed_mid_submissions_leaves_every_workload_submitted_once_an
     restarted = time.monotonic()
     # What the dead worker had taken waits for the visibility timeout and the restarted worker's
     # next look for it (CELERY_UNACKED_RESTORE_SECONDS; kombu's own look comes every 100 s, which
-    # made this take 103 s and time out in CI). The figure is printed below.
-    wait_for(lambda: submitting() == 0, what=f"the restarted worker to submit the {left} left", timeout=60)
+    # made this take 103 s and time out in CI). The figure is printed below. One message escapes
+    # that: a kill between Redis's BRPOP and kombu recording the message as unacked loses it, as
+    # kombu's Redis transport takes with BRPOP, not BRPOPLPUSH (celery/kombu#305; a CI run on
+    # 2026-11-27 lost one of 30 submissions so). The broker alone must bring back all but that one.
+    wait_for(lambda: submitting() <= 1, what=f"the restarted worker to submit the {left} left, all but one a kill may lose",
+             timeout=60)
+    restored = time.monotonic() - restarted
+    # Then what a site's beat runs anyway, and the watcher's team pass: the pass that sends a
+    # submission again (its 120 s bound shortened here; creating is idempotent, so a second one for
+    # a workload already sent must change nothing) and the team pass, through the worker.
+    settings.PORTAL_SUBMITTING_BOUND_SECONDS = 0
+    job_tasks.workloads_resubmit_lost()  # it reads and sends; the worker submits
+    tenant_tasks.cluster_reconcile.delay()
+    wait_for(lambda: submitting() == 0, what="the lost-submission pass to send what the kill lost", timeout=30)
     submitted = time.monotonic() - restarted
     wait_for(lambda: not Team.objects.filter(pk__in=[t.pk for t in teams]).exclude(applied_version=7).exists(),
              what="every team to converge", timeout=90)
-    print(f"killed with {left} of {SUBMISSIONS} submissions left; after the restart all submitted in {submitted:.1f} s, "
-          f"teams in sync in {time.monotonic() - restarted:.1f} s (visibility timeout {VISIBILITY_TIMEOUT} s)")
+    print(f"killed with {left} of {SUBMISSIONS} submissions left; after the restart all but at most one submitted in "
+          f"{restored:.1f} s, all in {submitted:.1f} s, teams in sync in "
+          f"{time.monotonic() - restarted:.1f} s (visibility timeout {VISIBILITY_TIMEOUT} s)")
 
     for workload in Workload.objects.filter(pk__in=ids).select_related("team"):
         steps = [t.phase for t in workload.transitions.all()]
