@@ -40,7 +40,14 @@ def test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(cluster, site, 
     assert len(objects_of(workload)) == len(manifests.make_workload_objects(spec=services.workload_spec(workload)))
 
     cluster.wait_for(lambda: phase_of(workload) == Workload.Phase.RUNNING, what=f"the {kind} workload to run")
-    pods = gateway().list("v1", "Pod", namespace=team.slug, labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
+
+    def admitted_pods() -> list[dict[str, Any]]:
+        # A server is Running with one replica up; Kueue may not have admitted the other yet, and a
+        # pod it still gates has no node selector until it does (a CI run caught one so).
+        pods = gateway().list("v1", "Pod", namespace=team.slug, labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
+        return [] if any(p["spec"].get("schedulingGates") for p in pods) else pods
+
+    pods = cluster.wait_for(admitted_pods, what=f"Kueue to admit every pod of the {kind} workload")
     assert pods and all(p["spec"]["nodeSelector"] == site.flavor.node_labels for p in pods)
     assert all(not p["spec"]["automountServiceAccountToken"] for p in pods)
 
