@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import string
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -297,19 +298,119 @@ def validate_parameters(*, declared: list[dict[str, Any]], given: dict[str, Any]
     return values
 
 
-class _Strict(dict[str, Any]):
-    def __missing__(self, key: str) -> str:
-        raise ParameterError(f"The template refers to {{{key}}}, which is not one of its parameters.")
+# A placeholder's format, Python's format mini-language in ASCII ([[fill]align][sign][z][#][0]
+# [width][grouping][.precision][type]): format() also reads a width written "٣", and a nested
+# {name} in it would take the width from a value a launch chooses.
+FORMAT_SPEC = re.compile(r"(?:[^{}\n]?[<>=^])?[-+ ]?z?#?0?(?P<width>[0-9]+)?[,_]?(?:\.(?P<precision>[0-9]+))?"
+                         r"[bcdeEfFgGnosxX%]?")
+# The widest padding and the longest precision a placeholder may ask for: enough to align a column
+# or print a learning rate, not enough to turn {epochs:>999999999} into a gigabyte in every process
+# that builds the pod.
+FORMAT_MOST = 64
+# What one placeholder may become, and a whole argument or variable once filled: checked as it is
+# filled, so a version saved before the bounds above cannot make a process hold more.
+VALUE_MOST = ARG_MAX_LENGTH
+RENDERED_MOST = 64 * 1024
+_CONVERSIONS: dict[str, Callable[[object], str]] = {"s": str, "r": repr, "a": ascii}
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    name: str
+    conversion: str | None
+    spec: str
+
+
+def placeholders(text: str) -> list[tuple[str, Placeholder | None]]:
+    """A template's argument or variable as literal text and the {name} placeholder after it.
+    Anything else str.format would read is refused in words: a brace alone, a placeholder without
+    a name or numbered ({} or {0}, which str.format fills from arguments the portal never passes),
+    an attribute or an item ({x.real}, {x[0]}), a format holding another placeholder, or a width or
+    precision beyond FORMAT_MOST."""
+    shown = text[:80]
+    try:
+        parsed = list(string.Formatter().parse(text))
+    except ValueError:
+        raise ParameterError(f"“{shown}” has a brace that opens or closes no placeholder; write {{{{ or }}}} for a "
+                             "brace itself.") from None
+    pieces: list[tuple[str, Placeholder | None]] = []
+    for literal, field, spec, conversion in parsed:
+        if field is None:
+            pieces.append((literal, None))
+            continue
+        if not field.strip():
+            raise ParameterError(f"“{shown}” has a placeholder without a name, {{}}; write the parameter it stands "
+                                 "for inside the braces, e.g. {epochs}.")
+        if field.isdecimal():
+            raise ParameterError(f"“{shown}” has a numbered placeholder, {{{field[:20]}}}; a placeholder names a "
+                                 "parameter, e.g. {epochs}.")
+        if not NAME.fullmatch(field):
+            raise ParameterError(f"“{shown}” has a placeholder that is not a plain parameter name.")
+        where = f"The placeholder {{{field}}} in “{shown}”"
+        if conversion is not None and conversion not in _CONVERSIONS:
+            raise ParameterError(f"{where} asks for the conversion !{conversion}; only !s, !r and !a exist.", name=field)
+        spec = spec or ""
+        if "{" in spec:
+            raise ParameterError(f"{where} has another placeholder in its format; write the width or precision as "
+                                 "a number, e.g. {epochs:>4}.", name=field)
+        form = FORMAT_SPEC.fullmatch(spec)
+        if form is None:
+            raise ParameterError(f"{where} has the format “{spec[:40]}”, which is not one Python reads (e.g. {{lr:.4f}} "
+                                 "or {epochs:>4}), or holds characters other than ASCII.", name=field)
+        for part in ("width", "precision"):
+            asked = form[part]
+            # Compared as text first: int() refuses more than 4,300 digits with its own error.
+            if asked is not None and (len(asked.lstrip("0")) > 4 or int(asked) > FORMAT_MOST):
+                shown_number = asked.lstrip("0")[:20] + ("…" if len(asked.lstrip("0")) > 20 else "")
+                raise ParameterError(f"{where} asks for a {part} of {shown_number}; a placeholder's width and "
+                                     f"precision may be at most {FORMAT_MOST}.", name=field)
+        pieces.append((literal, Placeholder(name=field, conversion=conversion, spec=spec)))
+    return pieces
 
 
 def render(text: str, values: dict[str, Any]) -> str:
     """Fills {name} placeholders. Values are whole arguments or variables, never shell text; a
-    list or a set of variables is never a placeholder's value (they are added whole, below)."""
-    fields = [field for _, field, _, _ in string.Formatter().parse(text) if field]
-    if any(not NAME.match(field) for field in fields):
-        raise ParameterError(f"“{text}” has a placeholder that is not a plain parameter name.")
+    list or a set of variables is never a placeholder's value (they are added whole, below). Each
+    placeholder is checked before it is filled and each value bounded after (VALUE_MOST, and the
+    whole text RENDERED_MOST), so no template, however old, makes a process build a huge string."""
     scalars = {k: str(v).lower() if isinstance(v, bool) else v for k, v in values.items() if not isinstance(v, list | dict)}
-    return text.format_map(_Strict(scalars))
+    filled: list[str] = []
+    length = 0
+    for literal, placeholder in placeholders(text):
+        filled.append(literal)
+        length += len(literal)
+        if placeholder is None:
+            continue
+        name = placeholder.name
+        if name not in scalars:
+            raise ParameterError(f"The template refers to {{{name}}}, which is not one of its parameters.")
+        value = scalars[name]
+        if placeholder.conversion is not None:
+            value = _CONVERSIONS[placeholder.conversion](value)
+        try:
+            value = format(value, placeholder.spec)
+        except (ValueError, TypeError):
+            raise ParameterError(f"The placeholder {{{name}:{placeholder.spec}}} does not suit the value "
+                                 f"{str(value)[:40]} of {name}: a format like .4f is for numbers, and a whole "
+                                 "number takes no precision.", name=name) from None
+        if len(value) > VALUE_MOST:
+            raise ParameterError(f"The placeholder {{{name}}} fills in {len(value):,} characters; a placeholder may "
+                                 f"fill in at most {VALUE_MOST:,}.", name=name)
+        filled.append(value)
+        length += len(value)
+    if length > RENDERED_MOST:
+        raise ParameterError(f"“{text[:80]}” comes to {length:,} characters once filled in; an argument or variable "
+                             f"may be at most {RENDERED_MOST:,}.")
+    return "".join(filled)
+
+
+def check_placeholders(*, declared: list[dict[str, Any]], texts: Iterable[str]) -> None:
+    """Whether each text of a template (its arguments, its variables' values) fills in from the
+    declared parameters' defaults: run when the template is saved, after check_declarations, so
+    a refusal names the placeholder there rather than at every launch."""
+    defaults = validate_parameters(declared=declared, given={})
+    for text in texts:
+        render(str(text), defaults)
 
 
 def chosen_work(*, declared: list[dict[str, Any]], values: dict[str, Any]) -> tuple[str | None, list[str], dict[str, str]]:

@@ -28,6 +28,7 @@ from jobs.models import (
 from jobs.parameters import (
     ParameterError,
     check_declarations,
+    check_placeholders,
     check_pod_count,
     chosen_sources,
     chosen_work,
@@ -511,11 +512,13 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
         check_declarations(fields.get("parameters") or [])
         if kind in POD_COUNT_KINDS:
             check_pod_count(fields.get("parameters") or [])
-        names = {spec["name"]: spec.get("default") for spec in fields.get("parameters") or []}
-        for arg in fields.get("args") or []:
-            render(str(arg), {k: v if v is not None else "" for k, v in names.items()})
     except ParameterError as error:
         raise DomainError(str(error), field="parameters") from None
+    for field, texts in (("args", fields.get("args") or []), ("env", (fields.get("env") or {}).values())):
+        try:
+            check_placeholders(declared=fields.get("parameters") or [], texts=texts)
+        except ParameterError as error:
+            raise DomainError(str(error), field=field) from None
     for spec in fields.get("parameters") or []:
         default = spec.get("default")
         if spec["type"] == "git" and isinstance(default, dict) and default.get("url") and not policy.git_url_allowed(
