@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -23,6 +23,7 @@ from django.utils import timezone
 from billing import periods
 from billing.budget_selectors import BudgetStatus, budget_status, money_text, ordinal
 from billing.models import Account, AlertEmailPreference, Budget, BudgetAlert, DigestEntry
+from billing.money import money_input
 from portal.audit import audit_record
 from portal.errors import DomainError
 from portal.models import User
@@ -33,25 +34,15 @@ from tenants.models import Team
 
 log = logging.getLogger(__name__)
 
-MAX_AMOUNT = Decimal("999999999999.99")
 Threshold = BudgetAlert.Threshold
 PERCENT_THRESHOLDS = ((Threshold.HALF, 50), (Threshold.EIGHTY, 80), (Threshold.FULL, 100))
 
 
 def _amount(value: Any) -> Decimal:
-    text = str(value).strip().replace(",", "") if value is not None else ""
-    try:
-        amount = Decimal(text)
-    except InvalidOperation:
-        raise DomainError(f"“{value}” is not an amount; give a number such as 10000 or 12500.50.", field="amount") from None
-    if not amount.is_finite():
-        raise DomainError(f"“{value}” is not an amount; give a number such as 10000 or 12500.50.", field="amount")
+    amount = money_input(value, column=Budget._meta.get_field("amount"), field="amount", noun="amount",
+                         unit=" for a budget", example="10000 or 12500.50")
     if amount <= 0:
         raise DomainError("A budget is more than zero; a team without a budget simply has none.", field="amount")
-    if amount > MAX_AMOUNT:
-        raise DomainError(f"A budget is at most {MAX_AMOUNT:,} a month.", field="amount")
-    if amount != amount.quantize(Decimal("0.01")):
-        raise DomainError("A budget has at most two decimals (cents).", field="amount")
     return amount
 
 

@@ -2,6 +2,8 @@
 
 GPU-seconds and amounts are `Fraction`s until a statement line is written: an amount is rounded
 once per line, half-even, to the currency's minor unit, and a total is the sum of rounded lines.
+Money a person types (a price, a budget, an adjustment) is read by `money_input`, bounded by the
+column that keeps it.
 """
 
 from __future__ import annotations
@@ -9,6 +11,10 @@ from __future__ import annotations
 from decimal import Decimal
 from fractions import Fraction
 from math import gcd
+from typing import Protocol
+
+from portal.adapters import decimal_number
+from portal.errors import DomainError
 
 # ISO 4217 minor units that are not 2; every other three-letter code has cents.
 _MINOR_UNITS = {"BHD": 3, "CLP": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0, "KRW": 0, "KWD": 3, "LYD": 3, "OMR": 3,
@@ -73,3 +79,52 @@ def rounded_cost(*, parts: dict[tuple[int, int], int], price_per_gpu_hour: Decim
     numerator, common = per_denominator_ratio(by_denominator)
     price, price_denominator = price_per_gpu_hour.as_integer_ratio()
     return round_ratio(numerator * price, common * SECONDS_PER_HOUR * price_denominator, minor_unit(currency))
+
+
+# --- Money typed in ----------------------------------------------------------------------------
+
+
+class DecimalColumn(Protocol):
+    """What money_input needs of a model's DecimalField."""
+
+    @property
+    def max_digits(self) -> int | None: ...
+
+    @property
+    def decimal_places(self) -> int | None: ...
+
+
+def money_input(value: object, *, column: DecimalColumn, field: str, noun: str, example: str,
+                places: int | None = None, unit: str = "", most: Decimal | None = None) -> Decimal:
+    """Money as a page, the API or the admin gave it, read only if its column can keep it.
+
+    Text is read as portal.adapters.decimal_number reads it (ASCII digits, an optional sign,
+    decimal point, exponent and commas between thousands); a number is written out first. A value
+    with more decimals than `places` (the column's when None) or more digits before the point
+    than the column holds is refused in words naming `field` (PostgreSQL refused the insert, a
+    500; SQLite stored it and every cost page then failed to read it). `most` is a smaller bound
+    the caller's rule sets. The sign is the caller's rule. Trailing zeros beyond `places` are
+    dropped ("3.5000" is 3.50 in USD)."""
+    a_noun = f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
+    the_noun = a_noun[0].upper() + a_noun[1:]
+    if value is None or isinstance(value, bool) or (isinstance(value, str) and not value.strip()):
+        raise DomainError(f"Give the {noun} as a number such as {example}.", field=field)
+    text = format(value, "f") if isinstance(value, Decimal) and value.is_finite() else str(value)
+    amount = decimal_number(text)
+    shown = text.strip()[:40] + ("…" if len(text.strip()) > 40 else "")
+    if amount is None:
+        raise DomainError(f"“{shown}” is not {a_noun}; give a number such as {example}.", field=field)
+    column_places = column.decimal_places or 0
+    places = column_places if places is None else min(places, column_places)
+    largest = Decimal(10 ** ((column.max_digits or 0) - column_places)) - Decimal(1).scaleb(-column_places)
+    largest = min(largest, most) if most is not None else largest
+    if abs(amount) > largest:
+        raise DomainError(f"{the_noun}{unit} is at most {largest:,}; “{shown}” is more.", field=field)
+    exponent = amount.as_tuple().exponent
+    assert isinstance(exponent, int)  # decimal_number reads finite numbers only
+    if -exponent > places:
+        if amount != amount.quantize(Decimal(1).scaleb(-places)):
+            raise DomainError(f"{the_noun}{unit} has at most {places} decimals; “{shown}” has more.",
+                              field=field)
+        amount = amount.quantize(Decimal(1).scaleb(-places))
+    return amount

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import datetime as dt
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -9,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing.models import IdlePolicy, Rate
+from billing.money import money_input
 from portal.audit import audit_record
 from portal.errors import DomainError
 from portal.models import User
@@ -21,13 +21,9 @@ def rate_set(*, actor: User, flavor: Flavor, price_per_gpu_hour: Any, currency: 
     """A new price from now or a later moment; the past keeps the prices it had."""
     if not actor.has_perm("billing.set_rates"):
         raise PermissionDenied
-    try:
-        price = Decimal(str(price_per_gpu_hour))
-    except InvalidOperation:
-        raise DomainError(
-            f"“{price_per_gpu_hour}” is not a price; give a number such as 2.75.", field="price_per_gpu_hour"
-        ) from None
-    if not price.is_finite() or price < 0:
+    price = money_input(price_per_gpu_hour, column=Rate._meta.get_field("price_per_gpu_hour"), field="price_per_gpu_hour",
+                        noun="price", unit=" per GPU-hour", example="2.75")
+    if price < 0:
         raise DomainError("A price per GPU-hour is zero or more.", field="price_per_gpu_hour")
     now = timezone.now()
     effective_from = effective_from or now

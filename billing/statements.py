@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from billing import ledger, periods, selectors, xid_credits
 from billing.models import Account, Adjustment, CapacityHour, Rate, Statement, StatementLine, UsageHour
-from billing.money import SECONDS_PER_HOUR, minor_unit, round_money
+from billing.money import SECONDS_PER_HOUR, minor_unit, money_input, round_money
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.models import User
@@ -409,26 +409,11 @@ def adjustment_add(*, actor: User, statement: Statement, account: Account, amoun
 
 def parse_amount(amount: Any, *, currency: str) -> Decimal:
     """An amount of money as typed, or a refusal that says what is wrong with it."""
-    text = str(amount if amount is not None else "").strip()
     places = minor_unit(currency)
-    example = "-120.50" if places else "-120"
-    if isinstance(amount, bool) or not text:
-        raise DomainError(f"Give the amount as a number such as {example} (negative for a credit).", field="amount")
-    try:
-        value = Decimal(text)
-    except InvalidOperation:
-        raise DomainError(f"“{text[:40]}” is not an amount; give a number such as {example} (negative for a credit).",
-                          field="amount") from None
-    if not value.is_finite():
-        raise DomainError("An amount is a finite number of money, not infinity or NaN.", field="amount")
+    value = money_input(amount, column=Adjustment._meta.get_field("amount"), field="amount", noun="amount",
+                        example=f"{'-120.50' if places else '-120'} (negative for a credit)", places=places,
+                        unit=f" in {currency}", most=Decimal(10**MAX_ADJUSTMENT_DIGITS) - Decimal(1).scaleb(-places))
     if value == 0:
         raise DomainError("An adjustment of zero changes nothing; give the amount to charge, or a negative credit.",
                           field="amount")
-    exponent = value.as_tuple().exponent
-    assert isinstance(exponent, int)  # finite, checked above
-    if -exponent > places and value != value.quantize(Decimal(1).scaleb(-places)):
-        raise DomainError(f"{currency} amounts have at most {places} decimals; “{text[:40]}” has more.", field="amount")
-    if value.adjusted() >= MAX_ADJUSTMENT_DIGITS:
-        raise DomainError(f"“{text[:40]}” is too large for an adjustment (at most {MAX_ADJUSTMENT_DIGITS} digits before "
-                          "the decimal point).", field="amount")
     return value.quantize(Decimal(1).scaleb(-places))

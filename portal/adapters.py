@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, ClassVar
 
 import django_filters
@@ -51,6 +52,26 @@ def whole_number(text: str | None) -> int | None:
     """The whole number written in ASCII digits, or None for anything else (signs, spaces, "²")."""
     text = (text or "").strip()
     return int(text) if WHOLE_NUMBER.fullmatch(text) else None
+
+
+# The same reasoning for a number with decimals: Decimal() also reads "１２", "1_000", "NaN" and
+# "Infinity", none of which a person typing an amount means. Thousands may be grouped by commas
+# ("12,500.50"); "2,75" is no grouping, so it is refused rather than read as 275. An exponent of
+# at most three ASCII digits is read ("1e6" is a million), so a column too small says so.
+DECIMAL_NUMBER = re.compile(r"(?P<sign>[-+]?)(?P<whole>[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)?(?:\.(?P<fraction>[0-9]*))?"
+                            r"(?P<exponent>[eE][-+]?[0-9]{1,3})?")
+DECIMAL_MOST_CHARACTERS = 1000  # far beyond any column; a longer text is not read at all
+
+
+def decimal_number(text: str | None) -> Decimal | None:
+    """The number written in ASCII digits with an optional sign, decimal point, commas between
+    thousands and exponent, or None for anything else (NaN, "１２", "1_000", an empty text)."""
+    text = (text or "").strip()
+    match = DECIMAL_NUMBER.fullmatch(text) if len(text) <= DECIMAL_MOST_CHARACTERS else None
+    if match is None or not (match["whole"] or match["fraction"]):
+        return None
+    fraction = f".{match['fraction']}" if match["fraction"] else ""
+    return Decimal(f"{match['sign']}{(match['whole'] or '0').replace(',', '')}{fraction}{match['exponent'] or ''}")
 
 
 # --- Pages -------------------------------------------------------------------------------------

@@ -176,8 +176,8 @@ def test_setting_a_budget_is_for_finance_and_platform_admins_and_is_audited(team
     ("Infinity", "USD", "“Infinity” is not an amount"),
     ("0", "USD", "A budget is more than zero"),
     ("-5", "USD", "A budget is more than zero"),
-    ("10.001", "USD", "A budget has at most two decimals (cents)."),
-    ("1e20", "USD", "A budget is at most 999,999,999,999.99 a month."),
+    ("10.001", "USD", "An amount for a budget has at most 2 decimals; “10.001” has more."),
+    ("1e20", "USD", "An amount for a budget is at most 999,999,999,999.99; “1e20” is more."),
     ("100", "US", "The currency is a three-letter code such as USD or EUR."),
     ("100", "ÜSD", "The currency is a three-letter code"),
 ])

@@ -58,13 +58,13 @@ def test_a_credit_is_a_negative_adjustment_that_changes_the_total_but_no_line(cl
     ("", "refund", "Give the amount as a number"),
     (None, "refund", "Give the amount as a number"),
     (True, "refund", "Give the amount as a number"),
-    ("NaN", "refund", "not infinity or NaN"),
-    ("-Infinity", "refund", "not infinity or NaN"),
+    ("NaN", "refund", "“NaN” is not an amount"),
+    ("-Infinity", "refund", "“-Infinity” is not an amount"),
     ("0", "refund", "An adjustment of zero changes nothing"),
-    ("1.005", "refund", "USD amounts have at most 2 decimals"),
-    ("1e20", "refund", "too large for an adjustment"),
-    ("9" * 16, "refund", "too large for an adjustment"),
-    ("1" * 400, "refund", "too large for an adjustment"),
+    ("1.005", "refund", "An amount in USD has at most 2 decimals"),
+    ("1e20", "refund", "An amount in USD is at most 999,999,999,999,999.99"),
+    ("9" * 16, "refund", "An amount in USD is at most 999,999,999,999,999.99"),
+    ("1" * 400, "refund", "An amount in USD is at most 999,999,999,999,999.99"),
 ])
 def test_bad_adjustments_are_refused_in_words_and_nothing_is_written(closed, finance_user, team, amount, reason, message):
     with pytest.raises(DomainError, match=message):

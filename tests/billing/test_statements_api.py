@@ -106,7 +106,7 @@ def test_finance_adjusts_through_the_api_and_refusals_are_sentences(october, fin
     for body, words in [({"team": "vision", "amount": "abc", "reason": "x"}, "“abc” is not an amount"),
                         ({"team": "vision", "amount": "-1", "reason": ""}, "An adjustment needs a reason"),
                         ({"team": "ghosts", "amount": "-1", "reason": "x"}, "“ghosts” is not a team on the October 2026"),
-                        ({"team": "vision", "amount": "NaN", "reason": "x"}, "not infinity or NaN")]:
+                        ({"team": "vision", "amount": "NaN", "reason": "x"}, "“NaN” is not an amount")]:
         response = client.post(path, body, format="json")
         assert response.status_code == 400 and words in response.json()["message"], body
     assert not Adjustment.objects.exists()
