@@ -1,17 +1,45 @@
+"""Django admin for finance and platform admins: the rate card.
+
+A price is set through services.rate_set, as the rate card page and the API set it: the same
+reading of the price (billing.money.money_input), the same rules and the same audit event; a
+refusal is an error on the form and nothing is saved.
+"""
+
 from __future__ import annotations
 
-from django.contrib import admin, messages
-from django.forms import ModelForm
+from decimal import Decimal
+
+from django import forms
+from django.contrib import admin
 from django.http import HttpRequest
 
 from billing import services
 from billing.models import Rate
+from billing.money import money_input
 from portal.adapters import signed_in_user
 from portal.errors import DomainError
+from tenants.admin import RefusalAsFormError
+
+
+class RateForm(forms.ModelForm):
+    # Text, read as the page and the API read it: a model DecimalField would take "１２" as 12.
+    price_per_gpu_hour = forms.CharField(max_length=40, label="Price per GPU-hour", help_text="e.g. 2.75")
+
+    class Meta:
+        model = Rate
+        fields = ("flavor", "price_per_gpu_hour", "currency", "effective_from", "note")
+
+    def clean_price_per_gpu_hour(self) -> Decimal:
+        try:
+            return money_input(self.cleaned_data["price_per_gpu_hour"], column=Rate._meta.get_field("price_per_gpu_hour"),
+                               field="price_per_gpu_hour", noun="price", unit=" per GPU-hour", example="2.75")
+        except DomainError as error:
+            raise forms.ValidationError(error.message) from None
 
 
 @admin.register(Rate)
-class RateAdmin(admin.ModelAdmin):
+class RateAdmin(RefusalAsFormError):
+    form = RateForm
     list_display = ("flavor", "price_per_gpu_hour", "currency", "effective_from", "created_by")
     list_filter = ("flavor",)
     fields = ("flavor", "price_per_gpu_hour", "currency", "effective_from", "note")
@@ -28,11 +56,7 @@ class RateAdmin(admin.ModelAdmin):
     def has_view_permission(self, request: HttpRequest, obj: Rate | None = None) -> bool:
         return request.user.has_perm("portal.read_costs")
 
-    def save_model(self, request: HttpRequest, obj: Rate, form: ModelForm, change: bool) -> None:
-        try:
-            rate = services.rate_set(actor=signed_in_user(request), flavor=obj.flavor, price_per_gpu_hour=obj.price_per_gpu_hour,
-                                     currency=obj.currency, effective_from=obj.effective_from, note=obj.note)
-        except DomainError as error:
-            messages.error(request, error.message)
-            return
-        obj.pk = rate.pk
+    def save_model(self, request: HttpRequest, obj: Rate, form: forms.ModelForm, change: bool) -> None:
+        rate = services.rate_set(actor=signed_in_user(request), flavor=obj.flavor, price_per_gpu_hour=obj.price_per_gpu_hour,
+                                 currency=obj.currency, effective_from=obj.effective_from, note=obj.note)
+        obj.pk, obj.currency, obj.created_by, obj.created_at = rate.pk, rate.currency, rate.created_by, rate.created_at

@@ -13,7 +13,7 @@ from django.http import HttpRequest
 
 from jobs import policy, reclaim, services
 from jobs.models import IdleDefaults, ImageRegistry, Workload, WorkloadTemplate, WorkloadTemplateVersion
-from tenants.admin import PlatformAdminOnly, RefusalAsMessage
+from tenants.admin import PlatformAdminOnly, RefusalAsFormError
 
 
 class PlatformAdminReadOnly:
@@ -77,7 +77,7 @@ class ImageRegistryForm(forms.ModelForm):
 
 
 @admin.register(ImageRegistry)
-class ImageRegistryAdmin(PlatformAdminOnly, RefusalAsMessage):
+class ImageRegistryAdmin(PlatformAdminOnly, RefusalAsFormError):
     """The image allow-list: platform admins add and remove entries through the services, which
     check the permission and write the audit trail."""
 
@@ -105,7 +105,7 @@ class ImageRegistryAdmin(PlatformAdminOnly, RefusalAsMessage):
 
 
 @admin.register(IdleDefaults)
-class IdleDefaultsAdmin(PlatformAdminOnly, RefusalAsMessage):
+class IdleDefaultsAdmin(PlatformAdminOnly, RefusalAsFormError):
     """The platform's idle policy (one row): saved through reclaim.idle_defaults_set, audited."""
 
     fields = reclaim.IDLE_DEFAULT_FIELDS

@@ -2,17 +2,17 @@
 
 Every write goes through a service, so the admin writes the same audit events, checks the same
 rules and queues the same cluster work as the pages and the API. A service's refusal is shown
-as an error message and nothing is saved.
+as an error on the form, what was typed kept, and nothing is saved.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import Model
 from django.forms import BaseInlineFormSet, ModelForm
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 
 from portal.adapters import signed_in_user
 from portal.errors import DomainError
@@ -42,10 +42,13 @@ class PlatformAdminOnly:
         return False
 
 
-class RefusalAsMessage(admin.ModelAdmin):
-    """Turns a DomainError raised while saving into an error message on the same form.
+class RefusalAsFormError(admin.ModelAdmin):
+    """Shows a DomainError raised while saving as an error on the same form, what was typed kept.
 
-    The admin saves inside one transaction, so letting the error leave it rolls everything back.
+    The admin saves inside one transaction, so the error leaving it rolls everything back; the
+    same request is then shown again with the refusal added to the form (on its field when the
+    form has one), so Django shows it as any invalid form and saves nothing, rather than a success
+    message for a save that did not happen.
     """
 
     def changeform_view(self, request: HttpRequest, object_id: str | None = None, form_url: str = "",
@@ -53,12 +56,29 @@ class RefusalAsMessage(admin.ModelAdmin):
         try:
             return super().changeform_view(request, object_id, form_url, extra_context)
         except DomainError as error:
-            self.message_user(request, f"Not saved: {error.message}", messages.ERROR)
-            return HttpResponseRedirect(request.get_full_path())
+            if request.method != "POST":
+                raise
+            request.service_refusal = error  # type: ignore[attr-defined]
+            return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> type[ModelForm]:
+        form = super().get_form(request, obj, change, **kwargs)
+        refusal: DomainError | None = getattr(request, "service_refusal", None)
+        if refusal is None:
+            return form
+        field, message = refusal.field, refusal.message
+
+        class Refused(form):  # type: ignore[valid-type, misc]
+            def clean(self) -> dict[str, Any]:
+                cleaned: dict[str, Any] = super().clean()
+                self.add_error(field if field in self.fields else None, message)
+                return cleaned
+
+        return Refused
 
 
 @admin.register(Flavor)
-class FlavorAdmin(PlatformAdminOnly, RefusalAsMessage):
+class FlavorAdmin(PlatformAdminOnly, RefusalAsFormError):
     manage_perm = "tenants.manage_flavors"
     list_display = ("name", "slug", "resource_name", "sharing_mode", "fraction_display", "capacity_units", "is_active")
     list_filter = ("sharing_mode", "is_active")
@@ -89,7 +109,7 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(PlatformAdminOnly, RefusalAsMessage):
+class TeamAdmin(PlatformAdminOnly, RefusalAsFormError):
     list_display = ("name", "slug", "cost_center", "sync_state_display", "created_at")
     search_fields = ("name", "slug", "cost_center")
     inlines = (MembershipInline,)
