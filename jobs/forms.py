@@ -14,6 +14,7 @@ from django.http import QueryDict
 
 from jobs import reclaim, rules, selectors, services
 from jobs.models import IdleAction, IdleDefaults, Priority, WorkloadTemplate, WorkloadTemplateVersion
+from portal.adapters import WholeNumberField
 from portal.errors import DomainError
 from portal.models import User
 from tenants import selectors as tenant_selectors
@@ -66,9 +67,9 @@ class LaunchForm(forms.Form):
     template = forms.ModelChoiceField(queryset=WorkloadTemplate.objects.none(), empty_label="Choose a template…")
     flavor = forms.ModelChoiceField(queryset=Flavor.objects.filter(is_active=True), to_field_name="slug",
                                     empty_label="Choose a flavor…")
-    units = forms.IntegerField(required=False, label="GPU units")
-    cpu = forms.IntegerField(required=False, label="CPU cores")
-    memory_gib = forms.IntegerField(required=False, label="Memory (GiB)")
+    units = WholeNumberField(required=False, label="GPU units")
+    cpu = WholeNumberField(required=False, label="CPU cores")
+    memory_gib = WholeNumberField(required=False, label="Memory (GiB)")
     priority = forms.ChoiceField(choices=Priority.choices, required=False)
     name = forms.CharField(max_length=60, required=False, strip=True)
 
@@ -185,11 +186,11 @@ MINUTES_MAX = 2_147_483_647  # the column's limit: a larger number is refused in
 
 
 def _minutes(label: str, *, least: int = 0) -> forms.IntegerField:
-    return forms.IntegerField(min_value=least, max_value=MINUTES_MAX, label=label)
+    return WholeNumberField(min_value=least, max_value=MINUTES_MAX, label=label)
 
 
 def _percent(label: str) -> forms.IntegerField:
-    return forms.IntegerField(min_value=0, max_value=100, label=label)
+    return WholeNumberField(min_value=0, max_value=100, label=label)
 
 
 class IdleDefaultsForm(forms.Form):

@@ -22,7 +22,7 @@ from jobs.models import (
     WorkloadTransition,
 )
 from jobs.parameters import TYPES as PARAMETER_TYPES
-from portal.adapters import StrictInputMixin
+from portal.adapters import StrictInputMixin, WholeNumberSerializerField
 from portal.models import User
 from tenants.models import Flavor, Team
 from tenants.serializers import VisibleTeamField
@@ -41,12 +41,12 @@ PRIORITY_ERRORS: dict[str, str | StrPromise] = {
 
 
 
-def limit_field(name: str) -> serializers.IntegerField:
+def limit_field(name: str) -> WholeNumberSerializerField:
     """A template limit, bounded as jobs/policy.LIMITS says, refused with the policy's sentence."""
     low, high = policy.LIMITS[name]
     sentence = f"{policy.WORDS[name]} must be a whole number from {low:,} to {high:,}."
-    return serializers.IntegerField(min_value=low, max_value=high, required=False,
-                                    error_messages={"min_value": sentence, "max_value": sentence, "invalid": sentence})
+    return WholeNumberSerializerField(min_value=low, max_value=high, required=False,
+                                      error_messages={"min_value": sentence, "max_value": sentence, "invalid": sentence})
 
 
 KIND_ERRORS: dict[str, str | StrPromise] = {
@@ -109,8 +109,8 @@ class ParameterSerializer(StrictInputMixin, serializers.Serializer):
                                      help_text="image and git only: where values may come from, e.g. ghcr.io/acme.")
     names = serializers.ListField(child=serializers.CharField(), required=False,
                                   help_text="env only: the variables people may set.")
-    max_items = serializers.IntegerField(required=False, help_text="args only: at most this many arguments.")
-    max_length = serializers.IntegerField(required=False, help_text="args only: each at most this many characters.")
+    max_items = WholeNumberSerializerField(required=False, help_text="args only: at most this many arguments.")
+    max_length = WholeNumberSerializerField(required=False, help_text="args only: each at most this many characters.")
     mount_path = serializers.CharField(required=False, help_text="volume and git only: where the container sees it.")
     # DRF's metaclass takes declared fields out of the class, so this never shadows Field.read_only.
     read_only = serializers.BooleanField(  # type: ignore[assignment]
@@ -356,10 +356,11 @@ class WorkloadLaunchSerializer(StrictInputMixin, serializers.Serializer):
         slug_field="slug", queryset=Flavor.objects.all(), help_text="Flavor slug; one the template allows.",
         error_messages={"does_not_exist": "There is no flavor “{value}”; see /api/flavors/ for their slugs."},
     )
-    units = serializers.IntegerField(required=False, allow_null=True, default=None,
+    units = WholeNumberSerializerField(required=False, allow_null=True, default=None,
                                      help_text="GPU units per worker; the template's default when left out.")
-    cpu = serializers.IntegerField(required=False, allow_null=True, default=None, help_text="CPU cores; template default.")
-    memory_gib = serializers.IntegerField(required=False, allow_null=True, default=None, help_text="Memory; template default.")
+    cpu = WholeNumberSerializerField(required=False, allow_null=True, default=None, help_text="CPU cores; template default.")
+    memory_gib = WholeNumberSerializerField(required=False, allow_null=True, default=None,
+                                            help_text="Memory; template default.")
     priority = serializers.ChoiceField(choices=Priority.choices, required=False, allow_null=True, default=None,
                                        error_messages=PRIORITY_ERRORS, help_text="The template's default when left out.")
     name = serializers.CharField(max_length=60, required=False, allow_blank=True, default="",
@@ -427,7 +428,7 @@ class WhyWaitingSerializer(serializers.Serializer):
 
 
 class ScaleSerializer(StrictInputMixin, serializers.Serializer):
-    replicas = serializers.IntegerField(min_value=1)
+    replicas = WholeNumberSerializerField(min_value=1)
 
 
 class LogsSerializer(serializers.Serializer):

@@ -20,6 +20,7 @@ from django.db.models import QuerySet
 
 from jobs import parameters
 from jobs.models import IdleAction, Priority, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
+from portal.adapters import WholeNumberField
 from portal.errors import DomainError
 from portal.models import User
 from tenants.models import Flavor, Membership, Team, user_team_roles
@@ -68,17 +69,17 @@ def _row_text(spec: dict[str, Any], key: str) -> str:
 
 
 def _number(text: str) -> Any:
-    """A bound as a number when it reads as one; otherwise the text, which check_declarations
-    refuses with a sentence naming the parameter."""
+    """A bound as a number when it reads as one (ASCII digits, as jobs.parameters reads a launch's
+    values: float() also reads "１", "1_0", "nan" and "inf"); otherwise the text, which
+    check_declarations refuses with a sentence naming the parameter."""
     text = text.strip()
     if not text:
         return None
     if parameters.WHOLE_NUMBER.fullmatch(text):
         return int(text)
-    try:
+    if parameters.DECIMAL_NUMBER.fullmatch(text):
         return float(text)
-    except ValueError:
-        return text
+    return text
 
 
 def _default(kind: str, text: str) -> Any:
@@ -132,28 +133,28 @@ class TemplateEditorForm(forms.Form):
     flavors = forms.ModelMultipleChoiceField(queryset=Flavor.objects.filter(is_active=True).order_by("name"),
                                              to_field_name="slug", widget=forms.CheckboxSelectMultiple,
                                              error_messages={"required": "Choose at least one GPU flavor the template may use."})
-    default_units = forms.IntegerField(min_value=0)
-    max_units = forms.IntegerField(min_value=0)
-    default_cpu = forms.IntegerField(min_value=0)
-    max_cpu = forms.IntegerField(min_value=0)
-    default_memory_gib = forms.IntegerField(min_value=0, label="Default memory (GiB)")
-    max_memory_gib = forms.IntegerField(min_value=0, label="Max memory (GiB)")
+    default_units = WholeNumberField(min_value=0)
+    max_units = WholeNumberField(min_value=0)
+    default_cpu = WholeNumberField(min_value=0)
+    max_cpu = WholeNumberField(min_value=0)
+    default_memory_gib = WholeNumberField(min_value=0, label="Default memory (GiB)")
+    max_memory_gib = WholeNumberField(min_value=0, label="Max memory (GiB)")
     default_priority = forms.ChoiceField(choices=Priority.choices)
     allowed_priorities = forms.MultipleChoiceField(choices=Priority.choices, widget=forms.CheckboxSelectMultiple,
                                                    label="Tiers members may use",
                                                    error_messages={"required": "Allow members at least one tier."})
-    max_runtime_seconds = forms.IntegerField(min_value=0, label="Max run time (seconds)")
-    storage_gib = forms.IntegerField(min_value=0, label="Storage (GiB, notebooks; 0 for none)")
-    port = forms.IntegerField(min_value=0, label="Port (inference and notebooks; 0 for none)")
+    max_runtime_seconds = WholeNumberField(min_value=0, label="Max run time (seconds)")
+    storage_gib = WholeNumberField(min_value=0, label="Storage (GiB, notebooks; 0 for none)")
+    port = WholeNumberField(min_value=0, label="Port (inference and notebooks; 0 for none)")
     # The idle policy (templates/jobs/_template_idle_policy.html): empty takes the platform's
     # default; a value outside the platform's bounds is refused by jobs.idle_policy, in words.
-    idle_threshold_percent = forms.IntegerField(min_value=0, max_value=100, required=False,
+    idle_threshold_percent = WholeNumberField(min_value=0, max_value=100, required=False,
                                                 label="Idle below this GPU engine active (%)")
-    idle_window_minutes = forms.IntegerField(min_value=1, required=False, label="Idle for (minutes) before a warning")
+    idle_window_minutes = WholeNumberField(min_value=1, required=False, label="Idle for (minutes) before a warning")
     idle_action = forms.ChoiceField(choices=[("", "The platform's default"), *IdleAction.choices], required=False,
                                     label="Then, after the grace")
-    idle_grace_minutes = forms.IntegerField(min_value=0, required=False, label="Grace after the warning (minutes)")
-    idle_minutes = forms.IntegerField(min_value=0, label="Older notebooks: stop after this many idle minutes (0: never)")
+    idle_grace_minutes = WholeNumberField(min_value=0, required=False, label="Grace after the warning (minutes)")
+    idle_minutes = WholeNumberField(min_value=0, label="Older notebooks: stop after this many idle minutes (0: never)")
     # Where the preview's dry run asks the cluster.
     check_in = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="slug", required=False,
                                       label="Check in the namespace of", empty_label="No team: do not check")

@@ -120,13 +120,18 @@ def launch_hint(request: HtmxHttpRequest) -> HttpResponse:
         context["refusal"] = next(iter(e for errors in form.errors.values() for e in errors))
     else:
         launch = form.launch_request()
-        units = launch.units if launch.units is not None else form.version.default_units  # type: ignore[union-attr]
+        version = launch.version or launch.template.current
+        units = launch.units if launch.units is not None else version.default_units
         # Per pod, times the pods: a refused distributed job's hint still counts every worker.
-        pods = services.pods_asked(version=launch.version or launch.template.current, parameters=launch.parameters)
+        pods = services.pods_asked(version=version, parameters=launch.parameters)
         try:
             _, _, resources = services.check_launch(user=request.user, request=launch)
         except DomainError as error:
             context["refusal"] = error.message
+            if not 1 <= units <= version.max_units:
+                # A count the template refuses has no quota or price to weigh (40 digits once
+                # overflowed the price's arithmetic): the refusal is the whole answer.
+                return render(request, "jobs/launch.html#launch-hint", context)
             units *= pods
         else:
             units, pods = resources["units"] * resources["workers"], resources["workers"]

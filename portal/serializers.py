@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from rest_framework import serializers
 
+from portal.adapters import WholeNumberSerializerField
 from portal.models import ApiToken, Notification
 
 
@@ -16,7 +17,7 @@ class NotificationSerializer(serializers.ModelSerializer):
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
-    expires_in_days = serializers.IntegerField(write_only=True, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
+    expires_in_days = WholeNumberSerializerField(write_only=True, min_value=1, max_value=settings.API_TOKEN_MAX_DAYS)
 
     class Meta:
         model = ApiToken

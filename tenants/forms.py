@@ -10,6 +10,7 @@ from django import forms
 from django.contrib.auth.models import AnonymousUser
 from django.http import QueryDict
 
+from portal.adapters import WholeNumberField
 from portal.errors import DomainError
 from portal.models import User
 from tenants import selectors, services
@@ -180,6 +181,9 @@ class FlavorForm(forms.ModelForm):
         labels = {"fraction_numerator": "Fraction of a GPU: numerator", "fraction_denominator": "denominator",
                   "capacity_units": "Capacity (units)"}
         widgets = {"node_labels": forms.Textarea(attrs={"rows": 4}), "tolerations": forms.Textarea(attrs={"rows": 3})}
+        # ASCII digits only: Django's IntegerField reads "１" as 1.
+        field_classes = {"fraction_numerator": WholeNumberField, "fraction_denominator": WholeNumberField,
+                         "capacity_units": WholeNumberField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from django.db import models
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.adapters import StrictInputMixin, VisibleSlugField, error_sentences
+from portal.adapters import StrictInputMixin, VisibleSlugField, WholeNumberSerializerField, error_sentences
 from portal.models import AuditEvent, User
 from tenants import selectors
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
@@ -201,6 +202,11 @@ class FlavorSerializer(serializers.Serializer):
 
 
 class FlavorWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
+    # Whole numbers in ASCII digits, as the rest of the API reads them, within the model's bounds.
+    serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
+                                models.PositiveSmallIntegerField: WholeNumberSerializerField,
+                                models.PositiveIntegerField: WholeNumberSerializerField}
+
     class Meta:
         model = Flavor
         fields = ["name", "slug", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
@@ -219,7 +225,7 @@ class QuotaLineSerializer(serializers.Serializer):
         allow_null=True, help_text="What was granted: the units asked or fewer; null until approved.")
 
 
-class UnitsField(serializers.IntegerField):
+class UnitsField(WholeNumberSerializerField):
     def to_internal_value(self, data: Any) -> int:
         try:
             return super().to_internal_value(data)
@@ -281,8 +287,8 @@ class QuotaRequestCreateSerializer(StrictInputMixin, serializers.Serializer):
     justification = serializers.CharField(allow_blank=True, default="", help_text="Why the team needs it.")
     ends_on = serializers.DateField(allow_null=True, default=None,
                                     help_text="Last day of temporary quota; leave out for permanent.")
-    renews = serializers.IntegerField(allow_null=True, default=None, min_value=1,
-                                      help_text="Id of an approved temporary request whose grants this one continues.")
+    renews = WholeNumberSerializerField(allow_null=True, default=None, min_value=1,
+                                        help_text="Id of an approved temporary request whose grants this one continues.")
 
 
 class QuotaDecisionSerializer(StrictInputMixin, serializers.Serializer):
