@@ -203,6 +203,17 @@ class Flavor(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            # One unit is numerator/denominator of a physical GPU, never more than one and never a
+            # division by zero (a denominator of 0 made every page reading a fraction a 500).
+            models.CheckConstraint(
+                condition=Q(fraction_numerator__gte=1, fraction_denominator__gte=1, fraction_denominator__lte=256,
+                            fraction_numerator__lte=models.F("fraction_denominator")),
+                name="flavor_fraction_of_one_gpu",
+                violation_error_message="One unit is a fraction of one GPU: numerator and denominator are whole numbers "
+                                        "from 1 to 256, the numerator at most the denominator.",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -230,7 +241,14 @@ class Flavor(models.Model):
         if len(name_part.encode()) > 63:
             raise ValidationError({"resource_name": f"The part after the “/” is {len(name_part.encode())} bytes long; "
                                                     "Kubernetes allows at most 63."})
-        if self.fraction > 1:
+        numerator, denominator = self.fraction_numerator, self.fraction_denominator
+        # Checked before the fraction is made: a denominator of 0 is no fraction at all.
+        if not isinstance(denominator, int) or denominator < 1:
+            raise ValidationError({"fraction_denominator": "The denominator is a whole number of at least 1: one unit is "
+                                                           "numerator/denominator of a physical GPU."})
+        if not isinstance(numerator, int) or numerator < 1:
+            raise ValidationError({"fraction_numerator": "The numerator is a whole number of at least 1."})
+        if numerator > denominator:
             raise ValidationError({"fraction_numerator": "One unit cannot be more than one physical GPU."})
         if not isinstance(self.node_labels, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.node_labels.items()
