@@ -1,7 +1,8 @@
 """Status sync: reads what the cluster says about the portal's workloads and records it.
 
 One pass lists the portal's Jobs, Deployments, StatefulSets and pods and Kueue's Workloads (five
-calls, however many workloads), derives each active workload's phase with the reason in
+calls, however many workloads; with PORTAL_NAMESPACED_READS pods are listed per team namespace
+that has a workload to follow, four calls plus one per such team), derives each active workload's phase with the reason in
 words, and records every pod's run interval keyed by its UID, so reading the same cluster
 again, after a watch expired or the worker restarted, changes nothing.
 
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.dispatch import Signal
@@ -34,7 +36,9 @@ from jobs.services import record_transition
 from portal.adapters import whole_number
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.kube.base import quantity
+from portal.kube.store import list_each
 from tenants import selectors as tenant_selectors
+from tenants.models import Team
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,34 @@ WATCHED: tuple[tuple[str, str, dict[str, str] | None], ...] = (
     ("v1", "Pod", MANAGED),
     (KUEUE, "Workload", None),
 )
+# Of WATCHED, the kinds the portal may read only in team namespaces when PORTAL_NAMESPACED_READS
+# is on (its ClusterRole then holds no read of them across the cluster): listed and watched per
+# namespace, one call or one watch each, rather than once.
+TEAM_NAMESPACE_KINDS = frozenset({"Pod"})
+# How long after a workload ends its team's namespace is still read for its pods: pods winding
+# down after a stop, or seen only after the Job's end, still get their run interval recorded.
+WINDING_DOWN = dt.timedelta(hours=1)
+
+
+def read_per_namespace(kind: str) -> bool:
+    return kind in TEAM_NAMESPACE_KINDS and settings.PORTAL_NAMESPACED_READS
+
+
+def read_namespaces(kind: str) -> list[str] | None:
+    """Where the sync reads `kind`: the namespaces of workload_namespaces() when the portal's
+    reads of it are namespaced; None, the whole cluster, otherwise."""
+    return workload_namespaces() if read_per_namespace(kind) else None
+
+
+def workload_namespaces() -> list[str]:
+    """The team namespaces where the sync may find pods it records: those of teams with a
+    workload active, ended within WINDING_DOWN, or with a run interval still open. A team with
+    nothing running costs no call (one query of the database)."""
+    recent = timezone.now() - WINDING_DOWN
+    busy = Workload.objects.filter(Q(phase__in=Workload.ACTIVE_PHASES) | Q(finished_at__gte=recent), team=OuterRef("pk"))
+    still_open = RunInterval.objects.filter(workload__team=OuterRef("pk"), ended_at__isnull=True)
+    teams = Team.objects.filter(Exists(busy) | Exists(still_open)).only("slug")
+    return sorted(team.namespace for team in teams)
 
 
 @dataclass
@@ -75,8 +107,8 @@ class Snapshot:
 
     @classmethod
     def read(cls) -> Snapshot:
-        cluster = gateway()
-        return cls.of({kind: cluster.list(api_version, kind, labels=labels)[0] for api_version, kind, labels in WATCHED})
+        return cls.of({kind: list_each(api_version, kind, namespaces=read_namespaces(kind), labels=labels)
+                       for api_version, kind, labels in WATCHED})
 
     @classmethod
     def of(cls, objects: dict[str, list[dict[str, Any]]], keys: set[Key] | None = None) -> Snapshot:

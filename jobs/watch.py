@@ -17,17 +17,19 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from jobs.sync import WATCHED, Key, Snapshot, SyncResult, sync_snapshot
+from jobs.sync import OWNER_KINDS, WATCHED, Key, Snapshot, SyncResult, read_namespaces, read_per_namespace, sync_snapshot
 from portal.adapters import whole_number
 from portal.kube import WatchEvent
-from portal.kube.store import follow, unmanaged
+from portal.kube.store import NamespacedFollow, follow, unmanaged
 
 ObjectKey = tuple[str, str]  # (namespace, name)
+# The kinds that own a workload's pods: where one is added, pods follow.
+OWNER_KIND_NAMES = frozenset(kind for _, kind in OWNER_KINDS.values())
 
 
 class WorkloadInformer:
     def __init__(self, *, watch_seconds: int = 300, batch_seconds: float = 0.05,
-                 fence: Callable[[], None] | None = None) -> None:
+                 fence: Callable[[], None] | None = None, namespaces_seconds: float = 10.0) -> None:
         # Called before each write; raises once this process may no longer write (portal.leader).
         self.fence = fence
         self.store: dict[str, dict[ObjectKey, dict[str, Any]]] = {kind: {} for _, kind, _ in WATCHED}
@@ -46,16 +48,35 @@ class WorkloadInformer:
         # Workloads touched before every kind was listed once: synced as soon as all are.
         self.pending: set[Key] = set()
         self.threads: list[threading.Thread] = []
+        # The kinds watched per team namespace (PORTAL_NAMESPACED_READS), which ask every
+        # `namespaces_seconds` which teams have workloads to follow (jobs.sync.workload_namespaces):
+        # a team's first launch is watched that soon, and the full pass covers it meanwhile.
+        self.followed: dict[str, NamespacedFollow] = {}
+        self.namespaces_seconds = namespaces_seconds
 
     def _arrived(self, kind: str) -> Callable[[WatchEvent], None]:
         return lambda event: self.events.put((kind, event, time.time()))
 
+    @staticmethod
+    def _namespaces(kind: str) -> Callable[[], list[str]]:
+        return lambda: read_namespaces(kind) or []
+
     def start(self) -> None:
         for api_version, kind, labels in WATCHED:
-            thread = threading.Thread(
-                target=follow, args=(api_version, kind, labels, self._arrived(kind)),
-                kwargs={"stopping": self.stopping, "watch_seconds": self.watch_seconds}, daemon=True, name=f"watch-{kind}",
-            )
+            if not read_per_namespace(kind):
+                thread = threading.Thread(
+                    target=follow, args=(api_version, kind, labels, self._arrived(kind)),
+                    kwargs={"stopping": self.stopping, "watch_seconds": self.watch_seconds}, daemon=True,
+                    name=f"watch-{kind}",
+                )
+            else:
+                # A watch per team namespace, started and stopped as teams come and go; its
+                # namespaces' first lists make the kind ready.
+                followed = self.followed[kind] = NamespacedFollow(
+                    api_version, kind, labels, self._arrived(kind), namespaces=self._namespaces(kind),
+                    stopping=self.stopping, watch_seconds=self.watch_seconds, every=self.namespaces_seconds)
+                self.ready[kind] = followed.listed
+                thread = threading.Thread(target=followed.run, daemon=True, name=f"watch-{kind}-namespaces")
             thread.start()
             self.threads.append(thread)
 
@@ -65,7 +86,17 @@ class WorkloadInformer:
     def _apply(self, kind: str, event: WatchEvent) -> set[Key]:
         """Updates the cache; returns the workloads the change may concern."""
         store, namespaces = self.store[kind], self.namespaces[kind]
+        if event.type == "RELISTED" and "namespace" in event.object:
+            # One namespace's list (a kind followed per team namespace): it replaces that namespace only.
+            changed = [store.pop(key) for key in namespaces.pop(event.object["namespace"], set())]
+            items = event.object.get("items", [])
+            for item in items:
+                key = (item["metadata"].get("namespace", ""), item["metadata"]["name"])
+                store[key] = unmanaged(item)
+                namespaces[key[0]].add(key)
+            return self._keys([*changed, *items])
         if event.type == "RELISTED":
+            before = set(store)
             changed = list(store.values())
             store.clear()
             namespaces.clear()
@@ -74,9 +105,12 @@ class WorkloadInformer:
                 store[key] = unmanaged(item)
                 namespaces[key[0]].add(key)
             self.ready[kind].set()
+            self._pods_follow(kind, {key for key in store if key not in before})
             return self._keys([*changed, *store.values()])
         obj = event.object
         key = (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        if event.type != "DELETED" and key not in store:
+            self._pods_follow(kind, {key})
         if event.type == "DELETED":
             store.pop(key, None)
             keys = namespaces.get(key[0])
@@ -88,6 +122,17 @@ class WorkloadInformer:
             store[key] = unmanaged(obj)
             namespaces[key[0]].add(key)
         return self._keys([obj])
+
+    def _pods_follow(self, kind: str, new: set[ObjectKey]) -> None:
+        """A Job, Deployment or StatefulSet of the portal's seen for the first time: its pods come
+        next, so where pods are watched per namespace, its namespace is watched now rather than
+        at the next turn of the namespaces' follow (a watch round's list may bring it, as well as
+        an ADDED event)."""
+        if kind not in OWNER_KIND_NAMES or not self.followed:
+            return
+        for namespace in sorted({namespace for namespace, _ in new}):
+            for followed in self.followed.values():
+                followed.ensure(namespace)
 
     def _keys(self, objects: list[dict[str, Any]]) -> set[Key]:
         keys: set[Key] = set()

@@ -568,6 +568,17 @@ def service_account_namespace(path: str = "/var/run/secrets/kubernetes.io/servic
 PORTAL_NAMESPACE = namespace_name("PORTAL_NAMESPACE", env("PORTAL_NAMESPACE", service_account_namespace() or "gpu-portal"))
 PORTAL_POD_LABELS = env_labels("PORTAL_POD_LABELS", "app.kubernetes.io/name=gpu-portal")
 
+# Namespaced reads (the chart's rbac.namespacedReads): the portal's ClusterRole holds no read of
+# pods, logs, events or data volumes and nothing of Secrets; in each team namespace it makes, the
+# portal binds its own ServiceAccount (PORTAL_SERVICE_ACCOUNT, in PORTAL_NAMESPACE) to
+# PORTAL_TEAM_NAMESPACE_ROLE, and it lists and watches pods namespace by namespace.
+PORTAL_NAMESPACED_READS = env_bool("PORTAL_NAMESPACED_READS", False)
+PORTAL_TEAM_NAMESPACE_ROLE = env("PORTAL_TEAM_NAMESPACE_ROLE", "")
+PORTAL_SERVICE_ACCOUNT = env("PORTAL_SERVICE_ACCOUNT", "")
+if PORTAL_NAMESPACED_READS and not (PORTAL_TEAM_NAMESPACE_ROLE and PORTAL_SERVICE_ACCOUNT):
+    raise ImproperlyConfigured("PORTAL_NAMESPACED_READS needs PORTAL_TEAM_NAMESPACE_ROLE and PORTAL_SERVICE_ACCOUNT: "
+                               "the ClusterRole and the ServiceAccount the portal binds in each team namespace.")
+
 # Leader election (portal/leader.py) through Leases in the pod's namespace, as client-go's: the
 # watch sync elects one writer when PORTAL_LEADER_ELECTION is on (several replicas); run_beat
 # always holds its Lease. A leader that cannot renew for the renew deadline stops writing, and

@@ -67,6 +67,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     held = _hold_provider(list(teams_by_id)) if _hold_provider else set()
     specs = {}
     network = network_spec()
+    reader = portal_reader()
     for team in teams_by_id.values():
         specs[team.pk] = (team, manifests.TeamSpec(
             slug=team.slug,
@@ -89,8 +90,17 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             user_prefix=settings.KUBE_OIDC_USERNAME_PREFIX,
             member_role=settings.PORTAL_MEMBER_CLUSTER_ROLE,
             held=team.pk in held,
+            portal_reader=reader,
         ))
     return specs
+
+
+def portal_reader() -> manifests.PortalReader | None:
+    """The portal's own binding in each team namespace, when its reads are namespaced."""
+    if not settings.PORTAL_NAMESPACED_READS:
+        return None
+    return manifests.PortalReader(cluster_role=settings.PORTAL_TEAM_NAMESPACE_ROLE,
+                                  service_account=settings.PORTAL_SERVICE_ACCOUNT, namespace=settings.PORTAL_NAMESPACE)
 
 
 def cluster_subjects(*, team_ids: list[int]) -> dict[int, list[str]]:

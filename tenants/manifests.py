@@ -166,6 +166,16 @@ def egress_allowance(*, network: NetworkSpec) -> list[dict[str, Any]]:
 
 
 @dataclass(frozen=True)
+class PortalReader:
+    """The portal's own ServiceAccount and the ClusterRole of what it does only inside team
+    namespaces (read pods, their logs and events, and data volumes; write a notebook's token)."""
+
+    cluster_role: str
+    service_account: str
+    namespace: str  # the ServiceAccount's: the portal's own namespace
+
+
+@dataclass(frozen=True)
 class TeamSpec:
     slug: str
     quotas: tuple[FlavorQuota, ...]  # every active flavor, nominal 0 where the team has no grant
@@ -188,6 +198,9 @@ class TeamSpec:
     adopts_unannotated: bool = False
     # Held by a hard-stopped budget: the LocalQueue admits nothing new; what runs continues.
     held: bool = False
+    # Where the portal reads pods, logs, events and data volumes only in namespaces it made (the
+    # chart's rbac.namespacedReads): its own ServiceAccount, bound in the team's namespace.
+    portal_reader: PortalReader | None = None
 
     @property
     def namespace(self) -> str:
@@ -425,6 +438,17 @@ def make_role_binding(*, team: TeamSpec) -> dict[str, Any]:
     }
 
 
+def make_portal_role_binding(*, team: TeamSpec, reader: PortalReader) -> dict[str, Any]:
+    """The portal's own reads in the team's namespace, where the ClusterRole it holds across the
+    cluster no longer grants them. Made right after the namespace, before anything that needs it."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": _team_meta("gpu-portal-service-account", team),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader.cluster_role},
+        "subjects": [{"kind": "ServiceAccount", "name": reader.service_account, "namespace": reader.namespace}],
+    }
+
+
 def make_cluster_queue(*, team: TeamSpec) -> dict[str, Any]:
     # One resource group per GPU resource name: flavors that share a resource (two models of
     # whole GPUs) are alternatives Kueue tries in order; different resources never mix.
@@ -466,8 +490,10 @@ def make_local_queue(*, team: TeamSpec) -> dict[str, Any]:
 
 def make_team_objects(*, team: TeamSpec) -> list[dict[str, Any]]:
     """Everything a team has in the cluster, in the order to create it."""
+    reader = team.portal_reader
     return [
         make_namespace(team=team),
+        *([make_portal_role_binding(team=team, reader=reader)] if reader is not None else []),
         make_resource_quota(team=team),
         make_limit_range(team=team),
         *make_network_policies(team=team),

@@ -3,7 +3,9 @@ again.
 
 `follow` is the one loop that keeps a watch going for as long as a process runs: each round
 starts from a fresh list (the gateway's RELISTED event), so nothing is missed between rounds or
-after a failure. `KindStore` keeps the objects of some kinds that way. Either is a cache: the
+after a failure. `NamespacedFollow` keeps one going per team namespace for a kind the portal may
+read only there, and `list_each` lists such a kind namespace by namespace. `KindStore` keeps the
+objects of some kinds that way. Either is a cache: the
 watches of different kinds deliver in no common order, and what it holds may have changed a
 moment ago, so a caller confirms with a direct read before any verdict that writes.
 """
@@ -12,38 +14,168 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db import connection
 
-from portal.kube.base import ObjectRef, WatchEvent, ref_of
+from portal.kube.base import KubeError, ObjectRef, WatchEvent, ref_of
 from portal.kube.select import gateway
 
 log = logging.getLogger(__name__)
 
 
+# After a failed round a watch starts over in 1 s, then 2, 4... up to this: a namespace the
+# portal may not read (yet) is asked again now and then, not every second.
+RETRY_MOST_SECONDS = 30
+
+
 def follow(
     api_version: str, kind: str, labels: dict[str, str] | None, deliver: Callable[[WatchEvent], None],
-    *, stopping: threading.Event, watch_seconds: int = 300,
+    *, stopping: threading.Event, watch_seconds: int = 300, namespace: str | None = None,
+    failed: Callable[[Exception], None] | None = None,
 ) -> None:
-    """Hands every event of one kind's watch to `deliver` until `stopping` is set, starting over
-    from a list after each round and after any failure. Meant to be a thread's target."""
+    """Hands every event of one kind's watch (in one namespace, or across the cluster) to
+    `deliver` until `stopping` is set, starting over from a list after each round and after any
+    failure, which `failed` hears of. Meant to be a thread's target."""
+    failures = 0
     try:
         while not stopping.is_set():
             try:
                 # No resourceVersion: each round starts from a list, so nothing is missed between rounds.
-                for event in gateway().watch(api_version, kind, labels=labels, timeout_seconds=watch_seconds):
+                for event in gateway().watch(api_version, kind, namespace=namespace, labels=labels,
+                                             timeout_seconds=watch_seconds):
                     if stopping.is_set():
                         return
+                    if event.type == "RELISTED":
+                        failures = 0
                     deliver(event)
             except Exception as error:  # noqa: BLE001 - a watcher must outlive any one failure
                 if stopping.is_set():
                     return
-                log.warning("watch of %s failed, starting over: %s", kind, error)
-                stopping.wait(1)
+                failures += 1
+                log.warning("watch of %s%s failed, starting over: %s", kind, f" in {namespace}" if namespace else "", error)
+                if failed is not None:
+                    failed(error)
+                stopping.wait(min(2 ** (failures - 1), RETRY_MOST_SECONDS))
     finally:
         connection.close()  # the simulated cluster reads the database from this thread
+
+
+class NamespacedFollow:
+    """One kind followed namespace by namespace, for a portal that may read it only in the teams'
+    namespaces (PORTAL_NAMESPACED_READS): a `follow` thread per namespace `namespaces()` names,
+    asked again every `every` seconds, so a watch starts for a namespace newly named (or at once,
+    through `ensure`) and stops for one no longer named.
+
+    Each namespace's RELISTED event carries that "namespace" beside its items, so a consumer
+    replaces only that namespace's objects; a namespace no longer followed is delivered as one
+    with no items. `listed` is set once each namespace first named has been listed or has failed
+    once (one the portal may not read yet must not hold up every other). `run` is a thread's target."""
+
+    def __init__(self, api_version: str, kind: str, labels: dict[str, str] | None, deliver: Callable[[WatchEvent], None],
+                 *, namespaces: Callable[[], Iterable[str]], stopping: threading.Event, watch_seconds: int = 300,
+                 every: float = 30.0) -> None:
+        self.api_version, self.kind, self.labels, self.deliver = api_version, kind, labels, deliver
+        self.namespaces, self.stopping, self.watch_seconds, self.every = namespaces, stopping, watch_seconds, every
+        self.listed = threading.Event()
+        self._heard_lock = threading.Lock()
+        self._unheard: set[str] | None = None  # of the first namespaces named, those not yet listed or failed
+        self._lock = threading.Lock()  # guards running and ensured: `ensure` comes from another thread
+        self.running: dict[str, threading.Event] = {}  # namespace -> its watch's own stop
+        self._ensured: dict[str, float] = {}  # namespace -> when `ensure` started it
+
+    def _heard(self, namespace: str) -> None:
+        with self._heard_lock:
+            if self._unheard is not None:
+                self._unheard.discard(namespace)
+                if not self._unheard:
+                    self.listed.set()
+
+    def _deliverer(self, namespace: str) -> Callable[[WatchEvent], None]:
+        def deliver(event: WatchEvent) -> None:
+            if event.type == "RELISTED":
+                event = WatchEvent("RELISTED", {**event.object, "namespace": namespace})
+            self.deliver(event)
+            if event.type == "RELISTED":
+                self._heard(namespace)
+        return deliver
+
+    def _start(self, namespace: str) -> None:
+        """Starts following `namespace`; the caller holds the lock."""
+        stop = self.running[namespace] = threading.Event()
+        threading.Thread(
+            target=follow, args=(self.api_version, self.kind, self.labels, self._deliverer(namespace)),
+            kwargs={"stopping": stop, "watch_seconds": self.watch_seconds, "namespace": namespace,
+                    "failed": lambda _error: self._heard(namespace)},
+            daemon=True, name=f"watch-{self.kind}-{namespace}",
+        ).start()
+
+    def ensure(self, namespace: str) -> None:
+        """Follows `namespace` now rather than at the next turn: what comes there next (a new
+        Job's pods) is watched from the start. A namespace not named by then is stopped again."""
+        with self._lock:
+            if namespace not in self.running and not self.stopping.is_set():
+                self._ensured[namespace] = time.monotonic()
+                self._start(namespace)
+
+    def converge(self) -> None:
+        """Starts a watch for each namespace named and not followed, stops those no longer named."""
+        asked = time.monotonic()
+        wanted = set(self.namespaces())
+        with self._heard_lock:
+            if self._unheard is None:
+                self._unheard = set(wanted)
+                if not wanted:
+                    self.listed.set()
+        with self._lock:
+            for namespace in sorted(wanted - set(self.running)):
+                self._start(namespace)
+            # One `ensure` started after the names were read is newer than they are: kept for the next turn.
+            gone = sorted(namespace for namespace in set(self.running) - wanted
+                          if self._ensured.get(namespace, 0.0) < asked)
+            for namespace in gone:
+                self.running.pop(namespace).set()
+                self._ensured.pop(namespace, None)
+        for namespace in gone:
+            self.deliver(WatchEvent("RELISTED", {"items": [], "namespace": namespace}))
+            self._heard(namespace)
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.is_set():
+                try:
+                    self.converge()
+                except Exception as error:  # noqa: BLE001 - asked again at the next turn
+                    log.warning("could not read which namespaces to watch %s in: %s", self.kind, error)
+                finally:
+                    connection.close()  # namespaces() reads the database from this thread
+                self.stopping.wait(self.every)
+        finally:
+            with self._lock:
+                for stop in self.running.values():
+                    stop.set()
+
+
+def list_each(api_version: str, kind: str, *, namespaces: Iterable[str] | None,
+              labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """The objects of a kind matching `labels`: one list across the cluster (`namespaces` None),
+    or one per namespace. A namespace the portal may not read (403: made a moment ago, before its
+    RoleBinding is in force) or that is gone (404) is left out, as a cache that has not caught up
+    leaves it out: to the status sync, absence proves nothing."""
+    cluster = gateway()
+    if namespaces is None:
+        return cluster.list(api_version, kind, labels=labels)[0]
+    found: list[dict[str, Any]] = []
+    for namespace in namespaces:
+        try:
+            found += cluster.list(api_version, kind, namespace=namespace, labels=labels)[0]
+        except KubeError as error:
+            if error.status not in (403, 404):
+                raise
+            log.info("%s in %s left out of this pass: %s", kind, namespace, error)
+    return found
 
 
 class KindStore:

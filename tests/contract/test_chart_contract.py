@@ -58,7 +58,7 @@ CLUSTER_KINDS = "clusterroles,clusterrolebindings,validatingadmissionpolicies,va
 
 
 class Release:
-    def __init__(self, control_plane: Any) -> None:
+    def __init__(self, control_plane: Any, *overrides: dict[str, Any]) -> None:
         self.control_plane = control_plane
         suffix = uuid.uuid4().hex[:6]
         self.name, self.namespace = f"portal-{suffix}", f"gpu-portal-{suffix}"
@@ -66,7 +66,7 @@ class Release:
         self.node = f"{self.name}-node"
         # Its pods stay on a node of their own, away from the GPU nodes other tests count on.
         self.values = merged({"web": {"replicas": 1}, "watcher": {"replicas": 2},
-                              "nodeSelector": {"gpu-portal.io/chart-test": self.name}})
+                              "nodeSelector": {"gpu-portal.io/chart-test": self.name}}, *overrides)
 
     def helm(self, *args: str, values: dict[str, Any] | None = None, check: bool = True) -> str:
         command = [helm(), *args, "--namespace", self.namespace, "--kubeconfig", str(self.control_plane.kubeconfig_path)]
@@ -107,7 +107,12 @@ class Release:
 
 @pytest.fixture(scope="module")
 def release(control_plane) -> Iterator[Release]:
-    release = Release(control_plane)
+    yield from installed(Release(control_plane))
+
+
+def installed(release: Release) -> Iterator[Release]:
+    """The release installed until the module is done with it, then uninstalled."""
+    control_plane = release.control_plane
     # Pod Security `restricted` enforced, as a careful site would: every pod of the chart must pass.
     release.kubectl("create", "namespace", release.namespace)
     release.kubectl("label", "namespace", release.namespace, "pod-security.kubernetes.io/enforce=restricted")
@@ -130,6 +135,10 @@ def release(control_plane) -> Iterator[Release]:
 
 @pytest.fixture(scope="module")
 def portal_gateway(release) -> KubernetesGateway:
+    return account_gateway(release)
+
+
+def account_gateway(release: Release) -> KubernetesGateway:
     """The gateway as the portal's pods have it: the chart's ServiceAccount, with a token from the TokenRequest API."""
     token = release.kubectl("create", "token", release.fullname, "-n", release.namespace, "--duration=2h").strip()
     configuration = k8s_client.Configuration()
@@ -195,6 +204,12 @@ class AsThePortal:
 @pytest.fixture
 def cluster(request, settings, db, release, portal_gateway, control_plane):
     """The contract suite's `cluster`, on the real control plane, as the chart's ServiceAccount."""
+    yield from as_the_chart_account(settings, release, portal_gateway)
+
+
+def as_the_chart_account(settings: Any, release: Release, portal_gateway: KubernetesGateway) -> Iterator[ClusterUnderTest]:
+    """The cluster under test as the release's ServiceAccount, with the settings its chart gives."""
+    control_plane = release.control_plane
     admin = KubernetesGateway.from_kubeconfig(str(control_plane.kubeconfig_path))
     under_test = ClusterUnderTest("real", AsThePortal(portal_gateway, admin), control_plane)
     settings.PORTAL_COHORT = under_test.unique("cohort")

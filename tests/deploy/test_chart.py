@@ -55,8 +55,19 @@ def minimal() -> list[dict[str, Any]]:
     return render(merged())
 
 
+NAMESPACED_READS = {"rbac": {"namespacedReads": True}}
+# What the portal does only in team namespaces when its reads are namespaced.
+TEAM_NAMESPACE_RESOURCES = {"secrets", "persistentvolumeclaims", "pods", "pods/log", "events"}
+
+
+@pytest.fixture(scope="module")
+def namespaced() -> list[dict[str, Any]]:
+    return render(merged(EVERYTHING_ON, NAMESPACED_READS))
+
+
 def test_helm_lints_the_chart_with_the_required_values_and_with_every_option_on(tmp_path):
-    for name, values in (("required", merged()), ("everything", merged(EVERYTHING_ON))):
+    for name, values in (("required", merged()), ("everything", merged(EVERYTHING_ON)),
+                         ("namespaced", merged(EVERYTHING_ON, NAMESPACED_READS))):
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump(values))
         result = run_helm("lint", "--strict", str(CHART), "--values", str(path), check=False)
@@ -219,6 +230,82 @@ def test_the_portal_holds_every_rule_of_the_member_role_so_it_binds_it_without_b
                     assert _allows(portal, group, resource, verb), (group, resource, verb)
     env = container_env(pod_specs(rendered)["portal-gpu-portal-worker"]["containers"][0], SECRETS)
     assert env["PORTAL_MEMBER_CLUSTER_ROLE"] == "portal-gpu-portal-member"
+
+
+def _verbs(rules: list[dict[str, Any]]) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    return {(group, resource, verb, tuple(rule.get("resourceNames", ()))) for rule in rules
+            for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+def test_by_default_the_portal_reads_pods_logs_events_and_volumes_across_the_cluster_and_binds_no_role(rendered):
+    roles = by_kind(rendered, "ClusterRole")
+    assert set(roles) == {"portal-gpu-portal", "portal-gpu-portal-member"}
+    portal = roles["portal-gpu-portal"]["rules"]
+    for resource, verb in (("pods", "watch"), ("pods/log", "get"), ("events", "list"), ("persistentvolumeclaims", "list"),
+                           ("secrets", "create")):
+        assert _allows(portal, "", resource, verb), (resource, verb)
+    env = container_env(pod_specs(rendered)["portal-gpu-portal-watcher"]["containers"][0], SECRETS)
+    assert "PORTAL_NAMESPACED_READS" not in env
+
+
+def test_with_namespaced_reads_the_cluster_role_keeps_no_read_of_pods_logs_events_volumes_nor_secrets(rendered, namespaced):
+    roles = by_kind(namespaced, "ClusterRole")
+    assert set(roles) == {"portal-gpu-portal", "portal-gpu-portal-member", "portal-gpu-portal-in-team-namespaces"}
+    portal, in_teams = roles["portal-gpu-portal"]["rules"], roles["portal-gpu-portal-in-team-namespaces"]["rules"]
+    assert not {resource for rule in portal for resource in rule["resources"]} & TEAM_NAMESPACE_RESOURCES
+    # `bind` on exactly the two roles it binds in team namespaces, by name, and nothing else.
+    assert [rule for rule in portal if "bind" in rule["verbs"]] == [
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+         "resourceNames": ["portal-gpu-portal-in-team-namespaces", "portal-gpu-portal-member"], "verbs": ["bind"]}]
+    assert {resource for rule in in_teams for resource in rule["resources"]} == TEAM_NAMESPACE_RESOURCES
+    # What left the ClusterRole is exactly what the team namespaces' role holds: nothing more, nothing lost.
+    by_default = by_kind(rendered, "ClusterRole")["portal-gpu-portal"]["rules"]
+    without_bind = [rule for rule in portal if "bind" not in rule["verbs"]]
+    assert _verbs(by_default) == _verbs(without_bind) | _verbs(in_teams)
+    # In a team namespace, its own binding and the ClusterRole together hold the member role.
+    for rule in roles["portal-gpu-portal-member"]["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    assert _allows([*without_bind, *in_teams], group, resource, verb), (group, resource, verb)
+    # Only the ServiceAccount the portal's pods run as is bound across the cluster; the team role is bound per namespace.
+    (binding,) = by_kind(namespaced, "ClusterRoleBinding").values()
+    assert binding["roleRef"]["name"] == "portal-gpu-portal"
+
+
+def test_with_namespaced_reads_each_team_binds_the_role_and_the_account_the_chart_made(namespaced, settings):
+    env = container_env(pod_specs(namespaced)["portal-gpu-portal-watcher"]["containers"][0], SECRETS)
+    assert env["PORTAL_NAMESPACED_READS"] == "1"
+    settings.PORTAL_NAMESPACED_READS = True
+    settings.PORTAL_TEAM_NAMESPACE_ROLE = env["PORTAL_TEAM_NAMESPACE_ROLE"]
+    settings.PORTAL_SERVICE_ACCOUNT = env["PORTAL_SERVICE_ACCOUNT"]
+    settings.PORTAL_NAMESPACE = env["PORTAL_NAMESPACE"]
+    from tenants.desired import portal_reader
+
+    reader = portal_reader()
+    assert reader is not None
+    team = manifests.TeamSpec(slug="vision", uid="u", quotas=(), portal_reader=reader)
+    binding = manifests.make_portal_role_binding(team=team, reader=reader)
+    assert binding["roleRef"]["name"] in by_kind(namespaced, "ClusterRole")
+    (subject,) = binding["subjects"]
+    assert subject["name"] in by_kind(namespaced, "ServiceAccount") and subject["namespace"] == "gpu-portal"
+    assert subject["name"] == by_kind(namespaced, "ClusterRoleBinding")["portal-gpu-portal"]["subjects"][0]["name"]
+
+
+def test_with_namespaced_reads_the_portal_passes_check_deploy_with_the_charts_environment(namespaced):
+    env = container_env(pod_specs(namespaced)["portal-gpu-portal-worker"]["containers"][0], SECRETS)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PORTAL_", "KUBE", "OIDC_", "DJANGO"))}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT,
+        env={**clean, **env, "PORTAL_VAR_DIR": "/nonexistent-not-written"}, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_namespaced_reads_without_the_admission_policy_fails_the_install_saying_why():
+    result = run_helm("template", "portal", str(CHART), check=False,
+                      values=merged(NAMESPACED_READS, {"rbac": {"admissionPolicy": False}}))
+    assert result.returncode != 0
+    assert "rbac.namespacedReads needs rbac.admissionPolicy" in result.stderr, result.stderr
 
 
 def test_the_leases_are_the_only_thing_granted_in_the_release_namespace(rendered):

@@ -130,6 +130,28 @@ def test_a_team_without_sso_members_binds_nobody_under_the_prefix_the_api_server
     assert unprefixed["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "24a8e0d2-alice"}]
 
 
+READER = m.PortalReader(cluster_role="portal-gpu-portal-in-team-namespaces", service_account="portal-gpu-portal",
+                        namespace="gpu-portal")
+
+
+def test_with_namespaced_reads_the_portal_binds_its_own_account_right_after_the_namespace():
+    team = replace(TEAM, portal_reader=READER)
+
+    assert [(o["kind"], o["metadata"]["name"]) for o in m.make_team_objects(team=team)][:3] == [
+        ("Namespace", "vision"), ("RoleBinding", "gpu-portal-service-account"), ("ResourceQuota", "gpu-portal")]
+    assert m.make_portal_role_binding(team=team, reader=READER) == {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "gpu-portal-service-account", "namespace": "vision", "labels": LABELS, "annotations": PROOF},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "portal-gpu-portal-in-team-namespaces"},
+        "subjects": [{"kind": "ServiceAccount", "name": "portal-gpu-portal", "namespace": "gpu-portal"}],
+    }
+
+
+def test_without_namespaced_reads_no_team_binds_the_portals_account():
+    assert not [o for o in m.make_team_objects(team=TEAM) if o["metadata"]["name"] == "gpu-portal-service-account"]
+
+
 def test_the_local_queue_points_at_the_team_queue():
     assert m.make_local_queue(team=TEAM) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
@@ -242,7 +264,8 @@ def _strict(schema: dict) -> dict:
     return schema
 
 
-ALL_OBJECTS = [*m.make_team_objects(team=TEAM), *m.make_platform_objects(flavors=(H100, MIG, A100))]
+ALL_OBJECTS = [*m.make_team_objects(team=replace(TEAM, portal_reader=READER)),
+               *m.make_platform_objects(flavors=(H100, MIG, A100))]
 
 
 @pytest.mark.parametrize("obj", ALL_OBJECTS, ids=lambda o: f"{o['kind']}-{o['metadata']['name']}")

@@ -27,6 +27,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "gpu-portal.serviceAccount" -}}{{ include "gpu-portal.fullname" . }}{{- end -}}
 {{- define "gpu-portal.beatServiceAccount" -}}{{ include "gpu-portal.fullname" . }}-beat{{- end -}}
 {{- define "gpu-portal.memberRole" -}}{{ include "gpu-portal.fullname" . }}-member{{- end -}}
+{{- define "gpu-portal.teamNamespaceRole" -}}{{ include "gpu-portal.fullname" . }}-in-team-namespaces{{- end -}}
 {{- define "gpu-portal.watcherLease" -}}{{ .Release.Name }}-watcher{{- end -}}
 {{- define "gpu-portal.beatLease" -}}{{ .Release.Name }}-beat{{- end -}}
 
@@ -149,6 +150,11 @@ exists, can read them too. */}}
 {{- $_ := set $env "OIDC_FINANCE_GROUPS" (join "," $v.oidc.financeGroups) }}
 {{- $_ := set $env "OIDC_TEAM_GROUP_PREFIX" $v.oidc.teamGroupPrefix }}
 {{- $_ := set $env "OIDC_TEAM_LEAD_SUFFIX" $v.oidc.teamLeadSuffix }}
+{{- end }}
+{{- if $v.rbac.namespacedReads }}
+{{- $_ := set $env "PORTAL_NAMESPACED_READS" "1" }}
+{{- $_ := set $env "PORTAL_TEAM_NAMESPACE_ROLE" (include "gpu-portal.teamNamespaceRole" .) }}
+{{- $_ := set $env "PORTAL_SERVICE_ACCOUNT" (include "gpu-portal.serviceAccount" .) }}
 {{- end }}
 {{- range $name, $value := $v.settings }}
 {{- $_ := set $env $name $value }}
