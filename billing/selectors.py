@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -56,6 +56,21 @@ FORECAST_WINDOW = dt.timedelta(hours=24)
 def rate_at(*, flavor: Flavor, at: dt.datetime | None = None) -> Rate | None:
     """The rate in force for the flavor at that moment (now by default)."""
     return Rate.objects.filter(flavor=flavor, effective_from__lte=at or timezone.now()).order_by("-effective_from").first()
+
+
+def unpriced_refusal(*, flavors: Sequence[Flavor]) -> str | None:
+    """Why nothing may launch on these flavors now: one of them has no rate in force, so its hours
+    would be billed at nothing without anyone deciding that (a price of 0 is a decision; no price
+    is not). None when every one has a rate. One query."""
+    priced = set(Rate.objects.filter(flavor__in=flavors, effective_from__lte=timezone.now())
+                 .values_list("flavor_id", flat=True).distinct())
+    unpriced = [flavor.name for flavor in flavors if flavor.pk not in priced]
+    if not unpriced:
+        return None
+    one = len(unpriced) == 1
+    return (f"{' and '.join(unpriced)} {'has' if one else 'have'} no price on the rate card yet, so "
+            f"{'its' if one else 'their'} GPU-hours could not be billed: nothing launches on "
+            f"{'it' if one else 'them'} until finance sets a rate.")
 
 
 def hourly_cost(*, flavor: Flavor, units: int, at: dt.datetime | None = None) -> tuple[Decimal, str] | None:

@@ -210,6 +210,7 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(WorkloadLaunchSerializer, request)
         team = get_object_or_404(Team.objects.for_user(request.user), slug=data.pop("team"))
+        data["also_accept"] = tuple(data.get("also_accept") or ())
         workload = services.workload_launch(user=signed_in_user(request), request=services.LaunchRequest(team=team, **data))
         return self._launched(workload)
 

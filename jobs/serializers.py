@@ -277,7 +277,12 @@ class WorkloadSerializer(serializers.ModelSerializer):
     template_id = serializers.IntegerField(source="template_version.template_id", read_only=True)
     template_version = serializers.IntegerField(source="template_version.number", read_only=True)
     kind = serializers.ChoiceField(choices=WorkloadKind.choices, read_only=True)
-    flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True,
+        help_text="The flavor it runs on: the one launched on, or the one Kueue admitted it on where it accepts several.")
+    accepted_flavors: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(
+        slug_field="slug", many=True, read_only=True,
+        help_text="Every flavor the launch accepts when it named several; empty when only its flavor.")
     total_units = serializers.IntegerField(read_only=True, help_text="units × workers")
     endpoint = serializers.SerializerMethodField(help_text="Where an inference server or notebook answers; null otherwise.")
 
@@ -285,7 +290,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         model = Workload
         fields = ["id", "name", "team", "owner", "template", "template_id", "template_version", "kind",
                    "phase", "reason", "on_borrowed",
-                  "flavor", "units", "workers", "total_units", "cpu", "memory_gib", "priority", "endpoint",
+                  "flavor", "accepted_flavors", "units", "workers", "total_units", "cpu", "memory_gib", "priority", "endpoint",
                   "relaunch_of", "created_at", "submitted_at", "finished_at"]
         read_only_fields = fields
 
@@ -366,6 +371,10 @@ class WorkloadLaunchSerializer(StrictInputMixin, serializers.Serializer):
                                  help_text="Defaults to the template's slug.")
     parameters = serializers.DictField(child=AnyValueField(), required=False, default=dict,
                                        help_text="Values for the template's parameters, by name.")
+    also_accept = FlavorSlugsField(
+        many=True, required=False, default=list,
+        help_text="Other flavors it may run on (slugs; of the flavor's resource name, each allowed by the template): "
+                  "Kueue admits it on the first with room, and it is billed as the one it runs on.")
 
 
 class AllowListEntrySerializer(serializers.ModelSerializer):

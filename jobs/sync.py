@@ -24,7 +24,6 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
-from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -32,9 +31,11 @@ from jobs import manifests
 from jobs.models import RunInterval, RunIntervalSwitch, Workload, WorkloadKind
 from jobs.services import record_transition
 from portal.adapters import whole_number
+from portal.hooks import Event
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.kube.base import quantity
 from tenants import selectors as tenant_selectors
+from tenants.models import Flavor
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,8 @@ OWNER_KINDS: dict[str, tuple[str, str]] = {
     WorkloadKind.NOTEBOOK: ("apps/v1", "StatefulSet"),
 }
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-# Sent after the commit that closed run intervals (interval_ids): billing meters their hours then.
-intervals_closed = Signal()
+# Sent after the commit that closed run intervals, with their ids: billing meters their hours then.
+INTERVALS_CLOSED = Event[Callable[[list[int]], None]]("jobs.sync.INTERVALS_CLOSED", by="billing")
 
 
 Key = tuple[str, int]  # (namespace, workload id): an object counts only in its team's namespace
@@ -243,6 +244,32 @@ def derive(workload: Workload, snapshot: Snapshot) -> tuple[str, str] | None:
     return Workload.Phase.QUEUED, "Waiting for Kueue to admit it"
 
 
+def admitted_flavor(workload: Workload, snapshot: Snapshot) -> Flavor | None:
+    """The flavor Kueue admitted a workload on where its launch accepted several, when it is
+    another than the one recorded: read from the Workload's admission, the quota Kueue charges.
+    None when nothing is to change (one flavor, not admitted yet, or admitted as recorded)."""
+    accepted = {flavor.slug: flavor for flavor in workload.accepted_flavors.all()}
+    if not accepted:
+        return None
+    for kueue_workload in snapshot.kueue.get(key_of(workload), []):
+        admission = (kueue_workload.get("status") or {}).get("admission") or {}
+        for assignment in admission.get("podSetAssignments") or []:
+            slug = (assignment.get("flavors") or {}).get(workload.flavor.resource_name)
+            if slug in accepted and slug != workload.flavor.slug:
+                return accepted[slug]
+    return None
+
+
+def pod_flavor(workload: Workload, pod: dict[str, Any]) -> Flavor:
+    """The flavor a pod runs on: of the flavors its workload accepts, the one whose node labels
+    its node selector holds (Kueue writes the admitted flavor's there); else the workload's."""
+    selector = pod["spec"].get("nodeSelector") or {}
+    for flavor in workload.accepted_flavors.all():
+        if flavor.node_labels and all(selector.get(key) == value for key, value in flavor.node_labels.items()):
+            return flavor
+    return workload.flavor
+
+
 def _time(value: str | None) -> dt.datetime | None:
     return parse_datetime(value) if value else None
 
@@ -315,8 +342,11 @@ def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: Syn
         uid = pod["metadata"]["uid"]
         interval = open_intervals.get(uid)
         if interval is None:
+            flavor = pod_flavor(workload, pod)
             _, created = RunInterval.objects.get_or_create(pod_uid=uid, defaults={
                 "workload": workload, "pod_name": pod["metadata"]["name"], "node": pod["spec"]["nodeName"],
+                "flavor": flavor, "fraction_numerator": flavor.fraction_numerator,
+                "fraction_denominator": flavor.fraction_denominator,
                 "resource_name": resource, "units": _gpu_units(pod, resource), "started_at": started, "ended_at": finished,
             })
             result.intervals_opened += int(created)
@@ -400,6 +430,13 @@ def record_switch(*, workload_ids: list[int], borrowed: bool, at: dt.datetime | 
     return len(switches)
 
 
+def _record_admitted_flavor(workload: Workload, flavor: Flavor) -> None:
+    """The workload now counts as running on the flavor Kueue admitted it on: its quota, its page
+    and its pods' billing follow it."""
+    workload.flavor = flavor
+    Workload.objects.filter(pk=workload.pk).update(flavor=flavor)
+
+
 def _teams(workloads: list[Workload]) -> set[int]:
     return {workload.team_id for workload in workloads}
 
@@ -440,12 +477,15 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Ca
               .select_related("team", "flavor", "template_version__template"))
     if keys is not None:
         active = active.filter(pk__in={workload_id for _, workload_id in keys})
-    workloads = list(active.prefetch_related("intervals"))
+    workloads = list(active.prefetch_related("intervals", "accepted_flavors"))
     for workload in workloads:
         pods = snapshot.pods.get(key_of(workload), [])
         if key_of(workload) in snapshot.owners:
             _mark_seen(workload)
             derived = derive(workload, snapshot)
+            if (admitted := admitted_flavor(workload, snapshot)) is not None:
+                fence()
+                _record_admitted_flavor(workload, admitted)
         else:
             # Read before the transaction: a call to the cluster should not hold the database.
             derived = (Workload.Phase.FAILED, GONE_REASON) if owner_gone(workload) else None
@@ -468,12 +508,12 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Ca
         with_pods = {workload_id for (_, workload_id), pods in snapshot.pods.items() if pods}
         still_open = Exists(RunInterval.objects.filter(workload=OuterRef("pk"), ended_at__isnull=True))
         recently = recently.filter(Q(still_open) | Q(pk__in=with_pods))
-    for workload in recently.select_related("team", "flavor").prefetch_related("intervals"):
+    for workload in recently.select_related("team", "flavor").prefetch_related("intervals", "accepted_flavors"):
         fence()
         record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
     if result.closed_interval_ids:
         closed = list(result.closed_interval_ids)
-        transaction.on_commit(lambda: intervals_closed.send(sender=RunInterval, interval_ids=closed))
+        transaction.on_commit(lambda: INTERVALS_CLOSED.send(closed))
     return result
 
 

@@ -131,9 +131,9 @@ def launch_hint(request: HtmxHttpRequest) -> HttpResponse:
         else:
             units, pods = resources["units"] * resources["workers"], resources["workers"]
         context["pods"] = pods
-        hint = selectors.launch_hint(team=launch.team, flavor=launch.flavor, units=units)
+        hint = selectors.launch_hint_among(team=launch.team, flavors=launch.flavors, units=units)
         borrow = max(units - hint.free, 0) if hint.usage else 0
-        context.update(hint=hint, team=launch.team, borrow_units=min(borrow, units))
+        context.update(hint=hint, team=launch.team, borrow_units=min(borrow, units), several=len(launch.flavors) > 1)
     return render(request, "jobs/launch.html#launch-hint", context)
 
 

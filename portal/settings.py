@@ -492,6 +492,8 @@ PORTAL_CLUSTER = env("PORTAL_CLUSTER", "simulated")  # "simulated" or "kubernete
 if PORTAL_CLUSTER == "simulated":
     # The simulated cluster keeps its objects in this database; a site on a real cluster has no such tables.
     INSTALLED_APPS.append("portal.kube.simulated")
+# Last of all: it checks, once every other app is ready, that each required hook between apps is filled.
+INSTALLED_APPS.append("portal.hooks")
 # Seeds the simulated cluster's watch streams, so which kind's events arrive first when several
 # change at once varies as on a real cluster, yet the same seed gives the same interleaving again.
 SIMULATED_WATCH_SEED = env("SIMULATED_WATCH_SEED", "1")

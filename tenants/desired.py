@@ -13,17 +13,13 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from portal.hooks import Hook
 from tenants import manifests, selectors
 from tenants.models import Flavor, Membership, Team
 
-# Which teams' queues are held (admit nothing new): billing's hard stop registers the answer.
+# Which teams' queues are held (admit nothing new): billing's hard stop answers (portal.hooks).
 HoldProvider = Callable[[list[int]], set[int]]
-_hold_provider: HoldProvider | None = None
-
-
-def register_hold_provider(provider: HoldProvider) -> None:
-    global _hold_provider
-    _hold_provider = provider
+HOLDS = Hook[HoldProvider]("tenants.desired.HOLDS", by="billing")
 
 
 def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
@@ -64,7 +60,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     flavor_ids = {f.slug: f.pk for f in active}
     guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
     subjects = cluster_subjects(team_ids=list(teams_by_id))
-    held = _hold_provider(list(teams_by_id)) if _hold_provider else set()
+    held = HOLDS.call(list(teams_by_id))
     specs = {}
     network = network_spec()
     for team in teams_by_id.values():

@@ -218,6 +218,7 @@ def flavor_save(*, actor: User, flavor: Flavor) -> Flavor:
 def _flavor_store(flavor: Flavor, *, actor: User | None) -> Flavor:
     """flavor_save's work, for a person (actor) or the install's catalog file (None)."""
     flavor.full_clean()
+    _check_told_apart(flavor)
     created = flavor.pk is None
     if not created:
         stored_slug = Flavor.objects.filter(pk=flavor.pk).values_list("slug", flat=True).first()
@@ -253,6 +254,23 @@ def _flavor_store(flavor: Flavor, *, actor: User | None) -> Flavor:
     for team_id in Team.objects.values_list("pk", flat=True):
         _on_team_change(team_id)
     return flavor
+
+
+def _check_told_apart(flavor: Flavor) -> None:
+    """Two active flavors of one resource name must be told apart by their nodes' labels: a launch
+    holds its pods to its flavor by those labels (a node selector), and where one flavor's labels
+    are all among another's, pods of the first also fit the second's nodes, so Kueue could admit a
+    launch on the flavor it did not name."""
+    if not flavor.is_active:
+        return
+    mine = set(flavor.node_labels.items())
+    for other in Flavor.objects.filter(is_active=True, resource_name=flavor.resource_name).exclude(pk=flavor.pk):
+        theirs = set(other.node_labels.items())
+        if mine <= theirs or theirs <= mine:
+            raise DomainError(
+                f"{flavor.name} and {other.name} both give {flavor.resource_name}, and the node labels of one are all "
+                f"among the other's, so a launch on one could run on the other's nodes. Give each the labels that only "
+                "its own nodes carry (for example nvidia.com/gpu.product).", field="node_labels")
 
 
 CATALOG_FIELDS = ("preset", "slug", "name", "resource_name", "sharing_mode", "gpu_model", "fraction", "capacity_units",

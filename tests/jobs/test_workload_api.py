@@ -161,7 +161,7 @@ def test_a_notebooks_endpoint_is_shown_to_the_team_and_its_token_hash_only_to_it
     ({"priority": "urgent"}, "priority", "“urgent” is not a priority; choose one of low, normal, high."),
     ({"flavor": "b200"}, "flavor", "There is no flavor “b200”; see /api/flavors/ for their slugs."),
     ({"gpus": 4}, "gpus", ("gpus cannot be set here; this endpoint accepts team, template, flavor, units, cpu, "
-                           "memory_gib, priority, name, parameters.")),
+                           "memory_gib, priority, name, parameters, also_accept.")),
     ({"phase": "running"}, "phase", "phase cannot be set at launch; the portal and the cluster decide it."),
 ], ids=["parameter-out-of-bounds", "unknown-parameter", "flavor-not-allowed", "units-over-max", "cpu-over-max",
         "unknown-priority", "unknown-flavor", "unknown-field", "phase"])
