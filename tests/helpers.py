@@ -68,16 +68,23 @@ def launch(user: Any, team: Team, template: Any, flavor: Flavor, **kwargs: Any) 
 
 
 # The price make_ready gives a flavor the rate card has none for: nothing launches on an unpriced
-# flavor, and a price from long ago covers any moment a test meters.
+# flavor, and a price from long ago covers any moment a test meters. A test that sets prices of its
+# own (tests.billing.factories.rate) takes this one away first: its figures are about its prices.
 LAUNCH_PRICE_FROM = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+LAUNCH_PRICE_NOTE = "priced for the test's launches"
 
 
 def ensure_priced(flavor: Flavor, price: str = "1.00") -> Flavor:
     """Gives the flavor a rate from LAUNCH_PRICE_FROM unless it has one, so launches may use it."""
     if not Rate.objects.filter(flavor=flavor).exists():
         Rate.objects.create(flavor=flavor, price_per_gpu_hour=Decimal(price), effective_from=LAUNCH_PRICE_FROM,
-                            note="priced for the test's launches")
+                            note=LAUNCH_PRICE_NOTE)
     return flavor
+
+
+def own_prices(flavor: Flavor) -> None:
+    """Takes away the price ensure_priced gave, for a test that prices the flavor itself."""
+    Rate.objects.filter(flavor=flavor, note=LAUNCH_PRICE_NOTE).delete()
 
 
 def make_ready(team: Team, flavor: Flavor, units: int = 4, *, may_borrow: bool = True) -> Team:
