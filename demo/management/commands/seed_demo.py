@@ -1,7 +1,7 @@
 """Seeds a believable site for the demo: three teams, a person for each role, a real cluster's
 GPU flavors with prices, quota requests in every state, the four default workload templates, and
 billing to look at: each team's finished runs over the past days, metered into the hourly rollups,
-and a monthly budget for vision. It lives in the rightmost app because it seeds them all. Running
+and a monthly budget for vision. It is an app of its own, right of billing, because it seeds them all. Running
 it again the same day changes nothing; on a later day it adds the runs of the days since."""
 
 from __future__ import annotations

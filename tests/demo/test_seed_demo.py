@@ -54,7 +54,7 @@ def test_the_demo_shows_billing_each_teams_past_days_metered_priced_and_a_budget
     from django.utils import timezone
 
     from billing import metering, selectors
-    from billing.management.commands.seed_demo import USAGE_DAYS
+    from demo.management.commands.seed_demo import USAGE_DAYS
     from billing.models import Account, Budget
     from jobs.models import RunInterval
 
@@ -98,7 +98,7 @@ def test_seeding_the_demo_again_changes_no_billing_and_keeps_the_budget_finance_
 
 
 def test_a_demo_site_seeded_before_billing_gets_its_history_when_seeded_again():
-    from billing.management.commands.seed_demo import Command
+    from demo.management.commands.seed_demo import Command
     from billing.models import UsageHour
 
     Command(stdout=StringIO()).seed()  # a site seeded by the command as it was: people, teams, templates
