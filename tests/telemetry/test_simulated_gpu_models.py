@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from demo.management.commands.seed_demo import FLAVORS as DEMO_FLAVORS
+from demo.site import FLAVORS as DEMO_FLAVORS
 from jobs import services as job_services
 from jobs import sync
 from jobs.models import Workload, WorkloadKind
