@@ -1,6 +1,6 @@
 """The demo's site: three teams, a person for each role, a real cluster's GPU flavors, quota
-requests in every state (the approved ones held since the history began) and the default workload
-templates."""
+requests in every state (the approved ones held since the history began), the default workload
+templates with one that runs the user's own repository, and a data volume for each team."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from django.conf import settings
 from django.db import transaction
 
 from jobs import services as job_services
+from jobs.models import GitSource, WorkloadTemplate
+from portal.kube import KubeError, gateway
 from portal.models import User
-from tenants import services
-from tenants.models import Flavor, Membership, QuotaRequest
+from tenants import reconcile, services
+from tenants.models import Flavor, Membership, QuotaRequest, Team
 
 PASSWORD = "gpu-portal-demo"
 
@@ -50,6 +52,14 @@ PEOPLE = [
     ("rita", "Rita", "Lead", False, False, [("recsys", "lead")]),
     ("carol", "Carol", "Scientist", False, False, [("recsys", "member")]),
 ]
+
+# Where the demo's template fetches code from: all of GitHub, so whoever tries the demo can run a
+# repository of their own (a site names its organisations, e.g. github.com/acme).
+GIT_SOURCE = ("github.com", "Public repositories on GitHub: the demo lets anyone run their own code")
+OWN_CODE_TEMPLATE = "train-from-git"
+# Each team's data volume (a PersistentVolumeClaim in its namespace), offered by the launch form.
+DATA_VOLUME, DATA_VOLUME_GIB = "datasets", 100
+
 
 def site_midnight(day: dt.date) -> dt.datetime:
     """The instant a day begins in the site's time zone: where temporary quota starts and stops
@@ -126,7 +136,8 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
 
 
 def templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
-    """The four defaults every site starts with, and the registries their images come from."""
+    """The four defaults every site starts with, the registries their images come from, and the
+    template that runs the user's own code."""
     h100, mig, t4 = flavors["h100-80gb"], flavors["a100-1g-10gb"], flavors["t4-shared"]
     for prefix, note in (("docker.io/pytorch", "PyTorch's official images"), ("docker.io/vllm", "vLLM's server"),
                          ("quay.io/jupyter", "Jupyter's docker-stacks"), ("nvcr.io/nvidia", "NVIDIA's NGC catalog")):
@@ -180,3 +191,59 @@ def templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
         default_units=1, max_units=2, default_cpu=4, max_cpu=16, default_memory_gib=16, max_memory_gib=64, port=8888,
         storage_gib=20, idle_minutes=60, max_runtime_seconds=7 * 24 * 3600, parameters=[],
     )
+    own_code_seed(admin=admin)
+
+
+def own_code_seed(*, admin: User) -> None:
+    """The allowed git source and the template that trains from the user's own repository, at the
+    revision they give, with their team's data volume if they choose one. Added to a demo site
+    seeded before it existed, too; a site that has it already is left as it is."""
+    if not GitSource.objects.filter(prefix=GIT_SOURCE[0]).exists():
+        job_services.git_source_add(user=admin, prefix=GIT_SOURCE[0], note=GIT_SOURCE[1])
+    if WorkloadTemplate.objects.filter(slug=OWN_CODE_TEMPLATE, owner_team__isnull=True).exists():
+        return
+    flavors = list(Flavor.objects.filter(slug__in=[spec["slug"] for spec in FLAVORS]).order_by("pk"))
+    if not flavors:
+        return  # a demo site someone has changed: nothing of the demo's to run on
+    job_services.template_create(
+        user=admin, slug=OWN_CODE_TEMPLATE, name="Train from your git repository", kind="training", flavors=flavors,
+        description=("Your own code: the repository you give (https, from an allowed source) is fetched at the revision "
+                     "you give into /workspace/code, then python runs the script and arguments you list. Your team's "
+                     "data volume, if you choose one, is at /data, read-only."),
+        image="pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", command=["python"], args=[],
+        env={"PYTHONUNBUFFERED": "1"}, default_units=1, max_units=8, default_cpu=8, max_cpu=64, default_memory_gib=32,
+        max_memory_gib=512, max_runtime_seconds=3 * 24 * 3600,
+        parameters=[
+            {"name": "repository", "type": "git", "mount_path": "/workspace/code",
+             "default": {"url": "https://github.com/pytorch/examples", "revision": "main"},
+             "help": "The repository's https URL and a branch, tag or full commit id"},
+            {"name": "script", "type": "args", "default": ["/workspace/code/mnist/main.py", "--epochs", "1"],
+             "help": "The script under /workspace/code and its arguments, one per line"},
+            {"name": "data", "type": "volume", "mount_path": "/data",
+             "help": "One of your team's data volumes, mounted read-only at /data"},
+        ],
+    )
+
+
+def make_data_volume(*, namespace: str) -> dict[str, Any]:
+    """A team's demo data volume: a claim any of its pods may mount."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": DATA_VOLUME, "namespace": namespace},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": f"{DATA_VOLUME_GIB}Gi"}}}}
+
+
+def data_volumes_seed() -> str:
+    """Each demo team's namespace made now (its reconcile would make it within the minute) with a
+    data volume in it, so the launch form offers one. Says what it did, or why the cluster did not
+    take it: the demo still runs, with launches that mount no volume."""
+    teams = list(Team.objects.filter(slug__in=[slug for slug, *_ in TEAMS]).order_by("pk"))
+    try:
+        reconcile.platform_reconcile()
+        ready = [team for team in teams if reconcile.team_reconcile(team_id=team.pk)]
+        for team in ready:
+            gateway().apply(make_data_volume(namespace=team.namespace))
+    except KubeError as error:
+        return f"The cluster did not take the teams' data volumes ({error}); launches mount none until it does."
+    if not ready:
+        return "No demo team's namespace is the portal's, so no team has a data volume."
+    return f"{', '.join(team.slug for team in ready)}: each has a data volume named {DATA_VOLUME}."
