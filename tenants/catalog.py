@@ -166,7 +166,7 @@ class GpuModel:
 
 
 def _pattern(words: str) -> re.Pattern[str]:
-    return re.compile(rf"\b{words}\b")
+    return re.compile(rf"\b(?:{words})\b")
 
 
 # Matched in order against a model's name as a flavor or GPU Feature Discovery writes it (case,
