@@ -18,7 +18,7 @@ import datetime as dt
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -379,22 +379,31 @@ def _ended_while_unseen(workload: Workload, interval: RunInterval) -> dt.datetim
     return _pod_interval(pod)[1]
 
 
+def borrowing(admitted: Iterable[tuple[tuple[int, int], int]], guarantees: Mapping[tuple[int, int], int]) -> list[bool]:
+    """Whether each admitted workload, given oldest first as (team id, flavor id) and its units,
+    runs on borrowed quota: its team's guarantee of the flavor covers the oldest first, as Kueue
+    counts it, and the newest beyond it are borrowing. The one rule: `mark_borrowed` applies it
+    to the workloads running now, the demo's history to its runs in the past."""
+    used: dict[tuple[int, int], int] = defaultdict(int)
+    verdicts = []
+    for key, units in admitted:
+        used[key] += units
+        verdicts.append(used[key] > guarantees.get(key, 0))
+    return verdicts
+
+
 def mark_borrowed(team_ids: set[int] | None = None) -> None:
-    """Which admitted workloads run on borrowed quota: a team's guarantee covers its oldest
-    admitted workloads first, as Kueue counts it, and the newest beyond it are borrowing (and
-    are the ones a reclaiming lender preempts)."""
+    """Which admitted workloads run on borrowed quota (`borrowing`); the newest, beyond the
+    guarantee, are also the ones a reclaiming lender preempts."""
     running = Workload.objects.filter(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
     if team_ids is not None:
         running = running.filter(team_id__in=team_ids)
     admitted = list(running.order_by("team_id", "flavor_id", "submitted_at", "pk").only(
         "pk", "team_id", "flavor_id", "units", "workers", "on_borrowed"))
     guarantees = tenant_selectors.guarantees_by_flavor(team_ids=list({w.team_id for w in admitted}))
-    used: dict[tuple[int, int], int] = defaultdict(int)
     flips: dict[bool, list[int]] = defaultdict(list)
-    for workload in admitted:
-        key = (workload.team_id, workload.flavor_id)
-        used[key] += workload.total_units
-        borrowed = used[key] > guarantees.get(key, 0)
+    verdicts = borrowing((((w.team_id, w.flavor_id), w.total_units) for w in admitted), guarantees)
+    for workload, borrowed in zip(admitted, verdicts, strict=True):
         if borrowed != workload.on_borrowed:
             flips[borrowed].append(workload.pk)
     at = timezone.now()

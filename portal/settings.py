@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "tenants",
     "jobs",
     "billing",
+    "demo",
 ]
 
 MIDDLEWARE = [

@@ -14,7 +14,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.hooks import Hook
-from tenants import manifests, selectors
+from portal.metrics import simulated as simulated_metrics
+from tenants import catalog, manifests, selectors
 from tenants.models import Flavor, Membership, Team
 
 # Which teams' queues are held (admit nothing new): billing's hard stop answers (portal.hooks).
@@ -118,16 +119,22 @@ GPUS_PER_SIMULATED_NODE = 8
 
 def simulated_nodes() -> list[dict[str, Any]]:
     """The simulated cluster's nodes, made from the catalog: 8 physical GPUs a node, each
-    split into as many units as the flavor's fraction says (7 MIG slices, 4 shared...)."""
+    split into as many units as the flavor's fraction says (7 MIG slices, 4 shared...). Each
+    node says what one unit of its GPUs holds and draws at most (`catalog.unit_limits` of the
+    flavor's model), so the simulated telemetry draws a T4 as a T4."""
     nodes = []
     for flavor in Flavor.objects.filter(is_active=True).order_by("pk"):
         per_node = GPUS_PER_SIMULATED_NODE * flavor.fraction_denominator // flavor.fraction_numerator
         count = -(-flavor.capacity_units // per_node)
+        unit = catalog.unit_limits(gpu_model_name=flavor.gpu_model, resource_name=flavor.resource_name,
+                                   fraction=flavor.fraction)
+        hardware = {simulated_metrics.UNIT_MEMORY_LABEL: str(unit.memory_mib),
+                    simulated_metrics.UNIT_MILLIWATTS_LABEL: str(unit.milliwatts)}
         for index in range(count):
             units = min(per_node, flavor.capacity_units - index * per_node)
             nodes.append({
                 "name": f"sim-{flavor.slug}-{index}",
-                "labels": dict(flavor.node_labels),
+                "labels": {**flavor.node_labels, **hardware},
                 "allocatable": {flavor.resource_name: units},
             })
     return nodes

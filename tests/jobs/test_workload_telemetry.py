@@ -42,7 +42,7 @@ def test_a_busy_job_gets_four_charts_and_says_how_busy_it_is(running_job):
                                                   "Hottest GPU's temperature"]
     assert picture.verdict.startswith("Busy ") and "% of its GPU time" in picture.verdict
     assert all(c.path.count(",") >= 10 for c in picture.charts)  # a point every 15 s over ten minutes
-    assert picture.charts[1].latest.endswith("of 79.6 GiB")
+    assert picture.charts[1].latest.endswith("of 80.0 GiB")  # an H100 80GB, as the catalog has it
 
 
 def test_an_idle_job_says_for_how_long(running_job, gpu_metrics):
