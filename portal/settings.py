@@ -379,6 +379,12 @@ BUDGET_DIGEST_HOUR = int(env("BUDGET_DIGEST_HOUR", "8"))
 if not 0 <= BUDGET_DIGEST_HOUR <= 23:
     raise ImproperlyConfigured(f"BUDGET_DIGEST_HOUR is an hour from 0 to 23; it is {BUDGET_DIGEST_HOUR}.")
 
+# Four eyes on quota for new teams: whoever files a quota request cannot approve it, so a lead
+# never grants their own team quota alone (a second lead or a platform admin decides). On unless
+# the site says 0; a platform admin turns it off per team (a team with a single lead, say).
+# Teams that existed before it was on by default keep the setting they have.
+PORTAL_QUOTA_FOUR_EYES_DEFAULT = env_bool("PORTAL_QUOTA_FOUR_EYES_DEFAULT", True)
+
 # A workload still 'submitting' after this long gets a reason in words and is sent again.
 PORTAL_SUBMITTING_BOUND_SECONDS = int(env("PORTAL_SUBMITTING_BOUND_SECONDS", "120"))
 
