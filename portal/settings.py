@@ -423,11 +423,31 @@ PORTAL_GIT_SOURCES = env_list("PORTAL_GIT_SOURCES", "")
 PORTAL_GIT_IMAGE = env("PORTAL_GIT_IMAGE", "docker.io/alpine/git:v2.47.2")
 # Launches (and relaunches) one user may make, from the pages and the API together.
 PORTAL_LAUNCH_RATE = env_rate("PORTAL_LAUNCH_RATE", "30/minute")
-# Failed password sign-ins: this many within the window locks the account, and separately the
-# client address, for the lockout. A correct password during a lockout is refused as well.
-PORTAL_LOGIN_FAILURE_LIMIT = int(env("PORTAL_LOGIN_FAILURE_LIMIT", "10"))
-PORTAL_LOGIN_FAILURE_WINDOW_SECONDS = int(env("PORTAL_LOGIN_FAILURE_WINDOW_SECONDS", "900"))
-PORTAL_LOGIN_LOCKOUT_SECONDS = int(env("PORTAL_LOGIN_LOCKOUT_SECONDS", "900"))
+# Failed password sign-ins (portal/signin.py) slow down whoever fails, never the owner elsewhere.
+# One account name from one client address fails PORTAL_LOGIN_FAILURES_BEFORE_WAIT times, then
+# waits PORTAL_LOGIN_BACKOFF_SECONDS before trying again, twice as long after each further failure,
+# up to PORTAL_LOGIN_BACKOFF_MAX_SECONDS (5 tries, then 30 s, 1, 2, 4, 8 and 15 minutes); a right
+# password ends that run. Failures from other addresses never make the owner wait: past
+# PORTAL_LOGIN_ACCOUNT_CEILING failures of one name across addresses (many addresses at it), each
+# address waits from its first failure of that name, while one that has not failed still gets its
+# try. An address failing PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT times across names (one client
+# trying many) waits likewise. Counts start again every PORTAL_LOGIN_FAILURE_WINDOW_SECONDS (fixed
+# windows): at most about 13 guesses an hour at one name from one address, then.
+PORTAL_LOGIN_FAILURES_BEFORE_WAIT = int(env("PORTAL_LOGIN_FAILURES_BEFORE_WAIT", "5"))
+PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT = int(env("PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT", "20"))
+PORTAL_LOGIN_BACKOFF_SECONDS = int(env("PORTAL_LOGIN_BACKOFF_SECONDS", "30"))
+PORTAL_LOGIN_BACKOFF_MAX_SECONDS = int(env("PORTAL_LOGIN_BACKOFF_MAX_SECONDS", "900"))
+PORTAL_LOGIN_ACCOUNT_CEILING = int(env("PORTAL_LOGIN_ACCOUNT_CEILING", "100"))
+PORTAL_LOGIN_FAILURE_WINDOW_SECONDS = int(env("PORTAL_LOGIN_FAILURE_WINDOW_SECONDS", "3600"))
+if not 1 <= PORTAL_LOGIN_BACKOFF_SECONDS <= PORTAL_LOGIN_BACKOFF_MAX_SECONDS:
+    raise ImproperlyConfigured(
+        f"PORTAL_LOGIN_BACKOFF_SECONDS ({PORTAL_LOGIN_BACKOFF_SECONDS}) must be at least 1 and at most "
+        f"PORTAL_LOGIN_BACKOFF_MAX_SECONDS ({PORTAL_LOGIN_BACKOFF_MAX_SECONDS}).")
+for _gone, _instead in (("PORTAL_LOGIN_FAILURE_LIMIT", "PORTAL_LOGIN_FAILURES_BEFORE_WAIT"),
+                        ("PORTAL_LOGIN_LOCKOUT_SECONDS", "PORTAL_LOGIN_BACKOFF_MAX_SECONDS")):
+    if os.environ.get(_gone):  # a lockout per account let anyone lock its owner out; it is no more
+        raise ImproperlyConfigured(f"{_gone} is no longer read: sign-ins now wait per account and address, with "
+                                   f"backoff. Set {_instead} (and see portal/settings.py) instead.")
 # How many proxies in front of the portal append to X-Forwarded-For; the client's address is
 # that many entries from the right. 0 (the default) takes the connection's own address.
 PORTAL_PROXY_HOPS = int(env("PORTAL_PROXY_HOPS", "0"))
