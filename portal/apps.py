@@ -6,7 +6,7 @@ class PortalConfig(AppConfig):
     verbose_name = "GPU Portal"
 
     def ready(self) -> None:
-        from portal import signin  # noqa: F401  (connects the sign-in failure counters)
+        from portal import security, signin  # noqa: F401  (connect the sign-in stamp and failure counters)
         from portal.observability import HeartbeatCollector, scrape_collector_register
 
         scrape_collector_register(HeartbeatCollector())

@@ -88,7 +88,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "portal.security.RefuseUnreadableTextMiddleware",  # before the session's cookie reaches the database
     "django.contrib.sessions.middleware.SessionMiddleware",
-    "portal.security.SessionIdleMiddleware",
+    "portal.security.SessionLifetimeMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -211,11 +211,19 @@ X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
 # A session ends after this long without a request, not 14 days after login, so a laptop left
-# signed in stops being a way in. Requests move its end forward (portal.security.SessionIdleMiddleware),
+# signed in stops being a way in. Requests move its end forward (portal.security.SessionLifetimeMiddleware),
 # saving the session at most once per SESSION_REFRESH_SECONDS rather than on every poll.
 SESSION_IDLE_SECONDS = int(env("SESSION_IDLE_SECONDS", str(8 * 60 * 60)))
 SESSION_REFRESH_SECONDS = int(env("SESSION_REFRESH_SECONDS", "60"))
 SESSION_COOKIE_AGE = SESSION_IDLE_SECONDS
+# And whatever its use, a session ends this long after its sign-in: a page left open polls the bell
+# every few seconds, so without it a stolen or forgotten session would never end. 12 hours is a
+# working day with room to spare, so people sign in about once a day, and it is the most NIST SP
+# 800-63B allows between authentications at AAL2 (section 4.2.3). A silent single sign-on refresh
+# does not start it over.
+SESSION_ABSOLUTE_SECONDS = int(env("SESSION_ABSOLUTE_SECONDS", str(12 * 60 * 60)))
+if SESSION_ABSOLUTE_SECONDS < 60:
+    raise ImproperlyConfigured(f"SESSION_ABSOLUTE_SECONDS is {SESSION_ABSOLUTE_SECONDS}: a session must last a minute at least.")
 
 # --- Authentication: local accounts, API tokens, optional OpenID Connect ------------------
 OIDC_ENABLED = bool(os.environ.get("OIDC_RP_CLIENT_ID"))
