@@ -1,5 +1,5 @@
 """The Content-Security-Policy every response carries and the one way a view relaxes it; the
-sessions' idle timeout and absolute lifetime; requests carrying text the database cannot keep
+Permissions-Policy; the sessions' idle timeout and absolute lifetime; requests carrying text the database cannot keep
 refused.
 
 Django 5.2 has no CSP of its own (6.0 brings one), so this small middleware sets the header. The
@@ -144,6 +144,19 @@ class ContentSecurityPolicyMiddleware:
             else "Content-Security-Policy"
         )
         response.headers.setdefault(header, policy_with(extra) if extra else policy)
+        return response
+
+
+class PermissionsPolicyMiddleware:
+    """Refuses every response's page the browser features it does not use (PERMISSIONS_POLICY)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if settings.PERMISSIONS_POLICY:
+            response.headers.setdefault("Permissions-Policy", settings.PERMISSIONS_POLICY)
         return response
 
 

@@ -85,6 +85,7 @@ MIDDLEWARE = [
     "portal.memo.RequestMemoMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "portal.security.ContentSecurityPolicyMiddleware",
+    "portal.security.PermissionsPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "portal.security.RefuseUnreadableTextMiddleware",  # before the session's cookie reaches the database
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -207,6 +208,16 @@ CONTENT_SECURITY_POLICY = env(
     "base-uri 'self'; form-action 'self'; object-src 'none'",
 )
 CONTENT_SECURITY_POLICY_REPORT_ONLY = env_bool("CONTENT_SECURITY_POLICY_REPORT_ONLY", False)
+# Browser features no page of the portal uses, refused to it and to anything it frames, so a script
+# that slipped in cannot ask for the camera or a payment. The Copy buttons' clipboard is left at the
+# browser's default (this site only). Empty sends no header.
+PERMISSIONS_POLICY = env(
+    "PERMISSIONS_POLICY",
+    "accelerometer=(), autoplay=(), camera=(), display-capture=(), encrypted-media=(), fullscreen=(), geolocation=(), "
+    "gyroscope=(), hid=(), idle-detection=(), magnetometer=(), microphone=(), midi=(), payment=(), "
+    "picture-in-picture=(), publickey-credentials-get=(), screen-wake-lock=(), serial=(), usb=(), "
+    "xr-spatial-tracking=()",
+)
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
@@ -303,6 +314,9 @@ SPECTACULAR_SETTINGS = {
     "Authenticate with `Authorization: Token <token>` (create one under API tokens).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema maps every endpoint and field: for people signed in (a session or a token), not anonymous
+    # visitors. The docs pages ask for a sign-in too (portal/urls.py).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -176,6 +176,28 @@ def test_the_login_page_carries_the_policy_too(client, db):
     assert "script-src 'self'" in client.get("/login/").headers["Content-Security-Policy"]
 
 
+DENIED_FEATURES = {"camera", "microphone", "geolocation", "usb", "payment", "serial", "hid", "display-capture"}
+
+
+@pytest.mark.parametrize("path", [*PAGES, "/api/docs/", "/static/portal/portal.css"])
+def test_every_answer_refuses_the_browser_features_no_page_uses(as_user, admin_user, team, path):
+    response = as_user(admin_user).get(path)
+
+    policy = dict(part.strip().split("=", 1) for part in response.headers["Permissions-Policy"].split(","))
+    assert {feature for feature, allowed in policy.items() if allowed == "()"} >= DENIED_FEATURES
+    assert "clipboard-write" not in policy  # the Copy buttons keep the browser's default: this site only
+
+
+def test_a_signed_out_answer_carries_the_permissions_policy_too(client, db):
+    for path in ("/login/", "/api/schema/", "/no-such-page/"):
+        assert "camera=()" in client.get(path).headers["Permissions-Policy"], path
+
+
+def test_a_site_may_send_no_permissions_policy(client, db, settings):
+    settings.PERMISSIONS_POLICY = ""
+    assert "Permissions-Policy" not in client.get("/login/").headers
+
+
 def test_no_page_template_carries_an_inline_script_a_style_attribute_or_an_inline_handler():
     offenders = []
     for template in TEMPLATES.rglob("*.html"):
