@@ -25,6 +25,7 @@ from rest_framework.routers import BaseRouter
 from jobs import reclaim, selectors, services
 from jobs.filters import TemplateFilter, WorkloadFilter
 from jobs.models import GitSource, ImageRegistry, Workload, WorkloadTemplate
+from jobs.rules import LOGS_REFUSAL
 from jobs.serializers import (
     GitSourceCreateSerializer,
     GitSourceSerializer,
@@ -44,6 +45,7 @@ from jobs.serializers import (
     WorkloadSerializer,
 )
 from portal.adapters import parse, signed_in_user, whole_number
+from portal.errors import NotAllowed
 from tenants.models import Team
 
 MAX_LOG_LINES = 5000
@@ -253,11 +255,14 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         responses={200: LogsSerializer},
         summary="Read a workload's log",
         description="The last log lines of one of the workload's pods (the newest unless `pod` names another), read "
-                    "from the cluster now. The whole log is a download on the workload's page.",
+                    "from the cluster now. The whole log is a download on the workload's page. The team's members and "
+                    "platform admins only: finance gets 403.",
     )
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str | None = None) -> Response:
         workload = self.get_object()
+        if not request.user.has_perm("jobs.read_workload_logs", workload):
+            raise NotAllowed(LOGS_REFUSAL)
         logs = selectors.workload_logs(workload=workload, tail_lines=_tail(request),
                                        pod=request.query_params.get("pod", "").strip())
         return Response(LogsSerializer(logs).data)

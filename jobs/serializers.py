@@ -299,7 +299,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 
 class WorkloadDetailSerializer(WorkloadSerializer):
-    parameters = serializers.DictField(read_only=True, child=AnyValueField())
+    parameters = serializers.SerializerMethodField(
+        help_text="The values it was launched with; null for those who see the workload but not what it runs "
+                  "(finance: its cost, not its code or data).")
     notebook_token_sha256 = serializers.SerializerMethodField(
         help_text="The SHA-256 of a notebook's token, shown to its owner only; the token itself is handed over by "
                   "POST /api/workloads/{id}/notebook-token/ and is stored nowhere in the portal.")
@@ -309,6 +311,12 @@ class WorkloadDetailSerializer(WorkloadSerializer):
     class Meta(WorkloadSerializer.Meta):
         fields = [*WorkloadSerializer.Meta.fields, "parameters", "notebook_token_sha256", "transitions", "intervals"]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.DictField(child=AnyValueField(), allow_null=True))
+    def get_parameters(self, workload: Workload) -> dict[str, Any] | None:
+        request = self.context.get("request")
+        may_read = request is not None and request.user.has_perm("jobs.read_workload_parameters", workload)
+        return dict(workload.parameters) if may_read else None
 
     def get_notebook_token_sha256(self, workload: Workload) -> str | None:
         request = self.context.get("request")

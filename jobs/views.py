@@ -23,6 +23,7 @@ from jobs import access, notifications, pricing, reclaim, selectors, services, t
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import NotifyBy, Workload, WorkloadEvent, WorkloadKind, WorkloadTemplate
+from jobs.rules import LOGS_REFUSAL
 from jobs.template_forms import authorable_teams
 from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
@@ -199,14 +200,18 @@ def _live_context(
     }
 
 
-def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None = None) -> dict[str, Any]:
+def _detail_context(request: HtmxHttpRequest, workload: Workload, *,
+                    picture: selectors.LivePicture | None = None) -> dict[str, Any]:
     version = workload.template_version
     declared = {spec["name"]: spec for spec in version.parameters}
     serves = workload.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK)
+    parameters = ([(name, value, declared.get(name, {})) for name, value in sorted(workload.parameters.items())]
+                  if request.user.has_perm("jobs.read_workload_parameters", workload) else None)
     return {
         **_live_context(workload, picture=picture),
         "version": version,
-        "parameters": [(name, value, declared.get(name, {})) for name, value in sorted(workload.parameters.items())],
+        "parameters": parameters,
+        "may_read_logs": request.user.has_perm("jobs.read_workload_logs", workload),
         "gpus": workload.total_units * workload.flavor.fraction,
         "endpoint": services.endpoint(workload) if serves else "",
         "reachable": bool(services.ingress_host(workload)),
@@ -221,7 +226,7 @@ def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None
 @require_GET
 def workload_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     workload = _visible_workload(request, pk)
-    return render(request, "jobs/workload_detail.html", _detail_context(workload))
+    return render(request, "jobs/workload_detail.html", _detail_context(request, workload))
 
 
 @login_required
@@ -232,7 +237,7 @@ def workload_live(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     picture = selectors.live_picture(workload=workload)
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, picture=picture))
-    return render(request, "jobs/workload_detail.html", _detail_context(workload, picture=picture))
+    return render(request, "jobs/workload_detail.html", _detail_context(request, workload, picture=picture))
 
 
 @login_required
@@ -243,7 +248,13 @@ def workload_telemetry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context = {"workload": workload, "telemetry": telemetry.workload_telemetry(workload=workload)}
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-telemetry", context)
-    return render(request, "jobs/workload_detail.html", {**_detail_context(workload), **context})
+    return render(request, "jobs/workload_detail.html", {**_detail_context(request, workload), **context})
+
+
+def _require_logs(request: HtmxHttpRequest, workload: Workload) -> None:
+    """Someone who sees the workload but not its logs (finance) is told so: 403, not 404."""
+    if not request.user.has_perm("jobs.read_workload_logs", workload):
+        raise PermissionDenied(LOGS_REFUSAL)
 
 
 @login_required
@@ -253,11 +264,12 @@ def workload_logs(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     read only on this request, never by the page's poll. With `follow` and while the workload
     runs, the panel asks again by itself every few seconds."""
     workload = _visible_workload(request, pk)
+    _require_logs(request, workload)
     logs = selectors.workload_logs(workload=workload, tail_lines=LOG_LINES, pod=request.GET.get("pod", "").strip())
     context = {"workload": workload, "logs": logs, "follow": bool(request.GET.get("follow")) and workload.is_active}
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-logs", context)
-    return render(request, "jobs/workload_detail.html", {**_detail_context(workload), **context})
+    return render(request, "jobs/workload_detail.html", {**_detail_context(request, workload), **context})
 
 
 @login_required
@@ -265,6 +277,7 @@ def workload_logs(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def workload_logs_download(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """A pod's whole log as a file, up to LOG_DOWNLOAD_BYTES (the API server cuts it there)."""
     workload = _visible_workload(request, pk)
+    _require_logs(request, workload)
     logs = selectors.workload_logs(workload=workload, tail_lines=None, pod=request.GET.get("pod", "").strip(),
                                    limit_bytes=selectors.LOG_DOWNLOAD_BYTES)
     if logs.unreachable:
@@ -388,7 +401,7 @@ def notebook_token(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         token, error = "", refusal.message
     else:
         error = ""
-    context = {**_detail_context(workload), "notebook_token": token, "token_error": error}
+    context = {**_detail_context(request, workload), "notebook_token": token, "token_error": error}
     name = "jobs/workload_detail.html#notebook-token" if request.htmx else "jobs/workload_detail.html"
     response = render(request, name, context)
     response["Cache-Control"] = "no-store"

@@ -3,6 +3,7 @@
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
@@ -41,19 +42,21 @@ urlpatterns = [
     path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/", include(router.urls)),
+    # The schema answers people signed in, by session or token (SPECTACULAR_SETTINGS); its pages send
+    # someone signed out to the login page and back.
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Swagger UI's start script comes from its own URL (the split view), so scripts stay strict;
     # its page and Redoc's bring <style> elements, and Redoc searches in a worker made from a blob.
     path(
         "api/docs/",
-        csp_relaxed(style_src=["'unsafe-inline'"])(SpectacularSwaggerSplitView.as_view(url_name="api-schema")),
+        login_required(csp_relaxed(style_src=["'unsafe-inline'"])(SpectacularSwaggerSplitView.as_view(url_name="api-schema"))),
         name="api-docs",
     ),
     path(
         "api/redoc/",
-        csp_relaxed(style_src=["'unsafe-inline'"], worker_src=["blob:"])(
+        login_required(csp_relaxed(style_src=["'unsafe-inline'"], worker_src=["blob:"])(
             SpectacularRedocView.as_view(url_name="api-schema")
-        ),
+        )),
         name="api-redoc",
     ),
 ]

@@ -36,6 +36,8 @@ from tenants.models import (
 )
 
 TEAM_FIELDS = ("name", "cost_center", "description")
+COST_CENTER_REFUSAL = ("Only finance and platform admins may change a team's cost center: the monthly statements "
+                       "bill it. Ask finance to change it.")
 # How the team shares the cluster: only a platform admin changes these.
 POLICY_FIELDS = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit", "requires_second_approver")
 
@@ -77,24 +79,37 @@ def team_create(*, actor: User, slug: str, name: str, cost_center: str = "", des
 
 @transaction.atomic
 def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
-    _require(actor.has_perm("tenants.manage_members", team))
+    """Leads change how their team is named and described, finance and platform admins its cost
+    center, platform admins how it shares the cluster; each changed field is asked of its own rule."""
+    _require(actor.has_perm("tenants.manage_members", team) or actor.has_perm("tenants.change_cost_center", team))
     unknown = set(changes) - set(TEAM_FIELDS) - set(POLICY_FIELDS)
     if unknown:
         raise DomainError(f"These team fields cannot be changed here: {', '.join(sorted(unknown))}.")
     changed = {field: value for field, value in changes.items() if getattr(team, field) != value}
     if not changed:
         return team
+    if "cost_center" in changed and not actor.has_perm("tenants.change_cost_center", team):
+        raise NotAllowed(COST_CENTER_REFUSAL, field="cost_center")
+    if {"name", "description"} & set(changed):
+        _require(actor.has_perm("tenants.manage_members", team))
     if set(changed) & set(POLICY_FIELDS):
         _require(actor.has_perm("tenants.manage_teams"))
+    before = {field: getattr(team, field) for field in changed}
     for field, value in changed.items():
         setattr(team, field, value)
     team.full_clean()
     team.save(update_fields=list(changed))
-    described = ", ".join(f"{field} to {value}" if field in POLICY_FIELDS else field for field, value in sorted(changed.items()))
+    described = ", ".join(_change_described(field, before[field], value) for field, value in sorted(changed.items()))
     audit_record(actor=actor, action="team.updated", obj=team, team_id=team.pk, data={k: str(v) for k, v in changed.items()},
                  message=f"{actor.username} changed {described} of team {team.slug}")
     _on_team_change(team.pk)
     return team
+
+
+def _change_described(field: str, before: Any, after: Any) -> str:
+    if field == "cost_center":  # what statements billed until now, for whoever reconciles them
+        return f"cost_center from {before or '(none)'} to {after or '(none)'}"
+    return f"{field} to {after}" if field in POLICY_FIELDS else field
 
 
 def user_activity_changed(*, user: User) -> None:

@@ -10,8 +10,10 @@ import requests
 from django.contrib.auth import get_user_model
 
 from portal import tokens
-from portal.models import ApiToken, SsoIdentity
-from tenants.models import Membership
+from portal.models import ApiToken, Notification, SsoIdentity
+from portal.notifications import notify
+from tenants.models import Membership, Team
+from tenants.oidc import RENEW_FIRST, RENEW_FIRST_API
 from tests.factories import TeamFactory
 from tests.oidc_provider import MockOpenIDProvider
 
@@ -331,3 +333,76 @@ def test_htmx_fragments_and_local_accounts_are_not_sent_to_the_provider(client, 
     # How a local account signs in: the password form, answered by Django's own backend.
     client.force_login(member, backend="django.contrib.auth.backends.ModelBackend")
     assert client.get("/notifications/").status_code == 200
+
+
+# --- Changes wait for a confirmed session -----------------------------------------------------------
+
+ADMIN = {"sub": "u-1", "preferred_username": "ada", "email": "ada@example.com", "groups": ["gpu-portal-admins"]}
+
+
+def test_after_the_id_token_expired_an_api_change_over_the_session_is_refused_until_it_is_renewed(client, refreshing):
+    refreshing.next_user = ADMIN
+    sso_login(client, refreshing)
+    expire_id_token(client)
+
+    refused = client.post("/api/teams/", {"slug": "nlp", "name": "NLP"}, content_type="application/json")
+
+    assert refused.status_code == 401
+    assert refused.json() == {"message": RENEW_FIRST_API, "errors": {}}
+    assert not Team.objects.exists()
+    follow_to_provider_and_back(client, refreshing, client.get("/teams/"))
+    assert client.post("/api/teams/", {"slug": "nlp", "name": "NLP"}, content_type="application/json").status_code == 201
+
+
+def test_a_page_form_sent_after_the_id_token_expired_changes_nothing_and_goes_back_to_renew(client, refreshing):
+    refreshing.next_user = ADMIN
+    sso_login(client, refreshing)
+    expire_id_token(client)
+
+    sent = client.post("/platform/teams/new/", {"slug": "nlp", "name": "NLP"},
+                       HTTP_REFERER="http://testserver/platform/teams/new/")
+
+    assert sent.status_code == 302 and sent.url == "/platform/teams/new/"
+    assert not Team.objects.exists()
+    back = follow_to_provider_and_back(client, refreshing, client.get(sent.url))
+    assert back.url == "/platform/teams/new/"
+    assert RENEW_FIRST in client.get(back.url).content.decode()
+
+
+def test_an_htmx_change_after_the_id_token_expired_is_sent_to_reload_its_page_and_changes_nothing(client, refreshing):
+    refreshing.next_user = ADMIN
+    sso_login(client, refreshing)
+    user = signed_in_user(client)
+    notify(recipients=[user], message="Something happened.")
+    expire_id_token(client)
+
+    sent = client.post("/notifications/read/", HTTP_HX_REQUEST="true",
+                       HTTP_HX_CURRENT_URL="http://testserver/notifications/?page=2")
+
+    assert sent.status_code == 401 and sent["HX-Redirect"] == "/notifications/?page=2"
+    assert Notification.objects.filter(recipient=user, read_at__isnull=True).count() == 1
+
+
+def test_a_change_is_never_sent_back_to_another_site(client, refreshing):
+    refreshing.next_user = ADMIN
+    sso_login(client, refreshing)
+    expire_id_token(client)
+
+    sent = client.post("/platform/teams/new/", {"slug": "nlp", "name": "NLP"}, HTTP_REFERER="https://evil.example/")
+
+    assert sent.status_code == 302 and sent.url == "/"
+
+
+def test_signing_out_and_local_accounts_need_no_renewal(client, refreshing, member):
+    refreshing.next_user = ADMIN
+    sso_login(client, refreshing)
+    expire_id_token(client)
+    assert client.post("/logout/").status_code == 302
+    assert signed_in_user(client) is None
+
+    client.force_login(member, backend="django.contrib.auth.backends.ModelBackend")
+    session = client.session
+    session["oidc_id_token_expiration"] = 0  # whatever it holds, no provider vouches for a local account
+    session.save()
+    assert client.post("/api/tokens/", {"name": "laptop", "expires_in_days": 7},
+                       content_type="application/json").status_code == 201
