@@ -5,6 +5,7 @@ from tenants import platform_views, views
 app_name = "tenants"
 urlpatterns: list[URLPattern] = [
     path("", views.dashboard, name="dashboard"),
+    path("start/", views.landing, name="landing"),
     path("teams/", views.team_list, name="team-list"),
     path("teams/<slug:slug>/", views.team_detail, name="team-detail"),
     path("teams/<slug:slug>/requests/", views.team_requests, name="team-requests"),
