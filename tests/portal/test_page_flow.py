@@ -134,3 +134,10 @@ def test_finance_who_is_also_in_a_team_lands_on_the_dashboard(finance_user, team
 def test_a_member_lands_on_the_dashboard(member):
     response = Client().post("/login/", {"username": "alice", "password": PASSWORD, "next": "/"}, follow=True)
     assert response.redirect_chain[-1][0] == reverse("tenants:dashboard")
+
+
+@pytest.mark.parametrize("docs", ["/api/docs/", "/api/redoc/"])
+def test_the_api_docs_lead_back_to_the_portal(member, docs):
+    html = login(member).get(docs).content.decode()
+    assert 'href="/" data-testid="back-to-portal"' in html
+    assert 'href="/static/portal/api-docs.css"' in html  # a file: the docs' policy allows no other styles than theirs
