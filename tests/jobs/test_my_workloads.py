@@ -13,7 +13,7 @@ from tests.helpers import launch
 
 pytestmark = pytest.mark.django_db
 
-HTMX = {"HTTP_HX_REQUEST": "true"}
+HTMX = {"HX-Request": "true"}
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_the_card_lists_my_running_and_queued_workloads_with_open_for_my_noteboo
     _in_phase(launch(member, ready_team, training, flavor, name="finished"), Workload.Phase.SUCCEEDED)
     _in_phase(launch(lead, ready_team, notebook, flavor, name="leads-lab"), Workload.Phase.RUNNING)
 
-    card = login(member).get(reverse("jobs:my-workloads"), **HTMX).content.decode()
+    card = login(member).get(reverse("jobs:my-workloads"), headers=HTMX).content.decode()
 
     for shown in (running, queued, lab):
         assert f'href="/workloads/{shown.pk}/"' in card
@@ -49,7 +49,7 @@ def test_the_card_lists_my_running_and_queued_workloads_with_open_for_my_noteboo
 def test_a_teammates_notebook_is_not_on_my_card(settings, ready_team, member, lead, notebook, flavor):
     settings.PORTAL_INGRESS_DOMAIN = "gpu.example.com"
     _in_phase(launch(member, ready_team, notebook, flavor, name="alices-lab"), Workload.Phase.RUNNING)
-    card = login(lead).get(reverse("jobs:my-workloads"), **HTMX).content.decode()
+    card = login(lead).get(reverse("jobs:my-workloads"), headers=HTMX).content.decode()
     assert "alices-lab" not in card and "Nothing of yours is running or queued." in card
 
 
