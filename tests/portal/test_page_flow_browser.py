@@ -32,6 +32,15 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
+@pytest.fixture(autouse=True)
+def _pages_closed(browser: Any, live_server: Any, transactional_db: Any) -> Iterator[None]:
+    """Each test's pages go with it (after it, before the database is emptied): a page left open
+    keeps polling the live server while the next test's rows are flushed."""
+    yield
+    for context in browser.contexts:
+        context.close()
+
+
 @pytest.fixture
 def site(simulated: SimulatedGateway) -> dict[str, Any]:
     vision = TeamFactory.create(slug="vision", name="Computer Vision")

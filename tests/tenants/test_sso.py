@@ -356,3 +356,13 @@ def test_a_deactivated_sso_accounts_session_ends_at_its_next_request(client, pro
     people.person_active_set(actor=root, person=grace, active=False)
 
     assert client.get("/")["Location"].startswith("/login/")
+
+
+def test_finance_signing_in_through_single_sign_on_lands_on_the_finance_overview(client, provider):
+    provider.next_user = {"sub": "u-9", "preferred_username": "fiona", "email": "f@example.com",
+                          "groups": ["gpu-portal-finance"]}
+    assert 'href="/oidc/authenticate/"' in client.get("/login/?next=/").content.decode()  # the root names no page
+
+    done = sso_login(client, provider)
+
+    assert client.get(done.url)["Location"] == "/billing/finance/"
