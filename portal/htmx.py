@@ -94,7 +94,7 @@ class HtmxPagesMiddleware:
         if htmx:
             answer: HttpResponse = HttpResponseClientRedirect(login)
         else:
-            answer = HttpResponseRedirect(login, status=303)
+            answer = HttpResponseRedirect(login)
         if request.method not in ("GET", "HEAD"):
             answer[KEEP_DRAFT_HEADER] = "true"
         answer["Cache-Control"] = "no-store"
