@@ -186,6 +186,25 @@ def team_gpu_use(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     return render(request, name, context)
 
 
+MY_WORKLOADS_ROWS = 10
+
+
+@login_required
+@require_GET
+def my_workloads(request: HtmxHttpRequest) -> HttpResponse:
+    """The dashboard's card: the user's own running and queued workloads, newest first, with Open
+    for a notebook or server they may open from outside the cluster (the gate's own rule)."""
+    mine = list(selectors.workloads_for_user(user=request.user)
+                .filter(owner=request.user, phase__in=Workload.ACTIVE_PHASES).order_by("-pk")[:MY_WORKLOADS_ROWS + 1])
+    shown = mine[:MY_WORKLOADS_ROWS]
+    rows = [(w, w.phase == Workload.Phase.RUNNING and bool(services.ingress_host(w))
+             and request.user.has_perm("jobs.open_workload", w)) for w in shown]
+    context = {"rows": rows, "more": len(mine) > MY_WORKLOADS_ROWS,
+               "launches": request.user.has_perm("jobs.open_launch_form")}
+    name = "jobs/my_workloads.html#my-workloads" if request.htmx else "jobs/my_workloads.html"
+    return render(request, name, context)
+
+
 def _live_context(
     workload: Workload, *, picture: selectors.LivePicture | None = None, error: str | None = None
 ) -> dict[str, Any]:

@@ -97,6 +97,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.htmx.HtmxPagesMiddleware",  # Vary: HX-Request; signed out, back to the page after sign-in
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -181,7 +182,11 @@ WHITENOISE_USE_FINDERS = not PRODUCTION
 WHITENOISE_AUTOREFRESH = not PRODUCTION
 
 LOGIN_URL = "/login/"
-LOGIN_REDIRECT_URL = "/"
+# A form sent with a stale CSRF token gets the portal's page, which says why and leads back to it.
+CSRF_FAILURE_VIEW = "portal.views.csrf_failure"
+# Not the dashboard itself: tenants.views.landing sends finance whose only role is finance to
+# the finance overview.
+LOGIN_REDIRECT_URL = "/start/"
 LOGOUT_REDIRECT_URL = "/login/"
 
 # --- Security (production) ---------------------------------------------------------------

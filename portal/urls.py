@@ -2,7 +2,6 @@
 
 from django.conf import settings
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
@@ -13,12 +12,13 @@ from jobs import api as jobs_api
 from portal import api as portal_api
 from portal import views
 from portal.security import csp_relaxed
-from portal.signin import SignInForm
 from tenants import api as tenants_api
+from tenants import people_api
 
 router = DefaultRouter()
 portal_api.register(router)
 tenants_api.register(router)
+people_api.register(router)
 jobs_api.register(router)
 
 handler404 = "portal.views.not_found"
@@ -28,8 +28,8 @@ urlpatterns = [
     path("", include("tenants.urls")),
     path("billing/", include("billing.urls")),
     path("api/billing/", include((billing_urls.api_urlpatterns, "billing-api"))),
-    path("login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", views.SignInView.as_view(), name="login"),
+    path("logout/", views.SignOutView.as_view(), name="logout"),
     path("tokens/", views.api_tokens, name="api-tokens"),
     path("tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),
     path("notifications/", views.notification_list, name="notifications"),

@@ -49,6 +49,12 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("The ID token comes from an unexpected issuer.")
         return payload
 
+    def get_user(self, user_id: Any) -> User | None:
+        """The session's user, unless deactivated (tenants/people.py): Django's ModelBackend asks,
+        the library does not, so a deactivated SSO account's session would have carried on."""
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
+
     def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> dict[str, Any]:
         claims = dict(super().get_userinfo(access_token, id_token, payload))
         # Userinfo carries no issuer and its subject is only trustworthy when it is the signed

@@ -21,7 +21,7 @@ from django.utils import timezone
 from portal.audit import audit_record
 from portal.errors import DomainError, NotAllowed, StateConflict
 from portal.models import User
-from portal.notifications import notify
+from portal.notifications import notifications_resolve, notify
 from portal.tasks import send_on_commit
 from tenants import selectors
 from tenants.models import (
@@ -460,8 +460,23 @@ def quota_request_create(
     leads = selectors.team_leads(team_ids=[team.pk])[team.pk]
     notify(recipients=[lead for lead in leads if lead.pk != requester.pk],
            message=f"{requester.username} asks for {summary} (request #{quota_request.pk}).",
-           url=reverse("tenants:approvals"))
+           url=_asks_url(quota_request))
     return quota_request
+
+
+def _asks_url(quota_request: QuotaRequest) -> str:
+    """Where the deciders' notification of a request leads: its row in the inbox. One address
+    per request, so deciding it marks those notifications read (`_decided`)."""
+    return f"{reverse('tenants:approvals')}#approval-{quota_request.pk}"
+
+
+def _decided(quota_request: QuotaRequest, *, by: User, message: str) -> None:
+    """A request left the inbox: the deciders' notifications of it are read, and the requester
+    hears of it unless they decided it themselves."""
+    notifications_resolve(url=_asks_url(quota_request))
+    if quota_request.requester_id != by.pk:
+        notify(recipients=[quota_request.requester], message=message,
+               url=reverse("tenants:quota-request-detail", args=[quota_request.pk]))
 
 
 def _locked_pending(quota_request: QuotaRequest, verb: str) -> QuotaRequest:
@@ -564,10 +579,8 @@ def quota_request_approve(
     audit_record(actor=approver, action="quota_request.approved", obj=locked, team_id=locked.team_id,
                  data={"note": locked.decision_note, **({"fewer_than_asked": cut} if cut else {})},
                  message=f"{approver.username} approved request #{locked.pk}: {summary}")
-    notify(recipients=[locked.requester],
-           message=f"{approver.username} approved your request #{locked.pk}: {summary}."
-           + (f" Note: {locked.decision_note}" if locked.decision_note else ""),
-           url=reverse("tenants:quota-request-detail", args=[locked.pk]))
+    _decided(locked, by=approver, message=f"{approver.username} approved your request #{locked.pk}: {summary}."
+             + (f" Note: {locked.decision_note}" if locked.decision_note else ""))
     _on_team_change(locked.team_id)
     return _sync_caller_copy(quota_request, locked)
 
@@ -598,9 +611,7 @@ def quota_request_reject(*, quota_request: QuotaRequest, approver: User, note: s
     audit_record(actor=approver, action="quota_request.rejected", obj=locked, team_id=locked.team_id,
                  data={"note": locked.decision_note},
                  message=f"{approver.username} rejected request #{locked.pk} for {locked.team.slug}{reason}")
-    notify(recipients=[locked.requester],
-           message=f"{approver.username} rejected your request #{locked.pk}{reason}.",
-           url=reverse("tenants:quota-request-detail", args=[locked.pk]))
+    _decided(locked, by=approver, message=f"{approver.username} rejected your request #{locked.pk}{reason}.")
     return _sync_caller_copy(quota_request, locked)
 
 
@@ -613,6 +624,7 @@ def quota_request_cancel(*, quota_request: QuotaRequest, actor: User) -> QuotaRe
     locked.save(update_fields=["status", "decided_by", "decided_at"])
     audit_record(actor=actor, action="quota_request.cancelled", obj=locked, team_id=locked.team_id,
                  message=f"{actor.username} cancelled request #{locked.pk} for {locked.team.slug}")
+    _decided(locked, by=actor, message=f"{actor.username} cancelled your request #{locked.pk} for {locked.team.slug}.")
     return _sync_caller_copy(quota_request, locked)
 
 

@@ -14,7 +14,7 @@ from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory,
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PAGES = ["/", "/teams/", "/teams/vision/", "/capacity/", "/requests/", "/requests/new/", "/approvals/", "/audit/",
-         "/templates/", "/launch/", "/workloads/", "/tokens/", "/notifications/", "/admin/", "/api/teams/",
+         "/templates/", "/launch/", "/workloads/", "/tokens/", "/notifications/", "/platform/people/", "/admin/", "/api/teams/",
          "/api/docs/", "/api/redoc/"]
 
 

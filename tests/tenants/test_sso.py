@@ -31,8 +31,8 @@ def provider(settings):
         yield op
 
 
-def sso_login(client, provider) -> Any:
-    start = client.get("/oidc/authenticate/")
+def sso_login(client, provider, start_url: str = "/oidc/authenticate/") -> Any:
+    start = client.get(start_url)
     assert start.status_code == 302 and start.url.startswith(provider.url)
     # The browser's hop to the provider, which answers with a redirect back to the callback.
     at_provider = requests.get(start.url, allow_redirects=False, timeout=5)
@@ -51,7 +51,7 @@ def test_sso_login_creates_the_user_with_roles_and_teams_from_group_claims(clien
 
     done = sso_login(client, provider)
 
-    assert done.status_code == 302 and done.url == "/"
+    assert done.status_code == 302 and done.url == "/start/"  # LOGIN_REDIRECT_URL: tenants.views.landing
     user = get_user_model().objects.get(username="grace")
     assert (user.email, user.first_name, user.is_finance, user.is_platform_admin) == ("grace@example.com", "Grace", True, False)
     assert dict(Membership.objects.filter(user=user).values_list("team__slug", "role")) == {"vision": "lead", "nlp": "member"}
@@ -235,7 +235,7 @@ def test_a_groups_claim_of_an_odd_shape_logs_in_without_roles(client, provider, 
 
     done = sso_login(client, provider)
 
-    assert done.status_code == 302 and done.url == "/"
+    assert done.status_code == 302 and done.url == "/start/"  # LOGIN_REDIRECT_URL: tenants.views.landing
     assert signed_in_user(client).username == "odd"
     assert not Membership.objects.exists()
 
@@ -406,3 +406,38 @@ def test_signing_out_and_local_accounts_need_no_renewal(client, refreshing, memb
     session.save()
     assert client.post("/api/tokens/", {"name": "laptop", "expires_in_days": 7},
                        content_type="application/json").status_code == 201
+
+
+def test_single_sign_on_from_the_login_page_comes_back_to_the_page_the_session_ended_on(client, provider):
+    provider.next_user = {"sub": "u-7", "preferred_username": "grace", "email": "grace@example.com", "groups": []}
+    login_page = client.get("/login/?next=/workloads/%3Fphase%3Dfailed").content.decode()
+    start_url = "/oidc/authenticate/?next=/workloads/%3Fphase%3Dfailed"
+    assert f'href="{start_url}"' in login_page
+
+    done = sso_login(client, provider, start_url)
+
+    assert done.status_code == 302 and done.url == "/workloads/?phase=failed"
+
+
+def test_a_deactivated_sso_accounts_session_ends_at_its_next_request(client, provider):
+    from tenants import people
+
+    provider.next_user = {"sub": "u-8", "preferred_username": "grace", "email": "grace@example.com", "groups": []}
+    sso_login(client, provider)
+    grace = signed_in_user(client)
+    assert client.get("/").status_code == 200
+    root = get_user_model().objects.create_user(username="root", is_platform_admin=True)
+
+    people.person_active_set(actor=root, person=grace, active=False)
+
+    assert client.get("/")["Location"].startswith("/login/")
+
+
+def test_finance_signing_in_through_single_sign_on_lands_on_the_finance_overview(client, provider):
+    provider.next_user = {"sub": "u-9", "preferred_username": "fiona", "email": "f@example.com",
+                          "groups": ["gpu-portal-finance"]}
+    assert 'href="/oidc/authenticate/"' in client.get("/login/?next=/").content.decode()  # the root names no page
+
+    done = sso_login(client, provider)
+
+    assert client.get(done.url)["Location"] == "/billing/finance/"
