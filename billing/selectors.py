@@ -40,7 +40,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDate, TruncSecond
 from django.utils import timezone
 
-from billing import ledger, metering, money, periods, xid_credits
+from billing import efficiency, ledger, metering, money, periods, xid_credits
 from billing.figures import LINE_FIELDS, Figure, Lines
 from billing.models import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, Rate, UsageHour, UsageMonth
 from billing.money import ROUNDING_HOURS, SECONDS_PER_HOUR, round_money, round_places
@@ -357,7 +357,7 @@ class TeamMonthUsage:
     xid_credit: Decimal  # zero or less: what closing the month credits for GPU time after hardware XIDs, so far
     months: list[dt.date]
     metered_until: dt.datetime  # how far the rollups (and so every figure on the page) count
-    allocated_unit_seconds: int  # what the team's pods held in the month up to now: the efficiency's allocated time
+    allocated_device_seconds: Fraction  # what the team's pods held in the month up to now: the efficiency's allocated time
 
     @property
     def is_current(self) -> bool:
@@ -428,7 +428,9 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
         top_workloads=top_workloads(team=team, start=start, end=metered, now=now),
         ledger=_ledger_sentence(month=month, flavor_lines=flavor_lines),
         forecast=forecast, xid_credit=credit, months=recent_months(now=now), metered_until=metered,
-        allocated_unit_seconds=sum(row["to_now"] for row in rows if row["to_now"] is not None))
+        allocated_device_seconds=efficiency.device_seconds(
+            ((row["flavor_id"], row["fraction_numerator"], row["fraction_denominator"], row["to_now"])
+             for row in rows if row["to_now"] is not None), flavors))
 
 
 _TEAM_MONTH_KEYS = ("account_id", "flavor_id", "borrowed", "owner_username", "day")

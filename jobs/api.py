@@ -198,7 +198,8 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[Workload]:
         workloads = selectors.workloads_for_user(user=self.request.user)
-        return workloads if self.action == "list" else workloads.prefetch_related("transitions", "intervals")
+        return workloads if self.action == "list" else workloads.prefetch_related(
+            "transitions", "intervals__flavor", "intervals__switches")
 
     def _answer(self, workload: Workload, code: int = status.HTTP_200_OK) -> Response:
         fresh = self.get_queryset().get(pk=workload.pk)

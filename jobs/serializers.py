@@ -15,6 +15,7 @@ from jobs.models import (
     ImageRegistry,
     Priority,
     RunInterval,
+    RunIntervalSwitch,
     Workload,
     WorkloadKind,
     WorkloadTemplate,
@@ -262,10 +263,27 @@ class TransitionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class IntervalSwitchSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunIntervalSwitch
+        fields = ["at", "borrowed"]
+        read_only_fields = fields
+
+
 class RunIntervalSerializer(serializers.ModelSerializer):
+    """A pod's time on a GPU node with what billing meters it by: an auditor recomputes the
+    workload's cost from these and the rate card."""
+
+    flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, help_text="The flavor the pod ran on (Kueue's admission, its node).")
+    borrowed = serializers.BooleanField(read_only=True, help_text="Whether it began on quota borrowed from other teams.")
+    switches = IntervalSwitchSerializer(many=True, read_only=True,
+                                        help_text="Each moment it moved between guaranteed and borrowed quota, oldest first.")
+
     class Meta:
         model = RunInterval
-        fields = ["pod_name", "node", "resource_name", "units", "started_at", "ended_at"]
+        fields = ["pod_name", "node", "flavor", "resource_name", "units", "fraction_numerator", "fraction_denominator",
+                  "started_at", "ended_at", "borrowed", "switches"]
         read_only_fields = fields
 
 

@@ -220,6 +220,13 @@ class Flavor(models.Model):
         return Fraction(self.fraction_numerator, self.fraction_denominator)
 
     @property
+    def unit_is_a_device(self) -> bool:
+        """Whether one unit is a device of its own as GPU telemetry counts devices (a GPU, a MIG
+        instance); otherwise it is its fraction of a shared card (a time slice, an MPS share, a
+        GiB of the card's memory)."""
+        return self.sharing_mode in (self.SharingMode.EXCLUSIVE, self.SharingMode.MIG)
+
+    @property
     def fraction_display(self) -> str:
         return "1 GPU" if self.fraction == 1 else f"{self.fraction} GPU"
 

@@ -113,10 +113,10 @@ def test_the_team_page_shows_the_forecast_and_allocated_hours_each_read_would_gi
     assert usage.forecast == expected_forecast
     on_its_own = team_month_efficiency(team=vision, account=vision_account, month=month, cost=usage.total.cost, now=NOW)
     folded = team_month_efficiency(team=vision, account=vision_account, month=month, cost=usage.total.cost, now=NOW,
-                                   allocated_unit_seconds=usage.allocated_unit_seconds)
+                                   allocated_device_seconds=usage.allocated_device_seconds)
     assert folded == on_its_own and folded.allocated_hours > 0
     if month == NOVEMBER:  # the row dated after now counts on the page, not in the forecast or the allocated hours
         assert usage.forecast is not None and usage.forecast.spent < usage.total.cost
-        assert usage.allocated_unit_seconds < sum(UsageHour.objects.filter(
+        assert usage.allocated_device_seconds < sum(UsageHour.objects.filter(
             account=vision_account, hour__gte=periods.month_bounds(month)[0]).values_list("unit_seconds", flat=True))
 
