@@ -1,11 +1,12 @@
 // What is wrong with the layout of the page as it is drawn now, as a list of sentences (none: all
-// is well). tests/portal/test_layout_browser.py evaluates it after setting each width. Three faults:
+// is well). tests/portal/test_layout_browser.py evaluates it after setting each width. Four faults:
 //
 // 1. The page is wider than the window: it scrolls sideways.
 // 2. An element sticks out of its container: the nearest card, the page's header or <main>, unless
 //    a box between them scrolls it (a table's wrapper with overflow-x:auto), which is the cure. A
 //    card, <main> or the page that scrolls sideways itself is a fault too.
-// 3. A word broken inside a table cell ("visio|n", "Approve|d"): each run of letters and digits in
+// 3. Log out is out of the window (an admin's navigation once pushed it past the right edge).
+// 4. A word broken inside a table cell ("visio|n", "Approve|d"): each run of letters and digits in
 //    a cell is measured with a Range; its rectangles on more than one line mean the browser broke
 //    it (overflow-wrap:anywhere, word-break:break-all, or a column squeezed below its longest word).
 //    Breaks at punctuation (a hyphen, a slash, a dot) are where long names may wrap, so they split
@@ -15,6 +16,12 @@
   const root = document.documentElement;
   if (root.scrollWidth > root.clientWidth + 1) {
     findings.push(`the page is ${root.scrollWidth} px wide in a ${root.clientWidth} px window`);
+  }
+
+  const logOut = document.querySelector("form[action$='/logout/'] button");
+  if (logOut) {
+    const box = logOut.getBoundingClientRect();
+    if (box.left < 0 || box.right > root.clientWidth) { findings.push(`Log out is out of the window, at ${Math.round(box.left)} px`); }
   }
 
   const describe = (element) => {

@@ -1,7 +1,8 @@
 """Every page of the portal as each role (a member, a team lead, finance, a platform admin) at the
 widths people use, 320, 390, 768, 1024, 1366 and 1920 px, in Debian's Chromium: no page scrolls
-sideways, nothing sticks out of its card, and no table cell breaks a word in the middle
-(tests/portal/layout_probe.js says how each is measured, and the first test proves it sees them).
+sideways, Log out stays in the window, nothing sticks out of its card, and no table cell breaks a
+word in the middle (tests/portal/layout_probe.js says how each is measured, and the first test
+proves it sees them).
 
 The pages come from the URL conf: every named route is a page unless NOT_PAGES says why it is not
 (and the test checks that it indeed answers no page), so a new page is measured from the day it
@@ -206,6 +207,7 @@ BROKEN = """<!doctype html><html><head><style>
     <div style="width:420px">a row of buttons wider than its card</div>
   </div>
   <main><div style="width:2400px">a banner wider than any window</div></main>
+  <form method="post" action="/logout/"><button style="margin-left:1100px">Log out</button></form>
 </body></html>"""
 
 WHOLE = """<!doctype html><html><head><style>
@@ -219,11 +221,11 @@ WHOLE = """<!doctype html><html><head><style>
 </body></html>"""
 
 
-def test_the_probe_finds_a_page_too_wide_a_card_spilling_and_words_broken_in_a_cell(browser):
+def test_the_probe_finds_a_page_too_wide_log_out_out_of_reach_a_card_spilling_and_words_broken_in_a_cell(browser):
     page = browser.new_page(viewport={"width": 1024, "height": HEIGHT})
     page.set_content(BROKEN)
     found = page.evaluate(PROBE)
-    assert found[0] == "the page is 2400 px wide in a 1024 px window"
+    assert found[:2] == ["the page is 2400 px wide in a 1024 px window", "Log out is out of the window, at 1100 px"]
     spilling = r'div "a row of buttons wider than its card" sticks out of div\.card ".*": 1\d\d px past the right'
     assert any(re.fullmatch(spilling, f) for f in found), found
     broken = [f.rpartition(": ")[2] for f in found if f.startswith("a word is broken")]
