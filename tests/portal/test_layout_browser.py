@@ -28,19 +28,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.urls import URLResolver, get_resolver, reverse
 from django.utils import timezone
 
 from billing import budgets, metering, periods, statements
-from billing.management.commands import seed_demo
-from billing.models import Account, Rate
+from billing.models import Account, Rate, Statement
 from jobs import services as job_services
 from jobs import sync
 from jobs.models import GpuXidEvent, RunInterval, Workload, WorkloadIdleState, WorkloadTemplate
@@ -347,12 +348,13 @@ EXTRA_FLAVORS: list[dict[str, Any]] = [
          gpu_model="NVIDIA Tesla T4", fraction_numerator=1, fraction_denominator=16, capacity_units=64,
          node_labels={"gpu-portal.io/gpu-share": "t4"}),
 ]
-PRICES = {**dict(seed_demo.LIST_PRICES), "a100-mps-4": "0.70", "t4-gib": "0.03"}
+# A price for each flavor from before last month, where the demo has none that early (its history may be shorter).
+PRICES = {"h100-80gb": "2.75", "a100-1g-10gb": "1.80", "t4-shared": "0.35", "a100-mps-4": "0.70", "t4-gib": "0.03"}
 
 
 def build_site(cluster: SimulatedGateway) -> Site:
-    """The demo's site, and what a page can show beyond it."""
-    seed_demo.Command().seed()
+    """The demo's site (what `manage.py seed_demo` makes), and what a page can show beyond it."""
+    call_command("seed_demo", stdout=StringIO())
     users = {user.username: user for user in User.objects.all()}
     admin, finance = users["admin"], users["finance"]
     for spec in EXTRA_FLAVORS:
@@ -362,18 +364,20 @@ def build_site(cluster: SimulatedGateway) -> Site:
     now = timezone.now()
     last_month = periods.month_start(periods.current_month() - dt.timedelta(days=1))
     start, _ = periods.month_bounds(last_month)
-    for slug, price in PRICES.items():  # in force since before last month, so its runs are priced
-        Rate.objects.create(flavor=site.flavors[slug], price_per_gpu_hour=Decimal(price), currency="USD",
-                            effective_from=start - dt.timedelta(days=31), note="List price", created_by=finance)
+    for slug, price in PRICES.items():
+        if not Rate.objects.filter(flavor__slug=slug, effective_from__lte=start).exists():
+            Rate.objects.create(flavor=site.flavors[slug], price_per_gpu_hour=Decimal(price), currency="USD",
+                                effective_from=start - dt.timedelta(days=31), note="List price", created_by=finance)
 
-    # Last month's runs, metered with the demo's past days and closed into a statement, then corrected.
-    _ran(_launch(site, "alice", "vision", "pytorch-training", "h100-80gb", "detector-baseline"),
-         started=start + dt.timedelta(days=3, hours=2), hours=30, units=1)
-    _ran(_launch(site, "carol", "recsys", "pytorch-training", "a100-1g-10gb", "ranker-nightly-retraining"),
-         started=start + dt.timedelta(days=5), hours=60, units=1)
-    seed_demo.seed_usage(now=now)
-    metering.rollups_refresh()
-    statement = statements.statement_close(actor=finance, month=last_month)
+    # Last month closed into a statement (the demo's own, where its history reaches that far), then corrected.
+    statement = Statement.objects.filter(month=last_month).first()
+    if statement is None:
+        _ran(_launch(site, "alice", "vision", "pytorch-training", "h100-80gb", "detector-baseline"),
+             started=start + dt.timedelta(days=3, hours=2), hours=30, units=1)
+        _ran(_launch(site, "carol", "recsys", "pytorch-training", "a100-1g-10gb", "ranker-nightly-retraining"),
+             started=start + dt.timedelta(days=5), hours=60, units=1)
+        metering.rollups_refresh()
+        statement = statements.statement_close(actor=finance, month=last_month)
     statements.adjustment_add(actor=finance, statement=statement, account=Account.for_team(site.teams["vision"]),
                               amount="-12.50", reason="GPU 3 of node gpu-h100-07 was broken for five hours (XID 79)")
     site.closed_month = last_month
