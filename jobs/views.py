@@ -216,6 +216,8 @@ def _live_context(
         "picture": picture,
         "action_error": error,
         "idle": reclaim.idle_picture(workload=workload),
+        # In the polled fragment, so what it cost so far counts up while it runs.
+        "used": pricing.used_so_far(workload_ids=[workload.pk]).get(workload.pk),
     }
 
 
@@ -236,7 +238,6 @@ def _detail_context(request: HtmxHttpRequest, workload: Workload, *,
         "reachable": bool(services.ingress_host(workload)),
         "port_forward": services.port_forward_command(workload) if serves else "",
         "simulated_cluster": settings.PORTAL_CLUSTER == "simulated",
-        "used": pricing.used_so_far(workload_ids=[workload.pk]).get(workload.pk),
         "xids": xid.xid_rows(workload=workload),
     }
 
