@@ -71,6 +71,8 @@ NOT_PAGES: dict[str, str] = {
     "favicon": "an image",
     "healthz": "for the orchestrator", "readyz": "for the orchestrator", "metrics": "for Prometheus",
     "api-token-revoke": "a POST",
+    "tenants:person-role": "a POST", "tenants:person-active": "a POST", "tenants:person-token-revoke": "a POST",
+    "tenants:landing": "a redirect to where a role lands after sign-in",
     "notifications-read": "a POST",
     "notification-bell": "the bell's poll, a fragment of every page",
     "notification-open": "marks it read and goes where it points",
@@ -127,6 +129,11 @@ def _vision_membership(site: Site) -> list[dict[str, Any]]:
 # What each route with parameters is opened with: every instance worth drawing, the first one a page
 # every role may open (vision's, where the member and the lead are).
 INSTANCES: dict[str, Instances] = {
+    "tenants:person-detail": lambda site: [{"pk": site.users[name].pk} for name in ("alice", "finance")],
+    "tenants:person-role": lambda site: [{"pk": site.users["alice"].pk}],
+    "tenants:person-active": lambda site: [{"pk": site.users["alice"].pk}],
+    "tenants:person-token-revoke": lambda site: [{"pk": site.users["alice"].pk,
+                                                  "token_pk": ApiToken.objects.filter(user__username="alice").earliest("pk").pk}],
     "jobs:template-edit": lambda site: [{"pk": template.pk} for template in WorkloadTemplate.objects.order_by("pk")],
     "jobs:team-gpu-use": _teams("vision"),
     "jobs:workload-detail": lambda site: [{"pk": workload.pk} for workload in site.workloads.values()],
