@@ -31,6 +31,7 @@ COPY portal /src/portal
 COPY tenants /src/tenants
 COPY jobs /src/jobs
 COPY billing /src/billing
+COPY demo /src/demo
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /wheels /src \
  && /opt/venv/bin/pip install --no-deps /wheels/gpu_portal-*.whl
 # Templates, static sources and manage.py beside the wheel; static files collected (and

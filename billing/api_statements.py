@@ -11,20 +11,40 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from django.http import Http404, HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from billing import periods, statement_selectors, statements
+from billing import exports, periods, statement_selectors, statements
+from billing.exports import download
 from billing.models import Adjustment, Statement, StatementLine
+from billing.serializers import MoneyField
 from billing.statement_selectors import StatementPicture
 from portal.adapters import StrictInputMixin, parse, signed_in_user
 from portal.errors import DomainError
 
 MONTH_PATTERN = r"[0-9]{4}-[0-9]{2}"
+
+
+class _FileRenderer(JSONRenderer):
+    """Lets a caller ask for the file's type (Accept: text/csv): the file itself is answered as it
+    is, and a refusal (404, 403) still as the API's JSON."""
+
+    charset = None
+
+
+class CsvRenderer(_FileRenderer):
+    media_type, format = "text/csv", "csv"
+
+
+class PdfRenderer(_FileRenderer):
+    media_type, format = "application/pdf", "pdf"
 TEAM_PARAMETER = OpenApiParameter("team", str, description="A team's slug: just that team's part (404 if not yours).")
 
 
@@ -42,25 +62,25 @@ class TeamPartSerializer(serializers.Serializer):
     name = serializers.CharField()
     cost_center = serializers.CharField()
     gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
-    charged = serializers.DecimalField(max_digits=20, decimal_places=3, help_text="The sum of the team's rounded lines.")
-    adjusted = serializers.DecimalField(max_digits=20, decimal_places=3)
-    total = serializers.DecimalField(max_digits=20, decimal_places=3)
+    charged = MoneyField(help_text="The sum of the team's rounded lines.")
+    adjusted = MoneyField(help_text="The sum of its adjustments (credits are negative).")
+    total = MoneyField(help_text="Its lines and adjustments: what it is charged.")
 
 
 class StatementDetailSerializer(serializers.Serializer):
     statement = StatementSerializer()
     teams = TeamPartSerializer(many=True)
-    charged = serializers.DecimalField(max_digits=20, decimal_places=3, help_text="Lines charged to the teams shown.")
-    adjusted = serializers.DecimalField(max_digits=20, decimal_places=3)
-    total = serializers.DecimalField(max_digits=20, decimal_places=3)
-    unallocated_total = serializers.DecimalField(max_digits=20, decimal_places=3, allow_null=True,
-                                                 help_text="Capacity nobody used (finance's whole view only).")
+    charged = MoneyField(help_text="Lines charged to the teams shown.")
+    adjusted = MoneyField()
+    total = MoneyField(help_text="The sum of the teams' totals.")
+    unallocated_total = MoneyField(allow_null=True, help_text="Capacity nobody used (finance's whole view only).")
 
 
 class StatementLineSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="account_slug", read_only=True)
     team_name = serializers.CharField(source="account_name", read_only=True)
     flavor = serializers.CharField(source="flavor_slug", read_only=True)
+    amount = MoneyField(help_text="Rounded once, half-even, to the currency's minor unit.")
 
     class Meta:
         model = StatementLine
@@ -72,6 +92,7 @@ class StatementLineSerializer(serializers.ModelSerializer):
 
 class AdjustmentSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="account_slug", read_only=True)
+    amount = MoneyField(help_text="A charge, or a credit when negative.")
 
     class Meta:
         model = Adjustment
@@ -88,6 +109,11 @@ class AdjustmentCreateSerializer(StrictInputMixin, serializers.Serializer):
     team = serializers.CharField(help_text="The slug of a team on the statement.")
     amount = serializers.CharField(help_text="Money in the statement's currency, e.g. \"-120.50\" (negative for a credit).")
     reason = serializers.CharField(allow_blank=True, help_text="What it corrects; required.")
+
+
+def _money(picture: StatementPicture) -> dict[str, Any]:
+    """The serializer context money needs: the statement's currency."""
+    return {"currency": picture.statement.currency}
 
 
 def _detail(picture: StatementPicture) -> dict[str, Any]:
@@ -123,7 +149,8 @@ class StatementViewSet(viewsets.GenericViewSet):
         return self.get_paginated_response(StatementSerializer(page, many=True).data)
 
     def retrieve(self, request: Request, month: str) -> Response:
-        return Response(StatementDetailSerializer(_detail(self._picture(request, month))).data)
+        picture = self._picture(request, month)
+        return Response(StatementDetailSerializer(_detail(picture), context=_money(picture)).data)
 
     def create(self, request: Request) -> Response:
         text = parse(CloseSerializer, request)["month"]
@@ -132,7 +159,8 @@ class StatementViewSet(viewsets.GenericViewSet):
             raise DomainError(f"“{text}” is not a month; write it as YYYY-MM, for example 2026-10.", field="month")
         statement = statements.statement_close(actor=signed_in_user(request), month=month)
         picture = statement_selectors.statement_picture(user=request.user, statement=statement)
-        return Response(StatementDetailSerializer(_detail(picture)).data, status=status.HTTP_201_CREATED)
+        return Response(StatementDetailSerializer(_detail(picture), context=_money(picture)).data,
+                        status=status.HTTP_201_CREATED)
 
     @extend_schema(parameters=[TEAM_PARAMETER], responses={200: StatementLineSerializer(many=True)},
                    description="The statement's lines you may read: per team × flavor × rate period, and (finance) "
@@ -142,7 +170,26 @@ class StatementViewSet(viewsets.GenericViewSet):
         picture = self._picture(request, month)
         rows = [line for team in picture.teams for line in team.lines] + picture.unallocated
         page = self.paginate_queryset(rows)
-        return self.get_paginated_response(StatementLineSerializer(page, many=True).data)
+        return self.get_paginated_response(StatementLineSerializer(page, many=True, context=_money(picture)).data)
+
+    @extend_schema(parameters=[TEAM_PARAMETER], responses={(200, "text/csv"): OpenApiTypes.BINARY},
+                   description="The statement (or your team's part) as CSV for accounting: the same bytes as the page's "
+                               "download. An API token with read scope may fetch it.")
+    @action(detail=True, methods=["get"], url_path="csv", renderer_classes=[JSONRenderer, CsvRenderer])
+    def csv(self, request: Request, month: str) -> HttpResponse:
+        team = request.query_params.get("team") or None
+        picture = self._picture(request, month)
+        return download(exports.statement_csv(picture), "text/csv; charset=utf-8", exports.filename(picture, "csv", team))
+
+    @extend_schema(parameters=[TEAM_PARAMETER], responses={(200, "application/pdf"): OpenApiTypes.BINARY},
+                   description="The statement (or your team's part) as PDF. An API token with read scope may fetch it.")
+    @action(detail=True, methods=["get"], url_path="pdf", renderer_classes=[JSONRenderer, PdfRenderer])
+    def pdf(self, request: Request, month: str) -> HttpResponse:
+        team = request.query_params.get("team") or None
+        picture = self._picture(request, month)
+        if not picture.teams and not picture.whole:
+            raise Http404
+        return download(exports.statement_pdf(picture), "application/pdf", exports.filename(picture, "pdf", team))
 
     @extend_schema(methods=["get"], parameters=[TEAM_PARAMETER], responses={200: AdjustmentSerializer(many=True)},
                    description="Adjustments on the statement that you may read.")
@@ -154,7 +201,7 @@ class StatementViewSet(viewsets.GenericViewSet):
         if request.method == "GET":
             rows = [adjustment for team in picture.teams for adjustment in team.adjustments]
             page = self.paginate_queryset(rows)
-            return self.get_paginated_response(AdjustmentSerializer(page, many=True).data)
+            return self.get_paginated_response(AdjustmentSerializer(page, many=True, context=_money(picture)).data)
         actor = signed_in_user(request)
         if not actor.has_perm("billing.close_statements"):
             raise PermissionDenied
@@ -162,10 +209,10 @@ class StatementViewSet(viewsets.GenericViewSet):
         statement = picture.statement
         account = statement_selectors.statement_account(statement=statement, slug=data["team"])
         if account is None:
-            raise DomainError(f"“{data['team']}” is not a team on the {statement.label} statement.", field="team")
+            raise DomainError(f"There is no team “{data['team']}”.", field="team")
         adjustment = statements.adjustment_add(actor=actor, statement=statement, account=account, amount=data["amount"],
                                                reason=data["reason"])
-        return Response(AdjustmentSerializer(adjustment).data, status=status.HTTP_201_CREATED)
+        return Response(AdjustmentSerializer(adjustment, context=_money(picture)).data, status=status.HTTP_201_CREATED)
 
 
 def register(router: BaseRouter) -> None:

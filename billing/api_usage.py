@@ -22,6 +22,7 @@ from rest_framework.views import APIView
 
 from billing import periods, selectors, services
 from billing.models import IdlePolicy, Rate
+from billing.serializers import HoursField, MoneyField
 from billing.views import parse_month
 from portal.adapters import StrictInputMixin, parse, signed_in_user
 from portal.errors import DomainError
@@ -70,22 +71,25 @@ class UsageQuerySerializer(serializers.Serializer):
 
 class UsageRowSerializer(serializers.Serializer):
     team = serializers.CharField(required=False, help_text="The account's slug (a deleted team keeps it).")
+    team_name = serializers.CharField(required=False, help_text="The team's name (a deleted team keeps its last).")
+    cost_center = serializers.CharField(required=False, allow_blank=True, help_text="The cost center the team is billed to.")
     flavor = serializers.CharField(required=False)
     person = serializers.CharField(required=False, help_text="Who launched the workloads.")
-    day = serializers.DateField(required=False, help_text="A local day of the billing time zone.")
+    day = serializers.DateField(required=False, help_text="A local day of the billing time zone (see time_zone).")
     borrowed = serializers.BooleanField(required=False, help_text="Run on another team's idle quota.")
-    gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=4, help_text="Physical GPU-hours.")
-    cost = serializers.DecimalField(max_digits=20, decimal_places=3, help_text="Rounded per row to the currency's minor unit.")
+    gpu_hours = HoursField(help_text="Physical GPU-hours: the row's share of its statement lines' hours.")
+    cost = MoneyField(help_text="The row's share of its statement lines' rounded amounts; rows add up to the total.")
 
 
 class UsageTotalSerializer(serializers.Serializer):
-    gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=4)
-    cost = serializers.DecimalField(max_digits=20, decimal_places=3)
+    gpu_hours = HoursField()
+    cost = MoneyField(help_text="The sum of the rows.")
 
 
 class UsageReportSerializer(serializers.Serializer):
     start = serializers.DateField()
     end = serializers.DateField(help_text="The last local day included.")
+    time_zone = serializers.CharField(help_text="The billing time zone: days and months are its local ones.")
     currency = serializers.CharField()
     by = serializers.ListField(child=serializers.CharField())
     rows = UsageRowSerializer(many=True)
@@ -106,9 +110,72 @@ class UsageView(APIView):
             if not accounts.exists():
                 raise Http404
         report = selectors.usage_report(accounts=accounts, start=data["start"], end=data["end"], by=data["by"])
-        body = {"start": report.start, "end": report.end, "currency": report.currency, "by": list(report.by),
-                "rows": report.rows, "total": {"gpu_hours": report.total.gpu_hours, "cost": report.total.cost}}
-        return Response(UsageReportSerializer(body).data)
+        body = {"start": report.start, "end": report.end, "time_zone": report.time_zone, "currency": report.currency,
+                "by": list(report.by), "rows": report.rows,
+                "total": {"gpu_hours": report.total.gpu_hours, "cost": report.total.cost}}
+        return Response(UsageReportSerializer(body, context={"currency": report.currency}).data)
+
+
+class OverviewQuerySerializer(serializers.Serializer):
+    month = serializers.CharField(required=False, help_text="A local month, YYYY-MM; this month when left out.")
+    sort = serializers.ChoiceField(choices=selectors.OVERVIEW_SORTS, required=False, default="cost")
+    dir = serializers.ChoiceField(choices=("asc", "desc"), required=False, default="desc")
+
+
+class OverviewRowSerializer(serializers.Serializer):
+    team = serializers.CharField(source="team_slug", allow_null=True, help_text="Null once the team is deleted.")
+    team_name = serializers.CharField(source="name")
+    cost_center = serializers.CharField(allow_blank=True)
+    gpu_hours = HoursField()
+    cost = MoneyField(help_text="The sum of the team's statement lines so far, each rounded once.")
+    previous_cost = MoneyField(help_text="Last month's, the same way.")
+    change_percent = serializers.DecimalField(source="change", max_digits=12, decimal_places=1, allow_null=True,
+                                              help_text="Against last month, to a tenth; null when last month cost nothing.")
+
+
+class OverviewFlavorSerializer(serializers.Serializer):
+    flavor = serializers.CharField(source="key")
+    flavor_name = serializers.CharField(source="label")
+    gpu_hours = HoursField()
+    cost = MoneyField()
+
+
+class OverviewUnallocatedSerializer(serializers.Serializer):
+    flavor = serializers.CharField(source="flavor.slug")
+    gpu_hours = HoursField(help_text="Capacity nobody used.")
+    shared_hours = HoursField(help_text="Of it, shared among teams by guarantee (the flavor's idle policy).")
+
+
+class OverviewSerializer(serializers.Serializer):
+    month = serializers.CharField()
+    time_zone = serializers.CharField(help_text="The billing time zone the month is local to.")
+    currency = serializers.CharField()
+    teams = OverviewRowSerializer(many=True, source="rows")
+    flavors = OverviewFlavorSerializer(many=True, source="flavor_totals")
+    unallocated = OverviewUnallocatedSerializer(many=True)
+    total_gpu_hours = HoursField(source="total.gpu_hours")
+    total_cost = MoneyField(source="total.cost", help_text="The sum of the teams' costs.")
+    previous_total_cost = MoneyField(source="previous_total")
+
+
+class OverviewView(APIView):
+    @extend_schema(parameters=[OverviewQuerySerializer], responses={200: OverviewSerializer},
+                   description="The finance overview as data: every team's month so far (or a closed month) with its "
+                               "cost center, GPU-hours, cost, last month's cost and the change; totals per flavor and "
+                               "the unallocated capacity. Finance and platform admins.")
+    def get(self, request: Request) -> Response:
+        if not request.user.has_perm("portal.read_costs"):
+            raise PermissionDenied
+        query = OverviewQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        try:
+            month = parse_month(query.validated_data.get("month"))
+        except DomainError as error:
+            raise serializers.ValidationError({"month": error.message}) from None
+        overview = selectors.finance_overview(month=month, sort=query.validated_data["sort"],
+                                              descending=query.validated_data["dir"] == "desc")
+        body = {**overview.__dict__, "month": f"{overview.month:%Y-%m}", "time_zone": str(periods.billing_zone())}
+        return Response(OverviewSerializer(body, context={"currency": overview.currency}).data)
 
 
 class RateSerializer(serializers.ModelSerializer):

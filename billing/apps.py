@@ -11,7 +11,8 @@ class BillingConfig(AppConfig):
         from tenants import desired
 
         signals.connect()
-        pricing.register_price_provider(lambda flavor, units: selectors.hourly_cost(flavor=flavor, units=units))
-        pricing.register_usage_provider(lambda workload_ids: selectors.workload_costs(workload_ids=workload_ids))
-        pricing.register_launch_guard(lambda team: budgets.launch_refusal(team=team))
-        desired.register_hold_provider(budgets.held_team_ids)
+        pricing.PRICE.fill(lambda flavor, units: selectors.hourly_cost(flavor=flavor, units=units))
+        pricing.USAGE.fill(lambda workload_ids: selectors.workload_costs(workload_ids=workload_ids))
+        pricing.LAUNCH_GUARD.fill(lambda team, flavors: (selectors.unpriced_refusal(flavors=flavors)
+                                                         or budgets.launch_refusal(team=team)))
+        desired.HOLDS.fill(budgets.held_team_ids)

@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from billing import money, periods, selectors
-from billing.models import Budget, BudgetAlert
+from billing.models import Account, Budget, BudgetAlert
 from portal.errors import DomainError
 from portal.models import User
 from tenants.models import Team
@@ -56,6 +56,14 @@ class BudgetStatus:
         return int(self.spent * 100 // self.amount) if self.comparable else 0
 
     @property
+    def percent_shown(self) -> str:
+        """Percent used to a tenth, rounded down, as the pages write it: 62.78 % reads 62.7 (not
+        62), 50 % reads 50, and 49.99 % never reads 50."""
+        tenths = int(self.spent * 1000 // self.amount) if self.comparable else 0
+        whole, tenth = divmod(tenths, 10)
+        return f"{whole}.{tenth}" if tenth else f"{whole}"
+
+    @property
     def bar_percent(self) -> int:
         return min(self.percent, 100)
 
@@ -74,7 +82,7 @@ class BudgetStatus:
     @property
     def used_sentence(self) -> str:
         return (f"{money_text(self.spent, self.currency)} of {money_text(self.amount, self.currency)} "
-                f"used in {self.month_name} ({self.percent} %)")
+                f"used in {self.month_name} ({self.percent_shown} %)")
 
     @property
     def forecast_sentence(self) -> str:
@@ -90,6 +98,20 @@ class BudgetStatus:
         if self.over_on is not None:
             return f"at this rate: {money_text(self.forecast, self.currency)}, over budget on the {ordinal(self.over_on.day)}"
         return f"at this rate: {money_text(self.forecast, self.currency)}, within budget"
+
+
+def hold_at_once(*, team: Team, amount: Decimal, currency: str, hard_stop: bool) -> BudgetStatus | None:
+    """Where the team would stand under a hard-stopped budget of `amount` it has already spent
+    (it would be held at once: nothing new starts), for the page to confirm first; None when such
+    a budget would not hold it, or it is held already."""
+    if not hard_stop:
+        return None
+    account = Account.for_team(team)
+    current = Budget.objects.filter(account=account).first()
+    if current is not None and current.held:
+        return None
+    status = budget_status(budget=Budget(account=account, amount=amount, currency=currency, hard_stop=True))
+    return status if status.over else None
 
 
 def budget_status(*, budget: Budget, now: dt.datetime | None = None) -> BudgetStatus:

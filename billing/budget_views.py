@@ -23,6 +23,8 @@ class BudgetForm(forms.Form):
     amount = forms.CharField(max_length=40, help_text="A month's budget, e.g. 10000 or 12500.50.")
     currency = forms.CharField(max_length=3, initial="USD")
     hard_stop = forms.BooleanField(required=False, help_text="At 100 % refuse new launches and hold the team's queue.")
+    # A hard stop below what the team already spent holds it at once: the page asks first.
+    hold_confirmed = forms.BooleanField(required=False)
 
 
 class AlertEmailForm(forms.Form):
@@ -39,12 +41,13 @@ def _form_for(budget: Budget | None) -> BudgetForm:
     return BudgetForm(initial={"amount": budget.amount, "currency": budget.currency, "hard_stop": budget.hard_stop})
 
 
-def _team_context(request: HtmxHttpRequest, team: Team, form: BudgetForm | None = None, done: str = "") -> dict[str, Any]:
+def _team_context(request: HtmxHttpRequest, team: Team, form: BudgetForm | None = None, done: str = "",
+                  holds: budget_selectors.BudgetStatus | None = None) -> dict[str, Any]:
     budget = budget_selectors.team_budget(team=team)
     return {
         "team": team, "budget": budget, "bar": {"status": budget_selectors.budget_status(budget=budget) if budget else None},
         "alerts": budget_selectors.alerts_for_user(request.user).filter(account__team=team)[:24],
-        "form": form or _form_for(budget), "done": done,
+        "form": form or _form_for(budget), "done": done, "holds": holds,
     }
 
 
@@ -68,6 +71,11 @@ def budget_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     form = BudgetForm(request.POST)
     if form.is_valid():
         try:
+            data = form.cleaned_data
+            holds = None if data["hold_confirmed"] else budgets.budget_hold_preview(
+                team=team, amount=data["amount"], currency=data["currency"], hard_stop=data["hard_stop"])
+            if holds is not None:
+                return render(request, template, _team_context(request, team, form=form, holds=holds))
             budget = budgets.budget_set(actor=signed_in_user(request), team=team, amount=form.cleaned_data["amount"],
                                         currency=form.cleaned_data["currency"], hard_stop=form.cleaned_data["hard_stop"])
         except DomainError as error:

@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import periods
+from billing import budget_selectors, periods
 from billing.budget_selectors import BudgetStatus, budget_status, money_text, ordinal
 from billing.models import Account, AlertEmailPreference, Budget, BudgetAlert, DigestEntry
 from billing.money import money_input
@@ -51,6 +51,14 @@ def _currency(value: str) -> str:
     if len(currency) != 3 or not currency.isascii() or not currency.isalpha():
         raise DomainError("The currency is a three-letter code such as USD or EUR.", field="currency")
     return currency
+
+
+def budget_hold_preview(*, team: Team, amount: Any, currency: str = "USD", hard_stop: bool = False) -> BudgetStatus | None:
+    """Where the team would stand if this budget held it at once (a hard stop below what it has
+    already spent this month), for a page to confirm first; None when it would not. Bad input is
+    refused as budget_set refuses it."""
+    return budget_selectors.hold_at_once(team=team, amount=_amount(amount), currency=_currency(currency),
+                                         hard_stop=bool(hard_stop))
 
 
 @transaction.atomic
@@ -165,8 +173,8 @@ def alert_message(team: Team, status: BudgetStatus, threshold: str) -> str:
         stop = (" New launches are refused and its queue admits nothing new until finance or a platform admin "
                 "raises the budget or the month ends; running workloads continue.") if status.hard_stop else ""
         return (f"{team.slug} has spent {spent_text}, all of its {budget_text} budget for {status.month_name} "
-                f"({status.percent} %).{stop}")
-    return f"{team.slug} has spent {spent_text} of its {budget_text} budget for {status.month_name} ({status.percent} %)."
+                f"({status.percent_shown} %).{stop}")
+    return f"{team.slug} has spent {spent_text} of its {budget_text} budget for {status.month_name} ({status.percent_shown} %)."
 
 
 def _alert_deliver(*, team: Team, alert: BudgetAlert, to_finance: bool) -> None:
@@ -240,7 +248,7 @@ def launch_refusal(*, team: Team) -> str | None:
     if not status.over:
         return None
     return (f"{team.slug} has spent {money_text(status.spent, status.currency)} of its "
-            f"{money_text(status.amount, status.currency)} budget for {status.month_name} ({status.percent} %), and its "
+            f"{money_text(status.amount, status.currency)} budget for {status.month_name} ({status.percent_shown} %), and its "
             "budget has a hard stop: no new launches until finance or a platform admin raises the budget, or the month "
             "ends. Running workloads continue.")
 

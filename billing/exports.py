@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from django.http import HttpResponse
 from django.template.loader import render_to_string
 
 from billing.models import StatementLine
@@ -33,6 +34,13 @@ PRICE = Decimal("0.0001")
 # The PDF's layout lives beside this module, not in a <style> element: no page template carries one.
 PDF_STYLE = Path(__file__).with_name("statement_pdf.css")
 HOURS = Decimal("0.000001")
+
+
+def download(body: bytes, content_type: str, name: str) -> HttpResponse:
+    """A file to save, for the page's download and the API's alike."""
+    response = HttpResponse(body, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
 
 
 def filename(picture: StatementPicture, extension: str, team: str | None = None) -> str:

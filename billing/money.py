@@ -1,25 +1,42 @@
-"""Exact quantities and money.
+"""Exact quantities and money, and the one rule by which every figure is rounded.
 
-GPU-seconds and amounts are `Fraction`s until a statement line is written: an amount is rounded
-once per line, half-even, to the currency's minor unit, and a total is the sum of rounded lines.
+GPU-seconds and amounts are `Fraction`s until they are shown. The rule, on every page, export
+and API answer:
+
+1. A *line* is what a month's statement bills on one row: one team (account), one local month,
+   one flavor, one rate (price) and one fraction of a GPU. Its amount is its exact cost rounded
+   once, half-even, to the currency's minor unit; its GPU-hours are rounded the same way to the
+   hundredth (`ROUNDING_HOURS`).
+2. A figure for several whole lines (a team's month, a flavor's total, the overview's total, a
+   budget's spend) is the sum of their rounded lines.
+3. A figure for part of a line (one person's, one day's, the borrowed part) is that line's
+   rounded amount shared among its parts in proportion to their exact shares, by the largest
+   remainder (`apportion`), so the parts of a line always add up to the line, and the shown
+   parts of a total to the total.
+
 Money a person types (a price, a budget, an adjustment) is read by `money_input`, bounded by the
 column that keeps it.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from decimal import Decimal
 from fractions import Fraction
 from math import gcd
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from portal.adapters import decimal_number
 from portal.errors import DomainError
+
+K = TypeVar("K")
 
 # ISO 4217 minor units that are not 2; every other three-letter code has cents.
 _MINOR_UNITS = {"BHD": 3, "CLP": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0, "KRW": 0, "KWD": 3, "LYD": 3, "OMR": 3,
                 "PYG": 0, "TND": 3, "UGX": 0, "VND": 0, "XAF": 0, "XOF": 0, "XPF": 0}
 SECONDS_PER_HOUR = 3600
+ROUNDING_HOURS = 2  # GPU-hours are shown to the hundredth; costs to the currency's minor unit
 
 
 def minor_unit(currency: str) -> int:
@@ -49,6 +66,37 @@ def round_places(value: Fraction | Decimal | int, places: int) -> Decimal:
     """Exactly rounded half-even to `places` decimals (Fraction's round() is half-even)."""
     scaled = round(Fraction(value) * 10**places)
     return Decimal(scaled).scaleb(-places)
+
+
+def apportion(total: int, shares: Mapping[K, Fraction]) -> dict[K, int]:
+    """Shares `total` whole minor units (cents, or hundredths of a GPU-hour) among the keys in
+    proportion to their exact `shares`, whose sum rounds to `total`: each key gets its share
+    rounded down, and the units left over go one each to the largest remainders (ties to the
+    first key in sorted order, so the same inputs always share alike). The results add up to
+    `total` exactly and none is more than one unit off its exact share (Hamilton's method)."""
+    exact = sum(shares.values(), Fraction(0))
+    if not shares:
+        return {}
+    if exact == 0:
+        # Parts of nothing (an unpriced line's cost): all of it, if any, to the first key.
+        keys = sorted(shares, key=_order)
+        return {key: (total if index == 0 else 0) for index, key in enumerate(keys)}
+    scaled = {key: share * total / exact for key, share in shares.items()}
+    given = {key: math.floor(value) for key, value in scaled.items()}
+    left = total - sum(given.values())
+    by_remainder = sorted(scaled, key=lambda key: (-(scaled[key] - given[key]), _order(key)))
+    for key in by_remainder[:left]:
+        given[key] += 1
+    return given
+
+
+def _order(key: object) -> tuple[str, ...]:
+    return tuple(str(part) for part in key) if isinstance(key, tuple) else (str(key),)
+
+
+def in_minor_units(value: Decimal, places: int) -> int:
+    """A rounded figure as whole minor units: 12.34 at 2 places is 1234."""
+    return int(value.scaleb(places))
 
 
 def round_ratio(numerator: int, denominator: int, places: int) -> Decimal:

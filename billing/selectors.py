@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -40,9 +40,10 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Greatest, Least, TruncDate, TruncSecond
 from django.utils import timezone
 
-from billing import ledger, metering, money, periods
+from billing import efficiency, ledger, metering, money, periods, xid_credits
+from billing.figures import LINE_FIELDS, Figure, Lines
 from billing.models import Account, CapacityHour, GuaranteeHour, IdlePolicy, MeteringState, Rate, UsageHour, UsageMonth
-from billing.money import SECONDS_PER_HOUR, round_money, round_places
+from billing.money import ROUNDING_HOURS, SECONDS_PER_HOUR, round_money, round_places
 from jobs.models import RunInterval, Workload
 from portal.collector import collector_paused
 from portal.errors import DomainError
@@ -58,6 +59,21 @@ def rate_at(*, flavor: Flavor, at: dt.datetime | None = None) -> Rate | None:
     return Rate.objects.filter(flavor=flavor, effective_from__lte=at or timezone.now()).order_by("-effective_from").first()
 
 
+def unpriced_refusal(*, flavors: Sequence[Flavor]) -> str | None:
+    """Why nothing may launch on these flavors now: one of them has no rate in force, so its hours
+    would be billed at nothing without anyone deciding that (a price of 0 is a decision; no price
+    is not). None when every one has a rate. One query."""
+    priced = set(Rate.objects.filter(flavor__in=flavors, effective_from__lte=timezone.now())
+                 .values_list("flavor_id", flat=True).distinct())
+    unpriced = [flavor.name for flavor in flavors if flavor.pk not in priced]
+    if not unpriced:
+        return None
+    one = len(unpriced) == 1
+    return (f"{' and '.join(unpriced)} {'has' if one else 'have'} no price on the rate card yet, so "
+            f"{'its' if one else 'their'} GPU-hours could not be billed: nothing launches on "
+            f"{'it' if one else 'them'} until finance sets a rate.")
+
+
 def hourly_cost(*, flavor: Flavor, units: int, at: dt.datetime | None = None) -> tuple[Decimal, str] | None:
     """What `units` of the flavor cost per hour at the rate in force, or None without a rate."""
     rate = rate_at(flavor=flavor, at=at)
@@ -70,9 +86,9 @@ def hourly_cost(*, flavor: Flavor, units: int, at: dt.datetime | None = None) ->
 # --- Cost of a team's month ---------------------------------------------------------------------
 
 
-def _line_key_fields() -> tuple[str, ...]:
-    return ("flavor_id", "rate_id", "rate__price_per_gpu_hour", "rate__currency", "fraction_numerator",
-            "fraction_denominator")
+def _line_key_fields(*fields: str) -> tuple[str, ...]:
+    """`fields` and what makes a statement line (billing.figures.LINE_FIELDS), each once."""
+    return tuple(dict.fromkeys((*fields, *LINE_FIELDS)))
 
 
 def _one_currency(currencies: set[str], *, what: str) -> str:
@@ -88,27 +104,18 @@ def default_currency() -> str:
     return newest or DEFAULT_CURRENCY
 
 
-def _rounded_lines_total(lines: dict[tuple[int, int], Fraction], currency: str) -> Decimal:
-    return sum((round_money(amount, currency) for amount in lines.values()), Decimal(0)) + round_money(0, currency)
-
-
 def team_month_cost(*, account: Account, month: dt.date) -> tuple[Decimal, str]:
-    """The team's cost so far in the local month holding `month`, rounded per flavor × rate line
-    as the month's statement rounds it, and its currency (one grouped query).
+    """The team's cost so far in the local month holding `month`: the sum of its statement lines,
+    each rounded once (billing.money's rule), and its currency (one grouped query).
 
     Hours metered while a flavor had no rate cost nothing. Usage priced in two currencies is
     refused with a sentence (a statement has one currency).
     """
     start, end = periods.month_bounds(month)
-    rows = (UsageHour.objects.filter(account=account, hour__gte=start, hour__lt=end, rate__isnull=False)
-            .values(*_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by())
-    lines: dict[tuple[int, int], Fraction] = defaultdict(Fraction)
-    currencies: set[str] = set()
-    for row in rows:
-        currencies.add(row["rate__currency"])
-        lines[(row["flavor_id"], row["rate_id"])] += _row_cost(row)
-    currency = _one_currency(currencies, what=f"{account.name}'s usage")
-    return _rounded_lines_total(lines, currency), currency
+    rows = list(UsageHour.objects.filter(account=account, hour__gte=start, hour__lt=end, rate__isnull=False)
+                .values(*_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    currency = _one_currency({row["rate__currency"] for row in rows}, what=f"{account.name}'s usage")
+    return Lines(rows, currency=currency).total().cost, currency
 
 
 def _row_cost(row: dict) -> Fraction:
@@ -177,10 +184,10 @@ def month_forecasts(*, accounts: list[Account], month: dt.date,
     clipped_now, window_start = _forecast_window(start=start, end=end, now=now)
     priced = UsageHour.objects.filter(account__in=accounts, hour__gte=start, hour__lt=clipped_now, rate__isnull=False)
     rows = (priced.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
-            .values("account_id", "day", *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by())
+            .values(*_line_key_fields("day")).annotate(unit_seconds=Sum("unit_seconds")).order_by())
     recent_rows: Iterable[dict[str, Any]] = []
     if clipped_now > window_start:
-        recent_rows = (priced.filter(hour__gte=window_start).values("account_id", *_line_key_fields())
+        recent_rows = (priced.filter(hour__gte=window_start).values(*_line_key_fields())
                        .annotate(unit_seconds=Sum("unit_seconds")).order_by())
     return _forecasts(accounts=accounts, month=month, now=now, daily_rows=rows, recent_rows=recent_rows)
 
@@ -199,13 +206,13 @@ def _forecasts(*, accounts: list[Account], month: dt.date, now: dt.datetime, dai
     with no priced usage is shown in `idle_currency`, `default_currency()` unless the caller read it."""
     start, end = periods.month_bounds(month)
     clipped_now, window_start = _forecast_window(start=start, end=end, now=now)
-    lines: dict[int, dict[tuple[int, int], Fraction]] = defaultdict(lambda: defaultdict(Fraction))
+    rows_of: dict[int, list[dict[str, Any]]] = defaultdict(list)
     currencies: dict[int, set[str]] = defaultdict(set)
     by_day: dict[int, dict[dt.date, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     for row in daily_rows:
         amount, account_id = _row_cost(row), row["account_id"]
         currencies[account_id].add(row["rate__currency"])
-        lines[account_id][(row["flavor_id"], row["rate_id"])] += amount
+        rows_of[account_id].append(row)
         by_day[account_id][row["day"]] += amount
     recent: dict[int, Fraction] = defaultdict(Fraction)
     for row in recent_rows:
@@ -222,7 +229,7 @@ def _forecasts(*, accounts: list[Account], month: dt.date, now: dt.datetime, dai
         except DomainError as refusal:
             forecasts[account.pk] = refusal
             continue
-        spent = _rounded_lines_total(lines[account.pk], currency)
+        spent = Lines(rows_of[account.pk], currency=currency).total().cost
         cumulative: list[tuple[dt.date, Fraction]] = []
         running = Fraction(0)
         for day in sorted(by_day[account.pk]):
@@ -238,57 +245,15 @@ def _forecasts(*, accounts: list[Account], month: dt.date, now: dt.datetime, dai
 
 # --- Usage grouped from the rollups -------------------------------------------------------------
 
-ROUNDING_HOURS = 2  # GPU-hours are shown to the hundredth; costs to the currency's minor unit
-
-
-@dataclass
-class Tally:
-    """GPU-seconds and their exact cost, summed; rounded only when shown."""
-
-    gpu_seconds: Fraction = Fraction(0)
-    cost: Fraction = Fraction(0)
-
-    def add(self, other: Tally) -> None:
-        self.gpu_seconds += other.gpu_seconds
-        self.cost += other.cost
-
-    @property
-    def gpu_hours(self) -> Fraction:
-        return self.gpu_seconds / SECONDS_PER_HOUR
-
-
 @dataclass(frozen=True)
 class Line:
-    """One shown line: a label, GPU-hours and cost, rounded once here."""
+    """One shown line: a label, GPU-hours and cost, rounded by billing.money's rule."""
 
     key: object
     label: str
     gpu_hours: Decimal
     cost: Decimal
 
-    @classmethod
-    def of(cls, key: object, label: str, tally: Tally, currency: str) -> Line:
-        return cls(key=key, label=label, gpu_hours=round_places(tally.gpu_hours, ROUNDING_HOURS),
-                   cost=round_money(tally.cost, currency))
-
-
-def _grouped(*, start: dt.datetime, end: dt.datetime, keys: tuple[str, ...], account_ids: list[int] | None = None,
-             owner: str | None = None) -> tuple[dict[tuple, Tally], set[str]]:
-    """One grouped query over the rollups of [start, end) (and one for the few rates involved):
-    exact tallies per key, and the currencies of those rates. Unpriced hours count GPU-hours and
-    no cost. The key "day" is the local day of the billing time zone, grouped by the database,
-    so a month comes back as at most 31 rows per group rather than 744."""
-    if owner is None and set(keys) <= _MONTHLY_KEYS:
-        return _tallied(_rollup_sums(start=start, end=end, fields=(*keys, *_line_key_fields()), account_ids=account_ids),
-                        keys)
-    rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
-    if account_ids is not None:
-        rows = rows.filter(account_id__in=account_ids)
-    if owner is not None:
-        rows = rows.filter(owner_username=owner)
-    if "day" in keys:
-        rows = rows.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
-    return _tallied(rows.values(*keys, *_line_key_fields()).annotate(unit_seconds=Sum("unit_seconds")).order_by(), keys)
 
 
 _MONTHLY_KEYS = {"account_id", "flavor_id", "borrowed"}  # what UsageMonth keeps besides the line key
@@ -331,21 +296,6 @@ def _rollup_sums(*, start: dt.datetime, end: dt.datetime, fields: tuple[str, ...
     if not grouped:
         return UsageHour.objects.none().values(*fields).annotate(unit_seconds=Sum("unit_seconds"))
     return grouped[0].union(*grouped[1:], all=True)
-
-
-def _tallied(grouped: Iterable[dict[str, Any]], keys: tuple[str, ...]) -> tuple[dict[tuple, Tally], set[str]]:
-    """Exact tallies per key of grouped rollup rows (several rows of one key add up), and the
-    currencies of their rates."""
-    tallies: dict[tuple, Tally] = defaultdict(Tally)
-    currencies: set[str] = set()
-    for row in grouped:
-        tally = tallies[tuple(row[key] for key in keys)]
-        tally.gpu_seconds += money.gpu_seconds(unit_seconds=row["unit_seconds"], numerator=row["fraction_numerator"],
-                                               denominator=row["fraction_denominator"])
-        if row["rate_id"] is not None:  # hours metered while the flavor had no price cost nothing
-            currencies.add(row["rate__currency"])
-            tally.cost += _row_cost(row)
-    return tallies, currencies
 
 
 def account_for_team(*, team: Team) -> Account | None:
@@ -404,9 +354,10 @@ class TeamMonthUsage:
     top_workloads: list[WorkloadLine]
     ledger: str
     forecast: MonthForecast | None
+    xid_credit: Decimal  # zero or less: what closing the month credits for GPU time after hardware XIDs, so far
     months: list[dt.date]
     metered_until: dt.datetime  # how far the rollups (and so every figure on the page) count
-    allocated_unit_seconds: int  # what the team's pods held in the month up to now: the efficiency's allocated time
+    allocated_device_seconds: Fraction  # what the team's pods held in the month up to now: the efficiency's allocated time
 
     @property
     def is_current(self) -> bool:
@@ -432,32 +383,28 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
     account = account_for_team(team=team)
     ids = [account.pk] if account else []
     rows = _team_month_rows(account_id=account.pk, start=start, end=end, now=now) if account else []
-    by_flavor, currencies = _tallied(_summed(rows, ("flavor_id", "borrowed")), ("flavor_id", "borrowed"))
-    by_person, _ = _tallied(_summed(rows, ("owner_username",)), ("owner_username",))
-    by_day, _ = _tallied(_summed(rows, ("day",)), ("day",))
+    currencies = {row["rate__currency"] for row in rows if row["rate_id"] is not None}
     currency = _one_currency(currencies, what=f"{team.name}'s usage")
+    lines = Lines(rows, currency=currency)
+    by_flavor = lines.parts("flavor_id", "borrowed")
     lent = ledger.lent(start=start, end=end, account_ids=ids) if ids else {}
     flavors = Flavor.objects.in_bulk({flavor_id for flavor_id, _ in by_flavor} | {flavor_id for _, flavor_id in lent})
 
-    total = Tally()
+    nothing = Figure(gpu_hours=round_places(0, ROUNDING_HOURS), cost=lines.zero)
     flavor_lines: list[FlavorLine] = []
     for flavor_id in sorted(flavors, key=lambda pk: flavors[pk].name):
-        guaranteed, borrowed = by_flavor.get((flavor_id, False), Tally()), by_flavor.get((flavor_id, True), Tally())
-        both = Tally()
-        both.add(guaranteed)
-        both.add(borrowed)
-        total.add(both)
+        guaranteed, borrowed = by_flavor.get((flavor_id, False), nothing), by_flavor.get((flavor_id, True), nothing)
         flavor_lines.append(FlavorLine(
-            flavor=flavors[flavor_id], gpu_hours=round_places(both.gpu_hours, ROUNDING_HOURS),
-            guaranteed_hours=round_places(guaranteed.gpu_hours, ROUNDING_HOURS),
-            borrowed_hours=round_places(borrowed.gpu_hours, ROUNDING_HOURS),
+            flavor=flavors[flavor_id], gpu_hours=guaranteed.gpu_hours + borrowed.gpu_hours,
+            guaranteed_hours=guaranteed.gpu_hours, borrowed_hours=borrowed.gpu_hours,
             lent_hours=round_places(_unit_seconds_as_gpu_hours(
                 sum(v for (_, f), v in lent.items() if f == flavor_id), flavors[flavor_id]), ROUNDING_HOURS),
-            cost=round_money(both.cost, currency)))
-    people = sorted(by_person.items(), key=lambda item: (-item[1].cost, -item[1].gpu_seconds, item[0]))
-    person_lines = [Line.of(key[0], str(key[0]), tally, currency) for key, tally in people]
+            cost=guaranteed.cost + borrowed.cost))
+    people = sorted(lines.parts("owner_username").items(), key=lambda item: (-item[1].cost, -item[1].gpu_hours, item[0]))
+    person_lines = [Line(key=key[0], label=str(key[0]), gpu_hours=figure.gpu_hours, cost=figure.cost)
+                    for key, figure in people]
 
-    bars = _day_bars(month, {day: tally for (day,), tally in by_day.items()}, currency)
+    bars = _day_bars(month, {day: figure for (day,), figure in lines.parts("day").items()}, nothing)
 
     # Only a month under way has a forecast to show: an ended month's would be its total, read twice.
     forecast = None
@@ -469,16 +416,21 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
         if isinstance(found, DomainError):
             raise found
         forecast = found
-    borrowed_total = sum((t.gpu_hours for (_, b), t in by_flavor.items() if b), Fraction(0))
     metered = _metered_end(start=start, end=end, now=now)
+    total = lines.total()
+    credit = xid_credits.pending(account=account, month=month, now=now, billed=total.cost, currency=currency) \
+        if account else lines.zero
     return TeamMonthUsage(
-        team=team, account=account, month=month, currency=currency, total=Line.of("total", "Total", total, currency),
+        team=team, account=account, month=month, currency=currency,
+        total=Line(key="total", label="Total", gpu_hours=total.gpu_hours, cost=total.cost),
         by_flavor=flavor_lines, by_person=person_lines, by_day=bars,
         chart_max=max((bar.gpu_hours for bar in bars), default=Decimal(0)),
         top_workloads=top_workloads(team=team, start=start, end=metered, now=now),
-        ledger=_ledger_sentence(month=month, borrowed=borrowed_total, flavor_lines=flavor_lines, by_flavor=by_flavor),
-        forecast=forecast, months=recent_months(now=now), metered_until=metered,
-        allocated_unit_seconds=sum(row["to_now"] for row in rows if row["to_now"] is not None))
+        ledger=_ledger_sentence(month=month, flavor_lines=flavor_lines),
+        forecast=forecast, xid_credit=credit, months=recent_months(now=now), metered_until=metered,
+        allocated_device_seconds=efficiency.device_seconds(
+            ((row["flavor_id"], row["fraction_numerator"], row["fraction_denominator"], row["to_now"])
+             for row in rows if row["to_now"] is not None), flavors))
 
 
 _TEAM_MONTH_KEYS = ("account_id", "flavor_id", "borrowed", "owner_username", "day")
@@ -495,7 +447,7 @@ def _team_month_rows(*, account_id: int, start: dt.datetime, end: dt.datetime,
     clipped_now, window_start = _forecast_window(start=start, end=end, now=now)
     return list(UsageHour.objects.filter(account_id=account_id, hour__gte=start, hour__lt=end)
                 .annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
-                .values(*_TEAM_MONTH_KEYS, *_line_key_fields())
+                .values(*_line_key_fields(*_TEAM_MONTH_KEYS))
                 .annotate(to_now=Sum("unit_seconds", filter=Q(hour__lt=clipped_now)),
                           recent=Sum("unit_seconds", filter=Q(hour__gte=window_start, hour__lt=clipped_now)),
                           unit_seconds=Sum("unit_seconds"))  # last: it shadows the column for what follows
@@ -508,7 +460,7 @@ def _summed(rows: Iterable[dict[str, Any]], keys: tuple[str, ...], *, measure: s
     answers when grouped by those keys alone (`measure` picks which of `_team_month_rows`' sums;
     a group without it is left out, as a read of that range would leave it out). Costs are linear
     in unit-seconds within a line, so tallying these gives exactly the figures of such a read."""
-    fields = tuple(dict.fromkeys((*keys, *_line_key_fields())))
+    fields = _line_key_fields(*keys)
     sums: dict[tuple, int] = defaultdict(int)
     for row in rows:
         if row[measure] is not None and not (priced_only and row["rate_id"] is None):
@@ -537,20 +489,20 @@ def recent_months(*, now: dt.datetime | None = None, count: int = 12) -> list[dt
     return months
 
 
-def _day_bars(month: dt.date, days: dict[dt.date, Tally], currency: str) -> list[DayBar]:
-    """Every local day of the month with its GPU-hours, laid out for the SVG chart."""
+def _day_bars(month: dt.date, days: dict[dt.date, Figure], nothing: Figure) -> list[DayBar]:
+    """Every local day of the month with its GPU-hours and cost (each day's share of the month's
+    lines), laid out for the SVG chart."""
     all_days = []
     day = month
     while day.month == month.month:
         all_days.append(day)
         day += dt.timedelta(days=1)
-    hours = {d: days.get(d, Tally()).gpu_hours for d in all_days}
-    peak = max(hours.values(), default=Fraction(0))
+    figures = {d: days.get(d, nothing) for d in all_days}
+    peak = max((figure.gpu_hours for figure in figures.values()), default=Decimal(0))
     bars = []
     for index, d in enumerate(all_days):
-        height = int(round(hours[d] / peak * CHART_HEIGHT)) if peak else 0
-        bars.append(DayBar(day=d, gpu_hours=round_places(hours[d], ROUNDING_HOURS),
-                           cost=round_money(days.get(d, Tally()).cost, currency),
+        height = int(round(figures[d].gpu_hours / peak * CHART_HEIGHT)) if peak else 0
+        bars.append(DayBar(day=d, gpu_hours=figures[d].gpu_hours, cost=figures[d].cost,
                            x=index * (CHART_BAR + 2), y=CHART_HEIGHT - height, height=height))
     return bars
 
@@ -560,12 +512,11 @@ def _unit_seconds_as_gpu_hours(unit_seconds: int, flavor: Flavor) -> Fraction:
                            denominator=flavor.fraction_denominator)
 
 
-def _hours_phrase(hours: Fraction) -> str:
-    return f"{round_places(hours, 1).normalize():f} GPU-hours"
+def _hours_phrase(hours: Decimal) -> str:
+    return f"{hours.normalize():f} GPU-hours"
 
 
-def _ledger_sentence(*, month: dt.date, borrowed: Fraction, flavor_lines: list[FlavorLine],
-                     by_flavor: dict[tuple, Tally]) -> str:
+def _ledger_sentence(*, month: dt.date, flavor_lines: list[FlavorLine]) -> str:
     """"In November 2026 you used 120 GPU-hours on your own quota; you lent 84 H100 GPU-hours of
     idle quota to other teams; you borrowed 6 H100 GPU-hours of other teams' idle quota." """
     when = f"In {month:%B %Y}"
@@ -573,7 +524,7 @@ def _ledger_sentence(*, month: dt.date, borrowed: Fraction, flavor_lines: list[F
         return f"{when} your team used no GPUs."
     borrowed_parts = [f"{line.borrowed_hours.normalize():f} {line.flavor.name} GPU-hours"
                       for line in flavor_lines if line.borrowed_hours]
-    guaranteed = sum((t.gpu_hours for (_, b), t in by_flavor.items() if not b), Fraction(0))
+    guaranteed = sum((line.guaranteed_hours for line in flavor_lines), Decimal(0))
     sentence = f"{when} you used {_hours_phrase(guaranteed)} on your own quota"
     lent_parts = [f"{line.lent_hours.normalize():f} {line.flavor.name} GPU-hours"
                   for line in flavor_lines if line.lent_hours]
@@ -803,35 +754,29 @@ def _all_accounts_month(*, start: dt.datetime, end: dt.datetime) -> tuple[dict[L
 
 
 class _Sums:
-    """GPU-seconds as integer sums per fraction denominator, and rounded line costs, per key: the
-    finance overview's thousands of lines cost integer additions, and one Fraction per key at the end."""
+    """Rounded line figures summed per key (an account, a flavor): the finance overview's
+    thousands of lines cost integer arithmetic and Decimal additions."""
+
+    no_hours = round_places(0, ROUNDING_HOURS)
 
     def __init__(self) -> None:
-        self.seconds: dict[Any, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+        self.hours: dict[Any, Decimal] = defaultdict(Decimal)
         self.money: dict[Any, Decimal] = defaultdict(Decimal)
 
-    def add(self, key: Any, parts: LineParts, cost: Decimal) -> None:
-        by_denominator = self.seconds[key]
-        for (numerator, denominator), unit_seconds in parts.items():
-            by_denominator[denominator] += unit_seconds * numerator
+    def add(self, key: Any, hours: Decimal, cost: Decimal) -> None:
+        self.hours[key] += hours
         self.money[key] += cost
 
-    def gpu_hours(self, key: Any) -> Decimal:
-        """The key's GPU-hours, rounded as shown."""
-        return self._rounded_hours(self.seconds.get(key, {}))
 
-    def total_gpu_hours(self) -> Decimal:
-        """Every key's GPU-hours summed exactly, then rounded."""
-        merged: dict[int, int] = defaultdict(int)
-        for by_denominator in self.seconds.values():
-            for denominator, value in by_denominator.items():
-                merged[denominator] += value
-        return self._rounded_hours(merged)
-
-    @staticmethod
-    def _rounded_hours(by_denominator: dict[int, int]) -> Decimal:
-        numerator, common = money.per_denominator_ratio(by_denominator)
-        return money.round_ratio(numerator, common * SECONDS_PER_HOUR, ROUNDING_HOURS)
+def _line_figures(key: LineKey, fraction: tuple[int, int], unit_seconds: int, rates: dict[int, tuple[Decimal, str]],
+                  currency: str) -> tuple[Decimal, Decimal]:
+    """One statement line's GPU-hours and amount, each rounded once (billing.money's rule); hours
+    metered while the flavor had no price cost nothing."""
+    numerator, denominator = fraction
+    hours = money.round_ratio(unit_seconds * numerator, denominator * SECONDS_PER_HOUR, ROUNDING_HOURS)
+    if key[2] is None:
+        return hours, round_money(0, currency)
+    return hours, money.rounded_cost(parts={fraction: unit_seconds}, price_per_gpu_hour=rates[key[2]][0], currency=currency)
 
 
 def _idle_shared(*, start: dt.datetime, end: dt.datetime) -> dict[int, Fraction]:
@@ -866,21 +811,17 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
     currency = _one_currency(currencies | {previous_prices[key[2]][1] for key in before if key[2] is not None},
                              what="The usage of these months")
     zero = round_money(0, currency)
-
-    def line_cost(key: LineKey, parts: LineParts, rates: dict[int, tuple[Decimal, str]]) -> Decimal:
-        # a statement rounds per line; hours metered while the flavor had no price cost nothing
-        return money.rounded_cost(parts=parts, price_per_gpu_hour=rates[key[2]][0], currency=currency) \
-            if key[2] is not None else zero
-
     this_month, flavor_sums, last_month = _Sums(), _Sums(), _Sums()
     for key, parts in by_account.items():
-        cost = line_cost(key, parts, prices)
-        this_month.add(key[0], parts, cost)
-        flavor_sums.add(key[1], parts, cost)
+        for fraction, unit_seconds in parts.items():
+            hours, cost = _line_figures(key, fraction, unit_seconds, prices, currency)
+            this_month.add(key[0], hours, cost)
+            flavor_sums.add(key[1], hours, cost)
     for key, parts in before.items():
-        last_month.add(key[0], parts, line_cost(key, parts, previous_prices))
+        for fraction, unit_seconds in parts.items():
+            last_month.add(key[0], *_line_figures(key, fraction, unit_seconds, previous_prices, currency))
     spent, previous_money = this_month.money, last_month.money
-    wanted = set(this_month.seconds) | set(previous_money)
+    wanted = set(this_month.hours) | set(previous_money)
     rows = []
     for account_id, name, cost_center, team_slug in Account.objects.values_list("pk", "name", "cost_center", "team__slug"):
         if team_slug is None and account_id not in wanted:
@@ -888,7 +829,7 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
         cost = spent.get(account_id, zero)
         was = previous_money.get(account_id, zero)
         rows.append(OverviewRow(account_id=account_id, name=name, cost_center=cost_center, team_slug=team_slug,
-                                gpu_hours=this_month.gpu_hours(account_id), cost=cost, previous_cost=was,
+                                gpu_hours=this_month.hours.get(account_id, this_month.no_hours), cost=cost, previous_cost=was,
                                 change=_percent_change(was, cost)))
     sort = sort if sort in OVERVIEW_SORTS else "cost"
     rows.sort(key=lambda row: row.name.lower())
@@ -899,18 +840,19 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
 
     idle = ledger.unallocated(start=start, end=end)
     shared = _idle_shared(start=start, end=end) if ledger.shared_flavors() else {}
-    flavors = Flavor.objects.in_bulk(set(flavor_sums.seconds) | set(idle))
+    flavors = Flavor.objects.in_bulk(set(flavor_sums.hours) | set(idle))
     unallocated = [UnallocatedLine(
         flavor=flavors[pk], gpu_hours=round_places(_unit_seconds_as_gpu_hours(idle[pk], flavors[pk]), ROUNDING_HOURS),
         shared_hours=round_places(shared.get(pk, Fraction(0)) * flavors[pk].fraction / SECONDS_PER_HOUR, ROUNDING_HOURS))
         for pk in sorted(idle, key=lambda pk: flavors[pk].name)]
     flavor_totals = [Line(key=flavors[pk].slug, label=flavors[pk].name,
-                          gpu_hours=flavor_sums.gpu_hours(pk), cost=flavor_sums.money.get(pk, zero))
+                          gpu_hours=flavor_sums.hours.get(pk, flavor_sums.no_hours), cost=flavor_sums.money.get(pk, zero))
                      for pk in sorted(flavors, key=lambda pk: flavors[pk].name)]
     total_cost = sum(spent.values(), zero)
     return FinanceOverview(
         month=month, currency=currency, rows=rows, flavor_totals=flavor_totals, unallocated=unallocated,
-        total=Line(key="total", label="Total", gpu_hours=this_month.total_gpu_hours(), cost=total_cost),
+        total=Line(key="total", label="Total", gpu_hours=sum(this_month.hours.values(), this_month.no_hours),
+                   cost=total_cost),
         previous_total=sum(previous_money.values(), zero), sort=sort, descending=descending,
         months=recent_months(now=now))
 
@@ -940,18 +882,24 @@ class PersonalUsage:
 
 
 def personal_usage(*, user: User, month: dt.date | None = None) -> PersonalUsage:
-    """What the user's own workloads used this month, per team (two queries)."""
+    """What the user's own workloads used this month, per team: their share of each team's
+    statement lines (billing.money's rule), the same figure the team's usage page shows for them.
+    Two queries."""
     month = periods.month_start(month or periods.current_month())
     start, end = periods.month_bounds(month)
-    tallies, currencies = _grouped(start=start, end=end, keys=("account_id",), owner=user.username)
-    currency = _one_currency(currencies, what="Your usage")
-    accounts = Account.objects.in_bulk([key[0] for key in tallies])
-    total = Tally()
-    lines = []
-    for (account_id,), tally in sorted(tallies.items(), key=lambda item: -item[1].cost):
-        total.add(tally)
-        lines.append(Line.of(account_id, accounts[account_id].name, tally, currency))
-    return PersonalUsage(month=month, currency=currency, total=Line.of("total", "Total", total, currency), by_team=lines)
+    hours = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
+    theirs = hours.filter(owner_username=user.username).values("account_id")
+    rows = list(hours.filter(account_id__in=Subquery(theirs)).values("owner_username", *LINE_FIELDS)
+                .annotate(unit_seconds=Sum("unit_seconds")).order_by())
+    currency = _one_currency({row["rate__currency"] for row in rows if row["rate_id"] is not None}, what="Your usage")
+    mine = {account_id: figure for (account_id, owner), figure in
+            Lines(rows, currency=currency).parts("account_id", "owner_username").items() if owner == user.username}
+    accounts = Account.objects.in_bulk(list(mine))
+    by_team = [Line(key=account_id, label=accounts[account_id].name, gpu_hours=figure.gpu_hours, cost=figure.cost)
+               for account_id, figure in sorted(mine.items(), key=lambda item: (-item[1].cost, item[0]))]
+    total = Line(key="total", label="Total", gpu_hours=sum((line.gpu_hours for line in by_team), round_places(0, ROUNDING_HOURS)),
+                 cost=sum((line.cost for line in by_team), round_money(0, currency)))
+    return PersonalUsage(month=month, currency=currency, total=total, by_team=by_team)
 
 
 @dataclass(frozen=True)
@@ -998,37 +946,76 @@ class UsageReport:
     by: tuple[str, ...]
     rows: list[dict[str, Any]]
     total: Line
+    time_zone: str  # the billing time zone its days are local days of
 
 
 def usage_report(*, accounts: QuerySet[Account], start: dt.date, end: dt.date, by: tuple[str, ...]) -> UsageReport:
     """GPU-hours and cost of the accounts over the local days start..end (inclusive), grouped by
-    any of team, flavor, person, day and borrowed: one grouped query, plus one for the names.
+    any of team, flavor, person, day and borrowed.
 
-    Each row's cost is rounded on its own; the total is rounded once from the exact sum.
+    Figures follow billing.money's rule: the lines are those of each local month the range
+    touches, rounded once, and each row is its share of them (a range that ends inside a month
+    gets the days it holds of that month's lines), so the rows add up to the total and a month's
+    row for a team and flavor is its statement line. One grouped query per month touched, plus
+    one for the names.
     """
     begin, _ = periods.day_bounds(start)
     _, finish = periods.day_bounds(end)
     keys = tuple(_GROUP_COLUMNS[group] for group in by)
-    tallies, currencies = _grouped(start=begin, end=finish, keys=keys,
-                                   account_ids=list(accounts.values_list("pk", flat=True)))
-    currency = _one_currency(currencies, what="The usage asked for")
-    names = {
-        "team": {a.pk: a.slug for a in Account.objects.filter(pk__in={k[by.index("team")] for k in tallies})}
-        if "team" in by else {},
-        "flavor": dict(Flavor.objects.filter(pk__in={k[by.index("flavor")] for k in tallies}).values_list("pk", "slug"))
-        if "flavor" in by else {},
-    }
-    total = Tally()
+    account_ids = list(accounts.values_list("pk", flat=True))
+    month_rows: list[tuple[list[dict[str, Any]], bool]] = []
+    at = periods.month_bounds(periods.local_date(begin))[0]
+    while at < finish:
+        month_start, month_end = periods.month_bounds(periods.local_date(at))
+        whole = begin <= month_start and month_end <= finish
+        month_rows.append((_month_rows(start=month_start, end=month_end, keys=keys, whole=whole,
+                                       account_ids=account_ids), whole))
+        at = month_end
+    currency = _one_currency({row["rate__currency"] for rows, _ in month_rows for row in rows if row["rate_id"] is not None},
+                             what="The usage asked for")
+    figures: dict[tuple[Any, ...], list[Figure]] = defaultdict(list)
+    for rows, whole in month_rows:
+        fields = keys if whole else (*keys, "day")
+        for key, figure in Lines(rows, currency=currency).parts(*fields).items():
+            if whole or start <= key[-1] <= end:
+                figures[key[:len(keys)]].append(figure)
+    summed = {key: Figure(gpu_hours=sum((f.gpu_hours for f in found), Decimal(0)),
+                          cost=sum((f.cost for f in found), Decimal(0))) for key, found in figures.items()}
+    teams = {a.pk: a for a in Account.objects.filter(pk__in={k[by.index("team")] for k in summed})} if "team" in by else {}
+    flavor_slugs = (dict(Flavor.objects.filter(pk__in={k[by.index("flavor")] for k in summed}).values_list("pk", "slug"))
+                    if "flavor" in by else {})
+    zero = Figure(gpu_hours=round_places(0, ROUNDING_HOURS), cost=round_money(0, currency))
     rows = []
-    for key, tally in tallies.items():
-        total.add(tally)
+    for key, figure in summed.items():
         row: dict[str, Any] = {}
         for group, value in zip(by, key, strict=True):
-            row[group] = names[group][value] if group in names else value
-        row["gpu_hours"] = round_places(tally.gpu_hours, 4)
-        row["cost"] = round_money(tally.cost, currency)
+            if group == "team":
+                account = teams[value]
+                row.update(team=account.slug, team_name=account.name, cost_center=account.cost_center)
+            elif group == "flavor":
+                row[group] = flavor_slugs[value]
+            else:
+                row[group] = value
+        row.update(gpu_hours=figure.gpu_hours, cost=figure.cost)
         rows.append(row)
     rows.sort(key=lambda row: tuple(str(row[group]) for group in by))
+    total = Figure(gpu_hours=sum((row["gpu_hours"] for row in rows), zero.gpu_hours),
+                   cost=sum((row["cost"] for row in rows), zero.cost))
     return UsageReport(start=start, end=end, currency=currency, by=by, rows=rows,
-                       total=Line(key="total", label="Total", gpu_hours=round_places(total.gpu_hours, 4),
-                                  cost=round_money(total.cost, currency)))
+                       total=Line(key="total", label="Total", gpu_hours=total.gpu_hours, cost=total.cost),
+                       time_zone=str(periods.billing_zone()))
+
+
+def _month_rows(*, start: dt.datetime, end: dt.datetime, keys: tuple[str, ...], whole: bool,
+                account_ids: list[int]) -> list[dict[str, Any]]:
+    """One local month's rollups grouped by `keys` and the line (and the local day, unless the
+    month is wanted whole): from the monthly level wherever it holds the hours (`_rollup_sums`),
+    when the keys are ones it keeps."""
+    fields = tuple(dict.fromkeys((*keys, *LINE_FIELDS)))
+    if whole and set(keys) <= _MONTHLY_KEYS:
+        return list(_rollup_sums(start=start, end=end, fields=fields, account_ids=account_ids))
+    rows = UsageHour.objects.filter(hour__gte=start, hour__lt=end, account_id__in=account_ids)
+    if "day" in keys or not whole:
+        rows = rows.annotate(day=TruncDate("hour", tzinfo=periods.billing_zone()))
+        fields = tuple(dict.fromkeys((*fields, "day")))
+    return list(rows.values(*fields).annotate(unit_seconds=Sum("unit_seconds")).order_by())

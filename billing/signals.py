@@ -1,14 +1,10 @@
-"""An account is made with its team, follows its name and cost center, and outlives it.
-
-Billing depends on tenants and jobs, not the other way round, so it listens to their saves and
-deletes here (connected in BillingConfig.ready) instead of being called by them."""
+"""What billing follows in the apps to its left, through their events (portal.hooks): an account
+is made with its team, follows its name and cost center, and outlives it; a deleted workload's
+open run intervals end; closed intervals are metered soon after. Subscribed in BillingConfig.ready."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
-from django.db.models.signals import post_save, pre_delete
 from django.utils import timezone
 
 from billing.models import Account
@@ -16,34 +12,42 @@ from jobs.models import RunInterval, Workload
 from tenants.models import Team
 
 
-def _team_saved(sender: type[Team], instance: Team, created: bool = False,
-                update_fields: frozenset[str] | None = None, **kwargs: Any) -> None:
+def _team_saved(team: Team, created: bool, update_fields: frozenset[str] | None) -> None:
     # The reconcile saves a team often, for its sync state only: those saves change nothing here.
     if created or update_fields is None or {"slug", "name", "cost_center"} & set(update_fields):
-        Account.for_team(instance)
+        Account.for_team(team)
 
 
-def _team_deleting(sender: type[Team], instance: Team, **kwargs: Any) -> None:
+def _team_deleting(team: Team) -> None:
     # The team's name and cost center stay on the account as they were; the link falls to null.
-    account = Account.for_team(instance)
+    account = Account.for_team(team)
     Account.objects.filter(pk=account.pk).update(team_deleted_at=timezone.now())
 
 
-def _workload_deleting(sender: type[Workload], instance: Workload, **kwargs: Any) -> None:
+def _workload_deleting(workload: Workload) -> None:
     # Its pods go with it and no sync will read them again: they ran until now at the latest.
-    RunInterval.objects.filter(workload=instance, ended_at__isnull=True).update(ended_at=timezone.now())
+    RunInterval.objects.filter(workload=workload, ended_at__isnull=True).update(ended_at=timezone.now())
 
 
-def _intervals_closed(**kwargs: Any) -> None:
+def _intervals_closed(interval_ids: list[int]) -> None:
     from billing import tasks
 
     transaction.on_commit(tasks.rollups_refresh.delay)
 
 
-def connect() -> None:
-    from jobs import sync
+def _records_staying(team: Team) -> list[str]:
+    return ["Usage history: every run's GPU-hours and cost, kept under the team's billing account",
+            "Monthly statements, closed or not yet closed, with their lines for this team"]
 
-    post_save.connect(_team_saved, sender=Team, dispatch_uid="billing.account_follows_team")
-    pre_delete.connect(_team_deleting, sender=Team, dispatch_uid="billing.account_outlives_team")
-    pre_delete.connect(_workload_deleting, sender=Workload, dispatch_uid="billing.close_intervals_of_deleted_workload")
-    sync.intervals_closed.connect(_intervals_closed, dispatch_uid="billing.refresh_on_interval_close")
+
+def connect() -> None:
+    from jobs import signals as job_signals
+    from jobs import sync
+    from tenants import selectors as tenant_selectors
+    from tenants import signals as tenant_signals
+
+    tenant_signals.TEAM_SAVED.subscribe(_team_saved)
+    tenant_signals.TEAM_DELETING.subscribe(_team_deleting)
+    job_signals.WORKLOAD_DELETING.subscribe(_workload_deleting)
+    sync.INTERVALS_CLOSED.subscribe(_intervals_closed)
+    tenant_selectors.TEAM_RECORDS_STAYING.subscribe(_records_staying)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.contrib.auth.models import AnonymousUser
-from django.db.models import Q
+from django.db.models import DecimalField, F, Q, Sum, Value
+from django.db.models.functions import Coalesce
 from django.http import Http404
 
 from billing import periods
@@ -22,6 +23,7 @@ from billing.models.statements import led_accounts
 from billing.money import minor_unit
 from portal.models import User
 from portal.roles import sees_all_teams
+from tenants.models import Team
 
 KIND_ORDER = {StatementLine.Kind.USAGE: 0, StatementLine.Kind.IDLE_SHARE: 1, StatementLine.Kind.UNALLOCATED: 2}
 
@@ -88,7 +90,13 @@ class StatementPicture:
 
 
 def statements_for_user(*, user: User | AnonymousUser) -> list[Statement]:
-    return list(Statement.objects.for_user(user).filter(sealed=True).order_by("-month"))
+    """The sealed statements the user may see, newest first, each with `adjusted_total` (its
+    adjustments summed) and `total_charged` (its lines charged to teams plus those), so a list
+    shows the same total charged as the statement itself."""
+    adjusted = Coalesce(Sum("adjustments__amount"), Value(Decimal(0)), output_field=DecimalField(max_digits=20,
+                                                                                                 decimal_places=3))
+    return list(Statement.objects.for_user(user).filter(sealed=True).annotate(adjusted_total=adjusted)
+                .annotate(total_charged=F("charged_total") + F("adjusted_total")).order_by("-month"))
 
 
 def statement_visible(*, user: User | AnonymousUser, month: str) -> Statement:
@@ -103,9 +111,24 @@ def statement_visible(*, user: User | AnonymousUser, month: str) -> Statement:
 
 
 def statement_account(*, statement: Statement, slug: str) -> Account | None:
-    """The team a line of the statement bills, by its slug (the newest account if a slug was reused)."""
+    """The team an adjustment of the statement is for, by its slug: a team its lines bill (the
+    newest account if a slug was reused), else any team that exists now, which may get a credit
+    or a fixed fee in a month it used nothing."""
+    slug = slug.strip()
     on_statement = statement.lines.exclude(account=None).values("account_id")
-    return Account.objects.filter(slug=slug.strip(), pk__in=on_statement).order_by("-pk").first()
+    found = Account.objects.filter(slug=slug, pk__in=on_statement).order_by("-pk").first()
+    if found is not None:
+        return found
+    team = Team.objects.filter(slug=slug).first()
+    return Account.for_team(team) if team is not None else None
+
+
+def adjustable_teams(*, statement: Statement) -> list[tuple[str, str]]:
+    """(slug, name) of every team an adjustment may be for: those the statement bills and every
+    team that exists now, by slug."""
+    named = dict(statement.lines.exclude(account=None).values_list("account_slug", "account_name"))
+    named.update(Team.objects.values_list("slug", "name"))
+    return sorted(named.items())
 
 
 def readable_accounts(*, user: User | AnonymousUser) -> set[int] | None:

@@ -27,6 +27,8 @@ from portal.errors import DomainError
 
 class CloseMonthForm(forms.Form):
     month = forms.CharField(max_length=7, help_text="YYYY-MM")
+    # Closing is for good: the first POST shows what the statement would hold, the second closes.
+    confirmed = forms.BooleanField(required=False)
 
     def clean_month(self) -> dt.date:
         text = self.cleaned_data["month"].strip()
@@ -47,10 +49,11 @@ def _can_close(request: HtmxHttpRequest) -> bool:
     return request.user.has_perm("billing.close_statements")
 
 
-def _list_context(request: HtmxHttpRequest, form: CloseMonthForm | None = None) -> dict[str, object]:
+def _list_context(request: HtmxHttpRequest, form: CloseMonthForm | None = None,
+                  preview: statements.ClosePreview | None = None) -> dict[str, object]:
     last_month = periods.month_start(periods.current_month() - dt.timedelta(days=1))
     return {"statements": statement_selectors.statements_for_user(user=request.user), "can_close": _can_close(request),
-            "form": form or CloseMonthForm(initial={"month": f"{last_month:%Y-%m}"})}
+            "form": form or CloseMonthForm(initial={"month": f"{last_month:%Y-%m}"}), "preview": preview}
 
 
 @login_required
@@ -67,20 +70,25 @@ def statement_close(request: HtmxHttpRequest) -> HttpResponse:
     if not _can_close(request):
         raise PermissionDenied
     form = CloseMonthForm(request.POST)
+    preview = None
     if form.is_valid():
+        month = form.cleaned_data["month"]
         try:
-            statement = statements.statement_close(actor=request.user, month=form.cleaned_data["month"])
+            if not form.cleaned_data["confirmed"]:
+                preview = statements.statement_preview(actor=request.user, month=month)
+            else:
+                statement = statements.statement_close(actor=request.user, month=month)
+                messages.success(request, f"Closed {statement.label}: {statement.charged_total} {statement.currency} "
+                                          "charged to teams.")
+                target = reverse("billing:statement-detail", args=[statement.slug])
+                return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
         except DomainError as error:
             form.add_error("month", error.message)
-        else:
-            messages.success(request, f"Closed {statement.label}: {statement.charged_total} {statement.currency} "
-                                      "charged to teams.")
-            target = reverse("billing:statement-detail", args=[statement.slug])
-            return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
-    # htmx swaps only successful answers, so the fragment with the refusal comes back as a 200.
+    # htmx swaps only successful answers, so the fragment with the refusal (or the preview) comes back as a 200.
+    context = _list_context(request, form, preview)
     if request.htmx:
-        return render(request, "billing/statements.html#close-form", _list_context(request, form))
-    return render(request, "billing/statements.html", _list_context(request, form), status=400)
+        return render(request, "billing/statements.html#close-form", context)
+    return render(request, "billing/statements.html", context, status=200 if preview else 400)
 
 
 def _picture(request: HtmxHttpRequest, month: str, team: str | None) -> statement_selectors.StatementPicture:
@@ -92,6 +100,7 @@ def _detail_context(request: HtmxHttpRequest, picture: statement_selectors.State
                     form: AdjustmentForm | None = None, done: str | None = None) -> dict[str, object]:
     return {"picture": picture, "statement": picture.statement, "currency": picture.statement.currency,
             "can_close": _can_close(request),
+            "adjustable": statement_selectors.adjustable_teams(statement=picture.statement) if _can_close(request) else [],
             "flavors": statement_selectors.flavor_totals(picture), "form": form or AdjustmentForm(), "done": done,
             "team": request.GET.get("team", "")}
 
@@ -114,7 +123,7 @@ def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
     if form.is_valid():
         account = statement_selectors.statement_account(statement=statement, slug=form.cleaned_data["team"])
         if account is None:
-            form.add_error("team", f"“{form.cleaned_data['team']}” is not a team on the {statement.label} statement.")
+            form.add_error("team", f"There is no team “{form.cleaned_data['team']}”.")
         else:
             try:
                 adjustment = statements.adjustment_add(actor=request.user, statement=statement, account=account,
@@ -124,9 +133,10 @@ def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
             else:
                 done = f"Added {adjustment.amount} {statement.currency} for {account.slug}."
                 form = AdjustmentForm()
-    picture = statement_selectors.statement_picture(user=request.user, statement=statement)
-    if request.htmx:  # the fragment, with the refusal or the new adjustment; htmx swaps only a 200
-        return render(request, "billing/statement_detail.html#adjustments", _detail_context(request, picture, form, done))
+    picture = statement_selectors.statement_picture(user=request.user, statement=statement,
+                                                    team=request.GET.get("team") or None)
+    if request.htmx:  # every figure of the page, with the refusal or the new adjustment; htmx swaps only a 200
+        return render(request, "billing/statement_detail.html#statement-body", _detail_context(request, picture, form, done))
     if done:
         messages.success(request, done)
         return redirect("billing:statement-detail", statement.slug)
@@ -138,7 +148,7 @@ def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
 def statement_csv(request: HtmxHttpRequest, month: str) -> HttpResponse:
     team = request.GET.get("team") or None
     picture = _picture(request, month, team)
-    return _download(exports.statement_csv(picture), "text/csv; charset=utf-8", exports.filename(picture, "csv", team))
+    return exports.download(exports.statement_csv(picture), "text/csv; charset=utf-8", exports.filename(picture, "csv", team))
 
 
 @login_required
@@ -148,10 +158,4 @@ def statement_pdf(request: HtmxHttpRequest, month: str) -> HttpResponse:
     picture = _picture(request, month, team)
     if not picture.teams and not picture.whole:
         raise Http404
-    return _download(exports.statement_pdf(picture), "application/pdf", exports.filename(picture, "pdf", team))
-
-
-def _download(body: bytes, content_type: str, name: str) -> HttpResponse:
-    response = HttpResponse(body, content_type=content_type)
-    response["Content-Disposition"] = f'attachment; filename="{name}"'
-    return response
+    return exports.download(exports.statement_pdf(picture), "application/pdf", exports.filename(picture, "pdf", team))

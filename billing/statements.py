@@ -24,9 +24,10 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from billing import ledger, periods, selectors, xid_credits
+from billing import ledger, periods, rate_card, selectors, xid_credits
 from billing.models import Account, Adjustment, CapacityHour, Rate, Statement, StatementLine, UsageHour
 from billing.money import SECONDS_PER_HOUR, minor_unit, money_input, round_money
+from billing.rate_card import RatePeriod
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.models import User
@@ -34,15 +35,6 @@ from tenants.models import Flavor
 
 HOURS_PLACES = 6  # GPU-hours shown on a line; the exact figure is its unit-seconds and fraction
 MAX_ADJUSTMENT_DIGITS = 15  # before the decimal point: a trillion is far beyond any correction
-
-
-@dataclass(frozen=True)
-class RatePeriod:
-    """Part of the month during which one price (or none) applied to a flavor: [start, end)."""
-
-    rate: Rate | None
-    start: dt.datetime
-    end: dt.datetime
 
 
 @dataclass
@@ -89,17 +81,8 @@ def statement_close(*, actor: User, month: dt.date, now: dt.datetime | None = No
     one loses on the unique month and is refused the same way), and when its prices are in more
     than one currency.
     """
-    if not actor.has_perm("billing.close_statements"):
-        raise PermissionDenied
-    first = periods.month_start(month)
-    start, end = periods.month_bounds(first)
+    first, start, end = _closable(actor=actor, month=month, now=now or timezone.now())
     now = now or timezone.now()
-    if now < end:
-        ends_local = end.astimezone(periods.billing_zone())
-        raise DomainError(
-            f"{month_label(first)} has not ended yet in the billing time zone ({periods.billing_zone().key}): "
-            f"it can be closed from {ends_local:%Y-%m-%d %H:%M}.", field="month")
-    _refuse_if_closed(first)
     try:
         with transaction.atomic():
             statement = _close(actor=actor, first=first, start=start, end=end, now=now)
@@ -108,6 +91,57 @@ def statement_close(*, actor: User, month: dt.date, now: dt.datetime | None = No
         _refuse_if_closed(first)
         raise
     return statement
+
+
+def _closable(*, actor: User, month: dt.date, now: dt.datetime) -> tuple[dt.date, dt.datetime, dt.datetime]:
+    """The month's first day and bounds, or the refusal: not finance, not ended, already closed."""
+    if not actor.has_perm("billing.close_statements"):
+        raise PermissionDenied
+    first = periods.month_start(month)
+    start, end = periods.month_bounds(first)
+    if now < end:
+        ends_local = end.astimezone(periods.billing_zone())
+        raise DomainError(
+            f"{month_label(first)} has not ended yet in the billing time zone ({periods.billing_zone().key}): "
+            f"it can be closed from {ends_local:%Y-%m-%d %H:%M}.", field="month")
+    _refuse_if_closed(first)
+    return first, start, end
+
+
+@dataclass(frozen=True)
+class ClosePreview:
+    """What closing a month would write, for the confirmation: each team's total, the sum, and
+    the unallocated capacity, at the prices in force; XID credits are added as the close writes."""
+
+    month: dt.date
+    currency: str
+    teams: list[tuple[str, str, Decimal]]  # slug, name, amount of its lines
+    lines: int
+    charged: Decimal
+    unallocated: Decimal
+
+    @property
+    def label(self) -> str:
+        return month_label(self.month)
+
+
+def statement_preview(*, actor: User, month: dt.date, now: dt.datetime | None = None) -> ClosePreview:
+    """The statement `statement_close` would write for the month now, refused for the same reasons,
+    written nowhere."""
+    first, start, end = _closable(actor=actor, month=month, now=now or timezone.now())
+    drafts, currency, _ = _drafts(start=start, end=end)
+    teams: dict[int, tuple[str, str, Decimal]] = {}
+    unallocated = round_money(0, currency)
+    for draft in drafts:
+        amount = draft.amount(currency)
+        if draft.account is None:
+            unallocated += amount
+            continue
+        slug, name, total = teams.get(draft.account.pk, (draft.account.slug, draft.account.name, round_money(0, currency)))
+        teams[draft.account.pk] = (slug, name, total + amount)
+    ordered = sorted(teams.values(), key=lambda team: (team[0], team[1]))
+    return ClosePreview(month=first, currency=currency, teams=ordered, lines=len(drafts),
+                        charged=sum((team[2] for team in ordered), round_money(0, currency)), unallocated=unallocated)
 
 
 def _refuse_if_closed(first: dt.date) -> None:
@@ -124,7 +158,34 @@ def _close(*, actor: User, first: dt.date, start: dt.datetime, end: dt.datetime,
     statement = Statement.objects.create(
         month=first, period_start=start, period_end=end, currency=selectors.DEFAULT_CURRENCY,
         time_zone=periods.billing_zone().key, closed_at=now, closed_by=actor, closed_by_name=actor.username)
-    rate_periods = _rate_periods(start=start, end=end)
+    drafts, currency, rate_periods = _drafts(start=start, end=end)
+    rows = [_line_row(statement, draft, currency) for draft in drafts]
+    _write_lines(rows)
+    charged = sum((row["amount"] for row in rows if row["kind"] != StatementLine.Kind.UNALLOCATED), Decimal(0))
+    unallocated_total = sum((row["amount"] for row in rows if row["kind"] == StatementLine.Kind.UNALLOCATED), Decimal(0))
+    statement.currency = currency
+    statement.charged_total = charged + round_money(0, currency)
+    statement.unallocated_total = unallocated_total + round_money(0, currency)
+    statement.sealed = True
+    statement.save(update_fields=["currency", "charged_total", "unallocated_total", "sealed"])
+    billed: dict[int, Decimal] = defaultdict(Decimal)
+    for row in rows:
+        if row["account_id"] is not None:
+            billed[row["account_id"]] += row["amount"]
+    credits = xid_credits.xid_credits_add(statement=statement, actor=actor, rate_periods=rate_periods, billed=billed)
+    audit_record(actor=actor, action="statement.closed", obj=statement,
+                 message=f"{actor.username} closed {month_label(first)}: {len(rows)} lines, "
+                         f"{statement.charged_total} {currency} charged to teams"
+                         + (f", {len(credits)} credits for GPU time after hardware XIDs" if credits else ""),
+                 data={"month": statement.slug, "lines": len(rows), "charged_total": str(statement.charged_total),
+                       "unallocated_total": str(statement.unallocated_total), "currency": currency})
+    return statement
+
+
+def _drafts(*, start: dt.datetime, end: dt.datetime) -> tuple[list[_Draft], str, dict[int, list[RatePeriod]]]:
+    """The month's lines, unwritten: usage per team × flavor × rate × fraction, then idle shares
+    and unallocated capacity; with the statement's one currency and the month's price periods."""
+    rate_periods = rate_card.rate_periods(start=start, end=end)
     month = _MonthUsage.read(start=start, end=end, rate_periods=rate_periods)
     flavors = Flavor.objects.in_bulk(month.flavor_ids())
     accounts = Account.objects.in_bulk({account_id for account_id, *_ in month.lines})
@@ -136,24 +197,7 @@ def _close(*, actor: User, first: dt.date, start: dt.datetime, end: dt.datetime,
         if guaranteed or borrowed
     ]
     drafts += _idle_drafts(month=month, flavors=flavors, rate_periods=rate_periods, start=start, end=end)
-    currency = _one_currency(drafts, rate_periods, flavors)
-    rows = [_line_row(statement, draft, currency) for draft in drafts]
-    _write_lines(rows)
-    charged = sum((row["amount"] for row in rows if row["kind"] != StatementLine.Kind.UNALLOCATED), Decimal(0))
-    unallocated_total = sum((row["amount"] for row in rows if row["kind"] == StatementLine.Kind.UNALLOCATED), Decimal(0))
-    statement.currency = currency
-    statement.charged_total = charged + round_money(0, currency)
-    statement.unallocated_total = unallocated_total + round_money(0, currency)
-    statement.sealed = True
-    statement.save(update_fields=["currency", "charged_total", "unallocated_total", "sealed"])
-    credits = xid_credits.xid_credits_add(statement=statement, actor=actor, rate_periods=rate_periods)
-    audit_record(actor=actor, action="statement.closed", obj=statement,
-                 message=f"{actor.username} closed {month_label(first)}: {len(rows)} lines, "
-                         f"{statement.charged_total} {currency} charged to teams"
-                         + (f", {len(credits)} credits for GPU time after hardware XIDs" if credits else ""),
-                 data={"month": statement.slug, "lines": len(rows), "charged_total": str(statement.charged_total),
-                       "unallocated_total": str(statement.unallocated_total), "currency": currency})
-    return statement
+    return drafts, _one_currency(drafts, rate_periods, flavors), rate_periods
 
 
 def _idle_bounds(span: RatePeriod, start: dt.datetime, end: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
@@ -286,27 +330,6 @@ def _whole_shares(shares: dict[int, Fraction]) -> dict[int, int]:
     """Shares in whole unit-seconds that add up to the rounded total exactly (largest remainder,
     ties to the lower account id), so teams plus unallocated still equal the capacity."""
     return ledger.largest_remainder(shares, total=round(sum(shares.values(), Fraction(0))))
-
-
-def _rate_periods(*, start: dt.datetime, end: dt.datetime) -> dict[int, list[RatePeriod]]:
-    """Every priced flavor's prices across [start, end), one query over the (small) rate card: the
-    span before its first price (free), then each rate from its start to the next rate's, clipped
-    to the month. A flavor that never had a price is not in it: its usage is free all month."""
-    by_flavor: dict[int, list[Rate]] = defaultdict(list)
-    for rate in Rate.objects.filter(effective_from__lt=end).order_by("flavor_id", "effective_from"):
-        by_flavor[rate.flavor_id].append(rate)
-    result: dict[int, list[RatePeriod]] = {}
-    for flavor_id, rates in by_flavor.items():
-        spans: list[RatePeriod] = []
-        if rates[0].effective_from > start:
-            spans.append(RatePeriod(rate=None, start=start, end=min(rates[0].effective_from, end)))
-        for index, rate in enumerate(rates):
-            upper = rates[index + 1].effective_from if index + 1 < len(rates) else end
-            lower = max(rate.effective_from, start)
-            if min(upper, end) > lower:
-                spans.append(RatePeriod(rate=rate, start=lower, end=min(upper, end)))
-        result[flavor_id] = spans
-    return result
 
 
 def _period_of(spans: list[RatePeriod], rate_id: int | None, *, start: dt.datetime, end: dt.datetime) -> RatePeriod:

@@ -30,6 +30,7 @@ api_budgets.register(api_router)
 api_statements.register(api_router)
 api_urlpatterns: list[URLPattern | URLResolver] = [
     path("usage/", api_usage.UsageView.as_view(), name="usage"),
+    path("overview/", api_usage.OverviewView.as_view(), name="overview"),
     path("rates/", api_usage.RateListView.as_view(), name="rates"),
     path("idle-policies/", api_usage.IdlePolicyListView.as_view(), name="idle-policies"),
     *api_router.urls,

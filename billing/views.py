@@ -64,7 +64,7 @@ def team_usage(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     except DomainError as error:
         return _refusal(request, error)
     efficiency = team_month_efficiency(team=team, account=usage.account, month=usage.month, cost=usage.total.cost,
-                                       allocated_unit_seconds=usage.allocated_unit_seconds)
+                                       allocated_device_seconds=usage.allocated_device_seconds)
     return render(request, "billing/team_usage.html", {"team": team, "usage": usage, "efficiency": efficiency})
 
 

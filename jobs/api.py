@@ -25,6 +25,7 @@ from rest_framework.routers import BaseRouter
 from jobs import reclaim, selectors, services
 from jobs.filters import TemplateFilter, WorkloadFilter
 from jobs.models import GitSource, ImageRegistry, Workload, WorkloadTemplate
+from jobs.rules import LOGS_REFUSAL
 from jobs.serializers import (
     GitSourceCreateSerializer,
     GitSourceSerializer,
@@ -44,6 +45,7 @@ from jobs.serializers import (
     WorkloadSerializer,
 )
 from portal.adapters import parse, signed_in_user, whole_number
+from portal.errors import NotAllowed
 from tenants.models import Team
 
 MAX_LOG_LINES = 5000
@@ -196,7 +198,8 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def get_queryset(self) -> QuerySet[Workload]:
         workloads = selectors.workloads_for_user(user=self.request.user)
-        return workloads if self.action == "list" else workloads.prefetch_related("transitions", "intervals")
+        return workloads if self.action == "list" else workloads.prefetch_related(
+            "transitions", "intervals__flavor", "intervals__switches")
 
     def _answer(self, workload: Workload, code: int = status.HTTP_200_OK) -> Response:
         fresh = self.get_queryset().get(pk=workload.pk)
@@ -210,6 +213,7 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(WorkloadLaunchSerializer, request)
         team = get_object_or_404(Team.objects.for_user(request.user), slug=data.pop("team"))
+        data["also_accept"] = tuple(data.get("also_accept") or ())
         workload = services.workload_launch(user=signed_in_user(request), request=services.LaunchRequest(team=team, **data))
         return self._launched(workload)
 
@@ -252,11 +256,14 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         responses={200: LogsSerializer},
         summary="Read a workload's log",
         description="The last log lines of one of the workload's pods (the newest unless `pod` names another), read "
-                    "from the cluster now. The whole log is a download on the workload's page.",
+                    "from the cluster now. The whole log is a download on the workload's page. The team's members and "
+                    "platform admins only: finance gets 403.",
     )
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str | None = None) -> Response:
         workload = self.get_object()
+        if not request.user.has_perm("jobs.read_workload_logs", workload):
+            raise NotAllowed(LOGS_REFUSAL)
         logs = selectors.workload_logs(workload=workload, tail_lines=_tail(request),
                                        pod=request.query_params.get("pod", "").strip())
         return Response(LogsSerializer(logs).data)

@@ -5,12 +5,13 @@ class JobsConfig(AppConfig):
     name = "jobs"
 
     def ready(self) -> None:
+        from jobs import signals  # noqa: F401 - connects the receivers
         from jobs.observability import WorkloadCollector
         from jobs.selectors import flavor_of_pods, team_contents
         from portal.observability import scrape_collector_register
-        from tenants.selectors import register_team_contents
-        from tenants.telemetry_selectors import register_flavor_of_pods
+        from tenants.selectors import TEAM_RECORDS_GOING
+        from tenants.telemetry_selectors import FLAVOR_OF_PODS
 
-        register_team_contents(team_contents)
-        register_flavor_of_pods(flavor_of_pods)
+        TEAM_RECORDS_GOING.subscribe(team_contents)
+        FLAVOR_OF_PODS.fill(flavor_of_pods)
         scrape_collector_register(WorkloadCollector())

@@ -67,6 +67,9 @@ class LaunchForm(forms.Form):
     template = forms.ModelChoiceField(queryset=WorkloadTemplate.objects.none(), empty_label="Choose a template…")
     flavor = forms.ModelChoiceField(queryset=Flavor.objects.filter(is_active=True), to_field_name="slug",
                                     empty_label="Choose a flavor…")
+    also_accept = forms.ModelMultipleChoiceField(
+        queryset=Flavor.objects.filter(is_active=True), to_field_name="slug", required=False,
+        label="Or run on whichever of these has room first")
     units = WholeNumberField(required=False, label="GPU units")
     cpu = WholeNumberField(required=False, label="CPU cores")
     memory_gib = WholeNumberField(required=False, label="Memory (GiB)")
@@ -105,6 +108,19 @@ class LaunchForm(forms.Form):
             return None
         held = tenant_selectors.team_guarantees(team=team) if team is not None else {}
         return next((f.slug for f in self.allowed_flavors if held.get(f.pk, 0) > 0), self.allowed_flavors[0].slug)
+
+    @property
+    def interchangeable_flavors(self) -> list[Flavor]:
+        """The allowed flavors that share their resource name with another allowed one: a launch
+        may accept several of those ("any whole 80 GB GPU"), and runs on the one Kueue admits."""
+        by_resource: dict[str, list[Flavor]] = {}
+        for flavor in self.allowed_flavors:
+            by_resource.setdefault(flavor.resource_name, []).append(flavor)
+        return [flavor for group in by_resource.values() if len(group) > 1 for flavor in group]
+
+    @property
+    def also_accepted_slugs(self) -> set[str]:
+        return {str(value) for value in (self["also_accept"].value() or [])}
 
     @property
     def offered_priorities(self) -> list[tuple[str, str]]:
@@ -168,7 +184,7 @@ class LaunchForm(forms.Form):
         return services.LaunchRequest(
             team=data["team"], template=data["template"], flavor=data["flavor"], units=data.get("units"), cpu=data.get("cpu"),
             memory_gib=data.get("memory_gib"), priority=data.get("priority") or None, name=data.get("name") or "",
-            parameters=parameters,
+            parameters=parameters, also_accept=tuple(data.get("also_accept") or ()),
         )
 
     def add_domain_error(self, error: DomainError) -> None:

@@ -2,8 +2,10 @@
 
 Users never write pod specs. Everything a pod gets is decided here: a restricted security
 context, no service-account token, GPU limits equal to requests under the flavor's resource
-name, and no node placement (Kueue injects the flavor's). What a user typed reaches the pod
-only as values of the template's declared parameters, as arguments and environment.
+name, and the node placement of the flavors the launch accepts (Placement): a pod that names one
+flavor can be admitted on that flavor only, even where another flavor shares its resource name.
+What a user typed reaches the pod only as values of the template's declared parameters, as
+arguments and environment.
 """
 
 from __future__ import annotations
@@ -58,6 +60,18 @@ class IngressSpec:
     @property
     def tls(self) -> bool:
         return bool(self.tls_secret or self.cluster_issuer)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one flavor's pods run: the labels of its nodes and the tolerations for their taints.
+
+    Kueue admits a workload only on a flavor whose node labels its pods' node selector or
+    required node affinity accepts (for the label keys the queue's flavors use), so the pod
+    template carrying these is what holds a launch to the flavor it names."""
+
+    node_labels: tuple[tuple[str, str], ...]
+    tolerations: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +141,9 @@ class WorkloadSpec:
     volumes: tuple[VolumeMount, ...] = ()
     repositories: tuple[GitSource, ...] = ()
     git_image: str = ""  # the site's image for fetching repositories (PORTAL_GIT_IMAGE)
+    # The flavors the launch accepts, the one it names first: one is a node selector, several
+    # are alternatives (one node-affinity term each) of which Kueue admits the first with room.
+    placements: tuple[Placement, ...] = ()
 
     @property
     def labels(self) -> dict[str, str]:
@@ -203,6 +220,27 @@ def _pod_volumes(spec: WorkloadSpec) -> dict[str, Any]:
     return extra
 
 
+def _placement(placements: tuple[Placement, ...]) -> dict[str, Any]:
+    """The pod spec fields that hold a workload to its flavors: a node selector for one, a
+    required node affinity with one term per flavor for several; the tolerations of all."""
+    if not placements:
+        return {}
+    fields: dict[str, Any] = {}
+    if len(placements) == 1:
+        if placements[0].node_labels:
+            fields["nodeSelector"] = dict(placements[0].node_labels)
+    else:
+        terms = [{"matchExpressions": [{"key": key, "operator": "In", "values": [value]}
+                                       for key, value in placement.node_labels]} for placement in placements]
+        fields["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    tolerations: list[dict[str, Any]] = []
+    for placement in placements:
+        tolerations += [dict(t) for t in placement.tolerations if dict(t) not in tolerations]
+    if tolerations:
+        fields["tolerations"] = tolerations
+    return fields
+
+
 def _pod_template(spec: WorkloadSpec, container: dict[str, Any], *, restart: str, **extra: Any) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "automountServiceAccountToken": False,
@@ -213,6 +251,7 @@ def _pod_template(spec: WorkloadSpec, container: dict[str, Any], *, restart: str
         "restartPolicy": restart,
         "containers": [container],
         **_pod_volumes(spec),
+        **_placement(spec.placements),
         **extra,
     }
     # The kind tells the team's network policies which pods the portal and the ingress controller may reach.

@@ -236,7 +236,13 @@ class Workload(models.Model):
     template_version = models.ForeignKey(WorkloadTemplateVersion, on_delete=models.PROTECT, related_name="workloads")
     name = models.CharField(max_length=60)
     parameters = models.JSONField(default=dict, blank=True)
-    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="workloads")
+    # The flavor it runs on: the one its launch named, or, where the launch accepted several, the
+    # one Kueue admitted it on (each pod's run interval keeps its own).
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="workloads",
+                               help_text="The flavor it runs on: the one launched on, or the one Kueue admitted it on.")
+    accepted_flavors = models.ManyToManyField(
+        Flavor, blank=True, related_name="+",
+        help_text="Every flavor the launch accepts when it named several (one resource name); empty: only its flavor.")
     units = models.PositiveIntegerField(help_text="GPU units per worker or replica.")
     workers = models.PositiveIntegerField(default=1, help_text="Pods of a distributed job, replicas of a server.")
     cpu = models.PositiveIntegerField()

@@ -1,27 +1,26 @@
-"""The launch form's cost estimate and a workload's cost so far. Prices and usage live in
-billing, which depends on jobs and not the other way round, so billing registers how to price a
-launch, how to read what workloads used, and the budget's word on a launch when it starts."""
+"""The launch form's cost estimate, a workload's cost so far, and billing's word on a launch.
+
+Prices, usage and budgets live in billing, which depends on jobs and not the other way round, so
+jobs declares these hooks and billing fills them (`BillingConfig.ready`). They are required: a
+portal without billing would launch on flavors nobody prices and past hard-stopped budgets, so it
+does not start (portal.hooks)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Protocol
 
+from portal.hooks import Hook
 from tenants.models import Flavor, Team
 
 PriceProvider = Callable[[Flavor, int], "tuple[Decimal, str] | None"]
-_provider: PriceProvider | None = None
-
-
-def register_price_provider(provider: PriceProvider) -> None:
-    global _provider
-    _provider = provider
+PRICE = Hook[PriceProvider]("jobs.pricing.PRICE", by="billing")
 
 
 def hourly_cost(*, flavor: Flavor, units: int) -> tuple[Decimal, str] | None:
     """Cost per hour of `units` of the flavor at the current rate, or None when there is none."""
-    return _provider(flavor, units) if _provider else None
+    return PRICE.call(flavor, units)
 
 
 class UsedSoFar(Protocol):
@@ -38,29 +37,19 @@ class UsedSoFar(Protocol):
 
 
 UsageProvider = Callable[[list[int]], "Mapping[int, UsedSoFar]"]
-_usage_provider: UsageProvider | None = None
-
-
-def register_usage_provider(provider: UsageProvider) -> None:
-    global _usage_provider
-    _usage_provider = provider
+USAGE = Hook[UsageProvider]("jobs.pricing.USAGE", by="billing")
 
 
 def used_so_far(*, workload_ids: list[int]) -> Mapping[int, UsedSoFar]:
-    """GPU-hours and cost so far of each workload, read for all of them at once (billing fills it in)."""
-    return _usage_provider(workload_ids) if _usage_provider else {}
+    """GPU-hours and cost so far of each workload, read for all of them at once."""
+    return USAGE.call(workload_ids)
 
 
-# A team over a budget with a hard stop may not launch; billing says so in a sentence.
-LaunchGuard = Callable[[Team], "str | None"]
-_launch_guard: LaunchGuard | None = None
+# Why billing refuses a launch for the team on these flavors now (a flavor without a rate in
+# force, a hard-stopped budget), in a sentence; None when it may go.
+LaunchGuard = Callable[[Team, Sequence[Flavor]], "str | None"]
+LAUNCH_GUARD = Hook[LaunchGuard]("jobs.pricing.LAUNCH_GUARD", by="billing")
 
 
-def register_launch_guard(guard: LaunchGuard) -> None:
-    global _launch_guard
-    _launch_guard = guard
-
-
-def launch_refusal(*, team: Team) -> str | None:
-    """Why billing refuses a launch for the team now (a hard-stopped budget), or None."""
-    return _launch_guard(team) if _launch_guard else None
+def launch_refusal(*, team: Team, flavors: Sequence[Flavor]) -> str | None:
+    return LAUNCH_GUARD.call(team, flavors)

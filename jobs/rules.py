@@ -18,7 +18,10 @@ from jobs.models import MEMBER_PRIORITIES, Priority
 from portal.roles import is_platform_admin
 from tenants.rules import belongs_to_a_team, is_team_lead, is_team_member
 
-__all__ = ["MEMBER_PRIORITIES", "allowed_priorities", "priority_refusal"]
+__all__ = ["LOGS_REFUSAL", "MEMBER_PRIORITIES", "allowed_priorities", "priority_refusal"]
+
+LOGS_REFUSAL = ("A workload's logs are for its team and platform admins: finance sees what a workload costs, "
+                "not what it prints.")
 
 
 @rules.predicate
@@ -55,6 +58,11 @@ can_manage_template = is_platform_admin | leads_template_team
 # serves its team. Nobody else, admins and finance included: seeing a workload is not using it.
 can_open_workload = is_active_user & ((is_notebook & is_owner) | (is_inference & is_team_member))
 can_reveal_notebook_token = is_active_user & is_notebook & is_owner
+# What a workload runs and prints (its launch parameters, its logs) is its team's and platform
+# admins': finance sees every workload's cost and the facts that make it (team, owner, flavor,
+# units, times, phase), not its code or data. Two rules, so that the two may part.
+can_read_workload_logs = is_platform_admin | is_team_member
+can_read_workload_parameters = is_platform_admin | is_team_member
 # Any tier, whatever the template offers members: for the team (the object) its leads, and platform admins.
 can_use_any_priority = is_platform_admin | is_team_lead
 
@@ -66,6 +74,8 @@ rules.add_perm("jobs.scale_workload", can_scale_workload)
 rules.add_perm("jobs.manage_template", can_manage_template)
 rules.add_perm("jobs.open_workload", can_open_workload)
 rules.add_perm("jobs.reveal_notebook_token", can_reveal_notebook_token)
+rules.add_perm("jobs.read_workload_logs", can_read_workload_logs)
+rules.add_perm("jobs.read_workload_parameters", can_read_workload_parameters)
 rules.add_perm("jobs.create_global_template", is_platform_admin)
 rules.add_perm("jobs.manage_image_registries", is_platform_admin)
 rules.add_perm("jobs.manage_git_sources", is_platform_admin)

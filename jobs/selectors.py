@@ -86,7 +86,8 @@ def team_claim_exists(*, team: Team, claim: str) -> bool:
 
 def workloads_for_user(*, user: Any) -> QuerySet[Workload]:
     """The workloads the user can see; the lists narrow them with jobs.filters.WorkloadFilter."""
-    return Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
+    return (Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
+            .prefetch_related("accepted_flavors"))
 
 
 def workload_launched(*, workload: Workload) -> Workload:
@@ -95,7 +96,7 @@ def workload_launched(*, workload: Workload) -> Workload:
     flavor and version it holds are the ones the launch checked, which never change, so the
     detail's five-table join is not needed on the launch's critical path."""
     workload.refresh_from_db(fields=[field.attname for field in Workload._meta.concrete_fields if not field.is_relation])
-    prefetch_related_objects([workload], "transitions", "intervals")
+    prefetch_related_objects([workload], "transitions", "intervals__flavor", "intervals__switches", "accepted_flavors")
     return workload
 
 
@@ -207,6 +208,16 @@ def launch_hint(*, team: Team, flavor: Flavor, units: int) -> LaunchHint:
     return LaunchHint(flavor=flavor, units=units, usage=usage, ceiling=tenant_selectors.team_ceiling(team=team, flavor=flavor),
                       lendable=idle - claimed_idle, cost=pricing.hourly_cost(flavor=flavor, units=units),
                       claimed_own=claimed_own, claimed_idle=claimed_idle)
+
+
+def launch_hint_among(*, team: Team, flavors: list[Flavor], units: int) -> LaunchHint:
+    """The hint for a launch that accepts several flavors: the flavor Kueue would admit it on,
+    the first in the team queue's order (the catalog's, by id) where it fits the guarantee or may
+    borrow; else the first. One flavor is launch_hint's."""
+    if len(flavors) == 1:
+        return launch_hint(team=team, flavor=flavors[0], units=units)
+    hints = [launch_hint(team=team, flavor=flavor, units=units) for flavor in sorted(flavors, key=lambda f: f.pk)]
+    return next((hint for hint in hints if hint.fits_guarantee or hint.would_borrow), hints[0])
 
 
 @dataclass(frozen=True)
@@ -475,12 +486,12 @@ def templates_for_user(*, user: Any) -> QuerySet[WorkloadTemplate]:
 
 
 def flavor_of_pods(pods: Collection[PodKey]) -> dict[PodKey, str]:
-    """The flavor (by name) each running pod's workload was launched on: one query over the
-    open run intervals. Pods of no workload (not the portal's) are left out."""
+    """The flavor (by name) each running pod runs on, as its run interval records it: one query
+    over the open run intervals. Pods of no workload (not the portal's) are left out."""
     names = {pod.pod for pod in pods}
     found = {}
     rows = (RunInterval.objects.filter(ended_at__isnull=True, pod_name__in=names)
-            .values_list("pod_name", "workload__team__slug", "workload__flavor__name"))
+            .values_list("pod_name", "workload__team__slug", "flavor__name"))
     for pod_name, slug, flavor in rows:
         key = PodKey(Team(slug=slug).namespace, pod_name)
         if key in pods:

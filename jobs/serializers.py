@@ -15,6 +15,7 @@ from jobs.models import (
     ImageRegistry,
     Priority,
     RunInterval,
+    RunIntervalSwitch,
     Workload,
     WorkloadKind,
     WorkloadTemplate,
@@ -262,10 +263,27 @@ class TransitionSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class IntervalSwitchSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunIntervalSwitch
+        fields = ["at", "borrowed"]
+        read_only_fields = fields
+
+
 class RunIntervalSerializer(serializers.ModelSerializer):
+    """A pod's time on a GPU node with what billing meters it by: an auditor recomputes the
+    workload's cost from these and the rate card."""
+
+    flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, help_text="The flavor the pod ran on (Kueue's admission, its node).")
+    borrowed = serializers.BooleanField(read_only=True, help_text="Whether it began on quota borrowed from other teams.")
+    switches = IntervalSwitchSerializer(many=True, read_only=True,
+                                        help_text="Each moment it moved between guaranteed and borrowed quota, oldest first.")
+
     class Meta:
         model = RunInterval
-        fields = ["pod_name", "node", "resource_name", "units", "started_at", "ended_at"]
+        fields = ["pod_name", "node", "flavor", "resource_name", "units", "fraction_numerator", "fraction_denominator",
+                  "started_at", "ended_at", "borrowed", "switches"]
         read_only_fields = fields
 
 
@@ -277,7 +295,12 @@ class WorkloadSerializer(serializers.ModelSerializer):
     template_id = serializers.IntegerField(source="template_version.template_id", read_only=True)
     template_version = serializers.IntegerField(source="template_version.number", read_only=True)
     kind = serializers.ChoiceField(choices=WorkloadKind.choices, read_only=True)
-    flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True,
+        help_text="The flavor it runs on: the one launched on, or the one Kueue admitted it on where it accepts several.")
+    accepted_flavors: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(
+        slug_field="slug", many=True, read_only=True,
+        help_text="Every flavor the launch accepts when it named several; empty when only its flavor.")
     total_units = serializers.IntegerField(read_only=True, help_text="units × workers")
     endpoint = serializers.SerializerMethodField(help_text="Where an inference server or notebook answers; null otherwise.")
 
@@ -285,7 +308,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         model = Workload
         fields = ["id", "name", "team", "owner", "template", "template_id", "template_version", "kind",
                    "phase", "reason", "on_borrowed",
-                  "flavor", "units", "workers", "total_units", "cpu", "memory_gib", "priority", "endpoint",
+                  "flavor", "accepted_flavors", "units", "workers", "total_units", "cpu", "memory_gib", "priority", "endpoint",
                   "relaunch_of", "created_at", "submitted_at", "finished_at"]
         read_only_fields = fields
 
@@ -294,7 +317,9 @@ class WorkloadSerializer(serializers.ModelSerializer):
 
 
 class WorkloadDetailSerializer(WorkloadSerializer):
-    parameters = serializers.DictField(read_only=True, child=AnyValueField())
+    parameters = serializers.SerializerMethodField(
+        help_text="The values it was launched with; null for those who see the workload but not what it runs "
+                  "(finance: its cost, not its code or data).")
     notebook_token_sha256 = serializers.SerializerMethodField(
         help_text="The SHA-256 of a notebook's token, shown to its owner only; the token itself is handed over by "
                   "POST /api/workloads/{id}/notebook-token/ and is stored nowhere in the portal.")
@@ -304,6 +329,12 @@ class WorkloadDetailSerializer(WorkloadSerializer):
     class Meta(WorkloadSerializer.Meta):
         fields = [*WorkloadSerializer.Meta.fields, "parameters", "notebook_token_sha256", "transitions", "intervals"]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.DictField(child=AnyValueField(), allow_null=True))
+    def get_parameters(self, workload: Workload) -> dict[str, Any] | None:
+        request = self.context.get("request")
+        may_read = request is not None and request.user.has_perm("jobs.read_workload_parameters", workload)
+        return dict(workload.parameters) if may_read else None
 
     def get_notebook_token_sha256(self, workload: Workload) -> str | None:
         request = self.context.get("request")
@@ -367,6 +398,10 @@ class WorkloadLaunchSerializer(StrictInputMixin, serializers.Serializer):
                                  help_text="Defaults to the template's slug.")
     parameters = serializers.DictField(child=AnyValueField(), required=False, default=dict,
                                        help_text="Values for the template's parameters, by name.")
+    also_accept = FlavorSlugsField(
+        many=True, required=False, default=list,
+        help_text="Other flavors it may run on (slugs; of the flavor's resource name, each allowed by the template): "
+                  "Kueue admits it on the first with room, and it is billed as the one it runs on.")
 
 
 class AllowListEntrySerializer(serializers.ModelSerializer):

@@ -63,6 +63,14 @@ class LaunchRequest:
     name: str = ""
     parameters: dict[str, Any] | None = None
     version: WorkloadTemplateVersion | None = None  # a relaunch keeps the version it copies
+    # Other flavors the launch accepts beside `flavor` ("any whole 80 GB GPU"): of its resource
+    # name, each allowed by the template. Kueue admits the workload on the first with room.
+    also_accept: tuple[Flavor, ...] = ()
+
+    @property
+    def flavors(self) -> list[Flavor]:
+        """Every flavor the launch accepts, the one it names first."""
+        return [self.flavor, *(f for f in self.also_accept if f.pk != self.flavor.pk)]
 
 
 def record_transition(workload: Workload, phase: str, reason: str = "", *, also_save: tuple[str, ...] = ()) -> None:
@@ -133,6 +141,8 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     if not runs_on_flavor:
         allowed = ", ".join(version.flavors.values_list("name", flat=True)) or "none"
         raise DomainError(f"{template.name} cannot run on {flavor.name}; choose one of: {allowed}.", field="flavor")
+    if request.also_accept:
+        _check_alternatives(version, request)
     try:
         values = validate_parameters(declared=version.parameters, given=request.parameters or {})
     except ParameterError as error:
@@ -157,18 +167,7 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     if priority_refusal:
         raise DomainError(priority_refusal, field="priority")
     workers = _workers(version, values)
-    total = units * workers
-    ceiling = tenant_selectors.team_ceiling(team=team, flavor=flavor)
-    if total > ceiling:
-        if ceiling == 0:
-            raise DomainError(
-                f"{team.slug} has no {flavor.name} quota and may not borrow any: request quota first.", field="units"
-            )
-        each = f" ({workers} pods × {units} units)" if workers > 1 else ""
-        raise DomainError(
-            f"{total} {flavor.name} units{each} is more than {team.slug} could ever get at once ({ceiling}); ask for fewer.",
-            field="units",
-        )
+    _check_ceiling(team, request.flavors, units=units, workers=workers)
     limit = settings.PORTAL_TEAM_MAX_WORKLOADS
     if Workload.objects.filter(team=team).active().count() >= limit:
         raise DomainError(
@@ -177,9 +176,40 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
         )
     if team.synced_at is None:
         raise DomainError(f"The namespace of {team.slug} is not ready in the cluster yet; try again in a minute.", field="team")
-    if refusal := pricing.launch_refusal(team=team):
+    if refusal := pricing.launch_refusal(team=team, flavors=request.flavors):
         raise DomainError(refusal, field="team")
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
+
+
+def _check_alternatives(version: WorkloadTemplateVersion, request: LaunchRequest) -> None:
+    """Each other flavor a launch accepts is active, allowed by the template and of the named
+    flavor's resource name: a pod asks for one resource, so Kueue can only choose among those."""
+    allowed = {f.pk for f in version.flavors.all()}
+    for other in request.also_accept:
+        if not other.is_active:
+            raise DomainError(f"{other.name} is retired: nothing new runs on it; leave it out.", field="also_accept")
+        if other.pk not in allowed:
+            raise DomainError(f"{request.template.name} cannot run on {other.name}; leave it out.", field="also_accept")
+        if other.resource_name != request.flavor.resource_name:
+            raise DomainError(
+                f"{other.name} is a different kind of GPU resource ({other.resource_name}) from {request.flavor.name} "
+                f"({request.flavor.resource_name}); a launch may accept several flavors of one resource only.",
+                field="also_accept")
+
+
+def _check_ceiling(team: Team, flavors: list[Flavor], *, units: int, workers: int) -> None:
+    """Refuses a launch no accepted flavor could ever admit at once (the team's guarantee plus what it may borrow)."""
+    total = units * workers
+    ceilings = {flavor.pk: tenant_selectors.team_ceiling(team=team, flavor=flavor) for flavor in flavors}
+    if any(total <= ceiling for ceiling in ceilings.values()):
+        return
+    names = " or ".join(flavor.name for flavor in flavors)
+    if not any(ceilings.values()):
+        raise DomainError(f"{team.slug} has no {names} quota and may not borrow any: request quota first.", field="units")
+    each = f" ({workers} pods × {units} units)" if workers > 1 else ""
+    raise DomainError(
+        f"{total} {names} units{each} is more than {team.slug} could ever get at once "
+        f"({max(ceilings.values())}); ask for fewer.", field="units")
 
 
 TEMPLATE_AVAILABLE = "template-available"  # a portal.memo topic: template_share forgets it
@@ -289,6 +319,8 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
         team=request.team, owner=user, template_version=version, name=name, parameters=values, flavor=request.flavor,
         relaunch_of=relaunch_of, **resources,
     )
+    if len(request.flavors) > 1:
+        workload.accepted_flavors.set(request.flavors)
     if request.template.kind == WorkloadKind.NOTEBOOK:
         # Derived from the key and the row, so only the hash is stored (see jobs/access.py).
         workload.notebook_token_sha256 = access.notebook_token_digest(access.notebook_token(workload))
@@ -298,7 +330,7 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
     )
     audit_record(actor=user, action="workload.launched", obj=workload, team_id=workload.team_id,
                  message=f"{user.username} launched {workload.name} (#{workload.pk}, {version}) on "
-                 f"{workload.total_units} {workload.flavor.name} for {workload.team.slug}")
+                 f"{workload.total_units} {' or '.join(f.name for f in request.flavors)} for {workload.team.slug}")
     from jobs import tasks
 
     send_on_commit(tasks.workload_submit, workload.pk, unsent=lambda: tasks.mark_unsent(workload.pk))
@@ -375,7 +407,7 @@ def workload_relaunch(*, user: User, workload: Workload) -> Workload:
     return workload_launch(user=user, relaunch_of=workload, request=LaunchRequest(
         team=workload.team, template=version.template, flavor=workload.flavor, units=workload.units, cpu=workload.cpu,
         memory_gib=workload.memory_gib, priority=workload.priority, name=workload.name, parameters=workload.parameters,
-        version=version,
+        version=version, also_accept=tuple(workload_flavors(workload)),
     ))
 
 
@@ -457,7 +489,20 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         annotations=tuple(sorted(settings.PORTAL_POD_ANNOTATIONS.items())),
         volumes=sources.volumes, repositories=sources.repositories,
         git_image=settings.PORTAL_GIT_IMAGE if sources.repositories else "",
+        placements=tuple(placement(flavor) for flavor in workload_flavors(workload)),
     )
+
+
+def placement(flavor: Flavor) -> manifests.Placement:
+    return manifests.Placement(node_labels=tuple(sorted(flavor.node_labels.items())),
+                               tolerations=tuple(dict(t) for t in flavor.tolerations))
+
+
+def workload_flavors(workload: Workload) -> list[Flavor]:
+    """The flavors a workload may run on: the one its launch named, or every one it accepted (in
+    the catalog's order, so its manifests are the same on every apply)."""
+    accepted = list(workload.accepted_flavors.all())
+    return sorted(accepted, key=lambda f: (f.name, f.pk)) if accepted else [workload.flavor]
 
 
 # --- Templates --------------------------------------------------------------------------------

@@ -19,14 +19,13 @@ import datetime as dt
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
-from django.dispatch import Signal
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -34,11 +33,12 @@ from jobs import manifests
 from jobs.models import RunInterval, RunIntervalSwitch, Workload, WorkloadKind
 from jobs.services import record_transition
 from portal.adapters import whole_number
+from portal.hooks import Event
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.kube.base import quantity
 from portal.kube.store import list_each
 from tenants import selectors as tenant_selectors
-from tenants.models import Team
+from tenants.models import Flavor, Team
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,8 @@ OWNER_KINDS: dict[str, tuple[str, str]] = {
     WorkloadKind.NOTEBOOK: ("apps/v1", "StatefulSet"),
 }
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-# Sent after the commit that closed run intervals (interval_ids): billing meters their hours then.
-intervals_closed = Signal()
+# Sent after the commit that closed run intervals, with their ids: billing meters their hours then.
+INTERVALS_CLOSED = Event[Callable[[list[int]], None]]("jobs.sync.INTERVALS_CLOSED", by="billing")
 
 
 Key = tuple[str, int]  # (namespace, workload id): an object counts only in its team's namespace
@@ -275,6 +275,32 @@ def derive(workload: Workload, snapshot: Snapshot) -> tuple[str, str] | None:
     return Workload.Phase.QUEUED, "Waiting for Kueue to admit it"
 
 
+def admitted_flavor(workload: Workload, snapshot: Snapshot) -> Flavor | None:
+    """The flavor Kueue admitted a workload on where its launch accepted several, when it is
+    another than the one recorded: read from the Workload's admission, the quota Kueue charges.
+    None when nothing is to change (one flavor, not admitted yet, or admitted as recorded)."""
+    accepted = {flavor.slug: flavor for flavor in workload.accepted_flavors.all()}
+    if not accepted:
+        return None
+    for kueue_workload in snapshot.kueue.get(key_of(workload), []):
+        admission = (kueue_workload.get("status") or {}).get("admission") or {}
+        for assignment in admission.get("podSetAssignments") or []:
+            slug = (assignment.get("flavors") or {}).get(workload.flavor.resource_name)
+            if slug in accepted and slug != workload.flavor.slug:
+                return accepted[slug]
+    return None
+
+
+def pod_flavor(workload: Workload, pod: dict[str, Any]) -> Flavor:
+    """The flavor a pod runs on: of the flavors its workload accepts, the one whose node labels
+    its node selector holds (Kueue writes the admitted flavor's there); else the workload's."""
+    selector = pod["spec"].get("nodeSelector") or {}
+    for flavor in workload.accepted_flavors.all():
+        if flavor.node_labels and all(selector.get(key) == value for key, value in flavor.node_labels.items()):
+            return flavor
+    return workload.flavor
+
+
 def _time(value: str | None) -> dt.datetime | None:
     return parse_datetime(value) if value else None
 
@@ -347,8 +373,11 @@ def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: Syn
         uid = pod["metadata"]["uid"]
         interval = open_intervals.get(uid)
         if interval is None:
+            flavor = pod_flavor(workload, pod)
             _, created = RunInterval.objects.get_or_create(pod_uid=uid, defaults={
                 "workload": workload, "pod_name": pod["metadata"]["name"], "node": pod["spec"]["nodeName"],
+                "flavor": flavor, "fraction_numerator": flavor.fraction_numerator,
+                "fraction_denominator": flavor.fraction_denominator,
                 "resource_name": resource, "units": _gpu_units(pod, resource), "started_at": started, "ended_at": finished,
             })
             result.intervals_opened += int(created)
@@ -381,22 +410,31 @@ def _ended_while_unseen(workload: Workload, interval: RunInterval) -> dt.datetim
     return _pod_interval(pod)[1]
 
 
+def borrowing(admitted: Iterable[tuple[tuple[int, int], int]], guarantees: Mapping[tuple[int, int], int]) -> list[bool]:
+    """Whether each admitted workload, given oldest first as (team id, flavor id) and its units,
+    runs on borrowed quota: its team's guarantee of the flavor covers the oldest first, as Kueue
+    counts it, and the newest beyond it are borrowing. The one rule: `mark_borrowed` applies it
+    to the workloads running now, the demo's history to its runs in the past."""
+    used: dict[tuple[int, int], int] = defaultdict(int)
+    verdicts = []
+    for key, units in admitted:
+        used[key] += units
+        verdicts.append(used[key] > guarantees.get(key, 0))
+    return verdicts
+
+
 def mark_borrowed(team_ids: set[int] | None = None) -> None:
-    """Which admitted workloads run on borrowed quota: a team's guarantee covers its oldest
-    admitted workloads first, as Kueue counts it, and the newest beyond it are borrowing (and
-    are the ones a reclaiming lender preempts)."""
+    """Which admitted workloads run on borrowed quota (`borrowing`); the newest, beyond the
+    guarantee, are also the ones a reclaiming lender preempts."""
     running = Workload.objects.filter(phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING))
     if team_ids is not None:
         running = running.filter(team_id__in=team_ids)
     admitted = list(running.order_by("team_id", "flavor_id", "submitted_at", "pk").only(
         "pk", "team_id", "flavor_id", "units", "workers", "on_borrowed"))
     guarantees = tenant_selectors.guarantees_by_flavor(team_ids=list({w.team_id for w in admitted}))
-    used: dict[tuple[int, int], int] = defaultdict(int)
     flips: dict[bool, list[int]] = defaultdict(list)
-    for workload in admitted:
-        key = (workload.team_id, workload.flavor_id)
-        used[key] += workload.total_units
-        borrowed = used[key] > guarantees.get(key, 0)
+    verdicts = borrowing((((w.team_id, w.flavor_id), w.total_units) for w in admitted), guarantees)
+    for workload, borrowed in zip(admitted, verdicts, strict=True):
         if borrowed != workload.on_borrowed:
             flips[borrowed].append(workload.pk)
     at = timezone.now()
@@ -430,6 +468,13 @@ def record_switch(*, workload_ids: list[int], borrowed: bool, at: dt.datetime | 
                 for pk in running.exclude(pk__in=fresh_ids).values_list("pk", flat=True)]
     RunIntervalSwitch.objects.bulk_create(switches)
     return len(switches)
+
+
+def _record_admitted_flavor(workload: Workload, flavor: Flavor) -> None:
+    """The workload now counts as running on the flavor Kueue admitted it on: its quota, its page
+    and its pods' billing follow it."""
+    workload.flavor = flavor
+    Workload.objects.filter(pk=workload.pk).update(flavor=flavor)
 
 
 def _teams(workloads: list[Workload]) -> set[int]:
@@ -472,12 +517,15 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Ca
               .select_related("team", "flavor", "template_version__template"))
     if keys is not None:
         active = active.filter(pk__in={workload_id for _, workload_id in keys})
-    workloads = list(active.prefetch_related("intervals"))
+    workloads = list(active.prefetch_related("intervals", "accepted_flavors"))
     for workload in workloads:
         pods = snapshot.pods.get(key_of(workload), [])
         if key_of(workload) in snapshot.owners:
             _mark_seen(workload)
             derived = derive(workload, snapshot)
+            if (admitted := admitted_flavor(workload, snapshot)) is not None:
+                fence()
+                _record_admitted_flavor(workload, admitted)
         else:
             # Read before the transaction: a call to the cluster should not hold the database.
             derived = (Workload.Phase.FAILED, GONE_REASON) if owner_gone(workload) else None
@@ -500,12 +548,12 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Ca
         with_pods = {workload_id for (_, workload_id), pods in snapshot.pods.items() if pods}
         still_open = Exists(RunInterval.objects.filter(workload=OuterRef("pk"), ended_at__isnull=True))
         recently = recently.filter(Q(still_open) | Q(pk__in=with_pods))
-    for workload in recently.select_related("team", "flavor").prefetch_related("intervals"):
+    for workload in recently.select_related("team", "flavor").prefetch_related("intervals", "accepted_flavors"):
         fence()
         record_intervals(workload, snapshot.pods.get(key_of(workload), []), result)
     if result.closed_interval_ids:
         closed = list(result.closed_interval_ids)
-        transaction.on_commit(lambda: intervals_closed.send(sender=RunInterval, interval_ids=closed))
+        transaction.on_commit(lambda: INTERVALS_CLOSED.send(closed))
     return result
 
 

@@ -15,6 +15,9 @@ from portal.metrics import MetricsError, PodSpan, Point, metrics
 
 WIDTH, HEIGHT = 600, 120
 SHARED_MODES = ("time-sliced", "mps")
+# Fewer samples than this draw a dot or a stub, not a chart (a minute at the 15 s step): the page
+# says when the charts come instead of showing empty boxes.
+MIN_CHART_POINTS = 5
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class WorkloadTelemetry:
     verdict: str = ""
     shared: str = ""  # why the figures are the whole GPU's, not this workload's own
     unavailable: str = ""  # why there are no charts at all
+    early: str = ""  # why the charts are not drawn yet (too few samples), shown with the latest figures
 
     @property
     def width(self) -> int:
@@ -97,8 +101,13 @@ def workload_telemetry(*, workload: Workload, now: dt.datetime | None = None) ->
     if workload.flavor.sharing_mode in SHARED_MODES:
         shared = (f"{workload.flavor.name} GPUs are shared ({workload.flavor.get_sharing_mode_display().lower()}): these are "
                   "the whole GPU's figures, which other pods on it share, not this workload's own.")
-    return WorkloadTelemetry(charts=tuple(charts), shared=shared, verdict=_verdict(
-        series.engine_active, running=workload.phase == Workload.Phase.RUNNING, threshold=threshold))
+    running = workload.phase == Workload.Phase.RUNNING
+    early = ""
+    if len(series.engine_active) < MIN_CHART_POINTS:
+        early = ("Charts appear after its first minutes of running." if running
+                 else "It ran too briefly for charts: these are its last figures.")
+    return WorkloadTelemetry(charts=tuple(charts), shared=shared, early=early, verdict=_verdict(
+        series.engine_active, running=running, threshold=threshold))
 
 
 @dataclass(frozen=True)

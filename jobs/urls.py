@@ -12,6 +12,7 @@ urlpatterns: list[URLPattern] = [
     path("launch/", views.workload_launch, name="workload-launch"),
     path("launch/hint/", views.launch_hint, name="launch-hint"),
     path("workloads/", views.workload_list, name="workload-list"),
+    path("workloads/mine/", views.my_workloads, name="my-workloads"),
     path("teams/<slug:slug>/gpu-use/", views.team_gpu_use, name="team-gpu-use"),
     path("workloads/notifications/", views.notification_preferences, name="notification-preferences"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),

@@ -23,6 +23,7 @@ from jobs import access, notifications, pricing, reclaim, selectors, services, t
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import NotifyBy, Workload, WorkloadEvent, WorkloadKind, WorkloadTemplate
+from jobs.rules import LOGS_REFUSAL
 from jobs.template_forms import authorable_teams
 from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
@@ -136,9 +137,9 @@ def launch_hint(request: HtmxHttpRequest) -> HttpResponse:
         else:
             units, pods = resources["units"] * resources["workers"], resources["workers"]
         context["pods"] = pods
-        hint = selectors.launch_hint(team=launch.team, flavor=launch.flavor, units=units)
+        hint = selectors.launch_hint_among(team=launch.team, flavors=launch.flavors, units=units)
         borrow = max(units - hint.free, 0) if hint.usage else 0
-        context.update(hint=hint, team=launch.team, borrow_units=min(borrow, units))
+        context.update(hint=hint, team=launch.team, borrow_units=min(borrow, units), several=len(launch.flavors) > 1)
     return render(request, "jobs/launch.html#launch-hint", context)
 
 
@@ -190,6 +191,25 @@ def team_gpu_use(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     return render(request, name, context)
 
 
+MY_WORKLOADS_ROWS = 10
+
+
+@login_required
+@require_GET
+def my_workloads(request: HtmxHttpRequest) -> HttpResponse:
+    """The dashboard's card: the user's own running and queued workloads, newest first, with Open
+    for a notebook or server they may open from outside the cluster (the gate's own rule)."""
+    mine = list(selectors.workloads_for_user(user=request.user)
+                .filter(owner=request.user, phase__in=Workload.ACTIVE_PHASES).order_by("-pk")[:MY_WORKLOADS_ROWS + 1])
+    shown = mine[:MY_WORKLOADS_ROWS]
+    rows = [(w, w.phase == Workload.Phase.RUNNING and bool(services.ingress_host(w))
+             and request.user.has_perm("jobs.open_workload", w)) for w in shown]
+    context = {"rows": rows, "more": len(mine) > MY_WORKLOADS_ROWS,
+               "launches": request.user.has_perm("jobs.open_launch_form")}
+    name = "jobs/my_workloads.html#my-workloads" if request.htmx else "jobs/my_workloads.html"
+    return render(request, name, context)
+
+
 def _live_context(
     workload: Workload, *, picture: selectors.LivePicture | None = None, error: str | None = None
 ) -> dict[str, Any]:
@@ -201,23 +221,28 @@ def _live_context(
         "picture": picture,
         "action_error": error,
         "idle": reclaim.idle_picture(workload=workload),
+        # In the polled fragment, so what it cost so far counts up while it runs.
+        "used": pricing.used_so_far(workload_ids=[workload.pk]).get(workload.pk),
     }
 
 
-def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None = None) -> dict[str, Any]:
+def _detail_context(request: HtmxHttpRequest, workload: Workload, *,
+                    picture: selectors.LivePicture | None = None) -> dict[str, Any]:
     version = workload.template_version
     declared = {spec["name"]: spec for spec in version.parameters}
     serves = workload.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK)
+    parameters = ([(name, value, declared.get(name, {})) for name, value in sorted(workload.parameters.items())]
+                  if request.user.has_perm("jobs.read_workload_parameters", workload) else None)
     return {
         **_live_context(workload, picture=picture),
         "version": version,
-        "parameters": [(name, value, declared.get(name, {})) for name, value in sorted(workload.parameters.items())],
+        "parameters": parameters,
+        "may_read_logs": request.user.has_perm("jobs.read_workload_logs", workload),
         "gpus": workload.total_units * workload.flavor.fraction,
         "endpoint": services.endpoint(workload) if serves else "",
         "reachable": bool(services.ingress_host(workload)),
         "port_forward": services.port_forward_command(workload) if serves else "",
         "simulated_cluster": settings.PORTAL_CLUSTER == "simulated",
-        "used": pricing.used_so_far(workload_ids=[workload.pk]).get(workload.pk),
         "xids": xid.xid_rows(workload=workload),
     }
 
@@ -226,7 +251,7 @@ def _detail_context(workload: Workload, *, picture: selectors.LivePicture | None
 @require_GET
 def workload_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     workload = _visible_workload(request, pk)
-    return render(request, "jobs/workload_detail.html", _detail_context(workload))
+    return render(request, "jobs/workload_detail.html", _detail_context(request, workload))
 
 
 @login_required
@@ -237,7 +262,7 @@ def workload_live(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     picture = selectors.live_picture(workload=workload)
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-live", _live_context(workload, picture=picture))
-    return render(request, "jobs/workload_detail.html", _detail_context(workload, picture=picture))
+    return render(request, "jobs/workload_detail.html", _detail_context(request, workload, picture=picture))
 
 
 @login_required
@@ -248,7 +273,13 @@ def workload_telemetry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context = {"workload": workload, "telemetry": telemetry.workload_telemetry(workload=workload)}
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-telemetry", context)
-    return render(request, "jobs/workload_detail.html", {**_detail_context(workload), **context})
+    return render(request, "jobs/workload_detail.html", {**_detail_context(request, workload), **context})
+
+
+def _require_logs(request: HtmxHttpRequest, workload: Workload) -> None:
+    """Someone who sees the workload but not its logs (finance) is told so: 403, not 404."""
+    if not request.user.has_perm("jobs.read_workload_logs", workload):
+        raise PermissionDenied(LOGS_REFUSAL)
 
 
 @login_required
@@ -258,11 +289,12 @@ def workload_logs(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     read only on this request, never by the page's poll. With `follow` and while the workload
     runs, the panel asks again by itself every few seconds."""
     workload = _visible_workload(request, pk)
+    _require_logs(request, workload)
     logs = selectors.workload_logs(workload=workload, tail_lines=LOG_LINES, pod=request.GET.get("pod", "").strip())
     context = {"workload": workload, "logs": logs, "follow": bool(request.GET.get("follow")) and workload.is_active}
     if request.htmx:
         return render(request, "jobs/workload_detail.html#workload-logs", context)
-    return render(request, "jobs/workload_detail.html", {**_detail_context(workload), **context})
+    return render(request, "jobs/workload_detail.html", {**_detail_context(request, workload), **context})
 
 
 @login_required
@@ -270,6 +302,7 @@ def workload_logs(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def workload_logs_download(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """A pod's whole log as a file, up to LOG_DOWNLOAD_BYTES (the API server cuts it there)."""
     workload = _visible_workload(request, pk)
+    _require_logs(request, workload)
     logs = selectors.workload_logs(workload=workload, tail_lines=None, pod=request.GET.get("pod", "").strip(),
                                    limit_bytes=selectors.LOG_DOWNLOAD_BYTES)
     if logs.unreachable:
@@ -393,7 +426,7 @@ def notebook_token(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         token, error = "", refusal.message
     else:
         error = ""
-    context = {**_detail_context(workload), "notebook_token": token, "token_error": error}
+    context = {**_detail_context(request, workload), "notebook_token": token, "token_error": error}
     name = "jobs/workload_detail.html#notebook-token" if request.htmx else "jobs/workload_detail.html"
     response = render(request, name, context)
     response["Cache-Control"] = "no-store"

@@ -6,7 +6,9 @@ class PortalConfig(AppConfig):
     verbose_name = "GPU Portal"
 
     def ready(self) -> None:
-        from portal import signin  # noqa: F401  (connects the sign-in failure counters)
+        # Imported for what importing does: the deployment checks register, the sign-in stamp and
+        # the failure counters connect to their signals.
+        from portal import checks, security, signin  # noqa: F401
         from portal.observability import HeartbeatCollector, scrape_collector_register
 
         scrape_collector_register(HeartbeatCollector())

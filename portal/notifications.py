@@ -55,3 +55,9 @@ def notifications_mark_read_about(*, user: User, url: str) -> int:
     """Marks read the user's notifications that point at a page they have now opened however
     they got there (a link in an email, the team page): having seen it is having read it."""
     return Notification.objects.for_user(user).unread().filter(url=url).update(read_at=timezone.now())
+
+
+def notifications_resolve(*, url: str) -> int:
+    """Marks read everyone's unread notifications that point at `url`: what they asked of their
+    readers is done (a quota request was decided or withdrawn), so it no longer waits in any bell."""
+    return Notification.objects.filter(url=url, read_at__isnull=True).update(read_at=timezone.now())

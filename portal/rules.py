@@ -16,5 +16,7 @@ def owns_token(user: Any, token: Any) -> bool:
 
 rules.add_perm("portal.read_costs", is_finance | is_platform_admin)
 rules.add_perm("portal.revoke_apitoken", is_platform_admin | owns_token)
+# Who is finance or platform admin, and whether an account may sign in (tenants/people.py).
+rules.add_perm("portal.manage_people", is_platform_admin)
 # Django's admin site lets in active staff only; the link to it asks the same question here.
 rules.add_perm("portal.open_admin", rules.is_active & rules.is_staff)

@@ -1,5 +1,6 @@
 """The Content-Security-Policy every response carries and the one way a view relaxes it; the
-sessions' idle timeout; requests carrying text the database cannot keep refused.
+Permissions-Policy; the sessions' idle timeout and absolute lifetime; requests carrying text the database cannot keep
+refused.
 
 Django 5.2 has no CSP of its own (6.0 brings one), so this small middleware sets the header. The
 policy comes from settings (CONTENT_SECURITY_POLICY): pages load scripts and styles only from
@@ -14,6 +15,9 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import SESSION_KEY as AUTH_SESSION_KEY
+from django.contrib.auth import user_logged_in
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.template import loader
@@ -25,6 +29,7 @@ from portal.parsers import text_refusal
 Directives = dict[str, list[str]]
 _OVERRIDE_ATTRIBUTE = "portal_csp_extra"
 _SEEN_KEY = "_portal_seen"
+_SIGNED_IN_KEY = "_portal_signed_in_at"
 
 
 def parse_policy(policy: str) -> Directives:
@@ -83,15 +88,36 @@ class BrowsableAPIRenderer(renderers.BrowsableAPIRenderer):
         return super().render(data, accepted_media_type, renderer_context)
 
 
-class SessionIdleMiddleware:
-    """Moves a signed-in session's end SESSION_IDLE_SECONDS past its latest request, writing the
-    session at most once per SESSION_REFRESH_SECONDS: pages poll every few seconds, and a write
-    per poll (SESSION_SAVE_EVERY_REQUEST) would put one on the database each time."""
+@receiver(user_logged_in)
+def _stamp_sign_in(sender: Any, request: HttpRequest | None, user: AbstractBaseUser, **kwargs: Any) -> None:
+    """Notes when this session was signed in to, for its absolute lifetime. Only once: a silent
+    single sign-on refresh logs the same user in again every few minutes, and must not start the
+    lifetime over (signing in as someone else flushes the session, so it starts anew)."""
+    session = getattr(request, "session", None)
+    if session is not None:
+        session.setdefault(_SIGNED_IN_KEY, int(timezone.now().timestamp()))
+
+
+class SessionLifetimeMiddleware:
+    """A signed-in session ends SESSION_ABSOLUTE_SECONDS after its sign-in, however busy it is
+    (a page polling the bell never lets the idle end come), and SESSION_IDLE_SECONDS after its
+    latest request. The absolute end is checked before the view, so the request goes on signed
+    out (a page asks for a login, the API for credentials). The idle end is moved after the view,
+    writing the session at most once per SESSION_REFRESH_SECONDS: pages poll every few seconds,
+    and a write per poll (SESSION_SAVE_EVERY_REQUEST) would put one on the database each time."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
+        session = getattr(request, "session", None)
+        if session is not None and AUTH_SESSION_KEY in session:
+            now = int(timezone.now().timestamp())
+            signed_in_at = session.get(_SIGNED_IN_KEY)
+            if signed_in_at is None:
+                session[_SIGNED_IN_KEY] = now  # signed in before lifetimes were kept: its lifetime starts now
+            elif now - int(signed_in_at) >= settings.SESSION_ABSOLUTE_SECONDS:
+                session.flush()  # deleted from the store; AuthenticationMiddleware then finds nobody
         response = self.get_response(request)
         session = getattr(request, "session", None)
         # Only a signed-in session has an idle end to move; an anonymous one is never written for it.
@@ -118,6 +144,19 @@ class ContentSecurityPolicyMiddleware:
             else "Content-Security-Policy"
         )
         response.headers.setdefault(header, policy_with(extra) if extra else policy)
+        return response
+
+
+class PermissionsPolicyMiddleware:
+    """Refuses every response's page the browser features it does not use (PERMISSIONS_POLICY)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if settings.PERMISSIONS_POLICY:
+            response.headers.setdefault("Permissions-Policy", settings.PERMISSIONS_POLICY)
         return response
 
 

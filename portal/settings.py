@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "tenants",
     "jobs",
     "billing",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -85,16 +86,18 @@ MIDDLEWARE = [
     "portal.memo.RequestMemoMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "portal.security.ContentSecurityPolicyMiddleware",
+    "portal.security.PermissionsPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "portal.security.RefuseUnreadableTextMiddleware",  # before the session's cookie reaches the database
     "django.contrib.sessions.middleware.SessionMiddleware",
-    "portal.security.SessionIdleMiddleware",
+    "portal.security.SessionLifetimeMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "portal.htmx.HtmxPagesMiddleware",  # Vary: HX-Request; signed out, back to the page after sign-in
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -179,7 +182,11 @@ WHITENOISE_USE_FINDERS = not PRODUCTION
 WHITENOISE_AUTOREFRESH = not PRODUCTION
 
 LOGIN_URL = "/login/"
-LOGIN_REDIRECT_URL = "/"
+# A form sent with a stale CSRF token gets the portal's page, which says why and leads back to it.
+CSRF_FAILURE_VIEW = "portal.views.csrf_failure"
+# Not the dashboard itself: tenants.views.landing sends finance whose only role is finance to
+# the finance overview.
+LOGIN_REDIRECT_URL = "/start/"
 LOGOUT_REDIRECT_URL = "/login/"
 
 # --- Security (production) ---------------------------------------------------------------
@@ -207,15 +214,33 @@ CONTENT_SECURITY_POLICY = env(
     "base-uri 'self'; form-action 'self'; object-src 'none'",
 )
 CONTENT_SECURITY_POLICY_REPORT_ONLY = env_bool("CONTENT_SECURITY_POLICY_REPORT_ONLY", False)
+# Browser features no page of the portal uses, refused to it and to anything it frames, so a script
+# that slipped in cannot ask for the camera or a payment. The Copy buttons' clipboard is left at the
+# browser's default (this site only). Empty sends no header.
+PERMISSIONS_POLICY = env(
+    "PERMISSIONS_POLICY",
+    "accelerometer=(), autoplay=(), camera=(), display-capture=(), encrypted-media=(), fullscreen=(), geolocation=(), "
+    "gyroscope=(), hid=(), idle-detection=(), magnetometer=(), microphone=(), midi=(), payment=(), "
+    "picture-in-picture=(), publickey-credentials-get=(), screen-wake-lock=(), serial=(), usb=(), "
+    "xr-spatial-tracking=()",
+)
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
 # A session ends after this long without a request, not 14 days after login, so a laptop left
-# signed in stops being a way in. Requests move its end forward (portal.security.SessionIdleMiddleware),
+# signed in stops being a way in. Requests move its end forward (portal.security.SessionLifetimeMiddleware),
 # saving the session at most once per SESSION_REFRESH_SECONDS rather than on every poll.
 SESSION_IDLE_SECONDS = int(env("SESSION_IDLE_SECONDS", str(8 * 60 * 60)))
 SESSION_REFRESH_SECONDS = int(env("SESSION_REFRESH_SECONDS", "60"))
 SESSION_COOKIE_AGE = SESSION_IDLE_SECONDS
+# And whatever its use, a session ends this long after its sign-in: a page left open polls the bell
+# every few seconds, so without it a stolen or forgotten session would never end. 12 hours is a
+# working day with room to spare, so people sign in about once a day, and it is the most NIST SP
+# 800-63B allows between authentications at AAL2 (section 4.2.3). A silent single sign-on refresh
+# does not start it over.
+SESSION_ABSOLUTE_SECONDS = int(env("SESSION_ABSOLUTE_SECONDS", str(12 * 60 * 60)))
+if SESSION_ABSOLUTE_SECONDS < 60:
+    raise ImproperlyConfigured(f"SESSION_ABSOLUTE_SECONDS is {SESSION_ABSOLUTE_SECONDS}: a session must last a minute at least.")
 
 # --- Authentication: local accounts, API tokens, optional OpenID Connect ------------------
 OIDC_ENABLED = bool(os.environ.get("OIDC_RP_CLIENT_ID"))
@@ -295,6 +320,9 @@ SPECTACULAR_SETTINGS = {
     "Authenticate with `Authorization: Token <token>` (create one under API tokens).",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The schema maps every endpoint and field: for people signed in (a session or a token), not anonymous
+    # visitors. The docs pages ask for a sign-in too (portal/urls.py).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -379,6 +407,12 @@ BUDGET_DIGEST_HOUR = int(env("BUDGET_DIGEST_HOUR", "8"))
 if not 0 <= BUDGET_DIGEST_HOUR <= 23:
     raise ImproperlyConfigured(f"BUDGET_DIGEST_HOUR is an hour from 0 to 23; it is {BUDGET_DIGEST_HOUR}.")
 
+# Four eyes on quota for new teams: whoever files a quota request cannot approve it, so a lead
+# never grants their own team quota alone (a second lead or a platform admin decides). On unless
+# the site says 0; a platform admin turns it off per team (a team with a single lead, say).
+# Teams that existed before it was on by default keep the setting they have.
+PORTAL_QUOTA_FOUR_EYES_DEFAULT = env_bool("PORTAL_QUOTA_FOUR_EYES_DEFAULT", True)
+
 # A workload still 'submitting' after this long gets a reason in words and is sent again.
 PORTAL_SUBMITTING_BOUND_SECONDS = int(env("PORTAL_SUBMITTING_BOUND_SECONDS", "120"))
 
@@ -417,11 +451,31 @@ PORTAL_GIT_SOURCES = env_list("PORTAL_GIT_SOURCES", "")
 PORTAL_GIT_IMAGE = env("PORTAL_GIT_IMAGE", "docker.io/alpine/git:v2.47.2")
 # Launches (and relaunches) one user may make, from the pages and the API together.
 PORTAL_LAUNCH_RATE = env_rate("PORTAL_LAUNCH_RATE", "30/minute")
-# Failed password sign-ins: this many within the window locks the account, and separately the
-# client address, for the lockout. A correct password during a lockout is refused as well.
-PORTAL_LOGIN_FAILURE_LIMIT = int(env("PORTAL_LOGIN_FAILURE_LIMIT", "10"))
-PORTAL_LOGIN_FAILURE_WINDOW_SECONDS = int(env("PORTAL_LOGIN_FAILURE_WINDOW_SECONDS", "900"))
-PORTAL_LOGIN_LOCKOUT_SECONDS = int(env("PORTAL_LOGIN_LOCKOUT_SECONDS", "900"))
+# Failed password sign-ins (portal/signin.py) slow down whoever fails, never the owner elsewhere.
+# One account name from one client address fails PORTAL_LOGIN_FAILURES_BEFORE_WAIT times, then
+# waits PORTAL_LOGIN_BACKOFF_SECONDS before trying again, twice as long after each further failure,
+# up to PORTAL_LOGIN_BACKOFF_MAX_SECONDS (5 tries, then 30 s, 1, 2, 4, 8 and 15 minutes); a right
+# password ends that run. Failures from other addresses never make the owner wait: past
+# PORTAL_LOGIN_ACCOUNT_CEILING failures of one name across addresses (many addresses at it), each
+# address waits from its first failure of that name, while one that has not failed still gets its
+# try. An address failing PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT times across names (one client
+# trying many) waits likewise. Counts start again every PORTAL_LOGIN_FAILURE_WINDOW_SECONDS (fixed
+# windows): at most about 13 guesses an hour at one name from one address, then.
+PORTAL_LOGIN_FAILURES_BEFORE_WAIT = int(env("PORTAL_LOGIN_FAILURES_BEFORE_WAIT", "5"))
+PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT = int(env("PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT", "20"))
+PORTAL_LOGIN_BACKOFF_SECONDS = int(env("PORTAL_LOGIN_BACKOFF_SECONDS", "30"))
+PORTAL_LOGIN_BACKOFF_MAX_SECONDS = int(env("PORTAL_LOGIN_BACKOFF_MAX_SECONDS", "900"))
+PORTAL_LOGIN_ACCOUNT_CEILING = int(env("PORTAL_LOGIN_ACCOUNT_CEILING", "100"))
+PORTAL_LOGIN_FAILURE_WINDOW_SECONDS = int(env("PORTAL_LOGIN_FAILURE_WINDOW_SECONDS", "3600"))
+if not 1 <= PORTAL_LOGIN_BACKOFF_SECONDS <= PORTAL_LOGIN_BACKOFF_MAX_SECONDS:
+    raise ImproperlyConfigured(
+        f"PORTAL_LOGIN_BACKOFF_SECONDS ({PORTAL_LOGIN_BACKOFF_SECONDS}) must be at least 1 and at most "
+        f"PORTAL_LOGIN_BACKOFF_MAX_SECONDS ({PORTAL_LOGIN_BACKOFF_MAX_SECONDS}).")
+for _gone, _instead in (("PORTAL_LOGIN_FAILURE_LIMIT", "PORTAL_LOGIN_FAILURES_BEFORE_WAIT"),
+                        ("PORTAL_LOGIN_LOCKOUT_SECONDS", "PORTAL_LOGIN_BACKOFF_MAX_SECONDS")):
+    if os.environ.get(_gone):  # a lockout per account let anyone lock its owner out; it is no more
+        raise ImproperlyConfigured(f"{_gone} is no longer read: sign-ins now wait per account and address, with "
+                                   f"backoff. Set {_instead} (and see portal/settings.py) instead.")
 # How many proxies in front of the portal append to X-Forwarded-For; the client's address is
 # that many entries from the right. 0 (the default) takes the connection's own address.
 PORTAL_PROXY_HOPS = int(env("PORTAL_PROXY_HOPS", "0"))
@@ -492,6 +546,8 @@ PORTAL_CLUSTER = env("PORTAL_CLUSTER", "simulated")  # "simulated" or "kubernete
 if PORTAL_CLUSTER == "simulated":
     # The simulated cluster keeps its objects in this database; a site on a real cluster has no such tables.
     INSTALLED_APPS.append("portal.kube.simulated")
+# Last of all: it checks, once every other app is ready, that each required hook between apps is filled.
+INSTALLED_APPS.append("portal.hooks")
 # Seeds the simulated cluster's watch streams, so which kind's events arrive first when several
 # change at once varies as on a real cluster, yet the same seed gives the same interleaving again.
 SIMULATED_WATCH_SEED = env("SIMULATED_WATCH_SEED", "1")

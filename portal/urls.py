@@ -2,7 +2,7 @@
 
 from django.conf import settings
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
@@ -12,12 +12,13 @@ from jobs import api as jobs_api
 from portal import api as portal_api
 from portal import views
 from portal.security import csp_relaxed
-from portal.signin import SignInForm
 from tenants import api as tenants_api
+from tenants import people_api
 
 router = DefaultRouter()
 portal_api.register(router)
 tenants_api.register(router)
+people_api.register(router)
 jobs_api.register(router)
 
 handler404 = "portal.views.not_found"
@@ -27,8 +28,8 @@ urlpatterns = [
     path("", include("tenants.urls")),
     path("billing/", include("billing.urls")),
     path("api/billing/", include((billing_urls.api_urlpatterns, "billing-api"))),
-    path("login/", auth_views.LoginView.as_view(authentication_form=SignInForm), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", views.SignInView.as_view(), name="login"),
+    path("logout/", views.SignOutView.as_view(), name="logout"),
     path("tokens/", views.api_tokens, name="api-tokens"),
     path("tokens/<int:pk>/revoke/", views.api_token_revoke, name="api-token-revoke"),
     path("notifications/", views.notification_list, name="notifications"),
@@ -41,19 +42,21 @@ urlpatterns = [
     path("metrics", views.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/", include(router.urls)),
+    # The schema answers people signed in, by session or token (SPECTACULAR_SETTINGS); its pages send
+    # someone signed out to the login page and back.
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Swagger UI's start script comes from its own URL (the split view), so scripts stay strict;
     # its page and Redoc's bring <style> elements, and Redoc searches in a worker made from a blob.
     path(
         "api/docs/",
-        csp_relaxed(style_src=["'unsafe-inline'"])(SpectacularSwaggerSplitView.as_view(url_name="api-schema")),
+        login_required(csp_relaxed(style_src=["'unsafe-inline'"])(SpectacularSwaggerSplitView.as_view(url_name="api-schema"))),
         name="api-docs",
     ),
     path(
         "api/redoc/",
-        csp_relaxed(style_src=["'unsafe-inline'"], worker_src=["blob:"])(
+        login_required(csp_relaxed(style_src=["'unsafe-inline'"], worker_src=["blob:"])(
             SpectacularRedocView.as_view(url_name="api-schema")
-        ),
+        )),
         name="api-redoc",
     ),
 ]

@@ -1,8 +1,12 @@
-"""Pages every app shares: health, metrics, API tokens, notifications."""
+"""Pages every app shares: sign-in and sign-out, health, metrics, API tokens, notifications, the
+CSRF failure page."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -19,7 +23,47 @@ from portal import tokens as token_services
 from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
 from portal.forms import ApiTokenForm
+from portal.htmx import KEEP_DRAFT_HEADER, same_site_path
 from portal.models import ApiToken, Notification
+from portal.signin import SignInForm
+
+
+class SignInView(auth_views.LoginView):
+    """Django's login, with the lockout's sentence (SignInForm). The site's root as `next` names
+    no page in particular (every signed-out visit to the portal's address is sent here with it),
+    so it gives way to the person's own start page (LOGIN_REDIRECT_URL: finance whose only role
+    is finance starts on the finance overview)."""
+
+    authentication_form = SignInForm
+
+    def get_success_url(self) -> str:
+        url = self.get_redirect_url()
+        return url if url not in ("", "/") else self.get_default_redirect_url()
+
+
+class SignOutView(auth_views.LogoutView):
+    """Django's logout, then the login page saying so: a page that merely looks signed out could
+    be a session that ended on its own."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = super().post(request, *args, **kwargs)
+        messages.info(request, "You are signed out.")
+        return response
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """A form sent with a CSRF token the portal no longer accepts (the page was open from before
+    the last sign-in, perhaps in another tab; or the browser dropped the cookie). Nothing was
+    done: the page says so in the site's layout and leads back to the form (its Referer, when
+    on this site). htmx swaps no 403, so an htmx form reloads its page instead, which brings a
+    fresh token. Either way portal.js keeps what was typed and fills it back in on that page."""
+    if request.headers.get("HX-Request") == "true":
+        response = HttpResponse(status=403, headers={"HX-Refresh": "true"})
+    else:
+        back = same_site_path(request, request.headers.get("Referer"))
+        response = render(request, "403_csrf.html", {"back": back}, status=403)
+    response[KEEP_DRAFT_HEADER] = "true"
+    return response
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

@@ -49,7 +49,9 @@ from tenants.serializers import (
     create=extend_schema(request=TeamCreateSerializer, responses={201: TeamSerializer},
                          description="Platform admins only."),
     partial_update=extend_schema(request=TeamUpdateSerializer, responses={200: TeamSerializer},
-                                 description="Team leads and platform admins; the slug cannot change."),
+                                 description="Team leads change the name and description; finance and platform admins the "
+                                             "cost center, which statements bill; platform admins the sharing policy. "
+                                             "The slug cannot change."),
 )
 class TeamViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = TeamSerializer

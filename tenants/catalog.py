@@ -9,6 +9,8 @@ every field: product names and replica counts differ from cluster to cluster.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -149,3 +151,72 @@ PRESETS: tuple[FlavorPreset, ...] = (
 )
 
 PRESETS_BY_KEY: Mapping[str, FlavorPreset] = {preset.key: preset for preset in PRESETS}
+
+
+# --- What each GPU model holds and draws ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """One card of a GPU model at most: its memory and its board power limit (TDP)."""
+
+    name: str
+    memory_gib: int
+    watts: int
+
+
+def _pattern(words: str) -> re.Pattern[str]:
+    return re.compile(rf"\b(?:{words})\b")
+
+
+# Matched in order against a model's name as a flavor or GPU Feature Discovery writes it (case,
+# '-' and '_' aside), so the first match names the card: a PCIe or NVL card before its SXM sibling,
+# an 80 GB A100 before the 40 GB one. Figures are NVIDIA's, AMD's and Intel's data sheets.
+GPU_MODELS: tuple[tuple[re.Pattern[str], GpuModel], ...] = (
+    (_pattern(r"h200"), GpuModel("NVIDIA H200", memory_gib=141, watts=700)),
+    (_pattern(r"h100\b.*\bnvl"), GpuModel("NVIDIA H100 NVL", memory_gib=94, watts=400)),
+    (_pattern(r"h100\b.*\bpcie"), GpuModel("NVIDIA H100 PCIe", memory_gib=80, watts=350)),
+    (_pattern(r"h100"), GpuModel("NVIDIA H100 SXM", memory_gib=80, watts=700)),
+    (_pattern(r"a100\b.*\b80 ?gb\b.*\bpcie|a100\b.*\bpcie\b.*\b80 ?gb"),
+     GpuModel("NVIDIA A100 80GB PCIe", memory_gib=80, watts=300)),
+    (_pattern(r"a100\b.*\bpcie"), GpuModel("NVIDIA A100 40GB PCIe", memory_gib=40, watts=250)),
+    (_pattern(r"a100\b.*\b80 ?gb"), GpuModel("NVIDIA A100 80GB SXM", memory_gib=80, watts=400)),
+    (_pattern(r"a100"), GpuModel("NVIDIA A100 40GB SXM", memory_gib=40, watts=400)),
+    (_pattern(r"a10"), GpuModel("NVIDIA A10", memory_gib=24, watts=150)),
+    (_pattern(r"l40s"), GpuModel("NVIDIA L40S", memory_gib=48, watts=350)),
+    (_pattern(r"l4"), GpuModel("NVIDIA L4", memory_gib=24, watts=72)),
+    (_pattern(r"t4"), GpuModel("NVIDIA T4", memory_gib=16, watts=70)),
+    (_pattern(r"mi300x"), GpuModel("AMD Instinct MI300X", memory_gib=192, watts=750)),
+    (_pattern(r"max 1550"), GpuModel("Intel Data Center GPU Max 1550", memory_gib=128, watts=600)),
+)
+# A model the table does not know is taken for the smallest data-centre card (a T4's figures), so
+# nothing drawn for it is more than any real card holds or draws.
+GENERIC_GPU = GpuModel("a GPU the catalog does not know", memory_gib=16, watts=70)
+
+
+def gpu_model(name: str) -> GpuModel:
+    """The card a flavor's model names (`GENERIC_GPU` for one the table does not know)."""
+    words = re.sub(r"[-_\s]+", " ", name.lower())
+    return next((model for pattern, model in GPU_MODELS if pattern.search(words)), GENERIC_GPU)
+
+
+MIG_PROFILE = re.compile(r"mig-(?P<compute>[0-9]+)g\.(?P<memory>[0-9]+)gb$")
+
+
+@dataclass(frozen=True)
+class UnitLimits:
+    """What one unit of a flavor holds and draws at most."""
+
+    memory_mib: int
+    milliwatts: int
+
+
+def unit_limits(*, gpu_model_name: str, resource_name: str, fraction: Fraction) -> UnitLimits:
+    """One unit of a flavor: a whole GPU holds and draws the card's figures; a MIG slice its
+    profile's memory (a 1g.10gb slice, 10 GiB) and its fraction of the card's power; any other
+    share of a GPU (time-sliced, MPS, a GiB of memory) its fraction of both. Rounded down."""
+    card = gpu_model(gpu_model_name)
+    memory = card.memory_gib * fraction
+    if profile := MIG_PROFILE.search(resource_name):
+        memory = min(Fraction(int(profile["memory"])), Fraction(card.memory_gib))
+    return UnitLimits(memory_mib=math.floor(memory * 1024), milliwatts=math.floor(card.watts * 1000 * fraction))

@@ -13,17 +13,14 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from tenants import manifests, selectors
+from portal.hooks import Hook
+from portal.metrics import simulated as simulated_metrics
+from tenants import catalog, manifests, selectors
 from tenants.models import Flavor, Membership, Team
 
-# Which teams' queues are held (admit nothing new): billing's hard stop registers the answer.
+# Which teams' queues are held (admit nothing new): billing's hard stop answers (portal.hooks).
 HoldProvider = Callable[[list[int]], set[int]]
-_hold_provider: HoldProvider | None = None
-
-
-def register_hold_provider(provider: HoldProvider) -> None:
-    global _hold_provider
-    _hold_provider = provider
+HOLDS = Hook[HoldProvider]("tenants.desired.HOLDS", by="billing")
 
 
 def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
@@ -64,7 +61,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     flavor_ids = {f.slug: f.pk for f in active}
     guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
     subjects = cluster_subjects(team_ids=list(teams_by_id))
-    held = _hold_provider(list(teams_by_id)) if _hold_provider else set()
+    held = HOLDS.call(list(teams_by_id))
     specs = {}
     network = network_spec()
     reader = portal_reader()
@@ -132,16 +129,22 @@ GPUS_PER_SIMULATED_NODE = 8
 
 def simulated_nodes() -> list[dict[str, Any]]:
     """The simulated cluster's nodes, made from the catalog: 8 physical GPUs a node, each
-    split into as many units as the flavor's fraction says (7 MIG slices, 4 shared...)."""
+    split into as many units as the flavor's fraction says (7 MIG slices, 4 shared...). Each
+    node says what one unit of its GPUs holds and draws at most (`catalog.unit_limits` of the
+    flavor's model), so the simulated telemetry draws a T4 as a T4."""
     nodes = []
     for flavor in Flavor.objects.filter(is_active=True).order_by("pk"):
         per_node = GPUS_PER_SIMULATED_NODE * flavor.fraction_denominator // flavor.fraction_numerator
         count = -(-flavor.capacity_units // per_node)
+        unit = catalog.unit_limits(gpu_model_name=flavor.gpu_model, resource_name=flavor.resource_name,
+                                   fraction=flavor.fraction)
+        hardware = {simulated_metrics.UNIT_MEMORY_LABEL: str(unit.memory_mib),
+                    simulated_metrics.UNIT_MILLIWATTS_LABEL: str(unit.milliwatts)}
         for index in range(count):
             units = min(per_node, flavor.capacity_units - index * per_node)
             nodes.append({
                 "name": f"sim-{flavor.slug}-{index}",
-                "labels": dict(flavor.node_labels),
+                "labels": {**flavor.node_labels, **hardware},
                 "allocatable": {flavor.resource_name: units},
             })
     return nodes

@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from portal.adapters import FlagFilter, VisibleSlugFilter, choice_errors
-from portal.models import AuditEvent
+from portal.models import AuditEvent, User
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
 
 TEAM_HELP = "Only rows of the team with this slug; a team you cannot see matches nothing."
@@ -86,3 +86,34 @@ class FlavorFilter(django_filters.FilterSet):
         # cannot see empties the list, as it does on every other list.
         visible = Team.objects.for_user(self.request.user).filter(slug=value).exists()
         return queryset if visible else queryset.none()
+
+
+class PersonFilter(django_filters.FilterSet):
+    """The People list (platform admins): a search and two filters."""
+
+    ROLES = [("admin", "Platform admins"), ("finance", "Finance")]
+
+    search = django_filters.CharFilter(method="filter_search", help_text="Part of the username, name or email.")
+    role = django_filters.ChoiceFilter(choices=ROLES, method="filter_role",
+                                       error_messages=choice_errors("role", [value for value, _ in ROLES]),
+                                       help_text="admin: platform admins and superusers; finance: finance.")
+    active = FlagFilter(method="filter_active", help_text="1: accounts that may sign in; 0: deactivated ones.")
+
+    class Meta:
+        model = User
+        fields: list[str] = []
+
+    def filter_search(self, queryset: QuerySet[User], name: str, value: str) -> QuerySet[User]:
+        text = value.strip()
+        if not text:
+            return queryset
+        return queryset.filter(Q(username__icontains=text) | Q(first_name__icontains=text)
+                               | Q(last_name__icontains=text) | Q(email__icontains=text))
+
+    def filter_active(self, queryset: QuerySet[User], name: str, value: bool | None) -> QuerySet[User]:
+        return queryset if value is None else queryset.filter(is_active=value)
+
+    def filter_role(self, queryset: QuerySet[User], name: str, value: str) -> QuerySet[User]:
+        if value == "admin":
+            return queryset.filter(Q(is_platform_admin=True) | Q(is_superuser=True))
+        return queryset.filter(is_finance=True) if value == "finance" else queryset

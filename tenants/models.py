@@ -38,6 +38,12 @@ def validate_dns_label(value: str) -> None:
         raise ValidationError(f"“{value}” is reserved by Kubernetes; choose another name.")
 
 
+def four_eyes_default() -> bool:
+    """Whether a new team asks for a second approver of quota (PORTAL_QUOTA_FOUR_EYES_DEFAULT, on
+    unless the site says otherwise); a platform admin turns it off per team."""
+    return bool(settings.PORTAL_QUOTA_FOUR_EYES_DEFAULT)
+
+
 def user_team_roles(user: User | AnonymousUser) -> dict[int, str]:
     """The user's teams and role in each, read once per request and cached on the user."""
     if not user.is_authenticated:
@@ -86,9 +92,11 @@ class Team(models.Model):
     cpu_limit_cores = models.PositiveIntegerField(default=64, help_text="Backstop: CPU cores all pods may request.")
     memory_limit_gib = models.PositiveIntegerField(default=512, help_text="Backstop: memory (GiB) all pods may request.")
     pod_limit = models.PositiveIntegerField(default=100, help_text="Backstop: pods at once.")
-    # Four eyes on quota: some teams (or their budget holders) want every grant seen by two people.
+    # Four eyes on quota: every grant is seen by two people, so a lead cannot grant their own team
+    # quota alone. On for new teams unless the site says otherwise; a platform admin may turn it off.
     requires_second_approver = models.BooleanField(
-        default=False, help_text="Whoever files a quota request cannot approve it, not even a lead or a platform admin."
+        default=four_eyes_default,
+        help_text="Whoever files a quota request cannot approve it, not even a lead or a platform admin.",
     )
 
     # Cluster sync: every change bumps config_version; a reconcile that applied everything it
@@ -221,6 +229,13 @@ class Flavor(models.Model):
     @property
     def fraction(self) -> Fraction:
         return Fraction(self.fraction_numerator, self.fraction_denominator)
+
+    @property
+    def unit_is_a_device(self) -> bool:
+        """Whether one unit is a device of its own as GPU telemetry counts devices (a GPU, a MIG
+        instance); otherwise it is its fraction of a shared card (a time slice, an MPS share, a
+        GiB of the card's memory)."""
+        return self.sharing_mode in (self.SharingMode.EXCLUSIVE, self.SharingMode.MIG)
 
     @property
     def fraction_display(self) -> str:

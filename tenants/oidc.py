@@ -8,16 +8,25 @@ an account with a usable local password is never logged into by single sign-on.
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import BACKEND_SESSION_KEY
 from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.core.exceptions import SuspiciousOperation
 from django.db import IntegrityError, transaction
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.module_loading import import_string
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.middleware import SessionRefresh
+from rest_framework.permissions import SAFE_METHODS
 
 from portal.audit import audit_record
 from portal.models import SsoIdentity, User
@@ -39,6 +48,12 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         if issuer and payload.get("iss") != issuer:
             raise SuspiciousOperation("The ID token comes from an unexpected issuer.")
         return payload
+
+    def get_user(self, user_id: Any) -> User | None:
+        """The session's user, unless deactivated (tenants/people.py): Django's ModelBackend asks,
+        the library does not, so a deactivated SSO account's session would have carried on."""
+        user = super().get_user(user_id)
+        return user if user is not None and user.is_active else None
 
     def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> dict[str, Any]:
         claims = dict(super().get_userinfo(access_token, id_token, payload))
@@ -107,15 +122,73 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
         return user
 
 
+RENEW_FIRST = ("Your single sign-on has to be confirmed again before you change anything, so nothing was changed. "
+               "The portal confirms it with your identity provider as you open a page; then do it again.")
+RENEW_FIRST_API = ("Your single sign-on session has to be confirmed again before it may change anything, so nothing "
+                   "was changed: open a portal page in the browser to confirm it, then send this again (scripts: use "
+                   "an API token).")
+
+
 class PortalSessionRefresh(SessionRefresh):
     """Sends a signed-in SSO user back to the provider, silently, when the ID token is older
     than OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS, so group changes and disabled accounts take effect.
 
-    htmx fragments are left alone: a fetch cannot follow a redirect to the provider, and the
+    The library does so on a page load (a GET); a change (POST, PUT, PATCH, DELETE) from a session
+    whose ID token expired is refused instead, before the view: its body cannot ride along to the
+    provider and back, and letting it through would act on roles the provider no longer vouches
+    for (a platform admin removed from the group could still create a team). The API answers 401
+    with a sentence; a page, or an htmx request (HX-Redirect), is sent back to where it was, and
+    that page's load renews the session.
+
+    htmx reads (GET) are left alone: a fetch cannot follow a redirect to the provider, and the
     next full page load refreshes.
     """
+
+    @cached_property
+    def exempt_urls(self) -> set[str]:
+        # Signing out needs no fresh word from the provider.
+        return {*super().exempt_urls, reverse("logout")}
 
     def is_refreshable_url(self, request: HttpRequest) -> bool:
         if request.headers.get("HX-Request"):
             return False
         return bool(super().is_refreshable_url(request))
+
+    def process_request(self, request: HttpRequest) -> HttpResponse | None:
+        if request.method not in SAFE_METHODS and self._expired_sso_session(request):
+            return self._renew_first(request)
+        response: HttpResponse | None = super().process_request(request)
+        return response
+
+    def _expired_sso_session(self, request: HttpRequest) -> bool:
+        backend = request.session.get(BACKEND_SESSION_KEY)
+        if not backend or not request.user.is_authenticated:
+            return False
+        if not issubclass(import_string(backend), OIDCAuthenticationBackend):
+            return False  # a local account's session: no provider to ask
+        if request.path in self.exempt_urls or any(pattern.match(request.path) for pattern in self.exempt_url_patterns):
+            return False
+        return bool(request.session.get("oidc_id_token_expiration", 0) <= time.time())
+
+    @staticmethod
+    def _renew_first(request: HttpRequest) -> HttpResponse:
+        if request.path_info.startswith("/api/"):
+            return JsonResponse({"message": RENEW_FIRST_API, "errors": {}}, status=401)
+        back = _back(request)
+        if request.headers.get("HX-Request"):
+            response = HttpResponse(RENEW_FIRST, status=401, content_type="text/plain; charset=utf-8")
+            response["HX-Redirect"] = back
+            return response
+        messages.warning(request, RENEW_FIRST)
+        return HttpResponseRedirect(back)
+
+
+def _back(request: HttpRequest) -> str:
+    """The page the change was sent from (htmx's HX-Current-URL, else the Referer), on this site
+    only; the home page otherwise. Loading it renews the session."""
+    for candidate in (request.headers.get("HX-Current-URL", ""), request.headers.get("Referer", "")):
+        if candidate and url_has_allowed_host_and_scheme(candidate, allowed_hosts={request.get_host()},
+                                                         require_https=request.is_secure()):
+            parts = urlsplit(candidate)
+            return urlunsplit(("", "", parts.path or "/", parts.query, ""))
+    return "/"

@@ -10,7 +10,7 @@ from typing import Any
 
 import rules
 
-from portal.roles import is_platform_admin, sees_all_teams
+from portal.roles import is_finance, is_platform_admin, sees_all_teams
 from tenants.models import Membership, QuotaRequest, Team, user_team_roles
 
 
@@ -71,4 +71,6 @@ rules.add_perm("tenants.cancel_quotarequest", can_cancel_quota_request)
 rules.add_perm("tenants.receive_quotarequests", receives_quota_requests)
 rules.add_perm("tenants.manage_flavors", is_platform_admin)
 rules.add_perm("tenants.manage_teams", is_platform_admin)
+# Statements bill a team's cost center: the people who answer for the bill set it, not the team's leads.
+rules.add_perm("tenants.change_cost_center", is_finance | is_platform_admin)
 rules.add_perm("tenants.view_all_teams", sees_all_teams)

@@ -10,6 +10,7 @@ from typing import Any
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
+from portal.hooks import Event
 from portal.models import AuditEvent
 from portal.roles import is_platform_admin, sees_all_teams
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team, user_team_roles
@@ -285,14 +286,11 @@ def flavor_capacity(*, flavor: Flavor, team: Team | None = None) -> FlavorCapaci
 
 # --- What deleting a team takes, and what it leaves --------------------------------------------
 
-# Apps to the right (jobs) say what of theirs goes with a team: sentences, for the confirmation.
+# Apps to the right say, in sentences for the confirmation, what of theirs goes with a team (jobs:
+# its workloads and templates) and what outlives it (billing: usage history and statements).
 TeamContents = Callable[[Team], list[str]]
-_team_contents: list[TeamContents] = []
-
-
-def register_team_contents(provider: TeamContents) -> None:
-    if provider not in _team_contents:
-        _team_contents.append(provider)
+TEAM_RECORDS_GOING = Event[TeamContents]("tenants.selectors.TEAM_RECORDS_GOING", by="jobs")
+TEAM_RECORDS_STAYING = Event[TeamContents]("tenants.selectors.TEAM_RECORDS_STAYING", by="billing")
 
 
 @dataclass(frozen=True)
@@ -316,9 +314,8 @@ def team_deletion_picture(*, team: Team) -> TeamDeletion:
     records = [f"{members} membership{'s' if members != 1 else ''}",
                f"{grants} active quota grant{'s' if grants != 1 else ''} (their units go back to the cluster)",
                "its quota requests"]
-    for provider in _team_contents:
-        records.extend(provider(team))
-    stays = ["Usage history: every run's GPU-hours and cost, kept under the team's billing account",
-             "Monthly statements, closed or not yet closed, with their lines for this team",
-             "The audit trail, this deletion included"]
+    for lines in TEAM_RECORDS_GOING.collect(team):
+        records.extend(lines)
+    stays = [line for lines in TEAM_RECORDS_STAYING.collect(team) for line in lines]
+    stays.append("The audit trail, this deletion included")
     return TeamDeletion(team=team, cluster_objects=objects, portal_records=records, stays=stays)

@@ -128,7 +128,8 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
     }
 
     name = serializers.CharField(required=False)
-    cost_center = serializers.CharField(allow_blank=True, required=False)
+    cost_center = serializers.CharField(allow_blank=True, required=False,
+                                        help_text="Finance and platform admins only: the monthly statements bill it.")
     description = serializers.CharField(allow_blank=True, required=False)
     may_borrow = serializers.BooleanField(required=False, help_text="Platform admins only.")
     lends_idle = serializers.BooleanField(required=False, help_text="Platform admins only.")

@@ -21,7 +21,7 @@ from django.utils import timezone
 from portal.audit import audit_record
 from portal.errors import DomainError, NotAllowed, StateConflict
 from portal.models import User
-from portal.notifications import notify
+from portal.notifications import notifications_resolve, notify
 from portal.tasks import send_on_commit
 from tenants import selectors
 from tenants.models import (
@@ -36,6 +36,8 @@ from tenants.models import (
 )
 
 TEAM_FIELDS = ("name", "cost_center", "description")
+COST_CENTER_REFUSAL = ("Only finance and platform admins may change a team's cost center: the monthly statements "
+                       "bill it. Ask finance to change it.")
 # How the team shares the cluster: only a platform admin changes these.
 POLICY_FIELDS = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit", "requires_second_approver")
 
@@ -77,24 +79,37 @@ def team_create(*, actor: User, slug: str, name: str, cost_center: str = "", des
 
 @transaction.atomic
 def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
-    _require(actor.has_perm("tenants.manage_members", team))
+    """Leads change how their team is named and described, finance and platform admins its cost
+    center, platform admins how it shares the cluster; each changed field is asked of its own rule."""
+    _require(actor.has_perm("tenants.manage_members", team) or actor.has_perm("tenants.change_cost_center", team))
     unknown = set(changes) - set(TEAM_FIELDS) - set(POLICY_FIELDS)
     if unknown:
         raise DomainError(f"These team fields cannot be changed here: {', '.join(sorted(unknown))}.")
     changed = {field: value for field, value in changes.items() if getattr(team, field) != value}
     if not changed:
         return team
+    if "cost_center" in changed and not actor.has_perm("tenants.change_cost_center", team):
+        raise NotAllowed(COST_CENTER_REFUSAL, field="cost_center")
+    if {"name", "description"} & set(changed):
+        _require(actor.has_perm("tenants.manage_members", team))
     if set(changed) & set(POLICY_FIELDS):
         _require(actor.has_perm("tenants.manage_teams"))
+    before = {field: getattr(team, field) for field in changed}
     for field, value in changed.items():
         setattr(team, field, value)
     team.full_clean()
     team.save(update_fields=list(changed))
-    described = ", ".join(f"{field} to {value}" if field in POLICY_FIELDS else field for field, value in sorted(changed.items()))
+    described = ", ".join(_change_described(field, before[field], value) for field, value in sorted(changed.items()))
     audit_record(actor=actor, action="team.updated", obj=team, team_id=team.pk, data={k: str(v) for k, v in changed.items()},
                  message=f"{actor.username} changed {described} of team {team.slug}")
     _on_team_change(team.pk)
     return team
+
+
+def _change_described(field: str, before: Any, after: Any) -> str:
+    if field == "cost_center":  # what statements billed until now, for whoever reconciles them
+        return f"cost_center from {before or '(none)'} to {after or '(none)'}"
+    return f"{field} to {after}" if field in POLICY_FIELDS else field
 
 
 def user_activity_changed(*, user: User) -> None:
@@ -218,6 +233,7 @@ def flavor_save(*, actor: User, flavor: Flavor) -> Flavor:
 def _flavor_store(flavor: Flavor, *, actor: User | None) -> Flavor:
     """flavor_save's work, for a person (actor) or the install's catalog file (None)."""
     flavor.full_clean()
+    _check_told_apart(flavor)
     created = flavor.pk is None
     if not created:
         stored_slug = Flavor.objects.filter(pk=flavor.pk).values_list("slug", flat=True).first()
@@ -253,6 +269,23 @@ def _flavor_store(flavor: Flavor, *, actor: User | None) -> Flavor:
     for team_id in Team.objects.values_list("pk", flat=True):
         _on_team_change(team_id)
     return flavor
+
+
+def _check_told_apart(flavor: Flavor) -> None:
+    """Two active flavors of one resource name must be told apart by their nodes' labels: a launch
+    holds its pods to its flavor by those labels (a node selector), and where one flavor's labels
+    are all among another's, pods of the first also fit the second's nodes, so Kueue could admit a
+    launch on the flavor it did not name."""
+    if not flavor.is_active:
+        return
+    mine = set(flavor.node_labels.items())
+    for other in Flavor.objects.filter(is_active=True, resource_name=flavor.resource_name).exclude(pk=flavor.pk):
+        theirs = set(other.node_labels.items())
+        if mine <= theirs or theirs <= mine:
+            raise DomainError(
+                f"{flavor.name} and {other.name} both give {flavor.resource_name}, and the node labels of one are all "
+                f"among the other's, so a launch on one could run on the other's nodes. Give each the labels that only "
+                "its own nodes carry (for example nvidia.com/gpu.product).", field="node_labels")
 
 
 CATALOG_FIELDS = ("preset", "slug", "name", "resource_name", "sharing_mode", "gpu_model", "fraction", "capacity_units",
@@ -427,8 +460,23 @@ def quota_request_create(
     leads = selectors.team_leads(team_ids=[team.pk])[team.pk]
     notify(recipients=[lead for lead in leads if lead.pk != requester.pk],
            message=f"{requester.username} asks for {summary} (request #{quota_request.pk}).",
-           url=reverse("tenants:approvals"))
+           url=_asks_url(quota_request))
     return quota_request
+
+
+def _asks_url(quota_request: QuotaRequest) -> str:
+    """Where the deciders' notification of a request leads: its row in the inbox. One address
+    per request, so deciding it marks those notifications read (`_decided`)."""
+    return f"{reverse('tenants:approvals')}#approval-{quota_request.pk}"
+
+
+def _decided(quota_request: QuotaRequest, *, by: User, message: str) -> None:
+    """A request left the inbox: the deciders' notifications of it are read, and the requester
+    hears of it unless they decided it themselves."""
+    notifications_resolve(url=_asks_url(quota_request))
+    if quota_request.requester_id != by.pk:
+        notify(recipients=[quota_request.requester], message=message,
+               url=reverse("tenants:quota-request-detail", args=[quota_request.pk]))
 
 
 def _locked_pending(quota_request: QuotaRequest, verb: str) -> QuotaRequest:
@@ -531,10 +579,8 @@ def quota_request_approve(
     audit_record(actor=approver, action="quota_request.approved", obj=locked, team_id=locked.team_id,
                  data={"note": locked.decision_note, **({"fewer_than_asked": cut} if cut else {})},
                  message=f"{approver.username} approved request #{locked.pk}: {summary}")
-    notify(recipients=[locked.requester],
-           message=f"{approver.username} approved your request #{locked.pk}: {summary}."
-           + (f" Note: {locked.decision_note}" if locked.decision_note else ""),
-           url=reverse("tenants:quota-request-detail", args=[locked.pk]))
+    _decided(locked, by=approver, message=f"{approver.username} approved your request #{locked.pk}: {summary}."
+             + (f" Note: {locked.decision_note}" if locked.decision_note else ""))
     _on_team_change(locked.team_id)
     return _sync_caller_copy(quota_request, locked)
 
@@ -565,9 +611,7 @@ def quota_request_reject(*, quota_request: QuotaRequest, approver: User, note: s
     audit_record(actor=approver, action="quota_request.rejected", obj=locked, team_id=locked.team_id,
                  data={"note": locked.decision_note},
                  message=f"{approver.username} rejected request #{locked.pk} for {locked.team.slug}{reason}")
-    notify(recipients=[locked.requester],
-           message=f"{approver.username} rejected your request #{locked.pk}{reason}.",
-           url=reverse("tenants:quota-request-detail", args=[locked.pk]))
+    _decided(locked, by=approver, message=f"{approver.username} rejected your request #{locked.pk}{reason}.")
     return _sync_caller_copy(quota_request, locked)
 
 
@@ -580,6 +624,7 @@ def quota_request_cancel(*, quota_request: QuotaRequest, actor: User) -> QuotaRe
     locked.save(update_fields=["status", "decided_by", "decided_at"])
     audit_record(actor=actor, action="quota_request.cancelled", obj=locked, team_id=locked.team_id,
                  message=f"{actor.username} cancelled request #{locked.pk} for {locked.team.slug}")
+    _decided(locked, by=actor, message=f"{actor.username} cancelled your request #{locked.pk} for {locked.team.slug}.")
     return _sync_caller_copy(quota_request, locked)
 
 

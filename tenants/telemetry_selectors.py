@@ -4,7 +4,7 @@ workloads hold and how busy those are; and the hottest GPUs. Two metrics queries
 database query whatever the cluster's size.
 
 Which flavor a held GPU is allocated as is the workload's, which jobs knows: jobs registers how
-to read it (`register_flavor_of_pods`), as billing registers prices with jobs."""
+to read it (the hook `FLAVOR_OF_PODS`, see portal.hooks)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
+from portal.hooks import Hook
 from portal.metrics import MetricsError, PodKey, metrics
 from portal.metrics.base import GpuReading
 from tenants.models import Team
@@ -24,12 +25,7 @@ NOT_A_WORKLOAD = "(not a portal workload)"
 
 # The flavor each pod's workload was launched on, by name; pods of no workload are left out.
 FlavorOfPods = Callable[[Collection[PodKey]], Mapping[PodKey, str]]
-_flavor_of_pods: FlavorOfPods | None = None
-
-
-def register_flavor_of_pods(provider: FlavorOfPods) -> None:
-    global _flavor_of_pods
-    _flavor_of_pods = provider
+FLAVOR_OF_PODS = Hook[FlavorOfPods]("tenants.telemetry_selectors.FLAVOR_OF_PODS", by="jobs")
 
 
 @dataclass(frozen=True)
@@ -83,7 +79,7 @@ def cluster_telemetry() -> ClusterTelemetry:
 
 def _by_flavor(readings: list[GpuReading]) -> tuple[FlavorTelemetry, ...]:
     held = [r for r in readings if r.pod]
-    flavor_of = _flavor_of_pods({PodKey(r.namespace, r.pod) for r in held}) if _flavor_of_pods and held else {}
+    flavor_of = FLAVOR_OF_PODS.call({PodKey(r.namespace, r.pod) for r in held}) if held else {}
     by_flavor: dict[str, list[float | None]] = defaultdict(list)
     for reading in held:
         by_flavor[flavor_of.get(PodKey(reading.namespace, reading.pod), NOT_A_WORKLOAD)].append(reading.engine_active)

@@ -1,10 +1,11 @@
 from django.urls import URLPattern, path
 
-from tenants import platform_views, views
+from tenants import people_views, platform_views, views
 
 app_name = "tenants"
 urlpatterns: list[URLPattern] = [
     path("", views.dashboard, name="dashboard"),
+    path("start/", views.landing, name="landing"),
     path("teams/", views.team_list, name="team-list"),
     path("teams/<slug:slug>/", views.team_detail, name="team-detail"),
     path("teams/<slug:slug>/requests/", views.team_requests, name="team-requests"),
@@ -30,4 +31,10 @@ urlpatterns: list[URLPattern] = [
     path("platform/catalog/", platform_views.flavor_list, name="flavor-list"),
     path("platform/catalog/new/", platform_views.flavor_create, name="flavor-create"),
     path("platform/catalog/<slug:slug>/", platform_views.flavor_edit, name="flavor-edit"),
+    path("platform/people/", people_views.person_list, name="person-list"),
+    path("platform/people/<int:pk>/", people_views.person_detail, name="person-detail"),
+    path("platform/people/<int:pk>/role/", people_views.person_role, name="person-role"),
+    path("platform/people/<int:pk>/active/", people_views.person_active, name="person-active"),
+    path("platform/people/<int:pk>/tokens/<int:token_pk>/revoke/", people_views.person_token_revoke,
+         name="person-token-revoke"),
 ]

@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from portal.adapters import HtmxHttpRequest, page, whole_number
 from portal.errors import DomainError
 from portal.notifications import notifications_mark_read_about
+from portal.roles import is_finance, is_platform_admin
 from tenants import cluster_selectors, selectors, services, telemetry_selectors
 from tenants.filters import AuditEventFilter, QuotaRequestFilter
 from tenants.forms import DecisionForm, MembershipAddForm, MembershipRoleForm, QuotaRequestForm
@@ -62,6 +63,18 @@ class FlavorStanding:
     def mine_percent(self) -> int:
         total = self.capacity.capacity
         return min(round(100 * self.mine / total), 100) if total and self.mine > 0 else 0
+
+
+@login_required
+@require_GET
+def landing(request: HtmxHttpRequest) -> HttpResponse:
+    """Where sign-in leads when no page was asked for (LOGIN_REDIRECT_URL): someone whose only
+    role is finance starts on the finance overview, the page of their work; everyone else on
+    the dashboard, which finance can still open from the navigation."""
+    user = request.user
+    if is_finance(user) and not is_platform_admin(user) and not user_team_roles(user):
+        return redirect("billing:finance-overview")
+    return redirect("tenants:dashboard")
 
 
 @login_required

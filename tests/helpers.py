@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
+from billing.models import Rate
 from jobs import services as job_services
 from portal.celery import app as celery_app
 from tenants import reconcile, services
@@ -64,8 +67,30 @@ def launch(user: Any, team: Team, template: Any, flavor: Flavor, **kwargs: Any) 
     return job_services.workload_launch(user=user, request=request)
 
 
+# The price make_ready gives a flavor the rate card has none for: nothing launches on an unpriced
+# flavor, and a price from long ago covers any moment a test meters. A test that sets prices of its
+# own (tests.billing.factories.rate) takes this one away first: its figures are about its prices.
+LAUNCH_PRICE_FROM = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+LAUNCH_PRICE_NOTE = "priced for the test's launches"
+
+
+def ensure_priced(flavor: Flavor, price: str = "1.00") -> Flavor:
+    """Gives the flavor a rate from LAUNCH_PRICE_FROM unless it has one, so launches may use it."""
+    if not Rate.objects.filter(flavor=flavor).exists():
+        Rate.objects.create(flavor=flavor, price_per_gpu_hour=Decimal(price), effective_from=LAUNCH_PRICE_FROM,
+                            note=LAUNCH_PRICE_NOTE)
+    return flavor
+
+
+def own_prices(flavor: Flavor) -> None:
+    """Takes away the price ensure_priced gave, for a test that prices the flavor itself."""
+    Rate.objects.filter(flavor=flavor, note=LAUNCH_PRICE_NOTE).delete()
+
+
 def make_ready(team: Team, flavor: Flavor, units: int = 4, *, may_borrow: bool = True) -> Team:
-    """Grants the team units of the flavor and provisions it in the current cluster."""
+    """Grants the team units of the flavor, prices the flavor if it is not, and provisions the team
+    in the current cluster."""
+    ensure_priced(flavor)
     QuotaGrantFactory(team=team, flavor=flavor, units=units)
     team.may_borrow = may_borrow
     team.save()

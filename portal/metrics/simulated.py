@@ -6,6 +6,12 @@ a notebook is busy for its first 20 minutes and then sits idle (about 1 %) holdi
 memory, which is the waste the portal exists to show. Values are functions of the pod's name, its
 start and the minute, so the same question gets the same answer in the web and worker processes.
 
+Memory and power follow the GPUs the pod's node has: the simulated cluster's nodes say what one
+unit of theirs holds and draws at most (`UNIT_MEMORY_LABEL`, `UNIT_MILLIWATTS_LABEL`, written from
+the catalog's table of GPU models by `tenants.desired.simulated_nodes`), so a T4 share never draws
+an H100's power nor holds its memory. A pod draws at most 92 % of its units' power and holds at most
+88 % of their memory; the hottest GPU stays at 80 °C or below, under any card's thermal slowdown.
+
 Tests (and the contract suite) can set a pod's engine active, an XID, or an exporter outage on
 the door they hold; nothing else changes its values.
 """
@@ -34,8 +40,17 @@ from portal.metrics.base import (
 KIND_LABEL = "gpu-portal.io/workload-kind"  # set on every workload pod (tenants.manifests.WORKLOAD_KIND_LABEL)
 NOTEBOOK_BUSY_SECONDS = 20 * 60
 FIRST_REPORT_SECONDS = 15  # dcgm-exporter's first scrape of a new pod
-GPU_MEMORY_MIB = 81_559  # an H100 80GB as DCGM reports it
 SAMPLE_SECONDS = 60
+# What one GPU unit of a simulated node holds (MiB) and draws at most (mW): a MIG slice its own
+# memory, a share of a GPU its share. Node labels, as GPU Feature Discovery labels real nodes.
+UNIT_MEMORY_LABEL = "gpu-portal.io/simulated-unit-memory-mib"
+UNIT_MILLIWATTS_LABEL = "gpu-portal.io/simulated-unit-milliwatts"
+# A node that does not say (not the catalog's): the smallest data-centre card's, as the catalog's
+# GENERIC_GPU, so nothing drawn is more than a real card could hold or draw.
+DEFAULT_UNIT_MEMORY_MIB = 16 * 1024
+DEFAULT_UNIT_MILLIWATTS = 70_000
+IDLE_POWER_SHARE = 0.12  # of the power limit, drawn with the engine idle
+BUSY_POWER_SHARE = 0.80  # added at 100 % engine active
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,8 @@ class SimulatedPod:
     running: bool = True  # finished pods still answer for their past, as Prometheus keeps it
     ended_at: float | None = None  # Unix seconds, for a finished pod
     node: str = ""
+    unit_memory_mib: int = DEFAULT_UNIT_MEMORY_MIB  # each GPU unit's, as its node says
+    unit_milliwatts: int = DEFAULT_UNIT_MILLIWATTS
 
 
 @dataclass
@@ -75,12 +92,20 @@ def _gpus_of(pod: dict) -> int:
     return math.ceil(total)
 
 
+def _label_number(labels: dict[str, str], name: str, default: int) -> int:
+    value = labels.get(name, "")
+    return int(value) if value.isascii() and value.isdigit() else default
+
+
 def _cluster_pods() -> list[SimulatedPod]:
-    """The pods of the cluster the portal uses that hold GPUs, as the exporter saw them."""
+    """The pods of the cluster the portal uses that hold GPUs, as the exporter saw them, each
+    with what its node's GPU units hold and draw."""
     from portal.kube import gateway
 
+    cluster = gateway()
+    nodes = {node["metadata"]["name"]: node["metadata"].get("labels") or {} for node in cluster.list("v1", "Node")[0]}
     pods = []
-    for pod in gateway().list("v1", "Pod")[0]:
+    for pod in cluster.list("v1", "Pod")[0]:
         status = pod.get("status", {})
         if not status.get("startTime"):
             continue
@@ -89,10 +114,13 @@ def _cluster_pods() -> list[SimulatedPod]:
             continue
         meta = pod["metadata"]
         started = dt.datetime.strptime(status["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+        node = pod.get("spec", {}).get("nodeName", "")
+        labels = nodes.get(node, {})
         pods.append(SimulatedPod(namespace=meta.get("namespace", ""), name=meta["name"],
                                  kind=meta.get("labels", {}).get(KIND_LABEL, ""), gpus=gpus, started_at=started,
-                                 running=status.get("phase") == "Running", ended_at=_pod_end(status),
-                                 node=pod.get("spec", {}).get("nodeName", "")))
+                                 running=status.get("phase") == "Running", ended_at=_pod_end(status), node=node,
+                                 unit_memory_mib=_label_number(labels, UNIT_MEMORY_LABEL, DEFAULT_UNIT_MEMORY_MIB),
+                                 unit_milliwatts=_label_number(labels, UNIT_MILLIWATTS_LABEL, DEFAULT_UNIT_MILLIWATTS)))
     return pods
 
 
@@ -140,6 +168,15 @@ class SimulatedMetrics:
     def _memory_share(self, pod: SimulatedPod) -> float:
         return {"notebook": 0.35, "inference": 0.62}.get(pod.kind, 0.88)
 
+    @staticmethod
+    def _watts(pod: SimulatedPod, percent: float) -> float:
+        """One GPU unit's power at this engine active: idle draw plus a share of its limit."""
+        return pod.unit_milliwatts / 1000 * (IDLE_POWER_SHARE + BUSY_POWER_SHARE * min(max(percent, 0), 100) / 100)
+
+    @staticmethod
+    def _temperature(percent: float) -> float:
+        return 30 + 0.5 * min(max(percent, 0), 100)
+
     # --- The door ------------------------------------------------------------------------------
 
     def engine_active(self, *, namespaces: Collection[str], window: dt.timedelta) -> PodActivity:
@@ -175,10 +212,10 @@ class SimulatedMetrics:
                 gpu_values = [(pod, self.percent(pod, t)) for pod in alive for _ in range(pod.gpus)]
                 engine = sum(v for _, v in gpu_values) / len(gpu_values)
                 series["engine"].append(Point(t, engine))
-                series["used"].append(Point(t, sum(round(GPU_MEMORY_MIB * self._memory_share(p)) for p, _ in gpu_values)))
-                series["total"].append(Point(t, GPU_MEMORY_MIB * len(gpu_values)))
-                series["power"].append(Point(t, sum(70 + 6.3 * v for _, v in gpu_values)))
-                series["temp"].append(Point(t, max(34 + 0.45 * v for _, v in gpu_values)))
+                series["used"].append(Point(t, sum(int(p.unit_memory_mib * self._memory_share(p)) for p, _ in gpu_values)))
+                series["total"].append(Point(t, sum(p.unit_memory_mib for p, _ in gpu_values)))
+                series["power"].append(Point(t, sum(self._watts(p, v) for p, v in gpu_values)))
+                series["temp"].append(Point(t, max(self._temperature(v) for _, v in gpu_values)))
             t += step
         return WorkloadSeries(step_seconds=step, engine_active=tuple(series["engine"]), memory_used_mib=tuple(series["used"]),
                               memory_total_mib=tuple(series["total"]), power_watts=tuple(series["power"]),
@@ -194,9 +231,10 @@ class SimulatedMetrics:
                 continue
             samples = [self.percent(pod, t) for t in _minutes(max(pod.started_at, now - window.total_seconds()), now)]
             engine = sum(samples) / len(samples)
+            temperature = self._temperature(self.percent(pod, now))
             for index in range(pod.gpus):
                 readings.append(GpuReading(node=pod.node, gpu=f"GPU-sim-{pod.name}-{index}", namespace=pod.namespace,
-                                           pod=pod.name, engine_active=engine, temperature_c=34 + 0.45 * self.percent(pod, now)))
+                                           pod=pod.name, engine_active=engine, temperature_c=temperature))
         return readings
 
     def device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, DeviceHours]:

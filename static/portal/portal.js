@@ -62,3 +62,108 @@ document.addEventListener("click", function (event) {
   }
   setInterval(reword, 30000);
 })();
+
+// What was typed into a form survives a send that did not arrive: the session had ended (the
+// portal sends the person to sign in and back to this page: portal/htmx.py) or the page's CSRF
+// token was stale (portal.views.csrf_failure). Each form sent is kept in this tab's
+// sessionStorage until the answer shows it arrived; a page that says it did not (the login page,
+// the CSRF page: [data-keeps-draft]) or an htmx answer with X-Portal-Keep-Draft keeps it, and the
+// form's own page fills it back in once, with a note, without sending it. Nothing typed goes to
+// the server until the person sends it again; passwords, files and hidden fields are never kept.
+(function () {
+  var KEY = "portal-draft";
+  var SKIPPED = ["hidden", "password", "file", "submit", "button", "reset", "image"];
+
+  function here() { return location.pathname + location.search; }
+  function formKey(form) {
+    if (form.id) { return "#" + form.id; }
+    var action = form.getAttribute("action") || form.getAttribute("hx-post") || location.href;
+    return new URL(action, location.href).pathname;
+  }
+  function read() {
+    try { return JSON.parse(sessionStorage.getItem(KEY) || "null"); } catch (error) { return null; }
+  }
+  function write(draft) {
+    try {
+      if (draft) { sessionStorage.setItem(KEY, JSON.stringify(draft)); } else { sessionStorage.removeItem(KEY); }
+    } catch (error) { /* storage full or refused: the form is sent all the same */ }
+  }
+  function fields(form) {
+    var kept = [];
+    Array.prototype.forEach.call(form.elements, function (element) {
+      if (!element.name || element.disabled || SKIPPED.indexOf(element.type) !== -1) { return; }
+      if (element.type === "checkbox" || element.type === "radio") {
+        if (element.checked) { kept.push([element.name, element.value]); }
+      } else if (element.type === "select-multiple") {
+        Array.prototype.forEach.call(element.selectedOptions, function (option) { kept.push([element.name, option.value]); });
+      } else {
+        kept.push([element.name, element.value]);
+      }
+    });
+    return kept;
+  }
+  function keep(form) {
+    if (!form || form.querySelector("input[type=password]")) { return; }
+    var kept = fields(form);
+    if (kept.length) { write({page: here(), form: formKey(form), fields: kept, stopped: false}); }
+  }
+  function fill(form, kept) {
+    var values = {};
+    kept.forEach(function (pair) { (values[pair[0]] = values[pair[0]] || []).push(pair[1]); });
+    var seen = {};
+    Array.prototype.forEach.call(form.elements, function (element) {
+      var wanted = values[element.name];
+      if (!wanted || element.disabled || SKIPPED.indexOf(element.type) !== -1) { return; }
+      if (element.type === "checkbox" || element.type === "radio") {
+        element.checked = wanted.indexOf(element.value) !== -1;
+      } else if (element.type === "select-multiple") {
+        Array.prototype.forEach.call(element.options, function (option) { option.selected = wanted.indexOf(option.value) !== -1; });
+      } else {
+        // Names a form repeats (a quota request's lines) take their values in order.
+        var index = seen[element.name] || 0;
+        seen[element.name] = index + 1;
+        if (index < wanted.length) { element.value = wanted[index]; }
+      }
+    });
+  }
+
+  document.addEventListener("submit", function (event) {
+    if ((event.target.method || "").toLowerCase() === "post") { keep(event.target); }
+  }, true);
+  document.body.addEventListener("htmx:configRequest", function (event) {
+    if (event.detail.verb === "get") { return; }
+    var element = event.detail.elt;
+    keep(element.tagName === "FORM" ? element : element.form || element.closest("form"));
+  });
+  document.body.addEventListener("htmx:beforeOnLoad", function (event) {
+    var draft = read();
+    if (!draft || event.detail.requestConfig.verb === "get") { return; }
+    if (event.detail.xhr.getResponseHeader("X-Portal-Keep-Draft")) {
+      draft.stopped = true;
+      write(draft);
+    } else {
+      write(null);  // it arrived
+    }
+  });
+
+  var draft = read();
+  if (!draft) { return; }
+  if (document.querySelector("[data-keeps-draft]")) {
+    draft.stopped = true;
+    write(draft);
+    var note = document.querySelector("[data-draft-note]");
+    if (note) { note.hidden = false; }
+    return;
+  }
+  write(null);  // a plain form's answer: it arrived, or a page that did not take it back
+  if (!draft.stopped || draft.page !== here()) { return; }
+  var form = Array.prototype.find.call(document.forms, function (candidate) { return formKey(candidate) === draft.form; });
+  if (!form) { return; }
+  fill(form, draft.fields);
+  var message = document.createElement("div");
+  message.className = "flash warning";
+  message.setAttribute("role", "status");
+  message.setAttribute("data-testid", "draft-restored");
+  message.textContent = "This form was not sent. What you typed is back in it: check it and send it again.";
+  form.parentNode.insertBefore(message, form);
+})();

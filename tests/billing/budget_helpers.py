@@ -7,12 +7,14 @@ from decimal import Decimal
 
 from billing.models import Account, Rate, UsageHour
 from tenants.models import Flavor, Team
+from tests.helpers import own_prices
 
 UTC = dt.UTC
 PRICE = Decimal("10.00")  # USD per GPU-hour: 1 GPU-hour of the test flavor costs 10 USD
 
 
 def priced(flavor: Flavor) -> Rate:
+    own_prices(flavor)
     return Rate.objects.create(flavor=flavor, price_per_gpu_hour=PRICE, currency="USD",
                                effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC))
 

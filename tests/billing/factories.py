@@ -11,6 +11,7 @@ from decimal import Decimal
 
 from billing.models import Account, Rate, UsageHour
 from tenants.models import Flavor, Team
+from tests.helpers import own_prices
 
 
 def account(team: Team) -> Account:
@@ -18,6 +19,7 @@ def account(team: Team) -> Account:
 
 
 def rate(flavor: Flavor, price: str | Decimal, *, effective_from: dt.datetime, currency: str = "USD") -> Rate:
+    own_prices(flavor)
     return Rate.objects.create(flavor=flavor, price_per_gpu_hour=Decimal(price), currency=currency,
                                effective_from=effective_from)
 

@@ -4,6 +4,7 @@ another team's is 404 everywhere; only finance and platform admins set one; refu
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 import pytest
 from django.db import connection
@@ -77,6 +78,26 @@ def test_finance_sets_a_budget_on_the_page_with_htmx_and_sees_the_bar(team, lead
     assert "0.00 EUR of 2,500.00 EUR used in" in body
     budget = Budget.objects.get()
     assert (str(budget.amount), budget.currency, budget.hard_stop) == ("2500.00", "EUR", True)
+
+
+def test_a_hard_stop_below_what_is_spent_asks_first_and_holds_only_once_confirmed(budget, finance_user):
+    # 300 USD spent this month: a hard stop at 250 would hold the team at once.
+    client = login(finance_user)
+    asked = client.post("/billing/budgets/vision/", {"amount": "250", "currency": "USD", "hard_stop": "on"},
+                        HTTP_HX_REQUEST="true")
+    body = asked.content.decode()
+    assert asked.status_code == 200 and 'data-testid="hold-confirm"' in body
+    assert "This holds vision at once." in body and "300.00 USD of 250.00 USD used in" in body
+    assert (Budget.objects.get().amount, Budget.objects.get().held) == (Decimal(1000), False)  # nothing changed yet
+
+    confirmed = client.post("/billing/budgets/vision/", {"amount": "250", "currency": "USD", "hard_stop": "on",
+                                                         "hold_confirmed": "1"}, HTTP_HX_REQUEST="true")
+    assert "The budget of vision is now 250.00 USD a month with a hard stop." in confirmed.content.decode()
+    assert (Budget.objects.get().amount, Budget.objects.get().held) == (Decimal(250), True)
+
+    above = client.post("/billing/budgets/vision/", {"amount": "400", "currency": "USD", "hard_stop": "on"},
+                        HTTP_HX_REQUEST="true")  # above what is spent: no question
+    assert "hold-confirm" not in above.content.decode() and Budget.objects.get().amount == 400
 
 
 def test_a_bad_amount_on_the_page_is_a_form_error_in_words_and_writes_nothing(team, finance_user):

@@ -40,18 +40,18 @@ def test_finance_reads_every_team_and_the_lines(october, finance_user):
     assert [s["month"] for s in client.get("/api/billing/statements/").json()["results"]] == ["2026-10"]
 
     detail = client.get("/api/billing/statements/2026-10/").json()
-    assert [(t["team"], t["total"]) for t in detail["teams"]] == [("speech", "4.000"), ("vision", "20.000")]
-    assert (detail["total"], detail["unallocated_total"]) == ("24.000", "0.000")
+    assert [(t["team"], t["total"]) for t in detail["teams"]] == [("speech", "4.00"), ("vision", "20.00")]
+    assert (detail["total"], detail["unallocated_total"]) == ("24.00", "0.00")
     lines = client.get("/api/billing/statements/2026-10/lines/").json()["results"]
     assert [(line["team"], line["kind"], line["borrowed_unit_seconds"], line["amount"]) for line in lines] == [
-        ("speech", "usage", 7200, "4.000"), ("vision", "usage", 0, "20.000")]
+        ("speech", "usage", 7200, "4.00"), ("vision", "usage", 0, "20.00")]
 
 
 def test_a_lead_reads_only_their_teams_part_and_another_teams_is_404(october, lead):
     client = api(lead)
     detail = client.get("/api/billing/statements/2026-10/").json()
     assert [t["team"] for t in detail["teams"]] == ["vision"]
-    assert (detail["total"], detail["unallocated_total"]) == ("20.000", None)
+    assert (detail["total"], detail["unallocated_total"]) == ("20.00", None)
     assert [line["team"] for line in client.get("/api/billing/statements/2026-10/lines/").json()["results"]] == ["vision"]
     for path in ("", "lines/", "adjustments/"):
         response = client.get(f"/api/billing/statements/2026-10/{path}?team=speech")
@@ -105,7 +105,7 @@ def test_finance_adjusts_through_the_api_and_refusals_are_sentences(october, fin
     path = "/api/billing/statements/2026-10/adjustments/"
     for body, words in [({"team": "vision", "amount": "abc", "reason": "x"}, "“abc” is not an amount"),
                         ({"team": "vision", "amount": "-1", "reason": ""}, "An adjustment needs a reason"),
-                        ({"team": "ghosts", "amount": "-1", "reason": "x"}, "“ghosts” is not a team on the October 2026"),
+                        ({"team": "ghosts", "amount": "-1", "reason": "x"}, "There is no team “ghosts”."),
                         ({"team": "vision", "amount": "NaN", "reason": "x"}, "“NaN” is not an amount")]:
         response = client.post(path, body, format="json")
         assert response.status_code == 400 and words in response.json()["message"], body
@@ -113,9 +113,9 @@ def test_finance_adjusts_through_the_api_and_refusals_are_sentences(october, fin
 
     created = client.post(path, {"team": "vision", "amount": "-3.25", "reason": "GPU 3 broken"}, format="json")
     assert created.status_code == 201
-    assert (created.json()["amount"], created.json()["created_by_name"]) == ("-3.250", "fiona")
+    assert (created.json()["amount"], created.json()["created_by_name"]) == ("-3.25", "fiona")
     assert Adjustment.objects.get().amount == Decimal("-3.25")
-    assert client.get("/api/billing/statements/2026-10/").json()["total"] == "20.750"
+    assert client.get("/api/billing/statements/2026-10/").json()["total"] == "20.75"
 
 
 def test_the_schema_documents_the_statement_endpoints(tmp_path):

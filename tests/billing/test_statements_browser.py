@@ -53,12 +53,15 @@ def test_finance_closes_last_month_adjusts_it_and_downloads_csv_and_pdf(browser,
     expect(fiona.locator("#id_month")).to_have_value(f"{last_month:%Y-%m}")
     this_month = periods.current_month()
     fiona.fill("#id_month", f"{this_month:%Y-%m}")
-    fiona.click("button:has-text('Close the month')")
+    fiona.click("button:has-text('Review and close')")
     expect(fiona.locator("[data-testid=close-error]")).to_contain_text(f"{this_month:%B %Y} has not ended yet")
     assert not Statement.objects.exists()
 
     fiona.fill("#id_month", f"{last_month:%Y-%m}")
-    fiona.click("button:has-text('Close the month')")
+    fiona.click("button:has-text('Review and close')")
+    expect(fiona.locator("[data-testid=preview-charged]")).to_have_text("24.00 USD")
+    assert not Statement.objects.exists()
+    fiona.click("[data-testid=close-confirm]")
     fiona.wait_for_url(f"**/billing/statements/{last_month:%Y-%m}/")
     expect(fiona.locator(".flash.success")).to_contain_text(f"Closed {last_month:%B %Y}: 24.00 USD charged to teams")
     expect(fiona.locator("[data-testid=total]")).to_have_text("24.00 USD")
@@ -72,6 +75,10 @@ def test_finance_closes_last_month_adjusts_it_and_downloads_csv_and_pdf(browser,
     htmx_settled(fiona)
     expect(fiona.locator("[data-testid=total]")).to_have_text("19.50 USD")
     expect(fiona.locator("[data-testid=adjustment-rows]")).to_contain_text("GPU 3 was broken for 2.25 hours")
+    # The team's own section follows too: its lines and the adjustment add up to its total, as in the CSV.
+    vision = fiona.locator("[data-testid=team-section]", has_text="Computer Vision")
+    expect(vision.locator("[data-testid=adjustment-line]")).to_contain_text("GPU 3 was broken")
+    expect(vision.locator("[data-testid=team-total]")).to_have_text("15.50")
     assert fiona.evaluate("window.__noReload") == 1  # htmx swapped the fragment; the page did not reload
     fiona.screenshot(path=str(SHOTS / "statement.png"), full_page=True)
 

@@ -45,7 +45,15 @@ def test_finance_closes_a_month_from_the_form_and_lands_on_the_statement(finance
     usage(account=account(team), flavor=h100, hour=dt.datetime(2026, 1, 3, 4, tzinfo=UTC), unit_seconds=3600, rate=price)
     client = as_user(finance_user)
 
-    response = client.post(reverse("billing:statement-close"), {"month": "2026-01"}, HTTP_HX_REQUEST="true")
+    preview = client.post(reverse("billing:statement-close"), {"month": "2026-01"}, HTTP_HX_REQUEST="true")
+    body = preview.content.decode()
+    assert preview.status_code == 200 and "HX-Redirect" not in preview
+    assert "Closing January 2026 is for good" in body and 'data-testid="preview-charged">2.00 USD<' in body
+    assert "Vision" in body and 'name="confirmed" value="1"' in body
+    assert not Statement.objects.exists()  # nothing is closed until it is confirmed
+
+    response = client.post(reverse("billing:statement-close"), {"month": "2026-01", "confirmed": "1"},
+                           HTTP_HX_REQUEST="true")
 
     assert response.status_code == 200
     assert response["HX-Redirect"] == "/billing/statements/2026-01/"
@@ -133,6 +141,26 @@ def test_the_csv_is_the_same_bytes_on_every_download_and_named_by_month_and_team
     assert "total_unallocated" not in text
 
 
+def test_a_team_with_no_usage_in_the_month_gets_a_fee_and_is_then_on_the_statement(october, finance_user, as_user):
+    TeamFactory.create(slug="robotics", name="Robotics")
+    client = as_user(finance_user)
+    page = client.get(url("statement-detail")).content.decode()
+    assert '<option value="robotics">robotics · Robotics</option>' in page
+
+    done = client.post(url("adjustment-add"), {"team": "robotics", "amount": "150", "reason": "Support contract, October"},
+                       HTTP_HX_REQUEST="true")
+
+    body = done.content.decode()
+    assert done.status_code == 200 and "Support contract, October" in body
+    assert 'data-testid="total">174.00 USD<' in body  # 24.00 of lines and the fee
+    (adjustment,) = Adjustment.objects.all()
+    assert adjustment.account.slug == "robotics" and adjustment.amount == Decimal("150.00")
+    listed = client.get(reverse("billing:statement-list")).content.decode()
+    assert 'data-testid="statement-total">174.00</span> USD' in listed
+    csv_rows = client.get(url("statement-csv")).content.decode().splitlines()
+    assert "team_total,2026-10,USD,robotics,Robotics,CC-100,,,,,,,,,,,150.00,,," in csv_rows
+
+
 def test_an_adjustment_added_through_the_page_shows_and_refusals_come_back_in_words(october, finance_user, as_user):
     client = as_user(finance_user)
     post = url("adjustment-add")
@@ -143,7 +171,7 @@ def test_an_adjustment_added_through_the_page_shows_and_refusals_come_back_in_wo
     no_reason = client.post(post, {"team": "vision", "amount": "-5", "reason": ""}, HTTP_HX_REQUEST="true")
     assert "An adjustment needs a reason" in no_reason.content.decode()
     unknown = client.post(post, {"team": "robotics", "amount": "-5", "reason": "x"}, HTTP_HX_REQUEST="true")
-    assert "“robotics” is not a team on the October 2026 statement" in unknown.content.decode()
+    assert "There is no team “robotics”." in unknown.content.decode()
     assert not Adjustment.objects.exists()
 
     done = client.post(post, {"team": "vision", "amount": "-4.50", "reason": "GPU 3 broken on the 12th"},

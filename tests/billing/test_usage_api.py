@@ -36,25 +36,28 @@ def october(team, other_team, flavor, mig_flavor):
 
 def test_usage_by_team_and_flavor_for_a_month(as_user, finance_user, october):
     body = as_user(finance_user).get(USAGE, {"month": "2026-10"}).json()
-    assert (body["start"], body["end"], body["currency"], body["by"]) == ("2026-10-01", "2026-10-31", "USD", ["team", "flavor"])
+    assert (body["start"], body["end"], body["currency"], body["by"], body["time_zone"]) == (
+        "2026-10-01", "2026-10-31", "USD", ["team", "flavor"], "UTC")
+    speech, vision = {"team": "speech", "team_name": "Speech"}, {"team": "vision", "team_name": "Vision"}
     assert body["rows"] == [
-        {"team": "speech", "flavor": "h100-80gb", "gpu_hours": "500.0000", "cost": "1250.000"},
-        {"team": "vision", "flavor": "a100-1g10gb", "gpu_hours": "1.0000", "cost": "7.000"},
-        {"team": "vision", "flavor": "h100-80gb", "gpu_hours": "10.0000", "cost": "25.000"},
+        {**speech, "cost_center": "CC-100", "flavor": "h100-80gb", "gpu_hours": "500.00", "cost": "1250.00"},
+        {**vision, "cost_center": "CC-100", "flavor": "a100-1g10gb", "gpu_hours": "1.00", "cost": "7.00"},
+        {**vision, "cost_center": "CC-100", "flavor": "h100-80gb", "gpu_hours": "10.00", "cost": "25.00"},
     ]
-    assert body["total"] == {"gpu_hours": "511.0000", "cost": "1282.000"}
+    assert body["total"] == {"gpu_hours": "511.00", "cost": "1282.00"}
 
 
 def test_usage_by_person_and_day_for_a_run_of_days_in_the_billing_zone(settings, as_user, lead, october):
     settings.BILLING_TIME_ZONE = "America/Los_Angeles"  # Oct 4, 22:00 UTC is still Oct 4 there; 09:00 UTC is Oct 3, 02:00
     body = as_user(lead).get(USAGE, {"start": "2026-10-03", "end": "2026-10-04", "by": "person,day,borrowed"}).json()
+    assert body["time_zone"] == "America/Los_Angeles"
     assert body["rows"] == [
-        {"person": "alice", "day": "2026-10-03", "borrowed": False, "gpu_hours": "8.0000", "cost": "20.000"},
-        {"person": "alice", "day": "2026-10-03", "borrowed": True, "gpu_hours": "2.0000", "cost": "5.000"},
-        {"person": "bob", "day": "2026-10-04", "borrowed": False, "gpu_hours": "1.0000", "cost": "7.000"},
+        {"person": "alice", "day": "2026-10-03", "borrowed": False, "gpu_hours": "8.00", "cost": "20.00"},
+        {"person": "alice", "day": "2026-10-03", "borrowed": True, "gpu_hours": "2.00", "cost": "5.00"},
+        {"person": "bob", "day": "2026-10-04", "borrowed": False, "gpu_hours": "1.00", "cost": "7.00"},
     ]
     one_day = as_user(lead).get(USAGE, {"start": "2026-10-04", "end": "2026-10-04", "by": "person"}).json()
-    assert one_day["rows"] == [{"person": "bob", "gpu_hours": "1.0000", "cost": "7.000"}]
+    assert one_day["rows"] == [{"person": "bob", "gpu_hours": "1.00", "cost": "7.00"}]
 
 
 def test_a_member_reads_only_their_teams_usage_and_another_team_is_404(as_user, member, outsider, october):

@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing import metering, selectors
+from billing.money import ROUNDING_HOURS
 from jobs import services
 from jobs.models import RunInterval
 from tests.billing.factories import rate
@@ -212,7 +213,7 @@ def test_costs_summed_per_fraction_equal_the_exact_sum_over_each_interval(ready_
                 if b > a:
                     amount += share * int((b - a).total_seconds()) / SECONDS_PER_HOUR * Fraction(r.price_per_gpu_hour)
         cost = selectors.workload_costs(workload_ids=[workload.pk], now=now, **window)[workload.pk]
-        assert cost.gpu_hours == round_places(seconds / SECONDS_PER_HOUR, selectors.ROUNDING_HOURS)
+        assert cost.gpu_hours == round_places(seconds / SECONDS_PER_HOUR, ROUNDING_HOURS)
         assert cost.cost == round_money(amount, "USD") and cost.cost > 0
 
 

@@ -930,7 +930,7 @@ class ControlPlane:
 
 
 def add_demo_nodes(cp: ControlPlane) -> list[str]:
-    """GPU nodes matching the demo catalog (billing/management/commands/seed_demo.py): four
+    """GPU nodes matching the demo catalog (demo/site.py): four
     8-GPU H100 nodes, one A100 node cut into 56 1g.10gb MIG slices, one T4 node time-sliced into
     32 shares. The H100 and A100 nodes carry the taint the flavors tolerate."""
     gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]

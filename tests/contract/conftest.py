@@ -20,6 +20,7 @@ from tenants import services
 from tenants.models import Flavor, Membership
 from tests.contract.scenarios import wait_for_quota_status
 from tests.factories import MembershipFactory, UserFactory
+from tests.helpers import ensure_priced
 
 
 class ClusterUnderTest:
@@ -86,6 +87,7 @@ def site(cluster, django_capture_on_commit_callbacks):
         ))
     cluster.add_gpu_node(cluster.unique("gpu-node"), labels={"gpu-portal.io/test-flavor": flavor.slug},
                          allocatable={"nvidia.com/gpu": 8})
+    ensure_priced(flavor)
 
     class Site:
         admin: User
@@ -102,10 +104,11 @@ def site(cluster, django_capture_on_commit_callbacks):
             team.refresh_from_db()
             return team
 
-        def grant(self, team: Any, lead: Any, units: int, ends_on: dt.date | None = None) -> None:
+        def grant(self, team: Any, lead: Any, units: int, ends_on: dt.date | None = None, *,
+                  of: Flavor | None = None) -> None:
             with django_capture_on_commit_callbacks(execute=True):
                 qr = services.quota_request_create(
-                    requester=lead, team=team, lines=[services.LineInput(flavor=flavor, units=units)],
+                    requester=lead, team=team, lines=[services.LineInput(flavor=of or flavor, units=units)],
                     justification="contract", ends_on=ends_on)
                 services.quota_request_approve(quota_request=qr, approver=admin)
 

@@ -115,6 +115,21 @@ def test_a_lead_sets_the_idle_policy_within_the_platforms_bounds_and_empty_keeps
     assert (version.number, version.idle_threshold_percent, version.idle_action) == (3, None, "")
 
 
+def test_the_editor_folds_the_idle_policy_while_the_template_takes_the_platforms(lead, team_template):
+    edit = reverse("jobs:template-edit", args=[team_template.pk])
+
+    def fold() -> str:
+        page = login(lead).get(edit).content.decode()
+        return page[page.index('data-testid="idle-policy"'):].split("<summary>")[0]
+
+    assert fold().rstrip().endswith("<details>")  # folded: the editor stays short
+    assert login(lead).post(edit, editor_form(idle_threshold_percent="3")).status_code == 302
+    assert fold().rstrip().endswith("<details open>")  # its own value is in sight
+    refused = login(lead).post(edit, editor_form(idle_minutes="-1")).content.decode()
+    assert 'data-testid="error-idle_minutes"' in refused
+    assert refused[refused.index('data-testid="idle-policy"'):].split("<summary>")[0].rstrip().endswith("<details open>")
+
+
 def test_the_editor_shows_the_current_version_and_edit_links_only_to_those_who_may(lead, member, team_template, training):
     page = login(lead).get(reverse("jobs:template-edit", args=[team_template.pk])).content.decode()
     assert "Publish a new version" in page and "v2" in page and "pytorch/pytorch:2.5" in page

@@ -20,6 +20,7 @@ from jobs.models import (
     WorkloadTemplate,
     WorkloadTemplateVersion,
 )
+from jobs.rules import LOGS_REFUSAL
 from portal import tokens
 from portal.models import AuditEvent
 from tenants.models import Membership
@@ -161,7 +162,7 @@ def test_a_notebooks_endpoint_is_shown_to_the_team_and_its_token_hash_only_to_it
     ({"priority": "urgent"}, "priority", "“urgent” is not a priority; choose one of low, normal, high."),
     ({"flavor": "b200"}, "flavor", "There is no flavor “b200”; see /api/flavors/ for their slugs."),
     ({"gpus": 4}, "gpus", ("gpus cannot be set here; this endpoint accepts team, template, flavor, units, cpu, "
-                           "memory_gib, priority, name, parameters.")),
+                           "memory_gib, priority, name, parameters, also_accept.")),
     ({"phase": "running"}, "phase", "phase cannot be set at launch; the portal and the cluster decide it."),
 ], ids=["parameter-out-of-bounds", "unknown-parameter", "flavor-not-allowed", "units-over-max", "cpu-over-max",
         "unknown-priority", "unknown-flavor", "unknown-field", "phase"])
@@ -249,13 +250,14 @@ def test_an_outsider_gets_404_for_every_endpoint_of_another_teams_workload(workl
 
 # What each role gets on the workload's endpoints, exactly: (the member who owns it, a colleague
 # in the team, the team lead, finance, a platform admin). Scaling a training job is reached and
-# refused for what it is (400: it has no replicas), where a role may scale at all.
+# refused for what it is (400: it has no replicas), where a role may scale at all. Finance sees
+# the workload and why it waits, not its logs (docs/roles.md).
 ROLE_ANSWERS: dict[str, tuple[int, int, int, int, int]] = {
     "get /api/workloads/{id}/": (200, 200, 200, 200, 200),
     "post /api/workloads/{id}/stop/": (200, 403, 200, 403, 200),
     "post /api/workloads/{id}/relaunch/": (201, 201, 201, 403, 201),
     "post /api/workloads/{id}/scale/": (400, 403, 400, 403, 400),
-    "get /api/workloads/{id}/logs/": (200, 200, 200, 200, 200),
+    "get /api/workloads/{id}/logs/": (200, 200, 200, 403, 200),
     "get /api/workloads/{id}/why-waiting/": (200, 200, 200, 200, 200),
 }
 ROLES = ("member", "colleague", "lead", "finance_user", "admin_user")
@@ -281,7 +283,7 @@ def test_each_role_gets_exactly_its_answer_on_the_workload_endpoints(request, wo
     if status == 400:
         assert response.json()["message"] == "Only inference servers have replicas to scale."
     if status == 403:
-        assert response.json()["message"] == "You are not allowed to do this."
+        assert response.json()["message"] == (LOGS_REFUSAL if path.endswith("/logs/") else "You are not allowed to do this.")
     if status >= 400:
         assert workload_snapshot() == before
 

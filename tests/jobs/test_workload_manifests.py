@@ -132,20 +132,48 @@ def test_a_notebook_is_one_pod_whose_token_comes_from_its_own_secret():
     assert statefulset["spec"]["volumeClaimTemplates"][0]["spec"]["resources"] == {"requests": {"storage": "20Gi"}}
 
 
-def test_placement_comes_only_from_the_flavor_through_kueue():
-    for kind in ("training", "distributed", "inference", "notebook"):
-        for obj in m.make_workload_objects(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": kind, "port": 8080})):
-            pod = obj.get("spec", {}).get("template", {}).get("spec")
-            if pod:
-                assert "nodeSelector" not in pod and "nodeName" not in pod and "tolerations" not in pod
-                assert not any(c.get("securityContext", {}).get("privileged") for c in pod["containers"])
+H100 = m.Placement(node_labels=(("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3"),),
+                   tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},))
+A100 = m.Placement(node_labels=(("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB"), ("pool", "a100")),
+                   tolerations=({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                {"key": "pool", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}))
 
 
-ALL = [obj for kind in ("training", "distributed", "inference", "notebook")
+def pod_specs(**changes: object) -> list[dict]:
+    return [obj["spec"]["template"]["spec"] for kind in ("training", "distributed", "inference", "notebook")
+            for obj in m.make_workload_objects(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": kind, "port": 8080, **changes}))
+            if "template" in obj.get("spec", {})]
+
+
+def test_a_workload_is_held_to_the_one_flavor_it_names_by_that_flavors_node_labels_and_tolerations():
+    # Kueue admits a workload only on a flavor whose node labels its pods' selector accepts, so a
+    # launch on H100 cannot be admitted on another flavor of nvidia.com/gpu.
+    for pod in pod_specs(placements=(H100,)):
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+        assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        assert "affinity" not in pod and "nodeName" not in pod
+        assert not any(c.get("securityContext", {}).get("privileged") for c in pod["containers"])
+
+
+def test_a_workload_accepting_several_flavors_may_run_on_any_of_their_nodes_and_nowhere_else():
+    for pod in pod_specs(placements=(A100, H100)):
+        assert "nodeSelector" not in pod
+        assert pod["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]},
+                                  {"key": "pool", "operator": "In", "values": ["a100"]}]},
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]},
+        ]}}}
+        assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                      {"key": "pool", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}]
+
+
+ALL = [pytest.param(obj, id=f"{len(placements)}-flavor-{obj['kind']}-{obj['metadata']['name']}")
+       for placements in ((H100,), (A100, H100)) for kind in ("training", "distributed", "inference", "notebook")
        for obj in m.make_workload_objects(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": kind, "port": 8080, "workers": 2,
-                                                                   "ingress": GATED, "notebook_token": "t", "storage_gib": 5}))]
+                                                                   "ingress": GATED, "notebook_token": "t", "storage_gib": 5,
+                                                                   "placements": placements}))]
 
 
-@pytest.mark.parametrize("obj", ALL, ids=lambda o: f"{o['kind']}-{o['metadata']['name']}")
+@pytest.mark.parametrize("obj", ALL)
 def test_every_workload_object_validates_against_the_pinned_schema(obj):
     kubernetes_validate.validate(obj, "1.36.0", strict=True)

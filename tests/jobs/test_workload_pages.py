@@ -4,6 +4,7 @@ stop and relaunch through htmx, isolation between teams, CSRF, and bounded queri
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -11,13 +12,15 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from jobs import access, services, sync
-from jobs.models import Workload, WorkloadKind
+from jobs.models import RunInterval, Workload, WorkloadKind
 from portal.kube import reset_gateway
 from portal.kube.counting import CountingGateway
 from portal.kube.simulated import SimulatedGateway
 from tenants import cluster_selectors
+from tests.billing.factories import rate
 from tests.factories import MembershipFactory, UserFactory
 from tests.helpers import make_ready
 
@@ -331,6 +334,31 @@ def test_a_running_workload_says_it_runs_on_guaranteed_capacity_and_shows_pods_b
     assert interval.pod_name in live and interval.node in live
 
 
+def test_a_workload_page_shows_its_status_and_stop_first_then_its_gpu_use_logs_and_resources(waiting_pair, member, as_user):
+    first, _ = waiting_pair
+    page = ok(as_user(member).get(reverse("jobs:workload-detail", args=[first.pk])))
+    order = [page.index(f'data-testid="{part}"') for part in ("phase", "used-so-far", "stop", "telemetry", "show-logs")]
+    assert order == sorted(order), order
+    assert page.index('data-testid="stop"') < page.index("<h2>Resources</h2>")
+
+
+def test_what_a_workload_used_so_far_comes_with_each_poll_of_its_page(ready_team, member, training, flavor, as_user):
+    rate(flavor, "2.00", effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    workload = launch(member, ready_team, training, flavor, units=2)
+    client = as_user(member)
+
+    def poll() -> str:
+        return client.get(reverse("jobs:workload-live", args=[workload.pk]), **HTMX).content.decode()
+
+    assert '<span data-testid="workload-cost">0.00 GPU-h</span>' in poll()
+    RunInterval.objects.create(workload=workload, pod_uid="uid-1", pod_name=f"{workload.k8s_name}-0", units=2,
+                               resource_name=flavor.resource_name, started_at=timezone.now() - dt.timedelta(hours=2),
+                               ended_at=timezone.now() - dt.timedelta(minutes=30))
+    assert '<span data-testid="workload-cost">3.00 GPU-h · 6.00 USD</span>' in poll()  # without a reload of the page
+    page = ok(client.get(reverse("jobs:workload-detail", args=[workload.pk])))
+    assert page.count('data-testid="workload-cost"') == 1  # in the polled part only, not again under Resources
+
+
 def test_the_logs_panel_is_closed_until_opened_and_has_a_real_link(waiting_pair, member, as_user):
     first, _ = waiting_pair
     page = as_user(member).get(reverse("jobs:workload-detail", args=[first.pk])).content.decode()
@@ -635,6 +663,7 @@ def test_on_the_simulated_cluster_a_notebook_page_says_it_is_simulated(ready_tea
     workload = launch(member, ready_team, notebook, flavor)
     page = as_user(member).get(reverse("jobs:workload-detail", args=[workload.pk])).content.decode()
     assert "simulated cluster" in page and "port-forward" not in page
+    assert "the notebook does not really run, so there is nothing to open" in page  # it said "the does not really run"
 
 
 def test_with_an_ingress_domain_the_notebook_opens_through_the_portal_and_no_hint_is_shown(ready_team, member, notebook,

@@ -42,7 +42,7 @@ def test_a_busy_job_gets_four_charts_and_says_how_busy_it_is(running_job):
                                                   "Hottest GPU's temperature"]
     assert picture.verdict.startswith("Busy ") and "% of its GPU time" in picture.verdict
     assert all(c.path.count(",") >= 10 for c in picture.charts)  # a point every 15 s over ten minutes
-    assert picture.charts[1].latest.endswith("of 79.6 GiB")
+    assert picture.charts[1].latest.endswith("of 80.0 GiB")  # an H100 80GB, as the catalog has it
 
 
 def test_an_idle_job_says_for_how_long(running_job, gpu_metrics):
@@ -93,6 +93,23 @@ def test_the_page_loads_the_charts_as_a_fragment_that_refreshes_while_it_runs(ru
     fragment = client.get(f"/workloads/{running_job.pk}/telemetry/", HTTP_HX_REQUEST="true").content.decode()
     assert fragment.count("<polyline") == 4 and 'hx-trigger="every 30s"' in fragment and "Busy " in fragment
     assert "<svg" in client.get(f"/workloads/{running_job.pk}/telemetry/").content.decode()  # the real href works too
+
+
+def test_a_run_of_seconds_says_when_its_charts_come_instead_of_drawing_empty_ones(running_job, member):
+    # The page draws up to the wall clock: its pod started half a minute before it, two or three samples.
+    running_job.intervals.update(started_at=timezone.now() - dt.timedelta(seconds=30))
+    fragment = login(member).get(f"/workloads/{running_job.pk}/telemetry/", HTTP_HX_REQUEST="true").content.decode()
+    assert '<p class="muted" data-testid="charts-later">Charts appear after its first minutes of running.</p>' in fragment
+    assert "<svg" not in fragment
+    assert "GPU engine active: <strong>" in fragment and "Busy " in fragment  # its latest figures and verdict still
+
+
+def test_a_finished_run_too_short_for_charts_says_so(running_job):
+    start = running_job.intervals.get().started_at
+    running_job.phase = Workload.Phase.SUCCEEDED
+    picture = telemetry.workload_telemetry(workload=running_job, now=start + dt.timedelta(seconds=40))
+    assert picture.early == "It ran too briefly for charts: these are its last figures."
+    assert telemetry.workload_telemetry(workload=running_job, now=_later()).early == ""  # ten minutes draw
 
 
 def test_another_team_gets_404_for_the_charts(running_job, outsider):

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import pytest
 
+from billing import metering
 from billing.models import Adjustment
 from billing.statements import statement_close
 from jobs import sync, xid
@@ -85,6 +86,7 @@ def test_closing_the_month_credits_the_gpu_time_after_a_hardware_xid_and_nothing
     GpuXidEvent.objects.create(workload=buggy, pod_name=other.pod_name, gpu="GPU-2", code=13, hardware=False,
                                at=dt.datetime(2026, 10, 11, 8, 30, tzinfo=UTC))
     broken.delete()  # the credit outlives the workload, as its usage does
+    metering.rollups_refresh()
 
     statement = statement_close(actor=finance_user, month=dt.date(2026, 10, 1), now=dt.datetime(2026, 11, 2, tzinfo=UTC))
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
@@ -104,6 +105,34 @@ def test_the_schema_is_served_to_logged_in_people(as_user, member):
 
     assert response.status_code == 200
     assert "/api/quota-requests/{id}/approve/" in response.json()["paths"]
+
+
+def test_the_schema_is_not_served_to_anonymous_visitors(client, db):
+    response = client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+
+    assert response.status_code == 401
+    assert response.json() == {"message": "Authentication credentials were not provided.", "errors": {}}
+    assert "/api/quota-requests/" not in response.content.decode()
+
+
+def test_the_schema_is_served_to_an_api_token(member):
+    from rest_framework.test import APIClient
+
+    from portal import tokens
+
+    _, secret = tokens.api_token_create(user=member, name="ci", expires_in_days=1)
+    response = APIClient().get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json",
+                               HTTP_AUTHORIZATION=f"Token {secret}")
+
+    assert response.status_code == 200 and "/api/workloads/" in response.json()["paths"]
+
+
+@pytest.mark.parametrize("path", ["/api/docs/", "/api/redoc/", "/api/docs/?script="])
+def test_the_docs_pages_send_anonymous_visitors_to_sign_in_and_back(client, db, path):
+    response = client.get(path)
+
+    assert response.status_code == 302
+    assert response.url == f"/login/?next={quote(path)}"
 
 
 def test_the_docs_page_renders_swagger_ui_from_local_static_files(as_user, member):

@@ -55,7 +55,7 @@ def test_a_redis_that_does_not_answer_counts_nothing_and_refuses_nothing(redis_d
 @pytest.mark.django_db
 def test_signing_in_while_redis_is_down_works_and_a_wrong_password_is_told_so_not_a_server_error(redis_down, settings):
     """The sign-in throttle is a backstop: while its cache is away it steps aside (logged)."""
-    settings.PORTAL_LOGIN_FAILURE_LIMIT = 2
+    settings.PORTAL_LOGIN_FAILURES_BEFORE_WAIT = 2
     UserFactory(username="ada", password="the-right-one")
     client = Client()
     for _ in range(3):  # past the limit: nothing was counted, so nothing locks

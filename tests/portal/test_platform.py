@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import logging
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -152,3 +153,32 @@ def test_api_tokens_are_shown_once_stored_hashed_and_expire(member):
 def test_api_tokens_need_a_name_and_a_bounded_expiry(member, name, days, message):
     with pytest.raises(DomainError, match=message):
         tokens.api_token_create(user=member, name=name, expires_in_days=days)
+
+
+PRODUCTION = {"PORTAL_PRODUCTION": "1", "SECRET_KEY": secrets.token_urlsafe(48), "ALLOWED_HOSTS": "portal.example.com",
+              "SITE_URL": "https://portal.example.com", "DATABASE_URL": "postgres://u@127.0.0.1:1/db",
+              "REDIS_URL": "redis://127.0.0.1:1/0"}
+
+
+def run_deploy_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PORTAL_", "DATABASE_URL", "REDIS_URL"))}
+    return subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT,
+                          env={**clean, **PRODUCTION, "PORTAL_VAR_DIR": str(tmp_path), **env},
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_check_deploy_fails_when_workload_ingresses_would_answer_plain_http(tmp_path):
+    result = run_deploy_check(tmp_path, PORTAL_INGRESS_DOMAIN="apps.example.com")
+
+    assert result.returncode != 0
+    assert "(portal.W001) Workloads get an Ingress under apps.example.com (PORTAL_INGRESS_DOMAIN) but no TLS" in result.stderr
+    assert "PORTAL_INGRESS_TLS_SECRET" in result.stderr and "PORTAL_INGRESS_CLUSTER_ISSUER" in result.stderr
+
+
+@pytest.mark.parametrize("tls", [{"PORTAL_INGRESS_TLS_SECRET": "wildcard-apps"},
+                                 {"PORTAL_INGRESS_CLUSTER_ISSUER": "letsencrypt"}, {"PORTAL_INGRESS_DOMAIN": ""}])
+def test_check_deploy_passes_with_tls_for_workload_ingresses_or_none_at_all(tmp_path, tls):
+    result = run_deploy_check(tmp_path, **{"PORTAL_INGRESS_DOMAIN": "apps.example.com", **tls})
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout

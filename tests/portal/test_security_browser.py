@@ -14,7 +14,7 @@ from tests.factories import FlavorFactory, MembershipFactory, QuotaGrantFactory,
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PAGES = ["/", "/teams/", "/teams/vision/", "/capacity/", "/requests/", "/requests/new/", "/approvals/", "/audit/",
-         "/templates/", "/launch/", "/workloads/", "/tokens/", "/notifications/", "/admin/", "/api/teams/",
+         "/templates/", "/launch/", "/workloads/", "/tokens/", "/notifications/", "/platform/people/", "/admin/", "/api/teams/",
          "/api/docs/", "/api/redoc/"]
 
 
@@ -28,11 +28,13 @@ def site(db: Any) -> None:
     QuotaGrantFactory(team=vision, flavor=h100, units=2)
 
 
-def test_no_page_trips_the_content_security_policy(browser, live_server, site):
+def test_no_page_trips_the_content_security_policy_or_the_permissions_policy(browser, live_server, site):
     page = log_in(browser, live_server, "root")
     refused: list[str] = []
+    # Chromium says so in the console when a policy refuses something, or names a feature it does not know.
     page.on("console", lambda message: refused.append(f"{page.url}: {message.text}")
-            if "Content Security Policy" in message.text else None)
+            if "Content Security Policy" in message.text or "Permissions-Policy" in message.text
+            or "Permissions policy" in message.text else None)
     for path in PAGES:
         page.goto(f"{live_server.url}{path}")
         page.wait_for_load_state("networkidle")

@@ -337,11 +337,56 @@ def test_the_audit_trail_cannot_be_written_through_the_api(team, lead, admin_use
 
 
 def test_a_lead_renames_the_team_and_the_trail_says_so(team, lead):
-    response = api(lead).patch("/api/teams/vision/", {"name": "Vision Research", "cost_center": "CC-7"}, format="json")
+    response = api(lead).patch("/api/teams/vision/", {"name": "Vision Research", "description": "Detectors"},
+                               format="json")
 
     assert response.status_code == 200, response.json()
-    assert (response.json()["name"], response.json()["cost_center"]) == ("Vision Research", "CC-7")
-    assert AuditEvent.objects.get(action="team.updated").message == "lena changed cost_center, name of team vision"
+    assert (response.json()["name"], response.json()["description"]) == ("Vision Research", "Detectors")
+    assert AuditEvent.objects.get(action="team.updated").message == "lena changed description, name of team vision"
+
+
+COST_CENTER_REFUSAL = ("Only finance and platform admins may change a team's cost center: the monthly statements bill "
+                       "it. Ask finance to change it.")
+
+
+@pytest.mark.parametrize("body", [{"cost_center": "CC-7"}, {"name": "Vision Research", "cost_center": "CC-7"}])
+def test_a_lead_cannot_change_the_cost_center_that_statements_bill(team, lead, body):
+    response = api(lead).patch("/api/teams/vision/", body, format="json")
+
+    assert response.status_code == 403
+    assert response.json() == {"message": COST_CENTER_REFUSAL, "errors": {"cost_center": [COST_CENTER_REFUSAL]}}
+    team.refresh_from_db()
+    assert (team.name, team.cost_center) == ("Vision", "CC-100")
+    assert not AuditEvent.objects.filter(action="team.updated").exists()
+
+
+def test_a_lead_may_send_the_cost_center_unchanged_with_a_rename(team, lead):
+    response = api(lead).patch("/api/teams/vision/", {"name": "Vision Research", "cost_center": "CC-100"}, format="json")
+
+    assert response.status_code == 200, response.json()
+    assert AuditEvent.objects.get(action="team.updated").message == "lena changed name of team vision"
+
+
+@pytest.mark.parametrize("who", ["finance_user", "admin_user"])
+def test_finance_and_platform_admins_change_the_cost_center_and_the_trail_says_from_what(request, team, who):
+    user = request.getfixturevalue(who)
+
+    response = api(user).patch("/api/teams/vision/", {"cost_center": "CC-7"}, format="json")
+
+    assert response.status_code == 200, response.json()
+    assert response.json()["cost_center"] == "CC-7"
+    team.refresh_from_db()
+    assert team.cost_center == "CC-7"
+    event = AuditEvent.objects.get(action="team.updated")
+    assert (event.actor, event.team_id, event.data) == (user, team.pk, {"cost_center": "CC-7"})
+    assert event.message == f"{user.username} changed cost_center from CC-100 to CC-7 of team vision"
+
+
+def test_finance_changes_only_the_cost_center_of_a_team(team, finance_user):
+    for body in ({"name": "Finance's now"}, {"may_borrow": False}, {"cost_center": "CC-7", "description": "Ours"}):
+        assert api(finance_user).patch("/api/teams/vision/", body, format="json").status_code == 403, body
+    team.refresh_from_db()
+    assert (team.name, team.cost_center, team.description, team.may_borrow) == ("Vision", "CC-100", "", True)
 
 
 def test_a_member_cannot_change_the_team_they_see(team, member, lead):

@@ -1,8 +1,12 @@
-"""Four eyes on quota: a team can ask that whoever files a request is not the one who approves it."""
+"""Four eyes on quota: whoever files a request is not the one who approves it, on by default; a
+platform admin may turn it off for a team, and a site for the teams it creates."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from portal.errors import NotAllowed
@@ -19,7 +23,14 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 @pytest.fixture
 def four_eyes(team: Team) -> Team:
-    team.requires_second_approver = True
+    assert team.requires_second_approver is True  # every new team's, unless the site says otherwise
+    return team
+
+
+@pytest.fixture
+def without_four_eyes(team: Team) -> Team:
+    """A team whose four eyes a platform admin turned off."""
+    team.requires_second_approver = False
     team.save(update_fields=["requires_second_approver"])
     return team
 
@@ -62,15 +73,32 @@ def test_the_filer_may_still_reject_their_own_request_under_four_eyes(four_eyes,
     assert rejected.status == QuotaRequest.Status.REJECTED
 
 
-def test_without_four_eyes_a_lead_approves_their_own_request_as_before(team, lead, flavor):
-    assert team.requires_second_approver is False
-    qr = file_request(team, lead, flavor)
+def test_a_new_team_asks_for_four_eyes_whoever_creates_it(admin_user):
+    made_by_service = services.team_create(actor=admin_user, slug="nlp", name="NLP")
+    made_by_api = api(admin_user).post("/api/teams/", {"slug": "speech", "name": "Speech"}, format="json")
+    form = Client()
+    form.force_login(admin_user)
+    page = form.get(reverse("tenants:team-create")).content.decode()
+
+    assert made_by_service.requires_second_approver is True
+    assert made_by_api.status_code == 201 and made_by_api.json()["requires_second_approver"] is True
+    assert re.search(r'<input type="checkbox" name="requires_second_approver"[^>]* checked', page)
+
+
+def test_a_site_may_create_its_teams_without_four_eyes(admin_user, settings):
+    settings.PORTAL_QUOTA_FOUR_EYES_DEFAULT = False
+
+    assert services.team_create(actor=admin_user, slug="nlp", name="NLP").requires_second_approver is False
+
+
+def test_a_lead_approves_their_own_request_where_a_platform_admin_turned_four_eyes_off(without_four_eyes, lead, flavor):
+    qr = file_request(without_four_eyes, lead, flavor)
     assert services.quota_request_approve(quota_request=qr, approver=lead).status == QuotaRequest.Status.APPROVED
 
 
-def test_four_eyes_turned_on_after_filing_still_stops_the_filer(team, lead, flavor):
-    qr = file_request(team, lead, flavor)
-    Team.objects.filter(pk=team.pk).update(requires_second_approver=True)
+def test_four_eyes_turned_on_after_filing_still_stops_the_filer(without_four_eyes, lead, flavor):
+    qr = file_request(without_four_eyes, lead, flavor)
+    Team.objects.filter(pk=without_four_eyes.pk).update(requires_second_approver=True)
     with pytest.raises(NotAllowed):
         services.quota_request_approve(quota_request=qr, approver=lead)
 
@@ -85,13 +113,16 @@ def test_the_api_refuses_the_filer_with_the_sentence_and_lets_another_approver_t
     assert approved.json()["status"] == "approved"
 
 
-def test_a_platform_admin_turns_four_eyes_on_through_the_api_and_a_lead_cannot(team, lead, admin_user):
-    assert api(lead).patch("/api/teams/vision/", {"requires_second_approver": True}, format="json").status_code == 403
-    response = api(admin_user).patch("/api/teams/vision/", {"requires_second_approver": True}, format="json")
+def test_a_platform_admin_turns_four_eyes_off_and_on_through_the_api_and_a_lead_cannot(team, lead, admin_user):
+    assert api(lead).patch("/api/teams/vision/", {"requires_second_approver": False}, format="json").status_code == 403
+    response = api(admin_user).patch("/api/teams/vision/", {"requires_second_approver": False}, format="json")
     assert response.status_code == 200, response.json()
-    assert response.json()["requires_second_approver"] is True
+    assert response.json()["requires_second_approver"] is False
     team.refresh_from_db()
-    assert team.requires_second_approver is True
+    assert team.requires_second_approver is False
+    assert AuditEvent.objects.filter(action="team.updated", message__contains="requires_second_approver to False").exists()
+    assert api(lead).patch("/api/teams/vision/", {"requires_second_approver": True}, format="json").status_code == 403
+    assert api(admin_user).patch("/api/teams/vision/", {"requires_second_approver": True}, format="json").status_code == 200
     assert AuditEvent.objects.filter(action="team.updated", message__contains="requires_second_approver to True").exists()
 
 
@@ -119,7 +150,8 @@ def test_the_request_page_tells_the_filer_who_must_decide_and_a_forced_post_is_r
     assert qr.status == QuotaRequest.Status.PENDING
 
 
-def test_a_platform_admin_turns_four_eyes_on_in_the_admin_through_the_service(team, lead, admin_user, as_user):
+def test_a_platform_admin_turns_four_eyes_on_in_the_admin_through_the_service(without_four_eyes, lead, admin_user, as_user):
+    team = without_four_eyes
     lead_membership = Membership.objects.get(team=team, user=lead)
     data = {
         "name": "Vision", "cost_center": team.cost_center, "description": "",

@@ -60,7 +60,7 @@ def test_an_sso_login_with_a_groups_claim_that_is_not_strings_signs_in(client, p
 
     done = sso_login(client, provider)
 
-    assert done.status_code == 302 and done.url == "/"
+    assert done.status_code == 302 and done.url == "/start/"
     expected = ["vision"] if isinstance(groups, list) else []
     assert list(Membership.objects.filter(user__username="grace").values_list("team__slug", flat=True)) == expected
 

@@ -765,3 +765,17 @@ def test_platform_admins_see_capacity_guaranteed_used_and_borrowed_per_flavor(te
     row = page[page.index('data-testid="capacity-row"'):]
     assert "H100 80GB" in row and '<td class="num">16</td><td class="num">6</td>' in row
     assert as_user(member).get(reverse("tenants:capacity")).status_code == 403
+
+
+def test_the_capacity_bars_say_what_each_colour_means(team, admin_user, flavor, as_user):
+    from tests.factories import QuotaGrantFactory
+
+    QuotaGrantFactory(team=team, flavor=flavor, units=6)
+    page = as_user(admin_user).get(reverse("tenants:capacity")).content.decode()
+    legend = page[page.index('data-testid="capacity-legend"'):].split("</p>")[0]
+    assert re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", legend)).strip().endswith(
+        "In each bar: in use now guaranteed to teams not guaranteed")
+    for part in ("used", "all", "free"):  # each colour of the bar has its swatch in the legend
+        assert f'<span class="swatch {part}">' in legend
+    bar = page[page.index('<svg class="bar"'):].split("</svg>")[0]
+    assert '<rect class="all" width="38"' in bar and '<rect class="used" width="0"' in bar

@@ -10,8 +10,10 @@ import requests
 from django.contrib.auth import get_user_model
 
 from portal import tokens
-from portal.models import ApiToken, SsoIdentity
-from tenants.models import Membership
+from portal.models import ApiToken, Notification, SsoIdentity
+from portal.notifications import notify
+from tenants.models import Membership, Team
+from tenants.oidc import RENEW_FIRST, RENEW_FIRST_API
 from tests.factories import TeamFactory
 from tests.oidc_provider import MockOpenIDProvider
 
@@ -29,8 +31,8 @@ def provider(settings):
         yield op
 
 
-def sso_login(client, provider) -> Any:
-    start = client.get("/oidc/authenticate/")
+def sso_login(client, provider, start_url: str = "/oidc/authenticate/") -> Any:
+    start = client.get(start_url)
     assert start.status_code == 302 and start.url.startswith(provider.url)
     # The browser's hop to the provider, which answers with a redirect back to the callback.
     at_provider = requests.get(start.url, allow_redirects=False, timeout=5)
@@ -49,7 +51,7 @@ def test_sso_login_creates_the_user_with_roles_and_teams_from_group_claims(clien
 
     done = sso_login(client, provider)
 
-    assert done.status_code == 302 and done.url == "/"
+    assert done.status_code == 302 and done.url == "/start/"  # LOGIN_REDIRECT_URL: tenants.views.landing
     user = get_user_model().objects.get(username="grace")
     assert (user.email, user.first_name, user.is_finance, user.is_platform_admin) == ("grace@example.com", "Grace", True, False)
     assert dict(Membership.objects.filter(user=user).values_list("team__slug", "role")) == {"vision": "lead", "nlp": "member"}
@@ -233,7 +235,7 @@ def test_a_groups_claim_of_an_odd_shape_logs_in_without_roles(client, provider, 
 
     done = sso_login(client, provider)
 
-    assert done.status_code == 302 and done.url == "/"
+    assert done.status_code == 302 and done.url == "/start/"  # LOGIN_REDIRECT_URL: tenants.views.landing
     assert signed_in_user(client).username == "odd"
     assert not Membership.objects.exists()
 
@@ -331,3 +333,111 @@ def test_htmx_fragments_and_local_accounts_are_not_sent_to_the_provider(client, 
     # How a local account signs in: the password form, answered by Django's own backend.
     client.force_login(member, backend="django.contrib.auth.backends.ModelBackend")
     assert client.get("/notifications/").status_code == 200
+
+
+# --- Changes wait for a confirmed session -----------------------------------------------------------
+
+ADMIN = {"sub": "u-1", "preferred_username": "ada", "email": "ada@example.com", "groups": ["gpu-portal-admins"]}
+
+
+def test_after_the_id_token_expired_an_api_change_over_the_session_is_refused_until_it_is_renewed(client, refreshing):
+    refreshing.next_user = ADMIN
+    sso_login(client, refreshing)
+    expire_id_token(client)
+
+    refused = client.post("/api/teams/", {"slug": "nlp", "name": "NLP"}, content_type="application/json")
+
+    assert refused.status_code == 401
+    assert refused.json() == {"message": RENEW_FIRST_API, "errors": {}}
+    assert not Team.objects.exists()
+    follow_to_provider_and_back(client, refreshing, client.get("/teams/"))
+    assert client.post("/api/teams/", {"slug": "nlp", "name": "NLP"}, content_type="application/json").status_code == 201
+
+
+def test_a_page_form_sent_after_the_id_token_expired_changes_nothing_and_goes_back_to_renew(client, refreshing):
+    refreshing.next_user = ADMIN
+    sso_login(client, refreshing)
+    expire_id_token(client)
+
+    sent = client.post("/platform/teams/new/", {"slug": "nlp", "name": "NLP"},
+                       HTTP_REFERER="http://testserver/platform/teams/new/")
+
+    assert sent.status_code == 302 and sent.url == "/platform/teams/new/"
+    assert not Team.objects.exists()
+    back = follow_to_provider_and_back(client, refreshing, client.get(sent.url))
+    assert back.url == "/platform/teams/new/"
+    assert RENEW_FIRST in client.get(back.url).content.decode()
+
+
+def test_an_htmx_change_after_the_id_token_expired_is_sent_to_reload_its_page_and_changes_nothing(client, refreshing):
+    refreshing.next_user = ADMIN
+    sso_login(client, refreshing)
+    user = signed_in_user(client)
+    notify(recipients=[user], message="Something happened.")
+    expire_id_token(client)
+
+    sent = client.post("/notifications/read/", HTTP_HX_REQUEST="true",
+                       HTTP_HX_CURRENT_URL="http://testserver/notifications/?page=2")
+
+    assert sent.status_code == 401 and sent["HX-Redirect"] == "/notifications/?page=2"
+    assert Notification.objects.filter(recipient=user, read_at__isnull=True).count() == 1
+
+
+def test_a_change_is_never_sent_back_to_another_site(client, refreshing):
+    refreshing.next_user = ADMIN
+    sso_login(client, refreshing)
+    expire_id_token(client)
+
+    sent = client.post("/platform/teams/new/", {"slug": "nlp", "name": "NLP"}, HTTP_REFERER="https://evil.example/")
+
+    assert sent.status_code == 302 and sent.url == "/"
+
+
+def test_signing_out_and_local_accounts_need_no_renewal(client, refreshing, member):
+    refreshing.next_user = ADMIN
+    sso_login(client, refreshing)
+    expire_id_token(client)
+    assert client.post("/logout/").status_code == 302
+    assert signed_in_user(client) is None
+
+    client.force_login(member, backend="django.contrib.auth.backends.ModelBackend")
+    session = client.session
+    session["oidc_id_token_expiration"] = 0  # whatever it holds, no provider vouches for a local account
+    session.save()
+    assert client.post("/api/tokens/", {"name": "laptop", "expires_in_days": 7},
+                       content_type="application/json").status_code == 201
+
+
+def test_single_sign_on_from_the_login_page_comes_back_to_the_page_the_session_ended_on(client, provider):
+    provider.next_user = {"sub": "u-7", "preferred_username": "grace", "email": "grace@example.com", "groups": []}
+    login_page = client.get("/login/?next=/workloads/%3Fphase%3Dfailed").content.decode()
+    start_url = "/oidc/authenticate/?next=/workloads/%3Fphase%3Dfailed"
+    assert f'href="{start_url}"' in login_page
+
+    done = sso_login(client, provider, start_url)
+
+    assert done.status_code == 302 and done.url == "/workloads/?phase=failed"
+
+
+def test_a_deactivated_sso_accounts_session_ends_at_its_next_request(client, provider):
+    from tenants import people
+
+    provider.next_user = {"sub": "u-8", "preferred_username": "grace", "email": "grace@example.com", "groups": []}
+    sso_login(client, provider)
+    grace = signed_in_user(client)
+    assert client.get("/").status_code == 200
+    root = get_user_model().objects.create_user(username="root", is_platform_admin=True)
+
+    people.person_active_set(actor=root, person=grace, active=False)
+
+    assert client.get("/")["Location"].startswith("/login/")
+
+
+def test_finance_signing_in_through_single_sign_on_lands_on_the_finance_overview(client, provider):
+    provider.next_user = {"sub": "u-9", "preferred_username": "fiona", "email": "f@example.com",
+                          "groups": ["gpu-portal-finance"]}
+    assert 'href="/oidc/authenticate/"' in client.get("/login/?next=/").content.decode()  # the root names no page
+
+    done = sso_login(client, provider)
+
+    assert client.get(done.url)["Location"] == "/billing/finance/"

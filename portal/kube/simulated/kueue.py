@@ -20,6 +20,7 @@ from portal.kube.simulated.state import (
     QUEUE_LABEL,
     QUEUED_KINDS,
     ClusterState,
+    node_selected,
     pod_requests,
     to_units,
     units_text,
@@ -37,6 +38,7 @@ class Workload:
     created: str
     requests: dict[str, float]  # resource name -> units for all pods
     pods: int
+    pod_spec: dict[str, Any] = field(default_factory=dict)
     admitted_flavor: dict[str, str] = field(default_factory=dict)  # resource -> flavor
 
     @property
@@ -117,6 +119,7 @@ class Kueue:
                 cluster_queue=local_queue.body["spec"]["clusterQueue"] if local_queue else None,
                 priority=int(spec.get("priority", 0)), created=row.body["metadata"]["creationTimestamp"],
                 requests=dict(requests), pods=pod_set["count"], admitted_flavor=dict(flavors),
+                pod_spec=pod_set["template"].get("spec") or {},
             ))
         return result
 
@@ -138,14 +141,26 @@ class Kueue:
                         return to_units(r["nominalQuota"]), borrow, lend
         return None
 
-    def _flavor_order(self, cq: str, resource: str) -> list[str]:
+    def _flavor_order(self, cq: str, resource: str, workload: Workload | None = None) -> list[str]:
+        """The flavors of the resource's group in the queue's order; with a workload, only those
+        its pods' node selector and required node affinity accept, as Kueue judges them: against
+        each flavor's node labels, for the label keys the group's flavors use."""
         row = self.state.cluster_queues.get(cq)
         if row is None:
             return []
         for group in row.body["spec"].get("resourceGroups", []):
             if resource in group.get("coveredResources", []):
-                return [fq["name"] for fq in group["flavors"]]
+                names = [fq["name"] for fq in group["flavors"]]
+                if workload is None:
+                    return names
+                labels = {name: self._node_labels(name) for name in names}
+                keys = {key for flavor_labels in labels.values() for key in flavor_labels}
+                return [name for name in names if node_selected(workload.pod_spec, labels[name], keys)]
         return []
+
+    def _node_labels(self, flavor: str) -> dict[str, str]:
+        row = self.state.flavors.get(flavor)
+        return dict(row.body["spec"].get("nodeLabels") or {}) if row is not None else {}
 
     def _cohort(self, cq: str) -> list[str]:
         cohort = self.state.cluster_queues[cq].body["spec"].get("cohortName")
@@ -240,9 +255,12 @@ class Kueue:
         for resource, amount in workload.requests.items():
             if resource in ("cpu", "memory") or amount == 0:
                 continue  # Kueue is configured to check GPU resources only (IgnoreUndeclared).
-            flavors = self._flavor_order(workload.cluster_queue or "", resource)
-            if not flavors:
+            if not self._flavor_order(workload.cluster_queue or "", resource):
                 return None, f"couldn't assign flavors to pod set main: resource {resource} unavailable in ClusterQueue"
+            flavors = self._flavor_order(workload.cluster_queue or "", resource, workload)
+            if not flavors:
+                return None, ("couldn't assign flavors to pod set main: no flavor of resource "
+                              f"{resource} matches the pods' node selector or affinity")
             for flavor in flavors:
                 fits, missing = self._fits(workloads, workload.cluster_queue or "", flavor, resource, amount)
                 if fits:
@@ -259,7 +277,7 @@ class Kueue:
         for resource, amount in workload.requests.items():
             if resource in ("cpu", "memory") or amount == 0:
                 continue
-            for flavor in self._flavor_order(cq, resource):
+            for flavor in self._flavor_order(cq, resource, workload):
                 quota = self._quota(cq, flavor, resource)
                 if quota is None:
                     continue
@@ -388,3 +406,4 @@ class Kueue:
             if row.body.get("status") != status:
                 row.body["status"] = status
                 self.state.save(row, row.body)
+

@@ -16,6 +16,7 @@ from portal.kube.simulated.state import (
     OWNER_LABEL,
     QUEUED_KINDS,
     ClusterState,
+    node_selected,
     pod_requests,
     to_units,
 )
@@ -83,11 +84,10 @@ class Scheduler:
         }
 
     def _place(self, pod: dict[str, Any], used: dict[tuple[str, str], float]) -> str | None:
-        selector = pod["spec"].get("nodeSelector", {})
         wanted = {r: v for r, v in pod_requests(pod).items() if r not in ("cpu", "memory")}
         for node in self.state.nodes:
             labels = node.body["metadata"].get("labels", {})
-            if any(labels.get(k) != v for k, v in selector.items()):
+            if not node_selected(pod["spec"], labels):
                 continue
             allocatable = node.body.get("status", {}).get("allocatable", {})
             if all(used[(node.name, r)] + v <= to_units(allocatable.get(r, 0)) for r, v in wanted.items()):

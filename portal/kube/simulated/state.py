@@ -105,3 +105,34 @@ class ClusterState:
 
     def remove(self, row: SimulatedObject) -> None:
         self.store.remove(row)
+
+
+def node_selected(pod_spec: dict[str, Any], node_labels: dict[str, str], keys: set[str] | None = None) -> bool:
+    """Whether a node with these labels would satisfy the pod's node selector and required node
+    affinity, as the scheduler judges a node; with `keys`, considering only those label keys (the
+    ones flavors are told apart by), as Kueue's flavor assigner judges a flavor: a term left with
+    no expression on those keys then accepts every flavor. Terms are alternatives; the expressions
+    within one all hold."""
+    for key, value in (pod_spec.get("nodeSelector") or {}).items():
+        if (keys is None or key in keys) and node_labels.get(key) != value:
+            return False
+    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [[e for e in term.get("matchExpressions") or [] if keys is None or e.get("key") in keys]
+             for term in required.get("nodeSelectorTerms") or []]
+    if not terms or (keys is not None and any(not term for term in terms)):
+        return True
+    return any(term and all(_holds(expression, node_labels) for expression in term) for term in terms)
+
+
+def _holds(expression: dict[str, Any], labels: dict[str, str]) -> bool:
+    key, operator, values = expression["key"], expression.get("operator"), expression.get("values") or []
+    if operator == "In":
+        return labels.get(key) in values
+    if operator == "NotIn":
+        return labels.get(key) not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    return True

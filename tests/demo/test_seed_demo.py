@@ -22,12 +22,13 @@ def test_the_demo_has_teams_people_flavors_requests_in_every_state_and_templates
     resource_names = {f.resource_name for f in Flavor.objects.all()}
     assert resource_names == {"nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared"}
     assert set(QuotaRequest.objects.values_list("status", flat=True)) == set(QuotaRequest.Status.values)
-    assert sorted(WorkloadTemplate.objects.values_list("kind", flat=True)) == ["distributed", "inference", "notebook", "training"]
+    assert sorted(WorkloadTemplate.objects.values_list("kind", flat=True)) == ["distributed", "inference", "notebook", "training",
+                                                                               "training"]
     assert User.objects.get(username="admin").is_platform_admin and User.objects.get(username="finance").is_finance
     assert "password for all: gpu-portal-demo" in out.getvalue() and "lena     lead of vision" in out.getvalue()
 
     call_command("seed_demo", stdout=StringIO())
-    assert Team.objects.count() == 3 and WorkloadTemplate.objects.count() == 4
+    assert Team.objects.count() == 3 and WorkloadTemplate.objects.count() == 5
 
 
 def test_the_demo_has_prices_for_every_flavor():
@@ -47,32 +48,32 @@ def _billing_state() -> tuple:
             list(Budget.objects.values_list("account__slug", "amount")), AuditEvent.objects.filter(action="budget.set").count())
 
 
-def test_the_demo_shows_billing_each_teams_past_days_metered_priced_and_a_budget_for_vision(client):
-    import datetime as dt
+def test_the_demo_shows_billing_each_teams_days_since_last_month_metered_priced_and_a_budget_for_vision(client):
     from decimal import Decimal
 
     from django.utils import timezone
 
-    from billing import metering, selectors
-    from billing.management.commands.seed_demo import USAGE_DAYS
+    from billing import metering, periods, selectors
     from billing.models import Account, Budget
+    from demo.history import history_start
     from jobs.models import RunInterval
 
     call_command("seed_demo", stdout=StringIO())
 
-    today = timezone.now().astimezone(dt.UTC).date()
-    report = selectors.usage_report(accounts=Account.objects.all(), start=today - dt.timedelta(days=USAGE_DAYS),
-                                    end=today, by=("team", "day"))
+    now = timezone.now()
+    since, today = history_start(now), periods.local_date(now)
+    report = selectors.usage_report(accounts=Account.objects.all(), start=periods.local_date(since), end=today,
+                                    by=("team", "day"))
     days = {(row["team"], row["day"]) for row in report.rows if row["cost"] > 0}
     for team in ("vision", "nlp", "recsys"):
-        assert sum(1 for slug, _ in days if slug == team) >= USAGE_DAYS, f"{team} has too few priced days"
+        assert sum(1 for slug, _ in days if slug == team) >= (today - periods.local_date(since)).days, (
+            f"{team} has too few priced days")
     # Every interval is closed, metered and settled; the rollups equal a recomputation exactly.
     assert not RunInterval.objects.filter(ended_at__isnull=True).exists()
     assert not RunInterval.objects.filter(settled=False).exists()
-    start = dt.datetime.combine(today - dt.timedelta(days=USAGE_DAYS + 1), dt.time(), dt.UTC)
     metered = metering.watermark()
     assert metered is not None
-    assert metering.recompute(start=start, end=metered) == []
+    assert metering.recompute(start=since, end=metered) == []
     budget = Budget.objects.get()
     assert (budget.account.slug, budget.amount, budget.currency, budget.hard_stop) == ("vision", Decimal("1500"), "USD",
                                                                                        False)
@@ -98,10 +99,13 @@ def test_seeding_the_demo_again_changes_no_billing_and_keeps_the_budget_finance_
 
 
 def test_a_demo_site_seeded_before_billing_gets_its_history_when_seeded_again():
-    from billing.management.commands.seed_demo import Command
-    from billing.models import UsageHour
+    from django.utils import timezone
 
-    Command(stdout=StringIO()).seed()  # a site seeded by the command as it was: people, teams, templates
+    from billing.models import UsageHour
+    from demo import history, site
+
+    now = timezone.now()
+    site.site_seed(now=now, since=history.history_start(now))  # people, teams, templates: a site seeded before billing
     assert not UsageHour.objects.exists()
     call_command("seed_demo", stdout=StringIO())
     assert set(UsageHour.objects.values_list("account__slug", flat=True)) == {"vision", "nlp", "recsys"}

@@ -20,7 +20,7 @@ def refuse_flavors_that_are_no_fraction_of_a_gpu(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tenants', '0008_flavor_fraction_up_to_256'),
+        ('tenants', '0009_team_four_eyes_by_default'),
     ]
 
     operations = [
