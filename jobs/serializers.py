@@ -192,14 +192,14 @@ class TemplateSettingsSerializer(StrictInputMixin, serializers.Serializer):
     idle_minutes = limit_field("idle_minutes")
     port = limit_field("port")
     parameters = ParameterSerializer(many=True, required=False)
-    idle_threshold_percent = serializers.IntegerField(
+    idle_threshold_percent = WholeNumberSerializerField(
         required=False, allow_null=True, help_text="Idle below this GPU engine-active %; null: the platform's default.")
-    idle_window_minutes = serializers.IntegerField(
+    idle_window_minutes = WholeNumberSerializerField(
         required=False, allow_null=True, help_text="Idle this long before the owner is warned; null: the platform's default.")
     idle_action = serializers.ChoiceField(
         choices=IdleAction.choices, required=False, allow_blank=True,
         help_text="notify, stop, or scale_to_min (inference); blank: the platform's default.")
-    idle_grace_minutes = serializers.IntegerField(
+    idle_grace_minutes = WholeNumberSerializerField(
         required=False, allow_null=True, help_text="Between the warning and the action; null: the platform's default.")
     # Where the cluster dry-runs what a launch would create before anything is saved (the API's
     # descriptions say how it is chosen when left out).

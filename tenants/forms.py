@@ -159,6 +159,9 @@ class TeamForm(forms.ModelForm):
         model = Team
         fields = ["slug", "name", "cost_center", "description", *services.POLICY_FIELDS]
         widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+        # ASCII digits only: Django's IntegerField reads "１２" as 12.
+        field_classes = {"cpu_limit_cores": WholeNumberField, "memory_limit_gib": WholeNumberField,
+                         "pod_limit": WholeNumberField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

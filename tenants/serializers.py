@@ -133,9 +133,9 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
     description = serializers.CharField(allow_blank=True, required=False)
     may_borrow = serializers.BooleanField(required=False, help_text="Platform admins only.")
     lends_idle = serializers.BooleanField(required=False, help_text="Platform admins only.")
-    cpu_limit_cores = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
-    memory_limit_gib = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
-    pod_limit = serializers.IntegerField(required=False, min_value=1, help_text="Platform admins only.")
+    cpu_limit_cores = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")
+    memory_limit_gib = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")
+    pod_limit = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")
     requires_second_approver = serializers.BooleanField(
         required=False, help_text="Whoever files a quota request cannot approve it. Platform admins only."
     )
@@ -297,7 +297,7 @@ class QuotaDecisionSerializer(StrictInputMixin, serializers.Serializer):
 
 
 class ApprovedLineSerializer(StrictInputMixin, serializers.Serializer):
-    flavor = serializers.IntegerField(help_text="Flavor id of one of the request's lines.")
+    flavor = WholeNumberSerializerField(help_text="Flavor id of one of the request's lines.")
     units = UnitsField(help_text="Units to grant: from 1 to the units asked.")
 
 

@@ -23,6 +23,7 @@ from tests.conftest import login
 from tests.helpers import api, launch
 from tests.jobs.test_template_editor import editor_form
 from tests.jobs.test_workload_pages import launch_data
+from tests.tenants.test_platform_pages import team_form
 
 pytestmark = pytest.mark.django_db
 
@@ -169,3 +170,27 @@ def test_a_quota_request_line_reads_units_in_ascii_digits_only(team, member, fla
     assert response.status_code == 400
     assert f"units “{line['units']}” is not a whole number" in response.json()["message"]
     assert not QuotaRequest.objects.exists()
+
+
+@pytest.mark.parametrize("field", ["cpu_limit_cores", "memory_limit_gib", "pod_limit"])
+def test_a_teams_policy_reads_whole_numbers_in_ascii_digits_on_the_page_and_in_the_api(admin_user, team, field):
+    before = getattr(team, field)
+    page = login(admin_user).post(reverse("tenants:team-edit", args=[team.slug]), team_form(**{field: "１２"}))
+    by_api = api(admin_user).patch(f"/api/teams/{team.slug}/", {field: "１２"}, format="json")
+
+    assert page.status_code == 400 and WHOLE_NUMBER_INVALID in page.content.decode()
+    assert by_api.status_code == 400 and field in by_api.json()["errors"]
+    team.refresh_from_db()
+    assert getattr(team, field) == before
+
+
+@pytest.mark.parametrize("field", ["idle_threshold_percent", "idle_window_minutes", "idle_grace_minutes"])
+def test_a_templates_idle_policy_through_the_api_reads_whole_numbers_in_ascii_digits(admin_user, flavor, field):
+    body = {"slug": "idle", "name": "Idle", "kind": "notebook", "flavors": [flavor.slug], "image": "jupyter/base:1",
+            "port": 8888, field: "１０"}
+
+    response = api(admin_user).post("/api/templates/", body, format="json")
+
+    assert response.status_code == 400
+    assert field in response.json()["errors"]
+    assert not WorkloadTemplate.objects.exists()
