@@ -183,7 +183,9 @@ class OverviewView(APIView):
 
 class RateSerializer(serializers.ModelSerializer):
     flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="Who set it; null when the install's catalog or a since deleted account did.")
 
     class Meta:
         model = Rate

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -59,12 +59,17 @@ def rate_at(*, flavor: Flavor, at: dt.datetime | None = None) -> Rate | None:
     return Rate.objects.filter(flavor=flavor, effective_from__lte=at or timezone.now()).order_by("-effective_from").first()
 
 
+def priced_flavors(*, flavor_ids: Collection[int]) -> set[int]:
+    """Which of the flavors have a rate in force now (one query)."""
+    return set(Rate.objects.filter(flavor_id__in=list(flavor_ids), effective_from__lte=timezone.now())
+               .values_list("flavor_id", flat=True).distinct())
+
+
 def unpriced_refusal(*, flavors: Sequence[Flavor]) -> str | None:
     """Why nothing may launch on these flavors now: one of them has no rate in force, so its hours
     would be billed at nothing without anyone deciding that (a price of 0 is a decision; no price
     is not). None when every one has a rate. One query."""
-    priced = set(Rate.objects.filter(flavor__in=flavors, effective_from__lte=timezone.now())
-                 .values_list("flavor_id", flat=True).distinct())
+    priced = priced_flavors(flavor_ids=[flavor.pk for flavor in flavors])
     unpriced = [flavor.name for flavor in flavors if flavor.pk not in priced]
     if not unpriced:
         return None

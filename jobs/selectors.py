@@ -97,7 +97,7 @@ def workload_launched(*, workload: Workload) -> Workload:
     flavor and version it holds are the ones the launch checked, which never change, so the
     detail's five-table join is not needed on the launch's critical path."""
     workload.refresh_from_db(fields=[field.attname for field in Workload._meta.concrete_fields if not field.is_relation])
-    prefetch_related_objects([workload], "transitions", "intervals__flavor", "intervals__switches", "accepted_flavors")
+    prefetch_related_objects([workload], "transitions", "intervals__flavor", "intervals__switches")
     return workload
 
 
