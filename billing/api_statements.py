@@ -32,19 +32,7 @@ from portal.errors import DomainError
 MONTH_PATTERN = r"[0-9]{4}-[0-9]{2}"
 
 
-class _FileRenderer(JSONRenderer):
-    """Lets a caller ask for the file's type (Accept: text/csv): the file itself is answered as it
-    is, and a refusal (404, 403) still as the API's JSON."""
-
-    charset = None
-
-
-class CsvRenderer(_FileRenderer):
-    media_type, format = "text/csv", "csv"
-
-
-class PdfRenderer(_FileRenderer):
-    media_type, format = "application/pdf", "pdf"
+FILE_ACTIONS = ("csv", "pdf")
 TEAM_PARAMETER = OpenApiParameter("team", str, description="A team's slug: just that team's part (404 if not yours).")
 
 
@@ -136,6 +124,13 @@ class StatementViewSet(viewsets.GenericViewSet):
     lookup_field = "month"
     lookup_value_regex = MONTH_PATTERN
 
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[Any, str]:
+        """The files are answered as they are, whatever the caller accepts (Accept: text/csv
+        included); a refusal on their way (404, 403) is the API's JSON, like every other."""
+        if self.action in FILE_ACTIONS:
+            return JSONRenderer(), JSONRenderer.media_type
+        return super().perform_content_negotiation(request, force)
+
     def get_queryset(self) -> QuerySet[Statement]:
         return Statement.objects.for_user(self.request.user).filter(sealed=True).order_by("-month")
 
@@ -175,7 +170,7 @@ class StatementViewSet(viewsets.GenericViewSet):
     @extend_schema(parameters=[TEAM_PARAMETER], responses={(200, "text/csv"): OpenApiTypes.BINARY},
                    description="The statement (or your team's part) as CSV for accounting: the same bytes as the page's "
                                "download. An API token with read scope may fetch it.")
-    @action(detail=True, methods=["get"], url_path="csv", renderer_classes=[JSONRenderer, CsvRenderer])
+    @action(detail=True, methods=["get"], url_path="csv")
     def csv(self, request: Request, month: str) -> HttpResponse:
         team = request.query_params.get("team") or None
         picture = self._picture(request, month)
@@ -183,7 +178,7 @@ class StatementViewSet(viewsets.GenericViewSet):
 
     @extend_schema(parameters=[TEAM_PARAMETER], responses={(200, "application/pdf"): OpenApiTypes.BINARY},
                    description="The statement (or your team's part) as PDF. An API token with read scope may fetch it.")
-    @action(detail=True, methods=["get"], url_path="pdf", renderer_classes=[JSONRenderer, PdfRenderer])
+    @action(detail=True, methods=["get"], url_path="pdf")
     def pdf(self, request: Request, month: str) -> HttpResponse:
         team = request.query_params.get("team") or None
         picture = self._picture(request, month)

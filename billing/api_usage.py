@@ -74,7 +74,10 @@ class UsageRowSerializer(serializers.Serializer):
     team_name = serializers.CharField(required=False, help_text="The team's name (a deleted team keeps its last).")
     cost_center = serializers.CharField(required=False, allow_blank=True, help_text="The cost center the team is billed to.")
     flavor = serializers.CharField(required=False)
-    person = serializers.CharField(required=False, help_text="Who launched the workloads.")
+    person = serializers.CharField(required=False, help_text="Who launched the workloads: the username they had then.")
+    person_id = serializers.IntegerField(
+        required=False, help_text="Their user id (null for hours metered before ids were kept): usage is the person's, "
+                                  "whatever they were named.")
     day = serializers.DateField(required=False, help_text="A local day of the billing time zone (see time_zone).")
     borrowed = serializers.BooleanField(required=False, help_text="Run on another team's idle quota.")
     gpu_hours = HoursField(help_text="Physical GPU-hours: the row's share of its statement lines' hours.")
@@ -180,7 +183,9 @@ class OverviewView(APIView):
 
 class RateSerializer(serializers.ModelSerializer):
     flavor: serializers.SlugRelatedField[Flavor] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="Who set it; null when the install's catalog or a since deleted account did.")
 
     class Meta:
         model = Rate

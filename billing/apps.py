@@ -9,6 +9,7 @@ class BillingConfig(AppConfig):
         from billing import budgets, selectors, signals
         from jobs import pricing
         from tenants import desired
+        from tenants import selectors as tenant_selectors
 
         signals.connect()
         pricing.PRICE.fill(lambda flavor, units: selectors.hourly_cost(flavor=flavor, units=units))
@@ -16,3 +17,4 @@ class BillingConfig(AppConfig):
         pricing.LAUNCH_GUARD.fill(lambda team, flavors: (selectors.unpriced_refusal(flavors=flavors)
                                                          or budgets.launch_refusal(team=team)))
         desired.HOLDS.fill(budgets.held_team_ids)
+        tenant_selectors.PRICED_FLAVORS.fill(lambda flavor_ids: selectors.priced_flavors(flavor_ids=flavor_ids))

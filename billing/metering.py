@@ -66,8 +66,8 @@ from jobs.models import RunInterval, RunIntervalSwitch
 from portal.collector import collector_paused
 from tenants.models import Flavor, QuotaGrant, Team
 
-# (hour, account id, flavor id, owner username, borrowed, rate id, fraction numerator, denominator)
-UsageKey = tuple[dt.datetime, int, int, str, bool, int | None, int, int]
+# (hour, account id, flavor id, owner's user id, owner's username, borrowed, rate id, fraction numerator, denominator)
+UsageKey = tuple[dt.datetime, int, int, int | None, str, bool, int | None, int, int]
 GuaranteeKey = tuple[dt.datetime, int, int]  # hour, account id, flavor id
 LentUsage = tuple[dt.datetime, int, int, bool, int]  # hour, account id, flavor id, borrowed, unit-seconds
 _UPDATE_CHUNK = 5000
@@ -242,13 +242,14 @@ def usage_rows(window: Window, *, until: dt.datetime, rates: dict[int, list[tupl
     for interval_id, at, borrowed in _instants(RunIntervalSwitch.objects.filter(
             interval__in=overlapping).order_by("at", "id"), ("interval_id", "at", "borrowed"), ("at",)):
         switches[interval_id].append((at, borrowed))
-    sums: dict[tuple[int, int, int, str, bool, int | None, int, int], int] = defaultdict(int)
+    sums: dict[tuple[int, int, int, int | None, str, bool, int | None, int, int], int] = defaultdict(int)
     cut_off = _epoch(until)
     intervals = _instants(overlapping, (
-        "id", "team_uid", "flavor_id", "owner_username", "borrowed", "fraction_numerator", "fraction_denominator",
-        "units", "started_at", "ended_at"), ("started_at", "ended_at"))
+        "id", "team_uid", "flavor_id", "owner_key", "owner_username", "borrowed", "fraction_numerator",
+        "fraction_denominator", "units", "started_at", "ended_at"), ("started_at", "ended_at"))
     no_switches: list[tuple[int, bool]] = []
-    for interval_id, team_uid, flavor_id, owner, borrowed, numerator, denominator, units, started, ended in intervals:
+    for (interval_id, team_uid, flavor_id, owner_key, owner, borrowed, numerator, denominator, units, started,
+         ended) in intervals:
         if units <= 0:
             continue
         end = cut_off if ended is None else min(ended, cut_off)
@@ -256,7 +257,7 @@ def usage_rows(window: Window, *, until: dt.datetime, rates: dict[int, list[tupl
         for hour, state, rate_id, seconds in splitter.pieces(
                 flavor_id=flavor_id, start=started, end=end, borrowed=borrowed,
                 switches=switches.get(interval_id, no_switches)):
-            sums[(hour, account_id, flavor_id, owner, state, rate_id, numerator, denominator)] += units * seconds
+            sums[(hour, account_id, flavor_id, owner_key, owner, state, rate_id, numerator, denominator)] += units * seconds
     hours = splitter.hours
     return {(hours[key[0]], *key[1:]): value for key, value in sums.items() if value}
 
@@ -426,7 +427,7 @@ def _chunks(ids: list[int]) -> Iterator[list[int]]:
         yield ids[index:index + _UPDATE_CHUNK]
 
 
-_USAGE_FIELDS = ("hour", "account_id", "flavor_id", "owner_username", "borrowed", "rate_id",
+_USAGE_FIELDS = ("hour", "account_id", "flavor_id", "owner_key", "owner_username", "borrowed", "rate_id",
                  "fraction_numerator", "fraction_denominator")
 
 
@@ -439,7 +440,8 @@ def _upserts() -> bool:
 
 
 # (column, PostgreSQL array type); the key columns come first, as the unique constraints list them.
-_USAGE_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavor_id", "bigint"), ("owner_username", "text"),
+_USAGE_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavor_id", "bigint"), ("owner_key", "bigint"),
+                  ("owner_username", "text"),
                   ("borrowed", "boolean"), ("rate_id", "bigint"), ("fraction_numerator", "integer"),
                   ("fraction_denominator", "integer"), ("unit_seconds", "bigint"))
 _GUARANTEE_COLUMNS = (("hour", "timestamptz"), ("account_id", "bigint"), ("flavor_id", "bigint"),
@@ -562,7 +564,7 @@ class _MonthOf(dict[dt.datetime, dt.datetime]):
 
 
 def _month_key(key: UsageKey, month_of: _MonthOf) -> MonthKey:
-    hour, account_id, flavor_id, _, borrowed, rate_id, numerator, denominator = key
+    hour, account_id, flavor_id, _, _, borrowed, rate_id, numerator, denominator = key
     return (month_of[hour], account_id, flavor_id, borrowed, rate_id, numerator, denominator)
 
 
@@ -703,7 +705,7 @@ def _lent_usage(usage: dict[UsageKey, int]) -> list[LentUsage]:
     the hours and flavors somebody borrowed."""
     sums: dict[tuple[dt.datetime, int, int, bool], int] = defaultdict(int)
     for key, value in usage.items():
-        sums[(key[0], key[1], key[2], key[4])] += value
+        sums[(key[0], key[1], key[2], key[5])] += value
     return _where_borrowed([(*key, value) for key, value in sums.items()])
 
 
@@ -792,7 +794,7 @@ def recompute(*, start: dt.datetime, end: dt.datetime) -> list[str]:
                                f"recomputed {ours}.")
     if until is None:
         return differences
-    computed_l = lent_rows(usage=((key[0], key[1], key[2], key[4], value) for key, value in computed.items()),
+    computed_l = lent_rows(usage=((key[0], key[1], key[2], key[5], value) for key, value in computed.items()),
                            guarantees=GuaranteeHour.objects.filter(
                                hour__gte=window.start, hour__lt=window.end, lends_idle=True).values_list(
                                "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle"))
@@ -861,7 +863,7 @@ def _sort_key(key: tuple[object, ...]) -> tuple[object, ...]:
 
 
 def _usage_words(key: tuple[object, ...], names: dict[int, str], flavors: dict[int, str]) -> str:
-    hour, account_id, flavor_id, owner, borrowed, rate_id, numerator, denominator = key
+    hour, account_id, flavor_id, _, owner, borrowed, rate_id, numerator, denominator = key
     assert isinstance(hour, dt.datetime)
     return (f"{hour:%Y-%m-%d %H:%M} {names.get(account_id, account_id)} {flavors.get(flavor_id, flavor_id)} "  # type: ignore[call-overload]
             f"{owner or '(no owner)'} {'borrowed' if borrowed else 'guaranteed'} "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -59,12 +59,17 @@ def rate_at(*, flavor: Flavor, at: dt.datetime | None = None) -> Rate | None:
     return Rate.objects.filter(flavor=flavor, effective_from__lte=at or timezone.now()).order_by("-effective_from").first()
 
 
+def priced_flavors(*, flavor_ids: Collection[int]) -> set[int]:
+    """Which of the flavors have a rate in force now (one query)."""
+    return set(Rate.objects.filter(flavor_id__in=list(flavor_ids), effective_from__lte=timezone.now())
+               .values_list("flavor_id", flat=True).distinct())
+
+
 def unpriced_refusal(*, flavors: Sequence[Flavor]) -> str | None:
     """Why nothing may launch on these flavors now: one of them has no rate in force, so its hours
     would be billed at nothing without anyone deciding that (a price of 0 is a decision; no price
     is not). None when every one has a rate. One query."""
-    priced = set(Rate.objects.filter(flavor__in=flavors, effective_from__lte=timezone.now())
-                 .values_list("flavor_id", flat=True).distinct())
+    priced = priced_flavors(flavor_ids=[flavor.pk for flavor in flavors])
     unpriced = [flavor.name for flavor in flavors if flavor.pk not in priced]
     if not unpriced:
         return None
@@ -400,8 +405,9 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
             lent_hours=round_places(_unit_seconds_as_gpu_hours(
                 sum(v for (_, f), v in lent.items() if f == flavor_id), flavors[flavor_id]), ROUNDING_HOURS),
             cost=guaranteed.cost + borrowed.cost))
-    people = sorted(lines.parts("owner_username").items(), key=lambda item: (-item[1].cost, -item[1].gpu_hours, item[0]))
-    person_lines = [Line(key=key[0], label=str(key[0]), gpu_hours=figure.gpu_hours, cost=figure.cost)
+    people = sorted(lines.parts("owner_key", "owner_username").items(),
+                    key=lambda item: (-item[1].cost, -item[1].gpu_hours, item[0][1], item[0][0] or 0))
+    person_lines = [Line(key=key[0], label=str(key[1]), gpu_hours=figure.gpu_hours, cost=figure.cost)
                     for key, figure in people]
 
     bars = _day_bars(month, {day: figure for (day,), figure in lines.parts("day").items()}, nothing)
@@ -433,7 +439,7 @@ def team_month_usage(*, team: Team, month: dt.date, now: dt.datetime | None = No
              for row in rows if row["to_now"] is not None), flavors))
 
 
-_TEAM_MONTH_KEYS = ("account_id", "flavor_id", "borrowed", "owner_username", "day")
+_TEAM_MONTH_KEYS = ("account_id", "flavor_id", "borrowed", "owner_key", "owner_username", "day")
 
 
 def _team_month_rows(*, account_id: int, start: dt.datetime, end: dt.datetime,
@@ -888,12 +894,17 @@ def personal_usage(*, user: User, month: dt.date | None = None) -> PersonalUsage
     month = periods.month_start(month or periods.current_month())
     start, end = periods.month_bounds(month)
     hours = UsageHour.objects.filter(hour__gte=start, hour__lt=end)
-    theirs = hours.filter(owner_username=user.username).values("account_id")
-    rows = list(hours.filter(account_id__in=Subquery(theirs)).values("owner_username", *LINE_FIELDS)
+    theirs = hours.filter(owner_key=user.pk).values("account_id")
+    rows = list(hours.filter(account_id__in=Subquery(theirs)).values("owner_key", "owner_username", *LINE_FIELDS)
                 .annotate(unit_seconds=Sum("unit_seconds")).order_by())
     currency = _one_currency({row["rate__currency"] for row in rows if row["rate_id"] is not None}, what="Your usage")
-    mine = {account_id: figure for (account_id, owner), figure in
-            Lines(rows, currency=currency).parts("account_id", "owner_username").items() if owner == user.username}
+    mine: dict[int, Figure] = defaultdict(lambda: Figure(gpu_hours=round_places(0, ROUNDING_HOURS),
+                                                         cost=round_money(0, currency)))
+    for (account_id, owner, _), figure in Lines(rows, currency=currency).parts(
+            "account_id", "owner_key", "owner_username").items():
+        if owner == user.pk:  # under any username they had
+            mine[account_id] = Figure(gpu_hours=mine[account_id].gpu_hours + figure.gpu_hours,
+                                      cost=mine[account_id].cost + figure.cost)
     accounts = Account.objects.in_bulk(list(mine))
     by_team = [Line(key=account_id, label=accounts[account_id].name, gpu_hours=figure.gpu_hours, cost=figure.cost)
                for account_id, figure in sorted(mine.items(), key=lambda item: (-item[1].cost, item[0]))]
@@ -934,8 +945,10 @@ def rates_in_force(*, at: dt.datetime | None = None) -> dict[int, Rate]:
 # --- Usage for the API: any grouping over any local period -------------------------------------
 
 USAGE_GROUPS = ("team", "flavor", "person", "day", "borrowed")
-_GROUP_COLUMNS = {"team": "account_id", "flavor": "flavor_id", "person": "owner_username", "day": "day",
-                  "borrowed": "borrowed"}
+# A person is their user id (usage is keyed on the person) with the username they had then.
+_GROUP_COLUMNS: dict[str, tuple[str, ...]] = {
+    "team": ("account_id",), "flavor": ("flavor_id",), "person": ("owner_key", "owner_username"), "day": ("day",),
+    "borrowed": ("borrowed",)}
 
 
 @dataclass(frozen=True)
@@ -961,7 +974,7 @@ def usage_report(*, accounts: QuerySet[Account], start: dt.date, end: dt.date, b
     """
     begin, _ = periods.day_bounds(start)
     _, finish = periods.day_bounds(end)
-    keys = tuple(_GROUP_COLUMNS[group] for group in by)
+    keys = tuple(column for group in by for column in _GROUP_COLUMNS[group])
     account_ids = list(accounts.values_list("pk", flat=True))
     month_rows: list[tuple[list[dict[str, Any]], bool]] = []
     at = periods.month_bounds(periods.local_date(begin))[0]
@@ -981,21 +994,25 @@ def usage_report(*, accounts: QuerySet[Account], start: dt.date, end: dt.date, b
                 figures[key[:len(keys)]].append(figure)
     summed = {key: Figure(gpu_hours=sum((f.gpu_hours for f in found), Decimal(0)),
                           cost=sum((f.cost for f in found), Decimal(0))) for key, found in figures.items()}
-    teams = {a.pk: a for a in Account.objects.filter(pk__in={k[by.index("team")] for k in summed})} if "team" in by else {}
-    flavor_slugs = (dict(Flavor.objects.filter(pk__in={k[by.index("flavor")] for k in summed}).values_list("pk", "slug"))
+    teams = ({a.pk: a for a in Account.objects.filter(pk__in={k[keys.index("account_id")] for k in summed})}
+             if "team" in by else {})
+    flavor_slugs = (dict(Flavor.objects.filter(pk__in={k[keys.index("flavor_id")] for k in summed}).values_list("pk", "slug"))
                     if "flavor" in by else {})
     zero = Figure(gpu_hours=round_places(0, ROUNDING_HOURS), cost=round_money(0, currency))
     rows = []
     for key, figure in summed.items():
+        value = dict(zip(keys, key, strict=True))
         row: dict[str, Any] = {}
-        for group, value in zip(by, key, strict=True):
+        for group in by:
             if group == "team":
-                account = teams[value]
+                account = teams[value["account_id"]]
                 row.update(team=account.slug, team_name=account.name, cost_center=account.cost_center)
             elif group == "flavor":
-                row[group] = flavor_slugs[value]
+                row[group] = flavor_slugs[value["flavor_id"]]
+            elif group == "person":
+                row.update(person=value["owner_username"], person_id=value["owner_key"])
             else:
-                row[group] = value
+                row[group] = value[_GROUP_COLUMNS[group][0]]
         row.update(gpu_hours=figure.gpu_hours, cost=figure.cost)
         rows.append(row)
     rows.sort(key=lambda row: tuple(str(row[group]) for group in by))

@@ -12,6 +12,7 @@ import datetime as dt
 from decimal import Decimal
 
 from django import forms
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -140,15 +141,18 @@ def _rate_card_context(request: HtmxHttpRequest, form: RateForm) -> dict[str, ob
 @require_http_methods(["GET", "POST"])
 def rate_card(request: HtmxHttpRequest) -> HttpResponse:
     _require_costs(request)
-    form = RateForm(request.POST or None)
+    # A flavor named in the address (the catalog's "no price yet" link) comes chosen.
+    form = RateForm(request.POST or None, initial={"flavor": request.GET.get("flavor") or None})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
-            services.rate_set(actor=request.user, flavor=data["flavor"], price_per_gpu_hour=data["price_per_gpu_hour"],
-                              currency=data["currency"], effective_from=data["effective_from"], note=data["note"])
+            rate = services.rate_set(actor=request.user, flavor=data["flavor"], price_per_gpu_hour=data["price_per_gpu_hour"],
+                                     currency=data["currency"], effective_from=data["effective_from"], note=data["note"])
         except DomainError as error:
             form.add_error(error.field if error.field in form.fields else None, error.message)
         else:
+            messages.success(request, f"{rate.flavor.name} costs {rate.price_per_gpu_hour} {rate.currency} per GPU-hour "
+                                      f"from {rate.effective_from:%Y-%m-%d %H:%M}.")
             return redirect("billing:rate-card")
     status = 400 if request.method == "POST" else 200
     return render(request, "billing/rate_card.html", _rate_card_context(request, form), status=status)

@@ -320,7 +320,7 @@ class RunInterval(models.Model):
     """One pod's time on a GPU node. Keyed by pod UID: re-reading the cluster never duplicates one.
 
     Metered usage outlives what produced it, so an interval keeps what billing needs (the team's
-    uid, the flavor, the owner's username, units and the flavor's fraction at the time, whether it
+    uid, the flavor, the owner's id and username, units and the flavor's fraction at the time, whether it
     began on borrowed quota and when that changed) and its links to the workload, team and owner
     fall to null when those are deleted. `metered_until` and `settled` are the metering engine's
     bookkeeping: set when a refresh first metered it (an open interval is then in the rollups up to
@@ -332,6 +332,9 @@ class RunInterval(models.Model):
     team_uid = models.UUIDField(help_text="The team's uid: billing finds its account by it after the team is gone.")
     owner = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     owner_username = models.CharField(max_length=150, blank=True)
+    # The owner's user id, kept when the user is deleted (the link above falls to null): usage is keyed
+    # on the person, so a later account that takes the same username never inherits this one's.
+    owner_key = models.PositiveIntegerField(null=True, blank=True, help_text="The owner's user id at the time.")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
     fraction_numerator = models.PositiveSmallIntegerField()
     fraction_denominator = models.PositiveSmallIntegerField()
@@ -377,6 +380,8 @@ class RunInterval(models.Model):
             self.owner_id = workload.owner_id
         if not self.owner_username:
             self.owner_username = workload.owner.username
+        if self.owner_key is None:
+            self.owner_key = workload.owner_id
         if self.flavor_id is None:
             self.flavor_id = workload.flavor_id
         if self.fraction_numerator is None or self.fraction_denominator is None:

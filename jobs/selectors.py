@@ -8,6 +8,7 @@ import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from django.conf import settings
@@ -96,7 +97,7 @@ def workload_launched(*, workload: Workload) -> Workload:
     flavor and version it holds are the ones the launch checked, which never change, so the
     detail's five-table join is not needed on the launch's critical path."""
     workload.refresh_from_db(fields=[field.attname for field in Workload._meta.concrete_fields if not field.is_relation])
-    prefetch_related_objects([workload], "transitions", "intervals__flavor", "intervals__switches", "accepted_flavors")
+    prefetch_related_objects([workload], "transitions", "intervals__flavor", "intervals__switches")
     return workload
 
 
@@ -506,3 +507,34 @@ def team_contents(team: Team) -> list[str]:
     templates = WorkloadTemplate.objects.filter(owner_team=team).count()
     return [f"{total} workload record{'s' if total != 1 else ''} ({active} still active: stopped with the namespace)",
             f"{templates} template{'s' if templates != 1 else ''} of the team's own"]
+
+
+@dataclass(frozen=True)
+class BorrowedHistory:
+    """How much of a workload's GPU time ran on other teams' idle quota, from its run intervals
+    and their guaranteed/borrowed switches (as metering splits them), kept after it stops."""
+
+    borrowed_hours: Decimal
+    gpu_hours: Decimal
+
+
+def borrowed_history(*, workload: Workload, now: dt.datetime | None = None) -> BorrowedHistory:
+    """One query (the intervals with their switches) for one workload's page."""
+    now = now or timezone.now()
+    borrowed, total = Fraction(0), Fraction(0)
+    for interval in workload.intervals.prefetch_related("switches"):
+        end = interval.ended_at or now
+        share = Fraction(interval.units * interval.fraction_numerator, interval.fraction_denominator)
+        state, since = interval.borrowed, interval.started_at
+        for switch in sorted(interval.switches.all(), key=lambda s: (s.at, s.pk)):
+            at = min(max(switch.at, interval.started_at), end)
+            if state:
+                borrowed += share * int((at - since).total_seconds())
+            state, since = switch.borrowed, at
+        if state:
+            borrowed += share * int((end - since).total_seconds())
+        total += share * int((end - interval.started_at).total_seconds())
+    hours = Decimal(3600)
+    return BorrowedHistory(borrowed_hours=(Decimal(borrowed.numerator) / Decimal(borrowed.denominator) / hours).quantize(
+                               Decimal("0.01")),
+                           gpu_hours=(Decimal(total.numerator) / Decimal(total.denominator) / hours).quantize(Decimal("0.01")))

@@ -321,6 +321,11 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
     )
     if len(request.flavors) > 1:
         workload.accepted_flavors.set(request.flavors)
+    # Known here, so the launch's answer does not read them back.
+    known = workload.accepted_flavors.none()
+    known._result_cache = sorted(request.flavors, key=lambda f: f.name) if len(request.flavors) > 1 else []
+    known._prefetch_done = True
+    workload._prefetched_objects_cache = {"accepted_flavors": known}
     if request.template.kind == WorkloadKind.NOTEBOOK:
         # Derived from the key and the row, so only the hash is stored (see jobs/access.py).
         workload.notebook_token_sha256 = access.notebook_token_digest(access.notebook_token(workload))

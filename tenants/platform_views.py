@@ -112,7 +112,9 @@ def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 def flavor_list(request: HtmxHttpRequest) -> HttpResponse:
     _require(request, "tenants.manage_flavors")
     guaranteed = selectors.flavor_guaranteed_totals()
-    rows = [(flavor, guaranteed.get(flavor.pk, 0)) for flavor in Flavor.objects.order_by("-is_active", "name")]
+    flavors = list(Flavor.objects.order_by("-is_active", "name"))
+    priced = selectors.PRICED_FLAVORS.call([flavor.pk for flavor in flavors])
+    rows = [(flavor, guaranteed.get(flavor.pk, 0), flavor.pk in priced) for flavor in flavors]
     return render(request, "tenants/flavor_list.html", {"rows": rows, "presets": catalog.PRESETS})
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
-from portal.hooks import Event
+from portal.hooks import Event, Hook
 from portal.models import AuditEvent
 from portal.roles import is_platform_admin, sees_all_teams
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team, user_team_roles
@@ -319,3 +319,9 @@ def team_deletion_picture(*, team: Team) -> TeamDeletion:
     stays = [line for lines in TEAM_RECORDS_STAYING.collect(team) for line in lines]
     stays.append("The audit trail, this deletion included")
     return TeamDeletion(team=team, cluster_objects=objects, portal_records=records, stays=stays)
+
+
+# Which flavors have a price in force now (billing answers): nothing launches on one that has none,
+# so the catalog says so beside each flavor an admin just added.
+PricedFlavors = Callable[[Collection[int]], set[int]]
+PRICED_FLAVORS = Hook[PricedFlavors]("tenants.selectors.PRICED_FLAVORS", by="billing")

@@ -69,7 +69,9 @@ class UsageHour(models.Model):
     hour = models.DateTimeField(help_text="The instant the billing time zone's clock shows hh:00.")
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="usage_hours")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
-    owner_username = models.CharField(max_length=150, help_text="Who launched the workloads; kept if the user goes.")
+    owner_key = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Who launched the workloads: their user id, kept if the user goes.")
+    owner_username = models.CharField(max_length=150, help_text="Their username then, for reading; kept if the user goes.")
     borrowed = models.BooleanField(default=False, help_text="Run on another team's idle quota.")
     rate = models.ForeignKey(Rate, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
                              help_text="The rate in force; empty while the flavor had no price.")
@@ -78,10 +80,10 @@ class UsageHour(models.Model):
     unit_seconds = models.BigIntegerField(help_text="Units × seconds; GPU-seconds are this × the fraction.")
 
     class Meta:
-        ordering = ["hour", "account", "flavor", "owner_username", "borrowed"]
+        ordering = ["hour", "account", "flavor", "owner_key", "owner_username", "borrowed"]
         constraints = [
             models.UniqueConstraint(
-                fields=["hour", "account", "flavor", "owner_username", "borrowed", "rate",
+                fields=["hour", "account", "flavor", "owner_key", "owner_username", "borrowed", "rate",
                         "fraction_numerator", "fraction_denominator"],
                 name="one_usage_row_per_key", nulls_distinct=False),
             models.CheckConstraint(condition=models.Q(unit_seconds__gte=0), name="usage_unit_seconds_not_negative"),

@@ -10,6 +10,7 @@ import datetime as dt
 from decimal import Decimal
 
 from billing.models import Account, Rate, UsageHour
+from portal.models import User
 from tenants.models import Flavor, Team
 from tests.helpers import own_prices
 
@@ -30,7 +31,8 @@ def usage(*, account: Account, flavor: Flavor, hour: dt.datetime, gpu_seconds: i
     """One rollup row; `gpu_seconds` for a whole-GPU flavor, `unit_seconds` for any."""
     units = unit_seconds if unit_seconds is not None else gpu_seconds
     assert units is not None, "give gpu_seconds or unit_seconds"
+    person = User.objects.filter(username=owner).values_list("pk", flat=True).first()
     return UsageHour.objects.create(
-        hour=hour, account=account, flavor=flavor, owner_username=owner, borrowed=borrowed, rate=rate,
+        hour=hour, account=account, flavor=flavor, owner_key=person, owner_username=owner, borrowed=borrowed, rate=rate,
         fraction_numerator=flavor.fraction_numerator, fraction_denominator=flavor.fraction_denominator,
         unit_seconds=units)

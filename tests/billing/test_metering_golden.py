@@ -334,9 +334,20 @@ def test_the_database_refuses_a_second_rollup_row_for_the_same_key(vision, h100,
     included, on SQLite (an expression index) as on PostgreSQL (NULLS NOT DISTINCT)."""
     account = Account.for_team(vision)
     rate = Rate.objects.create(flavor=h100, price_per_gpu_hour=Decimal("2"), effective_from=HOUR) if priced else None
-    key = {"hour": HOUR, "account": account, "flavor": h100, "owner_username": "alice", "borrowed": False, "rate": rate,
-           "fraction_numerator": 1, "fraction_denominator": 1}
+    key = {"hour": HOUR, "account": account, "flavor": h100, "owner_key": None, "owner_username": "alice", "borrowed": False,
+           "rate": rate, "fraction_numerator": 1, "fraction_denominator": 1}
     UsageHour.objects.create(**key, unit_seconds=60)
     with pytest.raises(IntegrityError), transaction.atomic():
         UsageHour.objects.create(**key, unit_seconds=60)
     assert UsageHour.objects.get(**key).unit_seconds == 60
+
+
+def test_two_people_of_one_name_in_one_hour_are_two_rows_and_one_person_is_one(vision, h100):
+    account = Account.for_team(vision)
+    key = {"hour": HOUR, "account": account, "flavor": h100, "owner_username": "alice", "borrowed": False, "rate": None,
+           "fraction_numerator": 1, "fraction_denominator": 1}
+    UsageHour.objects.create(**key, owner_key=7, unit_seconds=60)
+    UsageHour.objects.create(**key, owner_key=8, unit_seconds=60)  # a later alice: her own row
+    with pytest.raises(IntegrityError), transaction.atomic():
+        UsageHour.objects.create(**key, owner_key=8, unit_seconds=60)
+    assert UsageHour.objects.filter(hour=HOUR).count() == 2

@@ -4,6 +4,7 @@ preemption and re-admission, a reused name, the borrowed/guaranteed flip, and th
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -210,3 +211,26 @@ def test_two_writers_marking_borrowed_at_once_record_the_flip_once(h100, vision,
 
     assert other_went
     assert list(RunIntervalSwitch.objects.values_list("at", "borrowed")) == [(at("2026-10-07 10:40"), False)]
+
+
+def test_usage_is_the_persons_so_a_new_account_with_a_deleted_ones_username_reads_none_of_its_cost(h100, vision):
+    """Usage was keyed by username: a new alice read the deleted alice's team cost on her page."""
+    from billing import selectors
+    from billing.models import Rate
+
+    Rate.objects.create(flavor=h100, price_per_gpu_hour=2, effective_from=at("2026-10-01 00:00"))
+    old = UserFactory.create(username="alice")
+    run = make_workload(team=vision, owner=old, flavor=h100, units=2)
+    make_interval(run, at("2026-10-05 08:00"), at("2026-10-05 10:00"))
+    run.delete()
+    old.delete()
+    new = UserFactory.create(username="alice")
+    make_interval(make_workload(team=vision, owner=new, flavor=h100), at("2026-10-06 08:00"), at("2026-10-06 09:00"))
+    metering.rollups_refresh(until=at("2026-11-01 00:00"))
+
+    mine = selectors.personal_usage(user=new, month=dt.date(2026, 10, 1))
+    assert [(line.label, line.gpu_hours, line.cost) for line in mine.by_team] == [("Vision", Decimal("1.00"), Decimal("2.00"))]
+    team = selectors.team_month_usage(team=vision, month=dt.date(2026, 10, 1), now=at("2026-11-02 00:00"))
+    assert sorted((line.label, line.gpu_hours) for line in team.by_person) == [
+        ("alice", Decimal("1.00")), ("alice", Decimal("4.00"))]  # two people, each their own line
+    assert metering.recompute(start=at("2026-10-01 00:00"), end=at("2026-11-01 00:00")) == []

@@ -86,7 +86,7 @@ def test_the_team_page_adds_up_and_agrees_with_the_budget_the_overview_the_api_a
         row = next(row for row in overview.rows if row.team_slug == team.slug)
         assert usage.total.cost == spent == row.cost == api_cost.get(team.slug, Decimal(0)), team.slug
         for line in usage.by_person:  # each person's own page reads what the team's page reads of them
-            mine = selectors.personal_usage(user=next(p for p in people if p.username == line.key), month=OCTOBER)
+            mine = selectors.personal_usage(user=next(p for p in people if p.pk == line.key), month=OCTOBER)
             assert next(own.cost for own in mine.by_team if own.key == account(team).pk) == line.cost
 
 

@@ -82,7 +82,7 @@ def billed(team: Any) -> set[tuple[str, str, bool]]:
     flavors = {f.pk: f.slug for f in Flavor.objects.all()}
     prices = {r.pk: str(r.price_per_gpu_hour) for r in Rate.objects.all()}
     return {(flavors[flavor_id], prices[rate_id] if rate_id is not None else "unpriced", borrowed)
-            for (_, account_id, flavor_id, _, borrowed, rate_id, _, _) in rows if account_id == account.pk}
+            for (_, account_id, flavor_id, _, _, borrowed, rate_id, _, _) in rows if account_id == account.pk}
 
 
 def test_a_launch_on_one_of_two_flavors_of_a_resource_runs_is_counted_and_billed_on_it(

@@ -23,6 +23,7 @@ from portal.kube.simulated import SimulatedGateway
 from tenants import manifests, reconcile, services
 from tenants.models import Flavor, Team
 from tests.contract.scenarios import HOLD, existing, launch
+from tests.helpers import ensure_priced
 
 pytestmark = pytest.mark.django_db
 
@@ -55,6 +56,7 @@ def full_node(cluster, site, django_capture_on_commit_callbacks) -> Any:
             name=cluster.unique("Small"), slug=cluster.unique("small"), resource_name="nvidia.com/gpu", gpu_model="L4",
             capacity_units=4, node_labels={"gpu-portal.io/test-flavor": cluster.unique("small")},
         ))
+    ensure_priced(flavor)
     teams = {}
     for name in ("alpha", "beta"):
         team = site.team(name)

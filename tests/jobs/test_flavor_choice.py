@@ -4,6 +4,7 @@ runs the same promise on the real control plane."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
@@ -167,3 +168,23 @@ def test_a_hook_is_filled_once():
             hook.fill(lambda team, flavors: "no")
     finally:
         hooks._declared.remove(hook)
+
+
+def test_a_workload_keeps_its_borrowed_history_after_it_stops(team, member, either, flavor, as_user):
+    from jobs.models import RunIntervalSwitch
+    from tests.billing.metering_helpers import make_interval
+
+    workload = Workload.objects.create(team=team, owner=member, template_version=either.current, name="w", flavor=flavor,
+                                       units=2, cpu=1, memory_gib=1, priority="normal", phase=Workload.Phase.SUCCEEDED)
+    start = timezone.now().replace(microsecond=0) - dt.timedelta(hours=3)
+    interval = make_interval(workload, start, start + dt.timedelta(hours=2))  # 2 GPUs for 2 h: 4 GPU-hours
+    RunIntervalSwitch.objects.create(interval=interval, at=start + dt.timedelta(minutes=30), borrowed=True)
+    RunIntervalSwitch.objects.create(interval=interval, at=start + dt.timedelta(minutes=75), borrowed=False)
+
+    page = as_user(member).get(f"/workloads/{workload.pk}/").content.decode()
+    assert 'data-testid="borrowed-history">1.50 of its 4.00 GPU-hours ran on other teams' in page
+    body = as_user(member).get(f"/api/workloads/{workload.pk}/").json()
+    (row,) = body["intervals"]
+    assert (row["flavor"], row["fraction_numerator"], row["fraction_denominator"], row["borrowed"]) == (
+        "h100-80gb", 1, 1, False)
+    assert [s["borrowed"] for s in row["switches"]] == [True, False]

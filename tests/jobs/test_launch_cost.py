@@ -20,10 +20,11 @@ from tests.jobs.test_workload_api import launch_body
 
 # The token and its user, the user's teams, the template named, the flavor, the team; the version
 # with the template's availability and the flavor, the image allow-list, the team's guarantee,
-# its active workloads, its budget; the workload, its first transition and the audit event. The
-# submission: the workload, its row locked, queued (with submitted_at) and its transition. The
-# answer: the workload's row, its transitions and its run intervals.
-QUERIES_PER_API_LAUNCH = 20
+# its active workloads, the flavor's price, its budget; the workload, its first transition and the
+# audit event. The submission: the workload, the flavors it may run on, its row locked, queued
+# (with submitted_at) and its transition. The answer: the workload's row, its transitions and its
+# run intervals.
+QUERIES_PER_API_LAUNCH = 22
 TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE SAVEPOINT")
 
 

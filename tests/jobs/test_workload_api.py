@@ -30,7 +30,7 @@ from tests.factories import (
     QuotaGrantFactory,
     UserFactory,
 )
-from tests.helpers import TRAINING_PARAMS, api, launch, make_ready
+from tests.helpers import TRAINING_PARAMS, api, ensure_priced, launch, make_ready
 
 pytestmark = pytest.mark.django_db
 
@@ -605,6 +605,7 @@ def grow(path: str, *, start: int, rounds: int, admin_user: Any, member: Any, te
             services.template_revise(user=admin_user, template=template, image="x/y:2")
         else:
             QuotaGrantFactory(team=team, flavor=flavor, units=1)
+            ensure_priced(flavor)
             services.template_revise(user=admin_user, template=training, flavors=[flavor])
             launch(member, team, training, flavor, name=f"run {n}")
 

@@ -27,6 +27,7 @@ from tests.factories import (
     TeamFactory,
     UserFactory,
 )
+from tests.helpers import ensure_priced
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -35,7 +36,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def site(simulated: SimulatedGateway) -> dict[str, Any]:
     vision = TeamFactory.create(slug="vision", name="Computer Vision")
     nlp = TeamFactory.create(slug="nlp", name="Language Models")
-    h100 = FlavorFactory.create(name="H100 80GB", slug="h100-80gb", resource_name="nvidia.com/gpu", capacity_units=16)
+    h100 = ensure_priced(FlavorFactory.create(name="H100 80GB", slug="h100-80gb", resource_name="nvidia.com/gpu",
+                                              capacity_units=16))
     alice = UserFactory.create(username="alice", first_name="Alice", last_name="Scientist")
     admin = UserFactory.create(username="root", is_platform_admin=True)
     MembershipFactory(team=vision, user=alice, role=Membership.Role.MEMBER)

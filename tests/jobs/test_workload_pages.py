@@ -180,7 +180,7 @@ def test_the_hint_shows_guaranteed_in_use_and_free_and_that_it_fits(ready_team, 
     assert 'data-testid="hint-free">3<' in fragment
     assert "Fits your guarantee" in fragment
     assert "2 × 1 GPU = 2 physical GPUs" in fragment
-    assert "Cost: no rate for H100 80GB on the rate card yet" in fragment
+    assert "About 2.00 USD per hour at the current rate" in fragment  # make_ready's 1.00 per GPU-hour
 
 
 def test_the_hint_says_borrowed_when_units_exceed_the_free_guarantee(ready_team, other_team, flavor, member, training, as_user):
@@ -225,7 +225,7 @@ def test_the_hint_says_so_when_the_cluster_is_silent(ready_team, member, trainin
 
     monkeypatch.setattr(cluster_selectors, "cluster_queue_usage", silent)
     fragment = hint(as_user(member))
-    assert "The cluster did not answer" in fragment and "no rate for H100 80GB on the rate card yet" in fragment
+    assert "The cluster did not answer" in fragment and "About 2.00 USD per hour at the current rate" in fragment
 
 
 # --- The list ------------------------------------------------------------------------------------------------

@@ -161,7 +161,10 @@ PRODUCTION = {"PORTAL_PRODUCTION": "1", "SECRET_KEY": secrets.token_urlsafe(48),
 
 
 def run_deploy_check(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PORTAL_", "DATABASE_URL", "REDIS_URL"))}
+    # Nor the test process's own switches: the browser tests set DJANGO_ALLOW_ASYNC_UNSAFE, which a
+    # deployment check rightly refuses (async.E001).
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("PORTAL_", "DATABASE_URL", "REDIS_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"))}
     return subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT,
                           env={**clean, **PRODUCTION, "PORTAL_VAR_DIR": str(tmp_path), **env},
                           capture_output=True, text=True, timeout=120, check=False)

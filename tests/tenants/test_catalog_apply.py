@@ -26,6 +26,7 @@ CATALOG = """
   gpu_model: NVIDIA T4
   fraction: "1"
   capacity_units: 8
+  node_labels: {nvidia.com/gpu.product: Tesla-T4}
 """
 
 
@@ -57,6 +58,8 @@ def test_applying_again_updates_by_slug_and_leaves_other_flavors_alone(tmp_path,
     ("- preset: nvidia-h200\n  capacity_units: 8", "there is no preset “nvidia-h200”"),
     ("- preset: nvidia-h100\n  capacity: 8", "fields a flavor does not: capacity"),
     ("- preset: nvidia-h100", "needs a slug and capacity_units"),
+    (("- preset: nvidia-h100\n  capacity_units: 8\n- slug: any\n  name: Any GPU\n  resource_name: nvidia.com/gpu\n"
+     "  gpu_model: any\n  capacity_units: 8"), "node labels of one are all among the other's"),
     ("- slug: t4\n  name: T4\n  resource_name: nvidia.com/gpu\n  gpu_model: T4\n  fraction: one\n  capacity_units: 8",
      "fraction “one” is not a fraction"),
     ("- slug: t4\n  name: T4\n  resource_name: not a resource\n  gpu_model: T4\n  capacity_units: 8",

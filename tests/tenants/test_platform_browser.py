@@ -51,6 +51,16 @@ def test_an_admin_sets_up_a_team_a_flavor_and_a_template_and_a_member_launches_f
     root.click("button:has-text('Add flavor')")
     expect(root.locator("[data-testid=flavor-h100-80gb]")).to_contain_text("16")
     assert Flavor.objects.get().node_labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    # Nothing launches on a flavor without a price: the catalog says so and leads to the rate card.
+    unpriced = root.locator("[data-testid=flavor-h100-80gb] [data-testid=unpriced]")
+    expect(unpriced).to_contain_text("No price yet: nothing launches on it")
+    unpriced.locator("a").click()
+    expect(root.locator("#id_flavor")).to_have_value("h100-80gb")
+    root.fill("#id_price_per_gpu_hour", "2.50")
+    root.click("button:has-text('Set price')")
+    expect(root.locator(".flash.success")).to_contain_text("H100 80GB costs 2.50 USD per GPU-hour")
+    root.goto(f"{live_server.url}/platform/catalog/")
+    expect(root.locator("[data-testid=flavor-h100-80gb] [data-testid=unpriced]")).to_have_count(0)
 
     root.goto(f"{live_server.url}/templates/")
     root.click("text=New template")
