@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied
@@ -181,6 +181,14 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
 
 
+def _remember_accepted(workload: Workload, flavors: list[Flavor]) -> None:
+    """Puts the flavors the launch accepts where a prefetch would (Django's prefetch cache), so the
+    launch's answer does not read back what the launch just wrote."""
+    known: Any = workload.accepted_flavors.none()
+    known._result_cache, known._prefetch_done = sorted(flavors, key=lambda f: f.name), True
+    cast(Any, workload)._prefetched_objects_cache = {"accepted_flavors": known}
+
+
 def _check_alternatives(version: WorkloadTemplateVersion, request: LaunchRequest) -> None:
     """Each other flavor a launch accepts is active, allowed by the template and of the named
     flavor's resource name: a pod asks for one resource, so Kueue can only choose among those."""
@@ -321,11 +329,7 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
     )
     if len(request.flavors) > 1:
         workload.accepted_flavors.set(request.flavors)
-    # Known here, so the launch's answer does not read them back.
-    known = workload.accepted_flavors.none()
-    known._result_cache = sorted(request.flavors, key=lambda f: f.name) if len(request.flavors) > 1 else []
-    known._prefetch_done = True
-    workload._prefetched_objects_cache = {"accepted_flavors": known}
+    _remember_accepted(workload, request.flavors if len(request.flavors) > 1 else [])
     if request.template.kind == WorkloadKind.NOTEBOOK:
         # Derived from the key and the row, so only the hash is stored (see jobs/access.py).
         workload.notebook_token_sha256 = access.notebook_token_digest(access.notebook_token(workload))
