@@ -98,7 +98,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("ALLOWED_HOSTS", "list", COMPUTED, "The host names the portal answers to; include the host of "
             "`PORTAL_INGRESS_AUTH_URL`.", SITE, production=True,
             default_text="empty in production, else `localhost,127.0.0.1,[::1],testserver`"),
-    Setting("CSRF_TRUSTED_ORIGINS", "list", "", "Origins (`https://host`) trusted for form posts besides the site "
+    Setting("CSRF_TRUSTED_ORIGINS", "list", "", "Origins (`https://portal.example.com`) trusted for form posts besides the site "
             "itself.", SITE),
     Setting("SITE_URL", "URL", "http://127.0.0.1:8000", "The portal's address as people reach it, used in emails and "
             "links (trailing slash dropped).", SITE, production=True),
