@@ -86,7 +86,7 @@ def test_an_hourly_cost_is_the_price_in_force_times_the_gpus_the_units_are(mig_f
 def test_the_default_currency_is_the_newest_prices_and_usd_before_any(flavor):
     assert RateCard.read().default_currency == DEFAULT_CURRENCY == "USD"
     rate(flavor, "2.00", effective_from=at("2026-10-01 00:00"), currency="EUR")
-    other = FlavorFactory(name="L4", slug="l4", resource_name="nvidia.com/gpu")
+    other = FlavorFactory.create(name="L4", slug="l4", resource_name="nvidia.com/gpu")
     rate(other, "300", effective_from=at("2026-10-05 00:00"), currency="JPY")
     assert RateCard.read().default_currency == "JPY"
 
