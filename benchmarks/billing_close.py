@@ -146,7 +146,7 @@ def measure(*, repeat: int) -> dict[str, object]:
 
     from billing import periods
     from billing.models import Statement
-    from billing.statements import statement_close
+    from billing.statements.services import statement_close
     from portal.models import User
 
     actor = User.objects.get(username="bench-finance")

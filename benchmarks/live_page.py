@@ -99,7 +99,7 @@ def run(polls: int, other_events: int) -> dict[str, Any]:
     from django.test.utils import setup_test_environment
     from django.urls import NoReverseMatch, reverse
 
-    from billing import services as billing_services
+    from billing.rates import services as billing_services
     from jobs import services, sync
     from jobs.models import Workload
     from portal.kube import gateway, reset_gateway

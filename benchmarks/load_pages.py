@@ -199,7 +199,7 @@ def seed(args: argparse.Namespace) -> dict[str, Any]:
 
 def _close_previous(actor: Any, previous: dt.date) -> str | None:
     """Last month's statement, closed as finance closes it (the statement pages read it)."""
-    from billing import statements
+    from billing.statements import services as statements
 
     statement = statements.statement_close(actor=actor, month=previous)
     return str(statement.slug)

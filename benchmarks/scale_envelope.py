@@ -284,7 +284,7 @@ class CountingQueue(queue.Queue[tuple[str, Any, float]]):
 def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
     from django.conf import settings
 
-    from billing import services as billing_services
+    from billing.rates import services as billing_services
     from jobs import services as job_services
     from jobs.models import Workload
     from portal.kube import gateway, reset_gateway

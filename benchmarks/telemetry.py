@@ -753,7 +753,7 @@ def measure(url: str, manifest: dict[str, Any], repeat: int, raw_repeat: int) ->
                       lambda: door.engine_active(namespaces=namespaces, window=dt.timedelta(minutes=5)),
                       check_sweep(running), repeat=repeat, target_ms=TARGET_MS["idle_sweep"]))
     team = manifest["team"]
-    # billing/efficiency.py's month, here the whole data set, for the team with the most device-hours.
+    # billing/usage/efficiency.py's month, here the whole data set, for the team with the most device-hours.
     rows.append(timed(f"team's month: {team['namespace']} ({team['device_hours']:.0f} device-hours, {team['pods']} pods)",
                       door, lambda: door.device_hours(namespaces=[team["namespace"]], start=start, end=end),
                       check_hours(team), repeat=repeat, target_ms=TARGET_MS["team_month"]))

@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     from django.test import Client
     from django.utils.dateparse import parse_datetime
 
-    from billing import services as billing_services
+    from billing.rates import services as billing_services
     from jobs import manifests, services
     from jobs.models import Workload, WorkloadTransition
     from jobs.watch import WorkloadInformer

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -20,29 +19,11 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from billing import exports, periods, statement_selectors, statements
+from billing import periods
+from billing.statements import exports, selectors, services
+from billing.statements.forms import AdjustmentForm, CloseMonthForm
 from portal.adapters import HtmxHttpRequest
 from portal.errors import DomainError
-
-
-class CloseMonthForm(forms.Form):
-    month = forms.CharField(max_length=7, help_text="YYYY-MM")
-    # Closing is for good: the first POST shows what the statement would hold, the second closes.
-    confirmed = forms.BooleanField(required=False)
-
-    def clean_month(self) -> dt.date:
-        text = self.cleaned_data["month"].strip()
-        month = periods.month_parse(text)
-        if month is None:
-            raise forms.ValidationError(f"“{text}” is not a month; write it as YYYY-MM, for example 2026-10.")
-        return month
-
-
-class AdjustmentForm(forms.Form):
-    team = forms.CharField(max_length=63)
-    # Text, not a DecimalField: the service says in words what is wrong with an amount.
-    amount = forms.CharField(max_length=64)
-    reason = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2}))
 
 
 def _can_close(request: HtmxHttpRequest) -> bool:
@@ -50,9 +31,9 @@ def _can_close(request: HtmxHttpRequest) -> bool:
 
 
 def _list_context(request: HtmxHttpRequest, form: CloseMonthForm | None = None,
-                  preview: statements.ClosePreview | None = None) -> dict[str, object]:
+                  preview: services.ClosePreview | None = None) -> dict[str, object]:
     last_month = periods.month_start(periods.current_month() - dt.timedelta(days=1))
-    return {"statements": statement_selectors.statements_for_user(user=request.user), "can_close": _can_close(request),
+    return {"statements": selectors.statements_for_user(user=request.user), "can_close": _can_close(request),
             "form": form or CloseMonthForm(initial={"month": f"{last_month:%Y-%m}"}), "preview": preview}
 
 
@@ -75,9 +56,9 @@ def statement_close(request: HtmxHttpRequest) -> HttpResponse:
         month = form.cleaned_data["month"]
         try:
             if not form.cleaned_data["confirmed"]:
-                preview = statements.statement_preview(actor=request.user, month=month)
+                preview = services.statement_preview(actor=request.user, month=month)
             else:
-                statement = statements.statement_close(actor=request.user, month=month)
+                statement = services.statement_close(actor=request.user, month=month)
                 messages.success(request, f"Closed {statement.label}: {statement.charged_total} {statement.currency} "
                                           "charged to teams.")
                 target = reverse("billing:statement-detail", args=[statement.slug])
@@ -91,17 +72,17 @@ def statement_close(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "billing/statements.html", context, status=200 if preview else 400)
 
 
-def _picture(request: HtmxHttpRequest, month: str, team: str | None) -> statement_selectors.StatementPicture:
-    statement = statement_selectors.statement_visible(user=request.user, month=month)
-    return statement_selectors.statement_picture(user=request.user, statement=statement, team=team or None)
+def _picture(request: HtmxHttpRequest, month: str, team: str | None) -> selectors.StatementPicture:
+    statement = selectors.statement_visible(user=request.user, month=month)
+    return selectors.statement_picture(user=request.user, statement=statement, team=team or None)
 
 
-def _detail_context(request: HtmxHttpRequest, picture: statement_selectors.StatementPicture,
+def _detail_context(request: HtmxHttpRequest, picture: selectors.StatementPicture,
                     form: AdjustmentForm | None = None, done: str | None = None) -> dict[str, object]:
     return {"picture": picture, "statement": picture.statement, "currency": picture.statement.currency,
             "can_close": _can_close(request),
-            "adjustable": statement_selectors.adjustable_teams(statement=picture.statement) if _can_close(request) else [],
-            "flavors": statement_selectors.flavor_totals(picture), "form": form or AdjustmentForm(), "done": done,
+            "adjustable": selectors.adjustable_teams(statement=picture.statement) if _can_close(request) else [],
+            "flavors": selectors.flavor_totals(picture), "form": form or AdjustmentForm(), "done": done,
             "team": request.GET.get("team", "")}
 
 
@@ -115,25 +96,25 @@ def statement_detail(request: HtmxHttpRequest, month: str) -> HttpResponse:
 @login_required
 @require_POST
 def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
-    statement = statement_selectors.statement_visible(user=request.user, month=month)
+    statement = selectors.statement_visible(user=request.user, month=month)
     if not _can_close(request):
         raise PermissionDenied
     form = AdjustmentForm(request.POST)
     done = None
     if form.is_valid():
-        account = statement_selectors.statement_account(statement=statement, slug=form.cleaned_data["team"])
+        account = selectors.statement_account(statement=statement, slug=form.cleaned_data["team"])
         if account is None:
             form.add_error("team", f"There is no team “{form.cleaned_data['team']}”.")
         else:
             try:
-                adjustment = statements.adjustment_add(actor=request.user, statement=statement, account=account,
+                adjustment = services.adjustment_add(actor=request.user, statement=statement, account=account,
                                                        amount=form.cleaned_data["amount"], reason=form.cleaned_data["reason"])
             except DomainError as error:
                 form.add_error(error.field if error.field in form.fields else None, error.message)
             else:
                 done = f"Added {adjustment.amount} {statement.currency} for {account.slug}."
                 form = AdjustmentForm()
-    picture = statement_selectors.statement_picture(user=request.user, statement=statement,
+    picture = selectors.statement_picture(user=request.user, statement=statement,
                                                     team=request.GET.get("team") or None)
     if request.htmx:  # every figure of the page, with the refusal or the new adjustment; htmx swaps only a 200
         return render(request, "billing/statement_detail.html#statement-body", _detail_context(request, picture, form, done))

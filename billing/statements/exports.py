@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -19,7 +20,7 @@ from django.http import HttpResponse
 from django.template.loader import render_to_string
 
 from billing.models import StatementLine
-from billing.statement_selectors import StatementPicture, flavor_totals
+from billing.statements.selectors import StatementPicture, flavor_totals
 
 COLUMNS = [
     "record", "month", "currency", "team", "team_name", "cost_center", "flavor", "flavor_name", "period_start",
@@ -65,21 +66,8 @@ def statement_csv(picture: StatementPicture) -> bytes:
     def row(**values: object) -> None:
         writer.writerow([_cell(column, values.get(column)) for column in COLUMNS])
 
-    def line_row(line: StatementLine) -> None:
-        row(**head, record=line.kind, team=line.account_slug, team_name=line.account_name, cost_center=line.cost_center,
-            flavor=line.flavor_slug, flavor_name=line.flavor_name, period_start=_instant(line.period_start, zone),
-            period_end=_instant(line.period_end, zone), gpu_fraction=f"{line.fraction_numerator}/{line.fraction_denominator}",
-            guaranteed_unit_seconds=line.guaranteed_unit_seconds, borrowed_unit_seconds=line.borrowed_unit_seconds,
-            guaranteed_gpu_hours=line.guaranteed_gpu_hours.quantize(HOURS),
-            borrowed_gpu_hours=line.borrowed_gpu_hours.quantize(HOURS),
-            price_per_gpu_hour=None if line.price_per_gpu_hour is None else line.price_per_gpu_hour.quantize(PRICE),
-            amount=money(line.amount))
-
-    for team in picture.teams:
-        for line in team.lines:
-            line_row(line)
-    for line in picture.unallocated:
-        line_row(line)
+    for line in [line for team in picture.teams for line in team.lines] + picture.unallocated:
+        row(**head, **_line_values(line, zone, money))
     for team in picture.teams:
         for adjustment in team.adjustments:
             row(**head, record="adjustment", team=adjustment.account_slug, team_name=adjustment.account_name,
@@ -94,6 +82,18 @@ def statement_csv(picture: StatementPicture) -> bytes:
     if picture.whole:
         row(**head, record="total_unallocated", amount=money(picture.unallocated_total))
     return out.getvalue().encode("utf-8")
+
+
+def _line_values(line: StatementLine, zone: ZoneInfo, money: Callable[[Decimal], Decimal]) -> dict[str, object]:
+    return {"record": line.kind, "team": line.account_slug, "team_name": line.account_name, "cost_center": line.cost_center,
+            "flavor": line.flavor_slug, "flavor_name": line.flavor_name, "period_start": _instant(line.period_start, zone),
+            "period_end": _instant(line.period_end, zone),
+            "gpu_fraction": f"{line.fraction_numerator}/{line.fraction_denominator}",
+            "guaranteed_unit_seconds": line.guaranteed_unit_seconds, "borrowed_unit_seconds": line.borrowed_unit_seconds,
+            "guaranteed_gpu_hours": line.guaranteed_gpu_hours.quantize(HOURS),
+            "borrowed_gpu_hours": line.borrowed_gpu_hours.quantize(HOURS),
+            "price_per_gpu_hour": None if line.price_per_gpu_hour is None else line.price_per_gpu_hour.quantize(PRICE),
+            "amount": money(line.amount)}
 
 
 def _cell(column: str, value: object) -> str:

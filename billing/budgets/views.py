@@ -6,29 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_http_methods
 
-from billing import budget_selectors, budgets
+from billing.budgets import selectors, services
+from billing.budgets.forms import AlertEmailForm, BudgetForm
 from billing.models import Budget
 from portal.adapters import HtmxHttpRequest, signed_in_user
 from portal.errors import DomainError
 from tenants.models import Team
-
-
-class BudgetForm(forms.Form):
-    amount = forms.CharField(max_length=40, help_text="A month's budget, e.g. 10000 or 12500.50.")
-    currency = forms.CharField(max_length=3, initial="USD")
-    hard_stop = forms.BooleanField(required=False, help_text="At 100 % refuse new launches and hold the team's queue.")
-    # A hard stop below what the team already spent holds it at once: the page asks first.
-    hold_confirmed = forms.BooleanField(required=False)
-
-
-class AlertEmailForm(forms.Form):
-    daily_digest = forms.BooleanField(required=False)
 
 
 def _visible_team(request: HtmxHttpRequest, slug: str) -> Team:
@@ -42,19 +30,19 @@ def _form_for(budget: Budget | None) -> BudgetForm:
 
 
 def _team_context(request: HtmxHttpRequest, team: Team, form: BudgetForm | None = None, done: str = "",
-                  holds: budget_selectors.BudgetStatus | None = None) -> dict[str, Any]:
-    budget = budget_selectors.team_budget(team=team)
+                  holds: selectors.BudgetStatus | None = None) -> dict[str, Any]:
+    budget = selectors.team_budget(team=team)
     return {
-        "team": team, "budget": budget, "bar": {"status": budget_selectors.budget_status(budget=budget) if budget else None},
-        "alerts": budget_selectors.alerts_for_user(request.user).filter(account__team=team)[:24],
+        "team": team, "budget": budget, "bar": {"status": selectors.budget_status(budget=budget) if budget else None},
+        "alerts": selectors.alerts_for_user(request.user).filter(account__team=team)[:24],
         "form": form or _form_for(budget), "done": done, "holds": holds,
     }
 
 
 @login_required
 def budget_list(request: HtmxHttpRequest) -> HttpResponse:
-    visible = list(budget_selectors.budgets_for_user(request.user).order_by("account__slug"))
-    statuses = budget_selectors.budget_statuses(budgets=visible)
+    visible = list(selectors.budgets_for_user(request.user).order_by("account__slug"))
+    statuses = selectors.budget_statuses(budgets=visible)
     rows = [{"budget": b, "status": statuses[b.pk]} for b in visible]
     budgeted = {b.account.team_id for b in visible}
     unbudgeted = [t for t in Team.objects.for_user(request.user).order_by("slug") if t.pk not in budgeted]
@@ -72,16 +60,16 @@ def budget_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if form.is_valid():
         try:
             data = form.cleaned_data
-            holds = None if data["hold_confirmed"] else budgets.budget_hold_preview(
+            holds = None if data["hold_confirmed"] else services.budget_hold_preview(
                 team=team, amount=data["amount"], currency=data["currency"], hard_stop=data["hard_stop"])
             if holds is not None:
                 return render(request, template, _team_context(request, team, form=form, holds=holds))
-            budget = budgets.budget_set(actor=signed_in_user(request), team=team, amount=form.cleaned_data["amount"],
+            budget = services.budget_set(actor=signed_in_user(request), team=team, amount=form.cleaned_data["amount"],
                                         currency=form.cleaned_data["currency"], hard_stop=form.cleaned_data["hard_stop"])
         except DomainError as error:
             form.add_error(error.field if error.field in form.fields else None, error.message)
         else:
-            done = f"The budget of {team.slug} is now {budget_selectors.money_text(budget.amount, budget.currency)} a month" + (
+            done = f"The budget of {team.slug} is now {selectors.money_text(budget.amount, budget.currency)} a month" + (
                 " with a hard stop." if budget.hard_stop else ".")
             return render(request, template, _team_context(request, team, done=done))
     # htmx swaps only 2xx answers, so the form with its sentences comes back as 200 there.
@@ -92,8 +80,8 @@ def budget_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 def budget_bar(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """The bar alone, for the team usage page (which includes billing/_budget_bar.html) to refresh."""
     team = _visible_team(request, slug)
-    budget = budget_selectors.team_budget(team=team)
-    status = budget_selectors.budget_status(budget=budget) if budget else None
+    budget = selectors.team_budget(team=team)
+    status = selectors.budget_status(budget=budget) if budget else None
     return render(request, "billing/_budget_bar.html", {"team": team, "bar": {"status": status}})
 
 
@@ -106,7 +94,7 @@ def alert_email(request: HtmxHttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = AlertEmailForm(request.POST)
         form.is_valid()  # a checkbox: absent is False, anything else True
-        preference = budgets.alert_email_preference_set(user=user, daily_digest=form.cleaned_data.get("daily_digest", False))
+        preference = services.alert_email_preference_set(user=user, daily_digest=form.cleaned_data.get("daily_digest", False))
         done = "Budget alerts now come in one email a day." if preference.daily_digest else \
             "Budget alerts now come by email as they happen."
-    return render(request, template, {"daily_digest": budgets.alert_email_digest(user=user), "done": done})
+    return render(request, template, {"daily_digest": selectors.alert_email_digest(user=user), "done": done})

@@ -1,3 +1,6 @@
+"""Writes of the rate card: a new price (never an edit: the past keeps its prices) and a
+flavor's idle policy. Both are finance's and platform admins', audited."""
+
 from __future__ import annotations
 
 import datetime as dt

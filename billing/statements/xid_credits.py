@@ -15,29 +15,29 @@ import datetime as dt
 from collections import defaultdict
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
 
-from billing import periods, rate_card
+from billing import periods
 from billing.models import Account, Adjustment, Statement
 from billing.money import SECONDS_PER_HOUR, cost, round_money
+from billing.rates.card import RateCard
 from jobs.models import GpuXidEvent, RunInterval
 from portal.metrics.xid import xid_meaning
 from portal.models import User
 
 
 def xid_credits(
-    *, start: dt.datetime, end: dt.datetime, rate_periods: dict[int, list[Any]] | None = None,
+    *, start: dt.datetime, end: dt.datetime, card: RateCard | None = None,
     account_ids: set[int] | None = None, now: dt.datetime | None = None,
 ) -> list[tuple[Account, Fraction, str]]:
     """(account, exact credit, reason) for each pod with billable time in [start, end) after its
     first hardware XID; only the accounts asked for, when given. An interval still open counts to
-    `now` (or `end`). The prices are the month's (`rate_periods`, read here when not given and
-    only when some GPU failed)."""
+    `now` (or `end`). The prices are the rate card's (`card`, read here when not given and only
+    when some GPU failed)."""
     events = list(GpuXidEvent.objects.filter(hardware=True, at__lt=end).order_by("at", "id"))
     if not events:
         return []
-    if rate_periods is None:
-        rate_periods = rate_card.rate_periods(start=start, end=end)
+    if card is None:
+        card = RateCard.read()
     first: dict[tuple[int | None, str], GpuXidEvent] = {}
     codes: dict[tuple[int | None, str], list[str]] = defaultdict(list)
     for event in events:
@@ -53,27 +53,34 @@ def xid_credits(
         account = accounts[interval.team_uid]
         if account_ids is not None and account.pk not in account_ids:
             continue
-        lower = max(event.at, interval.started_at, start)
-        upper = min(interval.ended_at or now or end, end)
-        exact, unit_seconds = Fraction(0), 0
-        for span in rate_periods.get(interval.flavor_id, []):
-            seconds = int((min(upper, span.end) - max(lower, span.start)).total_seconds())
-            if seconds <= 0:
-                continue
-            unit_seconds += seconds * interval.units
-            if span.rate is not None:
-                exact += cost(unit_seconds=seconds * interval.units, numerator=interval.fraction_numerator,
-                              denominator=interval.fraction_denominator, price_per_gpu_hour=span.rate.price_per_gpu_hour)
-        if exact <= 0:
-            continue
-        hours = Fraction(unit_seconds * interval.fraction_numerator, interval.fraction_denominator * SECONDS_PER_HOUR)
-        seen = codes[key]
-        reason = (f"Credit: {float(hours):.2f} GPU-hours of pod {interval.pod_name} (workload #{event.workload_id}) "
-                  f"after XID {event.code} on {event.gpu} at {event.at:%Y-%m-%d %H:%M} UTC: {xid_meaning(event.code)}"
-                  + (f" (then {len(seen) - 1} more: {', '.join(seen[1:4])}{'…' if len(seen) > 4 else ''})"
-                     if len(seen) > 1 else ""))
-        credits.append((account, exact, reason))
+        unit_seconds, exact = _priced_time(interval, card, start=max(event.at, interval.started_at, start),
+                                           end=min(interval.ended_at or now or end, end))
+        if exact > 0:
+            credits.append((account, exact, _reason(interval, event, unit_seconds, codes[key])))
     return credits
+
+
+def _priced_time(interval: RunInterval, card: RateCard, *, start: dt.datetime, end: dt.datetime) -> tuple[int, Fraction]:
+    """The interval's unit-seconds in [start, end), whole seconds per price period, and their exact
+    cost at the prices then."""
+    exact, unit_seconds = Fraction(0), 0
+    for span in card.periods(interval.flavor_id, start=start, end=end):
+        seconds = int((span.end - span.start).total_seconds())
+        if seconds <= 0:
+            continue
+        unit_seconds += seconds * interval.units
+        if span.rate is not None:
+            exact += cost(unit_seconds=seconds * interval.units, numerator=interval.fraction_numerator,
+                          denominator=interval.fraction_denominator, price_per_gpu_hour=span.rate.price_per_gpu_hour)
+    return unit_seconds, exact
+
+
+def _reason(interval: RunInterval, event: GpuXidEvent, unit_seconds: int, seen: list[str]) -> str:
+    hours = Fraction(unit_seconds * interval.fraction_numerator, interval.fraction_denominator * SECONDS_PER_HOUR)
+    return (f"Credit: {float(hours):.2f} GPU-hours of pod {interval.pod_name} (workload #{event.workload_id}) "
+            f"after XID {event.code} on {event.gpu} at {event.at:%Y-%m-%d %H:%M} UTC: {xid_meaning(event.code)}"
+            + (f" (then {len(seen) - 1} more: {', '.join(seen[1:4])}{'…' if len(seen) > 4 else ''})"
+               if len(seen) > 1 else ""))
 
 
 def capped(credits: list[tuple[Account, Fraction, str]], *, billed: dict[int, Decimal],
@@ -94,12 +101,12 @@ def capped(credits: list[tuple[Account, Fraction, str]], *, billed: dict[int, De
     return result
 
 
-def xid_credits_add(*, statement: Statement, actor: User, rate_periods: dict[int, list[Any]],
+def xid_credits_add(*, statement: Statement, actor: User, card: RateCard,
                     billed: dict[int, Decimal]) -> list[Adjustment]:
     """The month's XID credits as adjustments on its (sealed) statement, rounded once each and
     never more, per team, than its lines bill (`billed`, per account)."""
     rows = []
-    credits = xid_credits(start=statement.period_start, end=statement.period_end, rate_periods=rate_periods)
+    credits = xid_credits(start=statement.period_start, end=statement.period_end, card=card)
     for account, amount, reason in capped(credits, billed=billed, currency=statement.currency):
         rows.append(Adjustment(statement=statement, account=account, account_slug=account.slug, account_name=account.name,
                                cost_center=account.cost_center, amount=amount, reason=reason, created_by=actor,

@@ -14,89 +14,32 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import serializers, status, viewsets
+from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from billing import exports, periods, statement_selectors, statements
-from billing.exports import download
-from billing.models import Adjustment, Statement, StatementLine
-from billing.serializers import MoneyField
-from billing.statement_selectors import StatementPicture
-from portal.adapters import StrictInputMixin, parse, signed_in_user
+from billing import periods
+from billing.models import Statement
+from billing.statements import exports, selectors, services
+from billing.statements.exports import download
+from billing.statements.selectors import StatementPicture
+from billing.statements.serializers import (
+    MONTH_PATTERN,
+    AdjustmentCreateSerializer,
+    AdjustmentSerializer,
+    CloseSerializer,
+    StatementDetailSerializer,
+    StatementLineSerializer,
+    StatementSerializer,
+)
+from portal.adapters import parse, signed_in_user
 from portal.errors import DomainError
-
-MONTH_PATTERN = r"[0-9]{4}-[0-9]{2}"
-
 
 FILE_ACTIONS = ("csv", "pdf")
 TEAM_PARAMETER = OpenApiParameter("team", str, description="A team's slug: just that team's part (404 if not yours).")
-
-
-class StatementSerializer(serializers.ModelSerializer):
-    month = serializers.CharField(source="slug", read_only=True, help_text="YYYY-MM.")
-
-    class Meta:
-        model = Statement
-        fields = ["month", "label", "currency", "time_zone", "period_start", "period_end", "closed_at", "closed_by_name"]
-        read_only_fields = fields
-
-
-class TeamPartSerializer(serializers.Serializer):
-    team = serializers.CharField(source="slug")
-    name = serializers.CharField()
-    cost_center = serializers.CharField()
-    gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
-    charged = MoneyField(help_text="The sum of the team's rounded lines.")
-    adjusted = MoneyField(help_text="The sum of its adjustments (credits are negative).")
-    total = MoneyField(help_text="Its lines and adjustments: what it is charged.")
-
-
-class StatementDetailSerializer(serializers.Serializer):
-    statement = StatementSerializer()
-    teams = TeamPartSerializer(many=True)
-    charged = MoneyField(help_text="Lines charged to the teams shown.")
-    adjusted = MoneyField()
-    total = MoneyField(help_text="The sum of the teams' totals.")
-    unallocated_total = MoneyField(allow_null=True, help_text="Capacity nobody used (finance's whole view only).")
-
-
-class StatementLineSerializer(serializers.ModelSerializer):
-    team = serializers.CharField(source="account_slug", read_only=True)
-    team_name = serializers.CharField(source="account_name", read_only=True)
-    flavor = serializers.CharField(source="flavor_slug", read_only=True)
-    amount = MoneyField(help_text="Rounded once, half-even, to the currency's minor unit.")
-
-    class Meta:
-        model = StatementLine
-        fields = ["kind", "team", "team_name", "cost_center", "flavor", "flavor_name", "period_start", "period_end",
-                  "fraction_numerator", "fraction_denominator", "guaranteed_unit_seconds", "borrowed_unit_seconds",
-                  "guaranteed_gpu_hours", "borrowed_gpu_hours", "price_per_gpu_hour", "amount"]
-        read_only_fields = fields
-
-
-class AdjustmentSerializer(serializers.ModelSerializer):
-    team = serializers.CharField(source="account_slug", read_only=True)
-    amount = MoneyField(help_text="A charge, or a credit when negative.")
-
-    class Meta:
-        model = Adjustment
-        fields = ["id", "team", "cost_center", "amount", "reason", "created_at", "created_by_name"]
-        read_only_fields = fields
-
-
-class CloseSerializer(StrictInputMixin, serializers.Serializer):
-    month = serializers.RegexField(MONTH_PATTERN, help_text="The month to close, YYYY-MM; it must have ended.",
-                                   error_messages={"invalid": "Write the month as YYYY-MM, for example 2026-10."})
-
-
-class AdjustmentCreateSerializer(StrictInputMixin, serializers.Serializer):
-    team = serializers.CharField(help_text="The slug of a team on the statement.")
-    amount = serializers.CharField(help_text="Money in the statement's currency, e.g. \"-120.50\" (negative for a credit).")
-    reason = serializers.CharField(allow_blank=True, help_text="What it corrects; required.")
 
 
 def _money(picture: StatementPicture) -> dict[str, Any]:
@@ -135,8 +78,8 @@ class StatementViewSet(viewsets.GenericViewSet):
         return Statement.objects.for_user(self.request.user).filter(sealed=True).order_by("-month")
 
     def _picture(self, request: Request, month: str) -> StatementPicture:
-        statement = statement_selectors.statement_visible(user=request.user, month=month)
-        return statement_selectors.statement_picture(user=request.user, statement=statement,
+        statement = selectors.statement_visible(user=request.user, month=month)
+        return selectors.statement_picture(user=request.user, statement=statement,
                                                      team=request.query_params.get("team") or None)
 
     def list(self, request: Request) -> Response:
@@ -152,8 +95,8 @@ class StatementViewSet(viewsets.GenericViewSet):
         month = periods.month_parse(text)
         if month is None:
             raise DomainError(f"“{text}” is not a month; write it as YYYY-MM, for example 2026-10.", field="month")
-        statement = statements.statement_close(actor=signed_in_user(request), month=month)
-        picture = statement_selectors.statement_picture(user=request.user, statement=statement)
+        statement = services.statement_close(actor=signed_in_user(request), month=month)
+        picture = selectors.statement_picture(user=request.user, statement=statement)
         return Response(StatementDetailSerializer(_detail(picture), context=_money(picture)).data,
                         status=status.HTTP_201_CREATED)
 
@@ -202,10 +145,10 @@ class StatementViewSet(viewsets.GenericViewSet):
             raise PermissionDenied
         data = parse(AdjustmentCreateSerializer, request)
         statement = picture.statement
-        account = statement_selectors.statement_account(statement=statement, slug=data["team"])
+        account = selectors.statement_account(statement=statement, slug=data["team"])
         if account is None:
             raise DomainError(f"There is no team “{data['team']}”.", field="team")
-        adjustment = statements.adjustment_add(actor=actor, statement=statement, account=account, amount=data["amount"],
+        adjustment = services.adjustment_add(actor=actor, statement=statement, account=account, amount=data["amount"],
                                                reason=data["reason"])
         return Response(AdjustmentSerializer(adjustment, context=_money(picture)).data, status=status.HTTP_201_CREATED)
 

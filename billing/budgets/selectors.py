@@ -1,7 +1,9 @@
 """Reads for budgets: where a team stands against its budget this month, and what may be seen.
 
-Month-to-date cost and the forecast come from `billing.selectors.month_forecast` (the usage pages
-show the same numbers); this module turns them into the budget's picture and its sentences.
+Month-to-date cost and the forecast come from `billing.usage.forecast.month_forecasts` (the usage
+pages show the same numbers); this module turns them into the budget's picture and its sentences,
+and answers the apps to billing's left: which teams' queues a hard stop holds, and why a launch is
+refused.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from billing import money, periods, selectors
-from billing.models import Account, Budget, BudgetAlert
+from billing import money, periods
+from billing.models import Account, AlertEmailPreference, Budget, BudgetAlert
+from billing.usage.forecast import month_forecasts
 from portal.errors import DomainError
 from portal.models import User
 from tenants.models import Team
@@ -116,7 +119,7 @@ def hold_at_once(*, team: Team, amount: Decimal, currency: str, hard_stop: bool)
 
 def budget_status(*, budget: Budget, now: dt.datetime | None = None) -> BudgetStatus:
     """Where the team stands this month: spent so far and the forecast at the current burn
-    (`billing.selectors.month_forecast`, one grouped query), with the day it crosses the budget."""
+    (`billing.usage.forecast.month_forecasts`, two grouped queries), with the day it crosses the budget."""
     return budget_statuses(budgets=[budget], now=now)[budget.pk]
 
 
@@ -124,7 +127,7 @@ def budget_statuses(*, budgets: list[Budget], now: dt.datetime | None = None) ->
     """`budget_status` of every budget by its id, in the same queries however many there are."""
     now = now or timezone.now()
     month = periods.current_month(now)
-    forecasts = selectors.month_forecasts(accounts=[budget.account for budget in budgets], month=month, now=now)
+    forecasts = month_forecasts(accounts=[budget.account for budget in budgets], month=month, now=now)
     statuses: dict[int, BudgetStatus] = {}
     for budget in budgets:
         forecast = forecasts[budget.account_id]
@@ -155,3 +158,26 @@ def budgets_for_user(user: User | AnonymousUser) -> QuerySet[Budget]:
 
 def alerts_for_user(user: User | AnonymousUser) -> QuerySet[BudgetAlert]:
     return BudgetAlert.objects.select_related("account").filter(account__team__in=Team.objects.for_user(user))
+
+
+def alert_email_digest(*, user: User) -> bool:
+    return AlertEmailPreference.objects.filter(user=user, daily_digest=True).exists()
+
+
+def launch_refusal(*, team: Team) -> str | None:
+    """Why the team may not launch now, or None: a hard stop at 100 % of this month's budget."""
+    budget = Budget.objects.select_related("account").filter(account__team=team, hard_stop=True).first()
+    if budget is None:
+        return None
+    status = budget_status(budget=budget)
+    if not status.over:
+        return None
+    return (f"{team.slug} has spent {money_text(status.spent, status.currency)} of its "
+            f"{money_text(status.amount, status.currency)} budget for {status.month_name} ({status.percent_shown} %), and its "
+            "budget has a hard stop: no new launches until finance or a platform admin raises the budget, or the month "
+            "ends. Running workloads continue.")
+
+
+def held_team_ids(team_ids: list[int]) -> set[int]:
+    """The teams whose LocalQueue is held by a hard stop (the team's desired state asks this)."""
+    return set(Budget.objects.filter(held=True, account__team_id__in=team_ids).values_list("account__team_id", flat=True))

@@ -8,65 +8,16 @@ from typing import Any
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import serializers, viewsets
+from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from billing import budget_selectors, budgets
+from billing.budgets import selectors, services
+from billing.budgets.serializers import BudgetAlertSerializer, BudgetSerializer, BudgetWriteSerializer
 from billing.models import Budget, BudgetAlert
-from portal.adapters import StrictInputMixin, parse, signed_in_user
+from portal.adapters import parse, signed_in_user
 from tenants.models import Team
-
-
-class BudgetSerializer(serializers.ModelSerializer):
-    team = serializers.CharField(source="account.slug", read_only=True)
-    set_by = serializers.CharField(source="set_by.username", read_only=True, default=None)
-    month = serializers.SerializerMethodField()
-    spent = serializers.SerializerMethodField()
-    percent = serializers.SerializerMethodField()
-    forecast = serializers.SerializerMethodField()
-    forecast_sentence = serializers.SerializerMethodField()
-
-    class Meta:
-        model = Budget
-        fields = ["team", "amount", "currency", "hard_stop", "held", "set_by", "set_at", "month", "spent", "percent",
-                  "forecast", "forecast_sentence"]
-
-    def _status(self, budget: Budget) -> budget_selectors.BudgetStatus:
-        statuses: dict[int, budget_selectors.BudgetStatus] = self.context["statuses"]
-        if budget.pk not in statuses:  # one budget, outside a list
-            statuses.update(budget_selectors.budget_statuses(budgets=[budget]))
-        return statuses[budget.pk]
-
-    def get_month(self, budget: Budget) -> str:
-        return self._status(budget).month.strftime("%Y-%m")
-
-    def get_spent(self, budget: Budget) -> str:
-        return str(self._status(budget).spent)
-
-    def get_percent(self, budget: Budget) -> int:
-        return self._status(budget).percent
-
-    def get_forecast(self, budget: Budget) -> str:
-        return str(self._status(budget).forecast)
-
-    def get_forecast_sentence(self, budget: Budget) -> str:
-        return self._status(budget).forecast_sentence
-
-
-class BudgetWriteSerializer(StrictInputMixin, serializers.Serializer):
-    amount = serializers.CharField(help_text="The month's budget, e.g. \"10000\" or \"12500.50\".")
-    currency = serializers.CharField(default="USD", help_text="A three-letter code such as USD or EUR.")
-    hard_stop = serializers.BooleanField(default=False, help_text="At 100 % refuse new launches and hold the team's queue.")
-
-
-class BudgetAlertSerializer(serializers.ModelSerializer):
-    team = serializers.CharField(source="account.slug", read_only=True)
-
-    class Meta:
-        model = BudgetAlert
-        fields = ["id", "team", "month", "threshold", "sent_at", "spent", "budget_amount", "currency", "message"]
 
 
 @extend_schema_view(
@@ -83,7 +34,7 @@ class BudgetViewSet(viewsets.GenericViewSet):
     http_method_names = ["get", "put", "head", "options"]
 
     def get_queryset(self) -> QuerySet[Budget]:
-        return budget_selectors.budgets_for_user(self.request.user).order_by("account__slug")
+        return selectors.budgets_for_user(self.request.user).order_by("account__slug")
 
     def get_serializer_context(self) -> dict[str, Any]:
         # Each budget's status is read once per response, however many fields show it.
@@ -92,7 +43,7 @@ class BudgetViewSet(viewsets.GenericViewSet):
     def list(self, request: Request) -> Response:
         page = list(self.paginate_queryset(self.get_queryset()) or [])
         serializer = self.get_serializer(page, many=True)
-        serializer.context["statuses"].update(budget_selectors.budget_statuses(budgets=page))  # the page's, at once
+        serializer.context["statuses"].update(selectors.budget_statuses(budgets=page))  # the page's, at once
         return self.get_paginated_response(serializer.data)
 
     def retrieve(self, request: Request, team: str) -> Response:
@@ -100,7 +51,7 @@ class BudgetViewSet(viewsets.GenericViewSet):
 
     def update(self, request: Request, team: str) -> Response:
         visible = get_object_or_404(Team.objects.for_user(request.user), slug=team)
-        budget = budgets.budget_set(actor=signed_in_user(request), team=visible, **parse(BudgetWriteSerializer, request))
+        budget = services.budget_set(actor=signed_in_user(request), team=visible, **parse(BudgetWriteSerializer, request))
         return Response(self.get_serializer(self.get_queryset().get(pk=budget.pk)).data)
 
 
@@ -113,7 +64,7 @@ class BudgetAlertViewSet(viewsets.ReadOnlyModelViewSet):
     filter_backends: list[Any] = []
 
     def get_queryset(self) -> QuerySet[BudgetAlert]:
-        alerts = budget_selectors.alerts_for_user(self.request.user)
+        alerts = selectors.alerts_for_user(self.request.user)
         team = self.request.query_params.get("team")
         return alerts.filter(account__team__slug=team) if team else alerts
 

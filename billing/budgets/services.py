@@ -20,8 +20,9 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import budget_selectors, periods
-from billing.budget_selectors import BudgetStatus, budget_status, money_text, ordinal
+from billing import periods
+from billing.budgets import selectors
+from billing.budgets.selectors import BudgetStatus, budget_status, money_text, ordinal
 from billing.models import Account, AlertEmailPreference, Budget, BudgetAlert, DigestEntry
 from billing.money import money_input
 from portal.audit import audit_record
@@ -57,7 +58,7 @@ def budget_hold_preview(*, team: Team, amount: Any, currency: str = "USD", hard_
     """Where the team would stand if this budget held it at once (a hard stop below what it has
     already spent this month), for a page to confirm first; None when it would not. Bad input is
     refused as budget_set refuses it."""
-    return budget_selectors.hold_at_once(team=team, amount=_amount(amount), currency=_currency(currency),
+    return selectors.hold_at_once(team=team, amount=_amount(amount), currency=_currency(currency),
                                          hard_stop=bool(hard_stop))
 
 
@@ -133,20 +134,7 @@ def _budget_check(*, budget_id: int, now: dt.datetime, result: CheckResult) -> N
     due = [threshold for threshold, percent in PERCENT_THRESHOLDS if status.percent >= percent]
     if status.forecast_over:
         due.append(Threshold.FORECAST)
-    if not due:
-        return
-    already = set(BudgetAlert.objects.filter(account=budget.account, month=status.month).values_list("threshold", flat=True))
-    new: list[BudgetAlert] = []
-    for threshold in due:
-        if threshold in already:
-            continue
-        try:
-            with transaction.atomic():
-                new.append(BudgetAlert.objects.create(
-                    account=budget.account, month=status.month, threshold=threshold, sent_at=now, spent=status.spent,
-                    budget_amount=status.amount, currency=status.currency, message=alert_message(team, status, threshold)))
-        except IntegrityError:
-            continue  # another check sent it first
+    new = _alerts_record(budget=budget, team=team, status=status, due=due, now=now) if due else []
     if not new:
         return
     result.alerts.extend(new)
@@ -160,6 +148,24 @@ def _budget_check(*, budget_id: int, now: dt.datetime, result: CheckResult) -> N
     forecast = next((alert for alert in new if alert.threshold == Threshold.FORECAST), None)
     if forecast is not None and not status.over:
         _alert_deliver(team=team, alert=forecast, to_finance=False)
+
+
+def _alerts_record(*, budget: Budget, team: Team, status: BudgetStatus, due: list[Threshold],
+                   now: dt.datetime) -> list[BudgetAlert]:
+    """The alerts due this month not sent yet, recorded; one another check recorded first is left to it."""
+    already = set(BudgetAlert.objects.filter(account=budget.account, month=status.month).values_list("threshold", flat=True))
+    new: list[BudgetAlert] = []
+    for threshold in due:
+        if threshold in already:
+            continue
+        try:
+            with transaction.atomic():
+                new.append(BudgetAlert.objects.create(
+                    account=budget.account, month=status.month, threshold=threshold, sent_at=now, spent=status.spent,
+                    budget_amount=status.amount, currency=status.currency, message=alert_message(team, status, threshold)))
+        except IntegrityError:
+            continue  # another check sent it first
+    return new
 
 
 def alert_message(team: Team, status: BudgetStatus, threshold: str) -> str:
@@ -233,27 +239,3 @@ def alert_email_preference_set(*, user: User, daily_digest: bool) -> AlertEmailP
     preference.daily_digest = bool(daily_digest)
     preference.save(update_fields=["daily_digest"])
     return preference
-
-
-def alert_email_digest(*, user: User) -> bool:
-    return AlertEmailPreference.objects.filter(user=user, daily_digest=True).exists()
-
-
-def launch_refusal(*, team: Team) -> str | None:
-    """Why the team may not launch now, or None: a hard stop at 100 % of this month's budget."""
-    budget = Budget.objects.select_related("account").filter(account__team=team, hard_stop=True).first()
-    if budget is None:
-        return None
-    status = budget_status(budget=budget)
-    if not status.over:
-        return None
-    return (f"{team.slug} has spent {money_text(status.spent, status.currency)} of its "
-            f"{money_text(status.amount, status.currency)} budget for {status.month_name} ({status.percent_shown} %), and its "
-            "budget has a hard stop: no new launches until finance or a platform admin raises the budget, or the month "
-            "ends. Running workloads continue.")
-
-
-def held_team_ids(team_ids: list[int]) -> set[int]:
-    """The teams whose LocalQueue is held by a hard stop (the team's desired state asks this)."""
-    return set(Budget.objects.filter(held=True, account__team_id__in=team_ids).values_list("account__team_id", flat=True))
-
