@@ -95,7 +95,8 @@ class HtmxPagesMiddleware:
             answer: HttpResponse = HttpResponseClientRedirect(login)
         else:
             answer = HttpResponseRedirect(login)
-        if request.method not in ("GET", "HEAD"):
-            answer[KEEP_DRAFT_HEADER] = "true"
+        # A form post did not arrive; an htmx request, sent or not, leaves a page whose form may
+        # hold something typed (the launch hint asks as the person types).
+        answer[KEEP_DRAFT_HEADER] = "true"
         answer["Cache-Control"] = "no-store"
         return answer

@@ -135,10 +135,31 @@ document.addEventListener("click", function (event) {
     var element = event.detail.elt;
     keep(element.tagName === "FORM" ? element : element.form || element.closest("form"));
   });
+  // A form to send holding something typed that its page did not come with: what a background request
+  // (the launch hint, a list's refresh) that finds the session ended must not throw away.
+  function edited(form) {
+    if ((form.method || "").toLowerCase() !== "post") { return false; }  // a filter is not a draft
+    return Array.prototype.some.call(form.elements, function (element) {
+      if (!element.name || element.disabled || SKIPPED.indexOf(element.type) !== -1) { return false; }
+      if (element.type === "checkbox" || element.type === "radio") { return element.checked !== element.defaultChecked; }
+      if (element.options) {
+        return Array.prototype.some.call(element.options, function (option) { return option.selected !== option.defaultSelected; });
+      }
+      return element.value !== element.defaultValue;
+    });
+  }
   document.body.addEventListener("htmx:beforeOnLoad", function (event) {
+    var leaving = event.detail.xhr.getResponseHeader("X-Portal-Keep-Draft");
+    if (event.detail.requestConfig.verb === "get") {
+      // Nothing was sent, but the answer leads to the login page: the form being typed into
+      // comes back filled in after sign-in, as one that was sent would.
+      var typed = leaving && !read() && Array.prototype.find.call(document.forms, edited);
+      if (typed) { keep(typed); write(Object.assign(read() || {}, {stopped: true})); }
+      return;
+    }
     var draft = read();
-    if (!draft || event.detail.requestConfig.verb === "get") { return; }
-    if (event.detail.xhr.getResponseHeader("X-Portal-Keep-Draft")) {
+    if (!draft) { return; }
+    if (leaving) {
       draft.stopped = true;
       write(draft);
     } else {

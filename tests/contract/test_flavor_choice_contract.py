@@ -144,7 +144,8 @@ def test_a_launch_that_accepts_either_flavor_follows_the_one_kueue_admits(
 
     assert either.flavor == a100
     assert {node_flavor(p["spec"]["nodeName"]) for p in pods_of(either)} == {a100.slug}
-    assert queue_usage(team.slug, a100.slug) == (1, 1)
+    # Kueue writes a ClusterQueue's usage after it admits, so the count is waited for, not read once.
+    assert cluster.wait_for(lambda: queue_usage(team.slug, a100.slug) == (1, 1), what="the queue to count the A100")
     assert says_borrowed(api(lead), either) == (True, True)
     assert api(lead).get(f"/api/workloads/{either.pk}/").json()["accepted_flavors"] == sorted([a100.slug, site.flavor.slug])
     assert billed(team) == {(a100.slug, "3.0000", True), (site.flavor.slug, "1.0000", False)}

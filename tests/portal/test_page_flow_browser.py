@@ -150,7 +150,10 @@ def test_a_form_sent_after_the_session_ended_comes_back_filled_in_and_unsent(bro
     alice.goto(f"{live_server.url}{form_page}")
     alice.fill("#id_name", "spring-detector")
     alice.fill("#id_units", "2")
-    alice.fill("#id_p_epochs", "250")
+    # The hint asks 300 ms after the last keystroke; its answer is waited for, so the session ends
+    # after it and the send below, not the hint, is what finds it ended.
+    with alice.expect_response(lambda answer: "p_epochs=250" in answer.url):
+        alice.fill("#id_p_epochs", "250")
     htmx_settled(alice)
     _end_sessions()
     alice.click("button:has-text('Launch')")
@@ -166,6 +169,27 @@ def test_a_form_sent_after_the_session_ended_comes_back_filled_in_and_unsent(bro
     alice.click("button:has-text('Launch')")
     alice.wait_for_url("**/workloads/*/")
     assert Workload.objects.get(name="spring-detector").units == 2
+
+
+def test_what_is_typed_survives_the_launch_hint_finding_the_session_ended(browser, live_server, site):
+    # Nothing is sent: the hint asks as the person types, finds the session gone and leads to the
+    # login page; the form comes back as it was typed, still unsent.
+    expect = sync_api.expect
+    alice = log_in(browser, live_server, "alice")
+    form_page = f"/launch/?team=vision&template={site['template'].pk}"
+    alice.goto(f"{live_server.url}{form_page}")
+    alice.fill("#id_name", "autumn-detector")
+    htmx_settled(alice)
+    _end_sessions()
+    alice.fill("#id_units", "3")
+    alice.wait_for_url("**/login/?next=*")
+    expect(alice.locator("[data-draft-note]")).to_be_visible()
+    _sign_in_again(alice, "alice")
+    alice.wait_for_url(f"{live_server.url}{form_page}")
+    expect(alice.locator("[data-testid=draft-restored]")).to_be_visible()
+    expect(alice.locator("#id_name")).to_have_value("autumn-detector")
+    expect(alice.locator("#id_units")).to_have_value("3")
+    assert not Workload.objects.filter(name="autumn-detector").exists()
 
 
 def test_an_htmx_form_sent_after_the_session_ended_keeps_what_was_typed(browser, live_server, site):
