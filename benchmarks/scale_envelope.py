@@ -435,7 +435,7 @@ def bulk_launch(teams: list[Any], indexes: range, *, threads: int) -> None:
     from django.db import close_old_connections
     from django.utils import timezone
 
-    from jobs import manifests
+    from jobs import kinds
     from jobs import services as job_services
     from jobs.models import Workload, WorkloadTransition
     from portal.kube import gateway
@@ -455,7 +455,7 @@ def bulk_launch(teams: list[Any], indexes: range, *, threads: int) -> None:
         batch_size=2000)
 
     def submit(row: Workload) -> None:
-        for obj in manifests.make_workload_objects(spec=job_services.workload_spec(row)):
+        for obj in kinds.workload_objects(spec=job_services.workload_spec(row)):
             gateway().apply(obj)
         close_old_connections()
 

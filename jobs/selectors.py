@@ -15,14 +15,13 @@ from django.conf import settings
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery, prefetch_related_objects
 from django.utils import timezone
 
-from jobs import manifests, policy, pricing
+from jobs import kinds, manifests, policy, pricing
 from jobs.models import (
     GitSource,
     ImageRegistry,
     Priority,
     RunInterval,
     Workload,
-    WorkloadKind,
     WorkloadTemplate,
     WorkloadTemplateVersion,
 )
@@ -302,7 +301,7 @@ def estimated_start(*, workload: Workload, ahead: list[Workload], usage: QueueUs
     if needed <= 0:
         return now, "Enough quota looks free now; Kueue should admit it on its next pass."
     running = (Workload.objects.filter(flavor_id=workload.flavor_id, phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING),
-                                       template_version__template__kind__in=(WorkloadKind.TRAINING, WorkloadKind.DISTRIBUTED))
+                                       template_version__template__kind__in=kinds.names(runs_to_completion=True))
                .select_related("template_version").prefetch_related("intervals"))
     if not workload.team.may_borrow:
         running = running.filter(team_id=workload.team_id)

@@ -313,7 +313,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_endpoint(self, workload: Workload) -> str | None:
-        return services.endpoint(workload) if workload.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK) else None
+        return services.endpoint(workload) if workload.kind_facts.serves_http else None
 
 
 class WorkloadDetailSerializer(WorkloadSerializer):
@@ -339,7 +339,7 @@ class WorkloadDetailSerializer(WorkloadSerializer):
     def get_notebook_token_sha256(self, workload: Workload) -> str | None:
         request = self.context.get("request")
         is_owner = request is not None and request.user.pk == workload.owner_id
-        return workload.notebook_token_sha256 or None if workload.kind == WorkloadKind.NOTEBOOK and is_owner else None
+        return workload.notebook_token_sha256 or None if workload.kind_facts.has_token and is_owner else None
 
 
 class NotebookTokenSerializer(serializers.Serializer):

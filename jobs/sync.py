@@ -29,8 +29,9 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from jobs import manifests
-from jobs.models import RunInterval, RunIntervalSwitch, Workload, WorkloadKind
+from jobs import kinds, manifests
+from jobs.kinds.base import Admission, condition, is_true
+from jobs.models import RunInterval, RunIntervalSwitch, Workload
 from jobs.services import record_transition
 from portal.adapters import whole_number
 from portal.hooks import Event
@@ -45,14 +46,9 @@ log = logging.getLogger(__name__)
 MANAGED = {manifests.MANAGED_BY_LABEL: "gpu-portal"}
 KUEUE = "kueue.x-k8s.io/v1beta2"
 GONE_REASON = "Its objects are gone from the cluster (deleted outside the portal)."
-# The object that owns a workload's pods, by workload kind, as jobs.manifests builds it.
-OWNER_KINDS: dict[str, tuple[str, str]] = {
-    WorkloadKind.TRAINING: ("batch/v1", "Job"),
-    WorkloadKind.DISTRIBUTED: ("batch/v1", "Job"),
-    WorkloadKind.INFERENCE: ("apps/v1", "Deployment"),
-    WorkloadKind.NOTEBOOK: ("apps/v1", "StatefulSet"),
-}
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# The objects that own workloads' pods, each kind's as it declares (jobs/kinds/).
+OWNER_KINDS: tuple[tuple[str, str], ...] = kinds.owner_kinds()
+OWNER_KIND_NAMES = tuple(kind for _, kind in OWNER_KINDS)
 # Sent after the commit that closed run intervals, with their ids: billing meters their hours then.
 INTERVALS_CLOSED = Event[Callable[[list[int]], None]]("jobs.sync.INTERVALS_CLOSED", by="billing")
 
@@ -61,9 +57,7 @@ Key = tuple[str, int]  # (namespace, workload id): an object counts only in its 
 # What the sync reads: the portal's own objects by label, and Kueue's Workloads (which Kueue
 # creates without our labels; they are matched to ours through their owners).
 WATCHED: tuple[tuple[str, str, dict[str, str] | None], ...] = (
-    ("batch/v1", "Job", MANAGED),
-    ("apps/v1", "Deployment", MANAGED),
-    ("apps/v1", "StatefulSet", MANAGED),
+    *((api_version, kind, MANAGED) for api_version, kind in OWNER_KINDS),
     ("v1", "Pod", MANAGED),
     (KUEUE, "Workload", None),
 )
@@ -101,7 +95,7 @@ def workload_namespaces() -> list[str]:
 class Snapshot:
     """The cluster objects of the portal's workloads, indexed by namespace and workload id."""
 
-    owners: dict[Key, dict[str, Any]] = field(default_factory=dict)  # the Job, Deployment or StatefulSet
+    owners: dict[Key, dict[str, Any]] = field(default_factory=dict)  # each workload's owner (its kind's, jobs/kinds/)
     pods: dict[Key, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     kueue: dict[Key, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
 
@@ -118,7 +112,7 @@ class Snapshot:
         indexing the other 15,000 objects."""
         snapshot = cls()
         by_name: dict[tuple[str, str, str], Key] = {}
-        for kind in ("Job", "Deployment", "StatefulSet"):
+        for kind in OWNER_KIND_NAMES:
             for obj in objects.get(kind, []):
                 key = _key(obj)
                 if key is not None and (keys is None or key in keys):
@@ -149,7 +143,7 @@ def key_of(workload: Workload) -> Key:
 
 
 def owner_ref(workload: Workload) -> ObjectRef:
-    api_version, kind = OWNER_KINDS[workload.kind]
+    api_version, kind = workload.kind_facts.owner
     return ObjectRef(api_version, kind, workload.k8s_name, workload.team.namespace)
 
 
@@ -174,17 +168,6 @@ def _mark_seen(workload: Workload) -> None:
     if workload.seen_in_cluster_at is None:
         workload.seen_in_cluster_at = timezone.now()
         workload.save(update_fields=["seen_in_cluster_at"])
-
-
-def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    for cond in (obj.get("status") or {}).get("conditions", []) or []:
-        if cond.get("type") == type_:
-            return cond
-    return {}
-
-
-def _true(obj: dict[str, Any], type_: str) -> bool:
-    return _condition(obj, type_).get("status") == "True"
 
 
 _SHORT = re.compile(
@@ -213,66 +196,27 @@ def waiting_reason(message: str) -> str:
     return f"Waiting for Kueue, which says: {message}"
 
 
-def _completions_succeeded(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
-    """Whether a succeeded pod of this very Job stands for each of its completions. A pod's
-    success is final, so no later event can take it back; pods of another Job of the same name
-    (deleted and made again), pods being deleted (killed, not finished) and a second pod of
-    the same index do not count, and a Job without completions is done at its first success."""
-    uid = job["metadata"].get("uid")
-    indexed = job["spec"].get("completionMode") == "Indexed"
-    done: set[str] = set()
-    for pod in pods:
-        meta = pod["metadata"]
-        if (pod.get("status") or {}).get("phase") != "Succeeded" or meta.get("deletionTimestamp"):
-            continue
-        owners = {o.get("uid") for o in meta.get("ownerReferences", []) if o.get("kind") == "Job"}
-        if uid and owners and uid not in owners:
-            continue
-        index = (meta.get("annotations") or {}).get(COMPLETION_INDEX) or (meta.get("labels") or {}).get(COMPLETION_INDEX)
-        done.add(f"index {index}" if indexed and index is not None else f"pod {meta.get('uid') or meta['name']}")
-    return len(done) >= int(job["spec"].get("completions") or 1)
+def admission(kueue: list[dict[str, Any]]) -> Admission:
+    """What Kueue's Workloads of one workload say of its admission, in the portal's words."""
+    evicted = [w for w in kueue if is_true(w, "Evicted") and not is_true(w, "QuotaReserved")]
+    pending = [w for w in kueue if not is_true(w, "QuotaReserved")]
+    message = condition(pending[0], "QuotaReserved").get("message", "") if pending else ""
+    return Admission(
+        pending=bool(pending), waiting=waiting_reason(message),
+        evicted=bool(evicted), evicted_message=condition(evicted[0], "Evicted").get("message", "") if evicted else "",
+        starting="Admitted by Kueue; starting its pods",
+    )
 
 
 def derive(workload: Workload, snapshot: Snapshot) -> tuple[str, str] | None:
-    """The phase and reason the cluster shows for one workload, or None to leave it as it is.
-    Without its owner in the snapshot nothing can be said: whether it is gone takes a direct
-    read (owner_gone), which this pure function does not make."""
+    """The phase and reason the cluster shows for one workload, by its kind's rules (jobs/kinds/),
+    or None to leave it as it is. Without its owner in the snapshot nothing can be said: whether
+    it is gone takes a direct read (owner_gone), which this pure function does not make."""
     owner = snapshot.owners.get(key_of(workload))
-    pods = snapshot.pods.get(key_of(workload), [])
-    kueue = snapshot.kueue.get(key_of(workload), [])
     if owner is None:
         return None
-    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-    evicted = [w for w in kueue if _true(w, "Evicted") and not _true(w, "QuotaReserved")]
-    pending = [w for w in kueue if not _true(w, "QuotaReserved")]
-    if owner["kind"] == "Job":
-        if _true(owner, "Complete"):
-            return Workload.Phase.SUCCEEDED, "Finished successfully"
-        if _true(owner, "Failed"):
-            failed = _condition(owner, "Failed")
-            return Workload.Phase.FAILED, f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".rstrip(": ")
-        # Every completion succeeded is what the Job controller will conclude a moment later: say it now.
-        if _completions_succeeded(owner, pods):
-            return Workload.Phase.SUCCEEDED, "Finished successfully"
-        if evicted:
-            cond = _condition(evicted[0], "Evicted")
-            return Workload.Phase.PREEMPTED, f"Preempted and queued again: {cond.get('message', '')}".rstrip(": ")
-        if owner["spec"].get("suspend", False):
-            message = _condition(pending[0], "QuotaReserved").get("message", "") if pending else ""
-            return Workload.Phase.QUEUED, waiting_reason(message)
-        if running:
-            return Workload.Phase.RUNNING, f"{len(running)} of {owner['spec'].get('parallelism', 1)} pods running"
-        return Workload.Phase.ADMITTED, "Admitted by Kueue; starting its pods"
-    # Servers and notebooks: Kueue gates each pod until it is admitted.
-    if running:
-        return Workload.Phase.RUNNING, f"{len(running)} of {owner['spec'].get('replicas', 1)} replicas running"
-    if evicted:
-        return Workload.Phase.PREEMPTED, "Preempted and queued again"
-    if pending:
-        return Workload.Phase.QUEUED, waiting_reason(_condition(pending[0], "QuotaReserved").get("message", ""))
-    if pods:
-        return Workload.Phase.ADMITTED, "Admitted by Kueue; starting its pods"
-    return Workload.Phase.QUEUED, "Waiting for Kueue to admit it"
+    key = key_of(workload)
+    return workload.kind_facts.derive(owner, snapshot.pods.get(key, []), admission(snapshot.kueue.get(key, [])))
 
 
 def admitted_flavor(workload: Workload, snapshot: Snapshot) -> Flavor | None:

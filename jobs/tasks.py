@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import manifests, services, sync
+from jobs import kinds, services, sync
 from jobs.models import Workload
 from portal.audit import audit_record
 from portal.errors import DomainError
@@ -72,7 +72,7 @@ def workload_submit(workload_id: int) -> str:
         if refusal:
             services.record_transition(workload, Workload.Phase.FAILED, f"Not created in the cluster: {refusal}")
             return "failed"
-        objects = manifests.make_workload_objects(spec=services.workload_spec(workload))
+        objects = kinds.workload_objects(spec=services.workload_spec(workload))
         for obj in objects:
             gateway().apply(obj)
     except DomainError as error:
@@ -107,7 +107,7 @@ def workload_apply(workload_id: int) -> None:
     workload = _load(workload_id, task="apply")
     if workload is None or not workload.is_active or workload.phase == Workload.Phase.SUBMITTING:
         return
-    for obj in manifests.make_workload_objects(spec=services.workload_spec(workload)):
+    for obj in kinds.workload_objects(spec=services.workload_spec(workload)):
         gateway().apply(obj)
 
 
@@ -117,7 +117,7 @@ def workload_teardown(workload_id: int) -> None:
     workload = _load(workload_id, task="teardown")
     if workload is None:
         return
-    for obj in reversed(manifests.make_workload_objects(spec=services.workload_spec(workload))):
+    for obj in reversed(kinds.workload_objects(spec=services.workload_spec(workload))):
         gateway().delete(ref_of(obj))
 
 

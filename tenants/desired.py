@@ -21,6 +21,8 @@ from tenants.models import Flavor, Membership, Team
 # Which teams' queues are held (admit nothing new): billing's hard stop answers (portal.hooks).
 HoldProvider = Callable[[list[int]], set[int]]
 HOLDS = Hook[HoldProvider]("tenants.desired.HOLDS", by="billing")
+# Which workload kinds serve HTTP and are reached by the portal: jobs' kinds say (portal.hooks).
+WORKLOAD_KINDS = Hook[Callable[[], manifests.KindReach]]("tenants.desired.WORKLOAD_KINDS", by="jobs")
 
 
 def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
@@ -65,6 +67,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     specs = {}
     network = network_spec()
     reader = portal_reader()
+    reach = WORKLOAD_KINDS.call()
     for team in teams_by_id.values():
         specs[team.pk] = (team, manifests.TeamSpec(
             slug=team.slug,
@@ -88,6 +91,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             member_role=settings.PORTAL_MEMBER_CLUSTER_ROLE,
             held=team.pk in held,
             portal_reader=reader,
+            kinds=reach,
         ))
     return specs
 

@@ -21,10 +21,8 @@ ROLE_LABEL = "gpu-portal.io/role"
 TEAM_UID_ANNOTATION = "gpu-portal.io/team-uid"
 QUEUE_NAME = "default"
 # What kind of workload a pod belongs to (jobs/manifests.py puts it on every pod): the team's
-# network policies admit the portal and the ingress controller to some kinds only.
+# network policies admit the portal and the ingress controller to some kinds only (KindReach).
 WORKLOAD_KIND_LABEL = "gpu-portal.io/workload-kind"
-NOTEBOOK_KIND = "notebook"
-SERVING_KINDS = ("inference", "notebook")
 # The name of the container port that serves HTTP on inference and notebook pods.
 HTTP_PORT_NAME = "http"
 
@@ -166,6 +164,15 @@ def egress_allowance(*, network: NetworkSpec) -> list[dict[str, Any]]:
 
 
 @dataclass(frozen=True)
+class KindReach:
+    """Which workload kinds, by the name on their pods' kind label, serve HTTP to the ingress
+    controller and are asked by the portal itself how idle they are (jobs/kinds/ declares it)."""
+
+    serving: tuple[str, ...] = ()
+    portal_reached: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class PortalReader:
     """The portal's own ServiceAccount and the ClusterRole of what it does only inside team
     namespaces (read pods, their logs and events, and data volumes; write a notebook's token)."""
@@ -198,6 +205,7 @@ class TeamSpec:
     adopts_unannotated: bool = False
     # Held by a hard-stopped budget: the LocalQueue admits nothing new; what runs continues.
     held: bool = False
+    kinds: KindReach = KindReach()
     # Where the portal reads pods, logs, events and data volumes only in namespaces it made (the
     # chart's rbac.namespacedReads): its own ServiceAccount, bound in the team's namespace.
     portal_reader: PortalReader | None = None
@@ -384,26 +392,31 @@ def make_egress_network_policy(*, team: TeamSpec) -> dict[str, Any]:
     })
 
 
+def _kind_selector(kinds: tuple[str, ...]) -> dict[str, Any]:
+    """Pods of these kinds: by label for one, by set for several."""
+    if len(kinds) == 1:
+        return {"matchLabels": {WORKLOAD_KIND_LABEL: kinds[0]}}
+    return {"matchExpressions": [{"key": WORKLOAD_KIND_LABEL, "operator": "In", "values": list(kinds)}]}
+
+
 def make_portal_network_policy(*, team: TeamSpec) -> dict[str, Any]:
-    """The portal's pods may ask a notebook how idle it is: notebook pods, HTTP port only."""
+    """The portal's pods may ask a notebook how idle it is: those kinds' pods, HTTP port only."""
     peer: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.network.portal_namespace}},
     }
     if team.network.portal_pod_labels:
         peer["podSelector"] = {"matchLabels": dict(team.network.portal_pod_labels)}
     return _network_policy("gpu-portal-allow-portal", team, {
-        "podSelector": {"matchLabels": {WORKLOAD_KIND_LABEL: NOTEBOOK_KIND}},
+        "podSelector": _kind_selector(team.kinds.portal_reached),
         "policyTypes": ["Ingress"],
         "ingress": [{"from": [peer], "ports": _http_port()}],
     })
 
 
 def make_ingress_controller_network_policy(*, team: TeamSpec) -> dict[str, Any]:
-    """The ingress controller reaches inference servers and notebooks, HTTP port only."""
+    """The ingress controller reaches the kinds that serve HTTP (inference servers, notebooks), HTTP port only."""
     return _network_policy("gpu-portal-allow-ingress-controller", team, {
-        "podSelector": {"matchExpressions": [
-            {"key": WORKLOAD_KIND_LABEL, "operator": "In", "values": list(SERVING_KINDS)},
-        ]},
+        "podSelector": {"matchExpressions": [{"key": WORKLOAD_KIND_LABEL, "operator": "In", "values": list(team.kinds.serving)}]},
         "policyTypes": ["Ingress"],
         "ingress": [{
             "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.ingress_namespace}}}],

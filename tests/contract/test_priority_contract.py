@@ -17,6 +17,7 @@ import pytest
 from jobs import manifests as job_manifests
 from jobs import services as job_services
 from jobs import sync
+from jobs.kinds import training
 from jobs.models import Priority, Workload, WorkloadKind
 from portal.kube import KubeError, NodeSpec, ObjectRef, gateway
 from portal.kube.simulated import SimulatedGateway
@@ -179,7 +180,7 @@ def test_on_the_real_scheduler_a_preempting_class_would_evict_the_other_teams_po
     gateway().apply({"apiVersion": PRIORITY_CLASS, "kind": "PriorityClass", "metadata": {"name": preempting},
                      "value": 10000, "preemptionPolicy": "PreemptLowerPriority"})
     try:
-        job = job_manifests.make_training_job(spec=job_manifests.WorkloadSpec(
+        job = training.make_training_job(spec=job_manifests.WorkloadSpec(
             workload_id=999999, name="outside-kueue", namespace=alpha.namespace, team=alpha.slug, kind="training",
             image="registry.example.com/ml/runtime:1", command=("true",), args=(), env=(), resource_name="nvidia.com/gpu",
             units=2, cpu=1, memory_gib=1, annotations=tuple(HOLD.items()),

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from jobs import kinds
 from tenants import manifests
 from tests.deploy.chart import CHART, ROOT, by_kind, container_env, merged, pod_specs, render, run_helm
 
@@ -328,7 +329,7 @@ def test_the_team_network_policy_admits_the_worker_to_notebooks_and_no_other_por
     finally:
         del os.environ["CHART_TEST_POD_LABELS"]
     team = manifests.TeamSpec(slug="vision", quotas=(), uid="u", network=manifests.NetworkSpec(
-        portal_namespace=env["PORTAL_NAMESPACE"], portal_pod_labels=labels))
+        portal_namespace=env["PORTAL_NAMESPACE"], portal_pod_labels=labels), kinds=kinds.network_reach())
     policy = manifests.make_portal_network_policy(team=team)
     (rule,) = policy["spec"]["ingress"]
     (peer,) = rule["from"]
@@ -344,7 +345,7 @@ def test_the_team_network_policy_admits_the_worker_to_notebooks_and_no_other_por
     assert egress["podSelector"]["matchLabels"].items() <= deployments["portal-gpu-portal-worker"]["spec"]["template"][
         "metadata"]["labels"].items()
     notebooks = {"namespaceSelector": {"matchLabels": {manifests.MANAGED_BY_LABEL: manifests.MANAGER}},
-                 "podSelector": {"matchLabels": {manifests.WORKLOAD_KIND_LABEL: manifests.NOTEBOOK_KIND}}}
+                 "podSelector": {"matchLabels": {manifests.WORKLOAD_KIND_LABEL: "notebook"}}}  # the chart names the kind
     assert egress["egress"] == [{"to": [notebooks], "ports": [{"port": manifests.HTTP_PORT_NAME, "protocol": "TCP"}]}]
 
 
