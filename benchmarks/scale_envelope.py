@@ -509,8 +509,8 @@ def kueue_evictions() -> dict[str, int]:
     """Kueue Workloads evicted at least once (their pods were not all ready within the pods-ready
     timeout, or another reason), by the reason Kueue gives: a run where none were evicted measured
     the workloads it launched, not Jobs requeued and started twice."""
-    from jobs.sync import KUEUE
     from portal.kube import gateway
+    from tenants.queueing.kueue import KUEUE
 
     objects, _ = gateway().list(KUEUE, "Workload")
     reasons: Counter[str] = Counter()

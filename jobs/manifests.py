@@ -19,9 +19,6 @@ from tenants.manifests import HTTP_PORT_NAME, WORKLOAD_KIND_LABEL, TierName
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 TEAM_LABEL = "gpu-portal.io/team"
 WORKLOAD_LABEL = "gpu-portal.io/workload"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-QUEUE_NAME = "default"
 TTL_AFTER_FINISHED = 24 * 3600
 NGINX = "nginx.ingress.kubernetes.io"
 CLUSTER_ISSUER_ANNOTATION = "cert-manager.io/cluster-issuer"
@@ -130,6 +127,9 @@ class WorkloadSpec:
     # The flavors the launch accepts, the one it names first: one is a node selector, several
     # are alternatives (one node-affinity term each) of which Kueue admits the first with room.
     placements: tuple[Placement, ...] = ()
+    # What the queue backend marks the queued object with (its team queue and priority tier:
+    # tenants.queueing's workload_labels).
+    queue: tuple[tuple[str, str], ...] = ()
 
     @property
     def labels(self) -> dict[str, str]:
@@ -137,7 +137,7 @@ class WorkloadSpec:
 
     @property
     def queue_labels(self) -> dict[str, str]:
-        return {**self.labels, QUEUE_LABEL: QUEUE_NAME, PRIORITY_LABEL: f"gpu-portal-{self.priority}"}
+        return {**self.labels, **dict(self.queue)}
 
     @property
     def service_name(self) -> str:

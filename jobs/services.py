@@ -40,6 +40,7 @@ from portal.errors import DomainError, StateConflict
 from portal.kube import KubeError, gateway
 from portal.models import User
 from portal.tasks import send_on_commit
+from tenants import queueing
 from tenants import selectors as tenant_selectors
 from tenants.manifests import tier_name
 from tenants.models import Flavor, Team
@@ -494,6 +495,7 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         volumes=sources.volumes, repositories=sources.repositories,
         git_image=settings.PORTAL_GIT_IMAGE if sources.repositories else "",
         placements=tuple(placement(flavor) for flavor in workload_flavors(workload)),
+        queue=tuple(queueing.backend().workload_labels(priority=tier_name(workload.priority)).items()),
     )
 
 

@@ -17,6 +17,7 @@ from portal.audit import audit_record
 from portal.errors import DomainError
 from portal.kube import KubeError, gateway, ref_of
 from portal.tasks import GaveUp, cluster_task, send_on_commit
+from tenants import queueing
 
 log = logging.getLogger(__name__)
 # The resubmit pass runs every 30 s (CELERY_BEAT_SCHEDULE): a launch recorded while Redis was down
@@ -91,7 +92,9 @@ def workload_submit(workload_id: int) -> str:
             current.submitted_at = timezone.now()
             stamped = ("submitted_at",)
         if current.phase == Workload.Phase.SUBMITTING:
-            services.record_transition(current, Workload.Phase.QUEUED, "Waiting for Kueue to admit it", also_save=stamped)
+            # What the queue says of a workload it does not know yet.
+            services.record_transition(current, Workload.Phase.QUEUED, queueing.backend().admission([]).waiting,
+                                       also_save=stamped)
         else:
             if stamped:
                 current.save(update_fields=list(stamped))

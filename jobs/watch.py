@@ -139,7 +139,7 @@ class WorkloadInformer:
             workload_id = whole_number(obj["metadata"].get("labels", {}).get("gpu-portal.io/workload", ""))
             if workload_id is not None:
                 keys.add((namespace, workload_id))
-            for owner in obj["metadata"].get("ownerReferences", []):  # Kueue's Workloads
+            for owner in obj["metadata"].get("ownerReferences", []):  # the queue backend's objects (Kueue's Workloads)
                 owned = self.store.get(owner["kind"], {}).get((namespace, owner["name"]))
                 workload_id = whole_number((owned or {}).get("metadata", {}).get("labels", {}).get("gpu-portal.io/workload", ""))
                 if workload_id is not None:

@@ -556,6 +556,9 @@ KUBE_CONTEXT = env("KUBE_CONTEXT")
 KUBE_IN_CLUSTER = env_bool("KUBE_IN_CLUSTER", False)
 KUBE_QPS = float(env("KUBE_QPS", "50"))
 KUBE_BURST = int(env("KUBE_BURST", "100"))
+# The queue backend that keeps teams' quota and admits workloads (tenants/queueing/): kueue, the
+# only one so far. Another value stops the start with a sentence (tenants.apps).
+PORTAL_QUEUE_BACKEND = env("PORTAL_QUEUE_BACKEND", "kueue")
 # The Kueue cohort every team's ClusterQueue joins, so idle quota can be borrowed across teams.
 PORTAL_COHORT = env("PORTAL_COHORT", "gpu-portal")
 # Put before every team's namespace and ClusterQueue name ("gpu-" makes team vision's namespace

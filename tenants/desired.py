@@ -17,8 +17,10 @@ from portal.hooks import Hook
 from portal.metrics import simulated as simulated_metrics
 from tenants import catalog, manifests, selectors
 from tenants.models import Flavor, Membership, Team
+from tenants.queueing import backend
 
-# Which teams' queues are held (admit nothing new): billing's hard stop answers (portal.hooks).
+# Which teams' queues are held (admit nothing new; the queue backend says how): billing's hard
+# stop answers (portal.hooks).
 HoldProvider = Callable[[list[int]], set[int]]
 HOLDS = Hook[HoldProvider]("tenants.desired.HOLDS", by="billing")
 # Which workload kinds serve HTTP and are reached by the portal: jobs' kinds say (portal.hooks).
@@ -124,8 +126,13 @@ def cluster_subjects(*, team_ids: list[int]) -> dict[int, list[str]]:
 
 def platform_objects() -> list[dict[str, Any]]:
     return manifests.make_platform_objects(
-        flavors=tuple(flavor_spec(f) for f in Flavor.objects.filter(is_active=True).order_by("pk"))
+        flavors=tuple(flavor_spec(f) for f in Flavor.objects.filter(is_active=True).order_by("pk")), queue=backend(),
     )
+
+
+def team_objects(spec: manifests.TeamSpec) -> list[dict[str, Any]]:
+    """The team's objects as the site's queue backend makes its queue."""
+    return manifests.make_team_objects(team=spec, queue=backend())
 
 
 GPUS_PER_SIMULATED_NODE = 8

@@ -18,23 +18,13 @@ from typing import Any, Literal
 
 from jobs.manifests import WorkloadSpec
 from portal.metrics.simulated import TelemetryProfile
+from tenants.queueing.base import Admission
 
 Objects = list[dict[str, Any]]
 Verdict = tuple[str, str]
 # jobs.models.Workload.Phase's values, which derive() answers in.
 QUEUED, ADMITTED, RUNNING, SUCCEEDED, FAILED, PREEMPTED = "queued", "admitted", "running", "succeeded", "failed", "preempted"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-
-
-@dataclass(frozen=True)
-class Admission:
-    """What the queue says of one workload, in the portal's words."""
-
-    pending: bool = False  # the queue knows it and has not admitted it
-    waiting: str = ""  # why it waits (also when the queue does not know it yet)
-    evicted: bool = False  # the queue took its admission back and has not given it again
-    evicted_message: str = ""
-    starting: str = ""  # what to say once admitted, before a pod runs
 
 
 @dataclass(frozen=True)
@@ -47,7 +37,7 @@ class Kind:
     plural: str  # several, in the template editor's hints: "notebooks"
     build: Callable[[WorkloadSpec], Objects]  # every object of a workload, in the order to create them (the owner last)
     owner: tuple[str, str]  # apiVersion and kind of the object that owns its pods, which the queue admits
-    # Its phase and reason from its owner, its pods and what the queue says of it.
+    # Its phase and reason from its owner, its pods and what the queue backend says of it.
     derive: Callable[[dict[str, Any], list[dict[str, Any]], Admission], Verdict]
     telemetry: TelemetryProfile  # how its pods use their GPUs on the simulated door
     runs_to_completion: bool = False  # ends by itself, at the latest at the template's maximum run time

@@ -209,10 +209,12 @@ def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret
     from portal.kube.base import KINDS
     granted = {(group, resource) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
     known = {(info.group, info.plural) for info in KINDS.values()} | {
-        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads")}  # Gateway.pending_workloads
+        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads")}  # Kueue's pending
     assert granted <= known
-    # Leases are the release namespace's Role's (leader election), never cluster-wide.
-    assert known - granted - {("coordination.k8s.io", "leases")} == {("", "configmaps"), ("", "nodes")}
+    # Leases are the release namespace's Role's (leader election), never cluster-wide; Kueue's
+    # visibility ClusterQueues are read only through their pendingworkloads subresource.
+    assert known - granted - {("coordination.k8s.io", "leases")} == {
+        ("", "configmaps"), ("", "nodes"), ("visibility.kueue.x-k8s.io", "clusterqueues")}
 
 
 def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:

@@ -54,7 +54,7 @@ def test_the_facts_read_by_name_answer_what_the_pages_said_before():
 
 def test_the_simulated_door_draws_each_kind_by_the_profile_its_module_declares():
     assert simulated.KIND_PROFILES.call("notebook") == kinds.get("notebook").telemetry
-    assert simulated.KIND_PROFILES.call("inference").shape == "daily"
+    assert simulated.KIND_PROFILES.call("inference") == simulated.TelemetryProfile("daily", 0.62)
     assert simulated.KIND_PROFILES.call("something-else") is None
 
 
