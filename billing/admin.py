@@ -1,6 +1,6 @@
 """Django admin for finance and platform admins: the rate card.
 
-A price is set through services.rate_set, as the rate card page and the API set it: the same
+A price is set through billing.rates.services.rate_set, as the rate card page and the API set it: the same
 reading of the price (billing.money.money_input), the same rules and the same audit event; a
 refusal is an error on the form and nothing is saved.
 """
@@ -13,9 +13,9 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from billing import services
 from billing.models import Rate
 from billing.money import money_input
+from billing.rates import services
 from portal.adapters import signed_in_user
 from portal.errors import DomainError
 from tenants.admin import RefusalAsFormError

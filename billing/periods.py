@@ -16,6 +16,8 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.utils import timezone
 
+from portal.errors import DomainError
+
 UTC = dt.UTC
 
 
@@ -71,6 +73,18 @@ def month_parse(text: str) -> dt.date | None:
     return dt.date(int(match[1]), int(match[2]), 1)
 
 
+def month_asked(text: str | None) -> dt.date:
+    """A month a page or the API was asked for, written YYYY-MM, this month when empty; anything
+    else is refused in a sentence."""
+    text = (text or "").strip()
+    if not text:
+        return current_month()
+    month = month_parse(text)
+    if month is None:
+        raise DomainError(f"“{text}” is not a month; write it as YYYY-MM, for example 2026-11.", field="month")
+    return month
+
+
 def month_bounds(month: dt.date) -> tuple[dt.datetime, dt.datetime]:
     """[start, end) of the local calendar month that contains `month`."""
     first = month_start(month)
@@ -83,6 +97,16 @@ def local_date(instant: dt.datetime) -> dt.date:
 
 def current_month(now: dt.datetime | None = None) -> dt.date:
     return month_start(local_date(now or timezone.now()))
+
+
+def recent_months(*, now: dt.datetime | None = None, count: int = 12) -> list[dt.date]:
+    """This month and the eleven before it, newest first: the month picker's choices."""
+    month = current_month(now)
+    months = []
+    for _ in range(count):
+        months.append(month)
+        month = month_start(month - dt.timedelta(days=1))
+    return months
 
 
 def hour_floor(instant: dt.datetime) -> dt.datetime:

@@ -1,5 +1,6 @@
 """Billing's periodic work: the hourly usage rollups are kept current every minute (beat) and
-after a sync closes run intervals; budgets are checked, and digests sent, on their own beat."""
+after a sync closes run intervals; budgets are checked, and digests sent, on their own beat.
+Their names (`billing.tasks.…`) are what the beat schedule in portal/settings.py sends."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import logging
 
 from celery import shared_task
 
-from billing import budgets, metering
+from billing import metering
+from billing.budgets import services as budgets
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ fraction and guaranteed or borrowed state (and a RunIntervalSwitch where that ch
 from the quota grants in force at each moment by the rule the sync applies live
 (`jobs.sync.borrowing`). `billing.metering.rollups_refresh` makes the rollups from them, so
 `manage.py billing_verify` agrees, and finance closes the previous month through
-`billing.statements.statement_close`.
+`billing.statements.services.statement_close`.
 
 Runs are keyed by pod uid (team, workload, day): seeding again the same day changes nothing; on a
 later day it adds the runs finished since, except in a month already closed (a closed statement
@@ -21,8 +21,11 @@ from decimal import Decimal
 from django.db import transaction
 from django.db.models import Max
 
-from billing import budgets, metering, periods, statements
+from billing import metering, periods
+from billing.budgets import services as budgets
 from billing.models import Budget, Rate, Statement
+from billing.rates.card import RateCard
+from billing.statements import services as statements
 from jobs.models import RunInterval, RunIntervalSwitch, Workload, WorkloadTemplate
 from jobs.sync import borrowing
 from portal.models import User
@@ -182,9 +185,10 @@ def history_seed(*, now: dt.datetime) -> Seeded:
     since = history_start(now)
     finance = User.objects.filter(username="finance").first()
     flavors = {flavor.slug: flavor for flavor in Flavor.objects.filter(slug__in=[slug for slug, _ in LIST_PRICES])}
+    card = RateCard.read(flavor_ids=[flavor.pk for flavor in flavors.values()])
     for slug, price in LIST_PRICES:
         # rate_set refuses the past, rightly; the demo's history is older than its seeding.
-        if slug in flavors and not Rate.objects.filter(flavor=flavors[slug], effective_from__lte=since).exists():
+        if slug in flavors and card.rate_at(flavors[slug].pk, since) is None:
             Rate.objects.create(flavor=flavors[slug], price_per_gpu_hour=Decimal(price), currency="USD",
                                 effective_from=since, note="Demo list price", created_by=finance)
     if metering.watermark() is None:

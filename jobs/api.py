@@ -197,7 +197,7 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return WorkloadSerializer if self.action == "list" else WorkloadDetailSerializer
 
     def get_queryset(self) -> QuerySet[Workload]:
-        workloads = selectors.workloads_for_user(user=self.request.user)
+        workloads = selectors.workloads_for_user(user=self.request.user).prefetch_related("accepted_flavors")
         return workloads if self.action == "list" else workloads.prefetch_related(
             "transitions", "intervals__flavor", "intervals__switches")
 

@@ -86,8 +86,7 @@ def team_claim_exists(*, team: Team, claim: str) -> bool:
 
 def workloads_for_user(*, user: Any) -> QuerySet[Workload]:
     """The workloads the user can see; the lists narrow them with jobs.filters.WorkloadFilter."""
-    return (Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
-            .prefetch_related("accepted_flavors"))
+    return Workload.objects.for_user(user).select_related("team", "owner", "flavor", "template_version__template")
 
 
 def workload_launched(*, workload: Workload) -> Workload:
@@ -510,11 +509,11 @@ class BorrowedHistory:
     gpu_hours: Decimal
 
 
-def borrowed_history(*, workload: Workload, now: dt.datetime | None = None) -> BorrowedHistory:
-    """One query (the intervals with their switches) for one workload's page."""
+def borrowed_history(*, intervals: list[RunInterval], now: dt.datetime | None = None) -> BorrowedHistory:
+    """From a workload's intervals, read with their switches (the page has them already)."""
     now = now or timezone.now()
     borrowed, total = Fraction(0), Fraction(0)
-    for interval in workload.intervals.prefetch_related("switches"):
+    for interval in intervals:
         end = interval.ended_at or now
         share = Fraction(interval.units * interval.fraction_numerator, interval.fraction_denominator)
         state, since = interval.borrowed, interval.started_at

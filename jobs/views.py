@@ -216,7 +216,7 @@ def _live_context(
     return {
         "workload": workload,
         "transitions": list(workload.transitions.all()),
-        "intervals": list(workload.intervals.all()),
+        "intervals": list(workload.intervals.prefetch_related("switches")),
         "waiting": selectors.why_waiting(workload=workload) if workload.phase in WAITING_PHASES else None,
         "picture": picture,
         "action_error": error,
@@ -233,12 +233,13 @@ def _detail_context(request: HtmxHttpRequest, workload: Workload, *,
     serves = workload.kind_facts.serves_http
     parameters = ([(name, value, declared.get(name, {})) for name, value in sorted(workload.parameters.items())]
                   if request.user.has_perm("jobs.read_workload_parameters", workload) else None)
+    live = _live_context(workload, picture=picture)
     return {
-        **_live_context(workload, picture=picture),
+        **live,
         "version": version,
         "parameters": parameters,
         "may_read_logs": request.user.has_perm("jobs.read_workload_logs", workload),
-        "borrowed": selectors.borrowed_history(workload=workload),
+        "borrowed": selectors.borrowed_history(intervals=live["intervals"]),
         "gpus": workload.total_units * workload.flavor.fraction,
         "endpoint": services.endpoint(workload) if serves else "",
         "reachable": bool(services.ingress_host(workload)),

@@ -1,7 +1,7 @@
 """XID errors on the GPUs workloads hold: found by the sweep (one metrics query for all running
 workloads), recorded once per pod, GPU and code, shown on the workload page with what the code
 means, and told to the owner and platform admins. A hardware XID makes the pod's GPU time after
-it non-billable (billing/xid_credits.py turns it into a credit)."""
+it non-billable (billing/statements/xid_credits.py turns it into a credit)."""
 
 from __future__ import annotations
 

@@ -3,12 +3,14 @@
 Without any environment the portal runs embedded: SQLite, a file-system Celery broker and the
 simulated cluster, so `make demo` needs nothing but the repository. With `PORTAL_PRODUCTION=1`
 every value a real site must set is required, and a missing one stops the start with its name.
+
+Each environment variable is declared once, with its type, default and effect, in
+`portal/configuration.py`, and read here only through its readers (`config.text`, `config.whole`,
+...), which refuse a name the declaration lacks; docs/configuration.md is written from it.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import zoneinfo
 from pathlib import Path
@@ -16,45 +18,20 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from portal import configuration as config
+
 # The checkout, or in the image the folder beside the installed wheel that holds manage.py,
 # templates/, static/ and the collected staticfiles/ (PORTAL_APP_DIR, set by the Dockerfile).
-BASE_DIR = Path(os.environ.get("PORTAL_APP_DIR") or Path(__file__).resolve().parent.parent)
-VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
+BASE_DIR = Path(config.text("PORTAL_APP_DIR", str(Path(__file__).resolve().parent.parent)))
+VAR_DIR = Path(config.text("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
 
-PRODUCTION = os.environ.get("PORTAL_PRODUCTION", "") in {"1", "true", "yes"}
+PRODUCTION = config.production()
 
-
-def env(name: str, default: str | None = None, *, required_in_production: bool = False) -> str:
-    value = os.environ.get(name)
-    if value:
-        return value
-    if PRODUCTION and required_in_production:
-        raise ImproperlyConfigured(
-            f"{name} is not set. PORTAL_PRODUCTION is on, so {name} must be given in the environment."
-        )
-    return default or ""
-
-
-def env_list(name: str, default: str = "") -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
-
-
-def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    return value.lower() in {"1", "true", "yes", "on"}
-
-
-SECRET_KEY = env(
-    "SECRET_KEY", "dev-only-insecure-key-do-not-use-in-production", required_in_production=True
-)
-DEBUG = env_bool("DEBUG", default=not PRODUCTION)
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "" if PRODUCTION else "localhost,127.0.0.1,[::1],testserver")
-if PRODUCTION and not ALLOWED_HOSTS:
-    raise ImproperlyConfigured("ALLOWED_HOSTS is not set. PORTAL_PRODUCTION is on, so ALLOWED_HOSTS must be given.")
-CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
-SITE_URL = env("SITE_URL", "http://127.0.0.1:8000", required_in_production=True).rstrip("/")
+SECRET_KEY = config.text("SECRET_KEY")
+DEBUG = config.boolean("DEBUG", default=not PRODUCTION)
+ALLOWED_HOSTS = config.items("ALLOWED_HOSTS", "" if PRODUCTION else "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = config.items("CSRF_TRUSTED_ORIGINS")
+SITE_URL = config.text("SITE_URL").rstrip("/")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -122,10 +99,10 @@ TEMPLATES = [
 ]
 
 # Embedded default: one SQLite file under var/. Production: DATABASE_URL (PostgreSQL).
-DATABASE_URL = env("DATABASE_URL", required_in_production=True)
+DATABASE_URL = config.text("DATABASE_URL")
 # How long opening a PostgreSQL connection may take: an address that drops packets otherwise
 # holds a readiness probe (and a web worker) for minutes instead of failing it with a reason.
-PORTAL_DATABASE_CONNECT_TIMEOUT = int(env("PORTAL_DATABASE_CONNECT_TIMEOUT", "5"))
+PORTAL_DATABASE_CONNECT_TIMEOUT = config.whole("PORTAL_DATABASE_CONNECT_TIMEOUT")
 if DATABASE_URL:
     try:
         DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
@@ -160,12 +137,12 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env("TIME_ZONE", "UTC")
+TIME_ZONE = config.text("TIME_ZONE")
 USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(env("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+STATIC_ROOT = Path(config.text("STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -192,8 +169,8 @@ LOGOUT_REDIRECT_URL = "/login/"
 # --- Security (production) ---------------------------------------------------------------
 if PRODUCTION:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
-    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
-    SECURE_HSTS_SECONDS = int(env("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_SSL_REDIRECT = config.boolean("SECURE_SSL_REDIRECT")
+    SECURE_HSTS_SECONDS = config.whole("SECURE_HSTS_SECONDS")
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SESSION_COOKIE_SECURE = True
@@ -204,46 +181,36 @@ if PRODUCTION:
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 # /metrics names every route and how often it is used: with a token only its bearer reads them;
 # without one they are open in the embedded setup and closed in production (portal/observability.py).
-METRICS_TOKEN = env("METRICS_TOKEN")
+METRICS_TOKEN = config.text("METRICS_TOKEN")
 # Scripts and styles come only from the portal's own static files: no inline <script>, no
 # style="" attributes, no eval (htmx's is turned off in base.html). The API docs relax it for
 # their pages only (portal/urls.py). A site trying a changed policy can send it report-only.
-CONTENT_SECURITY_POLICY = env(
-    "CONTENT_SECURITY_POLICY",
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
-    "base-uri 'self'; form-action 'self'; object-src 'none'",
-)
-CONTENT_SECURITY_POLICY_REPORT_ONLY = env_bool("CONTENT_SECURITY_POLICY_REPORT_ONLY", False)
+CONTENT_SECURITY_POLICY = config.text("CONTENT_SECURITY_POLICY")
+CONTENT_SECURITY_POLICY_REPORT_ONLY = config.boolean("CONTENT_SECURITY_POLICY_REPORT_ONLY")
 # Browser features no page of the portal uses, refused to it and to anything it frames, so a script
 # that slipped in cannot ask for the camera or a payment. The Copy buttons' clipboard is left at the
 # browser's default (this site only). Empty sends no header.
-PERMISSIONS_POLICY = env(
-    "PERMISSIONS_POLICY",
-    "accelerometer=(), autoplay=(), camera=(), display-capture=(), encrypted-media=(), fullscreen=(), geolocation=(), "
-    "gyroscope=(), hid=(), idle-detection=(), magnetometer=(), microphone=(), midi=(), payment=(), "
-    "picture-in-picture=(), publickey-credentials-get=(), screen-wake-lock=(), serial=(), usb=(), "
-    "xr-spatial-tracking=()",
-)
+PERMISSIONS_POLICY = config.text("PERMISSIONS_POLICY")
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
 # A session ends after this long without a request, not 14 days after login, so a laptop left
 # signed in stops being a way in. Requests move its end forward (portal.security.SessionLifetimeMiddleware),
 # saving the session at most once per SESSION_REFRESH_SECONDS rather than on every poll.
-SESSION_IDLE_SECONDS = int(env("SESSION_IDLE_SECONDS", str(8 * 60 * 60)))
-SESSION_REFRESH_SECONDS = int(env("SESSION_REFRESH_SECONDS", "60"))
+SESSION_IDLE_SECONDS = config.whole("SESSION_IDLE_SECONDS")
+SESSION_REFRESH_SECONDS = config.whole("SESSION_REFRESH_SECONDS")
 SESSION_COOKIE_AGE = SESSION_IDLE_SECONDS
 # And whatever its use, a session ends this long after its sign-in: a page left open polls the bell
 # every few seconds, so without it a stolen or forgotten session would never end. 12 hours is a
 # working day with room to spare, so people sign in about once a day, and it is the most NIST SP
 # 800-63B allows between authentications at AAL2 (section 4.2.3). A silent single sign-on refresh
 # does not start it over.
-SESSION_ABSOLUTE_SECONDS = int(env("SESSION_ABSOLUTE_SECONDS", str(12 * 60 * 60)))
+SESSION_ABSOLUTE_SECONDS = config.whole("SESSION_ABSOLUTE_SECONDS")
 if SESSION_ABSOLUTE_SECONDS < 60:
     raise ImproperlyConfigured(f"SESSION_ABSOLUTE_SECONDS is {SESSION_ABSOLUTE_SECONDS}: a session must last a minute at least.")
 
 # --- Authentication: local accounts, API tokens, optional OpenID Connect ------------------
-OIDC_ENABLED = bool(os.environ.get("OIDC_RP_CLIENT_ID"))
+OIDC_ENABLED = bool(config.text("OIDC_RP_CLIENT_ID"))
 AUTHENTICATION_BACKENDS = [
     "rules.permissions.ObjectPermissionBackend",
     "portal.signin.SignInLockout",
@@ -251,19 +218,19 @@ AUTHENTICATION_BACKENDS = [
 ]
 if OIDC_ENABLED:
     AUTHENTICATION_BACKENDS.insert(0, "tenants.oidc.PortalOIDCBackend")
-    OIDC_RP_CLIENT_ID = env("OIDC_RP_CLIENT_ID")
-    OIDC_RP_CLIENT_SECRET = env("OIDC_RP_CLIENT_SECRET")
-    OIDC_RP_SIGN_ALGO = env("OIDC_RP_SIGN_ALGO", "RS256")
-    OIDC_RP_SCOPES = env("OIDC_RP_SCOPES", "openid email profile groups")
-    OIDC_OP_AUTHORIZATION_ENDPOINT = env("OIDC_OP_AUTHORIZATION_ENDPOINT")
-    OIDC_OP_TOKEN_ENDPOINT = env("OIDC_OP_TOKEN_ENDPOINT")
-    OIDC_OP_USER_ENDPOINT = env("OIDC_OP_USER_ENDPOINT")
-    OIDC_OP_JWKS_ENDPOINT = env("OIDC_OP_JWKS_ENDPOINT")
-    OIDC_OP_ISSUER = env("OIDC_OP_ISSUER")
+    OIDC_RP_CLIENT_ID = config.text("OIDC_RP_CLIENT_ID")
+    OIDC_RP_CLIENT_SECRET = config.text("OIDC_RP_CLIENT_SECRET")
+    OIDC_RP_SIGN_ALGO = config.text("OIDC_RP_SIGN_ALGO")
+    OIDC_RP_SCOPES = config.text("OIDC_RP_SCOPES")
+    OIDC_OP_AUTHORIZATION_ENDPOINT = config.text("OIDC_OP_AUTHORIZATION_ENDPOINT")
+    OIDC_OP_TOKEN_ENDPOINT = config.text("OIDC_OP_TOKEN_ENDPOINT")
+    OIDC_OP_USER_ENDPOINT = config.text("OIDC_OP_USER_ENDPOINT")
+    OIDC_OP_JWKS_ENDPOINT = config.text("OIDC_OP_JWKS_ENDPOINT")
+    OIDC_OP_ISSUER = config.text("OIDC_OP_ISSUER")
     OIDC_OP_LOGOUT_URL_METHOD = ""
     # A signed-in SSO user goes back to the provider (silently, prompt=none) this often, so
     # group changes and accounts disabled at the provider take effect without a new login.
-    OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = int(env("OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS", "900"))
+    OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = config.whole("OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS")
     MIDDLEWARE.append("tenants.oidc.PortalSessionRefresh")
 # Group claims map to roles: a group in OIDC_ADMIN_GROUPS makes a platform admin (and Django
 # admin staff), one in OIDC_FINANCE_GROUPS finance; "<prefix><slug>" a team member and
@@ -271,25 +238,25 @@ if OIDC_ENABLED:
 # is always that team's membership. Roles and memberships the claims no longer carry are removed
 # at the next login; an SSO account is never a superuser. SSO accounts are found by the ID
 # token's (iss, sub), never by username, and never log into an account with a local password.
-OIDC_GROUPS_CLAIM = env("OIDC_GROUPS_CLAIM", "groups")
-OIDC_ADMIN_GROUPS = env_list("OIDC_ADMIN_GROUPS", "gpu-portal-admins")
-OIDC_FINANCE_GROUPS = env_list("OIDC_FINANCE_GROUPS", "gpu-portal-finance")
-OIDC_TEAM_GROUP_PREFIX = env("OIDC_TEAM_GROUP_PREFIX", "team-")
-OIDC_TEAM_LEAD_SUFFIX = env("OIDC_TEAM_LEAD_SUFFIX", "-leads")
+OIDC_GROUPS_CLAIM = config.text("OIDC_GROUPS_CLAIM")
+OIDC_ADMIN_GROUPS = config.items("OIDC_ADMIN_GROUPS")
+OIDC_FINANCE_GROUPS = config.items("OIDC_FINANCE_GROUPS")
+OIDC_TEAM_GROUP_PREFIX = config.text("OIDC_TEAM_GROUP_PREFIX")
+OIDC_TEAM_LEAD_SUFFIX = config.text("OIDC_TEAM_LEAD_SUFFIX")
 # For a site upgrading from username matching: an SSO login may adopt an account of the same
 # username that only the old single sign-on could have made (no password, no superuser or staff
 # bit, no identity yet). Off by default; turn it on for the first logins after the upgrade.
-OIDC_ADOPT_UNLINKED_ACCOUNTS = env_bool("OIDC_ADOPT_UNLINKED_ACCOUNTS")
+OIDC_ADOPT_UNLINKED_ACCOUNTS = config.boolean("OIDC_ADOPT_UNLINKED_ACCOUNTS")
 # Roles otherwise change only at a sign-in: an SSO account whose groups the provider has not
 # vouched for (a login, a silent refresh, the check below) for OIDC_REVALIDATE_AFTER seconds is
 # due for confirmation, and one still unconfirmed OIDC_REVALIDATE_GRACE seconds later loses every
 # group-derived role (platform admin, finance, team memberships) and its API tokens, until it
 # signs in again. OIDC_REVALIDATE_CHECK names a callable(SsoIdentity) -> claims | None that asks
 # the provider (e.g. its admin or SCIM API); without one, only sign-ins confirm.
-OIDC_REVALIDATE_AFTER = int(env("OIDC_REVALIDATE_AFTER", str(24 * 60 * 60)))
-OIDC_REVALIDATE_GRACE = int(env("OIDC_REVALIDATE_GRACE", str(60 * 60)))
-OIDC_REVALIDATE_CHECK = env("OIDC_REVALIDATE_CHECK")
-API_TOKEN_MAX_DAYS = int(env("API_TOKEN_MAX_DAYS", "365"))
+OIDC_REVALIDATE_AFTER = config.whole("OIDC_REVALIDATE_AFTER")
+OIDC_REVALIDATE_GRACE = config.whole("OIDC_REVALIDATE_GRACE")
+OIDC_REVALIDATE_CHECK = config.text("OIDC_REVALIDATE_CHECK")
+API_TOKEN_MAX_DAYS = config.whole("API_TOKEN_MAX_DAYS")
 
 # --- REST API ----------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -336,7 +303,7 @@ SPECTACULAR_SETTINGS = {
 # --- Celery --------------------------------------------------------------------------------
 # Embedded: a broker on the file system, so a worker needs no server; portal/broker.py makes
 # kombu's transport safe for several producers and consumers. Production: Redis.
-REDIS_URL = env("REDIS_URL", required_in_production=True)
+REDIS_URL = config.text("REDIS_URL")
 CELERY_BROKER_URL = REDIS_URL or "filesystem://"
 if not REDIS_URL:
     _broker_dir = VAR_DIR / "broker"
@@ -354,15 +321,15 @@ else:
     # task runs or waits for its countdown (retries wait at most 120 s), or it would run twice
     # while the first is still waiting; the periodic passes (resubmitting lost workloads, the
     # cluster reconcile) repair sooner what a dead worker held.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(env("CELERY_VISIBILITY_TIMEOUT_SECONDS", "3600"))}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": config.whole("CELERY_VISIBILITY_TIMEOUT_SECONDS")}
     # A running worker looks for such tasks only every 10 s x 10 (kombu's interval and throttle):
     # with a short visibility timeout (the fault suite's) the look, not the timeout, decides how
     # soon they run again. Set, it makes the look every this many seconds; unset, kombu's 100 s.
-    if _restore := env("CELERY_UNACKED_RESTORE_SECONDS", ""):
-        CELERY_BROKER_TRANSPORT_OPTIONS |= {"unacked_restore_interval": int(_restore), "unacked_restore_throttle": 1}
+    if (_restore := config.optional_whole("CELERY_UNACKED_RESTORE_SECONDS")) is not None:
+        CELERY_BROKER_TRANSPORT_OPTIONS |= {"unacked_restore_interval": _restore, "unacked_restore_throttle": 1}
 # The queue tasks go to and workers take from: one per site, or per test run that shares a Redis.
-CELERY_TASK_DEFAULT_QUEUE = env("CELERY_TASK_DEFAULT_QUEUE", "celery")
-CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_DEFAULT_QUEUE = config.text("CELERY_TASK_DEFAULT_QUEUE")
+CELERY_TASK_ALWAYS_EAGER = config.boolean("CELERY_TASK_ALWAYS_EAGER")
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -383,7 +350,7 @@ CELERY_BEAT_SCHEDULE = {
     "idle-sweep": {"task": "jobs.tasks.idle_sweep", "schedule": 60.0},
     "xid-sweep": {"task": "jobs.tasks.xid_sweep", "schedule": 60.0},
     "sso-identities-revalidate": {"task": "tenants.tasks.sso_identities_revalidate", "schedule": 900.0},
-    "budgets-check": {"task": "billing.tasks.budgets_check", "schedule": float(env("BUDGETS_CHECK_SECONDS", "300"))},
+    "budgets-check": {"task": "billing.tasks.budgets_check", "schedule": config.number("BUDGETS_CHECK_SECONDS")},
     # Hourly; each person's digest goes once a local day, at the first run after BUDGET_DIGEST_HOUR.
     "budget-digests-send": {"task": "billing.tasks.budget_digests_send", "schedule": 3600.0},
     # Usage rollups up to now: the open hour is recomputed, earlier hours only where an interval changed.
@@ -394,7 +361,7 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- Billing ---------------------------------------------------------------------------------
 # Hours, days and months of usage and statements are those of this zone (a day may be 23 or 25 h).
-BILLING_TIME_ZONE = env("BILLING_TIME_ZONE", "UTC")
+BILLING_TIME_ZONE = config.text("BILLING_TIME_ZONE")
 try:
     zoneinfo.ZoneInfo(BILLING_TIME_ZONE)
 except (zoneinfo.ZoneInfoNotFoundError, ValueError):
@@ -403,7 +370,7 @@ except (zoneinfo.ZoneInfoNotFoundError, ValueError):
 
 # Budget alerts: the check runs every BUDGETS_CHECK_SECONDS (beat, above); the daily digest goes
 # out from this local hour of the billing time zone.
-BUDGET_DIGEST_HOUR = int(env("BUDGET_DIGEST_HOUR", "8"))
+BUDGET_DIGEST_HOUR = config.whole("BUDGET_DIGEST_HOUR")
 if not 0 <= BUDGET_DIGEST_HOUR <= 23:
     raise ImproperlyConfigured(f"BUDGET_DIGEST_HOUR is an hour from 0 to 23; it is {BUDGET_DIGEST_HOUR}.")
 
@@ -411,46 +378,35 @@ if not 0 <= BUDGET_DIGEST_HOUR <= 23:
 # never grants their own team quota alone (a second lead or a platform admin decides). On unless
 # the site says 0; a platform admin turns it off per team (a team with a single lead, say).
 # Teams that existed before it was on by default keep the setting they have.
-PORTAL_QUOTA_FOUR_EYES_DEFAULT = env_bool("PORTAL_QUOTA_FOUR_EYES_DEFAULT", True)
+PORTAL_QUOTA_FOUR_EYES_DEFAULT = config.boolean("PORTAL_QUOTA_FOUR_EYES_DEFAULT")
 
 # A workload still 'submitting' after this long gets a reason in words and is sent again.
-PORTAL_SUBMITTING_BOUND_SECONDS = int(env("PORTAL_SUBMITTING_BOUND_SECONDS", "120"))
+PORTAL_SUBMITTING_BOUND_SECONDS = config.whole("PORTAL_SUBMITTING_BOUND_SECONDS")
 
 # --- Readiness (/readyz) -------------------------------------------------------------------
 # What /readyz checks; a site that runs no watch sync, say, leaves "watcher" out.
-PORTAL_READINESS_CHECKS = env_list("PORTAL_READINESS_CHECKS", "database,broker,worker,beat,watcher")
+PORTAL_READINESS_CHECKS = config.items("PORTAL_READINESS_CHECKS")
 # A heartbeat (every 10 s) older than this means its process is down or stuck.
-PORTAL_HEARTBEAT_STALE_SECONDS = int(env("PORTAL_HEARTBEAT_STALE_SECONDS", "60"))
-PORTAL_READINESS_BROKER_TIMEOUT = float(env("PORTAL_READINESS_BROKER_TIMEOUT", "2"))
+PORTAL_HEARTBEAT_STALE_SECONDS = config.whole("PORTAL_HEARTBEAT_STALE_SECONDS")
+PORTAL_READINESS_BROKER_TIMEOUT = config.number("PORTAL_READINESS_BROKER_TIMEOUT")
 
 # --- Limits: workloads per team, launches per user, failed sign-ins -------------------------
-def env_rate(name: str, default: str) -> tuple[int, int]:
-    """A rate written "30/minute" (or second, hour, day) as (count, seconds)."""
-    text = env(name, default)
-    count, _, unit = text.partition("/")
-    seconds = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}.get(unit.strip().removesuffix("s"))
-    if not count.strip().isascii() or not count.strip().isdigit() or int(count) < 1 or seconds is None:
-        raise ImproperlyConfigured(f'{name} must be a count per second, minute, hour or day, such as "30/minute"; '
-                                   f"it is {text!r}.")
-    return int(count), seconds
-
-
 # The most workloads a team may have active at once. The portal refuses the next launch with a
 # sentence; the namespace's ResourceQuota counts Jobs, Deployments, StatefulSets, Services and
 # Ingresses to the same number, so a token used straight against the cluster meets it too.
-PORTAL_TEAM_MAX_WORKLOADS = int(env("PORTAL_TEAM_MAX_WORKLOADS", "200"))
+PORTAL_TEAM_MAX_WORKLOADS = config.whole("PORTAL_TEAM_MAX_WORKLOADS")
 # Registries templates may pull images from, set at deployment (host, or host/path prefix;
 # comma-separated). Platform admins add more under Image registries (admin and API); a template's
 # image must match one of either list.
-PORTAL_IMAGE_REGISTRIES = env_list("PORTAL_IMAGE_REGISTRIES", "")
+PORTAL_IMAGE_REGISTRIES = config.items("PORTAL_IMAGE_REGISTRIES")
 # Where a template's git parameters may fetch code from (host, or host/path prefix, whole
 # segments; comma-separated, e.g. "github.com/acme,gitlab.example.com"). Empty: nowhere.
-PORTAL_GIT_SOURCES = env_list("PORTAL_GIT_SOURCES", "")
+PORTAL_GIT_SOURCES = config.items("PORTAL_GIT_SOURCES")
 # The image of the init container that fetches a repository (it needs `sh` and `git`); it runs
 # as the workload's non-root user under Pod Security `restricted`.
-PORTAL_GIT_IMAGE = env("PORTAL_GIT_IMAGE", "docker.io/alpine/git:v2.47.2")
+PORTAL_GIT_IMAGE = config.text("PORTAL_GIT_IMAGE")
 # Launches (and relaunches) one user may make, from the pages and the API together.
-PORTAL_LAUNCH_RATE = env_rate("PORTAL_LAUNCH_RATE", "30/minute")
+PORTAL_LAUNCH_RATE = config.rate("PORTAL_LAUNCH_RATE")
 # Failed password sign-ins (portal/signin.py) slow down whoever fails, never the owner elsewhere.
 # One account name from one client address fails PORTAL_LOGIN_FAILURES_BEFORE_WAIT times, then
 # waits PORTAL_LOGIN_BACKOFF_SECONDS before trying again, twice as long after each further failure,
@@ -461,24 +417,21 @@ PORTAL_LAUNCH_RATE = env_rate("PORTAL_LAUNCH_RATE", "30/minute")
 # try. An address failing PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT times across names (one client
 # trying many) waits likewise. Counts start again every PORTAL_LOGIN_FAILURE_WINDOW_SECONDS (fixed
 # windows): at most about 13 guesses an hour at one name from one address, then.
-PORTAL_LOGIN_FAILURES_BEFORE_WAIT = int(env("PORTAL_LOGIN_FAILURES_BEFORE_WAIT", "5"))
-PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT = int(env("PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT", "20"))
-PORTAL_LOGIN_BACKOFF_SECONDS = int(env("PORTAL_LOGIN_BACKOFF_SECONDS", "30"))
-PORTAL_LOGIN_BACKOFF_MAX_SECONDS = int(env("PORTAL_LOGIN_BACKOFF_MAX_SECONDS", "900"))
-PORTAL_LOGIN_ACCOUNT_CEILING = int(env("PORTAL_LOGIN_ACCOUNT_CEILING", "100"))
-PORTAL_LOGIN_FAILURE_WINDOW_SECONDS = int(env("PORTAL_LOGIN_FAILURE_WINDOW_SECONDS", "3600"))
+PORTAL_LOGIN_FAILURES_BEFORE_WAIT = config.whole("PORTAL_LOGIN_FAILURES_BEFORE_WAIT")
+PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT = config.whole("PORTAL_LOGIN_ADDRESS_FAILURES_BEFORE_WAIT")
+PORTAL_LOGIN_BACKOFF_SECONDS = config.whole("PORTAL_LOGIN_BACKOFF_SECONDS")
+PORTAL_LOGIN_BACKOFF_MAX_SECONDS = config.whole("PORTAL_LOGIN_BACKOFF_MAX_SECONDS")
+PORTAL_LOGIN_ACCOUNT_CEILING = config.whole("PORTAL_LOGIN_ACCOUNT_CEILING")
+PORTAL_LOGIN_FAILURE_WINDOW_SECONDS = config.whole("PORTAL_LOGIN_FAILURE_WINDOW_SECONDS")
 if not 1 <= PORTAL_LOGIN_BACKOFF_SECONDS <= PORTAL_LOGIN_BACKOFF_MAX_SECONDS:
     raise ImproperlyConfigured(
         f"PORTAL_LOGIN_BACKOFF_SECONDS ({PORTAL_LOGIN_BACKOFF_SECONDS}) must be at least 1 and at most "
         f"PORTAL_LOGIN_BACKOFF_MAX_SECONDS ({PORTAL_LOGIN_BACKOFF_MAX_SECONDS}).")
-for _gone, _instead in (("PORTAL_LOGIN_FAILURE_LIMIT", "PORTAL_LOGIN_FAILURES_BEFORE_WAIT"),
-                        ("PORTAL_LOGIN_LOCKOUT_SECONDS", "PORTAL_LOGIN_BACKOFF_MAX_SECONDS")):
-    if os.environ.get(_gone):  # a lockout per account let anyone lock its owner out; it is no more
-        raise ImproperlyConfigured(f"{_gone} is no longer read: sign-ins now wait per account and address, with "
-                                   f"backoff. Set {_instead} (and see portal/settings.py) instead.")
+# The per-account lockout's settings, if still set, stop the start with their replacements' names.
+config.retired_refused()
 # How many proxies in front of the portal append to X-Forwarded-For; the client's address is
 # that many entries from the right. 0 (the default) takes the connection's own address.
-PORTAL_PROXY_HOPS = int(env("PORTAL_PROXY_HOPS", "0"))
+PORTAL_PROXY_HOPS = config.whole("PORTAL_PROXY_HOPS")
 # The counters live in the cache. Several web processes must share one, so with Redis (the
 # production setup) they use it; the embedded setup runs one web process and keeps them in memory.
 CACHES = {
@@ -489,36 +442,37 @@ CACHES = {
 }
 
 # --- Email ---------------------------------------------------------------------------------
-EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-EMAIL_HOST = env("EMAIL_HOST", "localhost")
-EMAIL_PORT = int(env("EMAIL_PORT", "25"))
-DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "GPU Portal <gpu-portal@localhost>")
+EMAIL_BACKEND = config.text("EMAIL_BACKEND")
+EMAIL_HOST = config.text("EMAIL_HOST")
+EMAIL_PORT = config.whole("EMAIL_PORT")
+DEFAULT_FROM_EMAIL = config.text("DEFAULT_FROM_EMAIL")
 
 # --- GPU telemetry (portal/metrics/) ---------------------------------------------------------
 # Where DCGM metrics are read: "prometheus" (PROMETHEUS_URL, the HTTP API), "simulated" (values
 # that follow the simulated cluster's pods, for the demo) or "off" (every answer is "no metrics",
 # so nothing is ever judged idle). The default follows the cluster: simulated with the simulated
 # one, Prometheus where PROMETHEUS_URL is set, otherwise off.
-PROMETHEUS_URL = env("PROMETHEUS_URL")
-PORTAL_METRICS = env("PORTAL_METRICS", "prometheus" if PROMETHEUS_URL else
-                     ("simulated" if os.environ.get("PORTAL_CLUSTER", "simulated") == "simulated" else "off"))
+PROMETHEUS_URL = config.text("PROMETHEUS_URL")
+PORTAL_CLUSTER = config.text("PORTAL_CLUSTER")  # "simulated" or "kubernetes"
+PORTAL_METRICS = config.text("PORTAL_METRICS", "prometheus" if PROMETHEUS_URL else
+                             ("simulated" if PORTAL_CLUSTER == "simulated" else "off"))
 if PORTAL_METRICS not in ("prometheus", "simulated", "off"):
     raise ImproperlyConfigured(f"PORTAL_METRICS is “prometheus”, “simulated” or “off”; it is {PORTAL_METRICS!r}.")
 if PORTAL_METRICS == "prometheus" and not PROMETHEUS_URL:
     raise ImproperlyConfigured("PORTAL_METRICS is “prometheus”, so PROMETHEUS_URL (e.g. http://prometheus:9090) must be set.")
 # A bearer token (or a file holding one, e.g. a projected service-account token) and a CA bundle
 # for a Prometheus behind TLS and authentication; both optional.
-PROMETHEUS_TOKEN = env("PROMETHEUS_TOKEN")
-PROMETHEUS_TOKEN_FILE = env("PROMETHEUS_TOKEN_FILE")
-PROMETHEUS_CA_FILE = env("PROMETHEUS_CA_FILE")
-PROMETHEUS_TIMEOUT = float(env("PROMETHEUS_TIMEOUT", "10"))
+PROMETHEUS_TOKEN = config.text("PROMETHEUS_TOKEN")
+PROMETHEUS_TOKEN_FILE = config.text("PROMETHEUS_TOKEN_FILE")
+PROMETHEUS_CA_FILE = config.text("PROMETHEUS_CA_FILE")
+PROMETHEUS_TIMEOUT = config.number("PROMETHEUS_TIMEOUT")
 # Read 5-minute and hourly averages from deploy/prometheus/'s recording rules; off for a
 # Prometheus that does not load them (the raw series are averaged at query time instead).
-PROMETHEUS_RECORDING_RULES = env_bool("PROMETHEUS_RECORDING_RULES", True)
+PROMETHEUS_RECORDING_RULES = config.boolean("PROMETHEUS_RECORDING_RULES")
 
 # --- Logging: one JSON object per line in production, readable lines in development ---------
-LOG_LEVEL = env("LOG_LEVEL", "INFO")
-LOG_FORMAT = env("LOG_FORMAT", "json" if PRODUCTION else "text")
+LOG_LEVEL = config.text("LOG_LEVEL")
+LOG_FORMAT = config.text("LOG_FORMAT", "json" if PRODUCTION else "text")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -542,7 +496,6 @@ LOGGING = {
 }
 
 # --- The cluster gateway ---------------------------------------------------------------------
-PORTAL_CLUSTER = env("PORTAL_CLUSTER", "simulated")  # "simulated" or "kubernetes"
 if PORTAL_CLUSTER == "simulated":
     # The simulated cluster keeps its objects in this database; a site on a real cluster has no such tables.
     INSTALLED_APPS.append("portal.kube.simulated")
@@ -550,68 +503,50 @@ if PORTAL_CLUSTER == "simulated":
 INSTALLED_APPS.append("portal.hooks")
 # Seeds the simulated cluster's watch streams, so which kind's events arrive first when several
 # change at once varies as on a real cluster, yet the same seed gives the same interleaving again.
-SIMULATED_WATCH_SEED = env("SIMULATED_WATCH_SEED", "1")
-KUBECONFIG = env("KUBECONFIG")
-KUBE_CONTEXT = env("KUBE_CONTEXT")
-KUBE_IN_CLUSTER = env_bool("KUBE_IN_CLUSTER", False)
-KUBE_QPS = float(env("KUBE_QPS", "50"))
-KUBE_BURST = int(env("KUBE_BURST", "100"))
+SIMULATED_WATCH_SEED = config.text("SIMULATED_WATCH_SEED")
+KUBECONFIG = config.text("KUBECONFIG")
+KUBE_CONTEXT = config.text("KUBE_CONTEXT")
+KUBE_IN_CLUSTER = config.boolean("KUBE_IN_CLUSTER")
+KUBE_QPS = config.number("KUBE_QPS")
+KUBE_BURST = config.whole("KUBE_BURST")
 # The queue backend that keeps teams' quota and admits workloads (tenants/queueing/): kueue, the
 # only one so far. Another value stops the start with a sentence (tenants.apps).
-PORTAL_QUEUE_BACKEND = env("PORTAL_QUEUE_BACKEND", "kueue")
+PORTAL_QUEUE_BACKEND = config.text("PORTAL_QUEUE_BACKEND")
 # The Kueue cohort every team's ClusterQueue joins, so idle quota can be borrowed across teams.
-PORTAL_COHORT = env("PORTAL_COHORT", "gpu-portal")
+PORTAL_COHORT = config.text("PORTAL_COHORT")
 # Put before every team's namespace and ClusterQueue name ("gpu-" makes team vision's namespace
 # gpu-vision), so team slugs never collide with namespaces the cluster already has. Empty keeps
 # the names of existing teams; changing it later moves every team to new names.
-PORTAL_NAMESPACE_PREFIX = env("PORTAL_NAMESPACE_PREFIX", "")
+PORTAL_NAMESPACE_PREFIX = config.text("PORTAL_NAMESPACE_PREFIX")
 if PORTAL_NAMESPACE_PREFIX and not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,30})", PORTAL_NAMESPACE_PREFIX):
     raise ImproperlyConfigured(
         f"PORTAL_NAMESPACE_PREFIX “{PORTAL_NAMESPACE_PREFIX}” must be at most 31 lowercase letters, digits and hyphens, "
         "starting with a letter or digit (it begins a Kubernetes namespace name)."
     )
 # Namespace of the ingress controller: team NetworkPolicies let it reach inference and notebook pods.
-PORTAL_INGRESS_NAMESPACE = env("PORTAL_INGRESS_NAMESPACE", "ingress-nginx")
+PORTAL_INGRESS_NAMESPACE = config.text("PORTAL_INGRESS_NAMESPACE")
 # How the API server names people who sign in to it with OIDC: these must equal its
 # --oidc-username-claim and --oidc-username-prefix (and --oidc-issuer-url), or the team
 # RoleBinding, which grants members read access to their pods and logs, names nobody. Only SSO
 # accounts are bound, by the claim's value in their identity; local accounts have no cluster
 # identity. "sub" (the default) is the provider's subject, which it never reassigns; "email" is
 # the address the provider last gave. PORTAL_CLUSTER_USER_PREFIX is the prefix's former name.
-KUBE_OIDC_USERNAME_CLAIM = env("KUBE_OIDC_USERNAME_CLAIM", "sub")
+KUBE_OIDC_USERNAME_CLAIM = config.text("KUBE_OIDC_USERNAME_CLAIM")
 if KUBE_OIDC_USERNAME_CLAIM not in ("sub", "email"):
     raise ImproperlyConfigured(
         f"KUBE_OIDC_USERNAME_CLAIM is “sub” or “email”, the claims the portal knows of each SSO account; "
         f"it is {KUBE_OIDC_USERNAME_CLAIM!r}."
     )
 # "-" means no prefix, as it does for the API server.
-KUBE_OIDC_USERNAME_PREFIX = env("KUBE_OIDC_USERNAME_PREFIX", env("PORTAL_CLUSTER_USER_PREFIX", "oidc:"))
+KUBE_OIDC_USERNAME_PREFIX = config.text("KUBE_OIDC_USERNAME_PREFIX", config.text("PORTAL_CLUSTER_USER_PREFIX") or "oidc:")
 if KUBE_OIDC_USERNAME_PREFIX == "-":
     KUBE_OIDC_USERNAME_PREFIX = ""
 # Only identities of this issuer are bound (the API server trusts one); empty binds every SSO account.
-KUBE_OIDC_ISSUER = env("KUBE_OIDC_ISSUER", os.environ.get("OIDC_OP_ISSUER", ""))
+KUBE_OIDC_ISSUER = config.text("KUBE_OIDC_ISSUER", config.text("OIDC_OP_ISSUER"))
 # The ClusterRole that RoleBinding binds members to. The portal can bind only a role whose every
 # rule it holds: the Helm chart installs a read-only one (pods, logs, its workloads) and sets this;
 # `view` suits a portal whose service account holds all of `view`. Changing it recreates the bindings.
-PORTAL_MEMBER_CLUSTER_ROLE = env("PORTAL_MEMBER_CLUSTER_ROLE", "view")
-
-
-def env_labels(name: str, default: str) -> tuple[tuple[str, str], ...]:
-    """Pod labels written "key=value,key=value" (empty: none), as pairs."""
-    pairs = []
-    for item in env_list(name, default):
-        key, equals, value = item.partition("=")
-        if not equals or not re.fullmatch(r"([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", key.strip()) \
-                or not re.fullmatch(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?", value.strip()):
-            raise ImproperlyConfigured(f'{name} must be Kubernetes labels written "key=value,key=value"; {item!r} is not one.')
-        pairs.append((key.strip(), value.strip()))
-    return tuple(pairs)
-
-
-def namespace_name(name: str, value: str) -> str:
-    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
-        raise ImproperlyConfigured(f"{name}: “{value}” is not a Kubernetes namespace name.")
-    return value
+PORTAL_MEMBER_CLUSTER_ROLE = config.text("PORTAL_MEMBER_CLUSTER_ROLE")
 
 
 def service_account_namespace(path: str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace") -> str:
@@ -624,16 +559,16 @@ def service_account_namespace(path: str = "/var/run/secrets/kubernetes.io/servic
 
 # Team NetworkPolicies. The portal's pods (these labels in this namespace) may reach notebooks'
 # HTTP port, for the idle check. The namespace defaults to the one the portal's pod runs in.
-PORTAL_NAMESPACE = namespace_name("PORTAL_NAMESPACE", env("PORTAL_NAMESPACE", service_account_namespace() or "gpu-portal"))
-PORTAL_POD_LABELS = env_labels("PORTAL_POD_LABELS", "app.kubernetes.io/name=gpu-portal")
+PORTAL_NAMESPACE = config.namespace("PORTAL_NAMESPACE", service_account_namespace() or "gpu-portal")
+PORTAL_POD_LABELS = config.labels("PORTAL_POD_LABELS")
 
 # Namespaced reads (the chart's rbac.namespacedReads): the portal's ClusterRole holds no read of
 # pods, logs, events or data volumes and nothing of Secrets; in each team namespace it makes, the
 # portal binds its own ServiceAccount (PORTAL_SERVICE_ACCOUNT, in PORTAL_NAMESPACE) to
 # PORTAL_TEAM_NAMESPACE_ROLE, and it lists and watches pods namespace by namespace.
-PORTAL_NAMESPACED_READS = env_bool("PORTAL_NAMESPACED_READS", False)
-PORTAL_TEAM_NAMESPACE_ROLE = env("PORTAL_TEAM_NAMESPACE_ROLE", "")
-PORTAL_SERVICE_ACCOUNT = env("PORTAL_SERVICE_ACCOUNT", "")
+PORTAL_NAMESPACED_READS = config.boolean("PORTAL_NAMESPACED_READS")
+PORTAL_TEAM_NAMESPACE_ROLE = config.text("PORTAL_TEAM_NAMESPACE_ROLE")
+PORTAL_SERVICE_ACCOUNT = config.text("PORTAL_SERVICE_ACCOUNT")
 if PORTAL_NAMESPACED_READS and not (PORTAL_TEAM_NAMESPACE_ROLE and PORTAL_SERVICE_ACCOUNT):
     raise ImproperlyConfigured("PORTAL_NAMESPACED_READS needs PORTAL_TEAM_NAMESPACE_ROLE and PORTAL_SERVICE_ACCOUNT: "
                                "the ClusterRole and the ServiceAccount the portal binds in each team namespace.")
@@ -642,19 +577,19 @@ if PORTAL_NAMESPACED_READS and not (PORTAL_TEAM_NAMESPACE_ROLE and PORTAL_SERVIC
 # watch sync elects one writer when PORTAL_LEADER_ELECTION is on (several replicas); run_beat
 # always holds its Lease. A leader that cannot renew for the renew deadline stops writing, and
 # the others wait the lease duration from the last renewal they saw before taking over.
-PORTAL_LEADER_ELECTION = env_bool("PORTAL_LEADER_ELECTION", False)
+PORTAL_LEADER_ELECTION = config.boolean("PORTAL_LEADER_ELECTION")
 # How often the watcher (its leader, when elected) compares every team's objects with the store
 # its watches keep and repairs what differs; 0 leaves it to the worker's pass every 10 minutes.
-PORTAL_TEAM_PASS_SECONDS = float(env("PORTAL_TEAM_PASS_SECONDS", "60"))
+PORTAL_TEAM_PASS_SECONDS = config.number("PORTAL_TEAM_PASS_SECONDS")
 if PORTAL_TEAM_PASS_SECONDS < 0:
     raise ImproperlyConfigured(f"PORTAL_TEAM_PASS_SECONDS is {PORTAL_TEAM_PASS_SECONDS}: seconds, or 0 for none.")
-POD_NAME = env("POD_NAME", "")
-POD_NAMESPACE = namespace_name("POD_NAMESPACE", env("POD_NAMESPACE", PORTAL_NAMESPACE))
-PORTAL_LEADER_LEASE = env("PORTAL_LEADER_LEASE", "gpu-portal-watcher")
-PORTAL_BEAT_LEASE = env("PORTAL_BEAT_LEASE", "gpu-portal-beat")
-PORTAL_LEASE_DURATION_SECONDS = int(env("PORTAL_LEASE_DURATION_SECONDS", "15"))
-PORTAL_LEASE_RENEW_DEADLINE_SECONDS = float(env("PORTAL_LEASE_RENEW_DEADLINE_SECONDS", "10"))
-PORTAL_LEASE_RETRY_PERIOD_SECONDS = float(env("PORTAL_LEASE_RETRY_PERIOD_SECONDS", "2"))
+POD_NAME = config.text("POD_NAME")
+POD_NAMESPACE = config.namespace("POD_NAMESPACE", PORTAL_NAMESPACE)
+PORTAL_LEADER_LEASE = config.text("PORTAL_LEADER_LEASE")
+PORTAL_BEAT_LEASE = config.text("PORTAL_BEAT_LEASE")
+PORTAL_LEASE_DURATION_SECONDS = config.whole("PORTAL_LEASE_DURATION_SECONDS")
+PORTAL_LEASE_RENEW_DEADLINE_SECONDS = config.number("PORTAL_LEASE_RENEW_DEADLINE_SECONDS")
+PORTAL_LEASE_RETRY_PERIOD_SECONDS = config.number("PORTAL_LEASE_RETRY_PERIOD_SECONDS")
 for _lease in (PORTAL_LEADER_LEASE, PORTAL_BEAT_LEASE):
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", _lease):
         raise ImproperlyConfigured(f"“{_lease}” is not a Lease name (lowercase letters, digits, '-' and '.').")
@@ -669,25 +604,25 @@ if not (PORTAL_LEASE_DURATION_SECONDS > PORTAL_LEASE_RENEW_DEADLINE_SECONDS > 1.
 # PORTAL_EGRESS_EXCLUDE_PRIVATE is on), and extra networks and namespaces, e.g. a registry
 # mirror or object storage. The cloud metadata address is never reachable: a network that
 # contains it gets it cut out, and one inside it stops the start (tenants/apps.py).
-PORTAL_DNS_NAMESPACE = namespace_name("PORTAL_DNS_NAMESPACE", env("PORTAL_DNS_NAMESPACE", "kube-system"))
-PORTAL_DNS_POD_LABELS = env_labels("PORTAL_DNS_POD_LABELS", "k8s-app=kube-dns")
-PORTAL_EGRESS_INTERNET = env("PORTAL_EGRESS_INTERNET", "off").lower()
+PORTAL_DNS_NAMESPACE = config.namespace("PORTAL_DNS_NAMESPACE")
+PORTAL_DNS_POD_LABELS = config.labels("PORTAL_DNS_POD_LABELS")
+PORTAL_EGRESS_INTERNET = config.text("PORTAL_EGRESS_INTERNET").lower()
 if PORTAL_EGRESS_INTERNET not in {"off", "on"}:
     raise ImproperlyConfigured(f"PORTAL_EGRESS_INTERNET must be “off” or “on”; it is “{PORTAL_EGRESS_INTERNET}”.")
-PORTAL_EGRESS_EXCLUDE_PRIVATE = env_bool("PORTAL_EGRESS_EXCLUDE_PRIVATE", True)
-PORTAL_EGRESS_ALLOW_CIDRS = env_list("PORTAL_EGRESS_ALLOW_CIDRS")
-PORTAL_EGRESS_ALLOW_NAMESPACES = [namespace_name("PORTAL_EGRESS_ALLOW_NAMESPACES", name)
-                                  for name in env_list("PORTAL_EGRESS_ALLOW_NAMESPACES")]
+PORTAL_EGRESS_EXCLUDE_PRIVATE = config.boolean("PORTAL_EGRESS_EXCLUDE_PRIVATE")
+PORTAL_EGRESS_ALLOW_CIDRS = config.items("PORTAL_EGRESS_ALLOW_CIDRS")
+PORTAL_EGRESS_ALLOW_NAMESPACES = [config.parse_namespace("PORTAL_EGRESS_ALLOW_NAMESPACES", name)
+                                  for name in config.items("PORTAL_EGRESS_ALLOW_NAMESPACES")]
 # Inference servers and notebooks get an Ingress at <name>-<team>.<domain> when this is set.
-PORTAL_INGRESS_DOMAIN = env("PORTAL_INGRESS_DOMAIN")
+PORTAL_INGRESS_DOMAIN = config.text("PORTAL_INGRESS_DOMAIN")
 # The IngressClass of those Ingresses: the portal's gate in front of them speaks ingress-nginx's
 # external authentication (auth-url, auth-signin).
-PORTAL_INGRESS_CLASS = env("PORTAL_INGRESS_CLASS", "nginx")
+PORTAL_INGRESS_CLASS = config.text("PORTAL_INGRESS_CLASS")
 # TLS for them: the name of a Secret holding a wildcard certificate for *.<domain>, present in
 # every team's namespace, or a cert-manager ClusterIssuer that issues one per host. Without
 # either, they answer plain HTTP and the pages say http://, never https://.
-PORTAL_INGRESS_TLS_SECRET = env("PORTAL_INGRESS_TLS_SECRET")
-PORTAL_INGRESS_CLUSTER_ISSUER = env("PORTAL_INGRESS_CLUSTER_ISSUER")
+PORTAL_INGRESS_TLS_SECRET = config.text("PORTAL_INGRESS_TLS_SECRET")
+PORTAL_INGRESS_CLUSTER_ISSUER = config.text("PORTAL_INGRESS_CLUSTER_ISSUER")
 if PORTAL_INGRESS_TLS_SECRET and PORTAL_INGRESS_CLUSTER_ISSUER:
     raise ImproperlyConfigured(
         "Set PORTAL_INGRESS_TLS_SECRET (a wildcard certificate) or PORTAL_INGRESS_CLUSTER_ISSUER (cert-manager), not both."
@@ -695,17 +630,17 @@ if PORTAL_INGRESS_TLS_SECRET and PORTAL_INGRESS_CLUSTER_ISSUER:
 # Where the ingress controller asks the portal whether a request may reach a workload: the
 # portal's address as the controller sees it, e.g. its Service inside the cluster. Its host must
 # be in ALLOWED_HOSTS, and it is not redirected to HTTPS (the controller's call stays inside).
-PORTAL_INGRESS_AUTH_URL = env("PORTAL_INGRESS_AUTH_URL", SITE_URL).rstrip("/")
+PORTAL_INGRESS_AUTH_URL = config.text("PORTAL_INGRESS_AUTH_URL", SITE_URL).rstrip("/")
 if PRODUCTION:
     SECURE_REDIRECT_EXEMPT = [*SECURE_REDIRECT_EXEMPT, r"^auth/workloads/"]
 # The controller cannot follow a redirect to the identity provider: the gate answers, never redirects.
 OIDC_EXEMPT_URLS = [re.compile(r"^/auth/workloads/")]
 # A notebook's token is derived from this key and the workload (HMAC), so the database keeps only
 # its hash; whoever holds the key could mint sessions anyway, so SECRET_KEY is its default.
-PORTAL_NOTEBOOK_TOKEN_KEY = env("PORTAL_NOTEBOOK_TOKEN_KEY", SECRET_KEY)
+PORTAL_NOTEBOOK_TOKEN_KEY = config.text("PORTAL_NOTEBOOK_TOKEN_KEY", SECRET_KEY)
 # Annotations every workload pod gets, set by the site, never by users: the simulated cluster
 # and KWOK read how long a fake pod runs from them (demo and test clusters only).
-PORTAL_POD_ANNOTATIONS: dict[str, str] = json.loads(env("PORTAL_POD_ANNOTATIONS", "{}"))
+PORTAL_POD_ANNOTATIONS: dict[str, str] = config.json_object("PORTAL_POD_ANNOTATIONS")
 # Where the portal asks a notebook server how long it has been idle (Jupyter's /api/status),
 # reachable from the portal's own pods through the notebook's Service.
-PORTAL_NOTEBOOK_STATUS_URL = env("PORTAL_NOTEBOOK_STATUS_URL", "http://{name}.{namespace}.svc.cluster.local/api/status")
+PORTAL_NOTEBOOK_STATUS_URL = config.text("PORTAL_NOTEBOOK_STATUS_URL")

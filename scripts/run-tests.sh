@@ -12,6 +12,11 @@ PORTAL_PRODUCTION=1 SECRET_KEY="$(head -c 48 /dev/urandom | base64)" ALLOWED_HOS
 echo "== Migrations are complete"
 .venv/bin/python manage.py makemigrations --check --dry-run >/dev/null
 
+echo "== The docs site builds strictly (a broken link, a missing anchor or a page left out of the nav fails)"
+site=$(mktemp -d)
+trap 'rm -rf "$site"' EXIT
+.venv/bin/mkdocs build --strict --quiet --site-dir "$site"
+
 echo "== pytest on PostgreSQL ($DATABASE_URL) and Redis ($REDIS_URL)"
 set +e
 # One pytest-xdist worker per core; the real control plane's tests share one worker (tests/conftest.py).

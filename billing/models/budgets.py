@@ -13,7 +13,7 @@ from portal.models import User
 class Budget(models.Model):
     """What a team may spend in a calendar month of the billing time zone.
 
-    Changed only by `billing.budgets.budget_set`, which writes an audit event for every change
+    Changed only by `billing.budgets.services.budget_set`, which writes an audit event for every change
     (the history). `held` is the last decision of the hard stop: the team's LocalQueue is held
     (Kueue's `stopPolicy: Hold`) while it is true, so the team's desired state can read it in
     one query and the periodic check reconciles the team only when it flips.

@@ -1,7 +1,7 @@
 """Monthly chargeback statements: what finance hands to accounting for one month.
 
 A statement exists only once a month is closed, and a closed statement never changes: its lines
-are written once by `billing.statements.statement_close`, which seals the statement in the same
+are written once by `billing.statements.services.statement_close`, which seals the statement in the same
 transaction; from then on the database itself refuses an INSERT, UPDATE or DELETE of its lines and
 any change to the statement or its adjustments (triggers in migration `…_statements`, on
 PostgreSQL and SQLite).

@@ -11,8 +11,8 @@ import pytest
 from django.core import mail
 from django.core.exceptions import PermissionDenied
 
-from billing import budgets
-from billing.budget_selectors import budget_status
+from billing.budgets import services as budgets
+from billing.budgets.selectors import budget_status
 from billing.models import Budget, BudgetAlert, DigestEntry
 from portal.errors import DomainError
 from portal.models import AuditEvent, Notification

@@ -12,7 +12,8 @@ import pytest
 from django.db.models import Sum
 from django.utils import timezone
 
-from billing import budgets, metering, periods
+from billing import metering, periods
+from billing.budgets import services as budgets
 from billing.models import Rate, UsageHour
 from jobs import services, sync
 from jobs.models import RunInterval, Workload, WorkloadKind

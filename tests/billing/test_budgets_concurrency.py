@@ -9,7 +9,7 @@ import threading
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from billing import budgets
+from billing.budgets import services as budgets
 from billing.models import BudgetAlert
 from portal.models import Notification
 from tests.billing.budget_helpers import UTC, priced, use

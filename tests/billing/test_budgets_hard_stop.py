@@ -9,7 +9,8 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from billing import budgets, periods
+from billing import periods
+from billing.budgets import services as budgets
 from billing.models import Budget
 from jobs import sync
 from jobs.models import Workload

@@ -11,7 +11,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from billing import budgets, periods
+from billing import periods
+from billing.budgets import selectors as budget_selectors
+from billing.budgets import services as budgets
 from billing.models import Budget, BudgetAlert
 from tests.billing.budget_helpers import priced, use
 from tests.conftest import login
@@ -142,9 +144,9 @@ def test_a_person_chooses_the_daily_digest_from_the_notifications_page(lead):
     assert 'id="alert-email"' in fragment and "checked" not in fragment
     response = client.post("/billing/alert-emails/", {"daily_digest": "on"}, HTTP_HX_REQUEST="true")
     assert "Budget alerts now come in one email a day." in response.content.decode()
-    assert budgets.alert_email_digest(user=lead)
+    assert budget_selectors.alert_email_digest(user=lead)
     client.post("/billing/alert-emails/", {})
-    assert not budgets.alert_email_digest(user=lead)
+    assert not budget_selectors.alert_email_digest(user=lead)
 
 
 def test_a_team_without_a_budget_says_so_and_offers_finance_the_form(team, member, finance_user):

@@ -9,8 +9,9 @@ from decimal import Decimal
 import pytest
 from rest_framework.test import APIClient
 
-from billing import exports, statement_selectors
-from billing.statements import statement_close
+from billing.statements import exports
+from billing.statements import selectors as statement_selectors
+from billing.statements.services import statement_close
 from portal import tokens
 from tests.billing.factories import account, rate, usage
 

@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from billing import metering
+from billing.metering import refresh
 from billing.models import Account, CapacityHour, FlavorHour, LentHour, Rate, UsageHour, UsageMonth
 from billing.money import gpu_hours
 from billing.periods import month_bounds
@@ -156,7 +157,7 @@ def test_a_refresh_runs_with_the_collector_paused(h100, vision, alice, monkeypat
         return rows(*args, **kwargs)  # type: ignore[arg-type]
 
     make_interval(make_workload(team=vision, owner=alice, flavor=h100), at("2026-10-06 10:00"))
-    monkeypatch.setattr(metering, "usage_rows", usage_rows)
+    monkeypatch.setattr(refresh, "usage_rows", usage_rows)  # as the refresh calls it
     enabled = gc.isenabled()
     gc.enable()
     try:

@@ -10,8 +10,9 @@ from fractions import Fraction
 import pytest
 from django.core.exceptions import PermissionDenied
 
-from billing import ledger, metering, services
+from billing import ledger, metering
 from billing.models import IdlePolicy
+from billing.rates import services
 from portal.errors import DomainError
 from tests.billing.metering_helpers import account, at, make_interval, make_workload, total
 from tests.factories import FlavorFactory, QuotaGrantFactory, TeamFactory, UserFactory

@@ -175,15 +175,15 @@ def test_hourly_rows_written_without_metering_are_read_hourly(client, finance_us
     ("2026-10-31 23:00", "2026-11-01 00:00"),  # one hour
 ])
 def test_usage_read_from_the_monthly_level_equals_the_hourly_rows_for_any_range(start, end):
-    from billing.selectors import _line_key_fields, _rollup_sums
+    from billing.usage.rollups import line_fields, rollup_sums
 
     play_a_month_end_with_late_and_closed_intervals()  # months_through 2026-11-01 02:00
-    fields = _line_key_fields("flavor_id", "borrowed")
+    fields = line_fields("flavor_id", "borrowed")
     hourly = (UsageHour.objects.filter(hour__gte=at(start), hour__lt=at(end))
               .values(*fields).annotate(unit_seconds=Sum("unit_seconds")).order_by())
 
     with CaptureQueriesContext(connection) as read:
-        found = list(_rollup_sums(start=at(start), end=at(end), fields=fields))
+        found = list(rollup_sums(start=at(start), end=at(end), fields=fields))
 
     assert summed(found, fields) == summed(hourly, fields) and found
     assert len(read) == 1  # one statement, months_through read inside it
@@ -210,20 +210,20 @@ def test_the_finance_usage_api_reads_the_monthly_level_not_a_month_of_hourly_row
 def test_the_overview_is_worked_out_with_the_cyclic_collector_paused_and_turns_it_back_on(monkeypatch):
     import gc
 
-    from billing import selectors
+    from billing.usage import overview
 
     seen: list[bool] = []
-    tallied = selectors._all_accounts_month
+    tallied = overview._all_accounts_month
 
     def all_accounts_month(**kwargs: dt.datetime) -> object:
         seen.append(gc.isenabled())
         return tallied(**kwargs)
 
-    monkeypatch.setattr(selectors, "_all_accounts_month", all_accounts_month)
+    monkeypatch.setattr(overview, "_all_accounts_month", all_accounts_month)
     enabled = gc.isenabled()
     gc.enable()
     try:
-        selectors.finance_overview(month=dt.date(2026, 10, 1))
+        overview.finance_overview(month=dt.date(2026, 10, 1))
         assert seen == [False, False] and gc.isenabled()
     finally:
         if not enabled:

@@ -11,6 +11,7 @@ import pytest
 from django.db import connection, connections
 
 from billing import metering
+from billing.metering import refresh
 from billing.models import Rate, UsageHour
 from tests.billing.metering_helpers import at, make_interval, make_workload, total, usage
 from tests.billing.test_metering_months import play_a_month_end_with_late_and_closed_intervals
@@ -88,7 +89,7 @@ def test_two_first_refreshes_on_a_fresh_install_make_one_state_row_and_take_turn
 
     def first() -> None:
         with transaction.atomic():
-            metering._lock_state()
+            refresh._lock_state()
             locked.set()
             time.sleep(0.5)  # the second starts while this one holds the row it just made
             order.append("first")
@@ -97,7 +98,7 @@ def test_two_first_refreshes_on_a_fresh_install_make_one_state_row_and_take_turn
     def second() -> None:
         locked.wait()
         with transaction.atomic():
-            metering._lock_state()
+            refresh._lock_state()
             order.append("second")
         connections.close_all()
 

@@ -215,8 +215,8 @@ def test_two_writers_marking_borrowed_at_once_record_the_flip_once(h100, vision,
 
 def test_usage_is_the_persons_so_a_new_account_with_a_deleted_ones_username_reads_none_of_its_cost(h100, vision):
     """Usage was keyed by username: a new alice read the deleted alice's team cost on her page."""
-    from billing import selectors
     from billing.models import Rate
+    from billing.usage import selectors
 
     Rate.objects.create(flavor=h100, price_per_gpu_hour=2, effective_from=at("2026-10-01 00:00"))
     old = UserFactory.create(username="alice")

@@ -19,12 +19,14 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from billing import metering, selectors
-from billing.budget_selectors import budget_status
-from billing.budgets import budget_set
+from billing import metering
+from billing.budgets.selectors import budget_status
+from billing.budgets.services import budget_set
 from billing.models import Budget
-from billing.statement_selectors import statement_picture
-from billing.statements import adjustment_add, statement_close
+from billing.statements.selectors import statement_picture
+from billing.statements.services import adjustment_add, statement_close
+from billing.usage import selectors
+from billing.usage.overview import finance_overview
 from tenants.models import Team
 from tests.billing.factories import account, rate
 from tests.billing.metering_helpers import make_interval, make_workload
@@ -69,7 +71,7 @@ def month(request, settings):
 def test_the_team_page_adds_up_and_agrees_with_the_budget_the_overview_the_api_and_each_person(month, finance_user,
                                                                                               as_user):
     teams, people = month
-    overview = selectors.finance_overview(month=OCTOBER, now=NOW)
+    overview = finance_overview(month=OCTOBER, now=NOW)
     assert total(row.cost for row in overview.rows) == overview.total.cost
     assert total(line.cost for line in overview.flavor_totals) == overview.total.cost
     assert total(row.gpu_hours for row in overview.rows) == overview.total.gpu_hours

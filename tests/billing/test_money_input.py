@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from billing.models import Adjustment, Budget, Rate
 from billing.money import money_input
-from billing.statements import statement_close
+from billing.statements.services import statement_close
 from portal.errors import DomainError
 from portal.models import AuditEvent
 from tests.billing.factories import account, rate, usage

@@ -134,15 +134,15 @@ def test_the_overview_change_is_the_exact_percentage_rounded_to_a_tenth():
     from fractions import Fraction
 
     from billing.money import round_places
-    from billing.selectors import _percent_change
+    from billing.usage.overview import percent_change
 
     draw = random.Random(3)
-    assert _percent_change(Decimal("0.00"), Decimal("12.00")) is None
-    assert _percent_change(Decimal("100.00"), Decimal("100.05")) == Decimal("0.0")  # 0.05 %: half-even to 0.0
-    assert _percent_change(Decimal("100.00"), Decimal("100.15")) == Decimal("0.2")  # 0.15 %: half-even up
-    assert _percent_change(Decimal("10.00"), Decimal("5.00")) == Decimal("-50.0")
+    assert percent_change(Decimal("0.00"), Decimal("12.00")) is None
+    assert percent_change(Decimal("100.00"), Decimal("100.05")) == Decimal("0.0")  # 0.05 %: half-even to 0.0
+    assert percent_change(Decimal("100.00"), Decimal("100.15")) == Decimal("0.2")  # 0.15 %: half-even up
+    assert percent_change(Decimal("10.00"), Decimal("5.00")) == Decimal("-50.0")
     for _ in range(2000):
         was = Decimal(draw.randint(-10**6, 10**6)).scaleb(-draw.choice([0, 2, 3]))
         now = Decimal(draw.randint(0, 10**6)).scaleb(-draw.choice([0, 2, 3]))
         expected = round_places((Fraction(now) - Fraction(was)) / Fraction(was) * 100, 1) if was else None
-        assert _percent_change(was, now) == expected, (was, now)
+        assert percent_change(was, now) == expected, (was, now)

@@ -10,7 +10,8 @@ from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import selectors, services
+from billing.rates import selectors, services
+from billing.rates.card import RateCard
 from portal.errors import DomainError
 from portal.models import AuditEvent
 
@@ -21,9 +22,10 @@ def test_the_rate_in_force_is_the_latest_that_has_started(finance_user, flavor):
     first = services.rate_set(actor=finance_user, flavor=flavor, price_per_gpu_hour="2.50")
     later = services.rate_set(actor=finance_user, flavor=flavor, price_per_gpu_hour="3.00",
                               effective_from=timezone.now() + dt.timedelta(days=10))
-    assert selectors.rate_at(flavor=flavor) == first
-    assert selectors.rate_at(flavor=flavor, at=timezone.now() + dt.timedelta(days=11)) == later
-    assert selectors.rate_at(flavor=flavor, at=timezone.now() - dt.timedelta(days=1)) is None
+    card = RateCard.read()
+    assert card.rate_at(flavor.pk, timezone.now()) == first
+    assert card.rate_at(flavor.pk, timezone.now() + dt.timedelta(days=11)) == later
+    assert card.rate_at(flavor.pk, timezone.now() - dt.timedelta(days=1)) is None
     event = AuditEvent.objects.filter(action="rate.set").first()
     assert event is not None and event.message.startswith("fiona set H100 80GB to 3.00 USD per GPU-hour")
 

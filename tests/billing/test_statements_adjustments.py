@@ -9,9 +9,9 @@ from decimal import Decimal
 import pytest
 from django.core.exceptions import PermissionDenied
 
-from billing import statement_selectors
 from billing.models import Adjustment, StatementLine
-from billing.statements import adjustment_add, statement_close
+from billing.statements import selectors as statement_selectors
+from billing.statements.services import adjustment_add, statement_close
 from portal.errors import DomainError
 from portal.models import AuditEvent
 from tests.billing.factories import account, rate, usage

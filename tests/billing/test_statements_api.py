@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from billing.models import Adjustment, Statement
-from billing.statements import statement_close
+from billing.statements.services import statement_close
 from tests.billing.factories import account, rate, usage
 from tests.factories import FlavorFactory, MembershipFactory, TeamFactory, UserFactory
 from tests.helpers import api

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from billing import periods, statement_selectors
-from billing.exports import statement_csv
+from billing import periods
 from billing.models import Statement
+from billing.statements import selectors as statement_selectors
+from billing.statements.exports import statement_csv
 from portal.models import User
 from tests.billing.factories import account, rate, usage
 from tests.billing.test_statements_pages import dark_fraction, pages_rendered

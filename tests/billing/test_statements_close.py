@@ -14,10 +14,13 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, connection, transaction
 
-from billing import ledger, periods, statement_selectors, statements
-from billing.exports import statement_csv
+from billing import ledger, periods
 from billing.models import CapacityHour, Statement, StatementLine
-from billing.statements import statement_close
+from billing.statements import lines
+from billing.statements import selectors as statement_selectors
+from billing.statements import services as statements
+from billing.statements.exports import statement_csv
+from billing.statements.services import statement_close
 from portal.errors import DomainError, StateConflict
 from portal.models import AuditEvent
 from tests.billing.factories import account, rate, usage
@@ -384,12 +387,12 @@ def test_the_displayed_gpu_hours_round_half_even_exactly_as_billing_money_does()
     samples = [(1800, 1, 7), (3600, 1, 1), (1, 1, 3600), (9, 1, 4), (18, 1, 1), (7 * 3600 * 5, 1, 7), (123456789, 3, 7)]
     samples += [(seconds, 1, denominator) for seconds in range(0, 40000, 613) for denominator in (1, 2, 4, 7, 8)]
     for unit_seconds, numerator, denominator in samples:
-        draft = statements._Draft(kind="usage", account=None, flavor=None, period=None,  # type: ignore[arg-type]
+        draft = lines.Draft(kind="usage", account=None, flavor=None, period=None,  # type: ignore[arg-type]
                                   numerator=numerator, denominator=denominator)
         assert draft.hours(unit_seconds) == round_places(Fraction(unit_seconds * numerator, denominator * 3600), 6), \
             (unit_seconds, numerator, denominator)
     # Exact ties: 9 unit-s at 1/5000 GPU is 0.0000005 GPU-hours, which half-even keeps at 0.000000
     # (half-up would say 0.000001); 27 unit-s is 0.0000015, which goes to the even 0.000002.
-    tie = statements._Draft(kind="usage", account=None, flavor=None, period=None,  # type: ignore[arg-type]
+    tie = lines.Draft(kind="usage", account=None, flavor=None, period=None,  # type: ignore[arg-type]
                             numerator=1, denominator=5000)
     assert (tie.hours(9), tie.hours(27)) == (Decimal("0.000000"), Decimal("0.000002"))

@@ -11,7 +11,7 @@ import pytest
 
 from billing import metering
 from billing.models import CapacityHour, IdlePolicy, StatementLine
-from billing.statements import statement_close
+from billing.statements.services import statement_close
 from tests.billing.factories import rate
 from tests.billing.metering_helpers import at, make_interval, make_workload
 from tests.factories import FlavorFactory, QuotaGrantFactory, TeamFactory, UserFactory

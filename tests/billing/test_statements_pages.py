@@ -12,7 +12,7 @@ import pytest
 from django.urls import reverse
 
 from billing.models import Adjustment, Statement
-from billing.statements import statement_close
+from billing.statements.services import statement_close
 from tests.billing.factories import account, rate, usage
 from tests.factories import FlavorFactory, MembershipFactory, TeamFactory, UserFactory
 

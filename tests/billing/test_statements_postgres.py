@@ -11,8 +11,8 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, connection, connections, transaction
 
-from billing import statements
 from billing.models import Adjustment, Statement, StatementLine
+from billing.statements import services as statements
 from portal.errors import StateConflict
 from tests.billing.factories import account, rate, usage
 from tests.factories import FlavorFactory

@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from billing import selectors
 from billing.models import UsageHour
+from billing.usage import selectors
+from billing.usage.forecast import month_forecast
 from portal.errors import DomainError
 from tests.billing.factories import account, rate, usage
 from tests.factories import FlavorFactory
@@ -81,7 +82,7 @@ def test_forecast_projects_the_current_burn_to_month_end_and_dates_the_budget_cr
     acc = account(team)
     hourly(acc, flavor, rate(flavor, "1.00", effective_from=EPOCH), at(1), 240)  # Nov 1–10, one GPU at 1.00
     with django_assert_num_queries(2):
-        forecast = selectors.month_forecast(account=acc, month=NOV, now=at(11))
+        forecast = month_forecast(account=acc, month=NOV, now=at(11))
     assert (forecast.spent, forecast.currency, forecast.burn_per_hour) == (Decimal("240.00"), "USD", Decimal("1.00"))
     assert forecast.projected == Decimal("720.00")  # 240 + 1.00 × 20 days × 24 h
     assert forecast.crossing_date(Decimal("500")) == dt.date(2026, 11, 21)  # 260 more hours: Nov 21, 20:00
@@ -92,7 +93,7 @@ def test_forecast_projects_the_current_burn_to_month_end_and_dates_the_budget_cr
 def test_forecast_follows_the_last_day_not_the_month_average(team, flavor):
     acc = account(team)
     hourly(acc, flavor, rate(flavor, "1.00", effective_from=EPOCH), at(10), 24, gpus=4)  # only Nov 10, 4 GPUs
-    forecast = selectors.month_forecast(account=acc, month=NOV, now=at(11))
+    forecast = month_forecast(account=acc, month=NOV, now=at(11))
     assert forecast.spent == Decimal("96.00")
     assert forecast.burn_per_hour == Decimal("4.00")
     assert forecast.projected == Decimal("2016.00")  # 96 + 4 × 480 h
@@ -102,10 +103,10 @@ def test_a_month_not_yet_ended_ignores_rows_after_now_and_a_past_month_projects_
     acc = account(team)
     r = rate(flavor, "2.00", effective_from=EPOCH)
     hourly(acc, flavor, r, at(1, month=10), 31 * 24)
-    past = selectors.month_forecast(account=acc, month=dt.date(2026, 10, 1), now=at(11))
+    past = month_forecast(account=acc, month=dt.date(2026, 10, 1), now=at(11))
     assert past.spent == past.projected == Decimal("1488.00")
     assert past.crossing_date(Decimal("2000")) is None
-    future = selectors.month_forecast(account=acc, month=dt.date(2026, 12, 1), now=at(11))
+    future = month_forecast(account=acc, month=dt.date(2026, 12, 1), now=at(11))
     assert future.spent == future.projected == Decimal("0.00")
 
 

@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing.efficiency import team_month_efficiency
+from billing.usage.efficiency import team_month_efficiency
 from portal.metrics import reset_metrics
 from portal.metrics.simulated import SimulatedMetrics, SimulatedPod
 from tests.billing.factories import account, rate, usage

@@ -1,5 +1,5 @@
 """Finance chooses per flavor what happens to unallocated capacity, from the rate card: a small
-htmx form per flavor over `billing.services.idle_policy_set`, which decides who may and audits."""
+htmx form per flavor over `billing.rates.services.idle_policy_set`, which decides who may and audits."""
 
 from __future__ import annotations
 

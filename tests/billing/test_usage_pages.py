@@ -200,7 +200,7 @@ def test_team_page_costs_the_same_queries_for_an_hour_or_a_month_of_rows(as_user
     with CaptureQueriesContext(connection) as many:
         assert page(client, "billing:team-usage", "vision", month=OCT).status_code == 200
     assert len(many) == len(few) == 17, [q["sql"] for q in many.captured_queries]
-    # One asks whether any GPU failed this month (the credit it would bring, billing.xid_credits); four
+    # One asks whether any GPU failed this month (the credit it would bring, billing.statements.xid_credits); four
     # are the simulated metrics door reading the simulated cluster's pods and nodes (no database behind
     # a real Prometheus).
     # By flavor, by person, by day and the allocated hours come from one grouped read of the rollups.

@@ -17,9 +17,12 @@ from django.db.models import Sum
 from django.db.models.functions import TruncDate
 from django.test.utils import CaptureQueriesContext
 
-from billing import metering, periods, selectors
-from billing.efficiency import team_month_efficiency
+from billing import metering, periods
 from billing.models import Rate, UsageHour, UsageMonth
+from billing.usage import selectors
+from billing.usage.efficiency import team_month_efficiency
+from billing.usage.forecast import month_forecast
+from billing.usage.rollups import line_fields
 from tests.billing.metering_helpers import account, at, make_interval, make_workload
 from tests.factories import FlavorFactory, TeamFactory, UserFactory
 
@@ -92,7 +95,7 @@ def test_the_grouped_read_folds_into_each_figure_read_on_its_own(two_months_mete
     hourly = UsageHour.objects.filter(account=vision_account, hour__gte=start, hour__lt=end).annotate(
         day=TruncDate("hour", tzinfo=periods.billing_zone()))
     for keys in (("flavor_id", "borrowed"), ("owner_username",), ("day",)):
-        fields = selectors._line_key_fields(*keys)
+        fields = line_fields(*keys)
         read_on_its_own = hourly.values(*fields).annotate(unit_seconds=Sum("unit_seconds")).order_by()
         assert summed(selectors._summed(rows, keys), fields) == summed(read_on_its_own, fields), keys
     by_flavor = summed(selectors._summed(rows, ("flavor_id", "borrowed")), ("flavor_id", "borrowed"))
@@ -108,7 +111,7 @@ def test_the_team_page_shows_the_forecast_and_allocated_hours_each_read_would_gi
 
     usage = selectors.team_month_usage(team=vision, month=month, now=NOW)
 
-    expected_forecast = selectors.month_forecast(account=vision_account, month=month, now=NOW) \
+    expected_forecast = month_forecast(account=vision_account, month=month, now=NOW) \
         if month == NOVEMBER else None
     assert usage.forecast == expected_forecast
     on_its_own = team_month_efficiency(team=vision, account=vision_account, month=month, cost=usage.total.cost, now=NOW)

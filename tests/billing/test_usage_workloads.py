@@ -11,8 +11,10 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from billing import metering, selectors
+from billing import metering
 from billing.money import ROUNDING_HOURS
+from billing.usage import selectors
+from billing.usage.workloads import WorkloadCost, top_workloads, workload_costs
 from jobs import services
 from jobs.models import RunInterval
 from tests.billing.factories import rate
@@ -43,8 +45,8 @@ def test_a_workloads_cost_splits_at_a_price_change_and_meters_an_open_interval_t
     interval(workload, T0, minutes=90, uid="a")                                             # 2 GPUs × 1.5 h: 4.00 + 4.00
     interval(workload, T0 + dt.timedelta(hours=3), units=1, uid="b")                        # still running: 1 GPU × 30 min
     idle = launch(member, ready_team, training, flavor, "idle")
-    costs = selectors.workload_costs(workload_ids=[workload.pk, idle.pk], now=T0 + dt.timedelta(hours=3, minutes=30))
-    assert costs[workload.pk] == selectors.WorkloadCost(gpu_hours=Decimal("3.50"), cost=Decimal("10.00"), currency="USD")
+    costs = workload_costs(workload_ids=[workload.pk, idle.pk], now=T0 + dt.timedelta(hours=3, minutes=30))
+    assert costs[workload.pk] == WorkloadCost(gpu_hours=Decimal("3.50"), cost=Decimal("10.00"), currency="USD")
     assert costs[idle.pk].gpu_hours == Decimal("0.00") and costs[idle.pk].cost is None
 
 
@@ -52,7 +54,7 @@ def test_a_slice_costs_its_fraction_and_unpriced_time_costs_nothing(ready_team, 
     rate(flavor, "3.00", effective_from=T0 + dt.timedelta(minutes=30))
     workload = launch(member, ready_team, training, flavor, "early")
     interval(workload, T0, minutes=60)  # 2 GPUs, priced only in the second half hour
-    cost = selectors.workload_costs(workload_ids=[workload.pk])[workload.pk]
+    cost = workload_costs(workload_ids=[workload.pk])[workload.pk]
     assert (cost.gpu_hours, cost.cost) == (Decimal("2.00"), Decimal("3.00"))
 
 
@@ -106,11 +108,11 @@ def test_top_workloads_are_the_teams_biggest_in_the_month_biggest_first(ready_te
     table = html.split('data-testid="top-workloads"')[1].split("</table>")[0]
     assert table.index(">big<") < table.index(">small<")
     assert "theirs" not in html
-    lines = selectors.top_workloads(team=ready_team, start=dt.datetime(2026, 10, 1, tzinfo=UTC),
+    lines = top_workloads(team=ready_team, start=dt.datetime(2026, 10, 1, tzinfo=UTC),
                                     end=dt.datetime(2026, 11, 1, tzinfo=UTC), now=T0 + dt.timedelta(days=40))
     assert [(line.workload.name, line.gpu_hours, line.cost) for line in lines] == [
         ("big", Decimal("6.00"), Decimal("6.00")), ("small", Decimal("1.00"), Decimal("1.00"))]
-    only_one = selectors.top_workloads(team=ready_team, start=dt.datetime(2026, 10, 1, tzinfo=UTC),
+    only_one = top_workloads(team=ready_team, start=dt.datetime(2026, 10, 1, tzinfo=UTC),
                                        end=dt.datetime(2026, 11, 1, tzinfo=UTC), limit=1)
     assert [line.workload.name for line in only_one] == ["big"]
 
@@ -145,7 +147,7 @@ def test_one_workloads_cost_agrees_on_every_part_of_the_team_page_and_with_the_m
     account = selectors.account_for_team(team=ready_team)
     assert account is not None
     assert selectors.team_month_cost(account=account, month=dt.date(2026, 10, 1)) == (Decimal("11.32"), "USD")
-    assert selectors.workload_costs(workload_ids=[workload.pk])[workload.pk].cost == Decimal("11.32")
+    assert workload_costs(workload_ids=[workload.pk])[workload.pk].cost == Decimal("11.32")
 
 
 def test_top_workloads_stop_where_the_rollups_stop_so_a_page_read_after_a_refresh_still_agrees(
@@ -212,7 +214,7 @@ def test_costs_summed_per_fraction_equal_the_exact_sum_over_each_interval(ready_
                 b = min(upper, rates[n + 1].effective_from.replace(microsecond=0)) if n + 1 < len(rates) else upper
                 if b > a:
                     amount += share * int((b - a).total_seconds()) / SECONDS_PER_HOUR * Fraction(r.price_per_gpu_hour)
-        cost = selectors.workload_costs(workload_ids=[workload.pk], now=now, **window)[workload.pk]
+        cost = workload_costs(workload_ids=[workload.pk], now=now, **window)[workload.pk]
         assert cost.gpu_hours == round_places(seconds / SECONDS_PER_HOUR, ROUNDING_HOURS)
         assert cost.cost == round_money(amount, "USD") and cost.cost > 0
 
@@ -262,7 +264,7 @@ def test_summing_in_the_database_prices_exactly_as_reading_each_interval(ready_t
                                                              microseconds=chance.randint(0, 999_999)))
     now = T0 + dt.timedelta(hours=40)
     for window in ({}, {"start": T0 + dt.timedelta(hours=2, seconds=0.5), "end": T0 + dt.timedelta(hours=20)}):
-        found = selectors.workload_costs(workload_ids=[w.pk for w in workloads], now=now, **window)
+        found = workload_costs(workload_ids=[w.pk for w in workloads], now=now, **window)
         for workload in workloads:
             hours, amount = _one_by_one(RunInterval.objects.filter(workload=workload), prices, now=now, **window)
             assert found[workload.pk].gpu_hours == round_places(hours, 2), (seed, window)

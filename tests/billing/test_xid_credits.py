@@ -9,10 +9,12 @@ from fractions import Fraction
 
 import pytest
 
-from billing import metering, selectors, xid_credits
+from billing import metering
 from billing.models import Adjustment
-from billing.statement_selectors import statement_picture
-from billing.statements import statement_close
+from billing.statements import xid_credits
+from billing.statements.selectors import statement_picture
+from billing.statements.services import statement_close
+from billing.usage import selectors
 from jobs.models import GpuXidEvent
 from tests.billing.factories import account, rate
 from tests.billing.metering_helpers import make_interval, make_workload

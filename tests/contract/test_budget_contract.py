@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from billing import budgets, periods
+from billing import periods
+from billing.budgets import services as budgets
 from portal.kube import ObjectRef, gateway
 from tenants.queueing.kueue import KUEUE
 from tests.billing.budget_helpers import priced, use

@@ -53,8 +53,9 @@ def test_the_demo_shows_billing_each_teams_days_since_last_month_metered_priced_
 
     from django.utils import timezone
 
-    from billing import metering, periods, selectors
+    from billing import metering, periods
     from billing.models import Account, Budget
+    from billing.usage import selectors
     from demo.history import history_start
     from jobs.models import RunInterval
 
@@ -87,7 +88,7 @@ def test_the_demo_shows_billing_each_teams_days_since_last_month_metered_priced_
 
 
 def test_seeding_the_demo_again_changes_no_billing_and_keeps_the_budget_finance_set(django_capture_on_commit_callbacks):
-    from billing import budgets
+    from billing.budgets import services as budgets
     from billing.models import Budget
 
     call_command("seed_demo", stdout=StringIO())

@@ -5,7 +5,6 @@ installed on the real control plane: tests/contract/test_chart_contract.py."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from typing import Any
@@ -172,13 +171,11 @@ def test_the_web_pods_are_probed_on_healthz_and_readyz(rendered):
 
 
 def test_every_environment_name_the_chart_sets_is_one_the_portal_reads(rendered):
-    settings_source = (ROOT / "portal" / "settings.py").read_text()
-    read = set(re.findall(r"""(?:env|env_list|env_bool|env_rate|env_labels|os\.environ\.get)\(\s*["']([A-Z0-9_]+)["']""",
-                          settings_source))
-    leader_election = {"PORTAL_LEADER_ELECTION", "PORTAL_LEADER_LEASE", "POD_NAME", "POD_NAMESPACE"}  # run_beat, watch_workloads
+    from portal.configuration import DECLARED  # every setting portal/settings.py reads, and only those
+
     for name, spec in pod_specs(rendered).items():
         env = container_env(spec["containers"][0], SECRETS)
-        unknown = set(env) - read - leader_election - {"POD_IP"}
+        unknown = set(env) - set(DECLARED) - {"POD_IP"}
         assert not unknown, f"{name} sets {sorted(unknown)}, which portal/settings.py never reads"
 
 
@@ -321,15 +318,11 @@ def test_the_leases_are_the_only_thing_granted_in_the_release_namespace(rendered
 
 
 def test_the_team_network_policy_admits_the_worker_to_notebooks_and_no_other_portal_pod(rendered):
-    from portal.settings import env_labels
+    from portal.configuration import parse_labels
 
     specs = pod_specs(rendered)
     env = container_env(specs["portal-gpu-portal-worker"]["containers"][0], SECRETS)
-    os.environ["CHART_TEST_POD_LABELS"] = env["PORTAL_POD_LABELS"]
-    try:
-        labels = env_labels("CHART_TEST_POD_LABELS", "")
-    finally:
-        del os.environ["CHART_TEST_POD_LABELS"]
+    labels = parse_labels("PORTAL_POD_LABELS", env["PORTAL_POD_LABELS"])
     team = manifests.TeamSpec(slug="vision", quotas=(), uid="u", network=manifests.NetworkSpec(
         portal_namespace=env["PORTAL_NAMESPACE"], portal_pod_labels=labels), kinds=kinds.network_reach())
     policy = manifests.make_portal_network_policy(team=team)

@@ -10,7 +10,7 @@ import re
 import pytest
 from django.utils import timezone
 
-from billing import services as billing_services
+from billing.rates import services as billing_services
 from jobs import pricing, services, sync
 from jobs.models import RunInterval, Workload
 from portal import hooks

@@ -102,10 +102,10 @@ def test_the_launch_page_shows_the_rate_sentence(ready_team, member, training, f
 def test_a_rate_in_words_that_is_not_a_rate_stops_the_portal_from_starting(monkeypatch):
     from django.core.exceptions import ImproperlyConfigured
 
-    from portal.settings import env_rate
+    from portal import configuration
 
     monkeypatch.setenv("PORTAL_LAUNCH_RATE", "lots")
     with pytest.raises(ImproperlyConfigured, match='PORTAL_LAUNCH_RATE must be a count per second, minute, hour or day'):
-        env_rate("PORTAL_LAUNCH_RATE", "30/minute")
+        configuration.rate("PORTAL_LAUNCH_RATE")
     monkeypatch.setenv("PORTAL_LAUNCH_RATE", "5/hours")
-    assert env_rate("PORTAL_LAUNCH_RATE", "30/minute") == (5, 3600)
+    assert configuration.rate("PORTAL_LAUNCH_RATE") == (5, 3600)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from billing import services as billing_services
+from billing.rates import services as billing_services
 from jobs import services as job_services
 from jobs.models import IdleDefaults, Workload, WorkloadKind, WorkloadTemplate
 from portal.adapters import WHOLE_NUMBER_INVALID, signed_whole_number

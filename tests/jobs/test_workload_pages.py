@@ -633,7 +633,7 @@ def _ddp(admin_user, flavor):
 
 def test_a_distributed_launch_says_units_are_per_worker_and_its_refusal_and_cost_count_every_worker(
         team, flavor, simulated, member, admin_user, finance_user, as_user):
-    from billing import services as billing_services
+    from billing.rates import services as billing_services
 
     make_ready(team, flavor, 4, may_borrow=False)
     ddp = _ddp(admin_user, flavor)

@@ -10,7 +10,7 @@ import pytest
 
 from billing import metering
 from billing.models import Adjustment
-from billing.statements import statement_close
+from billing.statements.services import statement_close
 from jobs import sync, xid
 from jobs.models import GpuXidEvent, Workload
 from portal.models import AuditEvent, Notification

@@ -40,8 +40,10 @@ from django.test import Client
 from django.urls import URLResolver, get_resolver, reverse
 from django.utils import timezone
 
-from billing import budgets, metering, periods, statements
+from billing import metering, periods
+from billing.budgets import services as budgets
 from billing.models import Account, Rate, Statement
+from billing.statements import services as statements
 from jobs import services as job_services
 from jobs import sync
 from jobs.models import GpuXidEvent, RunInterval, Workload, WorkloadIdleState, WorkloadTemplate

@@ -10,7 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from billing import statements
+from billing.statements import services as statements
 from demo import history, site
 from portal.models import User
 from tenants.models import Team

@@ -1,0 +1,62 @@
+"""Writes of the rate card: a new price (never an edit: the past keeps its prices) and a
+flavor's idle policy. Both are finance's and platform admins', audited."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from billing.models import IdlePolicy, Rate
+from billing.money import money_input
+from portal.audit import audit_record
+from portal.errors import DomainError
+from portal.models import User
+from tenants.models import Flavor
+
+
+@transaction.atomic
+def rate_set(*, actor: User, flavor: Flavor, price_per_gpu_hour: Any, currency: str = "USD",
+             effective_from: dt.datetime | None = None, note: str = "") -> Rate:
+    """A new price from now or a later moment; the past keeps the prices it had."""
+    if not actor.has_perm("billing.set_rates"):
+        raise PermissionDenied
+    price = money_input(price_per_gpu_hour, column=Rate._meta.get_field("price_per_gpu_hour"), field="price_per_gpu_hour",
+                        noun="price", unit=" per GPU-hour", example="2.75")
+    if price < 0:
+        raise DomainError("A price per GPU-hour is zero or more.", field="price_per_gpu_hour")
+    now = timezone.now()
+    effective_from = effective_from or now
+    if effective_from < now - dt.timedelta(minutes=1):
+        raise DomainError("A rate cannot start in the past: hours already used keep the price they had.",
+                          field="effective_from")
+    currency = currency.strip().upper()
+    if len(currency) != 3 or not currency.isalpha():
+        raise DomainError("The currency is a three-letter code such as USD or EUR.", field="currency")
+    rate = Rate.objects.create(flavor=flavor, price_per_gpu_hour=price, currency=currency, effective_from=effective_from,
+                               note=note.strip(), created_by=actor)
+    audit_record(actor=actor, action="rate.set", obj=rate,
+                 message=f"{actor.username} set {flavor.name} to {price} {currency} per GPU-hour"
+                 f" from {effective_from:%Y-%m-%d %H:%M}")
+    return rate
+
+
+@transaction.atomic
+def idle_policy_set(*, actor: User, flavor: Flavor, mode: str) -> IdlePolicy:
+    """Finance's choice for a flavor's unallocated capacity: shown apart, or shared among teams by
+    guaranteed quota. The ledger applies it when it is read; closed statements keep theirs."""
+    if not actor.has_perm("billing.set_rates"):
+        raise PermissionDenied
+    if mode not in IdlePolicy.Mode.values:
+        choices = " or ".join(f"“{value}” ({label.lower()})" for value, label in IdlePolicy.Mode.choices)
+        raise DomainError(f"“{mode}” is not an idle policy; choose {choices}.", field="mode")
+    policy, _ = IdlePolicy.objects.select_for_update().get_or_create(flavor=flavor)
+    if policy.mode != mode:
+        policy.mode, policy.updated_at = mode, timezone.now()
+        policy.save(update_fields=["mode", "updated_at"])
+        audit_record(actor=actor, action="idle_policy.set", obj=policy,
+                     message=f"{actor.username} set {flavor.name}'s unallocated capacity to: {policy.get_mode_display()}")
+    return policy
