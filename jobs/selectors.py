@@ -238,6 +238,7 @@ class WhyWaiting:
     # Where the position comes from: the queue backend's name ("kueue": its visibility API) or
     # "estimate" (the portal's own ordering by priority and age, when the cluster does not say).
     position_source: str = "estimate"
+    position_by: str = ""  # the queue backend that lists it there ("Kueue"), when it is not the estimate
     holders: list[Holder] = field(default_factory=list)
     estimated_start: dt.datetime | None = None
     estimate_basis: str = ""
@@ -320,8 +321,9 @@ def why_waiting(*, workload: Workload) -> WhyWaiting:
     )
     queued.sort(key=lambda w: (PRIORITY_ORDER.get(w.priority, 1), w.created_at, w.pk))
     from_queue = _queue_position(workload, queued) if workload.phase in WAITING else None
+    position_by = ""
     if from_queue is not None:
-        (position, ahead), source = from_queue, queueing.backend().name
+        (position, ahead), source, position_by = from_queue, queueing.backend().name, queueing.backend().label
     else:
         position = next((i for i, w in enumerate(queued, start=1) if w.pk == workload.pk), 0)
         ahead, source = queued[: max(position - 1, 0)], "estimate"
@@ -332,6 +334,7 @@ def why_waiting(*, workload: Workload) -> WhyWaiting:
     start, basis = (estimated_start(workload=workload, ahead=ahead, usage=usage, lendable=lendable)
                     if workload.phase in WAITING else (None, ""))
     return WhyWaiting(reason=workload.reason, usage=usage, position=position, ahead=ahead, position_source=source,
+                      position_by=position_by,
                       holders=_holders(workload.flavor, queues), estimated_start=start, estimate_basis=basis)
 
 

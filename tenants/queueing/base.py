@@ -62,6 +62,8 @@ class QueueBackend(Protocol):
     cluster through portal.kube."""
 
     name: str  # as PORTAL_QUEUE_BACKEND names it, and where a waiting position comes from
+    label: str  # the backend as the pages name it: "Kueue"
+    position_words: str  # that source of a position, in the API's words
     # Kinds the portal owns, as tenants.reconcile lists, applies and prunes them: the shared ones
     # (made before everything else) and a team's (made after the namespace's contents).
     platform_kinds: tuple[tuple[str, str], ...]

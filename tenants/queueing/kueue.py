@@ -236,6 +236,8 @@ def pending_workloads(*, cluster_queue: str) -> list[PendingEntry] | None:
 
 class KueueBackend:
     name: str = "kueue"
+    label: str = "Kueue"
+    position_words: str = "Kueue's visibility API"
     platform_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "ResourceFlavor"), (KUEUE, "WorkloadPriorityClass"))
     team_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "ClusterQueue"), (KUEUE, "LocalQueue"))
     workload_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "Workload"),)

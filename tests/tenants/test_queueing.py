@@ -39,6 +39,8 @@ class OtherQueue:
     """A second backend, as little as the interface asks: proves the portal asks it, not Kueue."""
 
     name = "other"
+    label = "The other queue"
+    position_words = "the other queue's order"
     platform_kinds: tuple[tuple[str, str], ...] = (("other.example.com/v1", "Tier"),)
     team_kinds: tuple[tuple[str, str], ...] = (("other.example.com/v1", "Queue"),)
     workload_kinds: tuple[tuple[str, str], ...] = (("other.example.com/v1", "Group"),)
