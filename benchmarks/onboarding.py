@@ -60,7 +60,7 @@ def run(cp: ControlPlane, team_count: int) -> dict[str, Any]:
     from portal.kube.counting import CountingGateway
     from portal.kube.kubernetes import KubernetesGateway
     from portal.models import User
-    from tenants import desired, manifests, reconcile
+    from tenants import desired, reconcile
     from tenants.models import Flavor, QuotaGrant, Team
 
     real = gateway()
@@ -85,7 +85,7 @@ def run(cp: ControlPlane, team_count: int) -> dict[str, Any]:
     specs = desired.team_specs()
     floor_objects = []
     for _, spec in specs.values():
-        for obj in manifests.make_team_objects(team=spec):
+        for obj in desired.team_objects(spec):
             # Same shape, other names, and not labelled as the portal's: the pass must not prune them.
             text = json.dumps(obj).replace(spec.slug, spec.slug.replace("bench-", "floor-"))
             text = text.replace('"gpu-portal"}', '"gpu-portal-floor"}').replace('"gpu-portal",', '"gpu-portal-floor",')

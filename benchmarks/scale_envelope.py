@@ -440,7 +440,7 @@ def bulk_launch(teams: list[Any], indexes: range, *, threads: int) -> None:
     from django.db import close_old_connections
     from django.utils import timezone
 
-    from jobs import manifests
+    from jobs import kinds
     from jobs import services as job_services
     from jobs.models import Workload, WorkloadTransition
     from portal.kube import gateway
@@ -460,7 +460,7 @@ def bulk_launch(teams: list[Any], indexes: range, *, threads: int) -> None:
         batch_size=2000)
 
     def submit(row: Workload) -> None:
-        for obj in manifests.make_workload_objects(spec=job_services.workload_spec(row)):
+        for obj in kinds.workload_objects(spec=job_services.workload_spec(row)):
             gateway().apply(obj)
         close_old_connections()
 
@@ -514,8 +514,8 @@ def kueue_evictions() -> dict[str, int]:
     """Kueue Workloads evicted at least once (their pods were not all ready within the pods-ready
     timeout, or another reason), by the reason Kueue gives: a run where none were evicted measured
     the workloads it launched, not Jobs requeued and started twice."""
-    from jobs.sync import KUEUE
     from portal.kube import gateway
+    from tenants.queueing.kueue import KUEUE
 
     objects, _ = gateway().list(KUEUE, "Workload")
     reasons: Counter[str] = Counter()

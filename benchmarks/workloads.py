@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     from django.utils.dateparse import parse_datetime
 
     from billing.rates import services as billing_services
-    from jobs import manifests, services
+    from jobs import kinds, manifests, services
     from jobs.models import Workload, WorkloadTransition
     from jobs.watch import WorkloadInformer
     from portal import tokens
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     # The Job a launch of that body makes, for the same-run floor to apply before any launch has
     # made one; checked against a launched workload's Job at the end.
     version = template.current
-    floor_job = manifests.make_workload_objects(spec=services.workload_spec(Workload(
+    floor_job = kinds.workload_objects(spec=services.workload_spec(Workload(
         pk=1, team=team, owner=member, template_version=version, name="bench-train", parameters={}, flavor=flavor,
         units=1, workers=1, cpu=version.default_cpu, memory_gib=version.default_memory_gib,
         priority=version.default_priority)))[0]
@@ -370,7 +370,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     # The same Job as the launches made: only the names and labels the floor replaces differ.
     sample = Workload.objects.order_by("pk").first()
     assert sample is not None  # the launches above recorded workloads
-    job = manifests.make_workload_objects(spec=services.workload_spec(sample))[0]
+    job = kinds.workload_objects(spec=services.workload_spec(sample))[0]
     assert floor_copy(job, "same") == floor_copy(floor_job, "same"), "the floor applies another Job than the launches"
 
     # The quiet floor: the same Job applied one after another once the load has drained.

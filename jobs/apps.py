@@ -5,13 +5,17 @@ class JobsConfig(AppConfig):
     name = "jobs"
 
     def ready(self) -> None:
-        from jobs import signals  # noqa: F401 - connects the receivers
+        from jobs import kinds, signals  # noqa: F401 - connects the receivers
         from jobs.observability import WorkloadCollector
         from jobs.selectors import flavor_of_pods, team_contents
+        from portal.metrics.simulated import KIND_PROFILES
         from portal.observability import scrape_collector_register
+        from tenants.desired import WORKLOAD_KINDS
         from tenants.selectors import TEAM_RECORDS_GOING
         from tenants.telemetry_selectors import FLAVOR_OF_PODS
 
         TEAM_RECORDS_GOING.subscribe(team_contents)
         FLAVOR_OF_PODS.fill(flavor_of_pods)
+        KIND_PROFILES.fill(kinds.telemetry)
+        WORKLOAD_KINDS.fill(kinds.network_reach)
         scrape_collector_register(WorkloadCollector())

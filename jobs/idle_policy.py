@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from jobs.models import IdleAction, WorkloadKind
+from jobs import kinds
+from jobs.models import IdleAction
 
 
 class Bounds(Protocol):
@@ -51,10 +52,10 @@ def allowed_actions(bounds: Bounds) -> list[str]:
 
 def effective_policy(version: Any, bounds: Bounds) -> IdlePolicy:
     """The policy a workload launched from `version` is held to."""
-    legacy_notebook = version.template.kind == WorkloadKind.NOTEBOOK and version.idle_minutes > 0
+    legacy_notebook = version.template.kind_facts.legacy_idle_minutes and version.idle_minutes > 0
     window = version.idle_window_minutes or (version.idle_minutes if legacy_notebook else bounds.window_minutes)
     action = version.idle_action or (IdleAction.STOP if legacy_notebook else bounds.action)
-    if action == IdleAction.SCALE_TO_MIN and version.template.kind != WorkloadKind.INFERENCE:
+    if action == IdleAction.SCALE_TO_MIN and not version.template.kind_facts.scalable:
         action = IdleAction.NOTIFY  # a platform default of scale-down means "warn" for what has no replicas
     return IdlePolicy(
         threshold_percent=version.idle_threshold_percent if version.idle_threshold_percent is not None
@@ -85,8 +86,9 @@ def version_problems(fields: dict[str, Any], *, kind: str, bounds: Bounds) -> di
             problems["idle_action"] = f"The idle action must be one of {', '.join(IdleAction.values)}."
         elif action not in allowed_actions(bounds):
             problems["idle_action"] = (f"The platform allows only these idle actions: {', '.join(allowed_actions(bounds))}.")
-        elif action == IdleAction.SCALE_TO_MIN and kind != WorkloadKind.INFERENCE:
-            problems["idle_action"] = "Only inference servers can be scaled down when idle; choose notify or stop."
+        elif action == IdleAction.SCALE_TO_MIN and not (kinds.known(kind) and kinds.get(kind).scalable):
+            scalable = kinds.words(kinds.names(scalable=True), nouns=True)
+            problems["idle_action"] = f"Only {scalable} can be scaled down when idle; choose notify or stop."
     return problems
 
 

@@ -1,4 +1,4 @@
-"""What a workload becomes in its team's namespace: pure functions of plain data.
+"""The kit every workload kind builds its objects with (jobs/kinds/): pure functions of plain data.
 
 Users never write pod specs. Everything a pod gets is decided here: a restricted security
 context, no service-account token, GPU limits equal to requests under the flavor's resource
@@ -10,38 +10,21 @@ arguments and environment.
 
 from __future__ import annotations
 
-import base64
 import copy
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any
 
 from tenants.manifests import HTTP_PORT_NAME, WORKLOAD_KIND_LABEL, TierName
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 TEAM_LABEL = "gpu-portal.io/team"
 WORKLOAD_LABEL = "gpu-portal.io/workload"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-QUEUE_NAME = "default"
 TTL_AFTER_FINISHED = 24 * 3600
 NGINX = "nginx.ingress.kubernetes.io"
 CLUSTER_ISSUER_ANNOTATION = "cert-manager.io/cluster-issuer"
 # What the portal's gate answers that reaches the workload: who called, and the caller's
 # Authorization header with a portal API token taken out (see jobs/access.py).
 AUTH_RESPONSE_HEADERS = "X-Portal-User, Authorization"
-NOTEBOOK_TOKEN_KEY = "token"
-
-
-Kind = Literal["training", "distributed", "inference", "notebook"]
-KINDS: tuple[Kind, ...] = get_args(Kind)
-
-
-def workload_kind(value: str) -> Kind:
-    """A stored template kind as a Kind, refusing one no builder here knows."""
-    for kind in KINDS:
-        if value == kind:
-            return kind
-    raise ValueError(f"unknown workload kind {value!r}")
 
 
 @dataclass(frozen=True)
@@ -121,7 +104,7 @@ class WorkloadSpec:
     name: str  # the Kubernetes name, e.g. wl-42
     namespace: str
     team: str
-    kind: Kind
+    kind: str  # a registered kind's name (jobs.kinds): its container's name and its pods' kind label
     image: str
     command: tuple[str, ...]
     args: tuple[str, ...]
@@ -144,6 +127,9 @@ class WorkloadSpec:
     # The flavors the launch accepts, the one it names first: one is a node selector, several
     # are alternatives (one node-affinity term each) of which Kueue admits the first with room.
     placements: tuple[Placement, ...] = ()
+    # What the queue backend marks the queued object with (its team queue and priority tier:
+    # tenants.queueing's workload_labels).
+    queue: tuple[tuple[str, str], ...] = ()
 
     @property
     def labels(self) -> dict[str, str]:
@@ -151,7 +137,7 @@ class WorkloadSpec:
 
     @property
     def queue_labels(self) -> dict[str, str]:
-        return {**self.labels, QUEUE_LABEL: QUEUE_NAME, PRIORITY_LABEL: f"gpu-portal-{self.priority}"}
+        return {**self.labels, **dict(self.queue)}
 
     @property
     def service_name(self) -> str:
@@ -162,15 +148,15 @@ class WorkloadSpec:
         return f"{self.name}-token"
 
 
-def _meta(spec: WorkloadSpec, labels: dict[str, str], name: str | None = None) -> dict[str, Any]:
+def meta(spec: WorkloadSpec, labels: dict[str, str], name: str | None = None) -> dict[str, Any]:
     return {"name": name or spec.name, "namespace": spec.namespace, "labels": labels}
 
 
-def _container(
+def container(
     spec: WorkloadSpec, *, extra_env: tuple[tuple[str, str], ...] = (), secret_env: tuple[dict[str, Any], ...] = ()
 ) -> dict[str, Any]:
     resources = {"cpu": str(spec.cpu), "memory": f"{spec.memory_gib}Gi", spec.resource_name: str(spec.units)}
-    container: dict[str, Any] = {
+    main: dict[str, Any] = {
         "name": spec.kind,
         "image": spec.image,
         "env": [*({"name": k, "value": v} for k, v in (*spec.env, *extra_env)), *secret_env],
@@ -181,14 +167,14 @@ def _container(
                 for index, volume in enumerate(spec.volumes)),
               *({"name": f"repo-{index}", "mountPath": repo.mount_path} for index, repo in enumerate(spec.repositories))]
     if mounts:
-        container["volumeMounts"] = mounts
+        main["volumeMounts"] = mounts
     if spec.command:
-        container["command"] = list(spec.command)
+        main["command"] = list(spec.command)
     if spec.args:
-        container["args"] = list(spec.args)
+        main["args"] = list(spec.args)
     if spec.port:
-        container["ports"] = [{"name": HTTP_PORT_NAME, "containerPort": spec.port}]
-    return container
+        main["ports"] = [{"name": HTTP_PORT_NAME, "containerPort": spec.port}]
+    return main
 
 
 def _restricted() -> dict[str, Any]:
@@ -241,7 +227,7 @@ def _placement(placements: tuple[Placement, ...]) -> dict[str, Any]:
     return fields
 
 
-def _pod_template(spec: WorkloadSpec, container: dict[str, Any], *, restart: str, **extra: Any) -> dict[str, Any]:
+def pod_template(spec: WorkloadSpec, main: dict[str, Any], *, restart: str, **extra: Any) -> dict[str, Any]:
     pod: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -249,7 +235,7 @@ def _pod_template(spec: WorkloadSpec, container: dict[str, Any], *, restart: str
         "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "restartPolicy": restart,
-        "containers": [container],
+        "containers": [main],
         **_pod_volumes(spec),
         **_placement(spec.placements),
         **extra,
@@ -261,63 +247,16 @@ def _pod_template(spec: WorkloadSpec, container: dict[str, Any], *, restart: str
     return {"metadata": metadata, "spec": pod}
 
 
-def make_training_job(*, spec: WorkloadSpec) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": _meta(spec, spec.queue_labels),
-        "spec": {
-            "suspend": True,
-            "backoffLimit": 2,
-            "activeDeadlineSeconds": spec.max_runtime_seconds,
-            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
-            "template": _pod_template(spec, _container(spec), restart="Never"),
-        },
-    }
-
-
-def make_distributed_job(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
-    """An Indexed Job whose workers find each other through a headless Service; Kueue admits
-    all of its pods together or none."""
-    rendezvous = (
-        ("WORLD_SIZE", str(spec.workers)),
-        ("MASTER_ADDR", f"{spec.name}-0.{spec.service_name}"),
-        ("MASTER_PORT", "29500"),
-    )
-    template = _pod_template(spec, _container(spec, extra_env=rendezvous), restart="Never", subdomain=spec.service_name)
-    job = {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": _meta(spec, spec.queue_labels),
-        "spec": {
-            "suspend": True,
-            "completionMode": "Indexed",
-            "completions": spec.workers,
-            "parallelism": spec.workers,
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": spec.max_runtime_seconds,
-            "ttlSecondsAfterFinished": TTL_AFTER_FINISHED,
-            "template": template,
-        },
-    }
-    service = {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": _meta(spec, spec.labels),
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
-                 "selector": {WORKLOAD_LABEL: str(spec.workload_id)},
-                 "ports": [{"name": "rendezvous", "port": 29500}]},
-    }
-    return [service, job]
-
-
-def _service(spec: WorkloadSpec) -> dict[str, Any]:
+def http_service(spec: WorkloadSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": _meta(spec, spec.labels),
+        "metadata": meta(spec, spec.labels),
         "spec": {"selector": {WORKLOAD_LABEL: str(spec.workload_id)},
                  "ports": [{"name": HTTP_PORT_NAME, "port": 80, "targetPort": spec.port}]},
     }
 
 
-def _ingress(spec: WorkloadSpec, ingress: IngressSpec) -> dict[str, Any]:
+def ingress_object(spec: WorkloadSpec, ingress: IngressSpec) -> dict[str, Any]:
     annotations: dict[str, str] = {}
     if ingress.auth_url:
         annotations[f"{NGINX}/auth-url"] = ingress.auth_url
@@ -326,7 +265,7 @@ def _ingress(spec: WorkloadSpec, ingress: IngressSpec) -> dict[str, Any]:
         annotations[f"{NGINX}/auth-signin"] = ingress.signin_url
     if ingress.cluster_issuer:
         annotations[CLUSTER_ISSUER_ANNOTATION] = ingress.cluster_issuer
-    metadata = _meta(spec, spec.labels)
+    metadata = meta(spec, spec.labels)
     if annotations:
         metadata["annotations"] = annotations
     body: dict[str, Any] = {"rules": [{"host": ingress.host, "http": {"paths": [{
@@ -338,69 +277,3 @@ def _ingress(spec: WorkloadSpec, ingress: IngressSpec) -> dict[str, Any]:
     if ingress.tls:
         body["tls"] = [{"hosts": [ingress.host], "secretName": ingress.tls_secret or f"{spec.name}-tls"}]
     return {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": metadata, "spec": body}
-
-
-def make_secret(*, spec: WorkloadSpec) -> dict[str, Any]:
-    """The notebook's token, for its pod only: members' `view` role reads pod specs but not Secrets."""
-    token = base64.b64encode(spec.notebook_token.encode()).decode()
-    return {
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": _meta(spec, spec.labels, spec.token_secret_name),
-        "type": "Opaque",
-        "data": {NOTEBOOK_TOKEN_KEY: token},
-    }
-
-
-def make_inference(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
-    deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": _meta(spec, spec.queue_labels),
-        "spec": {
-            "replicas": spec.workers,
-            "selector": {"matchLabels": {WORKLOAD_LABEL: str(spec.workload_id)}},
-            "template": _pod_template(spec, _container(spec), restart="Always"),
-        },
-    }
-    objects = [_service(spec), deployment]
-    if spec.ingress:
-        objects.append(_ingress(spec, spec.ingress))
-    return objects
-
-
-def make_notebook(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
-    token = {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.token_secret_name, "key": NOTEBOOK_TOKEN_KEY}}}
-    container = _container(spec, secret_env=(token,))
-    template = _pod_template(spec, container, restart="Always")
-    statefulset: dict[str, Any] = {
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": _meta(spec, spec.queue_labels),
-        "spec": {
-            "replicas": 1,
-            "serviceName": spec.service_name,
-            "selector": {"matchLabels": {WORKLOAD_LABEL: str(spec.workload_id)}},
-            "template": template,
-        },
-    }
-    if spec.storage_gib:
-        container["volumeMounts"] = [{"name": "home", "mountPath": "/home/jovyan/work"}, *container.get("volumeMounts", [])]
-        statefulset["spec"]["volumeClaimTemplates"] = [{
-            "metadata": {"name": "home", "labels": dict(spec.labels)},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{spec.storage_gib}Gi"}}},
-        }]
-    objects = [make_secret(spec=spec), _service(spec), statefulset]
-    if spec.ingress:
-        objects.append(_ingress(spec, spec.ingress))
-    return objects
-
-
-def make_workload_objects(*, spec: WorkloadSpec) -> list[dict[str, Any]]:
-    """Every object of the workload, in the order to create them (the queued one last)."""
-    if spec.kind == "training":
-        return [make_training_job(spec=spec)]
-    if spec.kind == "distributed":
-        return make_distributed_job(spec=spec)
-    if spec.kind == "inference":
-        return make_inference(spec=spec)
-    if spec.kind == "notebook":
-        return make_notebook(spec=spec)
-    raise ValueError(f"unknown workload kind {spec.kind!r}")

@@ -11,17 +11,15 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.deconstruct import deconstructible
 
-from jobs import policy
+from jobs import kinds, policy
 from portal.models import User
 from portal.roles import sees_all_teams
 from tenants.models import Flavor, Team, user_team_roles
 
-
-class WorkloadKind(models.TextChoices):
-    TRAINING = "training", "Training"
-    DISTRIBUTED = "distributed", "Distributed training"
-    INFERENCE = "inference", "Inference"
-    NOTEBOOK = "notebook", "Notebook"
+# The kinds jobs/kinds/ registers, as choices: a kind added there is a choice here (and a migration).
+# (django-stubs types only the functional form without labels; Django takes (value, label) pairs.)
+WorkloadKind = models.TextChoices(  # type: ignore[call-overload]
+    "WorkloadKind", [(name.upper(), (name, label)) for name, label in kinds.choices()])
 
 
 class IdleAction(models.TextChoices):
@@ -116,6 +114,11 @@ class WorkloadTemplate(models.Model):
     @property
     def current(self) -> WorkloadTemplateVersion:
         return self.versions.order_by("-number").first()  # type: ignore[return-value]
+
+    @property
+    def kind_facts(self) -> kinds.Kind:
+        """What its kind declares (jobs/kinds/): what the pages and services ask of a kind."""
+        return kinds.get(self.kind)
 
 
 class WorkloadTemplateVersion(models.Model):
@@ -281,6 +284,10 @@ class Workload(models.Model):
     @property
     def kind(self) -> str:
         return self.template_version.template.kind
+
+    @property
+    def kind_facts(self) -> kinds.Kind:
+        return kinds.get(self.kind)
 
     @property
     def k8s_name(self) -> str:

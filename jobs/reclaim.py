@@ -32,7 +32,6 @@ from jobs.models import (
     Workload,
     WorkloadEvent,
     WorkloadIdleState,
-    WorkloadKind,
 )
 from jobs.notifications import workload_event_notify
 from jobs.services import record_transition
@@ -112,7 +111,7 @@ def _judge(workload: Workload, state: WorkloadIdleState, percent: float | None, 
     state.idle_since = state.idle_since or max(now - SAMPLE_WINDOW, started, kept_at)
     if state.kept_until and now < state.kept_until:
         result.kept.append(workload.pk)
-    elif now - state.idle_since >= window and workload.kind == WorkloadKind.NOTEBOOK and _notebook_used_since(
+    elif now - state.idle_since >= window and workload.kind_facts.portal_reaches and _notebook_used_since(
             workload, state.idle_since):
         # Someone works in it without the GPU: idle again from here at the earliest, and any warning withdrawn.
         state.idle_since, state.warned_at, state.action_due_at = now, None, None
@@ -141,7 +140,7 @@ def _warn(workload: Workload, state: WorkloadIdleState, policy: idle_policy.Idle
     state.action_due_at = None if policy.action == IdleAction.NOTIFY else now + dt.timedelta(minutes=policy.grace_minutes)
     assert state.idle_since is not None
     minutes = int((now - state.idle_since).total_seconds() // 60)
-    what = f"Your {WorkloadKind(workload.kind).label.lower()} {workload.name} (#{workload.pk})"
+    what = f"Your {workload.kind_facts.label.lower()} {workload.name} (#{workload.pk})"
     message = f"{what} has been idle {minutes} min (GPU engine active under {policy.threshold_percent} %)"
     if state.action_due_at is not None:
         verb = "stops" if policy.action == IdleAction.STOP else "scales down to its minimum replicas"

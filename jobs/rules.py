@@ -30,13 +30,20 @@ def is_owner(user: Any, workload: Any) -> bool:
 
 
 @rules.predicate
-def is_notebook(user: Any, workload: Any) -> bool:
-    return workload is not None and workload.kind == "notebook"
+def opened_by_owner(user: Any, workload: Any) -> bool:
+    """A kind its owner alone opens (a notebook runs code as its owner)."""
+    return workload is not None and workload.kind_facts.opened_by == "owner"
 
 
 @rules.predicate
-def is_inference(user: Any, workload: Any) -> bool:
-    return workload is not None and workload.kind == "inference"
+def opened_by_team(user: Any, workload: Any) -> bool:
+    """A kind its team opens (an inference server serves its team)."""
+    return workload is not None and workload.kind_facts.opened_by == "team"
+
+
+@rules.predicate
+def has_token(user: Any, workload: Any) -> bool:
+    return workload is not None and workload.kind_facts.has_token
 
 
 @rules.predicate
@@ -56,8 +63,8 @@ can_scale_workload = is_platform_admin | is_owner | is_team_lead
 can_manage_template = is_platform_admin | leads_template_team
 # Through its Ingress: a notebook runs code as its owner, so only the owner; an inference server
 # serves its team. Nobody else, admins and finance included: seeing a workload is not using it.
-can_open_workload = is_active_user & ((is_notebook & is_owner) | (is_inference & is_team_member))
-can_reveal_notebook_token = is_active_user & is_notebook & is_owner
+can_open_workload = is_active_user & ((opened_by_owner & is_owner) | (opened_by_team & is_team_member))
+can_reveal_notebook_token = is_active_user & has_token & is_owner
 # What a workload runs and prints (its launch parameters, its logs) is its team's and platform
 # admins': finance sees every workload's cost and the facts that make it (team, owner, flavor,
 # units, times, phase), not its code or data. Two rules, so that the two may part.

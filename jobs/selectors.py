@@ -15,24 +15,23 @@ from django.conf import settings
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery, prefetch_related_objects
 from django.utils import timezone
 
-from jobs import manifests, policy, pricing
+from jobs import kinds, manifests, policy, pricing
 from jobs.models import (
     GitSource,
     ImageRegistry,
     Priority,
     RunInterval,
     Workload,
-    WorkloadKind,
     WorkloadTemplate,
     WorkloadTemplateVersion,
 )
 from portal import memo
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.metrics import PodKey
-from tenants import cluster_selectors
+from tenants import cluster_selectors, queueing
 from tenants import selectors as tenant_selectors
-from tenants.cluster_selectors import QueueUsage
 from tenants.models import Flavor, Team
+from tenants.queueing.base import PendingEntry, QueueUsage
 
 PRIORITY_ORDER: dict[str, int] = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
 WAITING = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED, Workload.Phase.SUBMITTING)
@@ -236,41 +235,35 @@ class WhyWaiting:
     usage: QueueUsage | None
     position: int  # 1 = the first of the team's waiting workloads Kueue tries; 0 = not known or not waiting
     ahead: list[Workload] = field(default_factory=list)
-    # Where the position comes from: "kueue" (its visibility API) or "estimate" (the portal's
-    # own ordering by priority and age, when the cluster does not serve that API).
+    # Where the position comes from: the queue backend's name ("kueue": its visibility API) or
+    # "estimate" (the portal's own ordering by priority and age, when the cluster does not say).
     position_source: str = "estimate"
+    position_by: str = ""  # the queue backend that lists it there ("Kueue"), when it is not the estimate
     holders: list[Holder] = field(default_factory=list)
     estimated_start: dt.datetime | None = None
     estimate_basis: str = ""
 
 
-def _owned_by(item: dict[str, Any], workload_name: str) -> bool:
-    """Whether Kueue's pending workload admits this portal workload: its Job, or one of its pods
-    (Deployments' and StatefulSets' pods are queued one by one or as a group)."""
-    return any(ref.get("name") == workload_name or str(ref.get("name", "")).startswith(workload_name + "-")
-               for ref in (item.get("metadata") or {}).get("ownerReferences") or [])
+def _owned_by(entry: PendingEntry, workload_name: str) -> bool:
+    """Whether a waiting entry of the queue stands for this portal workload: its owner, or one of
+    its pods (Deployments' and StatefulSets' pods are queued one by one or as a group)."""
+    return any(name == workload_name or name.startswith(workload_name + "-") for name in entry.owners)
 
 
-def _kueue_position(workload: Workload, queued: list[Workload]) -> tuple[int, list[Workload]] | None:
-    """The workload's place in its ClusterQueue from Kueue's visibility API, with the team's
-    workloads before it; None when the cluster does not serve the API or does not list it."""
-    try:
-        items = gateway().pending_workloads(cluster_queue=workload.team.cluster_queue)
-    except KubeError:
+def _queue_position(workload: Workload, queued: list[Workload]) -> tuple[int, list[Workload]] | None:
+    """The workload's place in its team queue as the queue backend reads it (Kueue: its visibility
+    API), with the team's workloads before it; None when the cluster does not say or does not list it."""
+    entries = queueing.backend().pending(team_queue=workload.team.cluster_queue)
+    if entries is None:
         return None
-    if items is None:
-        return None
-    namespace = workload.team.namespace
-    mine = [item for item in items if (item.get("metadata") or {}).get("namespace") == namespace]
-    own = next((item for item in mine if _owned_by(item, workload.k8s_name)), None)
+    mine = [entry for entry in entries if entry.namespace == workload.team.namespace]
+    own = next((entry for entry in mine if _owned_by(entry, workload.k8s_name)), None)
     if own is None:
         return None
-    position = int(own.get("positionInClusterQueue", 0))
-    before = [item for item in mine if int(item.get("positionInClusterQueue", 0)) < position]
-    ahead = [other for other in queued if other.pk != workload.pk and any(_owned_by(item, other.k8s_name) for item in before)]
-    ahead.sort(key=lambda other: min(int(item.get("positionInClusterQueue", 0)) for item in before
-                                     if _owned_by(item, other.k8s_name)))
-    return position + 1, ahead
+    before = [entry for entry in mine if entry.position < own.position]
+    ahead = [other for other in queued if other.pk != workload.pk and any(_owned_by(entry, other.k8s_name) for entry in before)]
+    ahead.sort(key=lambda other: min(entry.position for entry in before if _owned_by(entry, other.k8s_name)))
+    return own.position + 1, ahead
 
 
 def _holders(flavor: Flavor, queues: dict[str, list[QueueUsage]] | None) -> list[Holder]:
@@ -301,7 +294,7 @@ def estimated_start(*, workload: Workload, ahead: list[Workload], usage: QueueUs
     if needed <= 0:
         return now, "Enough quota looks free now; Kueue should admit it on its next pass."
     running = (Workload.objects.filter(flavor_id=workload.flavor_id, phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING),
-                                       template_version__template__kind__in=(WorkloadKind.TRAINING, WorkloadKind.DISTRIBUTED))
+                                       template_version__template__kind__in=kinds.names(runs_to_completion=True))
                .select_related("template_version").prefetch_related("intervals"))
     if not workload.team.may_borrow:
         running = running.filter(team_id=workload.team_id)
@@ -327,9 +320,10 @@ def why_waiting(*, workload: Workload) -> WhyWaiting:
         Workload.objects.filter(team_id=workload.team_id, phase__in=WAITING).select_related("owner", "flavor")
     )
     queued.sort(key=lambda w: (PRIORITY_ORDER.get(w.priority, 1), w.created_at, w.pk))
-    from_kueue = _kueue_position(workload, queued) if workload.phase in WAITING else None
-    if from_kueue is not None:
-        (position, ahead), source = from_kueue, "kueue"
+    from_queue = _queue_position(workload, queued) if workload.phase in WAITING else None
+    position_by = ""
+    if from_queue is not None:
+        (position, ahead), source, position_by = from_queue, queueing.backend().name, queueing.backend().label
     else:
         position = next((i for i, w in enumerate(queued, start=1) if w.pk == workload.pk), 0)
         ahead, source = queued[: max(position - 1, 0)], "estimate"
@@ -340,6 +334,7 @@ def why_waiting(*, workload: Workload) -> WhyWaiting:
     start, basis = (estimated_start(workload=workload, ahead=ahead, usage=usage, lendable=lendable)
                     if workload.phase in WAITING else (None, ""))
     return WhyWaiting(reason=workload.reason, usage=usage, position=position, ahead=ahead, position_source=source,
+                      position_by=position_by,
                       holders=_holders(workload.flavor, queues), estimated_start=start, estimate_basis=basis)
 
 

@@ -25,6 +25,7 @@ from jobs.models import (
 from jobs.parameters import TYPES as PARAMETER_TYPES
 from portal.adapters import StrictInputMixin, WholeNumberSerializerField
 from portal.models import User
+from tenants import queueing
 from tenants.models import Flavor, Team
 from tenants.serializers import VisibleTeamField
 
@@ -313,7 +314,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_endpoint(self, workload: Workload) -> str | None:
-        return services.endpoint(workload) if workload.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK) else None
+        return services.endpoint(workload) if workload.kind_facts.serves_http else None
 
 
 class WorkloadDetailSerializer(WorkloadSerializer):
@@ -339,7 +340,7 @@ class WorkloadDetailSerializer(WorkloadSerializer):
     def get_notebook_token_sha256(self, workload: Workload) -> str | None:
         request = self.context.get("request")
         is_owner = request is not None and request.user.pk == workload.owner_id
-        return workload.notebook_token_sha256 or None if workload.kind == WorkloadKind.NOTEBOOK and is_owner else None
+        return workload.notebook_token_sha256 or None if workload.kind_facts.has_token and is_owner else None
 
 
 class NotebookTokenSerializer(serializers.Serializer):
@@ -451,7 +452,8 @@ class WhyWaitingSerializer(serializers.Serializer):
         help_text="1 = the first of the team's waiting workloads Kueue tries; 0 = not waiting. Kueue may still start a "
                   "later one first when it fits the free quota.")
     position_source = serializers.ChoiceField(
-        choices=[("kueue", "Kueue's visibility API"), ("estimate", "the portal's estimate")],
+        choices=[*((name, make().position_words) for name, make in queueing.BACKENDS.items()),
+                 ("estimate", "the portal's estimate")],
         help_text="kueue when the cluster serves visibility.kueue.x-k8s.io, else the portal's own ordering.")
     ahead = serializers.ListField(child=serializers.IntegerField(), help_text="Ids of the team's workloads in front of it.")
     usage = UsageSerializer(allow_null=True, help_text="The team's quota of the flavor; null when the cluster did not answer.")

@@ -13,14 +13,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from jobs import access, idle_policy, manifests, notifications, policy, pricing, rules, selectors
+from jobs import access, idle_policy, kinds, manifests, notifications, policy, pricing, rules, selectors
 from jobs.models import (
     GitSource,
     IdleDefaults,
     ImageRegistry,
     Priority,
     Workload,
-    WorkloadKind,
     WorkloadTemplate,
     WorkloadTemplateVersion,
     WorkloadTransition,
@@ -41,6 +40,7 @@ from portal.errors import DomainError, StateConflict
 from portal.kube import KubeError, gateway
 from portal.models import User
 from portal.tasks import send_on_commit
+from tenants import queueing
 from tenants import selectors as tenant_selectors
 from tenants.manifests import tier_name
 from tenants.models import Flavor, Team
@@ -93,15 +93,12 @@ def record_transition(workload: Workload, phase: str, reason: str = "", *, also_
         notifications.workload_event_notify(workload=workload, event=notifications.PHASE_EVENTS[phase], detail=detail)
 
 
-POD_COUNT_KINDS = (WorkloadKind.DISTRIBUTED, WorkloadKind.INFERENCE)
-
-
 def _workers(version: WorkloadTemplateVersion, values: dict[str, Any]) -> int:
     """Pods of a distributed job, replicas of a server. A version saved before templates were
     checked for it may declare them as text or below 1: that refuses the launch, with a sentence
     for the member and the fix for the template's owner, instead of breaking it."""
     template = version.template
-    if template.kind not in POD_COUNT_KINDS:
+    if not template.kind_facts.pod_count:
         return 1
     name = "workers" if "workers" in values else "replicas"
     count = values.get(name, 1)
@@ -114,7 +111,7 @@ def _workers(version: WorkloadTemplateVersion, values: dict[str, Any]) -> int:
 def pods_asked(*, version: WorkloadTemplateVersion, parameters: dict[str, Any] | None) -> int:
     """How many pods a launch asks for (workers, replicas), for the launch hint's totals even
     when the launch itself is refused: a count the refusal is about reads as one."""
-    if version.template.kind not in POD_COUNT_KINDS:
+    if not version.template.kind_facts.pod_count:
         return 1
     try:
         return _workers(version, validate_parameters(declared=version.parameters, given=parameters or {}))
@@ -330,7 +327,7 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
     if len(request.flavors) > 1:
         workload.accepted_flavors.set(request.flavors)
     _remember_accepted(workload, request.flavors if len(request.flavors) > 1 else [])
-    if request.template.kind == WorkloadKind.NOTEBOOK:
+    if request.template.kind_facts.has_token:
         # Derived from the key and the row, so only the hash is stored (see jobs/access.py).
         workload.notebook_token_sha256 = access.notebook_token_digest(access.notebook_token(workload))
         workload.save(update_fields=["notebook_token_sha256"])
@@ -379,8 +376,8 @@ def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload
         .select_related("team", "flavor", "template_version__template")
         .get(pk=workload.pk)
     )
-    if locked.kind != WorkloadKind.INFERENCE:
-        raise DomainError("Only inference servers have replicas to scale.", field="replicas")
+    if not locked.kind_facts.scalable:
+        raise DomainError(f"Only {kinds.words(kinds.names(scalable=True), nouns=True)} have replicas to scale.", field="replicas")
     if not locked.is_active:
         raise StateConflict(f"{locked.name} has {locked.get_phase_display().lower()}; relaunch it instead.")
     declared = {spec["name"]: spec for spec in locked.template_version.parameters}
@@ -422,8 +419,7 @@ def workload_relaunch(*, user: User, workload: Workload) -> Workload:
 
 def ingress_host(workload: Workload) -> str:
     domain = settings.PORTAL_INGRESS_DOMAIN
-    serves = workload.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK)
-    return f"{workload.k8s_name}-{workload.team.slug}.{domain}" if domain and serves else ""
+    return f"{workload.k8s_name}-{workload.team.slug}.{domain}" if domain and workload.kind_facts.serves_http else ""
 
 
 def ingress_tls() -> bool:
@@ -447,7 +443,7 @@ def port_forward_command(workload: Workload) -> str:
     """Without an Ingress no browser reaches a workload's in-cluster address; this line forwards
     a local port to its Service through the API server (it needs the right to port-forward in
     the team's namespace, which the members' `view` binding does not give)."""
-    local = 8888 if workload.kind == WorkloadKind.NOTEBOOK else 8080
+    local = workload.kind_facts.local_port
     return f"kubectl -n {workload.team.namespace} port-forward svc/{workload.k8s_name} {local}:80"
 
 
@@ -488,17 +484,18 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         raise DomainError(f"Template {version} is broken: {error}") from None
     return manifests.WorkloadSpec(
         workload_id=workload.pk, name=workload.k8s_name, namespace=workload.team.namespace, team=workload.team.slug,
-        kind=manifests.workload_kind(version.template.kind), image=image or version.image, command=tuple(version.command),
+        kind=kinds.get(version.template.kind).name, image=image or version.image, command=tuple(version.command),
         args=tuple(args), env=env,
         resource_name=workload.flavor.resource_name, units=workload.units, workers=workload.workers, cpu=workload.cpu,
         memory_gib=workload.memory_gib, priority=tier_name(workload.priority), max_runtime_seconds=version.max_runtime_seconds,
         port=version.port, storage_gib=version.storage_gib,
-        notebook_token=access.notebook_token(workload) if version.template.kind == WorkloadKind.NOTEBOOK else "",
+        notebook_token=access.notebook_token(workload) if version.template.kind_facts.has_token else "",
         ingress=ingress_spec(workload),
         annotations=tuple(sorted(settings.PORTAL_POD_ANNOTATIONS.items())),
         volumes=sources.volumes, repositories=sources.repositories,
         git_image=settings.PORTAL_GIT_IMAGE if sources.repositories else "",
         placements=tuple(placement(flavor) for flavor in workload_flavors(workload)),
+        queue=tuple(queueing.backend().workload_labels(priority=tier_name(workload.priority)).items()),
     )
 
 
@@ -533,6 +530,7 @@ def _argv(fields: dict[str, Any], name: str) -> None:
 
 
 def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) -> None:
+    pod_count = kinds.get(kind).pod_count
     if not flavors:
         raise DomainError("Choose at least one GPU flavor the template may use.", field="flavors")
     problem = policy.image_problem(str(fields.get("image", "")), selectors.image_allow_list())
@@ -564,7 +562,7 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
         raise DomainError(problem, field=field)
     try:
         check_declarations(fields.get("parameters") or [])
-        if kind in POD_COUNT_KINDS:
+        if pod_count:
             check_pod_count(fields.get("parameters") or [])
     except ParameterError as error:
         raise DomainError(str(error), field="parameters") from None
@@ -578,7 +576,7 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
         if spec["type"] == "git" and isinstance(default, dict) and default.get("url") and not policy.git_url_allowed(
                 default["url"], selectors.git_sources()):
             raise DomainError(_git_refusal(spec["name"], default["url"]), field="parameters")
-    if kind in POD_COUNT_KINDS:
+    if pod_count:
         for spec in fields.get("parameters") or []:
             if spec["name"] in ("workers", "replicas") and spec["max"] > policy.MAX_POD_COUNT:
                 raise DomainError(f"{spec['name']} may be at most {policy.MAX_POD_COUNT}: it counts pods.",
@@ -609,8 +607,8 @@ def template_create(*, user: User, slug: str, name: str, kind: str, description:
         _require(user.has_perm("jobs.create_global_template"))
     else:
         _require(user.has_perm("tenants.manage_members", owner_team))
-    if kind not in WorkloadKind.values:
-        raise DomainError(f"Kind must be one of {', '.join(WorkloadKind.values)}.", field="kind")
+    if not kinds.known(kind):
+        raise DomainError(f"Kind must be one of {', '.join(kinds.KINDS)}.", field="kind")
     _check_version(fields, flavors, kind=kind)
     if not TEMPLATE_SLUG.fullmatch(slug):
         raise DomainError(f"“{slug}” is not a slug: up to 40 letters, digits, hyphens and underscores, at least one "
@@ -794,14 +792,14 @@ def template_preview(*, user: User, kind: str, fields: dict[str, Any], flavors: 
     creates in `team`'s namespace, and asks the cluster to admit them with dryRun=All. The names
     are `wl-preview` here; a launch names them after the workload's id."""
     _require_template_scope(user, template=template, owner_team=owner_team)
-    if kind not in WorkloadKind.values:
-        raise DomainError(f"Kind must be one of {', '.join(WorkloadKind.values)}.", field="kind")
+    if not kinds.known(kind):
+        raise DomainError(f"Kind must be one of {', '.join(kinds.KINDS)}.", field="kind")
     _check_version(fields, flavors, kind=kind)
     if team is None:
         return TemplatePreview(team=None, objects=[], checked=False)
     spec = workload_spec(_preview_workload(kind=kind, fields=fields, flavors=flavors, team=team))
     spec = replace(spec, workload_id=0, name=PREVIEW_NAME, notebook_token="preview" if spec.notebook_token else "")
-    objects = manifests.make_workload_objects(spec=spec)
+    objects = kinds.workload_objects(spec=spec)
     cluster = gateway()
     for obj in objects:
         try:

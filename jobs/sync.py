@@ -1,6 +1,7 @@
 """Status sync: reads what the cluster says about the portal's workloads and records it.
 
-One pass lists the portal's Jobs, Deployments, StatefulSets and pods and Kueue's Workloads (five
+One pass lists the owners of the portal's workloads (each kind's, jobs/kinds/: Jobs, Deployments,
+StatefulSets), their pods and the queue backend's objects of them (Kueue's Workloads) (five
 calls, however many workloads; with PORTAL_NAMESPACED_READS pods are listed per team namespace
 that has a workload to follow, four calls plus one per such team), derives each active workload's phase with the reason in
 words, and records every pod's run interval keyed by its UID, so reading the same cluster
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -29,44 +29,39 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from jobs import manifests
-from jobs.models import RunInterval, RunIntervalSwitch, Workload, WorkloadKind
+from jobs import kinds, manifests
+from jobs.models import RunInterval, RunIntervalSwitch, Workload
 from jobs.services import record_transition
 from portal.adapters import whole_number
 from portal.hooks import Event
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.kube.base import quantity
 from portal.kube.store import list_each
+from tenants import queueing
 from tenants import selectors as tenant_selectors
 from tenants.models import Flavor, Team
 
 log = logging.getLogger(__name__)
 
 MANAGED = {manifests.MANAGED_BY_LABEL: "gpu-portal"}
-KUEUE = "kueue.x-k8s.io/v1beta2"
 GONE_REASON = "Its objects are gone from the cluster (deleted outside the portal)."
-# The object that owns a workload's pods, by workload kind, as jobs.manifests builds it.
-OWNER_KINDS: dict[str, tuple[str, str]] = {
-    WorkloadKind.TRAINING: ("batch/v1", "Job"),
-    WorkloadKind.DISTRIBUTED: ("batch/v1", "Job"),
-    WorkloadKind.INFERENCE: ("apps/v1", "Deployment"),
-    WorkloadKind.NOTEBOOK: ("apps/v1", "StatefulSet"),
-}
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# The objects that own workloads' pods, each kind's as it declares (jobs/kinds/).
+OWNER_KINDS: tuple[tuple[str, str], ...] = kinds.owner_kinds()
+OWNER_KIND_NAMES = tuple(kind for _, kind in OWNER_KINDS)
 # Sent after the commit that closed run intervals, with their ids: billing meters their hours then.
 INTERVALS_CLOSED = Event[Callable[[list[int]], None]]("jobs.sync.INTERVALS_CLOSED", by="billing")
 
 
 Key = tuple[str, int]  # (namespace, workload id): an object counts only in its team's namespace
-# What the sync reads: the portal's own objects by label, and Kueue's Workloads (which Kueue
-# creates without our labels; they are matched to ours through their owners).
+# What the sync reads: the portal's own objects by label, and the queue backend's objects of
+# them (Kueue's Workloads, which Kueue creates without our labels; they are matched to ours
+# through their owners).
 WATCHED: tuple[tuple[str, str, dict[str, str] | None], ...] = (
-    ("batch/v1", "Job", MANAGED),
-    ("apps/v1", "Deployment", MANAGED),
-    ("apps/v1", "StatefulSet", MANAGED),
+    *((api_version, kind, MANAGED) for api_version, kind in OWNER_KINDS),
     ("v1", "Pod", MANAGED),
-    (KUEUE, "Workload", None),
+    *((api_version, kind, None) for api_version, kind in queueing.backend().workload_kinds),
 )
+QUEUED_KIND_NAMES = tuple(kind for _, kind in queueing.backend().workload_kinds)
 # Of WATCHED, the kinds the portal may read only in team namespaces when PORTAL_NAMESPACED_READS
 # is on (its ClusterRole then holds no read of them across the cluster): listed and watched per
 # namespace, one call or one watch each, rather than once.
@@ -101,9 +96,9 @@ def workload_namespaces() -> list[str]:
 class Snapshot:
     """The cluster objects of the portal's workloads, indexed by namespace and workload id."""
 
-    owners: dict[Key, dict[str, Any]] = field(default_factory=dict)  # the Job, Deployment or StatefulSet
+    owners: dict[Key, dict[str, Any]] = field(default_factory=dict)  # each workload's owner (its kind's, jobs/kinds/)
     pods: dict[Key, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
-    kueue: dict[Key, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    queued: dict[Key, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))  # the queue's objects
 
     @classmethod
     def read(cls) -> Snapshot:
@@ -118,7 +113,7 @@ class Snapshot:
         indexing the other 15,000 objects."""
         snapshot = cls()
         by_name: dict[tuple[str, str, str], Key] = {}
-        for kind in ("Job", "Deployment", "StatefulSet"):
+        for kind in OWNER_KIND_NAMES:
             for obj in objects.get(kind, []):
                 key = _key(obj)
                 if key is not None and (keys is None or key in keys):
@@ -129,12 +124,13 @@ class Snapshot:
             if key is not None and (keys is None or key in keys):
                 snapshot.pods[key].append(pod)
                 by_name[("Pod", key[0], pod["metadata"]["name"])] = key
-        for kueue_workload in objects.get("Workload", []):
-            namespace = kueue_workload["metadata"].get("namespace", "")
-            for owner in kueue_workload["metadata"].get("ownerReferences", []):
-                key = by_name.get((owner["kind"], namespace, owner["name"]))
-                if key is not None:
-                    snapshot.kueue[key].append(kueue_workload)
+        for kind in QUEUED_KIND_NAMES:
+            for queued in objects.get(kind, []):
+                namespace = queued["metadata"].get("namespace", "")
+                for owner in queued["metadata"].get("ownerReferences", []):
+                    key = by_name.get((owner["kind"], namespace, owner["name"]))
+                    if key is not None:
+                        snapshot.queued[key].append(queued)
         return snapshot
 
 
@@ -149,7 +145,7 @@ def key_of(workload: Workload) -> Key:
 
 
 def owner_ref(workload: Workload) -> ObjectRef:
-    api_version, kind = OWNER_KINDS[workload.kind]
+    api_version, kind = workload.kind_facts.owner
     return ObjectRef(api_version, kind, workload.k8s_name, workload.team.namespace)
 
 
@@ -176,118 +172,28 @@ def _mark_seen(workload: Workload) -> None:
         workload.save(update_fields=["seen_in_cluster_at"])
 
 
-def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    for cond in (obj.get("status") or {}).get("conditions", []) or []:
-        if cond.get("type") == type_:
-            return cond
-    return {}
-
-
-def _true(obj: dict[str, Any], type_: str) -> bool:
-    return _condition(obj, type_).get("status") == "True"
-
-
-_SHORT = re.compile(
-    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), (?P<missing>\S+) more needed")
-_TOO_BIG = re.compile(r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+)")
-_UNAVAILABLE = re.compile(r"resource (?P<resource>\S+) unavailable in ClusterQueue")
-
-
-def waiting_reason(message: str) -> str:
-    """Kueue's condition message, said in the portal's words rather than repeated."""
-    if not message:
-        return "Waiting for Kueue to admit it"
-    if match := _SHORT.search(message):
-        missing = match["missing"]
-        return (f"Waiting for quota: the team's free {match['flavor']} quota and what other teams leave idle are "
-                f"{missing} unit{'' if missing == '1' else 's'} short. It starts when that much frees up.")
-    if match := _TOO_BIG.search(message):
-        return (f"Waiting for quota: it asks for more {match['flavor']} than the team could ever get (its guarantee "
-                "plus what it may borrow); it cannot start until the team's quota grows.")
-    if match := _UNAVAILABLE.search(message):
-        return f"Waiting: the team's queue has no quota for {match['resource']}; ask for some."
-    if "is inactive" in message or "is stopped" in message:
-        return "Waiting: the team's queue is on hold, so nothing new starts until it is resumed."
-    if "no longer fits" in message:
-        return "Waiting for quota: another workload took the free quota first; it starts at the next opening."
-    return f"Waiting for Kueue, which says: {message}"
-
-
-def _completions_succeeded(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
-    """Whether a succeeded pod of this very Job stands for each of its completions. A pod's
-    success is final, so no later event can take it back; pods of another Job of the same name
-    (deleted and made again), pods being deleted (killed, not finished) and a second pod of
-    the same index do not count, and a Job without completions is done at its first success."""
-    uid = job["metadata"].get("uid")
-    indexed = job["spec"].get("completionMode") == "Indexed"
-    done: set[str] = set()
-    for pod in pods:
-        meta = pod["metadata"]
-        if (pod.get("status") or {}).get("phase") != "Succeeded" or meta.get("deletionTimestamp"):
-            continue
-        owners = {o.get("uid") for o in meta.get("ownerReferences", []) if o.get("kind") == "Job"}
-        if uid and owners and uid not in owners:
-            continue
-        index = (meta.get("annotations") or {}).get(COMPLETION_INDEX) or (meta.get("labels") or {}).get(COMPLETION_INDEX)
-        done.add(f"index {index}" if indexed and index is not None else f"pod {meta.get('uid') or meta['name']}")
-    return len(done) >= int(job["spec"].get("completions") or 1)
-
-
 def derive(workload: Workload, snapshot: Snapshot) -> tuple[str, str] | None:
-    """The phase and reason the cluster shows for one workload, or None to leave it as it is.
-    Without its owner in the snapshot nothing can be said: whether it is gone takes a direct
-    read (owner_gone), which this pure function does not make."""
+    """The phase and reason the cluster shows for one workload, by its kind's rules (jobs/kinds/),
+    or None to leave it as it is. Without its owner in the snapshot nothing can be said: whether
+    it is gone takes a direct read (owner_gone), which this pure function does not make."""
     owner = snapshot.owners.get(key_of(workload))
-    pods = snapshot.pods.get(key_of(workload), [])
-    kueue = snapshot.kueue.get(key_of(workload), [])
     if owner is None:
         return None
-    running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
-    evicted = [w for w in kueue if _true(w, "Evicted") and not _true(w, "QuotaReserved")]
-    pending = [w for w in kueue if not _true(w, "QuotaReserved")]
-    if owner["kind"] == "Job":
-        if _true(owner, "Complete"):
-            return Workload.Phase.SUCCEEDED, "Finished successfully"
-        if _true(owner, "Failed"):
-            failed = _condition(owner, "Failed")
-            return Workload.Phase.FAILED, f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".rstrip(": ")
-        # Every completion succeeded is what the Job controller will conclude a moment later: say it now.
-        if _completions_succeeded(owner, pods):
-            return Workload.Phase.SUCCEEDED, "Finished successfully"
-        if evicted:
-            cond = _condition(evicted[0], "Evicted")
-            return Workload.Phase.PREEMPTED, f"Preempted and queued again: {cond.get('message', '')}".rstrip(": ")
-        if owner["spec"].get("suspend", False):
-            message = _condition(pending[0], "QuotaReserved").get("message", "") if pending else ""
-            return Workload.Phase.QUEUED, waiting_reason(message)
-        if running:
-            return Workload.Phase.RUNNING, f"{len(running)} of {owner['spec'].get('parallelism', 1)} pods running"
-        return Workload.Phase.ADMITTED, "Admitted by Kueue; starting its pods"
-    # Servers and notebooks: Kueue gates each pod until it is admitted.
-    if running:
-        return Workload.Phase.RUNNING, f"{len(running)} of {owner['spec'].get('replicas', 1)} replicas running"
-    if evicted:
-        return Workload.Phase.PREEMPTED, "Preempted and queued again"
-    if pending:
-        return Workload.Phase.QUEUED, waiting_reason(_condition(pending[0], "QuotaReserved").get("message", ""))
-    if pods:
-        return Workload.Phase.ADMITTED, "Admitted by Kueue; starting its pods"
-    return Workload.Phase.QUEUED, "Waiting for Kueue to admit it"
+    key = key_of(workload)
+    admission = queueing.backend().admission(snapshot.queued.get(key, []))
+    return workload.kind_facts.derive(owner, snapshot.pods.get(key, []), admission)
 
 
 def admitted_flavor(workload: Workload, snapshot: Snapshot) -> Flavor | None:
-    """The flavor Kueue admitted a workload on where its launch accepted several, when it is
-    another than the one recorded: read from the Workload's admission, the quota Kueue charges.
+    """The flavor the queue admitted a workload on where its launch accepted several, when it is
+    another than the one recorded: read from its admission, the quota the queue charges.
     None when nothing is to change (one flavor, not admitted yet, or admitted as recorded)."""
     accepted = {flavor.slug: flavor for flavor in workload.accepted_flavors.all()}
     if not accepted:
         return None
-    for kueue_workload in snapshot.kueue.get(key_of(workload), []):
-        admission = (kueue_workload.get("status") or {}).get("admission") or {}
-        for assignment in admission.get("podSetAssignments") or []:
-            slug = (assignment.get("flavors") or {}).get(workload.flavor.resource_name)
-            if slug in accepted and slug != workload.flavor.slug:
-                return accepted[slug]
+    for resource, slug in queueing.backend().admission(snapshot.queued.get(key_of(workload), [])).flavors:
+        if resource == workload.flavor.resource_name and slug in accepted and slug != workload.flavor.slug:
+            return accepted[slug]
     return None
 
 

@@ -11,12 +11,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import manifests, services, sync
+from jobs import kinds, services, sync
 from jobs.models import Workload
 from portal.audit import audit_record
 from portal.errors import DomainError
 from portal.kube import KubeError, gateway, ref_of
 from portal.tasks import GaveUp, cluster_task, send_on_commit
+from tenants import queueing
 
 log = logging.getLogger(__name__)
 # The resubmit pass runs every 30 s (CELERY_BEAT_SCHEDULE): a launch recorded while Redis was down
@@ -72,7 +73,7 @@ def workload_submit(workload_id: int) -> str:
         if refusal:
             services.record_transition(workload, Workload.Phase.FAILED, f"Not created in the cluster: {refusal}")
             return "failed"
-        objects = manifests.make_workload_objects(spec=services.workload_spec(workload))
+        objects = kinds.workload_objects(spec=services.workload_spec(workload))
         for obj in objects:
             gateway().apply(obj)
     except DomainError as error:
@@ -91,7 +92,9 @@ def workload_submit(workload_id: int) -> str:
             current.submitted_at = timezone.now()
             stamped = ("submitted_at",)
         if current.phase == Workload.Phase.SUBMITTING:
-            services.record_transition(current, Workload.Phase.QUEUED, "Waiting for Kueue to admit it", also_save=stamped)
+            # What the queue says of a workload it does not know yet.
+            services.record_transition(current, Workload.Phase.QUEUED, queueing.backend().admission([]).waiting,
+                                       also_save=stamped)
         else:
             if stamped:
                 current.save(update_fields=list(stamped))
@@ -107,7 +110,7 @@ def workload_apply(workload_id: int) -> None:
     workload = _load(workload_id, task="apply")
     if workload is None or not workload.is_active or workload.phase == Workload.Phase.SUBMITTING:
         return
-    for obj in manifests.make_workload_objects(spec=services.workload_spec(workload)):
+    for obj in kinds.workload_objects(spec=services.workload_spec(workload)):
         gateway().apply(obj)
 
 
@@ -117,7 +120,7 @@ def workload_teardown(workload_id: int) -> None:
     workload = _load(workload_id, task="teardown")
     if workload is None:
         return
-    for obj in reversed(manifests.make_workload_objects(spec=services.workload_spec(workload))):
+    for obj in reversed(kinds.workload_objects(spec=services.workload_spec(workload))):
         gateway().delete(ref_of(obj))
 
 

@@ -18,7 +18,7 @@ from django import forms
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
 
-from jobs import parameters
+from jobs import kinds, parameters
 from jobs.models import IdleAction, Priority, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
 from portal.adapters import WholeNumberField
 from portal.errors import DomainError
@@ -144,8 +144,9 @@ class TemplateEditorForm(forms.Form):
                                                    label="Tiers members may use",
                                                    error_messages={"required": "Allow members at least one tier."})
     max_runtime_seconds = WholeNumberField(min_value=0, label="Max run time (seconds)")
-    storage_gib = WholeNumberField(min_value=0, label="Storage (GiB, notebooks; 0 for none)")
-    port = WholeNumberField(min_value=0, label="Port (inference and notebooks; 0 for none)")
+    # Asked of every template; what each kind makes of them its module says (jobs/kinds/).
+    storage_gib = WholeNumberField(min_value=0, label=f"Storage (GiB, {kinds.words(kinds.names(asks_storage=True))}; 0 for none)")
+    port = WholeNumberField(min_value=0, label=f"Port ({kinds.words(kinds.names(serves_http=True))}; 0 for none)")
     # The idle policy (templates/jobs/_template_idle_policy.html): empty takes the platform's
     # default; a value outside the platform's bounds is refused by jobs.idle_policy, in words.
     idle_threshold_percent = WholeNumberField(min_value=0, max_value=100, required=False,
@@ -154,7 +155,8 @@ class TemplateEditorForm(forms.Form):
     idle_action = forms.ChoiceField(choices=[("", "The platform's default"), *IdleAction.choices], required=False,
                                     label="Then, after the grace")
     idle_grace_minutes = WholeNumberField(min_value=0, required=False, label="Grace after the warning (minutes)")
-    idle_minutes = WholeNumberField(min_value=0, label="Older notebooks: stop after this many idle minutes (0: never)")
+    idle_minutes = WholeNumberField(min_value=0, label=f"Older {kinds.words(kinds.names(legacy_idle_minutes=True))}: "
+                                                       "stop after this many idle minutes (0: never)")
     # Where the preview's dry run asks the cluster.
     check_in = forms.ModelChoiceField(queryset=Team.objects.none(), to_field_name="slug", required=False,
                                       label="Check in the namespace of", empty_label="No team: do not check")

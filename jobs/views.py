@@ -22,7 +22,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from jobs import access, notifications, pricing, reclaim, selectors, services, telemetry, xid
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
-from jobs.models import NotifyBy, Workload, WorkloadEvent, WorkloadKind, WorkloadTemplate
+from jobs.models import NotifyBy, Workload, WorkloadEvent, WorkloadTemplate
 from jobs.rules import LOGS_REFUSAL
 from jobs.template_forms import authorable_teams
 from portal.adapters import HtmxHttpRequest, page, whole_number
@@ -230,7 +230,7 @@ def _detail_context(request: HtmxHttpRequest, workload: Workload, *,
                     picture: selectors.LivePicture | None = None) -> dict[str, Any]:
     version = workload.template_version
     declared = {spec["name"]: spec for spec in version.parameters}
-    serves = workload.kind in (WorkloadKind.INFERENCE, WorkloadKind.NOTEBOOK)
+    serves = workload.kind_facts.serves_http
     parameters = ([(name, value, declared.get(name, {})) for name, value in sorted(workload.parameters.items())]
                   if request.user.has_perm("jobs.read_workload_parameters", workload) else None)
     live = _live_context(workload, picture=picture)

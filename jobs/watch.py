@@ -17,14 +17,12 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from jobs.sync import OWNER_KINDS, WATCHED, Key, Snapshot, SyncResult, read_namespaces, read_per_namespace, sync_snapshot
+from jobs.sync import OWNER_KIND_NAMES, WATCHED, Key, Snapshot, SyncResult, read_namespaces, read_per_namespace, sync_snapshot
 from portal.adapters import whole_number
 from portal.kube import WatchEvent
 from portal.kube.store import NamespacedFollow, follow, unmanaged
 
 ObjectKey = tuple[str, str]  # (namespace, name)
-# The kinds that own a workload's pods: where one is added, pods follow.
-OWNER_KIND_NAMES = frozenset(kind for _, kind in OWNER_KINDS.values())
 
 
 class WorkloadInformer:
@@ -124,7 +122,7 @@ class WorkloadInformer:
         return self._keys([obj])
 
     def _pods_follow(self, kind: str, new: set[ObjectKey]) -> None:
-        """A Job, Deployment or StatefulSet of the portal's seen for the first time: its pods come
+        """A workload's owner (a kind's, jobs/kinds/) seen for the first time: its pods come
         next, so where pods are watched per namespace, its namespace is watched now rather than
         at the next turn of the namespaces' follow (a watch round's list may bring it, as well as
         an ADDED event)."""
@@ -141,7 +139,7 @@ class WorkloadInformer:
             workload_id = whole_number(obj["metadata"].get("labels", {}).get("gpu-portal.io/workload", ""))
             if workload_id is not None:
                 keys.add((namespace, workload_id))
-            for owner in obj["metadata"].get("ownerReferences", []):  # Kueue's Workloads
+            for owner in obj["metadata"].get("ownerReferences", []):  # the queue backend's objects (Kueue's Workloads)
                 owned = self.store.get(owner["kind"], {}).get((namespace, owner["name"]))
                 workload_id = whole_number((owned or {}).get("metadata", {}).get("labels", {}).get("gpu-portal.io/workload", ""))
                 if workload_id is not None:

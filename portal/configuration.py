@@ -202,6 +202,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("KUBE_QPS", "number", "50", "Requests a second the gateway sends the API server (client-side rate "
             "limit).", CLUSTER),
     Setting("KUBE_BURST", "whole number", "100", "Requests the gateway may send at once above that rate.", CLUSTER),
+    Setting("PORTAL_QUEUE_BACKEND", "text", "kueue", "The queue backend that keeps teams' quota and admits "
+            "workloads (`kueue`, the only one so far); another value stops the start.", CLUSTER),
     Setting("PORTAL_COHORT", "text", "gpu-portal", "The Kueue cohort every team's ClusterQueue joins, so idle quota "
             "can be borrowed across teams.", CLUSTER),
     Setting("PORTAL_NAMESPACE_PREFIX", "text", "", "Put before every team's namespace and ClusterQueue name (up to 31 "

@@ -509,6 +509,9 @@ KUBE_CONTEXT = config.text("KUBE_CONTEXT")
 KUBE_IN_CLUSTER = config.boolean("KUBE_IN_CLUSTER")
 KUBE_QPS = config.number("KUBE_QPS")
 KUBE_BURST = config.whole("KUBE_BURST")
+# The queue backend that keeps teams' quota and admits workloads (tenants/queueing/): kueue, the
+# only one so far. Another value stops the start with a sentence (tenants.apps).
+PORTAL_QUEUE_BACKEND = config.text("PORTAL_QUEUE_BACKEND")
 # The Kueue cohort every team's ClusterQueue joins, so idle quota can be borrowed across teams.
 PORTAL_COHORT = config.text("PORTAL_COHORT")
 # Put before every team's namespace and ClusterQueue name ("gpu-" makes team vision's namespace

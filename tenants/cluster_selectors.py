@@ -1,5 +1,5 @@
-"""Reads of the live cluster about teams and capacity: what Kueue says each team's queue is
-guaranteed, uses, borrows and lends. The one read model behind the team page, /capacity/, the
+"""Reads of the live cluster about teams and capacity: what the queue backend (Kueue) says each
+team's queue is guaranteed, uses, borrows and lends. The one read model behind the team page, /capacity/, the
 team's cluster API, the launch hint and why a workload waits; database-only reads stay in tenants/selectors.py."""
 
 from __future__ import annotations
@@ -9,82 +9,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from django.conf import settings
-
 from portal.health import TEAM_PASS, heartbeat_at
-from portal.kube import KubeError, gateway
-from tenants import manifests, selectors
+from portal.kube import KubeError
+from tenants import selectors
 from tenants.models import Flavor, Team
-
-# Team queues are the portal's own: other ClusterQueues in the cluster are not a team's.
-MANAGED = {manifests.MANAGED_BY_LABEL: manifests.MANAGER}
-
-
-@dataclass(frozen=True)
-class QueueUsage:
-    flavor: str
-    resource: str
-    guaranteed: int
-    in_use: int
-    borrowed: int
-    lent: int
-    idle: int = 0  # what it leaves idle and may lend: none for a team that does not lend
-
-    @property
-    def free(self) -> int:
-        """What is left of the guarantee: more than this borrows or waits."""
-        return max(self.guaranteed - self.in_use, 0)
+from tenants.queueing import backend
+from tenants.queueing.base import QueueUsage
 
 
 def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
-    """Per team: what its ClusterQueue is guaranteed, uses, borrows and lends, per flavor.
-
-    Kueue reports usage and borrowing per queue; what a queue lends is not reported, so it is
-    the cohort's borrowing shared among the lenders by their idle guarantee.
-    """
-    items, _ = gateway().list(manifests.KUEUE, "ClusterQueue", labels=MANAGED)
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for cq in items:
-        if cq["spec"].get("cohortName") != settings.PORTAL_COHORT:
-            continue  # borrowing and lending happen within the portal's cohort only
-        # Keyed by the team's slug, whatever PORTAL_NAMESPACE_PREFIX made of the queue's name.
-        name = (cq["metadata"].get("labels") or {}).get(manifests.TEAM_LABEL, cq["metadata"]["name"])
-        usage = {
-            (f["name"], r["name"]): r for f in (cq.get("status") or {}).get("flavorsUsage", []) for r in f.get("resources", [])
-        }
-        for group in cq["spec"].get("resourceGroups", []):
-            for fq in group.get("flavors", []):
-                for r in fq.get("resources", []):
-                    used = usage.get((fq["name"], r["name"]), {})
-                    nominal = int(float(r.get("nominalQuota", 0)))
-                    lendable = nominal if "lendingLimit" not in r else min(nominal, int(float(r["lendingLimit"])))
-                    rows.setdefault(name, []).append({
-                        "flavor": fq["name"], "resource": r["name"], "guaranteed": nominal,
-                        "in_use": int(float(used.get("total", 0) or 0)), "borrowed": int(float(used.get("borrowed", 0) or 0)),
-                        "lendable": lendable,
-                    })
-    borrowed_by_flavor: dict[str, int] = defaultdict(int)
-    idle_by_flavor: dict[str, int] = defaultdict(int)
-    for queue_rows in rows.values():
-        for row in queue_rows:
-            borrowed_by_flavor[row["flavor"]] += row["borrowed"]
-            row["idle"] = max(min(row["lendable"], row["guaranteed"] - row["in_use"]), 0)
-            idle_by_flavor[row["flavor"]] += row["idle"]
-    wanted = set(slugs) if slugs is not None else None
-    result: dict[str, list[QueueUsage]] = {}
-    for name, queue_rows in rows.items():
-        if wanted is not None and name not in wanted:
-            continue
-        result[name] = [
-            QueueUsage(
-                flavor=row["flavor"], resource=row["resource"], guaranteed=row["guaranteed"], in_use=row["in_use"],
-                borrowed=row["borrowed"], idle=row["idle"],
-                lent=round(borrowed_by_flavor[row["flavor"]] * row["idle"] / idle_by_flavor[row["flavor"]])
-                if idle_by_flavor[row["flavor"]] else 0,
-            )
-            for row in queue_rows
-        ]
-    return result
+    """Per team: what its queue is guaranteed, uses, borrows and lends, per flavor, as the site's
+    queue backend reads it (tenants/queueing/)."""
+    return backend().usage(slugs=slugs)
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,14 @@ from portal.hooks import Hook
 from portal.metrics import simulated as simulated_metrics
 from tenants import catalog, manifests, selectors
 from tenants.models import Flavor, Membership, Team
+from tenants.queueing import backend
 
-# Which teams' queues are held (admit nothing new): billing's hard stop answers (portal.hooks).
+# Which teams' queues are held (admit nothing new; the queue backend says how): billing's hard
+# stop answers (portal.hooks).
 HoldProvider = Callable[[list[int]], set[int]]
 HOLDS = Hook[HoldProvider]("tenants.desired.HOLDS", by="billing")
+# Which workload kinds serve HTTP and are reached by the portal: jobs' kinds say (portal.hooks).
+WORKLOAD_KINDS = Hook[Callable[[], manifests.KindReach]]("tenants.desired.WORKLOAD_KINDS", by="jobs")
 
 
 def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
@@ -65,6 +69,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     specs = {}
     network = network_spec()
     reader = portal_reader()
+    reach = WORKLOAD_KINDS.call()
     for team in teams_by_id.values():
         specs[team.pk] = (team, manifests.TeamSpec(
             slug=team.slug,
@@ -88,6 +93,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             member_role=settings.PORTAL_MEMBER_CLUSTER_ROLE,
             held=team.pk in held,
             portal_reader=reader,
+            kinds=reach,
         ))
     return specs
 
@@ -120,8 +126,13 @@ def cluster_subjects(*, team_ids: list[int]) -> dict[int, list[str]]:
 
 def platform_objects() -> list[dict[str, Any]]:
     return manifests.make_platform_objects(
-        flavors=tuple(flavor_spec(f) for f in Flavor.objects.filter(is_active=True).order_by("pk"))
+        flavors=tuple(flavor_spec(f) for f in Flavor.objects.filter(is_active=True).order_by("pk")), queue=backend(),
     )
+
+
+def team_objects(spec: manifests.TeamSpec) -> list[dict[str, Any]]:
+    """The team's objects as the site's queue backend makes its queue."""
+    return manifests.make_team_objects(team=spec, queue=backend())
 
 
 GPUS_PER_SIMULATED_NODE = 8

@@ -8,9 +8,11 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-KUEUE = "kueue.x-k8s.io/v1beta2"
+if TYPE_CHECKING:
+    from tenants.queueing.base import QueueBackend
+
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGER = "gpu-portal"
 TEAM_LABEL = "gpu-portal.io/team"
@@ -19,12 +21,9 @@ ROLE_LABEL = "gpu-portal.io/role"
 # annotation holding the team's uid. A label alone could be copied by hand or left behind by a
 # deleted team of the same slug; the uid is made once per team and never reused.
 TEAM_UID_ANNOTATION = "gpu-portal.io/team-uid"
-QUEUE_NAME = "default"
 # What kind of workload a pod belongs to (jobs/manifests.py puts it on every pod): the team's
-# network policies admit the portal and the ingress controller to some kinds only.
+# network policies admit the portal and the ingress controller to some kinds only (KindReach).
 WORKLOAD_KIND_LABEL = "gpu-portal.io/workload-kind"
-NOTEBOOK_KIND = "notebook"
-SERVING_KINDS = ("inference", "notebook")
 # The name of the container port that serves HTTP on inference and notebook pods.
 HTTP_PORT_NAME = "http"
 
@@ -58,8 +57,8 @@ PRIORITY_TIERS = (
     PriorityTier("high", 10000, "Deadlines and serving: may preempt lower tiers inside the team."),
 )
 # Pods never preempt other pods: kube-scheduler's preemption knows no teams or quotas, so a
-# pending pod could evict another team's running one. Only Kueue preempts, by the workload's
-# WorkloadPriorityClass and within the ClusterQueue's rules. Immutable in Kubernetes, as `value` is.
+# pending pod could evict another team's running one. Only the queue backend preempts (Kueue: by
+# the workload's WorkloadPriorityClass and within the ClusterQueue's rules). Immutable in Kubernetes, as `value` is.
 POD_PREEMPTION_POLICY = "Never"
 
 
@@ -166,6 +165,15 @@ def egress_allowance(*, network: NetworkSpec) -> list[dict[str, Any]]:
 
 
 @dataclass(frozen=True)
+class KindReach:
+    """Which workload kinds, by the name on their pods' kind label, serve HTTP to the ingress
+    controller and are asked by the portal itself how idle they are (jobs/kinds/ declares it)."""
+
+    serving: tuple[str, ...] = ()
+    portal_reached: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class PortalReader:
     """The portal's own ServiceAccount and the ClusterRole of what it does only inside team
     namespaces (read pods, their logs and events, and data volumes; write a notebook's token)."""
@@ -196,8 +204,9 @@ class TeamSpec:
     # A team provisioned before objects carried the uid: until its first apply annotates them,
     # objects with the managed-by label, its team label and no uid at all count as its own.
     adopts_unannotated: bool = False
-    # Held by a hard-stopped budget: the LocalQueue admits nothing new; what runs continues.
+    # Held by a hard-stopped budget: the team's queue admits nothing new; what runs continues.
     held: bool = False
+    kinds: KindReach = KindReach()
     # Where the portal reads pods, logs, events and data volumes only in namespaces it made (the
     # chart's rbac.namespacedReads): its own ServiceAccount, bound in the team's namespace.
     portal_reader: PortalReader | None = None
@@ -250,28 +259,11 @@ def _meta(
     return meta
 
 
-def _team_meta(name: str, team: TeamSpec, *, namespaced: bool = True, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+def team_meta(name: str, team: TeamSpec, *, namespaced: bool = True, labels: Mapping[str, str] | None = None) -> dict[str, Any]:
     return _meta(name, team.labels if labels is None else labels, team.namespace if namespaced else None, team.annotations)
 
 
 # --- What every team shares --------------------------------------------------------------------
-
-
-def make_resource_flavor(*, flavor: FlavorSpec) -> dict[str, Any]:
-    spec: dict[str, Any] = {"nodeLabels": dict(flavor.node_labels)}
-    if flavor.tolerations:
-        spec["tolerations"] = [dict(t) for t in flavor.tolerations]
-    return {
-        "apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": _meta(flavor.name, platform_labels("flavor")), "spec": spec
-    }
-
-
-def make_workload_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
-    return {
-        "apiVersion": KUEUE, "kind": "WorkloadPriorityClass",
-        "metadata": _meta(tier.object_name, platform_labels("priority")),
-        "value": tier.value, "description": tier.description,
-    }
 
 
 def make_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
@@ -284,10 +276,10 @@ def make_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
     }
 
 
-def make_platform_objects(*, flavors: tuple[FlavorSpec, ...]) -> list[dict[str, Any]]:
+def make_platform_objects(*, flavors: tuple[FlavorSpec, ...], queue: QueueBackend) -> list[dict[str, Any]]:
+    """What every team shares: the queue backend's flavors and tiers, then the pods' priority classes."""
     return [
-        *(make_resource_flavor(flavor=flavor) for flavor in flavors),
-        *(make_workload_priority_class(tier=tier) for tier in PRIORITY_TIERS),
+        *queue.platform_objects(flavors=flavors, tiers=PRIORITY_TIERS),
         *(make_priority_class(tier=tier) for tier in PRIORITY_TIERS),
     ]
 
@@ -302,7 +294,7 @@ def make_namespace(*, team: TeamSpec) -> dict[str, Any]:
         "pod-security.kubernetes.io/enforce-version": "latest",
         "pod-security.kubernetes.io/warn": "restricted",
     }
-    metadata = _team_meta(team.namespace, team, namespaced=False, labels=labels)
+    metadata = team_meta(team.namespace, team, namespaced=False, labels=labels)
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
@@ -331,7 +323,7 @@ def make_resource_quota(*, team: TeamSpec) -> dict[str, Any]:
         hard[f"requests.{resource}"] = str(units)
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
-        "metadata": _team_meta("gpu-portal", team),
+        "metadata": team_meta("gpu-portal", team),
         "spec": {"hard": hard},
     }
 
@@ -339,7 +331,7 @@ def make_resource_quota(*, team: TeamSpec) -> dict[str, Any]:
 def make_limit_range(*, team: TeamSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "LimitRange",
-        "metadata": _team_meta("gpu-portal", team),
+        "metadata": team_meta("gpu-portal", team),
         "spec": {"limits": [{
             "type": "Container",
             "default": {"cpu": "2", "memory": "8Gi"},
@@ -349,7 +341,7 @@ def make_limit_range(*, team: TeamSpec) -> dict[str, Any]:
 
 
 def _network_policy(name: str, team: TeamSpec, spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _team_meta(name, team), "spec": spec}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": team_meta(name, team), "spec": spec}
 
 
 def _http_port() -> list[dict[str, Any]]:
@@ -384,26 +376,31 @@ def make_egress_network_policy(*, team: TeamSpec) -> dict[str, Any]:
     })
 
 
+def _kind_selector(kinds: tuple[str, ...]) -> dict[str, Any]:
+    """Pods of these kinds: by label for one, by set for several."""
+    if len(kinds) == 1:
+        return {"matchLabels": {WORKLOAD_KIND_LABEL: kinds[0]}}
+    return {"matchExpressions": [{"key": WORKLOAD_KIND_LABEL, "operator": "In", "values": list(kinds)}]}
+
+
 def make_portal_network_policy(*, team: TeamSpec) -> dict[str, Any]:
-    """The portal's pods may ask a notebook how idle it is: notebook pods, HTTP port only."""
+    """The portal's pods may ask a notebook how idle it is: those kinds' pods, HTTP port only."""
     peer: dict[str, Any] = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.network.portal_namespace}},
     }
     if team.network.portal_pod_labels:
         peer["podSelector"] = {"matchLabels": dict(team.network.portal_pod_labels)}
     return _network_policy("gpu-portal-allow-portal", team, {
-        "podSelector": {"matchLabels": {WORKLOAD_KIND_LABEL: NOTEBOOK_KIND}},
+        "podSelector": _kind_selector(team.kinds.portal_reached),
         "policyTypes": ["Ingress"],
         "ingress": [{"from": [peer], "ports": _http_port()}],
     })
 
 
 def make_ingress_controller_network_policy(*, team: TeamSpec) -> dict[str, Any]:
-    """The ingress controller reaches inference servers and notebooks, HTTP port only."""
+    """The ingress controller reaches the kinds that serve HTTP (inference servers, notebooks), HTTP port only."""
     return _network_policy("gpu-portal-allow-ingress-controller", team, {
-        "podSelector": {"matchExpressions": [
-            {"key": WORKLOAD_KIND_LABEL, "operator": "In", "values": list(SERVING_KINDS)},
-        ]},
+        "podSelector": {"matchExpressions": [{"key": WORKLOAD_KIND_LABEL, "operator": "In", "values": list(team.kinds.serving)}]},
         "policyTypes": ["Ingress"],
         "ingress": [{
             "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.ingress_namespace}}}],
@@ -429,7 +426,7 @@ def make_role_binding(*, team: TeamSpec) -> dict[str, Any]:
     name is the provider's subject, which no one can choose, rather than a portal username."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": _team_meta("gpu-portal-members", team),
+        "metadata": team_meta("gpu-portal-members", team),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": team.member_role},
         "subjects": [
             {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": f"{team.user_prefix}{subject}"}
@@ -443,53 +440,15 @@ def make_portal_role_binding(*, team: TeamSpec, reader: PortalReader) -> dict[st
     cluster no longer grants them. Made right after the namespace, before anything that needs it."""
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": _team_meta("gpu-portal-service-account", team),
+        "metadata": team_meta("gpu-portal-service-account", team),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader.cluster_role},
         "subjects": [{"kind": "ServiceAccount", "name": reader.service_account, "namespace": reader.namespace}],
     }
 
 
-def make_cluster_queue(*, team: TeamSpec) -> dict[str, Any]:
-    # One resource group per GPU resource name: flavors that share a resource (two models of
-    # whole GPUs) are alternatives Kueue tries in order; different resources never mix.
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for quota in team.quotas:
-        limits: dict[str, Any] = {"name": quota.flavor.resource_name, "nominalQuota": str(quota.nominal)}
-        if not team.policy.may_borrow:
-            limits["borrowingLimit"] = "0"
-        if not team.policy.lends_idle:
-            limits["lendingLimit"] = "0"
-        groups.setdefault(quota.flavor.resource_name, []).append({"name": quota.flavor.name, "resources": [limits]})
-    return {
-        "apiVersion": KUEUE, "kind": "ClusterQueue",
-        "metadata": _team_meta(team.cluster_queue, team, namespaced=False),
-        "spec": {
-            "cohortName": team.cohort,
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
-            "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [
-                {"coveredResources": [resource], "flavors": flavors} for resource, flavors in groups.items()
-            ],
-            "preemption": {
-                "reclaimWithinCohort": "Any",
-                "borrowWithinCohort": {"policy": "Never"},
-                "withinClusterQueue": "LowerPriority",
-            },
-        },
-    }
-
-
-def make_local_queue(*, team: TeamSpec) -> dict[str, Any]:
-    return {
-        "apiVersion": KUEUE, "kind": "LocalQueue",
-        "metadata": _team_meta(QUEUE_NAME, team),
-        # Always written, so lifting a hold is a change the periodic pass sees and applies.
-        "spec": {"clusterQueue": team.cluster_queue, "stopPolicy": "Hold" if team.held else "None"},
-    }
-
-
-def make_team_objects(*, team: TeamSpec) -> list[dict[str, Any]]:
-    """Everything a team has in the cluster, in the order to create it."""
+def make_team_objects(*, team: TeamSpec, queue: QueueBackend) -> list[dict[str, Any]]:
+    """Everything a team has in the cluster, in the order to create it: the queue backend's team
+    queue last, once the namespace it admits into is ready."""
     reader = team.portal_reader
     return [
         make_namespace(team=team),
@@ -498,6 +457,5 @@ def make_team_objects(*, team: TeamSpec) -> list[dict[str, Any]]:
         make_limit_range(team=team),
         *make_network_policies(team=team),
         make_role_binding(team=team),
-        make_cluster_queue(team=team),
-        make_local_queue(team=team),
+        *queue.team_objects(team=team),
     ]

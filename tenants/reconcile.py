@@ -35,24 +35,23 @@ from portal.kube.base import quantity
 from portal.kube.store import KindStore
 from portal.leader import LeadershipLost
 from tenants import manifests
-from tenants.desired import platform_objects, simulated_nodes, team_specs
+from tenants.desired import platform_objects, simulated_nodes, team_objects, team_specs
 from tenants.models import Team
+from tenants.queueing import backend
 
 log = logging.getLogger(__name__)
 
 MANAGED = {manifests.MANAGED_BY_LABEL: manifests.MANAGER}
 # Every kind the portal owns, in the order objects are created (and the reverse for deletion).
 OWNED_KINDS: tuple[tuple[str, str], ...] = (
-    (manifests.KUEUE, "ResourceFlavor"),
-    (manifests.KUEUE, "WorkloadPriorityClass"),
+    *backend().platform_kinds,
     ("scheduling.k8s.io/v1", "PriorityClass"),
     ("v1", "Namespace"),
     ("v1", "ResourceQuota"),
     ("v1", "LimitRange"),
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    (manifests.KUEUE, "ClusterQueue"),
-    (manifests.KUEUE, "LocalQueue"),
+    *backend().team_kinds,
 )
 
 
@@ -69,7 +68,7 @@ def _mark_failed(team_id: int, error: Exception) -> None:
 
 
 class NotOwned(KubeError):
-    """A team's namespace or ClusterQueue exists without the proof that the portal created it for
+    """A team's namespace or queue exists without the proof that the portal created it for
     that team, so the portal applies nothing for the team. Not transient: no retry changes who
     owns the object, only a person can (status 409, so `retriable` is False)."""
 
@@ -85,8 +84,8 @@ class NotOwned(KubeError):
 
 def team_roots(spec: manifests.TeamSpec) -> tuple[ObjectRef, ObjectRef]:
     """The team's objects that may collide with what others made: the namespace (everything else
-    of the team lives inside it) and the cluster-scoped ClusterQueue."""
-    return ObjectRef("v1", "Namespace", spec.namespace), ObjectRef(manifests.KUEUE, "ClusterQueue", spec.cluster_queue)
+    of the team lives inside it) and the queue backend's cluster-scoped team queue."""
+    return ObjectRef("v1", "Namespace", spec.namespace), ObjectRef(*backend().team_root(name=spec.cluster_queue))
 
 
 def _owned(obj: dict[str, Any], spec: manifests.TeamSpec) -> bool:
@@ -117,7 +116,7 @@ def team_reconcile(*, team_id: int) -> bool:
     cluster = gateway()
     try:
         team_roots_check(spec)
-        for obj in manifests.make_team_objects(team=spec):
+        for obj in team_objects(spec):
             cluster.apply(obj)
     except NotOwned as refusal:
         log.warning("team %s not provisioned: %s", team.slug, refusal)
@@ -170,7 +169,7 @@ def team_teardown(*, slug: str, uid: str) -> bool:
     cluster = gateway()
     name = manifests.team_object_name(prefix=settings.PORTAL_NAMESPACE_PREFIX, slug=slug)
     # The namespace first: it takes the workloads with it, then the queue can go.
-    refs = (ObjectRef("v1", "Namespace", name), ObjectRef(manifests.KUEUE, "ClusterQueue", name))
+    refs = (ObjectRef("v1", "Namespace", name), ObjectRef(*backend().team_root(name=name)))
 
     def still_ours(ref: ObjectRef) -> dict[str, Any] | None:
         current = cluster.get(ref)
@@ -268,7 +267,7 @@ def cluster_reconcile(*, store: KindStore | None = None) -> PassResult:
             result.errors[str(ref_of(obj))] = str(error)
     wanted_by_team: dict[str, set[ObjectRef]] = {}
     for team_id, (team, spec) in specs.items():
-        objects = manifests.make_team_objects(team=spec)
+        objects = team_objects(spec)
         wanted_by_team[spec.uid] = {ref_of(obj) for obj in objects}
         try:
             team_roots_check(spec, live)

@@ -305,10 +305,10 @@ def team_deletion_picture(*, team: Team) -> TeamDeletion:
     """What the confirmation of a team's deletion lists: the team's cluster objects as the reconcile
     would make them (the namespace takes every workload in it along), the portal's records that go
     with the team, and what stays."""
-    from tenants import desired, manifests
+    from tenants import desired
 
     _, spec = desired.team_specs([team.pk])[team.pk]
-    objects = [(obj["kind"], obj["metadata"]["name"]) for obj in manifests.make_team_objects(team=spec)]
+    objects = [(obj["kind"], obj["metadata"]["name"]) for obj in desired.team_objects(spec)]
     members = team.memberships.count()
     grants = QuotaGrant.objects.active().filter(team=team).count()
     records = [f"{members} membership{'s' if members != 1 else ''}",

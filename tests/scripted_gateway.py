@@ -95,8 +95,8 @@ class ScriptedGateway:
     def pod_logs(self, *, namespace: str, name: str, tail_lines: int | None = 100, limit_bytes: int | None = None) -> str:
         return self.cluster.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines, limit_bytes=limit_bytes)
 
-    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
-        return self.cluster.pending_workloads(cluster_queue=cluster_queue)
+    def read_subresource(self, ref: ObjectRef, subresource: str, *, query: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        return self.cluster.read_subresource(ref, subresource, query=query)
 
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         self.cluster.expect_nodes(nodes)

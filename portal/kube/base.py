@@ -63,13 +63,12 @@ KINDS: dict[tuple[str, str], KindInfo] = {
         KindInfo("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", False),
         KindInfo("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues", True),
         KindInfo("kueue.x-k8s.io/v1beta2", "Workload", "workloads", True),
+        # Kueue's on-demand visibility API, served by Kueue's visibility server through an
+        # APIService: only its subresources are read (read_subresource).
+        KindInfo("visibility.kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", False),
         KindInfo("coordination.k8s.io/v1", "Lease", "leases", True),
     ]
 }
-
-
-# Kueue's on-demand visibility API: served by Kueue's visibility server through an APIService.
-VISIBILITY_API = "visibility.kueue.x-k8s.io/v1beta2"
 
 
 def kind_info(api_version: str, kind: str) -> KindInfo:
@@ -193,11 +192,13 @@ class Gateway(Protocol):
         """A pod's log: its last `tail_lines` lines, or all of it (None), at most `limit_bytes`
         (the API server's own cap, so a huge log is never pulled whole into the portal)."""
 
-    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
-        """Kueue's pending workloads of a ClusterQueue, in the order it will try them, from its
-        visibility API (visibility.kueue.x-k8s.io): each with `metadata` (name, namespace,
-        ownerReferences), `localQueueName`, `priority`, and `positionInClusterQueue` and
-        `positionInLocalQueue` counted from 0. None when the cluster does not serve that API."""
+    def read_subresource(
+        self, ref: ObjectRef, subresource: str, *, query: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """A GET of one object's subresource in an aggregated API (a queue backend's reads, such
+        as Kueue's pending workloads of a ClusterQueue): the body, or None when the cluster does
+        not serve it now (404: no APIService for the group, or no such object; 503: one is
+        registered but its server does not answer)."""
 
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         """These are the GPU nodes the catalog describes. A cluster that makes its nodes from the

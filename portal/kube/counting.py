@@ -12,7 +12,7 @@ from portal.kube.base import FIELD_MANAGER, Gateway, KindLists, NodeSpec, Object
 
 # The methods that are requests to the cluster's API; the hooks (expect_nodes, tick) are not.
 API_METHODS = ("apply", "dry_run", "create", "replace", "delete", "get", "list", "watch", "pod_logs",
-               "pending_workloads")
+               "read_subresource")
 
 
 class CountingGateway:
@@ -104,9 +104,11 @@ class CountingGateway:
         self._count("pod_logs", "Pod")
         return self.inner.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines, limit_bytes=limit_bytes)
 
-    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
-        self._count("pending_workloads", "ClusterQueue")
-        return self.inner.pending_workloads(cluster_queue=cluster_queue)
+    def read_subresource(
+        self, ref: ObjectRef, subresource: str, *, query: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        self._count("read_subresource", ref.kind)
+        return self.inner.read_subresource(ref, subresource, query=query)
 
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         self._count("expect_nodes", "Node")

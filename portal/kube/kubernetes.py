@@ -25,7 +25,6 @@ from kubernetes import config as k8s_config
 
 from portal.kube.base import (
     FIELD_MANAGER,
-    VISIBILITY_API,
     KindLists,
     KubeError,
     NodeSpec,
@@ -369,17 +368,19 @@ class KubernetesGateway:
             raise KubeError(_status_message(status, text.encode())[0], ref=ref, status=status)
         return text
 
-    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
-        # 404: no APIService for the group; 503: one is registered but Kueue's visibility server
-        # does not answer (the VisibilityOnDemand gate is off, or Kueue is down). Either way the
-        # cluster does not serve the answer now, which the caller says in words.
+    def read_subresource(
+        self, ref: ObjectRef, subresource: str, *, query: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        # 404: no APIService for the group; 503: one is registered but its server does not answer
+        # (Kueue's VisibilityOnDemand gate is off, or Kueue is down). Either way the cluster does
+        # not serve the answer now, which the caller says in words.
         status, data = self._request(
-            "GET", f"/apis/{VISIBILITY_API}/clusterqueues/{cluster_queue}/pendingworkloads",
-            query={"limit": 1000}, ok_statuses=(404, 503),
+            "GET", f"{ref.info.object_path(ref.name, ref.namespace)}/{subresource}", query=query, ref=ref,
+            ok_statuses=(404, 503),
         )
         if status in (404, 503):
             return None
-        return list((data or {}).get("items") or [])
+        return dict(data or {})
 
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         """Nothing to do: a real cluster has its own GPU nodes, registered by their kubelets."""

@@ -1,9 +1,11 @@
 """The simulated door: plausible, deterministic DCGM values for the simulated cluster's pods.
 
-Each running pod that holds GPUs reports by its workload kind (the pod label the portal sets):
-training keeps its GPUs busy (80-95 %), an inference server follows a day's traffic (10-50 %),
-a notebook is busy for its first 20 minutes and then sits idle (about 1 %) holding a third of its
-memory, which is the waste the portal exists to show. Values are functions of the pod's name, its
+Each running pod that holds GPUs reports by its workload kind's `TelemetryProfile` (the pod's
+kind label names the kind; each kind in jobs/kinds/ declares its profile and jobs fills
+`KIND_PROFILES`): a steady one keeps its GPUs busy (80-95 %, training), a daily one follows a
+day's traffic (10-50 %, an inference server), a busy-then-idle one works its first 20 minutes
+and then sits idle (about 1 %, a notebook) holding part of its memory, which is the waste the
+portal exists to show. Values are functions of the pod's name, its
 start and the minute, so the same question gets the same answer in the web and worker processes.
 
 Memory and power follow the GPUs the pod's node has: the simulated cluster's nodes say what one
@@ -24,7 +26,9 @@ import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
+from portal.hooks import Hook
 from portal.metrics.base import (
     DeviceHours,
     GpuReading,
@@ -38,7 +42,23 @@ from portal.metrics.base import (
 )
 
 KIND_LABEL = "gpu-portal.io/workload-kind"  # set on every workload pod (tenants.manifests.WORKLOAD_KIND_LABEL)
-NOTEBOOK_BUSY_SECONDS = 20 * 60
+BUSY_THEN_IDLE_SECONDS = 20 * 60
+
+
+@dataclass(frozen=True)
+class TelemetryProfile:
+    """How a kind's pods use their GPUs on the simulated door: the engine's shape over time and
+    the share of their units' memory they hold."""
+
+    shape: Literal["steady", "daily", "busy_then_idle"]
+    memory_share: float
+
+
+# A pod of no kind the portal knows (or none) keeps its GPUs busy, as training does.
+STEADY = TelemetryProfile("steady", 0.88)
+# Each workload kind's profile, by the name its pods carry (jobs fills it from jobs/kinds/).
+KindProfile = Callable[[str], "TelemetryProfile | None"]
+KIND_PROFILES = Hook[KindProfile]("portal.metrics.simulated.KIND_PROFILES", by="jobs")
 FIRST_REPORT_SECONDS = 15  # dcgm-exporter's first scrape of a new pod
 SAMPLE_SECONDS = 60
 # What one GPU unit of a simulated node holds (MiB) and draws at most (mW): a MIG slice its own
@@ -158,15 +178,16 @@ class SimulatedMetrics:
             return setting.engine_active
         minute = int(at // SAMPLE_SECONDS)
         noise = _noise(pod.namespace, pod.name, minute)
-        if pod.kind == "notebook":
-            return 40 + 40 * noise if at - pod.started_at < NOTEBOOK_BUSY_SECONDS else 0.2 + 1.6 * noise
-        if pod.kind == "inference":
+        shape = _profile(pod).shape
+        if shape == "busy_then_idle":
+            return 40 + 40 * noise if at - pod.started_at < BUSY_THEN_IDLE_SECONDS else 0.2 + 1.6 * noise
+        if shape == "daily":
             day = math.sin(2 * math.pi * ((at / 3600) % 24) / 24)
             return 30 + 15 * day + 10 * (noise - 0.5)
-        return 80 + 15 * noise  # training, distributed, anything else that asked for GPUs
+        return 80 + 15 * noise
 
     def _memory_share(self, pod: SimulatedPod) -> float:
-        return {"notebook": 0.35, "inference": 0.62}.get(pod.kind, 0.88)
+        return _profile(pod).memory_share
 
     @staticmethod
     def _watts(pod: SimulatedPod, percent: float) -> float:
@@ -289,3 +310,7 @@ def _minutes(begin: float, end: float) -> list[float]:
         times.append(t)
         t -= SAMPLE_SECONDS
     return times or [end]
+
+
+def _profile(pod: SimulatedPod) -> TelemetryProfile:
+    return KIND_PROFILES.call(pod.kind) or STEADY

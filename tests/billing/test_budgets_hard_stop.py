@@ -16,7 +16,7 @@ from jobs import sync
 from jobs.models import Workload
 from portal.errors import DomainError
 from portal.kube import ObjectRef, gateway
-from tenants.manifests import KUEUE
+from tenants.queueing.kueue import KUEUE
 from tests.billing.budget_helpers import priced, use
 from tests.contract.scenarios import condition, is_admitted, probe_job, workload_of
 from tests.helpers import api, launch

@@ -9,7 +9,7 @@ from jobs import services as job_services
 from jobs.models import Workload
 from portal.kube import ObjectRef, gateway
 from tenants import cluster_selectors
-from tenants.manifests import KUEUE
+from tenants.queueing.kueue import KUEUE
 
 TEAM_KINDS = [("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "LimitRange"), ("networking.k8s.io/v1", "NetworkPolicy"),
               ("rbac.authorization.k8s.io/v1", "RoleBinding"), (KUEUE, "ClusterQueue"), (KUEUE, "LocalQueue")]

@@ -9,7 +9,7 @@ from django.utils import timezone
 from billing import periods
 from billing.budgets import services as budgets
 from portal.kube import ObjectRef, gateway
-from tenants.manifests import KUEUE
+from tenants.queueing.kueue import KUEUE
 from tests.billing.budget_helpers import priced, use
 from tests.contract.scenarios import condition, existing, is_admitted, probe_job, workload_of
 from tests.factories import UserFactory

@@ -191,8 +191,8 @@ class AsThePortal:
     def pod_logs(self, **kwargs: Any) -> str:
         return self._as().pod_logs(**kwargs)
 
-    def pending_workloads(self, *, cluster_queue: str) -> Any:
-        return self._as().pending_workloads(cluster_queue=cluster_queue)
+    def read_subresource(self, ref: Any, subresource: str, **kwargs: Any) -> Any:
+        return self._as().read_subresource(ref, subresource, **kwargs)
 
     def expect_nodes(self, nodes: Any) -> None:
         """A real cluster has its own nodes."""

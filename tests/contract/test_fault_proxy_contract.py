@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s_client
 
-from jobs import manifests
+from jobs import kinds, manifests
 from jobs import services as job_services
 from jobs.models import Workload
 from portal.errors import DomainError
@@ -75,7 +75,7 @@ def _new_team(site: Any, cluster: ClusterUnderTest, name: str, capture: Any) -> 
 
 
 def _objects_of(workload: Workload) -> list[dict[str, Any]]:
-    wanted = manifests.make_workload_objects(spec=job_services.workload_spec(workload))
+    wanted = kinds.workload_objects(spec=job_services.workload_spec(workload))
     return [found for found in (gateway().get(ref_of(obj)) for obj in wanted) if found is not None]
 
 
@@ -133,7 +133,7 @@ def test_teams_and_launches_converge_through_throttling_errors_drops_and_lost_an
             assert workload.reason.startswith("The cluster did not take it: "), workload.reason
             cluster.wait_for(lambda w=workload: not _objects_of(w), what=f"nothing of failed {workload.name} left")
             continue
-        wanted = manifests.make_workload_objects(spec=job_services.workload_spec(workload))
+        wanted = kinds.workload_objects(spec=job_services.workload_spec(workload))
         assert len(_objects_of(workload)) == len(wanted), workload.name
         jobs = gateway().list("batch/v1", "Job", namespace=workload.team.namespace,
                               labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]

@@ -9,7 +9,7 @@ import pytest
 
 from portal.kube import KubeError, ObjectRef, gateway
 from tenants import desired, reconcile, services
-from tenants.manifests import KUEUE
+from tenants.queueing.kueue import KUEUE
 from tests.contract.scenarios import team_objects
 from tests.factories import UserFactory
 
@@ -107,9 +107,7 @@ def test_a_reconcile_cut_off_half_way_is_completed_by_the_next_and_creates_nothi
     admin = UserFactory.create(username="root", is_platform_admin=True)
     team = services.team_create(actor=admin, slug=cluster.unique("halfway"), name="Halfway")
     _, spec = desired.team_specs([team.pk])[team.pk]
-    from tenants.manifests import make_team_objects
-
-    for obj in make_team_objects(team=spec)[:3]:  # the worker died after three objects
+    for obj in desired.team_objects(spec)[:3]:  # the worker died after three objects
         gateway().apply(obj)
     assert len(team_objects(team.slug)) == 3
 

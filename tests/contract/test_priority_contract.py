@@ -17,11 +17,13 @@ import pytest
 from jobs import manifests as job_manifests
 from jobs import services as job_services
 from jobs import sync
+from jobs.kinds import training
 from jobs.models import Priority, Workload, WorkloadKind
 from portal.kube import KubeError, NodeSpec, ObjectRef, gateway
 from portal.kube.simulated import SimulatedGateway
 from tenants import manifests, reconcile, services
 from tenants.models import Flavor, Team
+from tenants.queueing import kueue
 from tests.contract.scenarios import HOLD, existing, launch
 from tests.helpers import ensure_priced
 
@@ -179,13 +181,12 @@ def test_on_the_real_scheduler_a_preempting_class_would_evict_the_other_teams_po
     gateway().apply({"apiVersion": PRIORITY_CLASS, "kind": "PriorityClass", "metadata": {"name": preempting},
                      "value": 10000, "preemptionPolicy": "PreemptLowerPriority"})
     try:
-        job = job_manifests.make_training_job(spec=job_manifests.WorkloadSpec(
+        job = training.make_training_job(spec=job_manifests.WorkloadSpec(
             workload_id=999999, name="outside-kueue", namespace=alpha.namespace, team=alpha.slug, kind="training",
             image="registry.example.com/ml/runtime:1", command=("true",), args=(), env=(), resource_name="nvidia.com/gpu",
-            units=2, cpu=1, memory_gib=1, annotations=tuple(HOLD.items()),
+            units=2, cpu=1, memory_gib=1, annotations=tuple(HOLD.items()),  # no queue's labels: Kueue leaves it alone
         ))
-        for key in (job_manifests.QUEUE_LABEL, job_manifests.PRIORITY_LABEL):
-            del job["metadata"]["labels"][key]
+        assert not {kueue.QUEUE_LABEL, kueue.PRIORITY_LABEL} & set(job["metadata"]["labels"])
         job["spec"]["suspend"] = False
         job["spec"]["template"]["spec"] |= {"priorityClassName": preempting, "nodeSelector": dict(flavor.node_labels)}
         gateway().apply(job)

@@ -13,8 +13,8 @@ from jobs import selectors as job_selectors
 from portal.kube import ObjectRef, gateway
 from portal.models import SsoIdentity
 from tenants import cluster_selectors, reconcile, services
-from tenants.manifests import KUEUE
 from tenants.models import QuotaGrant
+from tenants.queueing.kueue import KUEUE
 from tests.contract.scenarios import (
     condition,
     existing,

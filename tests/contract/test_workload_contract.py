@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jobs import manifests, selectors, services, sync
+from jobs import kinds, manifests, selectors, services, sync
 from jobs.models import RunInterval, Workload, WorkloadKind
 from portal.kube import ObjectRef, gateway, ref_of
 from tests.contract.scenarios import HOLD, QUICK, launch
@@ -25,7 +25,7 @@ def phase_of(workload: Workload) -> str:
 
 
 def objects_of(workload: Workload) -> list[dict[str, Any]]:
-    wanted = manifests.make_workload_objects(spec=services.workload_spec(workload))
+    wanted = kinds.workload_objects(spec=services.workload_spec(workload))
     return [o for o in (gateway().get(ref_of(obj)) for obj in wanted) if o]
 
 
@@ -37,7 +37,7 @@ def test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(cluster, site, 
     lead = team.memberships.get().user
     workload = launch(team, lead, templates[kind], site.flavor, django_capture_on_commit_callbacks, units=1)
     assert workload.phase == Workload.Phase.QUEUED, workload.reason
-    assert len(objects_of(workload)) == len(manifests.make_workload_objects(spec=services.workload_spec(workload)))
+    assert len(objects_of(workload)) == len(kinds.workload_objects(spec=services.workload_spec(workload)))
 
     cluster.wait_for(lambda: phase_of(workload) == Workload.Phase.RUNNING, what=f"the {kind} workload to run")
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from demo.site import DATA_VOLUME, OWN_CODE_TEMPLATE, PASSWORD
-from jobs import manifests, services
+from jobs import kinds, services
 from jobs.models import GitSource, Workload, WorkloadTemplate
 from portal.kube import ObjectRef, gateway
 from tests.helpers import api
@@ -46,7 +46,7 @@ def test_a_member_launches_the_demo_template_with_a_repository_of_their_own(demo
     workload = Workload.objects.get(template_version__template=demo)
     assert workload.parameters == {"repository": {"url": "https://github.com/alice/detector", "revision": "v1.2"},
                                    "script": ["/workspace/code/train.py", "--epochs", "3"], "data": DATA_VOLUME}
-    (job,) = manifests.make_workload_objects(spec=services.workload_spec(workload))
+    (job,) = kinds.workload_objects(spec=services.workload_spec(workload))
     pod = job["spec"]["template"]["spec"]
     fetch = {variable["name"]: variable["value"] for variable in pod["initContainers"][0]["env"]}
     assert (fetch["REPO_URL"], fetch["REPO_REVISION"]) == ("https://github.com/alice/detector", "v1.2")

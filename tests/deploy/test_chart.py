@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from jobs import kinds
 from tenants import manifests
 from tests.deploy.chart import CHART, ROOT, by_kind, container_env, merged, pod_specs, render, run_helm
 
@@ -205,10 +206,12 @@ def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret
     from portal.kube.base import KINDS
     granted = {(group, resource) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
     known = {(info.group, info.plural) for info in KINDS.values()} | {
-        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads")}  # Gateway.pending_workloads
+        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads")}  # Kueue's pending
     assert granted <= known
-    # Leases are the release namespace's Role's (leader election), never cluster-wide.
-    assert known - granted - {("coordination.k8s.io", "leases")} == {("", "configmaps"), ("", "nodes")}
+    # Leases are the release namespace's Role's (leader election), never cluster-wide; Kueue's
+    # visibility ClusterQueues are read only through their pendingworkloads subresource.
+    assert known - granted - {("coordination.k8s.io", "leases")} == {
+        ("", "configmaps"), ("", "nodes"), ("visibility.kueue.x-k8s.io", "clusterqueues")}
 
 
 def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
@@ -321,7 +324,7 @@ def test_the_team_network_policy_admits_the_worker_to_notebooks_and_no_other_por
     env = container_env(specs["portal-gpu-portal-worker"]["containers"][0], SECRETS)
     labels = parse_labels("PORTAL_POD_LABELS", env["PORTAL_POD_LABELS"])
     team = manifests.TeamSpec(slug="vision", quotas=(), uid="u", network=manifests.NetworkSpec(
-        portal_namespace=env["PORTAL_NAMESPACE"], portal_pod_labels=labels))
+        portal_namespace=env["PORTAL_NAMESPACE"], portal_pod_labels=labels), kinds=kinds.network_reach())
     policy = manifests.make_portal_network_policy(team=team)
     (rule,) = policy["spec"]["ingress"]
     (peer,) = rule["from"]
@@ -337,7 +340,7 @@ def test_the_team_network_policy_admits_the_worker_to_notebooks_and_no_other_por
     assert egress["podSelector"]["matchLabels"].items() <= deployments["portal-gpu-portal-worker"]["spec"]["template"][
         "metadata"]["labels"].items()
     notebooks = {"namespaceSelector": {"matchLabels": {manifests.MANAGED_BY_LABEL: manifests.MANAGER}},
-                 "podSelector": {"matchLabels": {manifests.WORKLOAD_KIND_LABEL: manifests.NOTEBOOK_KIND}}}
+                 "podSelector": {"matchLabels": {manifests.WORKLOAD_KIND_LABEL: "notebook"}}}  # the chart names the kind
     assert egress["egress"] == [{"to": [notebooks], "ports": [{"port": manifests.HTTP_PORT_NAME, "protocol": "TCP"}]}]
 
 

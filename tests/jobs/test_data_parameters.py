@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from jobs import manifests, services
+from jobs import kinds, manifests, services
+from jobs.kinds import training
 from jobs.models import Workload, WorkloadKind
 from jobs.parameters import ParameterError, check_declarations, validate_parameters
 from portal.errors import DomainError
@@ -69,7 +70,7 @@ def other_claims(other_team, flavor, simulated):
 
 
 def pod_spec(workload: Workload) -> dict[str, Any]:
-    (job,) = manifests.make_workload_objects(spec=services.workload_spec(workload))
+    (job,) = kinds.workload_objects(spec=services.workload_spec(workload))
     return job["spec"]["template"]["spec"]
 
 
@@ -126,7 +127,7 @@ def test_a_notebook_keeps_its_home_and_gets_the_data_volume_beside_it(team_claim
         user=admin_user, slug="nb-data", name="Notebook with data", kind=WorkloadKind.NOTEBOOK, flavors=[flavor],
         image="quay.io/acme/nb:1", port=8888, storage_gib=10, default_units=1, max_units=1, parameters=DATA[:1])
     workload = launch(member, team_claims, template, flavor, units=1, parameters={"data": "imagenet"})
-    statefulset = manifests.make_workload_objects(spec=services.workload_spec(workload))[2]
+    statefulset = kinds.workload_objects(spec=services.workload_spec(workload))[2]
     assert statefulset["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] == [
         {"name": "home", "mountPath": "/home/jovyan/work"}, {"name": "data-0", "mountPath": "/data", "readOnly": True}]
 
@@ -439,7 +440,7 @@ def _fetch(tmp_path: Any, url: str, revision: str, *, allow_file: bool = False) 
         workload_id=1, name="wl-1", namespace="team-x", team="x", kind="training", image="i", command=(), args=(),
         env=(), resource_name="nvidia.com/gpu", units=1, git_image="git",
         repositories=(manifests.GitSource(url=url, revision=revision, mount_path="/code"),))
-    (fetch,) = manifests.make_training_job(spec=spec)["spec"]["template"]["spec"]["initContainers"]
+    (fetch,) = training.make_training_job(spec=spec)["spec"]["template"]["spec"]["initContainers"]
     env = {item["name"]: item["value"] for item in fetch["env"]}
     checkout = tmp_path / "checkout"
     checkout.mkdir()

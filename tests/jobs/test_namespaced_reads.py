@@ -99,8 +99,8 @@ class TeamNamespacesOnly:
         self._allowed("Pod", namespace)
         return self.inner.pod_logs(namespace=namespace, name=name, tail_lines=tail_lines, limit_bytes=limit_bytes)
 
-    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
-        return self.inner.pending_workloads(cluster_queue=cluster_queue)
+    def read_subresource(self, ref: ObjectRef, subresource: str, *, query: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        return self.inner.read_subresource(ref, subresource, query=query)
 
     def expect_nodes(self, nodes: Any) -> None:
         self.inner.expect_nodes(nodes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import manifests, services, tasks
+from jobs import kinds, services, tasks
 from jobs.models import Workload, WorkloadKind
 from portal.kube import ObjectRef, ref_of, reset_gateway
 from portal.models import AuditEvent
@@ -116,7 +116,7 @@ def test_a_submission_refused_after_some_of_its_objects_were_taken_leaves_none_o
     with django_capture_on_commit_callbacks(execute=True):
         workload = launch(member, ready_team, serve, flavor)
     workload.refresh_from_db()
-    wanted = manifests.make_workload_objects(spec=services.workload_spec(workload))
+    wanted = kinds.workload_objects(spec=services.workload_spec(workload))
     assert len(wanted) >= 2 and workload.phase == Workload.Phase.FAILED
     assert workload.reason == f"The cluster did not take it: {INVALID}"
     assert [obj for obj in wanted if simulated.get(ref_of(obj)) is not None] == []

@@ -20,7 +20,8 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from jobs import manifests, services, sync
+from jobs import kinds, services, sync
+from jobs.kinds.base import COMPLETION_INDEX, is_true
 from jobs.models import RunInterval, Workload, WorkloadKind, WorkloadTransition
 from jobs.watch import WorkloadInformer
 from portal.kube import KubeError, ObjectRef, WatchEvent, gateway, ref_of, reset_gateway
@@ -63,7 +64,7 @@ def life(ready_team, member, training, flavor, simulated, django_capture_on_comm
     (job_complete,) = _objects("Job", "batch/v1", "vision")
     (pod_succeeded,) = _objects("Pod", "v1", "vision")
     assert not job_admitted["spec"]["suspend"] and pod_running["status"]["phase"] == "Running"
-    assert sync._true(job_complete, "Complete") and pod_succeeded["status"]["phase"] == "Succeeded"
+    assert is_true(job_complete, "Complete") and pod_succeeded["status"]["phase"] == "Succeeded"
     workload.refresh_from_db()
     assert workload.phase == Workload.Phase.QUEUED and workload.seen_in_cluster_at is None
     return Life(workload, job_admitted, job_complete, pod_running, pod_succeeded, kueue_admitted)
@@ -115,7 +116,7 @@ def describe(sequence: list[tuple[str, WatchEvent]]) -> str:
         if event.type == "RELISTED":
             return f"{len(event.object['items'])} items"
         if event.object["kind"] == "Job":
-            return "Complete" if sync._true(event.object, "Complete") else "active"
+            return "Complete" if is_true(event.object, "Complete") else "active"
         return (event.object.get("status") or {}).get("phase") or "admitted"
     return ", ".join(f"{kind} {event.type} ({state(event)})" for kind, event in sequence)
 
@@ -290,7 +291,7 @@ def _pod(name: str, phase: str, *, job_uid: str = "job-uid", index: str | None =
     meta: dict[str, Any] = {"name": name, "uid": f"uid-{name}",
                             "ownerReferences": [{"kind": "Job", "name": "wl-x", "uid": job_uid}]}
     if index is not None:
-        meta["annotations"] = {sync.COMPLETION_INDEX: index}
+        meta["annotations"] = {COMPLETION_INDEX: index}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-23T10:00:00Z"
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {}, "status": {"phase": phase}}
@@ -364,7 +365,7 @@ def test_an_open_interval_stays_open_while_a_direct_read_shows_its_pod_running(l
 def test_the_owner_kind_the_sync_reads_is_the_one_the_manifests_make(life):
     for kind in WorkloadKind.values:
         life.workload.template_version.template.kind = kind
-        owners = [ref_of(o) for o in manifests.make_workload_objects(spec=services.workload_spec(life.workload))
+        owners = [ref_of(o) for o in kinds.workload_objects(spec=services.workload_spec(life.workload))
                   if o["kind"] in ("Job", "Deployment", "StatefulSet")]
         assert owners == [sync.owner_ref(life.workload)]
 

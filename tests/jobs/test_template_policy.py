@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
-from jobs import manifests, policy, services, tasks
+from jobs import kinds, policy, services, tasks
 from jobs.models import ImageRegistry, Workload, WorkloadKind, WorkloadTemplateVersion
 from portal.errors import DomainError
 from portal.models import AuditEvent
@@ -212,7 +212,7 @@ def test_the_pod_runs_the_templates_argv_as_it_is_with_no_shell_in_front(ready_t
         launch(member, ready_team, template, flavor, parameters={"epochs": "3; rm -rf /"})
     workload = launch(member, ready_team, template, flavor, parameters={"epochs": 3})
 
-    (job,) = manifests.make_workload_objects(spec=services.workload_spec(workload))
+    (job,) = kinds.workload_objects(spec=services.workload_spec(workload))
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert (container["command"], container["args"]) == (["python", "train.py"], ["--epochs", "3"])
 

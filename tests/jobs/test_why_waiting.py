@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from jobs import selectors, sync
 from jobs.models import RunInterval, Workload
+from tenants.queueing import kueue
 from tests.conftest import login
 from tests.factories import MembershipFactory, UserFactory
 from tests.helpers import api, launch, make_ready
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.django_db
     ],
 )
 def test_kueues_messages_are_said_in_the_portals_words(message, said):
-    assert said in sync.waiting_reason(message)
+    assert said in kueue.waiting_reason(message)
 
 
 @pytest.fixture

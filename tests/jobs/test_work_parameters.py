@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs import manifests, services
+from jobs import kinds, services
 from jobs.models import WorkloadKind
 from jobs.parameters import ParameterError, check_declarations, validate_parameters
 from portal.errors import DomainError
@@ -36,7 +36,7 @@ def test_the_chosen_image_arguments_and_variables_land_in_the_container_exactly(
         "image": "quay.io/acme/experiments/resnet:2026-11", "extra_args": ["--lr", "0.1; rm -rf /"],
         "settings": {"WANDB_PROJECT": "vision", "DATA_DIR": "/data/imagenet"}, "epochs": 3})
 
-    (job,) = manifests.make_workload_objects(spec=services.workload_spec(workload))
+    (job,) = kinds.workload_objects(spec=services.workload_spec(workload))
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert (container["image"], container["command"], container["args"]) == (
         "quay.io/acme/experiments/resnet:2026-11", ["python"], ["main.py", "--epochs", "3", "--lr", "0.1; rm -rf /"])

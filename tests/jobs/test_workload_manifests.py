@@ -5,12 +5,16 @@ from __future__ import annotations
 import kubernetes_validate
 import pytest
 
+from jobs import kinds
 from jobs import manifests as m
+from jobs.kinds import distributed, inference, notebook, training
+from tenants.queueing.kueue import KueueBackend
 
 SPEC = m.WorkloadSpec(
     workload_id=42, name="wl-42", namespace="vision", team="vision", kind="training",
     image="pytorch/pytorch:2.5", command=("python", "train.py"), args=("--epochs", "3"), env=(("TAG", "2.5"),),
     resource_name="nvidia.com/gpu", units=2, cpu=8, memory_gib=32, priority="high", max_runtime_seconds=3600,
+    queue=tuple(KueueBackend().workload_labels(priority="high").items()),  # as jobs.services.workload_spec asks the backend
 )
 LABELS = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/team": "vision", "gpu-portal.io/workload": "42"}
 POD_SECURITY = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
@@ -21,7 +25,7 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
 
 def test_a_training_job_is_suspended_queued_bounded_and_locked_down():
     resources = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}
-    assert m.make_training_job(spec=SPEC) == {
+    assert training.make_training_job(spec=SPEC) == {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "wl-42", "namespace": "vision", "labels": {
             **LABELS, "kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": "gpu-portal-high"}},
@@ -45,7 +49,7 @@ def test_a_training_job_is_suspended_queued_bounded_and_locked_down():
 
 
 def test_a_distributed_job_is_indexed_and_its_workers_find_each_other():
-    service, job = m.make_distributed_job(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": "distributed", "workers": 4}))
+    service, job = distributed.make_distributed_job(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": "distributed", "workers": 4}))
     assert service["spec"] == {"clusterIP": "None", "publishNotReadyAddresses": True,
                                "selector": {"gpu-portal.io/workload": "42"}, "ports": [{"name": "rendezvous", "port": 29500}]}
     assert (job["spec"]["completionMode"], job["spec"]["completions"], job["spec"]["parallelism"]) == ("Indexed", 4, 4)
@@ -70,18 +74,18 @@ RULES = [{"host": "wl-42-vision.apps.example.com", "http": {"paths": [{
 
 def test_an_inference_server_gets_a_deployment_a_service_and_an_ingress_when_asked():
     spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "workers": 2, "port": 8000, "ingress": GATED})
-    service, deployment, ingress = m.make_inference(spec=spec)
+    service, deployment, ingress = inference.make_inference(spec=spec)
     assert deployment["spec"]["replicas"] == 2
     assert deployment["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
     assert deployment["spec"]["template"]["spec"]["restartPolicy"] == "Always"
     assert service["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": 8000}]
     assert ingress["spec"]["rules"][0]["host"] == "wl-42-vision.apps.example.com"
-    assert len(m.make_inference(spec=m.WorkloadSpec(**{**spec.__dict__, "ingress": None}))) == 2
+    assert len(inference.make_inference(spec=m.WorkloadSpec(**{**spec.__dict__, "ingress": None}))) == 2
 
 
 def test_an_ingress_without_a_certificate_is_gated_by_the_portal_and_claims_no_tls():
     spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "port": 8000, "ingress": GATED})
-    assert m.make_inference(spec=spec)[2] == {
+    assert inference.make_inference(spec=spec)[2] == {
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "wl-42", "namespace": "vision", "labels": LABELS, "annotations": GATE_ANNOTATIONS},
         "spec": {"ingressClassName": "nginx", "rules": RULES},
@@ -91,7 +95,7 @@ def test_an_ingress_without_a_certificate_is_gated_by_the_portal_and_claims_no_t
 def test_an_ingress_with_a_wildcard_certificate_names_its_secret():
     gated = m.IngressSpec(**{**GATED.__dict__, "tls_secret": "apps-wildcard"})
     spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "notebook", "port": 8888, "ingress": gated})
-    assert m.make_notebook(spec=spec)[-1] == {
+    assert notebook.make_notebook(spec=spec)[-1] == {
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "wl-42", "namespace": "vision", "labels": LABELS, "annotations": GATE_ANNOTATIONS},
         "spec": {"ingressClassName": "nginx", "rules": RULES,
@@ -102,7 +106,7 @@ def test_an_ingress_with_a_wildcard_certificate_names_its_secret():
 def test_an_ingress_with_a_cluster_issuer_asks_cert_manager_for_its_own_certificate():
     gated = m.IngressSpec(**{**GATED.__dict__, "cluster_issuer": "letsencrypt"})
     spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "port": 8000, "ingress": gated})
-    assert m.make_inference(spec=spec)[2] == {
+    assert inference.make_inference(spec=spec)[2] == {
         "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
         "metadata": {"name": "wl-42", "namespace": "vision", "labels": LABELS,
                      "annotations": {**GATE_ANNOTATIONS, "cert-manager.io/cluster-issuer": "letsencrypt"}},
@@ -114,7 +118,7 @@ def test_an_ingress_with_a_cluster_issuer_asks_cert_manager_for_its_own_certific
 def test_a_notebook_is_one_pod_whose_token_comes_from_its_own_secret():
     spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "notebook", "port": 8888, "notebook_token": "t0k-s3cret",
                              "storage_gib": 20})
-    secret, service, statefulset = m.make_notebook(spec=spec)
+    secret, service, statefulset = notebook.make_notebook(spec=spec)
     assert secret == {
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "wl-42-token", "namespace": "vision", "labels": LABELS},
@@ -141,7 +145,7 @@ A100 = m.Placement(node_labels=(("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80G
 
 def pod_specs(**changes: object) -> list[dict]:
     return [obj["spec"]["template"]["spec"] for kind in ("training", "distributed", "inference", "notebook")
-            for obj in m.make_workload_objects(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": kind, "port": 8080, **changes}))
+            for obj in kinds.workload_objects(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": kind, "port": 8080, **changes}))
             if "template" in obj.get("spec", {})]
 
 
@@ -169,7 +173,7 @@ def test_a_workload_accepting_several_flavors_may_run_on_any_of_their_nodes_and_
 
 ALL = [pytest.param(obj, id=f"{len(placements)}-flavor-{obj['kind']}-{obj['metadata']['name']}")
        for placements in ((H100,), (A100, H100)) for kind in ("training", "distributed", "inference", "notebook")
-       for obj in m.make_workload_objects(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": kind, "port": 8080, "workers": 2,
+       for obj in kinds.workload_objects(spec=m.WorkloadSpec(**{**SPEC.__dict__, "kind": kind, "port": 8080, "workers": 2,
                                                                    "ingress": GATED, "notebook_token": "t", "storage_gib": 5,
                                                                    "placements": placements}))]
 

@@ -12,8 +12,8 @@ import pytest
 from portal.kube import ObjectRef, gateway, reset_gateway
 from portal.kube.kubernetes import KubernetesGateway
 from tenants import reconcile, services
-from tenants.manifests import KUEUE
 from tenants.models import Membership
+from tenants.queueing.kueue import KUEUE
 from tests.browsing import log_in, sync_api
 from tests.factories import FlavorFactory, MembershipFactory, TeamFactory, UserFactory
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from tenants import catalog, desired, manifests
+from tenants import catalog, desired
 from tenants.models import Flavor
+from tenants.queueing import kueue
 
 PLATFORM_LABELS = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/role": "flavor"}
 
@@ -156,4 +157,4 @@ def test_a_flavor_made_from_a_preset_gives_its_golden_resource_flavor(key):
     flavor = Flavor(**catalog.PRESETS_BY_KEY[key].form_initial(), capacity_units=8)
     flavor.full_clean()
     assert (flavor.resource_name, flavor.sharing_mode, str(flavor.fraction)) == (resource_name, sharing_mode, fraction)
-    assert manifests.make_resource_flavor(flavor=desired.flavor_spec(flavor)) == golden
+    assert kueue.make_resource_flavor(flavor=desired.flavor_spec(flavor)) == golden

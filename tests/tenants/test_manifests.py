@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tenants import manifests as m
+from tenants.queueing import kueue
 
 KUBERNETES_VERSION = "1.36.0"
 CRDS = Path(__file__).resolve().parents[2] / "deploy" / "kueue" / "crds"
@@ -26,17 +27,19 @@ MIG = m.FlavorSpec(name="a100-1g-10gb", resource_name="nvidia.com/mig-1g.10gb", 
 A100 = m.FlavorSpec(name="a100-80gb", resource_name="nvidia.com/gpu", capacity=16, node_labels={"gpu": "a100"})
 
 UID = "8d5c2b1e-6f0a-4b7e-9c3d-2a1f0e9b8c7d"
+QUEUE = kueue.KueueBackend()  # the objects' queue part, Kueue's (tenants/queueing/kueue.py)
 TEAM = m.TeamSpec(
     slug="vision", uid=UID,
     quotas=(m.FlavorQuota(flavor=H100, nominal=8), m.FlavorQuota(flavor=MIG, nominal=0), m.FlavorQuota(flavor=A100, nominal=2)),
     subjects=("9f3c1b7e-bob", "24a8e0d2-alice"),
+    kinds=m.KindReach(serving=("inference", "notebook"), portal_reached=("notebook",)),
 )
 LABELS = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/team": "vision"}
 PROOF = {"gpu-portal.io/team-uid": UID}
 
 
 def test_a_team_gets_ten_objects_in_creation_order():
-    assert [(o["kind"], o["metadata"]["name"]) for o in m.make_team_objects(team=TEAM)] == [
+    assert [(o["kind"], o["metadata"]["name"]) for o in m.make_team_objects(team=TEAM, queue=QUEUE)] == [
         ("Namespace", "vision"), ("ResourceQuota", "gpu-portal"), ("LimitRange", "gpu-portal"),
         ("NetworkPolicy", "gpu-portal-default-deny-ingress"), ("NetworkPolicy", "gpu-portal-default-deny-egress"),
         ("NetworkPolicy", "gpu-portal-allow-portal"), ("NetworkPolicy", "gpu-portal-allow-ingress-controller"),
@@ -57,7 +60,7 @@ def test_the_namespace_enforces_restricted_pod_security():
 
 
 def test_the_cluster_queue_guarantees_the_grants_and_groups_flavors_by_resource():
-    assert m.make_cluster_queue(team=TEAM) == {
+    assert kueue.make_cluster_queue(team=TEAM) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
         "metadata": {"name": "vision", "labels": LABELS, "annotations": PROOF},
         "spec": {
@@ -83,7 +86,7 @@ def test_the_cluster_queue_guarantees_the_grants_and_groups_flavors_by_resource(
 def test_a_team_that_may_not_borrow_or_lend_gets_zero_limits_and_a_tight_backstop():
     team = m.TeamSpec(slug="vision", uid=UID, quotas=(m.FlavorQuota(flavor=H100, nominal=8),),
                       policy=m.TeamPolicy(may_borrow=False, lends_idle=False))
-    resources = m.make_cluster_queue(team=team)["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    resources = kueue.make_cluster_queue(team=team)["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
     assert resources == [{"name": "nvidia.com/gpu", "nominalQuota": "8", "borrowingLimit": "0", "lendingLimit": "0"}]
     assert m.make_resource_quota(team=team)["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
 
@@ -137,7 +140,7 @@ READER = m.PortalReader(cluster_role="portal-gpu-portal-in-team-namespaces", ser
 def test_with_namespaced_reads_the_portal_binds_its_own_account_right_after_the_namespace():
     team = replace(TEAM, portal_reader=READER)
 
-    assert [(o["kind"], o["metadata"]["name"]) for o in m.make_team_objects(team=team)][:3] == [
+    assert [(o["kind"], o["metadata"]["name"]) for o in m.make_team_objects(team=team, queue=QUEUE)][:3] == [
         ("Namespace", "vision"), ("RoleBinding", "gpu-portal-service-account"), ("ResourceQuota", "gpu-portal")]
     assert m.make_portal_role_binding(team=team, reader=READER) == {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
@@ -149,11 +152,11 @@ def test_with_namespaced_reads_the_portal_binds_its_own_account_right_after_the_
 
 
 def test_without_namespaced_reads_no_team_binds_the_portals_account():
-    assert not [o for o in m.make_team_objects(team=TEAM) if o["metadata"]["name"] == "gpu-portal-service-account"]
+    assert not [o for o in m.make_team_objects(team=TEAM, queue=QUEUE) if o["metadata"]["name"] == "gpu-portal-service-account"]
 
 
 def test_the_local_queue_points_at_the_team_queue():
-    assert m.make_local_queue(team=TEAM) == {
+    assert kueue.make_local_queue(team=TEAM) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
         "metadata": {"name": "default", "namespace": "vision", "labels": LABELS, "annotations": PROOF},
         "spec": {"clusterQueue": "vision", "stopPolicy": "None"},
@@ -161,14 +164,14 @@ def test_the_local_queue_points_at_the_team_queue():
 
 
 def test_every_team_object_carries_the_managed_by_label_and_the_team_uid():
-    for obj in m.make_team_objects(team=TEAM):
+    for obj in m.make_team_objects(team=TEAM, queue=QUEUE):
         assert obj["metadata"]["labels"].items() >= LABELS.items(), obj["kind"]
         assert obj["metadata"]["annotations"] == PROOF, obj["kind"]
 
 
 def test_the_name_prefix_names_the_namespace_and_the_queue_and_everything_that_points_at_them():
     team = m.TeamSpec(slug="vision", uid=UID, quotas=(m.FlavorQuota(flavor=H100, nominal=8),), name_prefix="gpu-")
-    objects = {o["kind"]: o for o in m.make_team_objects(team=team)}
+    objects = {o["kind"]: o for o in m.make_team_objects(team=team, queue=QUEUE)}
 
     assert (team.namespace, team.cluster_queue) == ("gpu-vision", "gpu-vision")
     assert objects["Namespace"]["metadata"]["name"] == "gpu-vision"
@@ -209,7 +212,7 @@ def test_labels_without_a_uid_count_only_for_a_team_from_before_the_uid():
 
 
 def test_flavors_become_resource_flavors_with_their_placement():
-    assert m.make_resource_flavor(flavor=H100) == {
+    assert kueue.make_resource_flavor(flavor=H100) == {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
         "metadata": {
             "name": "h100-80gb", "labels": {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/role": "flavor"},
@@ -220,7 +223,7 @@ def test_flavors_become_resource_flavors_with_their_placement():
 
 
 def test_priority_tiers_exist_for_kueue_and_for_pods():
-    objects = m.make_platform_objects(flavors=(H100,))
+    objects = m.make_platform_objects(flavors=(H100,), queue=QUEUE)
     names = [(o["kind"], o["metadata"]["name"], o.get("value")) for o in objects]
     assert names == [
         ("ResourceFlavor", "h100-80gb", None),
@@ -240,7 +243,7 @@ def test_pod_priority_classes_never_preempt_so_only_kueue_evicts_by_its_fair_rul
         "description": "Deadlines and serving: may preempt lower tiers inside the team.",
         "preemptionPolicy": "Never",
     }
-    pod_classes = [o for o in m.make_platform_objects(flavors=(H100,)) if o["kind"] == "PriorityClass"]
+    pod_classes = [o for o in m.make_platform_objects(flavors=(H100,), queue=QUEUE) if o["kind"] == "PriorityClass"]
     assert [o["preemptionPolicy"] for o in pod_classes] == ["Never", "Never", "Never"]
 
 
@@ -264,8 +267,8 @@ def _strict(schema: dict) -> dict:
     return schema
 
 
-ALL_OBJECTS = [*m.make_team_objects(team=replace(TEAM, portal_reader=READER)),
-               *m.make_platform_objects(flavors=(H100, MIG, A100))]
+ALL_OBJECTS = [*m.make_team_objects(team=replace(TEAM, portal_reader=READER), queue=QUEUE),
+               *m.make_platform_objects(flavors=(H100, MIG, A100), queue=QUEUE)]
 
 
 @pytest.mark.parametrize("obj", ALL_OBJECTS, ids=lambda o: f"{o['kind']}-{o['metadata']['name']}")
@@ -279,7 +282,7 @@ def test_every_object_validates_against_the_pinned_schemas(obj):
 
 
 def test_schema_validation_can_fail():
-    broken = m.make_cluster_queue(team=TEAM)
+    broken = kueue.make_cluster_queue(team=TEAM)
     broken["spec"]["cohort"] = "v1beta1-spelling"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(broken, _strict(_crd_schema("ClusterQueue")) | {})
@@ -290,4 +293,4 @@ def test_schema_validation_can_fail():
 
 def test_a_held_team_s_local_queue_admits_nothing_new():
     held = replace(TEAM, held=True)
-    assert m.make_local_queue(team=held)["spec"] == {"clusterQueue": "vision", "stopPolicy": "Hold"}
+    assert kueue.make_local_queue(team=held)["spec"] == {"clusterQueue": "vision", "stopPolicy": "Hold"}

@@ -15,13 +15,14 @@ import kubernetes_validate
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from jobs import kinds
 from jobs import manifests as jobs_manifests
 from portal.settings import service_account_namespace
 from tenants import manifests as m
 from tenants.desired import network_spec
 
 UID = "8d5c2b1e-6f0a-4b7e-9c3d-2a1f0e9b8c7d"
-TEAM = m.TeamSpec(slug="vision", uid=UID, quotas=())
+TEAM = m.TeamSpec(slug="vision", uid=UID, quotas=(), kinds=kinds.network_reach())
 META = {"namespace": "vision", "labels": {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/team": "vision"},
         "annotations": {"gpu-portal.io/team-uid": UID}}
 
@@ -255,11 +256,11 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     return True
 
 
-def _pods(kind: jobs_manifests.Kind) -> list[dict[str, Any]]:
+def _pods(kind: str) -> list[dict[str, Any]]:
     spec = jobs_manifests.WorkloadSpec(
         workload_id=7, name="wl-7", namespace="vision", team="vision", kind=kind, image="img", command=(), args=(),
         env=(), resource_name="nvidia.com/gpu", units=1, port=8888 if kind in ("inference", "notebook") else 0)
-    objects = jobs_manifests.make_workload_objects(spec=spec)
+    objects = kinds.workload_objects(spec=spec)
     return [obj["spec"]["template"] for obj in objects if "template" in obj.get("spec", {})]
 
 

@@ -12,6 +12,7 @@ from portal.kube import KubeError, ObjectRef, reset_gateway
 from portal.kube.counting import CountingGateway
 from tenants import cluster_selectors, desired, manifests, reconcile, services, tasks
 from tenants.models import Team
+from tenants.queueing.kueue import KUEUE
 from tests.factories import TeamFactory
 from tests.helpers import api, make_ready
 
@@ -21,7 +22,7 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 REFUSAL = ("The namespace vision already exists in the cluster and was not created by the portal for this team, "
            "so the portal will not adopt it. Remove it, or set PORTAL_NAMESPACE_PREFIX.")
 NAMESPACE = ObjectRef("v1", "Namespace", "vision")
-QUEUE = ObjectRef(manifests.KUEUE, "ClusterQueue", "vision")
+QUEUE = ObjectRef(KUEUE, "ClusterQueue", "vision")
 
 
 def someone_elses_namespace(cluster, name: str = "vision", labels: dict | None = None, annotations: dict | None = None) -> None:
@@ -123,7 +124,7 @@ def test_teardown_deletes_nothing_that_carries_another_teams_uid(team, flavor, s
 
 def test_a_team_from_before_the_uid_adopts_its_labelled_objects_once(team, flavor, simulated):
     _, spec = desired.team_specs([team.pk])[team.pk]
-    for obj in manifests.make_team_objects(team=spec):
+    for obj in desired.team_objects(spec):
         del obj["metadata"]["annotations"]  # as the portal wrote them before teams had a uid
         simulated.apply(obj)
 
@@ -151,7 +152,7 @@ def test_the_namespace_prefix_names_the_teams_namespace_and_queue_everywhere(tea
     assert (team.namespace, team.cluster_queue) == ("gpu-vision", "gpu-vision")
     assert simulated.get(ObjectRef("v1", "Namespace", "gpu-vision")) is not None
     assert simulated.get(ObjectRef("v1", "ResourceQuota", "gpu-portal", "gpu-vision")) is not None
-    assert simulated.get(ObjectRef(manifests.KUEUE, "ClusterQueue", "gpu-vision")) is not None
+    assert simulated.get(ObjectRef(KUEUE, "ClusterQueue", "gpu-vision")) is not None
     assert simulated.get(NAMESPACE) is None
     assert [row.guaranteed for row in cluster_selectors.team_cluster_picture(team=team).usage] == [3]
 

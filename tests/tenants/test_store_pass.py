@@ -20,6 +20,7 @@ from portal.kube.counting import CountingGateway
 from portal.kube.store import KindStore
 from portal.leader import LeadershipLost
 from tenants import manifests, reconcile
+from tenants.queueing.kueue import KUEUE
 from tests.factories import TeamFactory
 from tests.helpers import make_ready
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.django_db
 
 QUOTA = ObjectRef("v1", "ResourceQuota", "gpu-portal", "vision")
 NAMESPACE = ObjectRef("v1", "Namespace", "vision")
-QUEUE = ObjectRef(manifests.KUEUE, "ClusterQueue", "vision")
+QUEUE = ObjectRef(KUEUE, "ClusterQueue", "vision")
 
 
 def filled(store: KindStore, cluster, kinds=reconcile.OWNED_KINDS) -> KindStore:

@@ -16,7 +16,7 @@ from portal.kube.base import FIELD_MANAGER, KindLists, NodeSpec, ObjectRef, Watc
 from portal.kube.simulated.apiserver import ApiServer
 from portal.kube.simulated.controllers import controllers_reconcile
 from portal.kube.simulated.kubelet import pod_logs
-from portal.kube.simulated.kueue import Kueue
+from portal.kube.simulated.kueue import VISIBILITY, Kueue
 from portal.kube.simulated.state import ClusterState
 from portal.kube.simulated.store import Store
 
@@ -98,11 +98,17 @@ class SimulatedGateway:
         # As the API server does: the first limit_bytes of what it would send, cut mid-line if need be.
         return text if limit_bytes is None else text.encode()[:limit_bytes].decode(errors="replace")
 
-    def pending_workloads(self, *, cluster_queue: str) -> Sequence[dict[str, Any]] | None:
+    def read_subresource(
+        self, ref: ObjectRef, subresource: str, *, query: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """The aggregated APIs this cluster serves: Kueue's visibility API (pending workloads of a
+        ClusterQueue), as Kueue's visibility server answers it."""
+        if (ref.api_version, ref.kind, subresource) != (VISIBILITY, "ClusterQueue", "pendingworkloads"):
+            return None
         if not self.serves_visibility:
             return None
         with transaction.atomic():
-            return Kueue(ClusterState.read(self.store)).pending_workloads(cluster_queue)
+            return {"items": Kueue(ClusterState.read(self.store)).pending_workloads(ref.name)}
 
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         """Makes the simulated nodes exactly these: the catalog's, or a test's."""

@@ -27,6 +27,9 @@ from portal.kube.simulated.state import (
 )
 from portal.kube.simulated.store import now_iso
 
+# Kueue's on-demand visibility API, which its visibility server serves through an APIService.
+VISIBILITY = "visibility.kueue.x-k8s.io/v1beta2"
+
 
 @dataclass
 class Workload:

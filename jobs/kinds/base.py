@@ -1,0 +1,131 @@
+"""What every workload kind declares, in one place: the interface of jobs/kinds/.
+
+Modelled on how Kueue integrates job frameworks (one integration per kind of object, kept in a
+registry by name): each kind is one module that declares a `Kind` (what it builds, which object
+owns its pods, how that object's state reads as a phase, what the pages, the template editor,
+the gate, the network policies and the simulated telemetry need to know of it), and the rest of
+the portal asks the registry (jobs/kinds/__init__.py) rather than naming a kind.
+
+Pure: nothing here imports Django or talks to a cluster. Phases are the values of
+`jobs.models.Workload.Phase` (a test holds the two together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from jobs.manifests import WorkloadSpec
+from portal.metrics.simulated import TelemetryProfile
+from tenants.queueing.base import Admission
+
+Objects = list[dict[str, Any]]
+Verdict = tuple[str, str]
+# jobs.models.Workload.Phase's values, which derive() answers in.
+QUEUED, ADMITTED, RUNNING, SUCCEEDED, FAILED, PREEMPTED = "queued", "admitted", "running", "succeeded", "failed", "preempted"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of workload. `name` is what templates store and pods carry in their kind label."""
+
+    name: str
+    label: str  # as the kind is listed: "Distributed training"
+    noun: str  # one of it, in a sentence: "inference server"
+    plural: str  # several, in the template editor's hints: "notebooks"
+    build: Callable[[WorkloadSpec], Objects]  # every object of a workload, in the order to create them (the owner last)
+    owner: tuple[str, str]  # apiVersion and kind of the object that owns its pods, which the queue admits
+    # Its phase and reason from its owner, its pods and what the queue backend says of it.
+    derive: Callable[[dict[str, Any], list[dict[str, Any]], Admission], Verdict]
+    telemetry: TelemetryProfile  # how its pods use their GPUs on the simulated door
+    runs_to_completion: bool = False  # ends by itself, at the latest at the template's maximum run time
+    pod_noun: str = ""  # what one of its several pods is called ("worker", "replica"); "" for a single pod
+    scalable: bool = False  # its pod count may change while it runs (scale, idle scale-down to the minimum)
+    serves_http: bool = False  # a port, a Service and an Ingress behind the portal's gate
+    opened_by: Literal["", "owner", "team"] = ""  # who may open it through the gate: its owner, or its team
+    has_token: bool = False  # a token of its own (a Secret), handed to its owner only
+    portal_reaches: bool = False  # the portal asks the server itself how idle it is (jobs/idle.py)
+    local_port: int = 8080  # where `kubectl port-forward` puts it on the user's machine
+    asks_storage: bool = False  # the template editor's persistent home volume
+    # Templates from before idle policies could stop it with `idle_minutes` alone (notebooks did).
+    legacy_idle_minutes: bool = False
+
+    @property
+    def pod_count(self) -> bool:
+        """Whether a launch chooses how many pods it runs (a `workers` or `replicas` parameter)."""
+        return bool(self.pod_noun)
+
+
+# --- Reading an owner's state: the pieces the kinds share ------------------------------------------
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions", []) or []:
+        if cond.get("type") == type_:
+            return cond
+    return {}
+
+
+def is_true(obj: dict[str, Any], type_: str) -> bool:
+    return condition(obj, type_).get("status") == "True"
+
+
+def running_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What counts as running, for every kind: pods the kubelet reports Running."""
+    return [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+
+
+def completions_succeeded(job: dict[str, Any], pods: list[dict[str, Any]]) -> bool:
+    """Whether a succeeded pod of this very Job stands for each of its completions. A pod's
+    success is final, so no later event can take it back; pods of another Job of the same name
+    (deleted and made again), pods being deleted (killed, not finished) and a second pod of
+    the same index do not count, and a Job without completions is done at its first success."""
+    uid = job["metadata"].get("uid")
+    indexed = job["spec"].get("completionMode") == "Indexed"
+    done: set[str] = set()
+    for pod in pods:
+        meta = pod["metadata"]
+        if (pod.get("status") or {}).get("phase") != "Succeeded" or meta.get("deletionTimestamp"):
+            continue
+        owners = {o.get("uid") for o in meta.get("ownerReferences", []) if o.get("kind") == "Job"}
+        if uid and owners and uid not in owners:
+            continue
+        index = (meta.get("annotations") or {}).get(COMPLETION_INDEX) or (meta.get("labels") or {}).get(COMPLETION_INDEX)
+        done.add(f"index {index}" if indexed and index is not None else f"pod {meta.get('uid') or meta['name']}")
+    return len(done) >= int(job["spec"].get("completions") or 1)
+
+
+def derive_batch_job(owner: dict[str, Any], pods: list[dict[str, Any]], admission: Admission) -> Verdict:
+    """A suspended batch Job the queue resumes: terminal only from the Job's own conditions or a
+    succeeded pod per completion; waiting while suspended."""
+    if is_true(owner, "Complete"):
+        return SUCCEEDED, "Finished successfully"
+    if is_true(owner, "Failed"):
+        failed = condition(owner, "Failed")
+        return FAILED, f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".rstrip(": ")
+    # Every completion succeeded is what the Job controller will conclude a moment later: say it now.
+    if completions_succeeded(owner, pods):
+        return SUCCEEDED, "Finished successfully"
+    if admission.evicted:
+        return PREEMPTED, f"Preempted and queued again: {admission.evicted_message}".rstrip(": ")
+    if owner["spec"].get("suspend", False):
+        return QUEUED, admission.waiting
+    running = running_pods(pods)
+    if running:
+        return RUNNING, f"{len(running)} of {owner['spec'].get('parallelism', 1)} pods running"
+    return ADMITTED, admission.starting
+
+
+def derive_server(owner: dict[str, Any], pods: list[dict[str, Any]], admission: Admission) -> Verdict:
+    """A Deployment or StatefulSet whose pods the queue gates one by one until admitted: it never
+    ends by itself, so only running, preempted, waiting or starting."""
+    running = running_pods(pods)
+    if running:
+        return RUNNING, f"{len(running)} of {owner['spec'].get('replicas', 1)} replicas running"
+    if admission.evicted:
+        return PREEMPTED, "Preempted and queued again"
+    if admission.pending or not pods:
+        return QUEUED, admission.waiting
+    return ADMITTED, admission.starting

@@ -1,0 +1,101 @@
+"""The interface every queue backend implements: the cluster side of quota and queueing.
+
+A backend turns a team's grants into the cluster's queue objects (its team queue with its quota,
+the flavors' and priority tiers' shared objects, a hold), marks a workload's objects for its
+queue, and reads back what the portal says in its own words: whether a workload is admitted and
+on which flavor, why it waits and where it stands in its queue, and what each team's queue uses,
+borrows and lends per flavor. Kueue is the first (tenants/queueing/kueue.py); a site picks one
+with PORTAL_QUEUE_BACKEND. Pure: the values and the Protocol import nothing from Django.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from tenants.manifests import FlavorSpec, PriorityTier, TeamSpec, TierName
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the queue says of one workload, in the portal's words."""
+
+    pending: bool = False  # the queue knows it and has not admitted it
+    waiting: str = ""  # why it waits (also when the queue does not know it yet)
+    evicted: bool = False  # the queue took its admission back and has not given it again
+    evicted_message: str = ""
+    starting: str = ""  # what to say once admitted, before a pod runs
+    flavors: tuple[tuple[str, str], ...] = ()  # (resource name, flavor slug) it was admitted on
+
+
+@dataclass(frozen=True)
+class QueueUsage:
+    """One team queue's use of one flavor."""
+
+    flavor: str
+    resource: str
+    guaranteed: int
+    in_use: int
+    borrowed: int
+    lent: int
+    idle: int = 0  # what it leaves idle and may lend: none for a team that does not lend
+
+    @property
+    def free(self) -> int:
+        """What is left of the guarantee: more than this borrows or waits."""
+        return max(self.guaranteed - self.in_use, 0)
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    """One waiting entry of a team queue, in the order the backend will try them."""
+
+    namespace: str
+    owners: tuple[str, ...]  # names of the objects it stands for (a workload's owner, or its pods)
+    position: int  # counted from 0 across the team's queue
+
+
+class QueueBackend(Protocol):
+    """What the portal asks of a queue backend. Builders are pure; `usage` and `pending` read the
+    cluster through portal.kube."""
+
+    name: str  # as PORTAL_QUEUE_BACKEND names it, and where a waiting position comes from
+    label: str  # the backend as the pages name it: "Kueue"
+    position_words: str  # that source of a position, in the API's words
+    # Kinds the portal owns, as tenants.reconcile lists, applies and prunes them: the shared ones
+    # (made before everything else) and a team's (made after the namespace's contents).
+    platform_kinds: tuple[tuple[str, str], ...]
+    team_kinds: tuple[tuple[str, str], ...]
+    # What the queue makes of a workload without the portal's labels, read beside its owner.
+    workload_kinds: tuple[tuple[str, str], ...]
+
+    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
+        """The flavors' and priority tiers' objects every team shares."""
+        ...
+
+    def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:
+        """The team's queue with its quota (nominal, borrowing, lending per flavor), held when `team.held`."""
+        ...
+
+    def team_root(self, *, name: str) -> tuple[str, str, str]:
+        """(apiVersion, kind, name) of the team's cluster-scoped queue: one that may collide with another's."""
+        ...
+
+    def workload_labels(self, *, priority: TierName) -> dict[str, str]:
+        """The labels a workload's queued object carries: its team queue and priority tier."""
+        ...
+
+    def admission(self, objects: Sequence[dict[str, Any]]) -> Admission:
+        """What the queue's objects of one workload (of `workload_kinds`) say of its admission."""
+        ...
+
+    def usage(self, *, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
+        """Per team slug: what its queue is guaranteed, uses, borrows and lends, per flavor."""
+        ...
+
+    def pending(self, *, team_queue: str) -> list[PendingEntry] | None:
+        """The team queue's waiting entries in the order they will be tried; None when the
+        cluster does not say."""
+        ...

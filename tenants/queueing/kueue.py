@@ -1,0 +1,268 @@
+"""Kueue as the portal's queue backend (PORTAL_QUEUE_BACKEND=kueue).
+
+A team is a ClusterQueue in the portal's cohort with one resource group per GPU resource name
+(flavors sharing a resource are alternatives Kueue tries in order), nominal quota from the
+team's grants, borrowing and lending limits from its policy, and a LocalQueue `default` in its
+namespace, held (`stopPolicy: Hold`) while billing's hard stop holds the team. Flavors are
+ResourceFlavors and priority tiers WorkloadPriorityClasses. A workload's queued object carries
+the LocalQueue's and the tier's labels; Kueue makes a Workload for it, whose conditions say
+whether it is admitted, evicted or why it waits, and whose admission names the flavor. What a
+queue lends is not reported: it is the cohort's borrowing shared among the lenders by their idle
+guarantee. The builders here are pure; `usage` and `pending` read the cluster through portal.kube.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.conf import settings
+
+from portal.kube import KubeError, ObjectRef, gateway
+from tenants.manifests import (
+    MANAGED_BY_LABEL,
+    MANAGER,
+    TEAM_LABEL,
+    FlavorSpec,
+    PriorityTier,
+    TeamSpec,
+    TierName,
+    platform_labels,
+    team_meta,
+)
+from tenants.queueing.base import Admission, PendingEntry, QueueUsage
+
+KUEUE = "kueue.x-k8s.io/v1beta2"
+# Kueue's on-demand visibility API: served by Kueue's visibility server through an APIService.
+VISIBILITY = "visibility.kueue.x-k8s.io/v1beta2"
+QUEUE_NAME = "default"  # each team's LocalQueue
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# Team queues are the portal's own: other ClusterQueues in the cluster are not a team's.
+MANAGED = {MANAGED_BY_LABEL: MANAGER}
+
+
+# --- What every team shares ----------------------------------------------------------------------
+
+
+def make_resource_flavor(*, flavor: FlavorSpec) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeLabels": dict(flavor.node_labels)}
+    if flavor.tolerations:
+        spec["tolerations"] = [dict(t) for t in flavor.tolerations]
+    return {
+        "apiVersion": KUEUE, "kind": "ResourceFlavor", "metadata": {"name": flavor.name, "labels": platform_labels("flavor")},
+        "spec": spec,
+    }
+
+
+def make_workload_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE, "kind": "WorkloadPriorityClass",
+        "metadata": {"name": tier.object_name, "labels": platform_labels("priority")},
+        "value": tier.value, "description": tier.description,
+    }
+
+
+# --- A team's queue ------------------------------------------------------------------------------
+
+
+def make_cluster_queue(*, team: TeamSpec) -> dict[str, Any]:
+    # One resource group per GPU resource name: flavors that share a resource (two models of
+    # whole GPUs) are alternatives Kueue tries in order; different resources never mix.
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for quota in team.quotas:
+        limits: dict[str, Any] = {"name": quota.flavor.resource_name, "nominalQuota": str(quota.nominal)}
+        if not team.policy.may_borrow:
+            limits["borrowingLimit"] = "0"
+        if not team.policy.lends_idle:
+            limits["lendingLimit"] = "0"
+        groups.setdefault(quota.flavor.resource_name, []).append({"name": quota.flavor.name, "resources": [limits]})
+    return {
+        "apiVersion": KUEUE, "kind": "ClusterQueue",
+        "metadata": team_meta(team.cluster_queue, team, namespaced=False),
+        "spec": {
+            "cohortName": team.cohort,
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
+            "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [
+                {"coveredResources": [resource], "flavors": flavors} for resource, flavors in groups.items()
+            ],
+            "preemption": {
+                "reclaimWithinCohort": "Any",
+                "borrowWithinCohort": {"policy": "Never"},
+                "withinClusterQueue": "LowerPriority",
+            },
+        },
+    }
+
+
+def make_local_queue(*, team: TeamSpec) -> dict[str, Any]:
+    return {
+        "apiVersion": KUEUE, "kind": "LocalQueue",
+        "metadata": team_meta(QUEUE_NAME, team),
+        # Always written, so lifting a hold is a change the periodic pass sees and applies.
+        "spec": {"clusterQueue": team.cluster_queue, "stopPolicy": "Hold" if team.held else "None"},
+    }
+
+
+# --- A workload's admission ------------------------------------------------------------------------
+
+
+def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions", []) or []:
+        if cond.get("type") == type_:
+            return cond
+    return {}
+
+
+def _true(obj: dict[str, Any], type_: str) -> bool:
+    return _condition(obj, type_).get("status") == "True"
+
+
+_SHORT = re.compile(
+    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), (?P<missing>\S+) more needed")
+_TOO_BIG = re.compile(r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+)")
+_UNAVAILABLE = re.compile(r"resource (?P<resource>\S+) unavailable in ClusterQueue")
+
+
+def waiting_reason(message: str) -> str:
+    """Kueue's condition message, said in the portal's words rather than repeated."""
+    if not message:
+        return "Waiting for Kueue to admit it"
+    if match := _SHORT.search(message):
+        missing = match["missing"]
+        return (f"Waiting for quota: the team's free {match['flavor']} quota and what other teams leave idle are "
+                f"{missing} unit{'' if missing == '1' else 's'} short. It starts when that much frees up.")
+    if match := _TOO_BIG.search(message):
+        return (f"Waiting for quota: it asks for more {match['flavor']} than the team could ever get (its guarantee "
+                "plus what it may borrow); it cannot start until the team's quota grows.")
+    if match := _UNAVAILABLE.search(message):
+        return f"Waiting: the team's queue has no quota for {match['resource']}; ask for some."
+    if "is inactive" in message or "is stopped" in message:
+        return "Waiting: the team's queue is on hold, so nothing new starts until it is resumed."
+    if "no longer fits" in message:
+        return "Waiting for quota: another workload took the free quota first; it starts at the next opening."
+    return f"Waiting for Kueue, which says: {message}"
+
+
+def admission(workloads: Sequence[dict[str, Any]]) -> Admission:
+    """What Kueue's Workloads of one portal workload say: evicted and not admitted again, waiting
+    (quota not reserved) and why, and the flavors its admission charges."""
+    evicted = [w for w in workloads if _true(w, "Evicted") and not _true(w, "QuotaReserved")]
+    pending = [w for w in workloads if not _true(w, "QuotaReserved")]
+    message = _condition(pending[0], "QuotaReserved").get("message", "") if pending else ""
+    flavors = tuple((resource, flavor) for w in workloads
+                    for assignment in (((w.get("status") or {}).get("admission") or {}).get("podSetAssignments") or [])
+                    for resource, flavor in (assignment.get("flavors") or {}).items())
+    return Admission(
+        pending=bool(pending), waiting=waiting_reason(message),
+        evicted=bool(evicted), evicted_message=_condition(evicted[0], "Evicted").get("message", "") if evicted else "",
+        starting="Admitted by Kueue; starting its pods", flavors=flavors,
+    )
+
+
+# --- Reads of the cluster --------------------------------------------------------------------------
+
+
+def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
+    """Per team: what its ClusterQueue is guaranteed, uses, borrows and lends, per flavor.
+
+    Kueue reports usage and borrowing per queue; what a queue lends is not reported, so it is
+    the cohort's borrowing shared among the lenders by their idle guarantee.
+    """
+    items, _ = gateway().list(KUEUE, "ClusterQueue", labels=MANAGED)
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for cq in items:
+        if cq["spec"].get("cohortName") != settings.PORTAL_COHORT:
+            continue  # borrowing and lending happen within the portal's cohort only
+        # Keyed by the team's slug, whatever PORTAL_NAMESPACE_PREFIX made of the queue's name.
+        name = (cq["metadata"].get("labels") or {}).get(TEAM_LABEL, cq["metadata"]["name"])
+        usage = {
+            (f["name"], r["name"]): r for f in (cq.get("status") or {}).get("flavorsUsage", []) for r in f.get("resources", [])
+        }
+        for group in cq["spec"].get("resourceGroups", []):
+            for fq in group.get("flavors", []):
+                for r in fq.get("resources", []):
+                    used = usage.get((fq["name"], r["name"]), {})
+                    nominal = int(float(r.get("nominalQuota", 0)))
+                    lendable = nominal if "lendingLimit" not in r else min(nominal, int(float(r["lendingLimit"])))
+                    rows.setdefault(name, []).append({
+                        "flavor": fq["name"], "resource": r["name"], "guaranteed": nominal,
+                        "in_use": int(float(used.get("total", 0) or 0)), "borrowed": int(float(used.get("borrowed", 0) or 0)),
+                        "lendable": lendable,
+                    })
+    borrowed_by_flavor: dict[str, int] = defaultdict(int)
+    idle_by_flavor: dict[str, int] = defaultdict(int)
+    for queue_rows in rows.values():
+        for row in queue_rows:
+            borrowed_by_flavor[row["flavor"]] += row["borrowed"]
+            row["idle"] = max(min(row["lendable"], row["guaranteed"] - row["in_use"]), 0)
+            idle_by_flavor[row["flavor"]] += row["idle"]
+    wanted = set(slugs) if slugs is not None else None
+    result: dict[str, list[QueueUsage]] = {}
+    for name, queue_rows in rows.items():
+        if wanted is not None and name not in wanted:
+            continue
+        result[name] = [
+            QueueUsage(
+                flavor=row["flavor"], resource=row["resource"], guaranteed=row["guaranteed"], in_use=row["in_use"],
+                borrowed=row["borrowed"], idle=row["idle"],
+                lent=round(borrowed_by_flavor[row["flavor"]] * row["idle"] / idle_by_flavor[row["flavor"]])
+                if idle_by_flavor[row["flavor"]] else 0,
+            )
+            for row in queue_rows
+        ]
+    return result
+
+
+def pending_workloads(*, cluster_queue: str) -> list[PendingEntry] | None:
+    """Kueue's pending workloads of a ClusterQueue, in the order it will try them, from its
+    visibility API; None when the cluster does not serve it (no APIService, or Kueue's
+    visibility server does not answer: the VisibilityOnDemand gate is off, or Kueue is down)."""
+    answer = gateway().read_subresource(ObjectRef(VISIBILITY, "ClusterQueue", cluster_queue), "pendingworkloads",
+                                        query={"limit": 1000})
+    if answer is None:
+        return None
+    entries = []
+    for item in answer.get("items") or []:
+        meta = item.get("metadata") or {}
+        entries.append(PendingEntry(namespace=meta.get("namespace", ""),
+                                    owners=tuple(str(ref.get("name", "")) for ref in meta.get("ownerReferences") or []),
+                                    position=int(item.get("positionInClusterQueue", 0))))
+    return entries
+
+
+class KueueBackend:
+    name: str = "kueue"
+    label: str = "Kueue"
+    position_words: str = "Kueue's visibility API"
+    platform_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "ResourceFlavor"), (KUEUE, "WorkloadPriorityClass"))
+    team_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "ClusterQueue"), (KUEUE, "LocalQueue"))
+    workload_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "Workload"),)
+
+    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
+        return [*(make_resource_flavor(flavor=flavor) for flavor in flavors),
+                *(make_workload_priority_class(tier=tier) for tier in tiers)]
+
+    def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:
+        return [make_cluster_queue(team=team), make_local_queue(team=team)]
+
+    def team_root(self, *, name: str) -> tuple[str, str, str]:
+        return KUEUE, "ClusterQueue", name
+
+    def workload_labels(self, *, priority: TierName) -> dict[str, str]:
+        return {QUEUE_LABEL: QUEUE_NAME, PRIORITY_LABEL: f"gpu-portal-{priority}"}
+
+    def admission(self, objects: Sequence[dict[str, Any]]) -> Admission:
+        return admission(objects)
+
+    def usage(self, *, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
+        return cluster_queue_usage(slugs=slugs)
+
+    def pending(self, *, team_queue: str) -> list[PendingEntry] | None:
+        try:
+            return pending_workloads(cluster_queue=team_queue)
+        except KubeError:
+            return None
