@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods
 from jobs import idle_policy, reclaim
 from jobs.forms import IdleDefaultsForm
 from jobs.models import IdleDefaults
-from portal.adapters import HtmxHttpRequest, signed_in_user
+from portal.adapters import HtmxHttpRequest, add_refusal, signed_in_user
 from portal.errors import DomainError
 
 
@@ -35,7 +35,7 @@ def idle_defaults_edit(request: HtmxHttpRequest) -> HttpResponse:
         try:
             saved = reclaim.idle_defaults_set(user=signed_in_user(request), **form.cleaned_data)
         except DomainError as error:
-            form.add_error(error.field if error.field in form.fields else None, error.message)
+            add_refusal(form, error)
         else:
             messages.success(request, f"Saved the platform's idle policy: {idle_policy.platform_default(saved).describe()}.")
             url = reverse("jobs:idle-defaults")

@@ -9,8 +9,6 @@ another team's is 404.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -19,7 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from portal.adapters import HtmxHttpRequest, signed_in_user
+from portal.adapters import HtmxHttpRequest, add_refusal, signed_in_user
 from portal.errors import DomainError
 from tenants import catalog, selectors, services
 from tenants.forms import FlavorForm, TeamForm
@@ -29,10 +27,6 @@ from tenants.models import Flavor, Team
 def _require(request: HtmxHttpRequest, perm: str) -> None:
     if not request.user.has_perm(perm):
         raise PermissionDenied
-
-
-def _refused(form: Any, error: DomainError) -> None:
-    form.add_error(error.field if error.field in form.fields else None, error.message)
 
 
 def _after_save(request: HtmxHttpRequest, url: str) -> HttpResponse:
@@ -59,7 +53,7 @@ def team_create(request: HtmxHttpRequest) -> HttpResponse:
                                         cost_center=data["cost_center"], description=data["description"],
                                         **{name: data[name] for name in services.POLICY_FIELDS})
         except DomainError as error:
-            _refused(form, error)
+            add_refusal(form, error)
         else:
             messages.success(request, f"Created team {team.slug}; its namespace and queue are being applied.")
             return _after_save(request, reverse("tenants:team-detail", args=[team.slug]))
@@ -77,7 +71,7 @@ def team_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         try:
             services.team_update(actor=signed_in_user(request), team=team, **form.changes())
         except DomainError as error:
-            _refused(form, error)
+            add_refusal(form, error)
         else:
             messages.success(request, f"Saved team {team.slug}.")
             return _after_save(request, reverse("tenants:team-detail", args=[team.slug]))
@@ -140,7 +134,7 @@ def flavor_create(request: HtmxHttpRequest) -> HttpResponse:
         try:
             flavor = services.flavor_save(actor=signed_in_user(request), flavor=form.instance)
         except DomainError as error:
-            _refused(form, error)
+            add_refusal(form, error)
         else:
             messages.success(request, f"Added flavor {flavor.name}: {flavor.capacity_units} × {flavor.resource_name}.")
             return _after_save(request, reverse("tenants:flavor-list"))
@@ -157,7 +151,7 @@ def flavor_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         try:
             services.flavor_save(actor=signed_in_user(request), flavor=form.instance)
         except DomainError as error:
-            _refused(form, error)
+            add_refusal(form, error)
         else:
             messages.success(request, f"Saved flavor {flavor.name}.")
             return _after_save(request, reverse("tenants:flavor-list"))

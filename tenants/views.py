@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal.adapters import HtmxHttpRequest, page, whole_number
+from portal.adapters import HtmxHttpRequest, add_refusal, page, whole_number
 from portal.errors import DomainError
 from portal.notifications import notifications_mark_read_about
 from portal.roles import is_finance, is_platform_admin
@@ -280,7 +280,7 @@ def quota_request_create(request: HtmxHttpRequest) -> HttpResponse:
                 renews=form.cleaned_data.get("renews"),
             )
         except DomainError as error:
-            form.add_domain_error(error)
+            add_refusal(form, error)
         else:
             summary = services.describe_lines(form.cleaned_data["lines"])
             messages.success(request, f"Request #{quota_request.pk} filed: {summary} for {quota_request.team.slug}. "

@@ -22,7 +22,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from billing import periods
 from billing.statements import exports, selectors, services
 from billing.statements.forms import AdjustmentForm, CloseMonthForm
-from portal.adapters import HtmxHttpRequest
+from portal.adapters import HtmxHttpRequest, add_refusal
 from portal.errors import DomainError
 
 
@@ -110,7 +110,7 @@ def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
                 adjustment = services.adjustment_add(actor=request.user, statement=statement, account=account,
                                                        amount=form.cleaned_data["amount"], reason=form.cleaned_data["reason"])
             except DomainError as error:
-                form.add_error(error.field if error.field in form.fields else None, error.message)
+                add_refusal(form, error)
             else:
                 done = f"Added {adjustment.amount} {statement.currency} for {account.slug}."
                 form = AdjustmentForm()
