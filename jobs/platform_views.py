@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -20,15 +19,14 @@ from django.views.decorators.http import require_http_methods
 from jobs import idle_policy, reclaim
 from jobs.forms import IdleDefaultsForm
 from jobs.models import IdleDefaults
-from portal.adapters import HtmxHttpRequest, add_refusal, signed_in_user
+from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def idle_defaults_edit(request: HtmxHttpRequest) -> HttpResponse:
-    if not request.user.has_perm("tenants.manage_teams"):
-        raise PermissionDenied
+    require_perm(request.user, "tenants.manage_teams")
     defaults = IdleDefaults.current()
     form = IdleDefaultsForm.for_defaults(defaults, request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():

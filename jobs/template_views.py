@@ -24,7 +24,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from jobs import selectors, services
 from jobs.models import WorkloadTemplate
 from jobs.template_forms import TemplateEditorForm, authorable_teams
-from portal.adapters import HtmxHttpRequest, signed_in_user
+from portal.adapters import HtmxHttpRequest, require_perm, signed_in_user
 from portal.errors import DomainError
 
 
@@ -87,6 +87,5 @@ def template_create(request: HtmxHttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def template_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     template = get_object_or_404(selectors.templates_with_current_version(user=request.user), pk=pk)
-    if not request.user.has_perm("jobs.manage_template", template):
-        raise PermissionDenied
+    require_perm(request.user, "jobs.manage_template", template)
     return _handle(request, template)

@@ -11,22 +11,16 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from portal.adapters import HtmxHttpRequest, add_refusal, signed_in_user
+from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
 from tenants import catalog, selectors, services
 from tenants.forms import FlavorForm, TeamForm
 from tenants.models import Flavor, Team
-
-
-def _require(request: HtmxHttpRequest, perm: str) -> None:
-    if not request.user.has_perm(perm):
-        raise PermissionDenied
 
 
 def _after_save(request: HtmxHttpRequest, url: str) -> HttpResponse:
@@ -44,7 +38,7 @@ def _after_save(request: HtmxHttpRequest, url: str) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def team_create(request: HtmxHttpRequest) -> HttpResponse:
-    _require(request, "tenants.manage_teams")
+    require_perm(request.user, "tenants.manage_teams")
     form = TeamForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -65,7 +59,7 @@ def team_create(request: HtmxHttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def team_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
-    _require(request, "tenants.manage_teams")
+    require_perm(request.user, "tenants.manage_teams")
     form = TeamForm(request.POST or None, instance=Team.objects.get(pk=team.pk))
     if request.method == "POST" and form.is_valid():
         try:
@@ -84,7 +78,7 @@ def team_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """GET shows what goes and what stays; POST, with the team's slug typed again, deletes."""
     team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
-    _require(request, "tenants.manage_teams")
+    require_perm(request.user, "tenants.manage_teams")
     error = None
     if request.method == "POST":
         if request.POST.get("confirm", "").strip() != team.slug:
@@ -104,7 +98,7 @@ def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def flavor_list(request: HtmxHttpRequest) -> HttpResponse:
-    _require(request, "tenants.manage_flavors")
+    require_perm(request.user, "tenants.manage_flavors")
     guaranteed = selectors.flavor_guaranteed_totals()
     flavors = list(Flavor.objects.order_by("-is_active", "name"))
     priced = selectors.PRICED_FLAVORS.call([flavor.pk for flavor in flavors])
@@ -124,7 +118,7 @@ def _flavor_page(request: HtmxHttpRequest, form: FlavorForm, *, flavor: Flavor |
 @require_http_methods(["GET", "POST"])
 def flavor_create(request: HtmxHttpRequest) -> HttpResponse:
     """?preset=<key> fills the form from one of the catalog's presets; the admin reviews and saves."""
-    _require(request, "tenants.manage_flavors")
+    require_perm(request.user, "tenants.manage_flavors")
     if request.method == "GET":
         preset = catalog.PRESETS_BY_KEY.get(request.GET.get("preset", ""))
         return _flavor_page(request, FlavorForm(initial=preset.form_initial() if preset else None), flavor=None,
@@ -144,7 +138,7 @@ def flavor_create(request: HtmxHttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def flavor_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    _require(request, "tenants.manage_flavors")
+    require_perm(request.user, "tenants.manage_flavors")
     flavor = get_object_or_404(Flavor, slug=slug)
     form = FlavorForm(request.POST or None, instance=flavor)
     if request.method == "POST" and form.is_valid():

@@ -12,7 +12,6 @@ import datetime as dt
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -22,7 +21,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from billing import periods
 from billing.statements import exports, selectors, services
 from billing.statements.forms import AdjustmentForm, CloseMonthForm
-from portal.adapters import HtmxHttpRequest, add_refusal
+from portal.adapters import HtmxHttpRequest, add_refusal, require_perm
 from portal.errors import DomainError
 
 
@@ -40,16 +39,14 @@ def _list_context(request: HtmxHttpRequest, form: CloseMonthForm | None = None,
 @login_required
 @require_GET
 def statement_list(request: HtmxHttpRequest) -> HttpResponse:
-    if not request.user.has_perm("billing.read_statements"):
-        raise PermissionDenied
+    require_perm(request.user, "billing.read_statements")
     return render(request, "billing/statements.html", _list_context(request))
 
 
 @login_required
 @require_POST
 def statement_close(request: HtmxHttpRequest) -> HttpResponse:
-    if not _can_close(request):
-        raise PermissionDenied
+    require_perm(request.user, "billing.close_statements")
     form = CloseMonthForm(request.POST)
     preview = None
     if form.is_valid():
@@ -97,8 +94,7 @@ def statement_detail(request: HtmxHttpRequest, month: str) -> HttpResponse:
 @require_POST
 def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
     statement = selectors.statement_visible(user=request.user, month=month)
-    if not _can_close(request):
-        raise PermissionDenied
+    require_perm(request.user, "billing.close_statements")
     form = AdjustmentForm(request.POST)
     done = None
     if form.is_valid():
