@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
@@ -21,6 +21,7 @@ from jobs.forms import IdleDefaultsForm
 from jobs.models import IdleDefaults
 from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
+from portal.htmx import redirect_page
 
 
 @login_required
@@ -36,12 +37,7 @@ def idle_defaults_edit(request: HtmxHttpRequest) -> HttpResponse:
             add_refusal(form, error)
         else:
             messages.success(request, f"Saved the platform's idle policy: {idle_policy.platform_default(saved).describe()}.")
-            url = reverse("jobs:idle-defaults")
-            if request.htmx:
-                response = HttpResponse(status=204)
-                response["HX-Redirect"] = url
-                return response
-            return redirect(url)
+            return redirect_page(request, reverse("jobs:idle-defaults"))
     status = 400 if request.method == "POST" else 200
     context = {"form": form, "defaults": defaults,
                "policy": idle_policy.platform_default(defaults)}

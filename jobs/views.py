@@ -16,7 +16,6 @@ from django.http import Http404, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import HttpResponseClientRedirect
 
 from jobs import access, notifications, pricing, reclaim, selectors, services, telemetry, xid
 from jobs.filters import WorkloadFilter
@@ -26,6 +25,7 @@ from jobs.rules import LOGS_REFUSAL
 from jobs.template_forms import authorable_teams
 from portal.adapters import HtmxHttpRequest, page, require_perm, whole_number
 from portal.errors import DomainError
+from portal.htmx import redirect_page
 from tenants.models import Team
 
 WAITING_PHASES = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED)
@@ -371,8 +371,7 @@ def workload_relaunch(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         messages.error(request, refusal.message)
         return redirect("jobs:workload-detail", workload.pk)
     messages.success(request, f"Relaunched {workload.name} as #{relaunched.pk}.")
-    target = reverse("jobs:workload-detail", args=[relaunched.pk])
-    return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+    return redirect_page(request, reverse("jobs:workload-detail", args=[relaunched.pk]))
 
 
 # --- Reaching a workload through its Ingress (jobs/access.py) ----------------------------------

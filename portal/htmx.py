@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import resolve_url
+from django.shortcuts import redirect, resolve_url
 from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect
@@ -55,6 +55,14 @@ def page_of(request: HttpRequest) -> str:
     if request.method not in ("GET", "HEAD"):
         return same_site_path(request, request.headers.get("Referer")) or "/"
     return request.get_full_path()
+
+
+def redirect_page(request: HttpRequest, url: str) -> HttpResponse:
+    """After a change that succeeded: htmx loads `url` as a whole page (django-htmx's HX-Redirect,
+    nothing to swap), a plain form post is redirected there. The one way every view answers so."""
+    if request.headers.get("HX-Request") == "true":
+        return HttpResponseClientRedirect(url)
+    return redirect(url)
 
 
 def _is_login_redirect(response: HttpResponse) -> bool:

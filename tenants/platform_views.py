@@ -12,25 +12,16 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
+from portal.htmx import redirect_page
 from tenants import catalog, selectors, services
 from tenants.forms import FlavorForm, TeamForm
 from tenants.models import Flavor, Team
-
-
-def _after_save(request: HtmxHttpRequest, url: str) -> HttpResponse:
-    """htmx follows HX-Redirect with a full page load; a plain form post gets a 303 to the same place."""
-    if request.htmx:
-        response = HttpResponse(status=204)
-        response["HX-Redirect"] = url
-        return response
-    return redirect(url)
-
 
 # --- Teams ---------------------------------------------------------------------------------------
 
@@ -50,7 +41,7 @@ def team_create(request: HtmxHttpRequest) -> HttpResponse:
             add_refusal(form, error)
         else:
             messages.success(request, f"Created team {team.slug}; its namespace and queue are being applied.")
-            return _after_save(request, reverse("tenants:team-detail", args=[team.slug]))
+            return redirect_page(request, reverse("tenants:team-detail", args=[team.slug]))
     status = 400 if request.method == "POST" else 200
     return render(request, "tenants/team_form.html", {"form": form, "team": None}, status=status)
 
@@ -68,7 +59,7 @@ def team_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             add_refusal(form, error)
         else:
             messages.success(request, f"Saved team {team.slug}.")
-            return _after_save(request, reverse("tenants:team-detail", args=[team.slug]))
+            return redirect_page(request, reverse("tenants:team-detail", args=[team.slug]))
     status = 400 if request.method == "POST" else 200
     return render(request, "tenants/team_form.html", {"form": form, "team": team}, status=status)
 
@@ -86,7 +77,7 @@ def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         else:
             services.team_delete(actor=signed_in_user(request), team=team)
             messages.success(request, f"Deleted team {slug}; its namespace and workloads are being removed from the cluster.")
-            return _after_save(request, reverse("tenants:team-list"))
+            return redirect_page(request, reverse("tenants:team-list"))
     picture = selectors.team_deletion_picture(team=team)
     return render(request, "tenants/team_delete.html", {"team": team, "picture": picture, "error": error},
                   status=400 if error else 200)
@@ -131,7 +122,7 @@ def flavor_create(request: HtmxHttpRequest) -> HttpResponse:
             add_refusal(form, error)
         else:
             messages.success(request, f"Added flavor {flavor.name}: {flavor.capacity_units} × {flavor.resource_name}.")
-            return _after_save(request, reverse("tenants:flavor-list"))
+            return redirect_page(request, reverse("tenants:flavor-list"))
     return _flavor_page(request, form, flavor=None, status=400)
 
 
@@ -148,6 +139,6 @@ def flavor_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             add_refusal(form, error)
         else:
             messages.success(request, f"Saved flavor {flavor.name}.")
-            return _after_save(request, reverse("tenants:flavor-list"))
+            return redirect_page(request, reverse("tenants:flavor-list"))
     status = 400 if request.method == "POST" else 200
     return _flavor_page(request, form, flavor=Flavor.objects.get(pk=flavor.pk), status=status)

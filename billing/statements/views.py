@@ -16,13 +16,13 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
 
 from billing import periods
 from billing.statements import exports, selectors, services
 from billing.statements.forms import AdjustmentForm, CloseMonthForm
 from portal.adapters import HtmxHttpRequest, add_refusal, require_perm
 from portal.errors import DomainError
+from portal.htmx import redirect_page
 
 
 def _can_close(request: HtmxHttpRequest) -> bool:
@@ -58,8 +58,7 @@ def statement_close(request: HtmxHttpRequest) -> HttpResponse:
                 statement = services.statement_close(actor=request.user, month=month)
                 messages.success(request, f"Closed {statement.label}: {statement.charged_total} {statement.currency} "
                                           "charged to teams.")
-                target = reverse("billing:statement-detail", args=[statement.slug])
-                return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+                return redirect_page(request, reverse("billing:statement-detail", args=[statement.slug]))
         except DomainError as error:
             form.add_error("month", error.message)
     # htmx swaps only successful answers, so the fragment with the refusal (or the preview) comes back as a 200.

@@ -1,5 +1,5 @@
 """The shared kit's small pieces, each asked directly: the admin's permissions and refusals,
-a refusal shown on a form, and the permission guard of a view."""
+a refusal shown on a form, the permission guard of a view and the redirect after a change."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import pytest
 from django import forms
 from django.contrib import admin
 from django.contrib.auth.models import AnonymousUser
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import DisallowedRedirect, PermissionDenied
 from django.urls import reverse
 
 from jobs.models import Workload
 from portal.adapters import add_refusal, require_perm
 from portal.admin_kit import PermissionAdmin, ReadOnlyAdmin
 from portal.errors import DomainError
+from portal.htmx import redirect_page
 from tenants import services as tenant_services
 from tenants.models import Flavor, QuotaGrant, Team
 from tests.conftest import login
@@ -112,3 +113,18 @@ def test_a_refusal_while_saving_in_the_admin_is_an_error_on_the_form_and_nothing
     assert response.context["adminform"].form.errors["cost_center"] == ["<b>Cost centers are closed</b> this month."]
     assert "&lt;b&gt;Cost centers are closed&lt;/b&gt;" in response.content.decode()
     assert Team.objects.get(pk=team.pk).name == "Vision"
+
+
+def test_after_a_change_htmx_loads_the_next_page_whole_and_a_form_post_is_redirected_there(rf):
+    htmx = redirect_page(rf.post("/teams/new/", headers={"HX-Request": "true"}), "/teams/vision/")
+    plain = redirect_page(rf.post("/teams/new/"), "/teams/vision/")
+
+    assert (htmx.status_code, htmx["HX-Redirect"], htmx.content, "Location" in htmx) == (200, "/teams/vision/", b"", False)
+    assert (plain.status_code, plain["Location"], "HX-Redirect" in plain) == (302, "/teams/vision/", False)
+
+
+@pytest.mark.parametrize("hx", [{"HX-Request": "true"}, {}])
+@pytest.mark.parametrize("url", ["javascript:alert(1)", "data:text/html,<script>alert(1)</script>"])
+def test_no_redirect_after_a_change_leads_to_a_script(rf, hx, url):
+    with pytest.raises(DisallowedRedirect):
+        redirect_page(rf.post("/teams/new/", headers=hx), url)
