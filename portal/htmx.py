@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import redirect, resolve_url
+from django.shortcuts import resolve_url
 from django.utils.cache import patch_vary_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect
@@ -62,7 +62,7 @@ def redirect_page(request: HttpRequest, url: str) -> HttpResponse:
     nothing to swap), a plain form post is redirected there. The one way every view answers so."""
     if request.headers.get("HX-Request") == "true":
         return HttpResponseClientRedirect(url)
-    return redirect(url)
+    return HttpResponseRedirect(url)
 
 
 def _is_login_redirect(response: HttpResponse) -> bool:

@@ -177,7 +177,7 @@ class PortalSessionRefresh(SessionRefresh):
             return JsonResponse({"message": RENEW_FIRST_API, "errors": {}}, status=401)
         back = _back(request)
         if request.headers.get("HX-Request"):
-            return HttpResponseClientRedirect(back, RENEW_FIRST, status=401, content_type="text/plain; charset=utf-8")
+            return HttpResponseClientRedirect(back, content=RENEW_FIRST, status=401, content_type="text/plain; charset=utf-8")
         messages.warning(request, RENEW_FIRST)
         return HttpResponseRedirect(back)
 
