@@ -17,8 +17,8 @@ from billing.models import Rate
 from billing.money import money_input
 from billing.rates import services
 from portal.adapters import signed_in_user
+from portal.admin_kit import RefusalAsFormError
 from portal.errors import DomainError
-from tenants.admin import RefusalAsFormError
 
 
 class RateForm(forms.ModelForm):

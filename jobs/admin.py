@@ -13,29 +13,11 @@ from django.http import HttpRequest
 
 from jobs import policy, reclaim, services
 from jobs.models import IdleDefaults, ImageRegistry, Workload, WorkloadTemplate, WorkloadTemplateVersion
-from tenants.admin import PlatformAdminOnly, RefusalAsFormError
+from portal.admin_kit import PermissionAdmin, ReadOnlyAdmin, RefusalAsFormError
 
 
-class PlatformAdminReadOnly:
-    """Shown to those who manage the teams (platform admins), like the team pages of the admin."""
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("tenants.manage_teams")
-
-    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return self.has_module_permission(request)
-
-    def has_add_permission(self, request: HttpRequest, *args: object) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-
-class VersionInline(PlatformAdminReadOnly, admin.TabularInline):
+class VersionInline(ReadOnlyAdmin, admin.TabularInline):
+    manage_perm = "tenants.manage_teams"
     model = WorkloadTemplateVersion
     extra = 0
     fields = ("number", "image", "default_units", "max_units", "default_priority", "allowed_priorities", "parameters",
@@ -45,7 +27,10 @@ class VersionInline(PlatformAdminReadOnly, admin.TabularInline):
 
 
 @admin.register(WorkloadTemplate)
-class WorkloadTemplateAdmin(PlatformAdminReadOnly, admin.ModelAdmin):
+class WorkloadTemplateAdmin(ReadOnlyAdmin, admin.ModelAdmin):
+    """Shown to those who manage the teams (platform admins), like the team pages of the admin."""
+
+    manage_perm = "tenants.manage_teams"
     list_display = ("name", "slug", "kind", "is_global", "owner_team", "is_active", "created_at")
     list_filter = ("kind", "is_global", "is_active")
     search_fields = ("name", "slug")
@@ -53,7 +38,8 @@ class WorkloadTemplateAdmin(PlatformAdminReadOnly, admin.ModelAdmin):
 
 
 @admin.register(Workload)
-class WorkloadAdmin(PlatformAdminReadOnly, admin.ModelAdmin):
+class WorkloadAdmin(ReadOnlyAdmin, admin.ModelAdmin):
+    manage_perm = "tenants.manage_teams"
     list_display = ("id", "name", "team", "owner", "phase", "flavor", "units", "workers", "on_borrowed", "created_at")
     list_filter = ("phase", "team", "flavor", "on_borrowed")
     search_fields = ("name", "owner__username", "team__slug")
@@ -77,7 +63,7 @@ class ImageRegistryForm(forms.ModelForm):
 
 
 @admin.register(ImageRegistry)
-class ImageRegistryAdmin(PlatformAdminOnly, RefusalAsFormError):
+class ImageRegistryAdmin(PermissionAdmin, RefusalAsFormError):
     """The image allow-list: platform admins add and remove entries through the services, which
     check the permission and write the audit trail."""
 
@@ -105,8 +91,10 @@ class ImageRegistryAdmin(PlatformAdminOnly, RefusalAsFormError):
 
 
 @admin.register(IdleDefaults)
-class IdleDefaultsAdmin(PlatformAdminOnly, RefusalAsFormError):
+class IdleDefaultsAdmin(PermissionAdmin, RefusalAsFormError):
     """The platform's idle policy (one row): saved through reclaim.idle_defaults_set, audited."""
+
+    manage_perm = "tenants.manage_teams"
 
     fields = reclaim.IDLE_DEFAULT_FIELDS
     list_display = ("threshold_percent", "window_minutes", "action", "grace_minutes", "updated_by", "updated_at")

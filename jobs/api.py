@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404
 from django.shortcuts import get_object_or_404
@@ -44,7 +43,7 @@ from jobs.serializers import (
     WorkloadLaunchSerializer,
     WorkloadSerializer,
 )
-from portal.adapters import parse, signed_in_user, whole_number
+from portal.adapters import parse, require_perm, signed_in_user, whole_number
 from portal.errors import NotAllowed
 from tenants.models import Team
 
@@ -118,8 +117,8 @@ class TemplateViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets
     @action(detail=True, methods=["post"])
     def share(self, request: Request, pk: str | None = None) -> Response:
         template = self.get_object()
-        if not request.user.has_perm("jobs.create_global_template"):
-            raise PermissionDenied  # before the body is read: its team names are no one else's answer
+        # Before the body is read: its team names are no one else's answer.
+        require_perm(request.user, "jobs.create_global_template")
         services.template_share(user=signed_in_user(request), template=template, **parse(TemplateShareSerializer, request))
         return self._answer(template)
 

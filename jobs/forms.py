@@ -14,7 +14,7 @@ from django.http import QueryDict
 
 from jobs import reclaim, rules, selectors, services
 from jobs.models import IdleAction, IdleDefaults, Priority, WorkloadTemplate, WorkloadTemplateVersion
-from portal.adapters import WholeNumberField
+from portal.adapters import WholeNumberField, add_refusal
 from portal.errors import DomainError
 from portal.models import User
 from tenants import selectors as tenant_selectors
@@ -189,10 +189,11 @@ class LaunchForm(forms.Form):
 
     def add_domain_error(self, error: DomainError) -> None:
         """Shows a service's refusal next to the input it is about."""
-        field = error.field if error.field in self.fields else None
-        if error.field == "parameters":
-            field = next((PARAMETER_PREFIX + row.name for row in self.parameter_rows
-                          if error.message.startswith(f"{row.name} ")), None)
+        if error.field != "parameters":
+            add_refusal(self, error)
+            return
+        field = next((PARAMETER_PREFIX + row.name for row in self.parameter_rows
+                      if error.message.startswith(f"{row.name} ")), None)
         self.add_error(field, error.message)
 
 

@@ -11,39 +11,33 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from jobs import idle_policy, reclaim
 from jobs.forms import IdleDefaultsForm
 from jobs.models import IdleDefaults
-from portal.adapters import HtmxHttpRequest, signed_in_user
+from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
+from portal.htmx import redirect_page
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def idle_defaults_edit(request: HtmxHttpRequest) -> HttpResponse:
-    if not request.user.has_perm("tenants.manage_teams"):
-        raise PermissionDenied
+    require_perm(request.user, "tenants.manage_teams")
     defaults = IdleDefaults.current()
     form = IdleDefaultsForm.for_defaults(defaults, request.POST if request.method == "POST" else None)
     if request.method == "POST" and form.is_valid():
         try:
             saved = reclaim.idle_defaults_set(user=signed_in_user(request), **form.cleaned_data)
         except DomainError as error:
-            form.add_error(error.field if error.field in form.fields else None, error.message)
+            add_refusal(form, error)
         else:
             messages.success(request, f"Saved the platform's idle policy: {idle_policy.platform_default(saved).describe()}.")
-            url = reverse("jobs:idle-defaults")
-            if request.htmx:
-                response = HttpResponse(status=204)
-                response["HX-Redirect"] = url
-                return response
-            return redirect(url)
+            return redirect_page(request, reverse("jobs:idle-defaults"))
     status = 400 if request.method == "POST" else 200
     context = {"form": form, "defaults": defaults,
                "policy": idle_policy.platform_default(defaults)}

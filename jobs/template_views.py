@@ -16,16 +16,16 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
-from django_htmx.http import HttpResponseClientRedirect
 
 from jobs import selectors, services
 from jobs.models import WorkloadTemplate
 from jobs.template_forms import TemplateEditorForm, authorable_teams
-from portal.adapters import HtmxHttpRequest, signed_in_user
+from portal.adapters import HtmxHttpRequest, require_perm, signed_in_user
 from portal.errors import DomainError
+from portal.htmx import redirect_page
 
 
 def _may_author(request: HtmxHttpRequest) -> bool:
@@ -71,8 +71,7 @@ def _handle(request: HtmxHttpRequest, template: WorkloadTemplate | None) -> Http
         return _editor(request, form, template=template, error=f"Not saved: {error.message}", status=400)
     checked = f", checked in {preview.team.slug}'s namespace" if preview.team else ", not checked in any namespace"
     messages.success(request, f"Published {saved.name} v{saved.current.number}{checked}.")
-    url = reverse("jobs:template-list")
-    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+    return redirect_page(request, reverse("jobs:template-list"))
 
 
 @login_required
@@ -87,6 +86,5 @@ def template_create(request: HtmxHttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def template_edit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     template = get_object_or_404(selectors.templates_with_current_version(user=request.user), pk=pk)
-    if not request.user.has_perm("jobs.manage_template", template):
-        raise PermissionDenied
+    require_perm(request.user, "jobs.manage_template", template)
     return _handle(request, template)

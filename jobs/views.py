@@ -12,12 +12,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.http import HttpResponseClientRedirect
 
 from jobs import access, notifications, pricing, reclaim, selectors, services, telemetry, xid
 from jobs.filters import WorkloadFilter
@@ -25,8 +23,9 @@ from jobs.forms import LaunchForm
 from jobs.models import NotifyBy, Workload, WorkloadEvent, WorkloadTemplate
 from jobs.rules import LOGS_REFUSAL
 from jobs.template_forms import authorable_teams
-from portal.adapters import HtmxHttpRequest, page, whole_number
+from portal.adapters import HtmxHttpRequest, page, require_perm, whole_number
 from portal.errors import DomainError
+from portal.htmx import redirect_page
 from tenants.models import Team
 
 WAITING_PHASES = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED)
@@ -278,12 +277,6 @@ def workload_telemetry(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return render(request, "jobs/workload_detail.html", {**_detail_context(request, workload), **context})
 
 
-def _require_logs(request: HtmxHttpRequest, workload: Workload) -> None:
-    """Someone who sees the workload but not its logs (finance) is told so: 403, not 404."""
-    if not request.user.has_perm("jobs.read_workload_logs", workload):
-        raise PermissionDenied(LOGS_REFUSAL)
-
-
 @login_required
 @require_GET
 def workload_logs(request: HtmxHttpRequest, pk: int) -> HttpResponse:
@@ -291,7 +284,8 @@ def workload_logs(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     read only on this request, never by the page's poll. With `follow` and while the workload
     runs, the panel asks again by itself every few seconds."""
     workload = _visible_workload(request, pk)
-    _require_logs(request, workload)
+    # Someone who sees the workload but not its logs (finance) is told so: 403, not 404.
+    require_perm(request.user, "jobs.read_workload_logs", workload, refusal=LOGS_REFUSAL)
     logs = selectors.workload_logs(workload=workload, tail_lines=LOG_LINES, pod=request.GET.get("pod", "").strip())
     context = {"workload": workload, "logs": logs, "follow": bool(request.GET.get("follow")) and workload.is_active}
     if request.htmx:
@@ -304,7 +298,8 @@ def workload_logs(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def workload_logs_download(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """A pod's whole log as a file, up to LOG_DOWNLOAD_BYTES (the API server cuts it there)."""
     workload = _visible_workload(request, pk)
-    _require_logs(request, workload)
+    # Someone who sees the workload but not its logs (finance) is told so: 403, not 404.
+    require_perm(request.user, "jobs.read_workload_logs", workload, refusal=LOGS_REFUSAL)
     logs = selectors.workload_logs(workload=workload, tail_lines=None, pod=request.GET.get("pod", "").strip(),
                                    limit_bytes=selectors.LOG_DOWNLOAD_BYTES)
     if logs.unreachable:
@@ -376,8 +371,7 @@ def workload_relaunch(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         messages.error(request, refusal.message)
         return redirect("jobs:workload-detail", workload.pk)
     messages.success(request, f"Relaunched {workload.name} as #{relaunched.pk}.")
-    target = reverse("jobs:workload-detail", args=[relaunched.pk])
-    return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+    return redirect_page(request, reverse("jobs:workload-detail", args=[relaunched.pk]))
 
 
 # --- Reaching a workload through its Ingress (jobs/access.py) ----------------------------------
@@ -408,8 +402,8 @@ def workload_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     host = services.ingress_host(workload)
     if not host:
         raise Http404("This workload is not reachable from outside the cluster.")
-    if not request.user.has_perm("jobs.open_workload", workload):
-        raise PermissionDenied("Only its owner may open a notebook; an inference server serves its team's members.")
+    require_perm(request.user, "jobs.open_workload", workload,
+                 refusal="Only its owner may open a notebook; an inference server serves its team's members.")
     ticket = access.ticket_issue(user=request.user, workload=workload)
     path = access.with_ticket(access.safe_return_path(request.GET.get("rd", "/")), ticket)
     response = HttpResponseRedirect(f"{'https' if services.ingress_tls() else 'http'}://{host}{path}")

@@ -148,6 +148,20 @@ def page(items: QuerySet[Any], number: str | None) -> Page:
     return Paginator(items, PAGE_SIZE).get_page(number)
 
 
+def require_perm(user: Any, perm: str, obj: Any = None, *, refusal: str | None = None) -> None:
+    """Refuses (403) unless the user holds the `rules` permission, on `obj` when given. The object
+    was found among those the user can see, so another team's is already a 404; this is the
+    "sees it but may not" answer. `refusal` says why, where the page shows it."""
+    if not user.has_perm(perm, obj):
+        raise PermissionDenied if refusal is None else PermissionDenied(refusal)
+
+
+def add_refusal(form: forms.BaseForm, refusal: DomainError) -> None:
+    """Shows a service's refusal on the form: next to the field it names when the form has that
+    field, above the fields otherwise (a field the form does not show is no place for it)."""
+    form.add_error(refusal.field if refusal.field in form.fields else None, refusal.message)
+
+
 # --- Errors ------------------------------------------------------------------------------------
 
 

@@ -57,6 +57,14 @@ def page_of(request: HttpRequest) -> str:
     return request.get_full_path()
 
 
+def redirect_page(request: HttpRequest, url: str) -> HttpResponse:
+    """After a change that succeeded: htmx loads `url` as a whole page (django-htmx's HX-Redirect,
+    nothing to swap), a plain form post is redirected there. The one way every view answers so."""
+    if request.headers.get("HX-Request") == "true":
+        return HttpResponseClientRedirect(url)
+    return HttpResponseRedirect(url)
+
+
 def _is_login_redirect(response: HttpResponse) -> bool:
     """login_required's answer: to the login page, with the page to come back to."""
     if response.status_code not in (301, 302, 303) or "Location" not in response:

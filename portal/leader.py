@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import random
 import signal
 import socket
 import threading
@@ -36,6 +35,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from portal.backoff import jittered
 from portal.kube import Gateway, KubeError, ObjectRef, gateway
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ class LeaderElector:
 
     def _wait(self, seconds: float) -> bool:
         """Sleeps, jittered; True when asked to stop meanwhile."""
-        return self.stopping.wait(seconds * (1 + JITTER * random.random()))  # jitter, not security
+        return self.stopping.wait(jittered(seconds, least=1.0, more=JITTER))
 
     # --- Loops ----------------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from celery import Task, shared_task
 from django.db import transaction
 from kombu.exceptions import OperationalError
 
+from portal.backoff import backoff_delay
 from portal.kube import KubeError, gateway
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,7 @@ RETRY_DELAY_MAX = 120.0
 def retry_delay(retries: int, *, rand: Callable[[], float] = random.random) -> float:
     """Seconds before retry number `retries + 1`: doubling from the base up to the cap, each
     drawn at random from its upper half so that a crowd of failed tasks spreads out."""
-    ceiling = min(RETRY_DELAY_BASE * 2**retries, RETRY_DELAY_MAX)
-    return ceiling * (0.5 + rand() / 2)
+    return backoff_delay(retries, base=RETRY_DELAY_BASE, most=RETRY_DELAY_MAX, least=0.5, more=0.5, rand=rand)
 
 
 GaveUp = Callable[..., None]

@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from portal import health, observability
 from portal import notifications as notification_services
 from portal import tokens as token_services
-from portal.adapters import HtmxHttpRequest, page, whole_number
+from portal.adapters import HtmxHttpRequest, add_refusal, page, whole_number
 from portal.errors import DomainError
 from portal.forms import ApiTokenForm
 from portal.htmx import KEEP_DRAFT_HEADER, same_site_path
@@ -125,7 +125,7 @@ def api_tokens(request: HtmxHttpRequest) -> HttpResponse:
                 scope=form.cleaned_data["scope"],
             )
         except DomainError as error:
-            form.add_error(error.field if error.field in form.fields else None, error.message)
+            add_refusal(form, error)
         else:
             form = ApiTokenForm()
             messages.success(request, f"Token “{token.name}” created. Copy it now: it is not shown again.")

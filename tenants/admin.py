@@ -7,78 +7,20 @@ as an error on the form, what was typed kept, and nothing is saved.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.db.models import Model
 from django.forms import BaseInlineFormSet, ModelForm
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 
 from portal.adapters import signed_in_user
+from portal.admin_kit import PermissionAdmin, ReadOnlyAdmin, RefusalAsFormError
 from portal.errors import DomainError
 from tenants import services
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team
 
 
-class PlatformAdminOnly:
-    """Model permissions follow the portal's rules: platform admins manage the catalog and teams."""
-
-    manage_perm = "tenants.manage_teams"
-
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(self.manage_perm)
-
-    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return request.user.has_perm(self.manage_perm)
-
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return request.user.has_perm(self.manage_perm)
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return request.user.has_perm(self.manage_perm)
-
-    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        # No service deletes these; retire a flavor with is_active instead.
-        return False
-
-
-class RefusalAsFormError(admin.ModelAdmin):
-    """Shows a DomainError raised while saving as an error on the same form, what was typed kept.
-
-    The admin saves inside one transaction, so the error leaving it rolls everything back; the
-    same request is then shown again with the refusal added to the form (on its field when the
-    form has one), so Django shows it as any invalid form and saves nothing, rather than a success
-    message for a save that did not happen.
-    """
-
-    def changeform_view(self, request: HttpRequest, object_id: str | None = None, form_url: str = "",
-                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        try:
-            return super().changeform_view(request, object_id, form_url, extra_context)
-        except DomainError as error:
-            if request.method != "POST":
-                raise
-            request.service_refusal = error  # type: ignore[attr-defined]
-            return super().changeform_view(request, object_id, form_url, extra_context)
-
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> type[ModelForm]:
-        form = super().get_form(request, obj, change, **kwargs)
-        refusal: DomainError | None = getattr(request, "service_refusal", None)
-        if refusal is None:
-            return form
-        field, message = refusal.field, refusal.message
-
-        class Refused(form):  # type: ignore[valid-type, misc]
-            def clean(self) -> dict[str, Any]:
-                cleaned: dict[str, Any] = super().clean()
-                self.add_error(field if field in self.fields else None, message)
-                return cleaned
-
-        return Refused
-
-
 @admin.register(Flavor)
-class FlavorAdmin(PlatformAdminOnly, RefusalAsFormError):
+class FlavorAdmin(PermissionAdmin, RefusalAsFormError):
     manage_perm = "tenants.manage_flavors"
     list_display = ("name", "slug", "resource_name", "sharing_mode", "fraction_display", "capacity_units", "is_active")
     list_filter = ("sharing_mode", "is_active")
@@ -109,7 +51,8 @@ class MembershipInline(admin.TabularInline):
 
 
 @admin.register(Team)
-class TeamAdmin(PlatformAdminOnly, RefusalAsFormError):
+class TeamAdmin(PermissionAdmin, RefusalAsFormError):
+    manage_perm = "tenants.manage_teams"
     list_display = ("name", "slug", "cost_center", "sync_state_display", "created_at")
     search_fields = ("name", "slug", "cost_center")
     inlines = (MembershipInline,)
@@ -159,35 +102,20 @@ class TeamAdmin(PlatformAdminOnly, RefusalAsFormError):
             services.membership_add(actor=actor, team=team, user=membership.user, role=membership.role)
 
 
-class QuotaRequestLineInline(admin.TabularInline):
+class QuotaRequestLineInline(ReadOnlyAdmin, admin.TabularInline):
+    manage_perm = "tenants.manage_teams"
     model = QuotaRequestLine
     fields = ("flavor", "units")
     readonly_fields = fields
     extra = 0
     can_delete = False
 
-    def has_add_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
-    def has_view_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return request.user.has_perm("tenants.manage_teams")
-
-
-class ReadOnlyAdmin(PlatformAdminOnly, admin.ModelAdmin):
-    """Requests and grants change only through their lifecycle (the pages, the API, expiry)."""
-
-    def has_add_permission(self, request: HttpRequest, *args: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
-        return False
-
 
 @admin.register(QuotaRequest)
-class QuotaRequestAdmin(ReadOnlyAdmin):
+class QuotaRequestAdmin(ReadOnlyAdmin, admin.ModelAdmin):
+    """Requests and grants change only through their lifecycle (the pages, the API, expiry)."""
+
+    manage_perm = "tenants.manage_teams"
     list_display = ("__str__", "team", "requester", "status", "created_at", "decided_by", "decided_at")
     list_filter = ("status", "team")
     search_fields = ("team__slug", "requester__username", "justification")
@@ -197,7 +125,8 @@ class QuotaRequestAdmin(ReadOnlyAdmin):
 
 
 @admin.register(QuotaGrant)
-class QuotaGrantAdmin(ReadOnlyAdmin):
+class QuotaGrantAdmin(ReadOnlyAdmin, admin.ModelAdmin):
+    manage_perm = "tenants.manage_teams"
     list_display = ("__str__", "team", "flavor", "units", "valid_from", "valid_until", "ended_at")
     list_filter = ("flavor", "team")
     search_fields = ("team__slug", "flavor__name")

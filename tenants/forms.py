@@ -143,10 +143,6 @@ class QuotaRequestForm(forms.Form):
         cleaned["lines"] = lines
         return cleaned
 
-    def add_domain_error(self, error: DomainError) -> None:
-        """Shows a service's refusal next to the field it is about; line problems go above the lines."""
-        self.add_error(error.field if error.field in self.fields else None, error.message)
-
 
 # --- The platform admin's pages: teams and the GPU catalog ----------------------------------------
 

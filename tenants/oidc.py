@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.module_loading import import_string
+from django_htmx.http import HttpResponseClientRedirect
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.middleware import SessionRefresh
 from rest_framework.permissions import SAFE_METHODS
@@ -176,9 +177,7 @@ class PortalSessionRefresh(SessionRefresh):
             return JsonResponse({"message": RENEW_FIRST_API, "errors": {}}, status=401)
         back = _back(request)
         if request.headers.get("HX-Request"):
-            response = HttpResponse(RENEW_FIRST, status=401, content_type="text/plain; charset=utf-8")
-            response["HX-Redirect"] = back
-            return response
+            return HttpResponseClientRedirect(back, content=RENEW_FIRST, status=401, content_type="text/plain; charset=utf-8")
         messages.warning(request, RENEW_FIRST)
         return HttpResponseRedirect(back)
 

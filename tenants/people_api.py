@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.db.models import Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema, extend_schema_view
@@ -15,7 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from portal.adapters import StrictInputMixin, parse, signed_in_user
+from portal.adapters import StrictInputMixin, parse, require_perm, signed_in_user
 from portal.models import ApiToken, User
 from portal.serializers import ApiTokenSerializer
 from tenants import people
@@ -73,8 +72,7 @@ class PersonViewSet(mixins.UpdateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
-        if not request.user.has_perm("portal.manage_people"):
-            raise PermissionDenied
+        require_perm(request.user, "portal.manage_people")
 
     def get_queryset(self) -> QuerySet[User]:
         if getattr(self, "swagger_fake_view", False):

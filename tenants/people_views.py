@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from portal.adapters import HtmxHttpRequest, page, signed_in_user
+from portal.adapters import HtmxHttpRequest, page, require_perm, signed_in_user
 from portal.errors import DomainError
 from portal.models import ApiToken, User
 from tenants import people
@@ -21,8 +20,7 @@ from tenants.filters import PersonFilter
 
 
 def _people(request: HtmxHttpRequest) -> QuerySet[User]:
-    if not request.user.has_perm("portal.manage_people"):
-        raise PermissionDenied
+    require_perm(request.user, "portal.manage_people")
     return people.people_for_user(user=request.user)
 
 

@@ -9,40 +9,19 @@ another team's is 404.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from portal.adapters import HtmxHttpRequest, signed_in_user
+from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
+from portal.htmx import redirect_page
 from tenants import catalog, selectors, services
 from tenants.forms import FlavorForm, TeamForm
 from tenants.models import Flavor, Team
-
-
-def _require(request: HtmxHttpRequest, perm: str) -> None:
-    if not request.user.has_perm(perm):
-        raise PermissionDenied
-
-
-def _refused(form: Any, error: DomainError) -> None:
-    form.add_error(error.field if error.field in form.fields else None, error.message)
-
-
-def _after_save(request: HtmxHttpRequest, url: str) -> HttpResponse:
-    """htmx follows HX-Redirect with a full page load; a plain form post gets a 303 to the same place."""
-    if request.htmx:
-        response = HttpResponse(status=204)
-        response["HX-Redirect"] = url
-        return response
-    return redirect(url)
-
 
 # --- Teams ---------------------------------------------------------------------------------------
 
@@ -50,7 +29,7 @@ def _after_save(request: HtmxHttpRequest, url: str) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def team_create(request: HtmxHttpRequest) -> HttpResponse:
-    _require(request, "tenants.manage_teams")
+    require_perm(request.user, "tenants.manage_teams")
     form = TeamForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -59,10 +38,10 @@ def team_create(request: HtmxHttpRequest) -> HttpResponse:
                                         cost_center=data["cost_center"], description=data["description"],
                                         **{name: data[name] for name in services.POLICY_FIELDS})
         except DomainError as error:
-            _refused(form, error)
+            add_refusal(form, error)
         else:
             messages.success(request, f"Created team {team.slug}; its namespace and queue are being applied.")
-            return _after_save(request, reverse("tenants:team-detail", args=[team.slug]))
+            return redirect_page(request, reverse("tenants:team-detail", args=[team.slug]))
     status = 400 if request.method == "POST" else 200
     return render(request, "tenants/team_form.html", {"form": form, "team": None}, status=status)
 
@@ -71,16 +50,16 @@ def team_create(request: HtmxHttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def team_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
-    _require(request, "tenants.manage_teams")
+    require_perm(request.user, "tenants.manage_teams")
     form = TeamForm(request.POST or None, instance=Team.objects.get(pk=team.pk))
     if request.method == "POST" and form.is_valid():
         try:
             services.team_update(actor=signed_in_user(request), team=team, **form.changes())
         except DomainError as error:
-            _refused(form, error)
+            add_refusal(form, error)
         else:
             messages.success(request, f"Saved team {team.slug}.")
-            return _after_save(request, reverse("tenants:team-detail", args=[team.slug]))
+            return redirect_page(request, reverse("tenants:team-detail", args=[team.slug]))
     status = 400 if request.method == "POST" else 200
     return render(request, "tenants/team_form.html", {"form": form, "team": team}, status=status)
 
@@ -90,7 +69,7 @@ def team_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """GET shows what goes and what stays; POST, with the team's slug typed again, deletes."""
     team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
-    _require(request, "tenants.manage_teams")
+    require_perm(request.user, "tenants.manage_teams")
     error = None
     if request.method == "POST":
         if request.POST.get("confirm", "").strip() != team.slug:
@@ -98,7 +77,7 @@ def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         else:
             services.team_delete(actor=signed_in_user(request), team=team)
             messages.success(request, f"Deleted team {slug}; its namespace and workloads are being removed from the cluster.")
-            return _after_save(request, reverse("tenants:team-list"))
+            return redirect_page(request, reverse("tenants:team-list"))
     picture = selectors.team_deletion_picture(team=team)
     return render(request, "tenants/team_delete.html", {"team": team, "picture": picture, "error": error},
                   status=400 if error else 200)
@@ -110,7 +89,7 @@ def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def flavor_list(request: HtmxHttpRequest) -> HttpResponse:
-    _require(request, "tenants.manage_flavors")
+    require_perm(request.user, "tenants.manage_flavors")
     guaranteed = selectors.flavor_guaranteed_totals()
     flavors = list(Flavor.objects.order_by("-is_active", "name"))
     priced = selectors.PRICED_FLAVORS.call([flavor.pk for flavor in flavors])
@@ -130,7 +109,7 @@ def _flavor_page(request: HtmxHttpRequest, form: FlavorForm, *, flavor: Flavor |
 @require_http_methods(["GET", "POST"])
 def flavor_create(request: HtmxHttpRequest) -> HttpResponse:
     """?preset=<key> fills the form from one of the catalog's presets; the admin reviews and saves."""
-    _require(request, "tenants.manage_flavors")
+    require_perm(request.user, "tenants.manage_flavors")
     if request.method == "GET":
         preset = catalog.PRESETS_BY_KEY.get(request.GET.get("preset", ""))
         return _flavor_page(request, FlavorForm(initial=preset.form_initial() if preset else None), flavor=None,
@@ -140,26 +119,26 @@ def flavor_create(request: HtmxHttpRequest) -> HttpResponse:
         try:
             flavor = services.flavor_save(actor=signed_in_user(request), flavor=form.instance)
         except DomainError as error:
-            _refused(form, error)
+            add_refusal(form, error)
         else:
             messages.success(request, f"Added flavor {flavor.name}: {flavor.capacity_units} × {flavor.resource_name}.")
-            return _after_save(request, reverse("tenants:flavor-list"))
+            return redirect_page(request, reverse("tenants:flavor-list"))
     return _flavor_page(request, form, flavor=None, status=400)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def flavor_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    _require(request, "tenants.manage_flavors")
+    require_perm(request.user, "tenants.manage_flavors")
     flavor = get_object_or_404(Flavor, slug=slug)
     form = FlavorForm(request.POST or None, instance=flavor)
     if request.method == "POST" and form.is_valid():
         try:
             services.flavor_save(actor=signed_in_user(request), flavor=form.instance)
         except DomainError as error:
-            _refused(form, error)
+            add_refusal(form, error)
         else:
             messages.success(request, f"Saved flavor {flavor.name}.")
-            return _after_save(request, reverse("tenants:flavor-list"))
+            return redirect_page(request, reverse("tenants:flavor-list"))
     status = 400 if request.method == "POST" else 200
     return _flavor_page(request, form, flavor=Flavor.objects.get(pk=flavor.pk), status=status)

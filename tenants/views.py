@@ -12,14 +12,13 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from portal.adapters import HtmxHttpRequest, page, whole_number
+from portal.adapters import HtmxHttpRequest, add_refusal, page, require_perm, whole_number
 from portal.errors import DomainError
 from portal.notifications import notifications_mark_read_about
 from portal.roles import is_finance, is_platform_admin
@@ -183,8 +182,7 @@ def team_cluster(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def cluster_capacity(request: HtmxHttpRequest) -> HttpResponse:
-    if not request.user.has_perm("tenants.manage_flavors"):
-        raise PermissionDenied
+    require_perm(request.user, "tenants.manage_flavors")
     flavors, unreachable = cluster_selectors.cluster_capacity_picture()
     return render(request, "tenants/capacity.html", {"flavors": flavors, "unreachable": unreachable,
                                                      "telemetry": telemetry_selectors.cluster_telemetry()})
@@ -203,16 +201,11 @@ def _members_response(request: HtmxHttpRequest, team: Team, *, form: MembershipA
     return redirect("tenants:team-detail", team.slug)
 
 
-def _require_manager(request: HtmxHttpRequest, team: Team) -> None:
-    if not request.user.has_perm("tenants.manage_members", team):
-        raise PermissionDenied
-
-
 @login_required
 @require_POST
 def membership_add(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     team = _visible_team(request, slug)
-    _require_manager(request, team)
+    require_perm(request.user, "tenants.manage_members", team)
     form = MembershipAddForm(request.POST)
     if not form.is_valid():
         return _members_response(request, team, form=form, error=None if request.htmx else _form_error_text(form))
@@ -231,7 +224,7 @@ def membership_add(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 def membership_role(request: HtmxHttpRequest, slug: str, pk: int) -> HttpResponse:
     team = _visible_team(request, slug)
     membership = get_object_or_404(team.memberships.select_related("user", "team"), pk=pk)
-    _require_manager(request, team)
+    require_perm(request.user, "tenants.manage_members", team)
     form = MembershipRoleForm(request.POST)
     if not form.is_valid():
         return _members_response(request, team, error=_form_error_text(form))
@@ -247,7 +240,7 @@ def membership_role(request: HtmxHttpRequest, slug: str, pk: int) -> HttpRespons
 def membership_remove(request: HtmxHttpRequest, slug: str, pk: int) -> HttpResponse:
     team = _visible_team(request, slug)
     membership = get_object_or_404(team.memberships.select_related("user", "team"), pk=pk)
-    _require_manager(request, team)
+    require_perm(request.user, "tenants.manage_members", team)
     try:
         services.membership_remove(actor=request.user, membership=membership)
     except DomainError as error:
@@ -280,7 +273,7 @@ def quota_request_create(request: HtmxHttpRequest) -> HttpResponse:
                 renews=form.cleaned_data.get("renews"),
             )
         except DomainError as error:
-            form.add_domain_error(error)
+            add_refusal(form, error)
         else:
             summary = services.describe_lines(form.cleaned_data["lines"])
             messages.success(request, f"Request #{quota_request.pk} filed: {summary} for {quota_request.team.slug}. "

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_http_methods
 from billing.budgets import selectors, services
 from billing.budgets.forms import AlertEmailForm, BudgetForm
 from billing.models import Budget
-from portal.adapters import HtmxHttpRequest, signed_in_user
+from portal.adapters import HtmxHttpRequest, add_refusal, signed_in_user
 from portal.errors import DomainError
 from tenants.models import Team
 
@@ -67,7 +67,7 @@ def budget_detail(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             budget = services.budget_set(actor=signed_in_user(request), team=team, amount=form.cleaned_data["amount"],
                                         currency=form.cleaned_data["currency"], hard_stop=form.cleaned_data["hard_stop"])
         except DomainError as error:
-            form.add_error(error.field if error.field in form.fields else None, error.message)
+            add_refusal(form, error)
         else:
             done = f"The budget of {team.slug} is now {selectors.money_text(budget.amount, budget.currency)} a month" + (
                 " with a hard stop." if budget.hard_stop else ".")

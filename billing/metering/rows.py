@@ -61,17 +61,11 @@ class _Splitter:
         self.hours = window.hours()
         self.bounds = [epoch(hour) for hour in self.hours]
         self.start, self.end = epoch(window.start), epoch(window.end)
-        # flavor id → [(the moment its price changes, in epoch seconds, rate id)], ascending: the
-        # card's changes as plain integers, since every second of every interval is looked up here.
-        self.rates = {flavor_id: [(epoch(since), rate.pk) for since, rate in card.changes(flavor_id)]
-                      for flavor_id in card.flavor_ids()}
+        self.card = card
 
     def _rate_at(self, flavor_id: int, instant: int) -> int | None:
-        changes = self.rates.get(flavor_id)
-        if not changes:
-            return None
-        index = bisect_right(changes, (instant, float("inf"))) - 1
-        return changes[index][1] if index >= 0 else None
+        rate = self.card.rate_at_second(flavor_id, instant)
+        return rate.pk if rate is not None else None
 
     def pieces(self, *, flavor_id: int, start: int, end: int, borrowed: bool,
                switches: list[tuple[int, bool]]) -> Iterator[tuple[int, bool, int | None, int]]:
@@ -81,9 +75,9 @@ class _Splitter:
             return
         bounds = self.bounds
         index = bisect_right(bounds, lower) - 1
-        changes = self.rates.get(flavor_id, ())
+        changes = self.card.change_seconds(flavor_id)
         next_bound = bounds[index + 1] if index + 1 < len(bounds) else upper
-        if not switches and upper <= next_bound and not any(lower < at < upper for at, _ in changes):
+        if not switches and upper <= next_bound and not any(lower < at < upper for at in changes):
             yield index, borrowed, self._rate_at(flavor_id, lower), upper - lower  # the common case: one piece
             return
         state = borrowed
@@ -94,7 +88,7 @@ class _Splitter:
             elif at < upper:
                 cuts.add(at)
         states = dict(switches)
-        cuts.update(at for at, _ in changes if lower < at < upper)
+        cuts.update(at for at in changes if lower < at < upper)
         cuts.update(bound for bound in bounds[index + 1:] if bound < upper)
         here = lower
         for cut in [*sorted(cuts), upper]:

@@ -4,7 +4,8 @@ each question billing asks of prices.
 - the price in force for a flavor at a moment (`rate_at`, `in_force`, `priced`, `hourly_cost`);
 - a flavor's prices as periods across [start, end), the span before its first price unpriced
   (`periods`: a statement's lines, an XID credit, a workload's cost);
-- the moments a flavor's price changes (`changes`: where metering cuts an interval);
+- the moments a flavor's price changes (`changes`, and in epoch seconds `change_seconds`: where
+  metering cuts an interval, asking `rate_at_second` for each piece);
 - the currency an amount with no priced usage is shown in (`default_currency`).
 
 Build it once per request or pass (`RateCard.read()`), and ask it as often as needed: no answer
@@ -48,6 +49,10 @@ class RateCard:
             since = rate.effective_from.replace(microsecond=0) if whole_seconds else rate.effective_from
             self._changes[rate.flavor_id].append((since, rate))
         self._starts = {flavor_id: [since for since, _ in changes] for flavor_id, changes in self._changes.items()}
+        # The same moments in whole epoch seconds (truncated), as metering counts time: it asks for
+        # every piece of every interval, so it compares plain integers.
+        self._seconds = {flavor_id: tuple(int(since.timestamp()) for since in starts)
+                         for flavor_id, starts in self._starts.items()}
 
     @classmethod
     def read(cls, *, flavor_ids: Collection[int] | None = None) -> RateCard:
@@ -80,6 +85,15 @@ class RateCard:
     def rate_at(self, flavor_id: int, at: dt.datetime) -> Rate | None:
         """The price in force for the flavor at that moment: the latest that has started."""
         index = bisect_right(self._starts.get(flavor_id, ()), at) - 1
+        return self._changes[flavor_id][index][1] if index >= 0 else None
+
+    def change_seconds(self, flavor_id: int) -> tuple[int, ...]:
+        """The moments the flavor's price changes, in whole epoch seconds, ascending."""
+        return self._seconds.get(flavor_id, ())
+
+    def rate_at_second(self, flavor_id: int, second: int) -> Rate | None:
+        """`rate_at` for a moment given in whole epoch seconds, each price in force from its second."""
+        index = bisect_right(self._seconds.get(flavor_id, ()), second) - 1
         return self._changes[flavor_id][index][1] if index >= 0 else None
 
     def in_force(self, at: dt.datetime) -> dict[int, Rate]:

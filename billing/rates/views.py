@@ -17,7 +17,7 @@ from billing.rates import selectors, services
 from billing.rates.card import RateCard
 from billing.rates.forms import RateForm
 from billing.rules import require_costs
-from portal.adapters import HtmxHttpRequest
+from portal.adapters import HtmxHttpRequest, add_refusal
 from portal.errors import DomainError
 from tenants.models import Flavor
 
@@ -42,7 +42,7 @@ def rate_card(request: HtmxHttpRequest) -> HttpResponse:
             rate = services.rate_set(actor=request.user, flavor=data["flavor"], price_per_gpu_hour=data["price_per_gpu_hour"],
                                      currency=data["currency"], effective_from=data["effective_from"], note=data["note"])
         except DomainError as error:
-            form.add_error(error.field if error.field in form.fields else None, error.message)
+            add_refusal(form, error)
         else:
             messages.success(request, f"{rate.flavor.name} costs {rate.price_per_gpu_hour} {rate.currency} per GPU-hour "
                                       f"from {rate.effective_from:%Y-%m-%d %H:%M}.")

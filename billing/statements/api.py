@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -35,7 +34,7 @@ from billing.statements.serializers import (
     StatementLineSerializer,
     StatementSerializer,
 )
-from portal.adapters import parse, signed_in_user
+from portal.adapters import parse, require_perm, signed_in_user
 from portal.errors import DomainError
 
 FILE_ACTIONS = ("csv", "pdf")
@@ -141,8 +140,7 @@ class StatementViewSet(viewsets.GenericViewSet):
             page = self.paginate_queryset(rows)
             return self.get_paginated_response(AdjustmentSerializer(page, many=True, context=_money(picture)).data)
         actor = signed_in_user(request)
-        if not actor.has_perm("billing.close_statements"):
-            raise PermissionDenied
+        require_perm(actor, "billing.close_statements")
         data = parse(AdjustmentCreateSerializer, request)
         statement = picture.statement
         account = selectors.statement_account(statement=statement, slug=data["team"])

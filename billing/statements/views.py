@@ -12,18 +12,17 @@ import datetime as dt
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseClientRedirect
 
 from billing import periods
 from billing.statements import exports, selectors, services
 from billing.statements.forms import AdjustmentForm, CloseMonthForm
-from portal.adapters import HtmxHttpRequest
+from portal.adapters import HtmxHttpRequest, add_refusal, require_perm
 from portal.errors import DomainError
+from portal.htmx import redirect_page
 
 
 def _can_close(request: HtmxHttpRequest) -> bool:
@@ -40,16 +39,14 @@ def _list_context(request: HtmxHttpRequest, form: CloseMonthForm | None = None,
 @login_required
 @require_GET
 def statement_list(request: HtmxHttpRequest) -> HttpResponse:
-    if not request.user.has_perm("billing.read_statements"):
-        raise PermissionDenied
+    require_perm(request.user, "billing.read_statements")
     return render(request, "billing/statements.html", _list_context(request))
 
 
 @login_required
 @require_POST
 def statement_close(request: HtmxHttpRequest) -> HttpResponse:
-    if not _can_close(request):
-        raise PermissionDenied
+    require_perm(request.user, "billing.close_statements")
     form = CloseMonthForm(request.POST)
     preview = None
     if form.is_valid():
@@ -61,8 +58,7 @@ def statement_close(request: HtmxHttpRequest) -> HttpResponse:
                 statement = services.statement_close(actor=request.user, month=month)
                 messages.success(request, f"Closed {statement.label}: {statement.charged_total} {statement.currency} "
                                           "charged to teams.")
-                target = reverse("billing:statement-detail", args=[statement.slug])
-                return HttpResponseClientRedirect(target) if request.htmx else redirect(target)
+                return redirect_page(request, reverse("billing:statement-detail", args=[statement.slug]))
         except DomainError as error:
             form.add_error("month", error.message)
     # htmx swaps only successful answers, so the fragment with the refusal (or the preview) comes back as a 200.
@@ -97,8 +93,7 @@ def statement_detail(request: HtmxHttpRequest, month: str) -> HttpResponse:
 @require_POST
 def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
     statement = selectors.statement_visible(user=request.user, month=month)
-    if not _can_close(request):
-        raise PermissionDenied
+    require_perm(request.user, "billing.close_statements")
     form = AdjustmentForm(request.POST)
     done = None
     if form.is_valid():
@@ -110,7 +105,7 @@ def adjustment_add(request: HtmxHttpRequest, month: str) -> HttpResponse:
                 adjustment = services.adjustment_add(actor=request.user, statement=statement, account=account,
                                                        amount=form.cleaned_data["amount"], reason=form.cleaned_data["reason"])
             except DomainError as error:
-                form.add_error(error.field if error.field in form.fields else None, error.message)
+                add_refusal(form, error)
             else:
                 done = f"Added {adjustment.amount} {statement.currency} for {account.slug}."
                 form = AdjustmentForm()

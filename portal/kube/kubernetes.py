@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +22,7 @@ from django.conf import settings
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from portal.backoff import backoff_delay, jittered
 from portal.kube.base import (
     FIELD_MANAGER,
     KindLists,
@@ -104,7 +104,7 @@ def _quota_bookkeeping_conflict(status: int, body: bytes, ref: ObjectRef | None)
 
 
 def _backoff(attempt: int) -> float:
-    return min(0.1 * 2 ** (attempt - 1), 5.0) * (0.5 + random.random())  # jitter, not security: random is fine
+    return backoff_delay(attempt - 1, base=0.1, most=5.0)
 
 
 def _retry_delay(attempt: int, retry_after: str | None) -> float | None:
@@ -114,7 +114,7 @@ def _retry_delay(attempt: int, retry_after: str | None) -> float | None:
     if retry_after and retry_after.isdigit():
         if int(retry_after) > RETRY_AFTER_MAX:
             return None
-        return float(retry_after) * (1 + random.random() / 2)  # jitter, not security: random is fine
+        return jittered(float(retry_after), least=1.0, more=0.5)
     return _backoff(attempt)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import random
 import re
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -20,6 +19,7 @@ from urllib.parse import urlencode
 import urllib3
 from django.conf import settings
 
+from portal.backoff import backoff_delay
 from portal.metrics.base import (
     ENGINE_ACTIVE,
     FB_FREE,
@@ -216,7 +216,7 @@ class PrometheusMetrics:
             error = outcome
             if not error.retriable or attempt >= self.max_attempts:
                 raise error
-            delay = min(0.2 * 2 ** (attempt - 1), 2.0) * (0.5 + random.random())  # jitter, not security
+            delay = backoff_delay(attempt - 1, base=0.2, most=2.0)
             log.warning("Prometheus query failed (%s); attempt %d of %d in %.1fs", error, attempt + 1, self.max_attempts, delay)
             self.sleep(delay)
 

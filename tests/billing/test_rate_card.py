@@ -75,6 +75,21 @@ def test_the_price_in_force_is_the_latest_started_and_whole_seconds_start_a_pric
     assert card.rate_at(flavor.pk, at("2026-09-30 23:59")) is None
 
 
+def test_metering_asks_in_whole_epoch_seconds_and_gets_what_the_whole_seconds_card_answers(flavor, mig_flavor):
+    early = rate(flavor, "2.00", effective_from=at("2026-10-01 00:00"))
+    later = rate(flavor, "3.00", effective_from=at("2026-10-20 10:00:00.600000"))
+    card = RateCard.read()
+    second = int(at("2026-10-20 10:00:00").timestamp())
+
+    assert card.change_seconds(flavor.pk) == (int(at("2026-10-01 00:00").timestamp()), second)
+    assert card.rate_at_second(flavor.pk, second) == later == card.whole_seconds().rate_at(flavor.pk, at("2026-10-20 10:00"))
+    assert card.rate_at_second(flavor.pk, second - 1) == early
+    # Before any price, a flavor never priced, and moments far outside any calendar: no price, no error.
+    assert card.rate_at_second(flavor.pk, second - 10**9) is None
+    assert card.rate_at_second(mig_flavor.pk, second) is None and card.change_seconds(mig_flavor.pk) == ()
+    assert card.rate_at_second(flavor.pk, 2**63) == later and card.rate_at_second(flavor.pk, -(2**63)) is None
+
+
 def test_an_hourly_cost_is_the_price_in_force_times_the_gpus_the_units_are(mig_flavor):
     rate(mig_flavor, "7.00", effective_from=at("2026-10-01 00:00"))
     card = RateCard.read()
