@@ -4,6 +4,7 @@ transaction, writes the audit event and notifications, and queues cluster work a
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,13 +18,15 @@ from django.db import transaction
 from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from portal.audit import audit_record
 from portal.errors import DomainError, NotAllowed, StateConflict
-from portal.models import User
+from portal.models import SsoIdentity, User
 from portal.notifications import notifications_resolve, notify
 from portal.tasks import send_on_commit
-from tenants import selectors
+from portal.tokens import api_tokens_revoke_all
+from tenants import catalog, selectors
 from tenants.models import (
     GRANT_ENDING_NOTICE,
     Flavor,
@@ -34,6 +37,8 @@ from tenants.models import (
     Team,
     forget_team_roles,
 )
+
+log = logging.getLogger(__name__)
 
 TEAM_FIELDS = ("name", "cost_center", "description")
 COST_CENTER_REFUSAL = ("Only finance and platform admins may change a team's cost center: the monthly statements "
@@ -50,10 +55,8 @@ def _require(allowed: bool) -> None:
 def _on_team_change(team_id: int) -> None:
     """Everything that changes what a team should have in the cluster ends here: the team is
     "applying" until a reconcile that read this version has applied it."""
-    from tenants import tasks
-
     Team.objects.filter(pk=team_id).update(config_version=F("config_version") + 1)
-    send_on_commit(tasks.team_reconcile, team_id)
+    send_on_commit("tenants.tasks.team_reconcile", team_id)
 
 
 # --- Teams and memberships ------------------------------------------------------------------
@@ -124,13 +127,11 @@ def user_activity_changed(*, user: User) -> None:
 def team_delete(*, actor: User, team: Team) -> None:
     """Deletes the team; its cluster objects (and the workloads in them) go after commit."""
     _require(actor.has_perm("tenants.manage_teams"))
-    from tenants import tasks
-
     slug, uid = team.slug, str(team.uid)
     audit_record(actor=actor, action="team.deleted", obj=team, team_id=team.pk,
                  message=f"{actor.username} deleted team {slug} and its namespace")
     team.delete()
-    send_on_commit(tasks.team_teardown, slug, uid)
+    send_on_commit("tenants.tasks.team_teardown", slug, uid)
 
 
 def _last_lead(membership: Membership) -> bool:
@@ -262,10 +263,8 @@ def _flavor_store(flavor: Flavor, *, actor: User | None) -> Flavor:
                  message=f"{actor.username if actor else 'The catalog file'} {'added' if created else 'updated'} "
                  f"flavor {flavor.name} "
                  f"({flavor.capacity_units} × {flavor.resource_name}){': ' + described if described else ''}")
-    from tenants import tasks
-
     # Every team's queue lists every flavor, so a flavor change reaches all of them.
-    send_on_commit(tasks.platform_reconcile)
+    send_on_commit("tenants.tasks.platform_reconcile")
     for team_id in Team.objects.values_list("pk", flat=True):
         _on_team_change(team_id)
     return flavor
@@ -299,8 +298,6 @@ def catalog_apply(*, entries: Any) -> list[str]:
     flavors the file does not name are left alone. Each entry may start from a preset
     (tenants.catalog) and set any field over it. All or nothing: one bad entry refuses the whole
     file, naming it. Returns one line per flavor saying what was done."""
-    from tenants import catalog
-
     if not isinstance(entries, list):
         raise DomainError("The catalog must be a list of flavors.")
     done = []
@@ -777,8 +774,6 @@ def sso_roles_apply(*, user: User, groups: Any, source: str) -> None:
     admin (and Django admin staff), finance, team memberships. Never a superuser bit the groups
     cannot take away. A user left with no role loses their API tokens too. `source` says, for the
     audit trail, what vouched for the groups."""
-    from portal.tokens import api_tokens_revoke_all
-
     names = groups_from_claim(groups)
     had_roles = _holds_a_role(user)
     user.is_platform_admin = any(g in settings.OIDC_ADMIN_GROUPS for g in names)
@@ -802,8 +797,6 @@ def _revalidation_check() -> Any:
     path = settings.OIDC_REVALIDATE_CHECK
     if not path:
         return None
-    from django.utils.module_loading import import_string
-
     return import_string(path)
 
 
@@ -819,8 +812,6 @@ def sso_identities_revalidate(*, now: dt.datetime | None = None) -> Revalidation
     confirms only through sign-ins. Each user is handled in a transaction of their own, so one
     failure or a slow check does not hold up the rest. Safe to run at any time and twice.
     """
-    from portal.models import SsoIdentity
-
     now = now or timezone.now()
     due_before = now - dt.timedelta(seconds=settings.OIDC_REVALIDATE_AFTER)
     check = _revalidation_check()
@@ -841,18 +832,13 @@ def _ask(check: Any, identity: Any) -> dict[str, Any] | None:
     try:
         claims = check(identity)
     except Exception:  # the provider's trouble is a reason to wait, never to crash the pass for everyone
-        import logging
-
-        logging.getLogger(__name__).warning("revalidation check failed for %s", identity, exc_info=True)
+        log.warning("revalidation check failed for %s", identity, exc_info=True)
         return None
     return claims if isinstance(claims, dict) else None
 
 
 @transaction.atomic
 def _sso_identity_revalidate(*, identity_id: int, now: dt.datetime, check: Any) -> str:
-    from portal.models import SsoIdentity
-    from portal.tokens import api_tokens_revoke_all
-
     identity = (SsoIdentity.objects.select_for_update(skip_locked=True, of=("self",)).select_related("user")
                 .filter(pk=identity_id).first())
     after = dt.timedelta(seconds=settings.OIDC_REVALIDATE_AFTER)
