@@ -93,6 +93,18 @@ def record_transition(workload: Workload, phase: str, reason: str = "", *, also_
         notifications.workload_event_notify(workload=workload, event=notifications.PHASE_EVENTS[phase], detail=detail)
 
 
+UNSENT_REASON = ("Recorded, not sent to a worker yet: the portal's task queue did not answer. It is sent "
+                 "as soon as the queue is back; nothing needs doing.")
+
+
+def mark_unsent(workload_id: int) -> None:
+    """What was asked for it (its submission, a change of its replicas, or its removal once
+    stopped) never reached the broker: the next resubmit pass sends it again, whatever its age."""
+    workload = Workload.objects.filter(pk=workload_id)
+    workload.update(unsent_since=timezone.now())
+    workload.filter(phase=Workload.Phase.SUBMITTING).update(reason=UNSENT_REASON)
+
+
 def _workers(version: WorkloadTemplateVersion, values: dict[str, Any]) -> int:
     """Pods of a distributed job, replicas of a server. A version saved before templates were
     checked for it may declare them as text or below 1: that refuses the launch, with a sentence
@@ -337,9 +349,7 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
     audit_record(actor=user, action="workload.launched", obj=workload, team_id=workload.team_id,
                  message=f"{user.username} launched {workload.name} (#{workload.pk}, {version}) on "
                  f"{workload.total_units} {' or '.join(f.name for f in request.flavors)} for {workload.team.slug}")
-    from jobs import tasks
-
-    send_on_commit(tasks.workload_submit, workload.pk, unsent=lambda: tasks.mark_unsent(workload.pk))
+    send_on_commit("jobs.tasks.workload_submit", workload.pk, unsent=lambda: mark_unsent(workload.pk))
     return workload
 
 
@@ -361,9 +371,7 @@ def workload_stop(*, user: User, workload: Workload) -> Workload:
         record_transition(locked, Workload.Phase.STOPPED, f"Stopped by {user.username}")
         audit_record(actor=user, action="workload.stopped", obj=locked, team_id=locked.team_id,
                      message=f"{user.username} stopped {locked.name} (#{locked.pk}) of {locked.team.slug}")
-    from jobs import tasks
-
-    send_on_commit(tasks.workload_teardown, locked.pk, unsent=lambda: tasks.mark_unsent(locked.pk))
+    send_on_commit("jobs.tasks.workload_teardown", locked.pk, unsent=lambda: mark_unsent(locked.pk))
     return locked
 
 
@@ -402,9 +410,7 @@ def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload
     locked.save(update_fields=["workers", "parameters"])
     audit_record(actor=user, action="workload.scaled", obj=locked, team_id=locked.team_id,
                  message=f"{user.username} scaled {locked.name} (#{locked.pk}) from {before} to {replicas} replicas")
-    from jobs import tasks
-
-    send_on_commit(tasks.workload_apply, locked.pk, unsent=lambda: tasks.mark_unsent(locked.pk))
+    send_on_commit("jobs.tasks.workload_apply", locked.pk, unsent=lambda: mark_unsent(locked.pk))
     return locked
 
 
