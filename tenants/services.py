@@ -303,29 +303,8 @@ def catalog_apply(*, entries: Any) -> list[str]:
     done = []
     for number, entry in enumerate(entries, start=1):
         where = f"Catalog entry {number}"
-        if not isinstance(entry, dict):
-            raise DomainError(f"{where} must be a mapping of a flavor's fields, not {type(entry).__name__}.")
-        unknown = sorted(set(entry) - set(CATALOG_FIELDS))
-        if unknown:
-            raise DomainError(f"{where} has fields a flavor does not: {', '.join(unknown)} "
-                              f"(it may have: {', '.join(CATALOG_FIELDS)}).")
-        fields: dict[str, Any] = {}
-        if "preset" in entry:
-            preset = catalog.PRESETS_BY_KEY.get(str(entry["preset"]))
-            if preset is None:
-                raise DomainError(f"{where}: there is no preset “{entry['preset']}” (there are: "
-                                  f"{', '.join(catalog.PRESETS_BY_KEY)}).")
-            fields.update(preset.form_initial())
-        fields.update({key: value for key, value in entry.items() if key not in ("preset", "fraction")})
-        if "fraction" in entry:
-            try:
-                fraction = Fraction(str(entry["fraction"]))
-            except (ValueError, ZeroDivisionError):
-                raise DomainError(f"{where}: fraction “{entry['fraction']}” is not a fraction such as 1/7.") from None
-            fields.update(fraction_numerator=fraction.numerator, fraction_denominator=fraction.denominator)
-        slug = fields.get("slug")
-        if not slug or "capacity_units" not in fields:
-            raise DomainError(f"{where} needs a slug and capacity_units (and, without a preset, every field of a flavor).")
+        fields = _catalog_entry_fields(entry, where=where)
+        slug = fields["slug"]
         flavor = Flavor.objects.filter(slug=slug).first() or Flavor(slug=slug)
         for key, value in fields.items():
             setattr(flavor, key, value)
@@ -339,6 +318,33 @@ def catalog_apply(*, entries: Any) -> list[str]:
             raise DomainError(f"{where} ({slug}): {refusal.message}") from None
         done.append(f"{'added' if created else 'updated'} {flavor.slug}: {flavor.capacity_units} × {flavor.resource_name}")
     return done
+
+
+def _catalog_entry_fields(entry: Any, *, where: str) -> dict[str, Any]:
+    """A catalog entry's flavor fields: its preset's, then its own over them, the fraction as two numbers."""
+    if not isinstance(entry, dict):
+        raise DomainError(f"{where} must be a mapping of a flavor's fields, not {type(entry).__name__}.")
+    unknown = sorted(set(entry) - set(CATALOG_FIELDS))
+    if unknown:
+        raise DomainError(f"{where} has fields a flavor does not: {', '.join(unknown)} "
+                          f"(it may have: {', '.join(CATALOG_FIELDS)}).")
+    fields: dict[str, Any] = {}
+    if "preset" in entry:
+        preset = catalog.PRESETS_BY_KEY.get(str(entry["preset"]))
+        if preset is None:
+            raise DomainError(f"{where}: there is no preset “{entry['preset']}” (there are: "
+                              f"{', '.join(catalog.PRESETS_BY_KEY)}).")
+        fields.update(preset.form_initial())
+    fields.update({key: value for key, value in entry.items() if key not in ("preset", "fraction")})
+    if "fraction" in entry:
+        try:
+            fraction = Fraction(str(entry["fraction"]))
+        except (ValueError, ZeroDivisionError):
+            raise DomainError(f"{where}: fraction “{entry['fraction']}” is not a fraction such as 1/7.") from None
+        fields.update(fraction_numerator=fraction.numerator, fraction_denominator=fraction.denominator)
+    if not fields.get("slug") or "capacity_units" not in fields:
+        raise DomainError(f"{where} needs a slug and capacity_units (and, without a preset, every field of a flavor).")
+    return fields
 
 
 # --- Quota requests -------------------------------------------------------------------------
@@ -523,13 +529,36 @@ def quota_request_approve(
         raise NotAllowed(locked.second_approver_sentence)
     lines = list(locked.lines.select_related("flavor"))
     _approved_units(lines, units, locked.pk)
+    replaced_grants = _room_checked(locked, lines)
+    now = timezone.now()
+    _grants_replace(replaced_grants, renewal=locked, now=now, actor=approver)
+    _grants_start(locked, lines, now=now)
+    QuotaRequestLine.objects.bulk_update(lines, ["approved_units"])
+    locked.status = QuotaRequest.Status.APPROVED
+    locked.decided_by, locked.decided_at, locked.decision_note = approver, now, note.strip()
+    locked.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
+    summary = f"{_describe_approved(lines)} for {locked.team.slug}{_until(locked.ends_on)}{_renewing(locked.renews_id)}"
+    cut = {line.flavor.slug: {"asked": line.units, "approved": line.approved_units}
+           for line in lines if line.approved_units != line.units}
+    audit_record(actor=approver, action="quota_request.approved", obj=locked, team_id=locked.team_id,
+                 data={"note": locked.decision_note, **({"fewer_than_asked": cut} if cut else {})},
+                 message=f"{approver.username} approved request #{locked.pk}: {summary}")
+    _decided(locked, by=approver, message=f"{approver.username} approved your request #{locked.pk}: {summary}."
+             + (f" Note: {locked.decision_note}" if locked.decision_note else ""))
+    _on_team_change(locked.team_id)
+    return _sync_caller_copy(quota_request, locked)
+
+
+def _room_checked(locked: QuotaRequest, lines: list[QuotaRequestLine]) -> list[QuotaGrant]:
+    """Refuses the approval where a flavor has no room for what it adds, or where giving back
+    would leave the team below no permanent units. Returns the grants a renewal ends as it starts
+    the new ones, which do not count twice."""
     # Lock the flavors (in id order, so two approvals cannot deadlock) before reading the totals:
     # two leads approving at once must not overcommit a flavor between them.
     flavor_ids = [line.flavor_id for line in lines]
     flavors = {f.pk: f for f in Flavor.objects.select_for_update().filter(pk__in=flavor_ids).order_by("pk")}
     totals = selectors.flavor_guaranteed_totals()
     permanent = selectors.team_guarantees(team=locked.team, permanent_only=True)
-    # A renewal ends the grants it continues as it starts the new ones: they do not count twice.
     replaced_grants = (
         list(selectors.renewable_grants(quota_request=locked.renews, lock=True).filter(flavor_id__in=flavor_ids))
         if locked.renews is not None else []
@@ -554,8 +583,11 @@ def quota_request_approve(
             )
     if problems:
         raise DomainError(f"Cannot approve request #{locked.pk}: " + "; ".join(problems) + ".")
-    now = timezone.now()
-    _grants_replace(replaced_grants, renewal=locked, now=now, actor=approver)
+    return replaced_grants
+
+
+def _grants_start(locked: QuotaRequest, lines: list[QuotaRequestLine], *, now: dt.datetime) -> None:
+    """A grant per line of the approved request, from now until the end of its last day if it has one."""
     valid_until = _end_of_day(locked.ends_on) if locked.ends_on else None
     QuotaGrant.objects.bulk_create(
         [
@@ -566,20 +598,6 @@ def quota_request_approve(
             for line in lines
         ]
     )
-    QuotaRequestLine.objects.bulk_update(lines, ["approved_units"])
-    locked.status = QuotaRequest.Status.APPROVED
-    locked.decided_by, locked.decided_at, locked.decision_note = approver, now, note.strip()
-    locked.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
-    summary = f"{_describe_approved(lines)} for {locked.team.slug}{_until(locked.ends_on)}{_renewing(locked.renews_id)}"
-    cut = {line.flavor.slug: {"asked": line.units, "approved": line.approved_units}
-           for line in lines if line.approved_units != line.units}
-    audit_record(actor=approver, action="quota_request.approved", obj=locked, team_id=locked.team_id,
-                 data={"note": locked.decision_note, **({"fewer_than_asked": cut} if cut else {})},
-                 message=f"{approver.username} approved request #{locked.pk}: {summary}")
-    _decided(locked, by=approver, message=f"{approver.username} approved your request #{locked.pk}: {summary}."
-             + (f" Note: {locked.decision_note}" if locked.decision_note else ""))
-    _on_team_change(locked.team_id)
-    return _sync_caller_copy(quota_request, locked)
 
 
 def _grants_replace(grants: list[QuotaGrant], *, renewal: QuotaRequest, now: dt.datetime, actor: User) -> None:
@@ -641,6 +659,12 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     Safe to run at any time and more than once: rows are locked and each grant ends once.
     """
     now = now or timezone.now()
+    return ExpiryResult(ended=_grants_end(now), warned=_grants_ending_warn(now))
+
+
+def _grants_end(now: dt.datetime) -> int:
+    """Ends the grants past their end, telling the team's leads and the requester, and expires the
+    requests none of whose grants still runs. Returns how many ended."""
     due = list(
         selectors.grants_past_end(now=now)
         .select_for_update(skip_locked=True, of=("self",))
@@ -667,7 +691,11 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
         QuotaRequest.objects.filter(pk__in=ended_requests - still_running, status=QuotaRequest.Status.APPROVED).update(
             status=QuotaRequest.Status.EXPIRED
         )
+    return len(due)
 
+
+def _grants_ending_warn(now: dt.datetime) -> int:
+    """Warns, once, about the grants that end within GRANT_ENDING_NOTICE. Returns how many."""
     ending = list(
         selectors.grants_ending_between(start=now, end=now + GRANT_ENDING_NOTICE)
         .filter(ending_notice_sent_at__isnull=True)
@@ -685,7 +713,7 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
                f" ends after {last_day.isoformat()}.",
                url=reverse("tenants:team-detail", args=[grant.team.slug]))
     QuotaGrant.objects.bulk_update(ending, ["ending_notice_sent_at"])
-    return ExpiryResult(ended=len(due), warned=len(ending))
+    return len(ending)
 
 
 # ASCII digits with an optional sign: int() would also read "١٢" (Arabic-Indic digits) as 12.
