@@ -134,8 +134,20 @@ def pods_asked(*, version: WorkloadTemplateVersion, parameters: dict[str, Any] |
 def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplateVersion, dict[str, Any], dict[str, Any]]:
     """Everything a launch must satisfy, each refusal saying what to change. Returns the
     version, the parameter values and the resources to record."""
-    team, template, flavor = request.team, request.template, request.flavor
+    team = request.team
     _require(user.has_perm("jobs.launch_workload", team))
+    version = _launch_version_checked(request)
+    values = _launch_values_checked(version, request)
+    units, cpu, memory, priority = _launch_resources_checked(user, version, request)
+    workers = _workers(version, values)
+    _check_team_room(team, request.flavors, units=units, workers=workers)
+    return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
+
+
+def _launch_version_checked(request: LaunchRequest) -> WorkloadTemplateVersion:
+    """The template version the launch runs: one the team may use, whose image is still allowed,
+    on the flavor chosen (and those also accepted)."""
+    team, template, flavor = request.team, request.template, request.flavor
     if not flavor.is_active:
         raise DomainError(f"{flavor.name} is retired: nothing new runs on it; choose another flavor.", field="flavor")
     if request.version is not None and request.version.template_id != template.pk:
@@ -152,6 +164,11 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
         raise DomainError(f"{template.name} cannot run on {flavor.name}; choose one of: {allowed}.", field="flavor")
     if request.also_accept:
         _check_alternatives(version, request)
+    return version
+
+
+def _launch_values_checked(version: WorkloadTemplateVersion, request: LaunchRequest) -> dict[str, Any]:
+    """The parameter values, as the version declares them, with the image and sources they choose allowed."""
     try:
         values = validate_parameters(declared=version.parameters, given=request.parameters or {})
     except ParameterError as error:
@@ -159,10 +176,17 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     chosen_image, _, _ = chosen_work(declared=version.parameters, values=values)
     if chosen_image is not None and (problem := policy.image_problem(chosen_image, selectors.image_allow_list())):
         raise DomainError(problem, field="parameters")
-    _check_sources(team, version.parameters, values)
+    _check_sources(request.team, version.parameters, values)
+    return values
+
+
+def _launch_resources_checked(user: User, version: WorkloadTemplateVersion,
+                              request: LaunchRequest) -> tuple[int, int, int, str]:
+    """GPU units, CPU cores, memory and priority: as asked, or the version's defaults, within its bounds."""
+    name = request.template.name
     units = version.default_units if request.units is None else request.units
     if not 1 <= units <= version.max_units:
-        raise DomainError(f"GPU units must be between 1 and {version.max_units} for {template.name}.", field="units")
+        raise DomainError(f"GPU units must be between 1 and {version.max_units} for {name}.", field="units")
     cpu = version.default_cpu if request.cpu is None else request.cpu
     if not 1 <= cpu <= version.max_cpu:
         raise DomainError(f"CPU cores must be between 1 and {version.max_cpu}.", field="cpu")
@@ -172,11 +196,16 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     priority = request.priority or version.default_priority
     if priority not in Priority.values:
         raise DomainError(f"Priority must be one of {', '.join(Priority.values)}.", field="priority")
-    priority_refusal = rules.priority_refusal(user, team, version, priority)
+    priority_refusal = rules.priority_refusal(user, request.team, version, priority)
     if priority_refusal:
         raise DomainError(priority_refusal, field="priority")
-    workers = _workers(version, values)
-    _check_ceiling(team, request.flavors, units=units, workers=workers)
+    return units, cpu, memory, priority
+
+
+def _check_team_room(team: Team, flavors: list[Flavor], *, units: int, workers: int) -> None:
+    """The team has room for it: within its quota ceiling and its count of active workloads, its
+    namespace ready, and nothing billing holds against it."""
+    _check_ceiling(team, flavors, units=units, workers=workers)
     limit = settings.PORTAL_TEAM_MAX_WORKLOADS
     if Workload.objects.filter(team=team).active().count() >= limit:
         raise DomainError(
@@ -185,9 +214,8 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
         )
     if team.synced_at is None:
         raise DomainError(f"The namespace of {team.slug} is not ready in the cluster yet; try again in a minute.", field="team")
-    if refusal := pricing.launch_refusal(team=team, flavors=request.flavors):
+    if refusal := pricing.launch_refusal(team=team, flavors=flavors):
         raise DomainError(refusal, field="team")
-    return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
 
 
 def _remember_accepted(workload: Workload, flavors: list[Flavor]) -> None:
@@ -536,9 +564,22 @@ def _argv(fields: dict[str, Any], name: str) -> None:
 
 
 def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) -> None:
+    """Everything a template version must satisfy before it is saved, each refusal naming its field."""
     pod_count = kinds.get(kind).pod_count
     if not flavors:
         raise DomainError("Choose at least one GPU flavor the template may use.", field="flavors")
+    _check_container(fields)
+    _check_limits(fields)
+    _check_priorities(fields)
+    idle_problems = idle_policy.version_problems(fields, kind=kind, bounds=IdleDefaults.current())
+    if idle_problems:
+        field, problem = next(iter(idle_problems.items()))
+        raise DomainError(problem, field=field)
+    _check_declared_parameters(fields, pod_count=pod_count)
+
+
+def _check_container(fields: dict[str, Any]) -> None:
+    """An allowed image, argument lists, and environment variables a template may set."""
     problem = policy.image_problem(str(fields.get("image", "")), selectors.image_allow_list())
     if problem:
         raise DomainError(problem, field="image")
@@ -551,6 +592,10 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
         problem = policy.env_problem(str(name))
         if problem:
             raise DomainError(problem, field="env")
+
+
+def _check_limits(fields: dict[str, Any]) -> None:
+    """Each limit within the platform's, and each default within its maximum."""
     for field in policy.LIMITS:
         value = fields.get(field)
         problem = policy.limit_problem(field, value) if value is not None else None
@@ -561,11 +606,11 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
                              ("default_memory_gib", "max_memory_gib", "memory")):
         if getattr(defaults, low) > getattr(defaults, high):
             raise DomainError(f"The default {words} cannot exceed the maximum.", field=low)
-    _check_priorities(fields)
-    idle_problems = idle_policy.version_problems(fields, kind=kind, bounds=IdleDefaults.current())
-    if idle_problems:
-        field, problem = next(iter(idle_problems.items()))
-        raise DomainError(problem, field=field)
+
+
+def _check_declared_parameters(fields: dict[str, Any], *, pod_count: bool) -> None:
+    """The parameters' declarations, the placeholders that use them, their git defaults from
+    allowed sources, and no more pods than a workload may have."""
     try:
         check_declarations(fields.get("parameters") or [])
         if pod_count:

@@ -82,26 +82,31 @@ def workload_submit(workload_id: int) -> str:
     except KubeError:
         Workload.objects.filter(pk=workload.pk).update(submit_attempts=workload.submit_attempts + 1)
         raise
-    with transaction.atomic():
-        # The status sync may have seen the objects (and recorded queued, admitted or running)
-        # while they were being created, or the owner may have stopped the workload: only a
-        # workload still submitting moves to queued, so a later phase is never undone.
-        current = Workload.objects.select_for_update().get(pk=workload.pk)
-        stamped: tuple[str, ...] = ()
-        if current.submitted_at is None:
-            current.submitted_at = timezone.now()
-            stamped = ("submitted_at",)
-        if current.phase == Workload.Phase.SUBMITTING:
-            # What the queue says of a workload it does not know yet.
-            services.record_transition(current, Workload.Phase.QUEUED, queueing.backend().admission([]).waiting,
-                                       also_save=stamped)
-        else:
-            if stamped:
-                current.save(update_fields=list(stamped))
-            if current.phase == Workload.Phase.STOPPED:
-                # Its teardown may have run before these objects existed: remove them again.
-                send_on_commit(workload_teardown, current.pk, unsent=lambda: services.mark_unsent(current.pk))
+    _submitted_record(workload.pk)
     return "submitted"
+
+
+@transaction.atomic
+def _submitted_record(workload_id: int) -> None:
+    """Stamps the submission once the cluster holds the workload's objects. The status sync may
+    have seen the objects (and recorded queued, admitted or running) while they were being
+    created, or the owner may have stopped the workload: only a workload still submitting moves
+    to queued, so a later phase is never undone."""
+    current = Workload.objects.select_for_update().get(pk=workload_id)
+    stamped: tuple[str, ...] = ()
+    if current.submitted_at is None:
+        current.submitted_at = timezone.now()
+        stamped = ("submitted_at",)
+    if current.phase == Workload.Phase.SUBMITTING:
+        # What the queue says of a workload it does not know yet.
+        services.record_transition(current, Workload.Phase.QUEUED, queueing.backend().admission([]).waiting,
+                                   also_save=stamped)
+    else:
+        if stamped:
+            current.save(update_fields=list(stamped))
+        if current.phase == Workload.Phase.STOPPED:
+            # Its teardown may have run before these objects existed: remove them again.
+            send_on_commit(workload_teardown, current.pk, unsent=lambda: services.mark_unsent(current.pk))
 
 
 @cluster_task(gave_up=_change_gave_up("workload.apply_refused", "the change"))
