@@ -7,8 +7,13 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from billing import tasks
 from billing.models import Account
+from jobs import signals as job_signals
+from jobs import sync
 from jobs.models import RunInterval, Workload
+from tenants import selectors as tenant_selectors
+from tenants import signals as tenant_signals
 from tenants.models import Team
 
 
@@ -30,8 +35,6 @@ def _workload_deleting(workload: Workload) -> None:
 
 
 def _intervals_closed(interval_ids: list[int]) -> None:
-    from billing import tasks
-
     transaction.on_commit(tasks.rollups_refresh.delay)
 
 
@@ -41,11 +44,6 @@ def _records_staying(team: Team) -> list[str]:
 
 
 def connect() -> None:
-    from jobs import signals as job_signals
-    from jobs import sync
-    from tenants import selectors as tenant_selectors
-    from tenants import signals as tenant_signals
-
     tenant_signals.TEAM_SAVED.subscribe(_team_saved)
     tenant_signals.TEAM_DELETING.subscribe(_team_deleting)
     job_signals.WORKLOAD_DELETING.subscribe(_workload_deleting)

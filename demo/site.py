@@ -5,6 +5,7 @@ templates with one that runs the user's own repository, and a data volume for ea
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -73,13 +74,7 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
     that gave them, date from `since` (the start of the seeded history), a temporary push from a
     few days ago, and an expired grant ran for most of the last three weeks: the history is
     metered against the quota the teams held at each moment."""
-    users: dict[str, User] = {}
-    for username, first, last, is_admin, is_finance, _ in PEOPLE:
-        users[username] = User.objects.create_user(
-            username=username, password=PASSWORD, email=f"{username}@example.com", first_name=first,
-            last_name=last, is_platform_admin=is_admin, is_finance=is_finance, is_staff=is_admin,
-            is_superuser=is_admin,
-        )
+    users = people_seed()
     admin = users["admin"]
     flavors = {spec["slug"]: services.flavor_save(actor=admin, flavor=Flavor(**spec)) for spec in FLAVORS}
     teams = {
@@ -89,23 +84,56 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
     for username, *_rest, roles in PEOPLE:
         for team_slug, role in roles:
             Membership.objects.create(team=teams[team_slug], user=users[username], role=role)
-    today = now.astimezone(ZoneInfo(settings.TIME_ZONE)).date()
+    asks = QuotaAsks(users=users, teams=teams, flavors=flavors, today=now.astimezone(ZoneInfo(settings.TIME_ZONE)).date())
+    quota_history_seed(asks, since=since, now=now)
+    asks.ask("vision", "alice", [("a100-1g-10gb", 14)], "Notebooks for the new interns.", ends_in_days=30)
+    asks.ask("nlp", "bob", [("t4-shared", 4), ("a100-1g-10gb", 7)], "Serving the small model for the demo.")
+    templates_seed(admin=admin, flavors=flavors)
+    asks.ask("recsys", "carol", [("h100-80gb", 4)], "Trying a transformer ranker.")
 
-    def ask(team: str, who: str, lines: list[tuple[str, int]], why: str, ends_in_days: int | None = None) -> QuotaRequest:
+
+def people_seed() -> dict[str, User]:
+    """A person for each role, by username, all with the demo's password."""
+    return {
+        username: User.objects.create_user(
+            username=username, password=PASSWORD, email=f"{username}@example.com", first_name=first,
+            last_name=last, is_platform_admin=is_admin, is_finance=is_finance, is_staff=is_admin,
+            is_superuser=is_admin,
+        )
+        for username, first, last, is_admin, is_finance, _ in PEOPLE
+    }
+
+
+@dataclass(frozen=True)
+class QuotaAsks:
+    """Quota requests as the demo's people make and decide them, through tenants' services."""
+
+    users: dict[str, User]
+    teams: dict[str, Team]
+    flavors: dict[str, Flavor]
+    today: dt.date
+
+    def ask(self, team: str, who: str, lines: list[tuple[str, int]], why: str,
+            ends_in_days: int | None = None) -> QuotaRequest:
         return services.quota_request_create(
-            requester=users[who], team=teams[team], justification=why,
-            lines=[services.LineInput(flavor=flavors[slug], units=units) for slug, units in lines],
-            ends_on=today + dt.timedelta(days=ends_in_days) if ends_in_days else None,
+            requester=self.users[who], team=self.teams[team], justification=why,
+            lines=[services.LineInput(flavor=self.flavors[slug], units=units) for slug, units in lines],
+            ends_on=self.today + dt.timedelta(days=ends_in_days) if ends_in_days else None,
         )
 
-    def approved_since(request: QuotaRequest, approver: str, start: dt.datetime, note: str = "") -> QuotaRequest:
+    def approved_since(self, request: QuotaRequest, approver: str, start: dt.datetime, note: str = "") -> QuotaRequest:
         # Approved through the service, then dated back: tenants rightly has no service that
         # writes the past, and the history needs quota that was held then.
-        services.quota_request_approve(quota_request=request, approver=users[approver], note=note)
+        services.quota_request_approve(quota_request=request, approver=self.users[approver], note=note)
         QuotaRequest.objects.filter(pk=request.pk).update(created_at=start, decided_at=start)
         request.grants.update(valid_from=start)
         return request
 
+
+def quota_history_seed(asks: QuotaAsks, *, since: dt.datetime, now: dt.datetime) -> None:
+    """The decided requests: each team's permanent quota since `since`, a temporary push from a few
+    days ago, a rejected and a cancelled request, and a temporary grant that has run its course."""
+    ask, approved_since, today = asks.ask, asks.approved_since, asks.today
     approved_since(ask("vision", "alice", [("h100-80gb", 8), ("t4-shared", 8)], "Baseline for the detector team."),
                    "lena", since)
     approved_since(ask("nlp", "bob", [("h100-80gb", 12)], "Fine-tuning the 8B assistant model."), "omar", since)
@@ -115,10 +143,10 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
                    "lena", site_midnight(today - dt.timedelta(days=6)), note="Good luck with the paper!")
     services.quota_request_reject(
         quota_request=ask("nlp", "bob", [("h100-80gb", 16)], "Pre-training from scratch."),
-        approver=users["omar"], note="Too large for this quarter; let's talk about a smaller run.",
+        approver=asks.users["omar"], note="Too large for this quarter; let's talk about a smaller run.",
     )
     services.quota_request_cancel(
-        quota_request=ask("recsys", "carol", [("t4-shared", 4)], "Extra scoring capacity."), actor=users["carol"]
+        quota_request=ask("recsys", "carol", [("t4-shared", 4)], "Extra scoring capacity."), actor=asks.users["carol"]
     )
     # A temporary grant that has run its course: from midnight twenty days ago through the day
     # before yesterday, so the demo shows an expired request and the nightly backfill's switch
@@ -129,19 +157,22 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
     QuotaRequest.objects.filter(pk=holiday.pk).update(ends_on=last_day)
     holiday.grants.update(valid_until=site_midnight(last_day + dt.timedelta(days=1)))
     services.quota_grants_expire(now=now)
-    ask("vision", "alice", [("a100-1g-10gb", 14)], "Notebooks for the new interns.", ends_in_days=30)
-    ask("nlp", "bob", [("t4-shared", 4), ("a100-1g-10gb", 7)], "Serving the small model for the demo.")
-    templates_seed(admin=admin, flavors=flavors)
-    ask("recsys", "carol", [("h100-80gb", 4)], "Trying a transformer ranker.")
 
 
 def templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
     """The four defaults every site starts with, the registries their images come from, and the
     template that runs the user's own code."""
-    h100, mig, t4 = flavors["h100-80gb"], flavors["a100-1g-10gb"], flavors["t4-shared"]
     for prefix, note in (("docker.io/pytorch", "PyTorch's official images"), ("docker.io/vllm", "vLLM's server"),
                          ("quay.io/jupyter", "Jupyter's docker-stacks"), ("nvcr.io/nvidia", "NVIDIA's NGC catalog")):
         job_services.image_registry_add(user=admin, prefix=prefix, note=note)
+    training_templates_seed(admin=admin, flavors=flavors)
+    serving_templates_seed(admin=admin, flavors=flavors)
+    own_code_seed(admin=admin)
+
+
+def training_templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
+    """Training on one pod, and across several with torchrun."""
+    h100, mig, t4 = flavors["h100-80gb"], flavors["a100-1g-10gb"], flavors["t4-shared"]
     epochs = {"name": "epochs", "type": "int", "default": 10, "min": 1, "max": 1000, "help": "Passes over the data"}
     job_services.template_create(
         user=admin, slug="pytorch-training", name="PyTorch training", kind="training", flavors=[h100, mig, t4],
@@ -167,6 +198,11 @@ def templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
             epochs,
         ],
     )
+
+
+def serving_templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
+    """What runs until stopped: an inference server and a personal notebook."""
+    h100, mig, t4 = flavors["h100-80gb"], flavors["a100-1g-10gb"], flavors["t4-shared"]
     job_services.template_create(
         user=admin, slug="vllm-inference", name="vLLM inference server", kind="inference", flavors=[h100, mig],
         description=(
@@ -191,7 +227,6 @@ def templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
         default_units=1, max_units=2, default_cpu=4, max_cpu=16, default_memory_gib=16, max_memory_gib=64, port=8888,
         storage_gib=20, idle_minutes=60, max_runtime_seconds=7 * 24 * 3600, parameters=[],
     )
-    own_code_seed(admin=admin)
 
 
 def own_code_seed(*, admin: User) -> None:

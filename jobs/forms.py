@@ -13,7 +13,8 @@ from django.forms import BoundField
 from django.http import QueryDict
 
 from jobs import reclaim, rules, selectors, services
-from jobs.models import IdleAction, IdleDefaults, Priority, WorkloadTemplate, WorkloadTemplateVersion
+from jobs.idle_policy import IdleAction
+from jobs.models import IdleDefaults, Priority, WorkloadTemplate, WorkloadTemplateVersion
 from portal.adapters import WholeNumberField, add_refusal
 from portal.errors import DomainError
 from portal.models import User

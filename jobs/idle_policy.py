@@ -9,8 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from django.db import models
+
 from jobs import kinds
-from jobs.models import IdleAction
+
+
+# Declared here, with the policies it is part of, for jobs.models to use (it imports this module).
+class IdleAction(models.TextChoices):
+    NOTIFY = "notify", "Warn the owner only"
+    STOP = "stop", "Stop it"
+    SCALE_TO_MIN = "scale_to_min", "Scale down to its minimum replicas (inference)"
 
 
 class Bounds(Protocol):

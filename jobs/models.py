@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.utils.deconstruct import deconstructible
 
 from jobs import kinds, policy
+from jobs.idle_policy import IdleAction, defaults_problems
 from portal.models import User
 from portal.roles import sees_all_teams
 from tenants.models import Flavor, Team, user_team_roles
@@ -20,12 +21,6 @@ from tenants.models import Flavor, Team, user_team_roles
 # (django-stubs types only the functional form without labels; Django takes (value, label) pairs.)
 WorkloadKind = models.TextChoices(  # type: ignore[call-overload]
     "WorkloadKind", [(name.upper(), (name, label)) for name, label in kinds.choices()])
-
-
-class IdleAction(models.TextChoices):
-    NOTIFY = "notify", "Warn the owner only"
-    STOP = "stop", "Stop it"
-    SCALE_TO_MIN = "scale_to_min", "Scale down to its minimum replicas (inference)"
 
 
 class Priority(models.TextChoices):
@@ -480,8 +475,6 @@ class IdleDefaults(models.Model):
         return found if found is not None else cls()
 
     def clean(self) -> None:
-        from jobs.idle_policy import defaults_problems
-
         problems = defaults_problems(self)
         if problems:
             raise ValidationError(problems)

@@ -19,14 +19,15 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
 from jobs import idle_policy
 from jobs.idle import notebook_activity
+from jobs.idle_policy import IdleAction
 from jobs.models import (
-    IdleAction,
     IdleDefaults,
     RunInterval,
     Workload,
@@ -34,13 +35,13 @@ from jobs.models import (
     WorkloadIdleState,
 )
 from jobs.notifications import workload_event_notify
-from jobs.services import record_transition
+from jobs.services import mark_unsent, record_transition
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.metrics import MetricsError, PodKey, metrics
 from portal.models import User
 from portal.notifications import notify
-from portal.tasks import send_on_commit
+from portal.tasks import send_on_commit, task_named
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +159,6 @@ def _warn(workload: Workload, state: WorkloadIdleState, policy: idle_policy.Idle
 
 def _act(workload: Workload, policy: idle_policy.IdlePolicy, *, idle_minutes: int) -> bool:
     """Stops or scales down an idle workload, with the reason. False if it was no longer running."""
-    from jobs import tasks
-
     why = (f"idle {idle_minutes} minutes with its GPUs under {policy.threshold_percent} % engine active "
            f"(the idle policy of {workload.template_version})")
     with transaction.atomic():
@@ -170,7 +169,7 @@ def _act(workload: Workload, policy: idle_policy.IdlePolicy, *, idle_minutes: in
             record_transition(locked, Workload.Phase.STOPPED, f"Stopped: {why}")
             audit_record(actor=None, action="workload.stopped_idle", obj=locked, team_id=locked.team_id,
                          message=f"{locked.name} (#{locked.pk}) of {locked.team.slug} stopped: {why}")
-            transaction.on_commit(functools.partial(tasks.workload_teardown.delay, locked.pk))
+            transaction.on_commit(functools.partial(task_named("jobs.tasks.workload_teardown").delay, locked.pk))
             workload_event_notify(workload=locked, event=WorkloadEvent.IDLE_STOPPED, detail=why)  # as the owner chose
             return True
         low = minimum_replicas(locked)
@@ -183,7 +182,7 @@ def _act(workload: Workload, policy: idle_policy.IdlePolicy, *, idle_minutes: in
         audit_record(actor=None, action="workload.scaled_idle", obj=locked, team_id=locked.team_id,
                      message=f"{locked.name} (#{locked.pk}) of {locked.team.slug} scaled from {before} to {low} "
                              f"replicas: {why}")
-        send_on_commit(tasks.workload_apply, locked.pk, unsent=functools.partial(tasks.mark_unsent, locked.pk))
+        send_on_commit("jobs.tasks.workload_apply", locked.pk, unsent=functools.partial(mark_unsent, locked.pk))
         notify(recipients=[workload.owner], message=f"{locked.name} (#{locked.pk}) was scaled from {before} to {low} "
                f"replicas: {why}.", url=reverse("jobs:workload-detail", args=[locked.pk]))
         return True
@@ -201,8 +200,6 @@ def workload_keep_running(*, user: User, workload: Workload, now: dt.datetime | 
     """The owner (or a lead, or a platform admin) keeps a warned workload: it is not judged idle
     again for one window. Once per warning, audited."""
     if not user.has_perm("jobs.stop_workload", workload):
-        from django.core.exceptions import PermissionDenied
-
         raise PermissionDenied
     now = now or timezone.now()
     state = WorkloadIdleState.objects.select_for_update().filter(workload=workload).first()
@@ -265,8 +262,6 @@ def idle_defaults_set(*, user: User, **changes: object) -> IdleDefaults:
     """Platform admins set the idle policy's default and the bounds template owners choose within.
     Versions already published keep their choice; one outside new bounds is still applied as set."""
     if not user.has_perm("tenants.manage_teams"):
-        from django.core.exceptions import PermissionDenied
-
         raise PermissionDenied
     unknown = set(changes) - set(IDLE_DEFAULT_FIELDS)
     if unknown:

@@ -9,9 +9,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobs import policy, selectors, services
+from jobs.idle_policy import IdleAction
 from jobs.models import (
     GitSource,
-    IdleAction,
     ImageRegistry,
     Priority,
     RunInterval,

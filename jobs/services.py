@@ -93,6 +93,18 @@ def record_transition(workload: Workload, phase: str, reason: str = "", *, also_
         notifications.workload_event_notify(workload=workload, event=notifications.PHASE_EVENTS[phase], detail=detail)
 
 
+UNSENT_REASON = ("Recorded, not sent to a worker yet: the portal's task queue did not answer. It is sent "
+                 "as soon as the queue is back; nothing needs doing.")
+
+
+def mark_unsent(workload_id: int) -> None:
+    """What was asked for it (its submission, a change of its replicas, or its removal once
+    stopped) never reached the broker: the next resubmit pass sends it again, whatever its age."""
+    workload = Workload.objects.filter(pk=workload_id)
+    workload.update(unsent_since=timezone.now())
+    workload.filter(phase=Workload.Phase.SUBMITTING).update(reason=UNSENT_REASON)
+
+
 def _workers(version: WorkloadTemplateVersion, values: dict[str, Any]) -> int:
     """Pods of a distributed job, replicas of a server. A version saved before templates were
     checked for it may declare them as text or below 1: that refuses the launch, with a sentence
@@ -122,8 +134,20 @@ def pods_asked(*, version: WorkloadTemplateVersion, parameters: dict[str, Any] |
 def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplateVersion, dict[str, Any], dict[str, Any]]:
     """Everything a launch must satisfy, each refusal saying what to change. Returns the
     version, the parameter values and the resources to record."""
-    team, template, flavor = request.team, request.template, request.flavor
+    team = request.team
     _require(user.has_perm("jobs.launch_workload", team))
+    version = _launch_version_checked(request)
+    values = _launch_values_checked(version, request)
+    units, cpu, memory, priority = _launch_resources_checked(user, version, request)
+    workers = _workers(version, values)
+    _check_team_room(team, request.flavors, units=units, workers=workers)
+    return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
+
+
+def _launch_version_checked(request: LaunchRequest) -> WorkloadTemplateVersion:
+    """The template version the launch runs: one the team may use, whose image is still allowed,
+    on the flavor chosen (and those also accepted)."""
+    team, template, flavor = request.team, request.template, request.flavor
     if not flavor.is_active:
         raise DomainError(f"{flavor.name} is retired: nothing new runs on it; choose another flavor.", field="flavor")
     if request.version is not None and request.version.template_id != template.pk:
@@ -140,6 +164,11 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
         raise DomainError(f"{template.name} cannot run on {flavor.name}; choose one of: {allowed}.", field="flavor")
     if request.also_accept:
         _check_alternatives(version, request)
+    return version
+
+
+def _launch_values_checked(version: WorkloadTemplateVersion, request: LaunchRequest) -> dict[str, Any]:
+    """The parameter values, as the version declares them, with the image and sources they choose allowed."""
     try:
         values = validate_parameters(declared=version.parameters, given=request.parameters or {})
     except ParameterError as error:
@@ -147,10 +176,17 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     chosen_image, _, _ = chosen_work(declared=version.parameters, values=values)
     if chosen_image is not None and (problem := policy.image_problem(chosen_image, selectors.image_allow_list())):
         raise DomainError(problem, field="parameters")
-    _check_sources(team, version.parameters, values)
+    _check_sources(request.team, version.parameters, values)
+    return values
+
+
+def _launch_resources_checked(user: User, version: WorkloadTemplateVersion,
+                              request: LaunchRequest) -> tuple[int, int, int, str]:
+    """GPU units, CPU cores, memory and priority: as asked, or the version's defaults, within its bounds."""
+    name = request.template.name
     units = version.default_units if request.units is None else request.units
     if not 1 <= units <= version.max_units:
-        raise DomainError(f"GPU units must be between 1 and {version.max_units} for {template.name}.", field="units")
+        raise DomainError(f"GPU units must be between 1 and {version.max_units} for {name}.", field="units")
     cpu = version.default_cpu if request.cpu is None else request.cpu
     if not 1 <= cpu <= version.max_cpu:
         raise DomainError(f"CPU cores must be between 1 and {version.max_cpu}.", field="cpu")
@@ -160,11 +196,16 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     priority = request.priority or version.default_priority
     if priority not in Priority.values:
         raise DomainError(f"Priority must be one of {', '.join(Priority.values)}.", field="priority")
-    priority_refusal = rules.priority_refusal(user, team, version, priority)
+    priority_refusal = rules.priority_refusal(user, request.team, version, priority)
     if priority_refusal:
         raise DomainError(priority_refusal, field="priority")
-    workers = _workers(version, values)
-    _check_ceiling(team, request.flavors, units=units, workers=workers)
+    return units, cpu, memory, priority
+
+
+def _check_team_room(team: Team, flavors: list[Flavor], *, units: int, workers: int) -> None:
+    """The team has room for it: within its quota ceiling and its count of active workloads, its
+    namespace ready, and nothing billing holds against it."""
+    _check_ceiling(team, flavors, units=units, workers=workers)
     limit = settings.PORTAL_TEAM_MAX_WORKLOADS
     if Workload.objects.filter(team=team).active().count() >= limit:
         raise DomainError(
@@ -173,9 +214,8 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
         )
     if team.synced_at is None:
         raise DomainError(f"The namespace of {team.slug} is not ready in the cluster yet; try again in a minute.", field="team")
-    if refusal := pricing.launch_refusal(team=team, flavors=request.flavors):
+    if refusal := pricing.launch_refusal(team=team, flavors=flavors):
         raise DomainError(refusal, field="team")
-    return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
 
 
 def _remember_accepted(workload: Workload, flavors: list[Flavor]) -> None:
@@ -337,9 +377,7 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
     audit_record(actor=user, action="workload.launched", obj=workload, team_id=workload.team_id,
                  message=f"{user.username} launched {workload.name} (#{workload.pk}, {version}) on "
                  f"{workload.total_units} {' or '.join(f.name for f in request.flavors)} for {workload.team.slug}")
-    from jobs import tasks
-
-    send_on_commit(tasks.workload_submit, workload.pk, unsent=lambda: tasks.mark_unsent(workload.pk))
+    send_on_commit("jobs.tasks.workload_submit", workload.pk, unsent=lambda: mark_unsent(workload.pk))
     return workload
 
 
@@ -361,9 +399,7 @@ def workload_stop(*, user: User, workload: Workload) -> Workload:
         record_transition(locked, Workload.Phase.STOPPED, f"Stopped by {user.username}")
         audit_record(actor=user, action="workload.stopped", obj=locked, team_id=locked.team_id,
                      message=f"{user.username} stopped {locked.name} (#{locked.pk}) of {locked.team.slug}")
-    from jobs import tasks
-
-    send_on_commit(tasks.workload_teardown, locked.pk, unsent=lambda: tasks.mark_unsent(locked.pk))
+    send_on_commit("jobs.tasks.workload_teardown", locked.pk, unsent=lambda: mark_unsent(locked.pk))
     return locked
 
 
@@ -402,9 +438,7 @@ def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload
     locked.save(update_fields=["workers", "parameters"])
     audit_record(actor=user, action="workload.scaled", obj=locked, team_id=locked.team_id,
                  message=f"{user.username} scaled {locked.name} (#{locked.pk}) from {before} to {replicas} replicas")
-    from jobs import tasks
-
-    send_on_commit(tasks.workload_apply, locked.pk, unsent=lambda: tasks.mark_unsent(locked.pk))
+    send_on_commit("jobs.tasks.workload_apply", locked.pk, unsent=lambda: mark_unsent(locked.pk))
     return locked
 
 
@@ -530,9 +564,22 @@ def _argv(fields: dict[str, Any], name: str) -> None:
 
 
 def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) -> None:
+    """Everything a template version must satisfy before it is saved, each refusal naming its field."""
     pod_count = kinds.get(kind).pod_count
     if not flavors:
         raise DomainError("Choose at least one GPU flavor the template may use.", field="flavors")
+    _check_container(fields)
+    _check_limits(fields)
+    _check_priorities(fields)
+    idle_problems = idle_policy.version_problems(fields, kind=kind, bounds=IdleDefaults.current())
+    if idle_problems:
+        field, problem = next(iter(idle_problems.items()))
+        raise DomainError(problem, field=field)
+    _check_declared_parameters(fields, pod_count=pod_count)
+
+
+def _check_container(fields: dict[str, Any]) -> None:
+    """An allowed image, argument lists, and environment variables a template may set."""
     problem = policy.image_problem(str(fields.get("image", "")), selectors.image_allow_list())
     if problem:
         raise DomainError(problem, field="image")
@@ -545,6 +592,10 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
         problem = policy.env_problem(str(name))
         if problem:
             raise DomainError(problem, field="env")
+
+
+def _check_limits(fields: dict[str, Any]) -> None:
+    """Each limit within the platform's, and each default within its maximum."""
     for field in policy.LIMITS:
         value = fields.get(field)
         problem = policy.limit_problem(field, value) if value is not None else None
@@ -555,11 +606,11 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
                              ("default_memory_gib", "max_memory_gib", "memory")):
         if getattr(defaults, low) > getattr(defaults, high):
             raise DomainError(f"The default {words} cannot exceed the maximum.", field=low)
-    _check_priorities(fields)
-    idle_problems = idle_policy.version_problems(fields, kind=kind, bounds=IdleDefaults.current())
-    if idle_problems:
-        field, problem = next(iter(idle_problems.items()))
-        raise DomainError(problem, field=field)
+
+
+def _check_declared_parameters(fields: dict[str, Any], *, pod_count: bool) -> None:
+    """The parameters' declarations, the placeholders that use them, their git defaults from
+    allowed sources, and no more pods than a workload may have."""
     try:
         check_declarations(fields.get("parameters") or [])
         if pod_count:

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs import kinds, services, sync
+from jobs import kinds, reclaim, services, sync, xid
 from jobs.models import Workload
 from portal.audit import audit_record
 from portal.errors import DomainError
@@ -43,7 +43,7 @@ def _submit_gave_up(error: KubeError, workload_id: int) -> None:
         workload = Workload.objects.select_for_update().filter(pk=workload_id).first()
         if workload is not None and workload.phase == Workload.Phase.SUBMITTING:
             services.record_transition(workload, Workload.Phase.FAILED, f"The cluster did not take it: {error}")
-            send_on_commit(workload_teardown, workload_id, unsent=lambda: mark_unsent(workload_id))
+            send_on_commit(workload_teardown, workload_id, unsent=lambda: services.mark_unsent(workload_id))
 
 
 def _change_gave_up(action: str, what: str) -> GaveUp:
@@ -82,26 +82,31 @@ def workload_submit(workload_id: int) -> str:
     except KubeError:
         Workload.objects.filter(pk=workload.pk).update(submit_attempts=workload.submit_attempts + 1)
         raise
-    with transaction.atomic():
-        # The status sync may have seen the objects (and recorded queued, admitted or running)
-        # while they were being created, or the owner may have stopped the workload: only a
-        # workload still submitting moves to queued, so a later phase is never undone.
-        current = Workload.objects.select_for_update().get(pk=workload.pk)
-        stamped: tuple[str, ...] = ()
-        if current.submitted_at is None:
-            current.submitted_at = timezone.now()
-            stamped = ("submitted_at",)
-        if current.phase == Workload.Phase.SUBMITTING:
-            # What the queue says of a workload it does not know yet.
-            services.record_transition(current, Workload.Phase.QUEUED, queueing.backend().admission([]).waiting,
-                                       also_save=stamped)
-        else:
-            if stamped:
-                current.save(update_fields=list(stamped))
-            if current.phase == Workload.Phase.STOPPED:
-                # Its teardown may have run before these objects existed: remove them again.
-                send_on_commit(workload_teardown, current.pk, unsent=lambda: mark_unsent(current.pk))
+    _submitted_record(workload.pk)
     return "submitted"
+
+
+@transaction.atomic
+def _submitted_record(workload_id: int) -> None:
+    """Stamps the submission once the cluster holds the workload's objects. The status sync may
+    have seen the objects (and recorded queued, admitted or running) while they were being
+    created, or the owner may have stopped the workload: only a workload still submitting moves
+    to queued, so a later phase is never undone."""
+    current = Workload.objects.select_for_update().get(pk=workload_id)
+    stamped: tuple[str, ...] = ()
+    if current.submitted_at is None:
+        current.submitted_at = timezone.now()
+        stamped = ("submitted_at",)
+    if current.phase == Workload.Phase.SUBMITTING:
+        # What the queue says of a workload it does not know yet.
+        services.record_transition(current, Workload.Phase.QUEUED, queueing.backend().admission([]).waiting,
+                                   also_save=stamped)
+    else:
+        if stamped:
+            current.save(update_fields=list(stamped))
+        if current.phase == Workload.Phase.STOPPED:
+            # Its teardown may have run before these objects existed: remove them again.
+            send_on_commit(workload_teardown, current.pk, unsent=lambda: services.mark_unsent(current.pk))
 
 
 @cluster_task(gave_up=_change_gave_up("workload.apply_refused", "the change"))
@@ -133,18 +138,6 @@ def unsubmitted_reason(*, minutes: int, attempts: int) -> str:
     tried = f" ({attempts} attempt{'s' if attempts != 1 else ''} so far)" if attempts else ""
     return (f"Not submitted yet: no worker has taken it for {minutes} minute{'s' if minutes != 1 else ''}{tried}; "
             "the portal's worker may be down — it is being retried.")
-
-
-UNSENT_REASON = ("Recorded, not sent to a worker yet: the portal's task queue did not answer. It is sent "
-                 "as soon as the queue is back; nothing needs doing.")
-
-
-def mark_unsent(workload_id: int) -> None:
-    """What was asked for it (its submission, a change of its replicas, or its removal once
-    stopped) never reached the broker: the next resubmit pass sends it again, whatever its age."""
-    workload = Workload.objects.filter(pk=workload_id)
-    workload.update(unsent_since=timezone.now())
-    workload.filter(phase=Workload.Phase.SUBMITTING).update(reason=UNSENT_REASON)
 
 
 @shared_task(acks_late=True)
@@ -193,8 +186,6 @@ def workloads_resubmit_lost() -> int:
 @shared_task(acks_late=True)
 def idle_sweep() -> dict[str, int]:
     """Idle workloads warned and reclaimed by their policy (jobs/reclaim.py): one metrics query."""
-    from jobs import reclaim
-
     sweep = reclaim.idle_sweep()
     return {"idle": len(sweep.idle), "no_metrics": len(sweep.no_metrics), "warned": len(sweep.warned),
             "stopped": len(sweep.stopped), "scaled": len(sweep.scaled)}
@@ -203,6 +194,4 @@ def idle_sweep() -> dict[str, int]:
 @shared_task(acks_late=True)
 def xid_sweep() -> int:
     """XID errors on running workloads' GPUs recorded and told (jobs/xid.py): one metrics query."""
-    from jobs import xid
-
     return len(xid.xid_sweep())

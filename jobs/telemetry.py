@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from django.utils import timezone
 
 from jobs import idle_policy
-from jobs.models import IdleDefaults, Workload
-from portal.metrics import MetricsError, PodSpan, Point, metrics
+from jobs.models import IdleDefaults, RunInterval, Workload
+from portal.metrics import MetricsError, PodKey, PodSpan, Point, metrics
 
 WIDTH, HEIGHT = 600, 120
 SHARED_MODES = ("time-sliced", "mps")
@@ -126,9 +126,6 @@ def gpu_use(*, workloads: Sequence[Workload]) -> dict[int, GpuUse]:
     running = [w for w in workloads if w.phase == Workload.Phase.RUNNING]
     if not running:
         return {}
-    from jobs.models import RunInterval
-    from portal.metrics import PodKey
-
     pods = RunInterval.objects.filter(workload__in=running, ended_at__isnull=True).values_list("workload_id", "pod_name")
     try:
         by_pod = metrics().engine_active(namespaces={w.team.namespace for w in running},

@@ -19,7 +19,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.db.models import QuerySet
 
 from jobs import kinds, parameters
-from jobs.models import IdleAction, Priority, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
+from jobs.idle_policy import IdleAction
+from jobs.models import Priority, WorkloadKind, WorkloadTemplate, WorkloadTemplateVersion
 from portal.adapters import WholeNumberField
 from portal.errors import DomainError
 from portal.models import User

@@ -6,9 +6,10 @@ class PortalConfig(AppConfig):
     verbose_name = "GPU Portal"
 
     def ready(self) -> None:
-        # Imported for what importing does: the deployment checks register, the sign-in stamp and
-        # the failure counters connect to their signals.
-        from portal import checks, security, signin  # noqa: F401
-        from portal.observability import HeartbeatCollector, scrape_collector_register
+        # Imported for what importing does: the deployment checks register, the sign-in stamp, the
+        # failure counters and beat's heartbeat connect to their signals.
+        from portal import checks, health, security, signin  # noqa: F401
+        from portal.health import HeartbeatCollector
+        from portal.observability import scrape_collector_register
 
         scrape_collector_register(HeartbeatCollector())

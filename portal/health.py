@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+from celery.signals import before_task_publish
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
+from prometheus_client.core import GaugeMetricFamily, Metric
 
+from portal.celery import HEARTBEAT_TASK, app
 from portal.models import Heartbeat
 
 log = logging.getLogger(__name__)
@@ -43,8 +47,41 @@ def heartbeat_record(*, name: str, at: dt.datetime | None = None) -> None:
         Heartbeat.objects.update_or_create(name=name, defaults={"at": at})  # safe if another process's first beat races it
 
 
+@before_task_publish.connect
+def beat_heartbeat(sender: str | None = None, **kwargs: Any) -> None:
+    """Only beat sends the heartbeat task, so sending it is beat's own sign of life."""
+    if sender == HEARTBEAT_TASK:
+        heartbeat_record(name=BEAT)
+
+
 def heartbeat_at(name: str) -> dt.datetime | None:
     return Heartbeat.objects.filter(name=name).values_list("at", flat=True).first()
+
+
+class HeartbeatCollector:
+    """When each background process last showed a sign of life, and when the team pass last
+    compared every team with the cluster (the heartbeats above): one query per scrape."""
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        try:
+            beats = list(Heartbeat.objects.values_list("name", "at"))
+        except DatabaseError:
+            log.warning("heartbeat metrics not exported: the database did not answer", exc_info=True)
+            return
+        for name, at in sorted(beats):
+            family.add_metric([name], at.timestamp())
+        yield family
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "portal_heartbeat_timestamp_seconds",
+            "Unix time of the last sign of life of worker, beat and watcher, and of the last completed team pass "
+            "(team-pass), as recorded in the database.", labels=["name"])
 
 
 @dataclass(frozen=True)
@@ -69,8 +106,6 @@ def _database_problem() -> Problem | None:
 
 
 def _broker_problem() -> Problem | None:
-    from portal.celery import app
-
     try:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=0, timeout=settings.PORTAL_READINESS_BROKER_TIMEOUT)  # a probe fails fast

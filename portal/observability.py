@@ -8,16 +8,13 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from django.conf import settings
-from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import REGISTRY, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-log = logging.getLogger(__name__)
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -96,34 +93,6 @@ def metrics_refusal(request: HttpRequest) -> HttpResponse | None:
     if not hmac.compare_digest(offered.strip().encode(), token.encode()):
         return HttpResponse("That token does not read metrics.\n", status=403, content_type="text/plain")
     return None
-
-
-class HeartbeatCollector:
-    """When each background process last showed a sign of life, and when the team pass last
-    compared every team with the cluster (portal.health's heartbeats): one query per scrape."""
-
-    def describe(self) -> Iterator[Metric]:
-        yield self._family()
-
-    def collect(self) -> Iterator[Metric]:
-        from portal.models import Heartbeat
-
-        family = self._family()
-        try:
-            beats = list(Heartbeat.objects.values_list("name", "at"))
-        except DatabaseError:
-            log.warning("heartbeat metrics not exported: the database did not answer", exc_info=True)
-            return
-        for name, at in sorted(beats):
-            family.add_metric([name], at.timestamp())
-        yield family
-
-    @staticmethod
-    def _family() -> GaugeMetricFamily:
-        return GaugeMetricFamily(
-            "portal_heartbeat_timestamp_seconds",
-            "Unix time of the last sign of life of worker, beat and watcher, and of the last completed team pass "
-            "(team-pass), as recorded in the database.", labels=["name"])
 
 
 def scrape_collector_register(collector: Collector) -> None:

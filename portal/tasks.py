@@ -24,6 +24,8 @@ from django.db import transaction
 from kombu.exceptions import OperationalError
 
 from portal.backoff import backoff_delay
+from portal.celery import app
+from portal.health import WORKER, heartbeat_record
 from portal.kube import KubeError, gateway
 
 log = logging.getLogger(__name__)
@@ -73,12 +75,26 @@ def cluster_task(*, gave_up: GaveUp | None = None, **options: Any) -> Callable[[
     return shared_task(base=ClusterTask, **options)
 
 
+def task_named(name: str) -> Task:
+    """The task registered as `name`, its dotted path. A service enqueues by name the task that
+    calls it back, so that neither module imports the other (an app's tasks module is an adapter
+    on top of its services, as its views are). A name not registered yet makes the tasks modules
+    load as a worker loads them at start (Celery's autodiscovery); an unknown one raises at once,
+    before anything is recorded."""
+    if name not in app.tasks:
+        app.loader.import_default_modules()
+    return app.tasks[name]
+
+
 def send_on_commit(task: Any, *args: Any, unsent: Callable[[], None] | None = None) -> None:
-    """Sends `task(*args)` to the workers once the current transaction commits. When the broker
-    does not take it (Redis down or unreachable), what the transaction recorded stands and the
-    request that recorded it still answers: the periodic pass that repairs this kind of change
-    sends it again, and `unsent()` (run after the commit, outside any transaction) can mark it for
-    the very next pass rather than waiting out the pass's bound."""
+    """Sends `task(*args)` to the workers once the current transaction commits; `task` is a task
+    or its name (`task_named`). When the broker does not take it (Redis down or unreachable), what
+    the transaction recorded stands and the request that recorded it still answers: the periodic
+    pass that repairs this kind of change sends it again, and `unsent()` (run after the commit,
+    outside any transaction) can mark it for the very next pass rather than waiting out the pass's
+    bound."""
+    if isinstance(task, str):
+        task = task_named(task)
 
     def send() -> None:
         try:
@@ -102,6 +118,4 @@ def simulated_cluster_tick() -> None:
 @shared_task(acks_late=True, ignore_result=True)
 def heartbeat() -> None:
     """Proves to readiness that a worker takes tasks off the broker; beat sends it on a schedule."""
-    from portal.health import WORKER, heartbeat_record
-
     heartbeat_record(name=WORKER)

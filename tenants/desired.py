@@ -1,13 +1,15 @@
 """The desired state of the cluster, read from the database as plain specs for tenants/manifests.py.
 
 manifests.py stays pure (no Django); this module is its only bridge to the models. Reconcile
-applies what these return; the simulated cluster's nodes are made from the same catalog.
+applies what these return, and a team's deletion is pictured from them before it is confirmed;
+the simulated cluster's nodes are made from the same catalog.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from portal.hooks import Hook
 from portal.metrics import simulated as simulated_metrics
 from tenants import catalog, manifests, selectors
-from tenants.models import Flavor, Membership, Team
+from tenants.models import Flavor, Membership, QuotaGrant, Team
 from tenants.queueing import backend
 
 # Which teams' queues are held (admit nothing new; the queue backend says how): billing's hard
@@ -133,6 +135,32 @@ def platform_objects() -> list[dict[str, Any]]:
 def team_objects(spec: manifests.TeamSpec) -> list[dict[str, Any]]:
     """The team's objects as the site's queue backend makes its queue."""
     return manifests.make_team_objects(team=spec, queue=backend())
+
+
+@dataclass(frozen=True)
+class TeamDeletion:
+    team: Team
+    cluster_objects: list[tuple[str, str]]  # (kind, name) of what the portal made for the team, namespace first
+    portal_records: list[str]  # sentences: what goes from the portal's database
+    stays: list[str]  # sentences: what outlives the team
+
+
+def team_deletion_picture(*, team: Team) -> TeamDeletion:
+    """What the confirmation of a team's deletion lists: the team's cluster objects as the reconcile
+    would make them (the namespace takes every workload in it along), the portal's records that go
+    with the team, and what stays."""
+    _, spec = team_specs([team.pk])[team.pk]
+    objects = [(obj["kind"], obj["metadata"]["name"]) for obj in team_objects(spec)]
+    members = team.memberships.count()
+    grants = QuotaGrant.objects.active().filter(team=team).count()
+    records = [f"{members} membership{'s' if members != 1 else ''}",
+               f"{grants} active quota grant{'s' if grants != 1 else ''} (their units go back to the cluster)",
+               "its quota requests"]
+    for lines in selectors.TEAM_RECORDS_GOING.collect(team):
+        records.extend(lines)
+    stays = [line for lines in selectors.TEAM_RECORDS_STAYING.collect(team) for line in lines]
+    stays.append("The audit trail, this deletion included")
+    return TeamDeletion(team=team, cluster_objects=objects, portal_records=records, stays=stays)
 
 
 GPUS_PER_SIMULATED_NODE = 8

@@ -29,6 +29,7 @@ from django.db.models import Count, Exists, OuterRef, QuerySet
 from portal.audit import audit_record
 from portal.errors import DomainError, NotAllowed, StateConflict
 from portal.models import ApiToken, AuditEvent, SsoIdentity, User
+from portal.tokens import api_token_revoke
 from tenants.models import Membership
 
 ROLE_FIELDS = ("is_platform_admin", "is_finance")
@@ -170,8 +171,6 @@ def person_update(*, actor: User, person: User, roles: dict[str, bool], active: 
 
 def person_token_revoke(*, actor: User, person: User, token: ApiToken) -> ApiToken:
     """Revokes one of the person's API tokens (portal.tokens.api_token_revoke, which audits it)."""
-    from portal.tokens import api_token_revoke
-
     _require_manager(actor)
     if token.user_id != person.pk:
         raise DomainError(f"Token “{token.name}” is not {person.username}'s.", field="token")

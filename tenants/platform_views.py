@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
 from portal.htmx import redirect_page
-from tenants import catalog, selectors, services
+from tenants import catalog, desired, selectors, services
 from tenants.forms import FlavorForm, TeamForm
 from tenants.models import Flavor, Team
 
@@ -78,7 +78,7 @@ def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             services.team_delete(actor=signed_in_user(request), team=team)
             messages.success(request, f"Deleted team {slug}; its namespace and workloads are being removed from the cluster.")
             return redirect_page(request, reverse("tenants:team-list"))
-    picture = selectors.team_deletion_picture(team=team)
+    picture = desired.team_deletion_picture(team=team)
     return render(request, "tenants/team_delete.html", {"team": team, "picture": picture, "error": error},
                   status=400 if error else 200)
 

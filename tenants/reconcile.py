@@ -248,7 +248,6 @@ def cluster_reconcile(*, store: KindStore | None = None) -> PassResult:
     of listing, and reads an object directly before writing it; otherwise it lists."""
     result = PassResult()
     begun = time.monotonic()
-    cluster = gateway()
     cached = store.snapshot() if store is not None else None
     if cached is None:
         live = live_objects()
@@ -269,31 +268,59 @@ def cluster_reconcile(*, store: KindStore | None = None) -> PassResult:
     for team_id, (team, spec) in specs.items():
         objects = team_objects(spec)
         wanted_by_team[spec.uid] = {ref_of(obj) for obj in objects}
+        if _team_roots_ours(team_id, team, spec, live, result):
+            wanted.update((ref_of(obj), obj) for obj in objects)
+            _team_converge(team_id, team, objects, live, result, confirm=confirm)
+
+    _prune(live, wanted, wanted_by_team, result)
+    heartbeat_record(name=TEAM_PASS)
+    took = time.monotonic() - begun
+    if result.writes:
+        log.info("cluster reconcile: applied %d, deleted %d objects (%d teams, %.2f s)",
+                 len(result.applied), len(result.deleted), len(specs), took)
+    else:
+        log.debug("cluster reconcile: nothing to change (%d teams, %d objects %s, %.2f s)",
+                  len(specs), len(live), "from the store" if confirm else "listed", took)
+    return result
+
+
+def _team_roots_ours(team_id: int, team: Team, spec: manifests.TeamSpec, live: dict[ObjectRef, dict[str, Any]],
+                     result: PassResult) -> bool:
+    """Whether the team's namespace and queue are the team's to write (or not there yet); when
+    not, or when asking failed, the team is marked failed with the reason and left alone."""
+    try:
+        team_roots_check(spec, live)
+    except NotOwned as refusal:
+        result.errors[team.slug] = str(refusal)
+        if team.sync_error != str(refusal):
+            _mark_failed(team_id, refusal)
+        return False
+    except KubeError as error:
+        result.errors[team.slug] = str(error)
+        _mark_failed(team_id, error)
+        return False
+    return True
+
+
+def _team_converge(team_id: int, team: Team, objects: list[dict[str, Any]], live: dict[ObjectRef, dict[str, Any]],
+                   result: PassResult, *, confirm: bool) -> None:
+    """Writes the team's objects that differ, in order, stopping at the first the cluster refuses;
+    a team all of whose objects hold is marked applied at the version it was built from."""
+    for obj in objects:
         try:
-            team_roots_check(spec, live)
-        except NotOwned as refusal:
-            result.errors[team.slug] = str(refusal)
-            if team.sync_error != str(refusal):
-                _mark_failed(team_id, refusal)
-            continue
+            _converge(obj, live, result, confirm=confirm)
         except KubeError as error:
             result.errors[team.slug] = str(error)
             _mark_failed(team_id, error)
-            continue
-        failed = False
-        for obj in objects:
-            wanted[ref_of(obj)] = obj
-            if failed:
-                continue
-            try:
-                _converge(obj, live, result, confirm=confirm)
-            except KubeError as error:
-                failed = True
-                result.errors[team.slug] = str(error)
-                _mark_failed(team_id, error)
-        if not failed and (team.applied_version < team.config_version or team.sync_error or team.adopts_unannotated):
-            _mark_applied(team_id, team.config_version)
+            return
+    if team.applied_version < team.config_version or team.sync_error or team.adopts_unannotated:
+        _mark_applied(team_id, team.config_version)
 
+
+def _prune(live: dict[ObjectRef, dict[str, Any]], wanted: dict[ObjectRef, dict[str, Any]],
+           wanted_by_team: dict[str, set[ObjectRef]], result: PassResult) -> None:
+    """Deletes what the portal owns and no longer wants, namespaces' contents with their namespace."""
+    cluster = gateway()
     unwanted = [ref for ref, obj in live.items() if _prunable(ref, obj, wanted, wanted_by_team)]
     gone_namespaces = {ref.name for ref in unwanted if ref.kind == "Namespace"}
     for ref in sorted(unwanted, key=lambda r: -[k for _, k in OWNED_KINDS].index(r.kind)):
@@ -311,15 +338,6 @@ def cluster_reconcile(*, store: KindStore | None = None) -> PassResult:
             result.deleted.append(str(ref))
         except KubeError as error:
             result.errors[str(ref)] = str(error)
-    heartbeat_record(name=TEAM_PASS)
-    took = time.monotonic() - begun
-    if result.writes:
-        log.info("cluster reconcile: applied %d, deleted %d objects (%d teams, %.2f s)",
-                 len(result.applied), len(result.deleted), len(specs), took)
-    else:
-        log.debug("cluster reconcile: nothing to change (%d teams, %d objects %s, %.2f s)",
-                  len(specs), len(live), "from the store" if confirm else "listed", took)
-    return result
 
 
 def _going(obj: dict[str, Any]) -> bool:

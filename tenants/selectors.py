@@ -293,34 +293,6 @@ TEAM_RECORDS_GOING = Event[TeamContents]("tenants.selectors.TEAM_RECORDS_GOING",
 TEAM_RECORDS_STAYING = Event[TeamContents]("tenants.selectors.TEAM_RECORDS_STAYING", by="billing")
 
 
-@dataclass(frozen=True)
-class TeamDeletion:
-    team: Team
-    cluster_objects: list[tuple[str, str]]  # (kind, name) of what the portal made for the team, namespace first
-    portal_records: list[str]  # sentences: what goes from the portal's database
-    stays: list[str]  # sentences: what outlives the team
-
-
-def team_deletion_picture(*, team: Team) -> TeamDeletion:
-    """What the confirmation of a team's deletion lists: the team's cluster objects as the reconcile
-    would make them (the namespace takes every workload in it along), the portal's records that go
-    with the team, and what stays."""
-    from tenants import desired
-
-    _, spec = desired.team_specs([team.pk])[team.pk]
-    objects = [(obj["kind"], obj["metadata"]["name"]) for obj in desired.team_objects(spec)]
-    members = team.memberships.count()
-    grants = QuotaGrant.objects.active().filter(team=team).count()
-    records = [f"{members} membership{'s' if members != 1 else ''}",
-               f"{grants} active quota grant{'s' if grants != 1 else ''} (their units go back to the cluster)",
-               "its quota requests"]
-    for lines in TEAM_RECORDS_GOING.collect(team):
-        records.extend(lines)
-    stays = [line for lines in TEAM_RECORDS_STAYING.collect(team) for line in lines]
-    stays.append("The audit trail, this deletion included")
-    return TeamDeletion(team=team, cluster_objects=objects, portal_records=records, stays=stays)
-
-
 # Which flavors have a price in force now (billing answers): nothing launches on one that has none,
 # so the catalog says so beside each flavor an admin just added.
 PricedFlavors = Callable[[Collection[int]], set[int]]

@@ -4,6 +4,7 @@ transaction, writes the audit event and notifications, and queues cluster work a
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,13 +18,15 @@ from django.db import transaction
 from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from portal.audit import audit_record
 from portal.errors import DomainError, NotAllowed, StateConflict
-from portal.models import User
+from portal.models import SsoIdentity, User
 from portal.notifications import notifications_resolve, notify
 from portal.tasks import send_on_commit
-from tenants import selectors
+from portal.tokens import api_tokens_revoke_all
+from tenants import catalog, selectors
 from tenants.models import (
     GRANT_ENDING_NOTICE,
     Flavor,
@@ -34,6 +37,8 @@ from tenants.models import (
     Team,
     forget_team_roles,
 )
+
+log = logging.getLogger(__name__)
 
 TEAM_FIELDS = ("name", "cost_center", "description")
 COST_CENTER_REFUSAL = ("Only finance and platform admins may change a team's cost center: the monthly statements "
@@ -50,10 +55,8 @@ def _require(allowed: bool) -> None:
 def _on_team_change(team_id: int) -> None:
     """Everything that changes what a team should have in the cluster ends here: the team is
     "applying" until a reconcile that read this version has applied it."""
-    from tenants import tasks
-
     Team.objects.filter(pk=team_id).update(config_version=F("config_version") + 1)
-    send_on_commit(tasks.team_reconcile, team_id)
+    send_on_commit("tenants.tasks.team_reconcile", team_id)
 
 
 # --- Teams and memberships ------------------------------------------------------------------
@@ -124,13 +127,11 @@ def user_activity_changed(*, user: User) -> None:
 def team_delete(*, actor: User, team: Team) -> None:
     """Deletes the team; its cluster objects (and the workloads in them) go after commit."""
     _require(actor.has_perm("tenants.manage_teams"))
-    from tenants import tasks
-
     slug, uid = team.slug, str(team.uid)
     audit_record(actor=actor, action="team.deleted", obj=team, team_id=team.pk,
                  message=f"{actor.username} deleted team {slug} and its namespace")
     team.delete()
-    send_on_commit(tasks.team_teardown, slug, uid)
+    send_on_commit("tenants.tasks.team_teardown", slug, uid)
 
 
 def _last_lead(membership: Membership) -> bool:
@@ -262,10 +263,8 @@ def _flavor_store(flavor: Flavor, *, actor: User | None) -> Flavor:
                  message=f"{actor.username if actor else 'The catalog file'} {'added' if created else 'updated'} "
                  f"flavor {flavor.name} "
                  f"({flavor.capacity_units} × {flavor.resource_name}){': ' + described if described else ''}")
-    from tenants import tasks
-
     # Every team's queue lists every flavor, so a flavor change reaches all of them.
-    send_on_commit(tasks.platform_reconcile)
+    send_on_commit("tenants.tasks.platform_reconcile")
     for team_id in Team.objects.values_list("pk", flat=True):
         _on_team_change(team_id)
     return flavor
@@ -299,36 +298,13 @@ def catalog_apply(*, entries: Any) -> list[str]:
     flavors the file does not name are left alone. Each entry may start from a preset
     (tenants.catalog) and set any field over it. All or nothing: one bad entry refuses the whole
     file, naming it. Returns one line per flavor saying what was done."""
-    from tenants import catalog
-
     if not isinstance(entries, list):
         raise DomainError("The catalog must be a list of flavors.")
     done = []
     for number, entry in enumerate(entries, start=1):
         where = f"Catalog entry {number}"
-        if not isinstance(entry, dict):
-            raise DomainError(f"{where} must be a mapping of a flavor's fields, not {type(entry).__name__}.")
-        unknown = sorted(set(entry) - set(CATALOG_FIELDS))
-        if unknown:
-            raise DomainError(f"{where} has fields a flavor does not: {', '.join(unknown)} "
-                              f"(it may have: {', '.join(CATALOG_FIELDS)}).")
-        fields: dict[str, Any] = {}
-        if "preset" in entry:
-            preset = catalog.PRESETS_BY_KEY.get(str(entry["preset"]))
-            if preset is None:
-                raise DomainError(f"{where}: there is no preset “{entry['preset']}” (there are: "
-                                  f"{', '.join(catalog.PRESETS_BY_KEY)}).")
-            fields.update(preset.form_initial())
-        fields.update({key: value for key, value in entry.items() if key not in ("preset", "fraction")})
-        if "fraction" in entry:
-            try:
-                fraction = Fraction(str(entry["fraction"]))
-            except (ValueError, ZeroDivisionError):
-                raise DomainError(f"{where}: fraction “{entry['fraction']}” is not a fraction such as 1/7.") from None
-            fields.update(fraction_numerator=fraction.numerator, fraction_denominator=fraction.denominator)
-        slug = fields.get("slug")
-        if not slug or "capacity_units" not in fields:
-            raise DomainError(f"{where} needs a slug and capacity_units (and, without a preset, every field of a flavor).")
+        fields = _catalog_entry_fields(entry, where=where)
+        slug = fields["slug"]
         flavor = Flavor.objects.filter(slug=slug).first() or Flavor(slug=slug)
         for key, value in fields.items():
             setattr(flavor, key, value)
@@ -342,6 +318,33 @@ def catalog_apply(*, entries: Any) -> list[str]:
             raise DomainError(f"{where} ({slug}): {refusal.message}") from None
         done.append(f"{'added' if created else 'updated'} {flavor.slug}: {flavor.capacity_units} × {flavor.resource_name}")
     return done
+
+
+def _catalog_entry_fields(entry: Any, *, where: str) -> dict[str, Any]:
+    """A catalog entry's flavor fields: its preset's, then its own over them, the fraction as two numbers."""
+    if not isinstance(entry, dict):
+        raise DomainError(f"{where} must be a mapping of a flavor's fields, not {type(entry).__name__}.")
+    unknown = sorted(set(entry) - set(CATALOG_FIELDS))
+    if unknown:
+        raise DomainError(f"{where} has fields a flavor does not: {', '.join(unknown)} "
+                          f"(it may have: {', '.join(CATALOG_FIELDS)}).")
+    fields: dict[str, Any] = {}
+    if "preset" in entry:
+        preset = catalog.PRESETS_BY_KEY.get(str(entry["preset"]))
+        if preset is None:
+            raise DomainError(f"{where}: there is no preset “{entry['preset']}” (there are: "
+                              f"{', '.join(catalog.PRESETS_BY_KEY)}).")
+        fields.update(preset.form_initial())
+    fields.update({key: value for key, value in entry.items() if key not in ("preset", "fraction")})
+    if "fraction" in entry:
+        try:
+            fraction = Fraction(str(entry["fraction"]))
+        except (ValueError, ZeroDivisionError):
+            raise DomainError(f"{where}: fraction “{entry['fraction']}” is not a fraction such as 1/7.") from None
+        fields.update(fraction_numerator=fraction.numerator, fraction_denominator=fraction.denominator)
+    if not fields.get("slug") or "capacity_units" not in fields:
+        raise DomainError(f"{where} needs a slug and capacity_units (and, without a preset, every field of a flavor).")
+    return fields
 
 
 # --- Quota requests -------------------------------------------------------------------------
@@ -526,13 +529,36 @@ def quota_request_approve(
         raise NotAllowed(locked.second_approver_sentence)
     lines = list(locked.lines.select_related("flavor"))
     _approved_units(lines, units, locked.pk)
+    replaced_grants = _room_checked(locked, lines)
+    now = timezone.now()
+    _grants_replace(replaced_grants, renewal=locked, now=now, actor=approver)
+    _grants_start(locked, lines, now=now)
+    QuotaRequestLine.objects.bulk_update(lines, ["approved_units"])
+    locked.status = QuotaRequest.Status.APPROVED
+    locked.decided_by, locked.decided_at, locked.decision_note = approver, now, note.strip()
+    locked.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
+    summary = f"{_describe_approved(lines)} for {locked.team.slug}{_until(locked.ends_on)}{_renewing(locked.renews_id)}"
+    cut = {line.flavor.slug: {"asked": line.units, "approved": line.approved_units}
+           for line in lines if line.approved_units != line.units}
+    audit_record(actor=approver, action="quota_request.approved", obj=locked, team_id=locked.team_id,
+                 data={"note": locked.decision_note, **({"fewer_than_asked": cut} if cut else {})},
+                 message=f"{approver.username} approved request #{locked.pk}: {summary}")
+    _decided(locked, by=approver, message=f"{approver.username} approved your request #{locked.pk}: {summary}."
+             + (f" Note: {locked.decision_note}" if locked.decision_note else ""))
+    _on_team_change(locked.team_id)
+    return _sync_caller_copy(quota_request, locked)
+
+
+def _room_checked(locked: QuotaRequest, lines: list[QuotaRequestLine]) -> list[QuotaGrant]:
+    """Refuses the approval where a flavor has no room for what it adds, or where giving back
+    would leave the team below no permanent units. Returns the grants a renewal ends as it starts
+    the new ones, which do not count twice."""
     # Lock the flavors (in id order, so two approvals cannot deadlock) before reading the totals:
     # two leads approving at once must not overcommit a flavor between them.
     flavor_ids = [line.flavor_id for line in lines]
     flavors = {f.pk: f for f in Flavor.objects.select_for_update().filter(pk__in=flavor_ids).order_by("pk")}
     totals = selectors.flavor_guaranteed_totals()
     permanent = selectors.team_guarantees(team=locked.team, permanent_only=True)
-    # A renewal ends the grants it continues as it starts the new ones: they do not count twice.
     replaced_grants = (
         list(selectors.renewable_grants(quota_request=locked.renews, lock=True).filter(flavor_id__in=flavor_ids))
         if locked.renews is not None else []
@@ -557,8 +583,11 @@ def quota_request_approve(
             )
     if problems:
         raise DomainError(f"Cannot approve request #{locked.pk}: " + "; ".join(problems) + ".")
-    now = timezone.now()
-    _grants_replace(replaced_grants, renewal=locked, now=now, actor=approver)
+    return replaced_grants
+
+
+def _grants_start(locked: QuotaRequest, lines: list[QuotaRequestLine], *, now: dt.datetime) -> None:
+    """A grant per line of the approved request, from now until the end of its last day if it has one."""
     valid_until = _end_of_day(locked.ends_on) if locked.ends_on else None
     QuotaGrant.objects.bulk_create(
         [
@@ -569,20 +598,6 @@ def quota_request_approve(
             for line in lines
         ]
     )
-    QuotaRequestLine.objects.bulk_update(lines, ["approved_units"])
-    locked.status = QuotaRequest.Status.APPROVED
-    locked.decided_by, locked.decided_at, locked.decision_note = approver, now, note.strip()
-    locked.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
-    summary = f"{_describe_approved(lines)} for {locked.team.slug}{_until(locked.ends_on)}{_renewing(locked.renews_id)}"
-    cut = {line.flavor.slug: {"asked": line.units, "approved": line.approved_units}
-           for line in lines if line.approved_units != line.units}
-    audit_record(actor=approver, action="quota_request.approved", obj=locked, team_id=locked.team_id,
-                 data={"note": locked.decision_note, **({"fewer_than_asked": cut} if cut else {})},
-                 message=f"{approver.username} approved request #{locked.pk}: {summary}")
-    _decided(locked, by=approver, message=f"{approver.username} approved your request #{locked.pk}: {summary}."
-             + (f" Note: {locked.decision_note}" if locked.decision_note else ""))
-    _on_team_change(locked.team_id)
-    return _sync_caller_copy(quota_request, locked)
 
 
 def _grants_replace(grants: list[QuotaGrant], *, renewal: QuotaRequest, now: dt.datetime, actor: User) -> None:
@@ -644,6 +659,12 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
     Safe to run at any time and more than once: rows are locked and each grant ends once.
     """
     now = now or timezone.now()
+    return ExpiryResult(ended=_grants_end(now), warned=_grants_ending_warn(now))
+
+
+def _grants_end(now: dt.datetime) -> int:
+    """Ends the grants past their end, telling the team's leads and the requester, and expires the
+    requests none of whose grants still runs. Returns how many ended."""
     due = list(
         selectors.grants_past_end(now=now)
         .select_for_update(skip_locked=True, of=("self",))
@@ -670,7 +691,11 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
         QuotaRequest.objects.filter(pk__in=ended_requests - still_running, status=QuotaRequest.Status.APPROVED).update(
             status=QuotaRequest.Status.EXPIRED
         )
+    return len(due)
 
+
+def _grants_ending_warn(now: dt.datetime) -> int:
+    """Warns, once, about the grants that end within GRANT_ENDING_NOTICE. Returns how many."""
     ending = list(
         selectors.grants_ending_between(start=now, end=now + GRANT_ENDING_NOTICE)
         .filter(ending_notice_sent_at__isnull=True)
@@ -688,7 +713,7 @@ def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
                f" ends after {last_day.isoformat()}.",
                url=reverse("tenants:team-detail", args=[grant.team.slug]))
     QuotaGrant.objects.bulk_update(ending, ["ending_notice_sent_at"])
-    return ExpiryResult(ended=len(due), warned=len(ending))
+    return len(ending)
 
 
 # ASCII digits with an optional sign: int() would also read "١٢" (Arabic-Indic digits) as 12.
@@ -777,8 +802,6 @@ def sso_roles_apply(*, user: User, groups: Any, source: str) -> None:
     admin (and Django admin staff), finance, team memberships. Never a superuser bit the groups
     cannot take away. A user left with no role loses their API tokens too. `source` says, for the
     audit trail, what vouched for the groups."""
-    from portal.tokens import api_tokens_revoke_all
-
     names = groups_from_claim(groups)
     had_roles = _holds_a_role(user)
     user.is_platform_admin = any(g in settings.OIDC_ADMIN_GROUPS for g in names)
@@ -802,8 +825,6 @@ def _revalidation_check() -> Any:
     path = settings.OIDC_REVALIDATE_CHECK
     if not path:
         return None
-    from django.utils.module_loading import import_string
-
     return import_string(path)
 
 
@@ -819,8 +840,6 @@ def sso_identities_revalidate(*, now: dt.datetime | None = None) -> Revalidation
     confirms only through sign-ins. Each user is handled in a transaction of their own, so one
     failure or a slow check does not hold up the rest. Safe to run at any time and twice.
     """
-    from portal.models import SsoIdentity
-
     now = now or timezone.now()
     due_before = now - dt.timedelta(seconds=settings.OIDC_REVALIDATE_AFTER)
     check = _revalidation_check()
@@ -841,18 +860,13 @@ def _ask(check: Any, identity: Any) -> dict[str, Any] | None:
     try:
         claims = check(identity)
     except Exception:  # the provider's trouble is a reason to wait, never to crash the pass for everyone
-        import logging
-
-        logging.getLogger(__name__).warning("revalidation check failed for %s", identity, exc_info=True)
+        log.warning("revalidation check failed for %s", identity, exc_info=True)
         return None
     return claims if isinstance(claims, dict) else None
 
 
 @transaction.atomic
 def _sso_identity_revalidate(*, identity_id: int, now: dt.datetime, check: Any) -> str:
-    from portal.models import SsoIdentity
-    from portal.tokens import api_tokens_revoke_all
-
     identity = (SsoIdentity.objects.select_for_update(skip_locked=True, of=("self",)).select_related("user")
                 .filter(pk=identity_id).first())
     after = dt.timedelta(seconds=settings.OIDC_REVALIDATE_AFTER)

@@ -18,6 +18,7 @@ from django.dispatch import receiver
 
 from portal.hooks import Event
 from portal.models import User
+from tenants import services
 from tenants.models import Team
 
 # (team, created, the fields saved or None for all)
@@ -42,8 +43,6 @@ def _reconcile_teams_on_activity_change(sender: type[User], instance: User, crea
     was_active = getattr(instance, "_was_active", None)
     if created or was_active is None or was_active == instance.is_active:
         return
-    from tenants import services
-
     services.user_activity_changed(user=instance)
 
 

@@ -96,9 +96,7 @@ def _hold_follow(budget: Budget, status: BudgetStatus) -> bool:
     budget.held = held
     team_id = budget.account.team_id
     if team_id is not None:
-        from tenants import tasks as tenant_tasks
-
-        send_on_commit(tenant_tasks.team_reconcile, team_id)
+        send_on_commit("tenants.tasks.team_reconcile", team_id)
     return True
 
 

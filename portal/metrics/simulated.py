@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from portal.hooks import Hook
+from portal.kube import gateway
 from portal.metrics.base import (
     DeviceHours,
     GpuReading,
@@ -120,8 +121,6 @@ def _label_number(labels: dict[str, str], name: str, default: int) -> int:
 def _cluster_pods() -> list[SimulatedPod]:
     """The pods of the cluster the portal uses that hold GPUs, as the exporter saw them, each
     with what its node's GPU units hold and draw."""
-    from portal.kube import gateway
-
     cluster = gateway()
     nodes = {node["metadata"]["name"]: node["metadata"].get("labels") or {} for node in cluster.list("v1", "Node")[0]}
     pods = []
@@ -145,8 +144,6 @@ def _cluster_pods() -> list[SimulatedPod]:
 
 
 def _cluster_clock() -> float:
-    from portal.kube import gateway
-
     cluster = gateway()
     now = getattr(cluster, "now", None)
     return float(now()) if callable(now) else time.time()

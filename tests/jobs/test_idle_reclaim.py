@@ -10,8 +10,8 @@ from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
 from jobs import reclaim, services, sync
-from jobs.idle_policy import effective_policy
-from jobs.models import IdleAction, IdleDefaults, Workload, WorkloadIdleState, WorkloadKind
+from jobs.idle_policy import IdleAction, effective_policy
+from jobs.models import IdleDefaults, Workload, WorkloadIdleState, WorkloadKind
 from portal.errors import DomainError
 from portal.kube import ObjectRef, gateway
 from portal.metrics import reset_metrics
