@@ -41,7 +41,7 @@ from portal.errors import DomainError, StateConflict
 from portal.metrics import MetricsError, PodKey, metrics
 from portal.models import User
 from portal.notifications import notify
-from portal.tasks import send_on_commit, task_named
+from portal.tasks import send_on_commit
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def _act(workload: Workload, policy: idle_policy.IdlePolicy, *, idle_minutes: in
             record_transition(locked, Workload.Phase.STOPPED, f"Stopped: {why}")
             audit_record(actor=None, action="workload.stopped_idle", obj=locked, team_id=locked.team_id,
                          message=f"{locked.name} (#{locked.pk}) of {locked.team.slug} stopped: {why}")
-            transaction.on_commit(functools.partial(task_named("jobs.tasks.workload_teardown").delay, locked.pk))
+            send_on_commit("jobs.tasks.workload_teardown", locked.pk, unsent=functools.partial(mark_unsent, locked.pk))
             workload_event_notify(workload=locked, event=WorkloadEvent.IDLE_STOPPED, detail=why)  # as the owner chose
             return True
         low = minimum_replicas(locked)

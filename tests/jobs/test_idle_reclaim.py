@@ -8,8 +8,9 @@ import datetime as dt
 import pytest
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
-from jobs import reclaim, services, sync
+from jobs import reclaim, services, sync, tasks
 from jobs.idle_policy import IdleAction, effective_policy
 from jobs.models import IdleDefaults, Workload, WorkloadIdleState, WorkloadKind
 from portal.errors import DomainError
@@ -121,6 +122,29 @@ def test_an_idle_job_is_warned_once_kept_once_then_stopped_with_the_reason(
     assert idle_job.phase == Workload.Phase.STOPPED
     assert idle_job.reason == ("Stopped: idle 30 minutes with its GPUs under 10 % engine active "
                                "(the idle policy of Sweep v1)")
+    assert gateway().get(ObjectRef("batch/v1", "Job", idle_job.k8s_name, "vision")) is None
+
+
+def test_an_idle_stop_the_broker_does_not_take_is_recorded_and_its_objects_removed_by_the_next_pass(
+        idle_job, monkeypatch, django_capture_on_commit_callbacks):
+    # As a person's stop: the sweep that stops it answers, the workload is marked unsent, and the
+    # resubmit pass removes its objects, instead of an error after the commit and a Job left running.
+    refused = OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    monkeypatch.setattr(tasks.workload_teardown, "apply_async", lambda *args, **kwargs: (_ for _ in ()).throw(refused))
+    t0 = timezone.now()
+    reclaim.idle_sweep(now=t0)
+    with django_capture_on_commit_callbacks(execute=True):
+        reclaim.idle_sweep(now=t0 + 21 * MIN)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reclaim.idle_sweep(now=t0 + 31 * MIN).stopped == [idle_job.pk]
+    idle_job.refresh_from_db()
+    assert idle_job.phase == Workload.Phase.STOPPED and idle_job.unsent_since is not None
+    assert gateway().get(ObjectRef("batch/v1", "Job", idle_job.k8s_name, "vision")) is not None
+
+    monkeypatch.undo()
+    tasks.workloads_resubmit_lost()
+    idle_job.refresh_from_db()
+    assert idle_job.unsent_since is None
     assert gateway().get(ObjectRef("batch/v1", "Job", idle_job.k8s_name, "vision")) is None
 
 
