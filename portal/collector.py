@@ -13,7 +13,9 @@ ends, and stays off if something else had turned it off before the first began.
 
 The web process also takes what it loaded to start out of the collector's reach
 (`startup_objects_frozen`): those objects live as long as the process, and every full
-collection walked them again while every thread of the process waited.
+collection walked them again while every thread of the process waited. benchmarks/workloads.py
+shows it (collector_pauses.gen2, the steady phase's full collections): the longest 43 to 84 ms
+frozen, 230 to 280 ms not (2026-11-27, on 2 shared cores, four and two runs).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def startup_objects_frozen() -> None:
     """Moves every object alive now out of the collector's reach, for good: called once the web
     process has loaded (portal/wsgi.py). The modules, models, URL patterns, settings and
     middleware it loaded to start (114,000 objects) live as long as the process, and each full
-    collection walked all of them again, stopping every request in the process meanwhile: 136 ms
-    for one such collection, measured in a loop of API launches, 5 ms with them frozen. Nothing
-    alive at start is freed later anyway; what requests build stays collected as before."""
+    collection walked all of them again, stopping every request in the process meanwhile (the
+    figures are in the module's docstring). Nothing alive at start is freed later anyway; what
+    requests build stays collected as before."""
     gc.freeze()
