@@ -5,8 +5,10 @@ The periodic team pass lists every object the portal owns (ten per team: 10,000 
 teams) and decodes them into millions of dicts and lists. Each burst of allocations sets the
 collector off, and its full runs walk the whole heap, the lists being decoded included: measured
 at 1,000 teams on the real control plane, that was more than half of the pass's CPU (1.1 to 1.8 s
-with the collector, 0.5 to 0.8 s without; benchmarks/scale_envelope.py). Reference counting
-frees all of it when the pass ends; only cycles wait, for the collector's next run.
+with the collector, 0.5 to 0.8 s without; benchmarks/scale_envelope.py, not re-run since: at 100
+teams, benchmarks/onboarding.py's no-change pass is the same with and without within its noise).
+Reference counting frees all of it when the pass ends; only cycles wait, for the collector's next
+run. The finance overview and the rollups refresh are paused too, for the figures beside them.
 
 The collector is one per process, shared by its threads: it runs again when the last pause
 ends, and stays off if something else had turned it off before the first began.
