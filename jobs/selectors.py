@@ -25,7 +25,6 @@ from jobs.models import (
     WorkloadTemplate,
     WorkloadTemplateVersion,
 )
-from portal import memo
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.metrics import PodKey
 from tenants import cluster_selectors, queueing
@@ -37,32 +36,18 @@ PRIORITY_ORDER: dict[str, int] = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority
 WAITING = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED, Workload.Phase.SUBMITTING)
 
 
-IMAGE_ALLOW_LIST = "image-allow-list"  # portal.memo topics; the services that change them forget them
-GIT_SOURCES = "git-sources"
-
-
 def image_allow_list() -> list[str]:
     """Every registry templates may pull from: the deployment's (PORTAL_IMAGE_REGISTRIES) and the
-    platform admins' (ImageRegistry), in one written form. Read once per request: a launch asks
-    it in its checks and again in its submission."""
-
-    def read() -> list[str]:
-        configured = [entry for entry in map(policy.registry_entry, settings.PORTAL_IMAGE_REGISTRIES) if entry]
-        return sorted({*configured, *ImageRegistry.objects.values_list("prefix", flat=True)})
-
-    return memo.remembered((IMAGE_ALLOW_LIST,), read)
+    platform admins' (ImageRegistry), in one written form."""
+    configured = [entry for entry in map(policy.registry_entry, settings.PORTAL_IMAGE_REGISTRIES) if entry]
+    return sorted({*configured, *ImageRegistry.objects.values_list("prefix", flat=True)})
 
 
 def git_sources() -> list[str]:
     """Where git parameters may fetch code from: the sources set at deployment
-    (PORTAL_GIT_SOURCES) and those platform admins keep (GitSource), in one written form. Read
-    once per request, like the image allow-list."""
-
-    def read() -> list[str]:
-        configured = {entry for entry in map(policy.git_source_entry, settings.PORTAL_GIT_SOURCES) if entry}
-        return sorted({*configured, *GitSource.objects.values_list("prefix", flat=True)})
-
-    return memo.remembered((GIT_SOURCES,), read)
+    (PORTAL_GIT_SOURCES) and those platform admins keep (GitSource), in one written form."""
+    configured = {entry for entry in map(policy.git_source_entry, settings.PORTAL_GIT_SOURCES) if entry}
+    return sorted({*configured, *GitSource.objects.values_list("prefix", flat=True)})
 
 
 def team_claims(*, team: Team) -> list[str] | None:

@@ -34,7 +34,7 @@ from jobs.parameters import (
     render,
     validate_parameters,
 )
-from portal import limits, memo
+from portal import limits
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.kube import KubeError, gateway
@@ -257,9 +257,6 @@ def _check_ceiling(team: Team, flavors: list[Flavor], *, units: int, workers: in
         f"({max(ceilings.values())}); ask for fewer.", field="units")
 
 
-TEMPLATE_AVAILABLE = "template-available"  # a portal.memo topic: template_share forgets it
-
-
 def _launch_version(
     *, team: Team, template: WorkloadTemplate, version: WorkloadTemplateVersion | None, flavor: Flavor
 ) -> tuple[WorkloadTemplateVersion, bool] | None:
@@ -275,7 +272,6 @@ def _launch_version(
     ).first()
     if found is None:
         return None
-    memo.remember((TEMPLATE_AVAILABLE, template.pk, team.pk), True)
     return found, found.runs_on_flavor
 
 
@@ -321,8 +317,7 @@ def template_withdrawn(workload: Workload) -> str:
     """Why nothing more may be created from the workload's template: withdrawn (it cannot be
     deleted while workloads name it) or no longer shared with the team. Empty when it may."""
     template = workload.template_version.template
-    if memo.remembered((TEMPLATE_AVAILABLE, template.pk, workload.team_id),
-                       lambda: WorkloadTemplate.objects.for_team(workload.team).filter(pk=template.pk).exists()):
+    if WorkloadTemplate.objects.for_team(workload.team).filter(pk=template.pk).exists():
         return ""
     return (f"The template “{template.name}” is no longer available to {workload.team.slug}; "
             "launch it again from another template.")
@@ -718,7 +713,6 @@ def image_registry_add(*, user: User, prefix: str, note: str = "") -> ImageRegis
     if ImageRegistry.objects.filter(prefix=entry).exists():
         raise DomainError(f"{entry} is on the allow-list already.", field="prefix")
     registry = ImageRegistry.objects.create(prefix=entry, note=note[:200], created_by=user)
-    memo.forget(selectors.IMAGE_ALLOW_LIST)
     audit_record(actor=user, action="image_registry.added", obj=registry,
                  message=f"{user.username} allowed images from {entry}")
     return registry
@@ -732,7 +726,6 @@ def image_registry_remove(*, user: User, registry: ImageRegistry) -> None:
     audit_record(actor=user, action="image_registry.removed", obj=registry,
                  message=f"{user.username} no longer allows images from {registry.prefix}")
     registry.delete()
-    memo.forget(selectors.IMAGE_ALLOW_LIST)
 
 
 # --- The git allow-list ---------------------------------------------------------------------------
@@ -749,7 +742,6 @@ def git_source_add(*, user: User, prefix: str, note: str = "") -> GitSource:
     if GitSource.objects.filter(prefix=entry).exists():
         raise DomainError(f"{entry} is on the allow-list already.", field="prefix")
     source = GitSource.objects.create(prefix=entry, note=note[:200], created_by=user)
-    memo.forget(selectors.GIT_SOURCES)
     audit_record(actor=user, action="git_source.added", obj=source, message=f"{user.username} allowed code from {entry}")
     return source
 
@@ -762,7 +754,6 @@ def git_source_remove(*, user: User, source: GitSource) -> None:
     audit_record(actor=user, action="git_source.removed", obj=source,
                  message=f"{user.username} no longer allows code from {source.prefix}")
     source.delete()
-    memo.forget(selectors.GIT_SOURCES)
 
 
 # --- The template editor: sharing, the launch preview and its dry run ----------------------------
@@ -796,7 +787,6 @@ def template_share(*, user: User, template: WorkloadTemplate, is_global: bool, t
     template.is_global = is_global
     template.save(update_fields=["is_global"])
     template.teams.set(chosen)
-    memo.forget(TEMPLATE_AVAILABLE)
     audience = "every team" if is_global else ", ".join(after[1])
     audit_record(actor=user, action="template.shared", obj=template, data={"is_global": is_global, "teams": after[1]},
                  message=f"{user.username} shared template {template.name} with {audience}")

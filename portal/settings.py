@@ -60,7 +60,6 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "portal.observability.RequestIdMiddleware",
     "portal.observability.MetricsMiddleware",
-    "portal.memo.RequestMemoMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "portal.security.ContentSecurityPolicyMiddleware",
     "portal.security.PermissionsPolicyMiddleware",

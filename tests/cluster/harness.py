@@ -57,12 +57,32 @@ ANNOTATION_RUN_DURATION = "kwok.gpu-portal.test/run-duration"
 #: Pod annotation: "Succeeded" | "Failed" | "Running" (never finishes).
 ANNOTATION_OUTCOME = "kwok.gpu-portal.test/outcome"
 
-KUEUE_FRAMEWORKS = ("batch/job", "pod", "deployment", "statefulset")
+#: Kueue's configuration as the portal ships it; the harness runs Kueue with it (kueue_configuration).
+SHIPPED_KUEUE_CONFIG = HERE.parents[1] / "deploy" / "kueue" / "controller_manager_config.yaml"
 SYSTEM_NAMESPACES = ("kube-system", "kueue-system")
 # Where a process in a pod finds its service account; Kueue's visibility server reads it.
 IN_CLUSTER_DIR = "/run/secrets/kubernetes.io/serviceaccount"
 
 DEFAULT_NODE_ALLOCATABLE = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+
+
+#: waitForPodsReady's timings the tests shorten, so that a contract test sees an eviction and the
+#: requeue in seconds; a shipped file without the block gets none (and the gang test fails).
+TEST_REQUEUE_BACKOFF = {"backoffBaseSeconds": 1, "backoffMaxSeconds": 10}
+
+
+def kueue_configuration(shipped: Mapping[str, Any], *, pods_ready_timeout: float,
+                        local: Mapping[str, Any]) -> dict[str, Any]:
+    """Kueue's Configuration for the harness: what deploy/kueue ships (read, never copied, so a
+    setting removed there is removed here too), its waitForPodsReady timings shortened where it
+    has them, and `local`'s top-level fields (loopback addresses, certificates, no leader
+    election) on top."""
+    cfg = copy.deepcopy(dict(shipped))
+    if "waitForPodsReady" in cfg:
+        cfg["waitForPodsReady"]["timeout"] = f"{pods_ready_timeout:g}s"
+        if "requeuingStrategy" in cfg["waitForPodsReady"]:
+            cfg["waitForPodsReady"]["requeuingStrategy"].update(TEST_REQUEUE_BACKOFF)
+    return {**cfg, **copy.deepcopy(dict(local))}
 
 
 class ControlPlaneError(RuntimeError):
@@ -816,33 +836,20 @@ class ControlPlane:
 
     def _start_kueue(self) -> None:
         self._ensure_kueue_certs()
-        cfg = {
-            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
-            "kind": "Configuration",
-            "namespace": "kueue-system",
-            "manageJobsWithoutQueueName": False,
-            # The portal's queues hold GPU quota only; cpu and memory are the ResourceQuota's
-            # job (deploy/kueue/README.md asks the same of a real cluster).
-            "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
-            "managedJobsNamespaceSelector": {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(SYSTEM_NAMESPACES)}]},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['kueue_health']}"},
-            "metrics": {"bindAddress": f"127.0.0.1:{self.ports['kueue_metrics']}"},
-            "webhook": {"port": self.ports["kueue_webhook"], "host": "127.0.0.1",
-                        "certDir": str(self._need_workdir() / "kueue-webhook-certs")},
-            "leaderElection": {"leaderElect": False},
-            "internalCertManagement": {"enable": False},
-            "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": self.ports["kueue_visibility"]},
-            "clientConnection": {"qps": 200, "burst": 400},
-            "integrations": {"frameworks": list(KUEUE_FRAMEWORKS)},
-            # Gang admission, as deploy/kueue/controller_manager_config.yaml asks of a real cluster:
-            # a workload whose pods are not all ready in time is evicted and requeued whole. The
-            # timeout is short here so the contract test sees it happen; KWOK pods are ready in ~1 s.
-            "waitForPodsReady": {"timeout": f"{self.pods_ready_timeout:g}s", "blockAdmission": False,
-                                 "requeuingStrategy": {"timestamp": "Eviction", "backoffBaseSeconds": 1,
-                                                       "backoffMaxSeconds": 10}},
-            **self.kueue_config,
-        }
+        cfg = kueue_configuration(
+            yaml.safe_load(SHIPPED_KUEUE_CONFIG.read_text()), pods_ready_timeout=self.pods_ready_timeout,
+            local={
+                "namespace": "kueue-system",
+                "health": {"healthProbeBindAddress": f"127.0.0.1:{self.ports['kueue_health']}"},
+                "metrics": {"bindAddress": f"127.0.0.1:{self.ports['kueue_metrics']}"},
+                "webhook": {"port": self.ports["kueue_webhook"], "host": "127.0.0.1",
+                            "certDir": str(self._need_workdir() / "kueue-webhook-certs")},
+                "leaderElection": {"leaderElect": False},
+                "internalCertManagement": {"enable": False},
+                "visibilityServer": {"bindAddress": "127.0.0.1", "bindPort": self.ports["kueue_visibility"]},
+                "clientConnection": {"qps": 200, "burst": 400},
+                **self.kueue_config,
+            })
         path = self._need_workdir() / "kueue-config.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         argv = [str(self.bin_dir / "kueue"), f"--config={path}", f"--zap-log-level={max(self.verbosity, 1) + 1}"]

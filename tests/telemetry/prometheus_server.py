@@ -1,5 +1,7 @@
 """A real Prometheus (Debian's package) on loopback for the tests: a private data directory,
-a scrape of the DCGM stand-in every half second and the harness's recording rules."""
+a scrape of the DCGM stand-in every half second and the rules deploy/prometheus/ ships (read from
+there, never copied, so a rule removed there is missing here), evaluated every half second so
+tests need not wait a minute."""
 
 from __future__ import annotations
 
@@ -10,9 +12,21 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-RULES = Path(__file__).with_name("recording_rules.yml")
+SHIPPED_RULES = [Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / name
+                 for name in ("recording_rules.yaml", "alerting_rules.yaml")]
+TEST_INTERVAL = "500ms"
+
+
+def shipped_rules(interval: str = TEST_INTERVAL) -> dict[str, Any]:
+    """deploy/prometheus's recording and alerting rules in one rules file, every group evaluated
+    at `interval` instead of its shipped minute."""
+    groups = [group for path in SHIPPED_RULES for group in yaml.safe_load(path.read_text())["groups"]]
+    return {"groups": [{**group, "interval": interval} for group in groups]}
 
 
 class PrometheusError(Exception):
@@ -35,9 +49,11 @@ class PrometheusServer:
         targets = ", ".join(f'"{t}"' for t in scrape_targets)
         scrape = (f"scrape_configs:\n  - job_name: dcgm-exporter\n    honor_labels: true\n"
                   f"    static_configs:\n      - targets: [{targets}]\n") if scrape_targets else ""
+        rules = self.work / "rules.yml"
+        rules.write_text(yaml.safe_dump(shipped_rules(), sort_keys=False))
         (self.work / "prometheus.yml").write_text(
-            "global:\n  scrape_interval: 500ms\n  evaluation_interval: 500ms\n"
-            f"rule_files:\n  - {RULES}\n{scrape}")
+            f"global:\n  scrape_interval: {TEST_INTERVAL}\n  evaluation_interval: {TEST_INTERVAL}\n"
+            f"rule_files:\n  - {rules}\n{scrape}")
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, *, timeout: float = 30) -> None:

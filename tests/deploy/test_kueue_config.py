@@ -1,0 +1,39 @@
+"""deploy/kueue/controller_manager_config.yaml is what the test harness runs Kueue with: the
+harness reads the shipped file and changes only its own addresses and waitForPodsReady's timings,
+so a setting removed from deploy/ is gone from the real control plane the contract tests use
+(tests/contract/test_gang_contract.py fails without waitForPodsReady)."""
+
+from __future__ import annotations
+
+import copy
+
+import yaml
+
+from tests.cluster.harness import SHIPPED_KUEUE_CONFIG, TEST_REQUEUE_BACKOFF, kueue_configuration
+
+LOCAL = {"namespace": "kueue-system", "leaderElection": {"leaderElect": False}}
+
+
+def shipped() -> dict:
+    return yaml.safe_load(SHIPPED_KUEUE_CONFIG.read_text())
+
+
+def test_the_harness_runs_kueue_with_every_shipped_setting_and_only_the_timings_shortened():
+    cfg = kueue_configuration(shipped(), pods_ready_timeout=15, local=LOCAL)
+    expected = copy.deepcopy(shipped())
+    expected["waitForPodsReady"]["timeout"] = "15s"
+    expected["waitForPodsReady"]["requeuingStrategy"].update(TEST_REQUEUE_BACKOFF)
+    assert cfg == {**expected, **LOCAL}
+    assert cfg["waitForPodsReady"]["blockAdmission"] is False  # as shipped, not the harness's choice
+    assert cfg["resources"] == {"quotaCheckStrategy": "IgnoreUndeclared"}
+
+
+def test_a_setting_removed_from_the_shipped_file_is_not_put_back_by_the_harness():
+    without = {key: value for key, value in shipped().items() if key != "waitForPodsReady"}
+    assert "waitForPodsReady" not in kueue_configuration(without, pods_ready_timeout=15, local=LOCAL)
+
+
+def test_the_harness_leaves_the_shipped_file_as_it_read_it():
+    read = shipped()
+    kueue_configuration(read, pods_ready_timeout=15, local=LOCAL)
+    assert read == shipped()
