@@ -154,7 +154,9 @@ document.addEventListener("click", function (event) {
       // Nothing was sent, but the answer leads to the login page: the form being typed into
       // comes back filled in after sign-in, as one that was sent would.
       var typed = leaving && !read() && Array.prototype.find.call(document.forms, edited);
-      if (typed) { keep(typed); write(Object.assign(read() || {}, {stopped: true})); }
+      if (typed) { keep(typed); }
+      var kept = typed && read();  // keep() passes over a form with a password in it
+      if (kept) { kept.stopped = true; write(kept); }
       return;
     }
     var draft = read();

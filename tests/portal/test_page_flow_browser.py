@@ -178,7 +178,8 @@ def test_what_is_typed_survives_the_launch_hint_finding_the_session_ended(browse
     alice = log_in(browser, live_server, "alice")
     form_page = f"/launch/?team=vision&template={site['template'].pk}"
     alice.goto(f"{live_server.url}{form_page}")
-    alice.fill("#id_name", "autumn-detector")
+    with alice.expect_response(lambda answer: "name=autumn-detector" in answer.url):
+        alice.fill("#id_name", "autumn-detector")  # the hint asks for this one while signed in
     htmx_settled(alice)
     _end_sessions()
     alice.fill("#id_units", "3")
