@@ -109,7 +109,8 @@ def test_the_simulated_api_server_forbids_a_pod_naming_a_missing_runtime_class(r
            "spec": {"runtimeClassName": "nvidia", "containers": [{"name": "c", "image": "busybox"}]}}
     with pytest.raises(KubeError) as forbidden:
         simulated.apply(pod)
-    assert forbidden.value.status == 403 and 'runtimeclass.node.k8s.io "nvidia" not found' in str(forbidden.value)
+    assert forbidden.value.status == 403
+    assert 'pods "probe" is forbidden: pod rejected: RuntimeClass "nvidia" not found' in str(forbidden.value)
     simulated.apply(NVIDIA)
     assert simulated.apply(pod)["spec"]["runtimeClassName"] == "nvidia"
 
@@ -134,4 +135,4 @@ def test_a_job_naming_a_missing_runtime_class_gets_no_pods_and_a_failed_create_e
     assert objects_of(simulated, ready_team, "Pod") == []
     (event,) = simulated.list("v1", "Event", namespace=ready_team.namespace)[0]
     assert (event["reason"], event["involvedObject"]["name"]) == ("FailedCreate", spec.name)
-    assert 'is forbidden: runtimeclass.node.k8s.io "nvidia" not found' in event["message"]
+    assert 'is forbidden: pod rejected: RuntimeClass "nvidia" not found' in event["message"]

@@ -116,7 +116,7 @@ def runtime_class_refusal(pod: dict[str, Any], runtime_classes: Collection[str])
     exist is forbidden (403), in the API server's words; None when it may be created."""
     name = (pod.get("spec") or {}).get("runtimeClassName")
     if name and name not in runtime_classes:
-        return f'pods "{pod["metadata"].get("name", "")}" is forbidden: runtimeclass.node.k8s.io "{name}" not found'
+        return f'pods "{pod["metadata"].get("name", "")}" is forbidden: pod rejected: RuntimeClass "{name}" not found'
     return None
 
 
