@@ -87,7 +87,7 @@ def test_a_runtime_class_deleted_between_launch_and_submission_fails_the_workloa
 
 def test_flavors_accepted_together_must_share_their_runtime_class(
         team, member, admin_user, flavor, k3s_flavor, simulated):
-    runc_a100 = FlavorFactory(name="A100 80GB", slug="a100-80gb", resource_name="nvidia.com/gpu", capacity_units=8)
+    runc_a100 = FlavorFactory.create(name="A100 80GB", slug="a100-80gb", resource_name="nvidia.com/gpu", capacity_units=8)
     either = services.template_create(user=admin_user, slug="either", name="Either", kind="training",
                                       flavors=[k3s_flavor, runc_a100], image="pytorch/pytorch:2.5", command=["python"])
     make_ready(team, k3s_flavor)
