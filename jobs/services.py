@@ -358,7 +358,16 @@ def submission_refusal(workload: Workload) -> str:
             or rules.priority_refusal(workload.owner, workload.team, version, workload.priority)
             or image_no_longer_allowed(version)
             or sources_problem(workload.team, version.parameters, workload.parameters)
-            or " ".join(cluster_selectors.missing_runtime_classes(flavors=workload_flavors(workload)).values()))
+            or _runtime_class_problem(workload_flavors(workload)))
+
+
+def _runtime_class_problem(flavors: list[Flavor]) -> str:
+    """Flavors accepted together whose runtime classes an admin has since made differ (a pod has
+    one), or a RuntimeClass the cluster lacks; empty when the pods may be made."""
+    if len({flavor.runtime_class_name for flavor in flavors}) > 1:
+        return (f"{', '.join(flavor.name for flavor in flavors)} no longer share a runtime class ("
+                f"{', '.join(_runtime_words(flavor) for flavor in flavors)}), and a pod has one; relaunch it on one of them.")
+    return " ".join(cluster_selectors.missing_runtime_classes(flavors=flavors).values())
 
 
 def launch_rate_check(*, user: User) -> None:

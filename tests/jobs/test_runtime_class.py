@@ -136,3 +136,23 @@ def test_a_job_naming_a_missing_runtime_class_gets_no_pods_and_a_failed_create_e
     (event,) = simulated.list("v1", "Event", namespace=ready_team.namespace)[0]
     assert (event["reason"], event["involvedObject"]["name"]) == ("FailedCreate", spec.name)
     assert 'is forbidden: pod rejected: RuntimeClass "nvidia" not found' in event["message"]
+
+
+def test_flavors_accepted_together_whose_runtime_classes_part_after_launch_fail_the_submission_in_words(
+        team, member, admin_user, flavor, simulated, django_capture_on_commit_callbacks):
+    a100 = FlavorFactory.create(name="A100 80GB", slug="a100-80gb", resource_name="nvidia.com/gpu", capacity_units=8)
+    either = services.template_create(user=admin_user, slug="either", name="Either", kind="training",
+                                      flavors=[flavor, a100], image="pytorch/pytorch:2.5", command=["python"])
+    make_ready(team, flavor)
+    make_ready(team, a100)
+    with django_capture_on_commit_callbacks() as submissions:
+        workload = launch(member, team, either, flavor, also_accept=(a100,))
+    a100.runtime_class_name = "nvidia"  # an admin's edit while the submission waited
+    a100.save()
+    for submit in submissions:
+        submit()
+    workload.refresh_from_db()
+    assert (workload.phase, workload.reason) == (Workload.Phase.FAILED, (
+        "Not created in the cluster: A100 80GB, H100 80GB no longer share a runtime class (the RuntimeClass “nvidia”, "
+        "the nodes' default runtime), and a pod has one; relaunch it on one of them."))
+    assert objects_of(simulated, team) == []
