@@ -267,6 +267,29 @@ def make_data_volume(*, namespace: str) -> dict[str, Any]:
             "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": f"{DATA_VOLUME_GIB}Gi"}}}}
 
 
+# The RuntimeClass NVIDIA's GPU operator installs on every cluster it runs on: the demo's nodes are
+# the operator's, so a flavor an admin gives the runtime class "nvidia" runs, and any other name
+# shows what the catalog and the launch form say of a RuntimeClass the cluster lacks.
+DEMO_RUNTIME_CLASSES = ("nvidia",)
+
+
+def make_runtime_class(*, name: str) -> dict[str, Any]:
+    return {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": name}
+
+
+def runtime_classes_seed() -> str:
+    """The RuntimeClasses the demo's node pools have, and any a demo flavor names, made in the
+    cluster as the site's GPU operator would. Says what it did, or why the cluster did not take them."""
+    named = Flavor.objects.exclude(runtime_class_name="").values_list("runtime_class_name", flat=True)
+    names = sorted({*DEMO_RUNTIME_CLASSES, *named})
+    try:
+        for name in names:
+            gateway().apply(make_runtime_class(name=name))
+    except KubeError as error:
+        return f"The cluster did not take the RuntimeClasses {', '.join(names)} ({error}); flavors naming one wait for them."
+    return f"The cluster has the RuntimeClasses {', '.join(names)}."
+
+
 def data_volumes_seed() -> str:
     """Each demo team's namespace made now (its reconcile would make it within the minute) with a
     data volume in it, so the launch form offers one. Says what it did, or why the cluster did not

@@ -47,7 +47,9 @@ class IngressSpec:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one flavor's pods run: the labels of its nodes and the tolerations for their taints.
+    """Where one flavor's pods run: the labels of its nodes, the tolerations for their taints and
+    the RuntimeClass its node pool's container runtime needs to hand a pod its GPUs (empty: the
+    node's default runtime).
 
     Kueue admits a workload only on a flavor whose node labels its pods' node selector or
     required node affinity accepts (for the label keys the queue's flavors use), so the pod
@@ -55,6 +57,7 @@ class Placement:
 
     node_labels: tuple[tuple[str, str], ...]
     tolerations: tuple[dict[str, Any], ...] = ()
+    runtime_class: str = ""
 
 
 @dataclass(frozen=True)
@@ -208,9 +211,14 @@ def _pod_volumes(spec: WorkloadSpec) -> dict[str, Any]:
 
 def _placement(placements: tuple[Placement, ...]) -> dict[str, Any]:
     """The pod spec fields that hold a workload to its flavors: a node selector for one, a
-    required node affinity with one term per flavor for several; the tolerations of all."""
+    required node affinity with one term per flavor for several; the tolerations of all, and
+    their runtime class. A pod has one runtime class, so flavors accepted together share it
+    (jobs.services refuses a launch whose flavors differ in it, in words)."""
     if not placements:
         return {}
+    runtime_classes = {placement.runtime_class for placement in placements}
+    if len(runtime_classes) > 1:
+        raise ValueError(f"flavors accepted together name different runtime classes: {sorted(runtime_classes)}")
     fields: dict[str, Any] = {}
     if len(placements) == 1:
         if placements[0].node_labels:
@@ -224,6 +232,8 @@ def _placement(placements: tuple[Placement, ...]) -> dict[str, Any]:
         tolerations += [dict(t) for t in placement.tolerations if dict(t) not in tolerations]
     if tolerations:
         fields["tolerations"] = tolerations
+    if runtime_class := runtime_classes.pop():
+        fields["runtimeClassName"] = runtime_class
     return fields
 
 

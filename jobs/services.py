@@ -40,7 +40,7 @@ from portal.errors import DomainError, StateConflict
 from portal.kube import KubeError, gateway
 from portal.models import User
 from portal.tasks import send_on_commit
-from tenants import queueing
+from tenants import cluster_selectors, queueing
 from tenants import selectors as tenant_selectors
 from tenants.manifests import tier_name
 from tenants.models import Flavor, Team
@@ -141,6 +141,7 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     units, cpu, memory, priority = _launch_resources_checked(user, version, request)
     workers = _workers(version, values)
     _check_team_room(team, request.flavors, units=units, workers=workers)
+    _check_runtime_classes(request.flavors)
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
 
 
@@ -218,6 +219,19 @@ def _check_team_room(team: Team, flavors: list[Flavor], *, units: int, workers: 
         raise DomainError(refusal, field="team")
 
 
+def _check_runtime_classes(flavors: list[Flavor]) -> None:
+    """The cluster has the RuntimeClass each flavor's pods run with, read from the cluster now:
+    otherwise the API server refuses the pods, and the launch would be a Job whose pods never
+    appear. Last of the checks, so a launch refused for anything else costs no cluster read."""
+    try:
+        missing = cluster_selectors.missing_runtime_classes(flavors=flavors)
+    except KubeError as error:
+        naming = next(flavor for flavor in flavors if flavor.runtime_class_name)
+        raise DomainError(cluster_selectors.runtime_class_unchecked_sentence(naming, error), field="flavor") from None
+    if missing:
+        raise DomainError(" ".join(missing.values()), field="flavor")
+
+
 def _remember_accepted(workload: Workload, flavors: list[Flavor]) -> None:
     """Puts the flavors the launch accepts where a prefetch would (Django's prefetch cache), so the
     launch's answer does not read back what the launch just wrote."""
@@ -240,6 +254,15 @@ def _check_alternatives(version: WorkloadTemplateVersion, request: LaunchRequest
                 f"{other.name} is a different kind of GPU resource ({other.resource_name}) from {request.flavor.name} "
                 f"({request.flavor.resource_name}); a launch may accept several flavors of one resource only.",
                 field="also_accept")
+        if other.runtime_class_name != request.flavor.runtime_class_name:
+            raise DomainError(
+                f"{other.name} runs its pods with {_runtime_words(other)} and {request.flavor.name} with "
+                f"{_runtime_words(request.flavor)}; a pod has one runtime class, so a launch may accept several "
+                "flavors only where they share it.", field="also_accept")
+
+
+def _runtime_words(flavor: Flavor) -> str:
+    return f"the RuntimeClass “{flavor.runtime_class_name}”" if flavor.runtime_class_name else "the nodes' default runtime"
 
 
 def _check_ceiling(team: Team, flavors: list[Flavor], *, units: int, workers: int) -> None:
@@ -327,13 +350,24 @@ def submission_refusal(workload: Workload) -> str:
     """Why a recorded workload may not be created in the cluster after all, checked again when a
     lost submission is sent again: its template may have been withdrawn, its owner may have lost
     the role its tier needs, its image may have left the allow-list, its data volume may have been
-    deleted or its repository's source withdrawn. Empty when it may go. A KubeError reading the
-    team's claims is raised, so the submission is retried rather than failed."""
+    deleted, its repository's source withdrawn or its flavor's RuntimeClass removed from the
+    cluster. Empty when it may go. A KubeError reading the team's claims or the RuntimeClasses is
+    raised, so the submission is retried rather than failed."""
     version = workload.template_version
     return (template_withdrawn(workload)
             or rules.priority_refusal(workload.owner, workload.team, version, workload.priority)
             or image_no_longer_allowed(version)
-            or sources_problem(workload.team, version.parameters, workload.parameters))
+            or sources_problem(workload.team, version.parameters, workload.parameters)
+            or _runtime_class_problem(workload_flavors(workload)))
+
+
+def _runtime_class_problem(flavors: list[Flavor]) -> str:
+    """Flavors accepted together whose runtime classes an admin has since made differ (a pod has
+    one), or a RuntimeClass the cluster lacks; empty when the pods may be made."""
+    if len({flavor.runtime_class_name for flavor in flavors}) > 1:
+        return (f"{', '.join(flavor.name for flavor in flavors)} no longer share a runtime class ("
+                f"{', '.join(_runtime_words(flavor) for flavor in flavors)}), and a pod has one; relaunch it on one of them.")
+    return " ".join(cluster_selectors.missing_runtime_classes(flavors=flavors).values())
 
 
 def launch_rate_check(*, user: User) -> None:
@@ -530,7 +564,8 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
 
 def placement(flavor: Flavor) -> manifests.Placement:
     return manifests.Placement(node_labels=tuple(sorted(flavor.node_labels.items())),
-                               tolerations=tuple(dict(t) for t in flavor.tolerations))
+                               tolerations=tuple(dict(t) for t in flavor.tolerations),
+                               runtime_class=flavor.runtime_class_name)
 
 
 def workload_flavors(workload: Workload) -> list[Flavor]:

@@ -8,7 +8,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
 from jobs import kinds, reclaim, services, sync, xid
@@ -65,6 +65,8 @@ def workload_submit(workload_id: int) -> str:
     workload = _load(workload_id, task="submit")
     if workload is None or workload.phase != Workload.Phase.SUBMITTING:
         return "nothing to do"
+    # Its flavors are asked twice (their RuntimeClasses, then their placement): read them once.
+    prefetch_related_objects([workload], "accepted_flavors")
     # A submission sent again may come after its owner lost the role its tier needs, its image left
     # the allow-list or its data volume was deleted: the launch's checks hold for the cluster, not
     # only for the form. Not knowing (the claim could not be read) is retried, not a refusal.

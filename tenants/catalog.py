@@ -47,6 +47,13 @@ ATTRIBUTION: Mapping[str, str] = {
 NVIDIA_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 AMD_TAINT = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 INTEL_TAINT = {"key": "gpu.intel.com/i915", "operator": "Exists", "effect": "NoSchedule"}
+# No preset names a RuntimeClass: whether pods need one depends on how the site installed NVIDIA's
+# container toolkit, not on the GPU. The GPU operator makes `nvidia` containerd's default runtime
+# (its toolkit's CONTAINERD_SET_AS_DEFAULT), so pods need none; K3s and RKE2 register the `nvidia`
+# runtime beside runc without making it the default, so there pods must name it. AMD's and Intel's
+# device plugins hand their devices to any runtime, so their presets never need one.
+NVIDIA_RUNTIME_NOTE = ("Set the runtime class to “nvidia” where containerd's default runtime is not NVIDIA's (K3s, RKE2, "
+                       "a toolkit installed without making it the default); the GPU operator's default needs none.")
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,7 @@ class FlavorPreset:
     node_labels: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
     note: str = ""
+    runtime_class_name: str = ""
 
     def form_initial(self) -> dict[str, Any]:
         """The flavor form's fields as this preset fills them."""
@@ -69,7 +77,7 @@ class FlavorPreset:
             "name": self.name, "slug": self.slug, "resource_name": self.resource_name, "sharing_mode": self.sharing_mode,
             "gpu_model": self.gpu_model, "fraction_numerator": self.fraction.numerator,
             "fraction_denominator": self.fraction.denominator, "node_labels": dict(self.node_labels),
-            "tolerations": [dict(t) for t in self.tolerations],
+            "tolerations": [dict(t) for t in self.tolerations], "runtime_class_name": self.runtime_class_name,
         }
 
 
@@ -87,7 +95,7 @@ def _mig(profile: str, slices: int) -> FlavorPreset:
         node_labels=_gfd("NVIDIA-A100-SXM4-80GB", **{"nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed"}),
         tolerations=(NVIDIA_TAINT,),
         note="GFD's mixed MIG strategy: each profile is its own resource. On H100 80GB the same profiles exist; change "
-             "the product label.",
+             f"the product label. {NVIDIA_RUNTIME_NOTE}",
     )
 
 
@@ -100,7 +108,8 @@ def _shared(mode: str, label: str, replicas: int) -> FlavorPreset:
         node_labels=_gfd("NVIDIA-A10-SHARED", **{"nvidia.com/gpu.replicas": str(replicas),
                                                  "nvidia.com/gpu.sharing-strategy": strategy}),
         tolerations=(NVIDIA_TAINT,),
-        note=f"The device plugin's {strategy} config with renameByDefault: {replicas} replicas per GPU, each one unit.",
+        note=f"The device plugin's {strategy} config with renameByDefault: {replicas} replicas per GPU, each one unit. "
+             f"{NVIDIA_RUNTIME_NOTE}",
     )
 
 
@@ -110,7 +119,7 @@ def _gpu_memory(card: str, gib: int, product: str) -> FlavorPreset:
         name=f"{card} GPU memory", slug=f"{card.lower()}-gpu-mem", resource_name="aliyun.com/gpu-mem",
         sharing_mode=GPU_MEMORY, gpu_model=f"NVIDIA {card} {gib}GB", fraction=Fraction(1, gib),
         node_labels={"gpushare": "true", "nvidia.com/gpu.product": product}, tolerations=(NVIDIA_TAINT,),
-        note="The GPU-share scheduler extender: one unit is one GiB of the card's memory.",
+        note=f"The GPU-share scheduler extender: one unit is one GiB of the card's memory. {NVIDIA_RUNTIME_NOTE}",
     )
 
 
@@ -118,12 +127,12 @@ PRESETS: tuple[FlavorPreset, ...] = (
     FlavorPreset(
         key="nvidia-h100", label="NVIDIA H100 80GB, whole GPUs (nvidia.com/gpu)", name="H100 80GB", slug="h100-80gb",
         resource_name="nvidia.com/gpu", sharing_mode=EXCLUSIVE, gpu_model="NVIDIA H100 80GB HBM3", fraction=Fraction(1),
-        node_labels=_gfd("NVIDIA-H100-80GB-HBM3"), tolerations=(NVIDIA_TAINT,),
+        node_labels=_gfd("NVIDIA-H100-80GB-HBM3"), tolerations=(NVIDIA_TAINT,), note=NVIDIA_RUNTIME_NOTE,
     ),
     FlavorPreset(
         key="nvidia-a100", label="NVIDIA A100 80GB, whole GPUs (nvidia.com/gpu)", name="A100 80GB", slug="a100-80gb",
         resource_name="nvidia.com/gpu", sharing_mode=EXCLUSIVE, gpu_model="NVIDIA A100-SXM4-80GB", fraction=Fraction(1),
-        node_labels=_gfd("NVIDIA-A100-SXM4-80GB"), tolerations=(NVIDIA_TAINT,),
+        node_labels=_gfd("NVIDIA-A100-SXM4-80GB"), tolerations=(NVIDIA_TAINT,), note=NVIDIA_RUNTIME_NOTE,
     ),
     FlavorPreset(
         key="amd-mi300x", label="AMD Instinct MI300X, whole GPUs (amd.com/gpu)", name="MI300X", slug="mi300x",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from portal.health import TEAM_PASS, heartbeat_at
-from portal.kube import KubeError
+from portal.kube import KubeError, gateway
 from tenants import selectors
 from tenants.models import Flavor, Team
 from tenants.queueing import backend
@@ -136,3 +136,42 @@ def approval_fits(*, requests: Iterable[Any]) -> dict[int, list[LineFit]]:
             for line in qr.lines.all()
         ]
     return fits
+
+
+RUNTIME_CLASS = ("node.k8s.io/v1", "RuntimeClass")
+
+
+def missing_runtime_classes(*, flavors: Iterable[Flavor]) -> dict[int, str]:
+    """For each flavor whose pods name a RuntimeClass the cluster does not have, a sentence saying
+    so, by flavor id. The API server's RuntimeClass admission refuses every pod naming a missing
+    one, so a launch on such a flavor would leave a Job or Deployment whose pods never appear.
+    Read from the cluster at every call (one list of a few cluster-scoped objects), never from a
+    cache that could keep a deleted RuntimeClass alive; no read at all when no flavor names one.
+    A cluster that does not answer is a KubeError: the caller says it could not check."""
+    naming = [flavor for flavor in flavors if flavor.runtime_class_name]
+    if not naming:
+        return {}
+    present = {item["metadata"]["name"] for item in gateway().list(*RUNTIME_CLASS)[0]}
+    return {flavor.pk: runtime_class_missing_sentence(flavor) for flavor in naming
+            if flavor.runtime_class_name not in present}
+
+
+def runtime_class_flags(*, flavors: Iterable[Flavor]) -> dict[int, str]:
+    """What the catalog says of each active flavor whose RuntimeClass is missing, or could not be
+    checked because the cluster did not answer, by flavor id."""
+    active = [flavor for flavor in flavors if flavor.is_active]
+    try:
+        return missing_runtime_classes(flavors=active)
+    except KubeError as error:
+        return {flavor.pk: runtime_class_unchecked_sentence(flavor, error) for flavor in active if flavor.runtime_class_name}
+
+
+def runtime_class_missing_sentence(flavor: Flavor) -> str:
+    return (f"{flavor.name} cannot run anything: its pods run with the RuntimeClass “{flavor.runtime_class_name}”, "
+            "which the cluster does not have, and the API server refuses every pod that names a missing one. "
+            "A platform admin must install that RuntimeClass on the cluster or change the flavor's runtime class.")
+
+
+def runtime_class_unchecked_sentence(flavor: Flavor, error: KubeError) -> str:
+    return (f"The portal could not check that the cluster has the RuntimeClass “{flavor.runtime_class_name}” "
+            f"{flavor.name}'s pods run with ({error}); try again in a minute.")

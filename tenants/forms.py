@@ -176,7 +176,7 @@ class FlavorForm(forms.ModelForm):
     class Meta:
         model = Flavor
         fields = ["name", "slug", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
-                  "fraction_denominator", "capacity_units", "node_labels", "tolerations", "is_active"]
+                  "fraction_denominator", "capacity_units", "node_labels", "tolerations", "runtime_class_name", "is_active"]
         labels = {"fraction_numerator": "Fraction of a GPU: numerator", "fraction_denominator": "denominator",
                   "capacity_units": "Capacity (units)"}
         widgets = {"node_labels": forms.Textarea(attrs={"rows": 4}), "tolerations": forms.Textarea(attrs={"rows": 3})}

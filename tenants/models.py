@@ -26,6 +26,12 @@ DNS_LABEL_HELP = (
 # How long before a temporary grant ends its team is warned, and may renew it.
 GRANT_ENDING_NOTICE = dt.timedelta(days=3)
 RESERVED_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease", "kueue-system"}
+# A RuntimeClass's name is a DNS-1123 subdomain: dot-separated labels, 253 characters at most.
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+RUNTIME_CLASS_HELP = (
+    "The RuntimeClass its pods run with, where the nodes' container runtime does not hand GPUs to containers by "
+    "default (e.g. “nvidia” where containerd's default runtime is not NVIDIA's). Empty: the node's default runtime."
+)
 
 
 def validate_dns_label(value: str) -> None:
@@ -206,6 +212,12 @@ class Flavor(models.Model):
     capacity_units = models.PositiveIntegerField(help_text="How many units the cluster has.")
     node_labels = models.JSONField(default=dict, blank=True, help_text="Labels of the nodes that carry it.")
     tolerations = models.JSONField(default=list, blank=True, help_text="Tolerations for the taints of those nodes.")
+    runtime_class_name = models.CharField(
+        "runtime class", max_length=253, blank=True, default="", help_text=RUNTIME_CLASS_HELP,
+        validators=[RegexValidator(
+            DNS_SUBDOMAIN, "A RuntimeClass name is lowercase letters, digits, “-” and “.”, starting and ending with a "
+                           "letter or digit (a Kubernetes DNS-1123 subdomain), e.g. nvidia.")],
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
 from portal.htmx import redirect_page
-from tenants import catalog, desired, selectors, services
+from tenants import catalog, cluster_selectors, desired, selectors, services
 from tenants.forms import FlavorForm, TeamForm
 from tenants.models import Flavor, Team
 
@@ -93,7 +93,8 @@ def flavor_list(request: HtmxHttpRequest) -> HttpResponse:
     guaranteed = selectors.flavor_guaranteed_totals()
     flavors = list(Flavor.objects.order_by("-is_active", "name"))
     priced = selectors.PRICED_FLAVORS.call([flavor.pk for flavor in flavors])
-    rows = [(flavor, guaranteed.get(flavor.pk, 0), flavor.pk in priced) for flavor in flavors]
+    runtime = cluster_selectors.runtime_class_flags(flavors=flavors)
+    rows = [(flavor, guaranteed.get(flavor.pk, 0), flavor.pk in priced, runtime.get(flavor.pk, "")) for flavor in flavors]
     return render(request, "tenants/flavor_list.html", {"rows": rows, "presets": catalog.PRESETS})
 
 
@@ -101,7 +102,8 @@ def _flavor_page(request: HtmxHttpRequest, form: FlavorForm, *, flavor: Flavor |
                  preset: catalog.FlavorPreset | None = None, status: int = 200) -> HttpResponse:
     modes = [(label, catalog.ISOLATION[mode], catalog.ATTRIBUTION[mode]) for mode, label in Flavor.SharingMode.choices]
     context = {"form": form, "flavor": flavor, "presets": catalog.PRESETS, "preset": preset, "modes": modes,
-               "guaranteed": selectors.flavor_guaranteed_totals().get(flavor.pk, 0) if flavor else 0}
+               "guaranteed": selectors.flavor_guaranteed_totals().get(flavor.pk, 0) if flavor else 0,
+               "runtime_problem": cluster_selectors.runtime_class_flags(flavors=[flavor]).get(flavor.pk) if flavor else ""}
     return render(request, "tenants/flavor_form.html", context, status=status)
 
 

@@ -192,6 +192,8 @@ class FlavorSerializer(serializers.Serializer):
     fraction_denominator = serializers.IntegerField(source="flavor.fraction_denominator")
     node_labels = serializers.DictField(source="flavor.node_labels", child=serializers.CharField())
     tolerations = serializers.ListField(source="flavor.tolerations", child=serializers.DictField())
+    runtime_class_name = serializers.CharField(
+        source="flavor.runtime_class_name", help_text="The RuntimeClass its pods run with; empty for the nodes' default.")
     is_active = serializers.BooleanField(source="flavor.is_active")
     created_at = serializers.DateTimeField(source="flavor.created_at")
     capacity_units = serializers.IntegerField(source="capacity", help_text="Units the cluster has.")
@@ -211,7 +213,7 @@ class FlavorWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
     class Meta:
         model = Flavor
         fields = ["name", "slug", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
-                  "fraction_denominator", "capacity_units", "node_labels", "tolerations", "is_active"]
+                  "fraction_denominator", "capacity_units", "node_labels", "tolerations", "runtime_class_name", "is_active"]
 
 
 # --- Quota requests ----------------------------------------------------------------------------

@@ -221,7 +221,7 @@ def membership_remove(*, actor: User, membership: Membership) -> None:
 
 # What an update's audit event lists when it changes (capacity above all: it bounds every guarantee).
 FLAVOR_AUDITED = ("capacity_units", "name", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
-                  "fraction_denominator", "node_labels", "tolerations", "is_active")
+                  "fraction_denominator", "node_labels", "tolerations", "runtime_class_name", "is_active")
 
 
 @transaction.atomic
@@ -288,7 +288,7 @@ def _check_told_apart(flavor: Flavor) -> None:
 
 
 CATALOG_FIELDS = ("preset", "slug", "name", "resource_name", "sharing_mode", "gpu_model", "fraction", "capacity_units",
-                  "node_labels", "tolerations", "is_active")
+                  "node_labels", "tolerations", "runtime_class_name", "is_active")
 
 
 @transaction.atomic

@@ -55,6 +55,8 @@ KINDS: dict[tuple[str, str], KindInfo] = {
         KindInfo("networking.k8s.io/v1", "Ingress", "ingresses", True),
         KindInfo("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
         KindInfo("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False),
+        # Read only: a flavor's pods name one, which the site's node pools install (never the portal).
+        KindInfo("node.k8s.io/v1", "RuntimeClass", "runtimeclasses", False),
         KindInfo("batch/v1", "Job", "jobs", True),
         KindInfo("apps/v1", "Deployment", "deployments", True),
         KindInfo("apps/v1", "StatefulSet", "statefulsets", True),

@@ -110,3 +110,13 @@ def test_a_demo_site_seeded_before_billing_gets_its_history_when_seeded_again():
     assert not UsageHour.objects.exists()
     call_command("seed_demo", stdout=StringIO())
     assert set(UsageHour.objects.values_list("account__slug", flat=True)) == {"vision", "nlp", "recsys"}
+
+
+def test_the_demo_cluster_has_the_runtime_class_the_gpu_operator_installs_and_any_a_demo_flavor_names(simulated):
+    call_command("seed_demo", stdout=StringIO())
+    Flavor.objects.filter(slug="t4-shared").update(runtime_class_name="nvidia-cdi")
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    names = {rc["metadata"]["name"] for rc in simulated.list("node.k8s.io/v1", "RuntimeClass")[0]}
+    assert names == {"nvidia", "nvidia-cdi"}
+    assert "The cluster has the RuntimeClasses nvidia, nvidia-cdi." in out.getvalue()

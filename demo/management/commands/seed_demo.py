@@ -1,6 +1,6 @@
 """Seeds a believable site for the demo (demo.site), its history since the start of the previous
-month metered and that month's statement closed (demo.history), and the teams' data volumes in the
-cluster. Running it again the same day changes nothing; on a later day it adds the runs of the
+month metered and that month's statement closed (demo.history), and the RuntimeClasses and the
+teams' data volumes in the cluster. Running it again the same day changes nothing; on a later day it adds the runs of the
 days since."""
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Usage since {seeded.since:%Y-%m-%d} is metered ({seeded.intervals} runs added)"
                           + (f"; finance closed {closed}" if closed else "")
                           + f"; {history.DEMO_BUDGET[0]} has a monthly budget.")
+        self.stdout.write(site.runtime_classes_seed())
         self.stdout.write(site.data_volumes_seed())
         self.stdout.write(f"\nLog in with any of these (password for all: {site.PASSWORD}):")
         for username, *_rest, roles in site.PEOPLE:

@@ -31,10 +31,11 @@ from portal.kube.base import (
     ref_of,
 )
 from portal.kube.simulated.controllers import controllers_reconcile
-from portal.kube.simulated.state import JOB_NAME_LABEL, OWNER_LABEL, QUEUED_KINDS
+from portal.kube.simulated.state import JOB_NAME_LABEL, OWNER_LABEL, QUEUED_KINDS, runtime_class_refusal
 from portal.kube.simulated.store import Store
 
 DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Fields an apply by the portal owns wholesale; metadata is merged, status belongs to controllers.
 SERVER_OWNED = {"status"}
 WATCH_POLL_SECONDS = 0.2
@@ -138,6 +139,16 @@ def _container_resources_check(ref: ObjectRef, path: str, container: dict[str, A
                                "and must start and end with an alphanumeric character")
 
 
+def runtime_class_check(ref: ObjectRef, body: dict[str, Any]) -> None:
+    """As the API server validates a RuntimeClass: its handler, the CRI runtime it selects, is a DNS-1123 label."""
+    handler = body.get("handler")
+    if not handler:
+        raise _invalid(ref, "handler", handler, "Required value")
+    if not isinstance(handler, str) or len(handler) > 63 or not DNS_LABEL.match(handler):
+        raise _invalid(ref, "handler", handler, "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                                                "characters or '-', and must start and end with an alphanumeric character")
+
+
 class ApiServer:
     def __init__(self, store: Store, *, watch_seed: str) -> None:
         self.store = store
@@ -179,6 +190,19 @@ class ApiServer:
                 message = "may not be changed in an update." if name == "value" else "field is immutable"
                 raise KubeError(f"rejected as invalid: {name}: {message}", ref=ref, status=422, reason="Invalid")
 
+    def _admit(self, ref: ObjectRef, body: dict[str, Any], *, new: bool) -> None:
+        """Validation and admission of one object as the API server would store it."""
+        if ref.kind == "NetworkPolicy":
+            network_policy_check(ref, body)
+        if ref.kind == "RuntimeClass":
+            runtime_class_check(ref, body)
+        if ref.kind == "Pod" and new:
+            present = {row.name for row in self.store.objects("RuntimeClass")}
+            if refusal := runtime_class_refusal(body, present):
+                raise KubeError(refusal, ref=ref, status=403, reason="Forbidden")
+        for path, container in _containers(body):
+            _container_resources_check(ref, path, container)
+
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
         ref = ref_of(obj)
         self._validate(ref)
@@ -199,10 +223,7 @@ class ApiServer:
                         body[key] = copy.deepcopy(value)
             if ref.info.namespaced:
                 body["metadata"]["namespace"] = ref.namespace
-            if ref.kind == "NetworkPolicy":
-                network_policy_check(ref, body)
-            for path, container in _containers(body):
-                _container_resources_check(ref, path, container)
+            self._admit(ref, body, new=row is None)
             stored = self.store.write(ref, self._defaults(body), row)
             controllers_reconcile(self.store)
         return copy.deepcopy(stored)
@@ -215,10 +236,7 @@ class ApiServer:
         body.setdefault("metadata", {})
         if ref.info.namespaced:
             body["metadata"]["namespace"] = ref.namespace
-        if ref.kind == "NetworkPolicy":
-            network_policy_check(ref, body)
-        for path, container in _containers(body):
-            _container_resources_check(ref, path, container)
+        self._admit(ref, body, new=True)
         return self._defaults(body)
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from portal.kube.simulated.state import (
     ClusterState,
     node_selected,
     pod_requests,
+    runtime_class_refusal,
     to_units,
 )
 from portal.kube.simulated.store import now_iso
@@ -49,6 +50,9 @@ class Scheduler:
                 wanted = int(job["spec"].get("replicas", 1)) - len(active)
             for index in range(max(wanted, 0)):
                 new_pod = self._make_pod(job, workload, len(pods) + index)
+                if refusal := runtime_class_refusal(new_pod, self.state.runtime_classes):
+                    self._failed_create(job, refusal)
+                    break
                 node = self._place(new_pod, used)
                 if node:
                     new_pod["spec"]["nodeName"] = node
@@ -65,6 +69,21 @@ class Scheduler:
                                    "insufficient GPU resources on nodes of the flavor."}]}
                 ref = ObjectRef("v1", "Pod", new_pod["metadata"]["name"], workload.namespace)
                 self.state.pods.append(self.state.create(ref, new_pod))
+
+    def _failed_create(self, job: dict[str, Any], refusal: str) -> None:
+        """What the Job (or ReplicaSet, StatefulSet) controller records when the API server refuses
+        its pod: a Warning event on the owner, and no pod. Written once; it stays while the cause does."""
+        namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        ref = ObjectRef("v1", "Event", f"{name}.failed-create", namespace)
+        if self.state.store.get(ref) is not None:
+            return
+        self.state.create(ref, {
+            "apiVersion": "v1", "kind": "Event", "metadata": {"name": ref.name, "namespace": namespace},
+            "involvedObject": {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": name, "namespace": namespace,
+                               "uid": job["metadata"].get("uid", "")},
+            "type": "Warning", "reason": "FailedCreate", "message": f"Error creating: {refusal}",
+            "lastTimestamp": now_iso(self.state.now), "count": 1,
+        })
 
     def _make_pod(self, job: dict[str, Any], workload: Workload, index: int) -> dict[str, Any]:
         template = copy.deepcopy(job["spec"]["template"])

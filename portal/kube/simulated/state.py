@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ OWNER_LABEL = "simulated.gpu-portal.io/owner"
 QUEUED_KINDS = {"Job": "batch/v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1"}
 CONTROLLED_KINDS = (
     "ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", *QUEUED_KINDS, "Workload", "Pod", "Node",
+    "RuntimeClass",
 )
 
 
@@ -65,6 +67,7 @@ class ClusterState:
     workload_rows: list[SimulatedObject]
     pods: list[SimulatedObject]
     nodes: list[SimulatedObject]
+    runtime_classes: frozenset[str] = frozenset()
 
     @classmethod
     def read(cls, store: Store) -> ClusterState:
@@ -80,6 +83,7 @@ class ClusterState:
             workload_rows=rows["Workload"],
             pods=rows["Pod"],
             nodes=rows["Node"],
+            runtime_classes=frozenset(r.name for r in rows["RuntimeClass"]),
         )
 
     def pods_of(self, namespace: str, owner: str) -> list[SimulatedObject]:
@@ -105,6 +109,15 @@ class ClusterState:
 
     def remove(self, row: SimulatedObject) -> None:
         self.store.remove(row)
+
+
+def runtime_class_refusal(pod: dict[str, Any], runtime_classes: Collection[str]) -> str | None:
+    """The API server's RuntimeClass admission: a new pod naming a RuntimeClass that does not
+    exist is forbidden (403), in the API server's words; None when it may be created."""
+    name = (pod.get("spec") or {}).get("runtimeClassName")
+    if name and name not in runtime_classes:
+        return f'pods "{pod["metadata"].get("name", "")}" is forbidden: pod rejected: RuntimeClass "{name}" not found'
+    return None
 
 
 def node_selected(pod_spec: dict[str, Any], node_labels: dict[str, str], keys: set[str] | None = None) -> bool:
