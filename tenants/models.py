@@ -213,7 +213,9 @@ class Flavor(models.Model):
     node_labels = models.JSONField(default=dict, blank=True, help_text="Labels of the nodes that carry it.")
     tolerations = models.JSONField(default=list, blank=True, help_text="Tolerations for the taints of those nodes.")
     runtime_class_name = models.CharField(
-        "runtime class", max_length=253, blank=True, default="", help_text=RUNTIME_CLASS_HELP,
+        # db_default too: code from before this field (a web pod still running during a rolling
+        # upgrade) inserts flavors without it.
+        "runtime class", max_length=253, blank=True, default="", db_default="", help_text=RUNTIME_CLASS_HELP,
         validators=[RegexValidator(
             DNS_SUBDOMAIN, "A RuntimeClass name is lowercase letters, digits, “-” and “.”, starting and ending with a "
                            "letter or digit (a Kubernetes DNS-1123 subdomain), e.g. nvidia.")],

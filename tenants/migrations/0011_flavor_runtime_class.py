@@ -14,6 +14,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='flavor',
             name='runtime_class_name',
-            field=models.CharField(blank=True, default='', help_text="The RuntimeClass its pods run with, where the nodes' container runtime does not hand GPUs to containers by default (e.g. “nvidia” where containerd's default runtime is not NVIDIA's). Empty: the node's default runtime.", max_length=253, validators=[django.core.validators.RegexValidator('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$', 'A RuntimeClass name is lowercase letters, digits, “-” and “.”, starting and ending with a letter or digit (a Kubernetes DNS-1123 subdomain), e.g. nvidia.')], verbose_name='runtime class'),
+            field=models.CharField(blank=True, db_default='', default='', help_text="The RuntimeClass its pods run with, where the nodes' container runtime does not hand GPUs to containers by default (e.g. “nvidia” where containerd's default runtime is not NVIDIA's). Empty: the node's default runtime.", max_length=253, validators=[django.core.validators.RegexValidator('^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$', 'A RuntimeClass name is lowercase letters, digits, “-” and “.”, starting and ending with a letter or digit (a Kubernetes DNS-1123 subdomain), e.g. nvidia.')], verbose_name='runtime class'),
         ),
     ]
