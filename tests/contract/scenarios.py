@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobs import manifests, sync
 from jobs import services as job_services
 from jobs.models import Workload
 from portal.kube import ObjectRef, gateway
@@ -118,3 +119,15 @@ def launch(team, user, template, flavor, capture, **kwargs) -> Workload:
             team=team, template=template, flavor=flavor, **kwargs))
     workload.refresh_from_db()
     return workload
+
+
+def pods_of(workload: Workload) -> list[dict[str, Any]]:
+    return gateway().list("v1", "Pod", namespace=workload.team.namespace,
+                          labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
+
+
+def running(workload: Workload) -> bool:
+    """The workload reads running and every one of its pods is bound to a node."""
+    sync.sync_all()
+    workload.refresh_from_db()
+    return workload.phase == Workload.Phase.RUNNING and all(p["spec"].get("nodeName") for p in pods_of(workload))

@@ -18,12 +18,12 @@ from django.db.models import Min
 from billing import metering
 from billing.models import Account, Rate
 from billing.periods import hour_floor
-from jobs import manifests, selectors, services, sync
+from jobs import selectors, services, sync
 from jobs.models import RunInterval, Workload
 from portal.kube import gateway
 from tenants import services as tenant_services
 from tenants.models import Flavor
-from tests.contract.scenarios import HOLD, launch, queue_usage
+from tests.contract.scenarios import HOLD, launch, pods_of, queue_usage, running
 from tests.helpers import api, ensure_priced
 
 pytestmark = pytest.mark.django_db
@@ -41,17 +41,6 @@ def a100(cluster, site, django_capture_on_commit_callbacks) -> Flavor:
                          allocatable={"nvidia.com/gpu": 8})
     ensure_priced(flavor, "3.00")
     return flavor
-
-
-def pods_of(workload: Workload) -> list[dict[str, Any]]:
-    return gateway().list("v1", "Pod", namespace=workload.team.namespace,
-                          labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
-
-
-def running(workload: Workload) -> bool:
-    sync.sync_all()
-    workload.refresh_from_db()
-    return workload.phase == Workload.Phase.RUNNING and all(p["spec"].get("nodeName") for p in pods_of(workload))
 
 
 def node_flavor(node_name: str) -> str:

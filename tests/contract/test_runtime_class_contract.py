@@ -7,19 +7,18 @@ operator (or K3s) would make them."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from django.urls import reverse
 
-from jobs import manifests, services, sync
+from jobs import services
 from jobs.models import Workload
 from portal.errors import DomainError
 from portal.kube import KubeError, ObjectRef, gateway
 from tenants import services as tenant_services
 from tenants.models import Flavor
 from tests.conftest import login
-from tests.contract.scenarios import HOLD, launch
+from tests.contract.scenarios import HOLD, launch, pods_of, running
 from tests.helpers import ensure_priced
 
 pytestmark = pytest.mark.django_db
@@ -44,17 +43,6 @@ def k3s(cluster, site, django_capture_on_commit_callbacks) -> Iterator[Flavor]:
     ensure_priced(flavor)
     yield flavor
     gateway().delete(runtime_class_ref(flavor.runtime_class_name))  # the real cluster outlives the test
-
-
-def pods_of(workload: Workload) -> list[dict[str, Any]]:
-    return gateway().list("v1", "Pod", namespace=workload.team.namespace,
-                          labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
-
-
-def running(workload: Workload) -> bool:
-    sync.sync_all()
-    workload.refresh_from_db()
-    return workload.phase == Workload.Phase.RUNNING and all(p["spec"].get("nodeName") for p in pods_of(workload))
 
 
 def test_a_flavor_whose_runtime_class_the_cluster_has_runs_its_pods_with_it(
