@@ -33,7 +33,7 @@ FLAVORS: list[dict[str, Any]] = [
     dict(name="T4 shared", slug="t4-shared", resource_name="nvidia.com/gpu.shared", sharing_mode="time-sliced",
          gpu_model="NVIDIA Tesla T4", fraction_numerator=1, fraction_denominator=4, capacity_units=32,
          node_labels={"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/device-plugin.config": "time-sliced-4"},
-         tolerations=[]),
+         tolerations=[{"key": "nvidia.com/gpu.shared", "operator": "Exists", "effect": "NoSchedule"}]),
 ]
 
 TEAMS = [

@@ -141,6 +141,8 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     units, cpu, memory, priority = _launch_resources_checked(user, version, request)
     workers = _workers(version, values)
     _check_team_room(team, request.flavors, units=units, workers=workers)
+    if problem := nodes_problem(request.flavors):
+        raise DomainError(problem, field="flavor")
     _check_runtime_classes(request.flavors)
     return version, values, {"units": units, "cpu": cpu, "memory_gib": memory, "priority": priority, "workers": workers}
 
@@ -217,6 +219,16 @@ def _check_team_room(team: Team, flavors: list[Flavor], *, units: int, workers: 
         raise DomainError(f"The namespace of {team.slug} is not ready in the cluster yet; try again in a minute.", field="team")
     if refusal := pricing.launch_refusal(team=team, flavors=flavors):
         raise DomainError(refusal, field="team")
+
+
+def nodes_problem(flavors: list[Flavor]) -> str:
+    """What the last node check found wrong with the nodes behind these flavors (tenants/nodes.py):
+    a pod would run or be billed as something other than the flavor says. Read with the flavors."""
+    problems = [flavor.nodes_problem for flavor in flavors if flavor.nodes_problem]
+    if not problems:
+        return ""
+    return (f"{' '.join(problems)} Nothing can be launched on {', '.join(f.name for f in flavors if f.nodes_problem)} "
+            "until a platform admin makes the flavor and its nodes agree.")
 
 
 def _check_runtime_classes(flavors: list[Flavor]) -> None:
@@ -350,15 +362,17 @@ def submission_refusal(workload: Workload) -> str:
     """Why a recorded workload may not be created in the cluster after all, checked again when a
     lost submission is sent again: its template may have been withdrawn, its owner may have lost
     the role its tier needs, its image may have left the allow-list, its data volume may have been
-    deleted, its repository's source withdrawn or its flavor's RuntimeClass removed from the
-    cluster. Empty when it may go. A KubeError reading the team's claims or the RuntimeClasses is
-    raised, so the submission is retried rather than failed."""
+    deleted, its repository's source withdrawn, its flavor's nodes found to disagree with it or
+    its RuntimeClass removed from the cluster. Empty when it may go. A KubeError reading the team's
+    claims or the RuntimeClasses is raised, so the submission is retried rather than failed."""
     version = workload.template_version
+    flavors = workload_flavors(workload)
     return (template_withdrawn(workload)
             or rules.priority_refusal(workload.owner, workload.team, version, workload.priority)
             or image_no_longer_allowed(version)
             or sources_problem(workload.team, version.parameters, workload.parameters)
-            or _runtime_class_problem(workload_flavors(workload)))
+            or nodes_problem(flavors)
+            or _runtime_class_problem(flavors))
 
 
 def _runtime_class_problem(flavors: list[Flavor]) -> str:

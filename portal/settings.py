@@ -342,6 +342,7 @@ CELERY_BEAT_SCHEDULE = {
     # The safety net: the watcher's team pass (PORTAL_TEAM_PASS_SECONDS) works from a watch-kept
     # store; this one lists everything the portal owns.
     "cluster-reconcile": {"task": "tenants.tasks.cluster_reconcile", "schedule": 600.0},
+    "flavor-nodes-check": {"task": "tenants.tasks.flavor_nodes_check", "schedule": 60.0},
     "simulated-cluster-tick": {"task": "portal.tasks.simulated_cluster_tick", "schedule": 5.0},
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 30.0},

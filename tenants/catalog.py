@@ -45,6 +45,9 @@ ATTRIBUTION: Mapping[str, str] = {
 }
 
 NVIDIA_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# The taint a site puts on its shared GPU nodes (time-sliced, MPS), so that only a flavor that says
+# it shares lands there: a pod that asked for a whole GPU never gets a slice of one.
+SHARED_TAINT = {"key": "nvidia.com/gpu.shared", "operator": "Exists", "effect": "NoSchedule"}
 AMD_TAINT = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 INTEL_TAINT = {"key": "gpu.intel.com/i915", "operator": "Exists", "effect": "NoSchedule"}
 # No preset names a RuntimeClass: whether pods need one depends on how the site installed NVIDIA's
@@ -107,9 +110,10 @@ def _shared(mode: str, label: str, replicas: int) -> FlavorPreset:
         gpu_model="NVIDIA A10", fraction=Fraction(1, replicas),
         node_labels=_gfd("NVIDIA-A10-SHARED", **{"nvidia.com/gpu.replicas": str(replicas),
                                                  "nvidia.com/gpu.sharing-strategy": strategy}),
-        tolerations=(NVIDIA_TAINT,),
-        note=f"The device plugin's {strategy} config with renameByDefault: {replicas} replicas per GPU, each one unit. "
-             f"{NVIDIA_RUNTIME_NOTE}",
+        tolerations=(NVIDIA_TAINT, SHARED_TAINT),
+        note=f"The device plugin's {strategy} config with renameByDefault: {replicas} replicas per GPU, each one unit; the "
+             "flavor's page shows the config. Taint the pool's nodes nvidia.com/gpu.shared:NoSchedule so that only shared "
+             f"flavors land there. {NVIDIA_RUNTIME_NOTE}",
     )
 
 

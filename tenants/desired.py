@@ -19,6 +19,7 @@ from portal.hooks import Hook
 from portal.metrics import simulated as simulated_metrics
 from tenants import catalog, manifests, selectors
 from tenants.models import Flavor, Membership, QuotaGrant, Team
+from tenants.nodes import GPU_COUNT_LABEL, REPLICAS_LABEL, SHARING_STRATEGY_LABEL, STRATEGY_OF_MODE
 from tenants.queueing import backend
 
 # Which teams' queues are held (admit nothing new; the queue backend says how): billing's hard
@@ -170,7 +171,8 @@ def simulated_nodes() -> list[dict[str, Any]]:
     """The simulated cluster's nodes, made from the catalog: 8 physical GPUs a node, each
     split into as many units as the flavor's fraction says (7 MIG slices, 4 shared...). Each
     node says what one unit of its GPUs holds and draws at most (`catalog.unit_limits` of the
-    flavor's model), so the simulated telemetry draws a T4 as a T4."""
+    flavor's model), so the simulated telemetry draws a T4 as a T4. A time-sliced or MPS pool
+    carries GPU Feature Discovery's sharing labels, as a real one does (tenants/nodes.py checks them)."""
     nodes = []
     for flavor in Flavor.objects.filter(is_active=True).order_by("pk"):
         per_node = GPUS_PER_SIMULATED_NODE * flavor.fraction_denominator // flavor.fraction_numerator
@@ -179,11 +181,15 @@ def simulated_nodes() -> list[dict[str, Any]]:
                                    fraction=flavor.fraction)
         hardware = {simulated_metrics.UNIT_MEMORY_LABEL: str(unit.memory_mib),
                     simulated_metrics.UNIT_MILLIWATTS_LABEL: str(unit.milliwatts)}
+        strategy = STRATEGY_OF_MODE.get(flavor.sharing_mode)
+        replicas = flavor.fraction_denominator // flavor.fraction_numerator
         for index in range(count):
             units = min(per_node, flavor.capacity_units - index * per_node)
+            sharing = ({SHARING_STRATEGY_LABEL: strategy, REPLICAS_LABEL: str(replicas),
+                        GPU_COUNT_LABEL: str(-(-units // replicas))} if strategy else {})
             nodes.append({
                 "name": f"sim-{flavor.slug}-{index}",
-                "labels": {**flavor.node_labels, **hardware},
+                "labels": {**sharing, **flavor.node_labels, **hardware},
                 "allocatable": {flavor.resource_name: units},
             })
     return nodes

@@ -222,6 +222,12 @@ class Flavor(models.Model):
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # What the nodes the flavor selects say, as the last node check read them (tenants/nodes.py):
+    # a problem refuses launches on the flavor until a check finds it fixed; warnings only inform.
+    # Written by the check alone (never by the flavor form), so an admin's save cannot clear them.
+    nodes_problem = models.TextField(blank=True, default="", db_default="", editable=False)
+    nodes_warnings = models.TextField(blank=True, default="", db_default="", editable=False)
+    nodes_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -243,6 +249,10 @@ class Flavor(models.Model):
     @property
     def fraction(self) -> Fraction:
         return Fraction(self.fraction_numerator, self.fraction_denominator)
+
+    @property
+    def nodes_warning_list(self) -> list[str]:
+        return [line for line in self.nodes_warnings.splitlines() if line]
 
     @property
     def unit_is_a_device(self) -> bool:

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
 from portal.htmx import redirect_page
-from tenants import catalog, cluster_selectors, desired, selectors, services
+from tenants import catalog, cluster_selectors, desired, nodes, selectors, services
 from tenants.forms import FlavorForm, TeamForm
 from tenants.models import Flavor, Team
 
@@ -103,7 +103,8 @@ def _flavor_page(request: HtmxHttpRequest, form: FlavorForm, *, flavor: Flavor |
     modes = [(label, catalog.ISOLATION[mode], catalog.ATTRIBUTION[mode]) for mode, label in Flavor.SharingMode.choices]
     context = {"form": form, "flavor": flavor, "presets": catalog.PRESETS, "preset": preset, "modes": modes,
                "guaranteed": selectors.flavor_guaranteed_totals().get(flavor.pk, 0) if flavor else 0,
-               "runtime_problem": cluster_selectors.runtime_class_flags(flavors=[flavor]).get(flavor.pk) if flavor else ""}
+               "runtime_problem": cluster_selectors.runtime_class_flags(flavors=[flavor]).get(flavor.pk) if flavor else "",
+               "plugin_config": nodes.device_plugin_config(flavor) if flavor else None}
     return render(request, "tenants/flavor_form.html", context, status=status)
 
 

@@ -34,7 +34,7 @@ from portal.kube import KubeError, NodeSpec, ObjectRef, gateway, ref_of
 from portal.kube.base import quantity
 from portal.kube.store import KindStore
 from portal.leader import LeadershipLost
-from tenants import manifests
+from tenants import manifests, nodes
 from tenants.desired import platform_objects, simulated_nodes, team_objects, team_specs
 from tenants.models import Team
 from tenants.queueing import backend
@@ -160,6 +160,7 @@ def platform_reconcile() -> None:
     cluster.expect_nodes([
         NodeSpec(name=node["name"], labels=node["labels"], allocatable=node["allocatable"]) for node in simulated_nodes()
     ])
+    nodes.check_flavors()  # a flavor just saved is judged against its nodes now, not at the next minute
 
 
 def team_teardown(*, slug: str, uid: str) -> bool:

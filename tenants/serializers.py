@@ -196,6 +196,16 @@ class FlavorSerializer(serializers.Serializer):
         source="flavor.runtime_class_name", help_text="The RuntimeClass its pods run with; empty for the nodes' default.")
     is_active = serializers.BooleanField(source="flavor.is_active")
     created_at = serializers.DateTimeField(source="flavor.created_at")
+    nodes_problem = serializers.CharField(
+        source="flavor.nodes_problem",
+        help_text="Why the nodes behind the flavor disagree with it, as the last node check found; while not empty, "
+                  "launches on it are refused.")
+    nodes_warnings = serializers.ListField(
+        source="flavor.nodes_warning_list", child=serializers.CharField(),
+        help_text="What the last node check noticed that does not refuse launches (no node yet, unhealthy devices, "
+                  "fewer units than the capacity).")
+    nodes_checked_at = serializers.DateTimeField(
+        source="flavor.nodes_checked_at", allow_null=True, help_text="When the nodes were last checked; null: never.")
     capacity_units = serializers.IntegerField(source="capacity", help_text="Units the cluster has.")
     guaranteed_units = serializers.IntegerField(source="guaranteed", help_text="Units all teams are guaranteed.")
     free_units = serializers.IntegerField(source="free", help_text="Units no team is guaranteed yet.")

@@ -8,7 +8,7 @@ import logging
 from celery import shared_task
 
 from portal.tasks import cluster_task, retry_delay
-from tenants import reconcile, services
+from tenants import nodes, reconcile, services
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,14 @@ def team_reconcile(team_id: int) -> bool:
 @cluster_task()
 def platform_reconcile() -> None:
     reconcile.platform_reconcile()
+
+
+# Every minute: a node whose devices went unhealthy, or a pool relabelled to share its GPUs
+# another way, reaches the catalog (and refuses launches) within a minute.
+@cluster_task()
+def flavor_nodes_check() -> dict[str, int]:
+    verdicts = nodes.check_flavors()
+    return {"flavors": len(verdicts), "refused": sum(1 for verdict in verdicts.values() if verdict.problem)}
 
 
 @cluster_task(bind=True, max_retries=TEARDOWN_POLLS)

@@ -16,6 +16,7 @@ from portal.kube.base import (
     WatchEvent,
     kind_info,
     ref_of,
+    taint_tolerated,
 )
 from portal.kube.select import gateway, reset_gateway
 
@@ -28,6 +29,7 @@ __all__ = [
     "WatchEvent",
     "gateway",
     "kind_info",
+    "taint_tolerated",
     "ref_of",
     "reset_gateway",
 ]

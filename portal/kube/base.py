@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Protocol
@@ -231,3 +231,17 @@ def quantity(value: Any) -> Fraction | None:
 
 def label_selector(labels: dict[str, str] | None) -> str:
     return ",".join(f"{key}={value}" for key, value in sorted((labels or {}).items()))
+
+
+def taint_tolerated(taint: Mapping[str, Any], tolerations: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a pod with these tolerations may run despite the taint: the scheduler's rule (an
+    empty effect matches every effect, `Exists` with no key every taint, `Equal` the key and value)."""
+    for toleration in tolerations:
+        if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+            continue
+        if toleration.get("operator") == "Exists":
+            if not toleration.get("key") or toleration["key"] == taint.get("key"):
+                return True
+        elif toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False

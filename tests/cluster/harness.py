@@ -939,15 +939,19 @@ class ControlPlane:
 def add_demo_nodes(cp: ControlPlane) -> list[str]:
     """GPU nodes matching the demo catalog (demo/site.py): four
     8-GPU H100 nodes, one A100 node cut into 56 1g.10gb MIG slices, one T4 node time-sliced into
-    32 shares. The H100 and A100 nodes carry the taint the flavors tolerate."""
+    32 shares (GPU Feature Discovery's sharing labels on it, and the shared pool's taint). Each
+    node carries the taint its flavor tolerates."""
     gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    shared_taint = [{"key": "nvidia.com/gpu.shared", "value": "present", "effect": "NoSchedule"}]
+    time_sliced = {"nvidia.com/gpu.sharing-strategy": "time-slicing", "nvidia.com/gpu.replicas": "4",
+                   "nvidia.com/gpu.count": "8"}
     nodes = [
         *((f"gpu-h100-{i}", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, {"nvidia.com/gpu": "8"}, gpu_taint)
           for i in range(4)),
         ("gpu-a100-mig-0", {"nvidia.com/gpu.product": "NVIDIA-A100-80GB-PCIe", "nvidia.com/mig.config": "all-1g.10gb"},
          {"nvidia.com/mig-1g.10gb": "56"}, gpu_taint),
-        ("gpu-t4-0", {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/device-plugin.config": "time-sliced-4"},
-         {"nvidia.com/gpu.shared": "32"}, None),
+        ("gpu-t4-0", {"nvidia.com/gpu.product": "Tesla-T4", "nvidia.com/device-plugin.config": "time-sliced-4",
+                      **time_sliced}, {"nvidia.com/gpu.shared": "32"}, shared_taint),
     ]
     for name, labels, alloc, taints in nodes:
         cp.add_gpu_node(name, labels=labels, allocatable=alloc, taints=taints)

@@ -32,16 +32,30 @@ class ClusterUnderTest:
         """Names unique to this test: the real cluster lives for the whole session."""
         return f"{name}-{self.suffix}"
 
-    def add_gpu_node(self, name: str, *, labels: dict[str, str], allocatable: dict[str, int]) -> None:
+    def add_gpu_node(self, name: str, *, labels: dict[str, str], allocatable: dict[str, int],
+                     taints: list[dict[str, str]] | None = None) -> None:
         if self.control_plane is not None:
-            self.control_plane.add_gpu_node(name, labels=labels, allocatable={k: str(v) for k, v in allocatable.items()})
+            self.control_plane.add_gpu_node(name, labels=labels, allocatable={k: str(v) for k, v in allocatable.items()},
+                                            taints=taints)
         else:
-            assert isinstance(self.gateway, SimulatedGateway)
-            existing = [
-                NodeSpec(name=n["metadata"]["name"], labels=n["metadata"]["labels"], allocatable=n["status"]["allocatable"])
-                for n in self.gateway.list("v1", "Node")[0]
-            ]
-            self.gateway.expect_nodes([*existing, NodeSpec(name=name, labels=labels, allocatable=allocatable)])
+            self._simulated_nodes([*self._simulated_nodes_but(name), NodeSpec(name=name, labels=labels,
+                                                                              allocatable=allocatable, taints=taints or ())])
+
+    def delete_node(self, name: str) -> None:
+        if self.control_plane is not None:
+            self.control_plane.delete_node(name)
+        else:
+            self._simulated_nodes(self._simulated_nodes_but(name))
+
+    def _simulated_nodes_but(self, name: str) -> list[NodeSpec]:
+        assert isinstance(self.gateway, SimulatedGateway)
+        return [NodeSpec(name=n["metadata"]["name"], labels=n["metadata"]["labels"], allocatable=n["status"]["allocatable"],
+                         taints=(n.get("spec") or {}).get("taints") or ())
+                for n in self.gateway.list("v1", "Node")[0] if n["metadata"]["name"] != name]
+
+    def _simulated_nodes(self, nodes: list[NodeSpec]) -> None:
+        assert isinstance(self.gateway, SimulatedGateway)
+        self.gateway.expect_nodes(nodes)
 
     def wait_for(self, predicate: Callable[[], Any], *, what: str, timeout: float = 60) -> Any:
         """Polls until predicate() is truthy. On the simulated cluster time moves a second a poll."""

@@ -114,7 +114,8 @@ GOLDEN: dict[str, tuple[str, str, str, dict[str, Any]]] = {
                             "nvidia.com/gpu.replicas": "4",
                             "nvidia.com/gpu.sharing-strategy": "time-slicing",
                            },
-                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                 {"key": "nvidia.com/gpu.shared", "operator": "Exists", "effect": "NoSchedule"}]},
     }),
     "nvidia-mps": ("nvidia.com/gpu.shared", "mps", "1/4", {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
@@ -125,7 +126,8 @@ GOLDEN: dict[str, tuple[str, str, str, dict[str, Any]]] = {
                             "nvidia.com/gpu.replicas": "4",
                             "nvidia.com/gpu.sharing-strategy": "mps",
                            },
-                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                 {"key": "nvidia.com/gpu.shared", "operator": "Exists", "effect": "NoSchedule"}]},
     }),
     "aliyun-gpu-mem-t4": ("aliyun.com/gpu-mem", "gpu-memory", "1/16", {
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",

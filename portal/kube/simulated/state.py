@@ -9,7 +9,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from portal.kube.base import KubeError, ObjectRef, quantity
+from portal.kube.base import KubeError, ObjectRef, quantity, taint_tolerated
 from portal.kube.simulated.models import SimulatedObject
 from portal.kube.simulated.store import Store
 
@@ -118,6 +118,13 @@ def runtime_class_refusal(pod: dict[str, Any], runtime_classes: Collection[str])
     if name and name not in runtime_classes:
         return f'pods "{pod["metadata"].get("name", "")}" is forbidden: pod rejected: RuntimeClass "{name}" not found'
     return None
+
+
+def node_tolerated(pod_spec: dict[str, Any], node: dict[str, Any]) -> bool:
+    """Whether the pod tolerates every taint that keeps pods off the node (NoSchedule, NoExecute)."""
+    tolerations = pod_spec.get("tolerations") or []
+    return all(taint_tolerated(taint, tolerations) for taint in (node.get("spec") or {}).get("taints") or []
+               if taint.get("effect") in ("NoSchedule", "NoExecute"))
 
 
 def node_selected(pod_spec: dict[str, Any], node_labels: dict[str, str], keys: set[str] | None = None) -> bool:

@@ -1,0 +1,219 @@
+"""The nodes behind the catalog: whether the nodes a flavor selects offer what the flavor says.
+
+An admin types a flavor (its resource, how a GPU is shared, one unit's fraction of a GPU, the
+node labels and tolerations); the nodes say what is really there: the resource they advertise,
+and, where NVIDIA's GPU Feature Discovery runs, how the device plugin shares each GPU
+(`nvidia.com/gpu.sharing-strategy`, `nvidia.com/gpu.replicas`, `nvidia.com/gpu.count`). Where the
+two disagree in a way that makes a launch run or bill as something it is not, the flavor has a
+*problem* and launches on it are refused until a check finds it fixed:
+- a flavor sold as whole GPUs (or MIG slices) on nodes that share each GPU between pods;
+- a time-sliced flavor on MPS nodes or the other way round, or on nodes that do not share;
+- a shared flavor whose unit is not one replica of the nodes' GPUs (billed at 1/4 of a GPU on
+  nodes that split each GPU two ways);
+- nodes that all carry a taint the flavor does not tolerate (its pods would wait for ever).
+What only informs is a *warning*: no node carries the labels (a pool scaled to zero), nodes that
+advertise none of the resource (the device plugin is not running), devices unhealthy
+(allocatable below capacity), nodes not ready or cordoned, fewer units than the catalog's capacity.
+
+One list of the cluster's Nodes per check, whatever the number of flavors or teams; the verdicts
+are written on the flavors, which the launch reads with the flavor itself. The check runs after
+each platform reconcile (a flavor saved) and every minute on beat.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from django.utils import timezone
+
+from portal.kube import gateway, taint_tolerated
+from tenants.models import Flavor
+
+log = logging.getLogger(__name__)
+
+SHARING_STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"  # GPU Feature Discovery: none, time-slicing or mps
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
+DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"  # which entry of the plugin's config a node uses
+STRATEGY_OF_MODE: dict[str, str] = {Flavor.SharingMode.TIME_SLICED: "time-slicing", Flavor.SharingMode.MPS: "mps"}
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+MODE_WORDS: dict[str, str] = {Flavor.SharingMode.EXCLUSIVE: "sold as whole GPUs", Flavor.SharingMode.MIG: "sold as MIG slices",
+              Flavor.SharingMode.TIME_SLICED: "time-sliced", Flavor.SharingMode.MPS: "shared by MPS",
+              Flavor.SharingMode.GPU_MEMORY: "memory-sliced"}
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """What the check found for one flavor: `problem` refuses launches, `warnings` inform."""
+
+    problem: str = ""
+    warnings: tuple[str, ...] = ()
+    nodes: int = 0  # nodes carrying the flavor's labels
+    offered: int = 0  # units they advertise as allocatable (ready and schedulable nodes only)
+
+
+@dataclass(frozen=True)
+class _Node:
+    name: str
+    labels: Mapping[str, str]
+    taints: Sequence[Mapping[str, Any]]
+    allocatable: Mapping[str, str]
+    capacity: Mapping[str, str]
+    ready: bool
+    cordoned: bool
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> _Node:
+        spec, status = body.get("spec") or {}, body.get("status") or {}
+        conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+        return cls(name=body["metadata"]["name"], labels=body["metadata"].get("labels") or {},
+                   taints=spec.get("taints") or [], allocatable=status.get("allocatable") or {},
+                   capacity=status.get("capacity") or {}, ready=conditions.get("Ready") == "True",
+                   cordoned=bool(spec.get("unschedulable")))
+
+
+@dataclass
+class _Findings:
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def _untolerated(node: _Node, flavor: Flavor) -> list[str]:
+    # The node lifecycle's own taints (not-ready, unschedulable) are the node's state, said apart.
+    return [f"{taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}" for taint in node.taints
+            if taint.get("effect") in BLOCKING_EFFECTS and not str(taint.get("key", "")).startswith("node.kubernetes.io/")
+            and not taint_tolerated(taint, flavor.tolerations)]
+
+
+def _sharing(node: _Node, flavor: Flavor, findings: _Findings) -> None:
+    """The node's GPU sharing, as GPU Feature Discovery labels it, against the flavor's."""
+    strategy = node.labels.get(SHARING_STRATEGY_LABEL)
+    replicas = _count(node.labels.get(REPLICAS_LABEL, "1")) or 1
+    wanted = STRATEGY_OF_MODE.get(flavor.sharing_mode)
+    if strategy is None:
+        if wanted:
+            findings.warnings.append(
+                f"Node {node.name} does not say how it shares its GPUs (no {SHARING_STRATEGY_LABEL} label from GPU Feature "
+                f"Discovery), so the portal cannot check that one unit is {flavor.fraction} of a GPU.")
+        return
+    shares = strategy in STRATEGY_OF_MODE.values() and replicas > 1
+    if wanted is None:
+        if shares:
+            findings.problems.append(
+                f"Node {node.name} shares each GPU {replicas} ways ({strategy}), but {flavor.name} is "
+                f"{MODE_WORDS[flavor.sharing_mode]}: a pod would get 1/{replicas} of a GPU billed as {flavor.fraction} of one.")
+        return
+    if strategy != wanted:
+        findings.problems.append(
+            f"Node {node.name} shares its GPUs by {strategy}, but {flavor.name} is {MODE_WORDS[flavor.sharing_mode]}.")
+        return
+    if Fraction(1, replicas) != flavor.fraction:
+        findings.problems.append(
+            f"Node {node.name} splits each GPU {replicas} ways, so one unit of {flavor.resource_name} is 1/{replicas} of a "
+            f"GPU, but {flavor.name} prices a unit as {flavor.fraction} of one.")
+    gpus = _count(node.labels.get(GPU_COUNT_LABEL, ""))
+    advertised = _count(node.capacity.get(flavor.resource_name, node.allocatable.get(flavor.resource_name, 0)))
+    if gpus and advertised and advertised != gpus * replicas:
+        findings.warnings.append(
+            f"Node {node.name} has {gpus} GPUs × {replicas} replicas = {gpus * replicas} units but advertises "
+            f"{advertised} {flavor.resource_name}: is its device plugin's config the one its label names?")
+
+
+def judge(flavor: Flavor, bodies: Iterable[Mapping[str, Any]]) -> NodeVerdict:
+    """The verdict on one flavor from the cluster's Node objects."""
+    wanted = {str(key): str(value) for key, value in (flavor.node_labels or {}).items()}
+    selected = [node for node in map(_Node.of, bodies)
+                if all(node.labels.get(key) == value for key, value in wanted.items())
+                and (wanted or flavor.resource_name in node.capacity)]
+    findings = _Findings()
+    if not selected:
+        labels = ", ".join(f"{key}={value}" for key, value in sorted(wanted.items())) or flavor.resource_name
+        findings.warnings.append(f"No node has {labels}: nothing runs on {flavor.name} until one does.")
+        return NodeVerdict(warnings=tuple(findings.warnings))
+    offering = [node for node in selected if _count(node.capacity.get(flavor.resource_name, 0))]
+    if not offering:
+        findings.warnings.append(
+            f"{len(selected)} node(s) carry {flavor.name}'s labels but none advertises {flavor.resource_name}: is the "
+            "device plugin running on them?")
+    offered, blocked = 0, []
+    for node in offering:
+        _sharing(node, flavor, findings)
+        allocatable, capacity = (_count(node.allocatable.get(flavor.resource_name, 0)),
+                                 _count(node.capacity.get(flavor.resource_name, 0)))
+        if allocatable < capacity:
+            findings.warnings.append(f"Node {node.name}: {capacity - allocatable} of {capacity} {flavor.resource_name} "
+                                     "are unhealthy (allocatable below capacity).")
+        if not node.ready:
+            findings.warnings.append(f"Node {node.name} is not ready.")
+        if node.cordoned:
+            findings.warnings.append(f"Node {node.name} is cordoned: nothing new starts on it.")
+        if untolerated := _untolerated(node, flavor):
+            blocked.append(f"{node.name} ({', '.join(untolerated)})")
+        elif node.ready and not node.cordoned:
+            offered += allocatable
+    if offering and len(blocked) == len(offering):
+        findings.problems.append(f"Every node of {flavor.name} has a taint its pods do not tolerate: {'; '.join(blocked)}. "
+                                 "Add the toleration to the flavor, or take the taint off the nodes.")
+    elif blocked:
+        findings.warnings.append(f"Pods of {flavor.name} cannot run on {'; '.join(blocked)}: a taint they do not tolerate.")
+    if offering and offered < flavor.capacity_units:
+        findings.warnings.append(f"The catalog says {flavor.capacity_units} units; the nodes offer {offered} now.")
+    return NodeVerdict(problem=" ".join(dict.fromkeys(findings.problems)), warnings=tuple(dict.fromkeys(findings.warnings)),
+                       nodes=len(selected), offered=offered)
+
+
+def check_flavors(*, flavors: Iterable[Flavor] | None = None) -> dict[int, NodeVerdict]:
+    """Judges the flavors (every active one by default) on one list of the cluster's Nodes and
+    writes each verdict on its flavor. A cluster that does not answer is a KubeError, and the
+    verdicts stay as the last check left them."""
+    chosen = list(Flavor.objects.filter(is_active=True) if flavors is None else flavors)
+    if not chosen:
+        return {}
+    bodies = gateway().list("v1", "Node")[0]
+    now = timezone.now()
+    verdicts = {}
+    for flavor in chosen:
+        verdict = verdicts[flavor.pk] = judge(flavor, bodies)
+        warnings = "\n".join(verdict.warnings)
+        if (flavor.nodes_problem, flavor.nodes_warnings) != (verdict.problem, warnings):
+            log.info("flavor %s: nodes %s", flavor.slug, verdict.problem or "agree")
+        Flavor.objects.filter(pk=flavor.pk).update(nodes_problem=verdict.problem, nodes_warnings=warnings,
+                                                   nodes_checked_at=now)
+        flavor.nodes_problem, flavor.nodes_warnings, flavor.nodes_checked_at = verdict.problem, warnings, now
+    return verdicts
+
+
+def device_plugin_config(flavor: Flavor) -> tuple[str, str] | None:
+    """For a time-sliced or MPS flavor, the NVIDIA device plugin's sharing config that makes its
+    nodes offer what it declares: the name of the config (the key in the plugin's ConfigMap, and
+    the value of the `nvidia.com/device-plugin.config` label that selects it on a node) and the
+    YAML. None for a flavor whose sharing the plugin's config does not set, or whose unit is not
+    one replica of a GPU."""
+    strategy = STRATEGY_OF_MODE.get(flavor.sharing_mode)
+    if strategy is None or flavor.fraction.numerator != 1:
+        return None
+    replicas = flavor.fraction.denominator
+    section = "timeSlicing" if strategy == "time-slicing" else "mps"
+    # The plugin names a shared resource `<name>.shared` when renameByDefault is on; the flavor's
+    # resource says which of the two the site chose.
+    base, renamed = flavor.resource_name.removesuffix(".shared"), flavor.resource_name.endswith(".shared")
+    name = str((flavor.node_labels or {}).get(DEVICE_PLUGIN_CONFIG_LABEL) or f"{flavor.slug}-{replicas}")
+    text = ("version: v1\n"
+            "sharing:\n"
+            f"  {section}:\n"
+            + ("    renameByDefault: true\n" if renamed else "")
+            + "    resources:\n"
+            f"      - name: {base}\n"
+            f"        replicas: {replicas}\n")
+    return name, text
