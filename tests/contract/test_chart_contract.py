@@ -20,6 +20,7 @@ from kubernetes import client as k8s_client
 from portal.kube import KubeError, ObjectRef, reset_gateway
 from portal.kube.base import KindLists
 from portal.kube.kubernetes import KubernetesGateway
+from tenants import nodes
 from tests.cluster.harness import ControlPlaneError
 from tests.contract import test_workload_contract as workload_contract
 from tests.contract.conftest import ClusterUnderTest
@@ -224,6 +225,12 @@ def test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(cluster, site, 
                                                                  django_capture_on_commit_callbacks):
     workload_contract.test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(
         cluster, site, templates, kind, settings, django_capture_on_commit_callbacks)
+
+
+def test_the_portals_account_reads_the_nodes_behind_the_catalog(cluster, site):
+    # The node check lists Nodes every minute as this account: the chart's ClusterRole must allow it.
+    verdict = nodes.check_flavors(flavors=[site.flavor])[site.flavor.pk]
+    assert (verdict.problem, verdict.nodes, verdict.offered) == ("", 1, 8)
 
 
 # --- The install ---------------------------------------------------------------------------------

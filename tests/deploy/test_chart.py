@@ -202,7 +202,7 @@ def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret
         if "persistentvolumeclaims" in rule["resources"]:  # the team's data volumes: read, never written
             assert set(rule["verbs"]) == {"get", "list"}
         assert not {"clusterroles", "clusterrolebindings", "roles", "serviceaccounts/token"} & set(rule["resources"])
-    # Exactly the kinds portal/kube's table names (nodes and configmaps are only the simulated cluster's).
+    # Exactly the kinds portal/kube's table names (configmaps are only the simulated cluster's).
     from portal.kube.base import KINDS
     granted = {(group, resource) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
     known = {(info.group, info.plural) for info in KINDS.values()} | {
@@ -211,7 +211,7 @@ def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret
     # Leases are the release namespace's Role's (leader election), never cluster-wide; Kueue's
     # visibility ClusterQueues are read only through their pendingworkloads subresource.
     assert known - granted - {("coordination.k8s.io", "leases")} == {
-        ("", "configmaps"), ("", "nodes"), ("visibility.kueue.x-k8s.io", "clusterqueues")}
+        ("", "configmaps"), ("visibility.kueue.x-k8s.io", "clusterqueues")}
 
 
 def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:
