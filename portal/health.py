@@ -31,6 +31,9 @@ WATCHER = "watcher"
 # or the worker's listing: when it last compared every team with the cluster. Exported on /metrics
 # and shown on the team page; readiness does not wait for it (the pass can be turned off).
 TEAM_PASS = "team-pass"
+# Not a process either: the node check (tenants.nodes.check_flavors), which judges each flavor
+# against its nodes and keeps the GPU nodes for the nodes page, every minute on beat.
+NODE_CHECK = "node-check"
 
 # What each heartbeat proves, for the reason a stale one gives.
 HEARTBEAT_ROLES = {

@@ -13,12 +13,13 @@ from portal import api as portal_api
 from portal import views
 from portal.security import csp_relaxed
 from tenants import api as tenants_api
-from tenants import people_api
+from tenants import nodes_api, people_api
 
 router = DefaultRouter()
 portal_api.register(router)
 tenants_api.register(router)
 people_api.register(router)
+nodes_api.register(router)
 jobs_api.register(router)
 
 handler404 = "portal.views.not_found"

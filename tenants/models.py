@@ -299,6 +299,32 @@ class Flavor(models.Model):
             )
 
 
+class GpuNode(models.Model):
+    """A node that advertises GPUs, or that a flavor selects, as the last node check read it
+    (tenants/nodes.py): what the nodes page and API show, so a page of 500 nodes costs the API
+    server nothing. Written by the check alone, once a minute, only where the node changed; a
+    node gone from the cluster is gone from here at the next check."""
+
+    name = models.CharField(max_length=253, unique=True)
+    labels = models.JSONField(default=dict, help_text="Its GPU labels, and those the catalog's flavors select by.")
+    gpus = models.JSONField(default=dict, help_text="GPU resource -> [capacity, allocatable].")
+    taints = models.JSONField(default=list)
+    ready = models.BooleanField(default=False)
+    cordoned = models.BooleanField(default=False)
+    changed_at = models.DateTimeField(help_text="When the check last found it different.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def unhealthy(self) -> int:
+        """Devices the node has but cannot hand out (allocatable below capacity), all resources."""
+        return sum(max(capacity - allocatable, 0) for capacity, allocatable in self.gpus.values())
+
+
 class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
     def for_user(self, user: User | AnonymousUser) -> QuotaRequestQuerySet:
         if not user.is_authenticated:

@@ -22,16 +22,21 @@ each platform reconcile (a flavor saved) and every minute on beat.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
+from portal.health import NODE_CHECK, heartbeat_at, heartbeat_record
+from portal.hooks import Hook
 from portal.kube import gateway, taint_tolerated
-from tenants.models import Flavor
+from tenants import selectors
+from tenants.models import Flavor, GpuNode
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,8 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 DEVICE_PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"  # which entry of the plugin's config a node uses
 STRATEGY_OF_MODE: dict[str, str] = {Flavor.SharingMode.TIME_SLICED: "time-slicing", Flavor.SharingMode.MPS: "mps"}
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/", "gpu.intel.com/", "aliyun.com/gpu")
+GPU_LABEL_PREFIXES = ("nvidia.com/", "amd.com/", "gpu.intel.com/", "feature.node.kubernetes.io/pci-10de")
 MODE_WORDS: dict[str, str] = {Flavor.SharingMode.EXCLUSIVE: "sold as whole GPUs", Flavor.SharingMode.MIG: "sold as MIG slices",
               Flavor.SharingMode.TIME_SLICED: "time-sliced", Flavor.SharingMode.MPS: "shared by MPS",
               Flavor.SharingMode.GPU_MEMORY: "memory-sliced"}
@@ -133,9 +140,7 @@ def _sharing(node: _Node, flavor: Flavor, findings: _Findings) -> None:
 def judge(flavor: Flavor, bodies: Iterable[Mapping[str, Any]]) -> NodeVerdict:
     """The verdict on one flavor from the cluster's Node objects."""
     wanted = {str(key): str(value) for key, value in (flavor.node_labels or {}).items()}
-    selected = [node for node in map(_Node.of, bodies)
-                if all(node.labels.get(key) == value for key, value in wanted.items())
-                and (wanted or flavor.resource_name in node.capacity)]
+    selected = [node for node in map(_Node.of, bodies) if _selects(flavor, node)]
     findings = _Findings()
     if not selected:
         labels = ", ".join(f"{key}={value}" for key, value in sorted(wanted.items())) or flavor.resource_name
@@ -174,14 +179,15 @@ def judge(flavor: Flavor, bodies: Iterable[Mapping[str, Any]]) -> NodeVerdict:
 
 
 def check_flavors(*, flavors: Iterable[Flavor] | None = None) -> dict[int, NodeVerdict]:
-    """Judges the flavors (every active one by default) on one list of the cluster's Nodes and
-    writes each verdict on its flavor. A cluster that does not answer is a KubeError, and the
-    verdicts stay as the last check left them."""
-    chosen = list(Flavor.objects.filter(is_active=True) if flavors is None else flavors)
-    if not chosen:
-        return {}
+    """Judges the flavors (every active one by default) on one list of the cluster's Nodes,
+    writes each verdict on its flavor and keeps the GPU nodes for the nodes page. A cluster that
+    does not answer is a KubeError, and everything stays as the last check left it."""
+    active = list(Flavor.objects.filter(is_active=True))
+    chosen = active if flavors is None else list(flavors)
     bodies = gateway().list("v1", "Node")[0]
     now = timezone.now()
+    _keep_gpu_nodes(bodies, active, now)
+    heartbeat_record(name=NODE_CHECK, at=now)
     verdicts = {}
     for flavor in chosen:
         verdict = verdicts[flavor.pk] = judge(flavor, bodies)
@@ -192,6 +198,45 @@ def check_flavors(*, flavors: Iterable[Flavor] | None = None) -> dict[int, NodeV
                                                    nodes_checked_at=now)
         flavor.nodes_problem, flavor.nodes_warnings, flavor.nodes_checked_at = verdict.problem, warnings, now
     return verdicts
+
+
+def _selects(flavor: Flavor, node: _Node) -> bool:
+    wanted = {str(key): str(value) for key, value in (flavor.node_labels or {}).items()}
+    if not wanted:
+        return flavor.resource_name in node.capacity
+    return all(node.labels.get(key) == value for key, value in wanted.items())
+
+
+def _keep_gpu_nodes(bodies: Iterable[Mapping[str, Any]], flavors: list[Flavor], now: dt.datetime) -> None:
+    """Keeps the nodes that advertise GPUs or that a flavor selects (GpuNode), writing only the
+    rows that changed: a quiet minute on 500 nodes is one read and no write."""
+    resources = {flavor.resource_name for flavor in flavors}
+    selecting = {str(key) for flavor in flavors for key in (flavor.node_labels or {})}
+    wanted: dict[str, GpuNode] = {}
+    for node in map(_Node.of, bodies):
+        gpus = {name: [_count(node.capacity.get(name, 0)), _count(node.allocatable.get(name, 0))]
+                for name in sorted(set(node.capacity) | set(node.allocatable))
+                if name in resources or name.startswith(GPU_RESOURCE_PREFIXES)}
+        if not gpus and not any(_selects(flavor, node) for flavor in flavors):
+            continue
+        labels = {key: value for key, value in sorted(node.labels.items())
+                  if key in selecting or key.startswith(GPU_LABEL_PREFIXES)}
+        wanted[node.name] = GpuNode(name=node.name, labels=labels, gpus=gpus, taints=[dict(t) for t in node.taints],
+                                    ready=node.ready, cordoned=node.cordoned, changed_at=now)
+    fields = ("labels", "gpus", "taints", "ready", "cordoned")
+    with transaction.atomic():
+        known = {row.name: row for row in GpuNode.objects.select_for_update()}
+        GpuNode.objects.filter(name__in=set(known) - set(wanted)).delete()
+        changed = []
+        for name, row in wanted.items():
+            old = known.get(name)
+            if old is not None and all(getattr(old, field) == getattr(row, field) for field in fields):
+                continue
+            if old is not None:
+                row.pk = old.pk
+            changed.append(row)
+        GpuNode.objects.bulk_create([row for row in changed if row.pk is None])
+        GpuNode.objects.bulk_update([row for row in changed if row.pk is not None], [*fields, "changed_at"])
 
 
 def device_plugin_config(flavor: Flavor) -> tuple[str, str] | None:
@@ -217,3 +262,94 @@ def device_plugin_config(flavor: Flavor) -> tuple[str, str] | None:
             f"      - name: {base}\n"
             f"        replicas: {replicas}\n")
     return name, text
+
+
+# --- The nodes page ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeWorkload:
+    """A workload with a pod running on a node (an open run interval there), and its GPU units."""
+
+    pk: int
+    name: str
+    team: str
+    units: int
+
+
+# The portal's workloads running on each node, by node name: jobs answers from its run intervals.
+WorkloadsOnNodes = Callable[[], dict[str, list[NodeWorkload]]]
+WORKLOADS_ON_NODES = Hook[WorkloadsOnNodes]("tenants.nodes.WORKLOADS_ON_NODES", by="jobs")
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    node: GpuNode
+    flavors: tuple[str, ...]  # the active flavors that select it, by name
+    workloads: tuple[NodeWorkload, ...]
+
+    @property
+    def sharing(self) -> str:
+        """How the device plugin shares its GPUs, as GPU Feature Discovery labels it."""
+        strategy = self.node.labels.get(SHARING_STRATEGY_LABEL, "")
+        replicas = self.node.labels.get(REPLICAS_LABEL, "")
+        if strategy in STRATEGY_OF_MODE.values() and replicas not in ("", "1"):
+            return f"{strategy}, {replicas} replicas per GPU"
+        return strategy
+
+    @property
+    def taint_words(self) -> list[str]:
+        return [f"{t.get('key')}{'=' + str(t['value']) if t.get('value') else ''}:{t.get('effect')}" for t in self.node.taints]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A flavor's nodes beside what the catalog and the guarantees say of it."""
+
+    flavor: Flavor
+    guaranteed: int
+    nodes: list[NodeRow]
+
+    @property
+    def capacity(self) -> int:
+        return sum(row.node.gpus.get(self.flavor.resource_name, [0, 0])[0] for row in self.nodes)
+
+    @property
+    def offered(self) -> int:
+        """Units the ready, schedulable nodes can hand out now."""
+        return sum(row.node.gpus.get(self.flavor.resource_name, [0, 0])[1] for row in self.nodes
+                   if row.node.ready and not row.node.cordoned)
+
+    @property
+    def short(self) -> bool:
+        """The catalog says more than the nodes offer: guarantees may rest on capacity not there."""
+        return self.offered < self.flavor.capacity_units
+
+
+@dataclass(frozen=True)
+class NodesPicture:
+    pools: list[Pool]
+    unmatched: list[NodeRow]  # GPU nodes no active flavor selects
+    checked_at: dt.datetime | None
+
+
+def _selects_row(flavor: Flavor, node: GpuNode) -> bool:
+    wanted = {str(key): str(value) for key, value in (flavor.node_labels or {}).items()}
+    if not wanted:
+        return flavor.resource_name in node.gpus
+    return all(node.labels.get(key) == value for key, value in wanted.items())
+
+
+def nodes_picture() -> NodesPicture:
+    """Per active flavor, its nodes as the last check kept them, with the workloads on each; then
+    the GPU nodes no flavor selects. Database reads only (four, however many nodes)."""
+    flavors = list(Flavor.objects.filter(is_active=True).order_by("name"))
+    guaranteed = selectors.flavor_guaranteed_totals()
+    on_nodes = WORKLOADS_ON_NODES.call()
+    rows = []
+    for node in GpuNode.objects.all():
+        selecting = tuple(flavor.name for flavor in flavors if _selects_row(flavor, node))
+        rows.append(NodeRow(node=node, flavors=selecting, workloads=tuple(on_nodes.get(node.name, ()))))
+    pools = [Pool(flavor=flavor, guaranteed=guaranteed.get(flavor.pk, 0),
+                  nodes=[row for row in rows if flavor.name in row.flavors]) for flavor in flavors]
+    return NodesPicture(pools=pools, unmatched=[row for row in rows if not row.flavors], checked_at=heartbeat_at(NODE_CHECK))

@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
 from portal.htmx import redirect_page
+from portal.kube import KubeError
 from tenants import catalog, cluster_selectors, desired, nodes, selectors, services
 from tenants.forms import FlavorForm, TeamForm
 from tenants.models import Flavor, Team
@@ -96,6 +97,22 @@ def flavor_list(request: HtmxHttpRequest) -> HttpResponse:
     runtime = cluster_selectors.runtime_class_flags(flavors=flavors)
     rows = [(flavor, guaranteed.get(flavor.pk, 0), flavor.pk in priced, runtime.get(flavor.pk, "")) for flavor in flavors]
     return render(request, "tenants/flavor_list.html", {"rows": rows, "presets": catalog.PRESETS})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def node_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The nodes behind the catalog, as the last node check kept them; "Check now" runs one."""
+    require_perm(request.user, "tenants.manage_flavors")
+    if request.method == "POST":
+        try:
+            nodes.check_flavors()
+        except KubeError as error:
+            messages.error(request, f"The cluster did not answer, so the nodes were not checked: {error}")
+        else:
+            messages.success(request, "Checked the nodes against the catalog just now.")
+        return redirect_page(request, reverse("tenants:node-list"))
+    return render(request, "tenants/nodes.html", {"picture": nodes.nodes_picture()})
 
 
 def _flavor_page(request: HtmxHttpRequest, form: FlavorForm, *, flavor: Flavor | None,

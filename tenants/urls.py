@@ -31,6 +31,7 @@ urlpatterns: list[URLPattern] = [
     path("platform/catalog/", platform_views.flavor_list, name="flavor-list"),
     path("platform/catalog/new/", platform_views.flavor_create, name="flavor-create"),
     path("platform/catalog/<slug:slug>/", platform_views.flavor_edit, name="flavor-edit"),
+    path("platform/nodes/", platform_views.node_list, name="node-list"),
     path("platform/people/", people_views.person_list, name="person-list"),
     path("platform/people/<int:pk>/", people_views.person_detail, name="person-detail"),
     path("platform/people/<int:pk>/role/", people_views.person_role, name="person-role"),

@@ -1,0 +1,134 @@
+"""The nodes behind the catalog, page and API (issue 24 §5): per flavor, the nodes the last node
+check kept, what they advertise beside the catalog's capacity and the guarantees, their health
+(unhealthy devices, not ready, cordoned), how they share their GPUs, and the portal's workloads
+on each; platform admins only. The check keeps only GPU nodes and writes only what changed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from jobs import sync
+from jobs.models import Workload
+from portal.health import NODE_CHECK, heartbeat_at
+from portal.kube import KubeError, NodeSpec
+from tenants import nodes, reconcile
+from tenants.models import GpuNode
+from tests.conftest import login
+from tests.factories import QuotaGrantFactory
+from tests.helpers import api, launch
+
+pytestmark = pytest.mark.django_db
+
+TIME_SLICED_4 = {nodes.SHARING_STRATEGY_LABEL: "time-slicing", nodes.REPLICAS_LABEL: "4", nodes.GPU_COUNT_LABEL: "8"}
+
+
+def node_body(name: str, labels: dict[str, str], capacity: dict[str, int], allocatable: dict[str, int] | None = None,
+              **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}, "spec": spec,
+            "status": {"capacity": {k: str(v) for k, v in capacity.items()},
+                       "allocatable": {k: str(v) for k, v in (allocatable or capacity).items()},
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def test_the_check_keeps_the_gpu_nodes_and_the_ones_a_flavor_selects_and_no_other(simulated, flavor, monkeypatch):
+    bodies = [
+        node_body("gpu-0", {**flavor.node_labels, "nvidia.com/gpu.product": "H100", "kubernetes.io/os": "linux"},
+                  {"nvidia.com/gpu": 8, "cpu": 64}, {"nvidia.com/gpu": 7, "cpu": 63}),
+        node_body("pool-empty-0", dict(flavor.node_labels), {"cpu": 64}),  # the flavor's pool, its device plugin down
+        node_body("amd-0", {"amd.com/gpu.family": "AI"}, {"amd.com/gpu": 8}),
+        node_body("cpu-0", {"kubernetes.io/os": "linux"}, {"cpu": 64}),
+    ]
+    monkeypatch.setattr(simulated, "list", lambda *a, **k: (bodies, "1"))
+    nodes.check_flavors()
+    kept = {row.name: row for row in GpuNode.objects.all()}
+    assert set(kept) == {"gpu-0", "pool-empty-0", "amd-0"}
+    gpu = kept["gpu-0"]
+    assert gpu.gpus == {"nvidia.com/gpu": [8, 7]} and gpu.unhealthy == 1 and gpu.ready and not gpu.cordoned
+    # Only GPU labels and the ones flavors select by: not every label a node carries.
+    assert gpu.labels == {**flavor.node_labels, "nvidia.com/gpu.product": "H100"}
+    assert heartbeat_at(NODE_CHECK) is not None
+
+
+def test_a_quiet_check_writes_nothing_and_a_node_gone_is_gone(simulated, flavor, monkeypatch):
+    bodies = [node_body("gpu-0", dict(flavor.node_labels), {"nvidia.com/gpu": 8}),
+              node_body("gpu-1", dict(flavor.node_labels), {"nvidia.com/gpu": 8})]
+    monkeypatch.setattr(simulated, "list", lambda *a, **k: (bodies, "1"))
+    nodes.check_flavors()
+    first = dict(GpuNode.objects.values_list("name", "changed_at"))
+    nodes.check_flavors()
+    assert dict(GpuNode.objects.values_list("name", "changed_at")) == first
+    bodies[0]["status"]["allocatable"]["nvidia.com/gpu"] = "6"  # two devices went unhealthy
+    del bodies[1]
+    nodes.check_flavors()
+    assert list(GpuNode.objects.values_list("name", "gpus")) == [("gpu-0", {"nvidia.com/gpu": [8, 6]})]
+    assert GpuNode.objects.get().changed_at > first["gpu-0"]
+
+
+def test_the_page_shows_each_flavors_nodes_their_health_and_the_workloads_on_them(
+        simulated, admin_user, ready_team, member, training, flavor, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, training, flavor, units=2)
+    simulated.advance(5)
+    sync.sync_all()
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.RUNNING
+    (node_name,) = set(workload.intervals.values_list("node", flat=True))
+    simulated.expect_nodes([
+        NodeSpec(name=node_name, labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 16}),
+        NodeSpec(name="t4-0", labels={"nvidia.com/gpu.product": "Tesla-T4", **TIME_SLICED_4},
+                 allocatable={"nvidia.com/gpu.shared": 32}, taints=[{"key": "nvidia.com/gpu.shared", "effect": "NoSchedule"}]),
+    ])
+    login(admin_user).post(reverse("tenants:node-list"))
+    page = login(admin_user).get(reverse("tenants:node-list")).content.decode()
+    assert f'data-testid="pool-{flavor.slug}"' in page and f'data-testid="node-{node_name}"' in page
+    assert 'data-testid="pool-catalog">Catalog 16<' in page and 'data-testid="pool-offered">nodes offer 16<' in page
+    assert f'href="/workloads/{workload.pk}/">{workload.name}</a> <span class="small muted">{ready_team.slug} · 2 units' in page
+    # The T4 node is no flavor's: shown apart, with its sharing and its taint.
+    assert 'data-testid="pool-unmatched"' in page and 'data-testid="node-t4-0"' in page
+    assert "time-slicing, 4 replicas per GPU" in page and "taint nvidia.com/gpu.shared:NoSchedule" in page
+
+
+def test_a_catalog_above_what_the_nodes_offer_and_guarantees_resting_on_it_are_said(
+        simulated, admin_user, team, lead, flavor):
+    QuotaGrantFactory(team=team, flavor=flavor, units=12)
+    simulated.expect_nodes([NodeSpec(name="h100-0", labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 8})])
+    nodes.check_flavors()
+    page = login(admin_user).get(reverse("tenants:node-list")).content.decode()
+    assert ("The catalog says 16 units but the nodes offer 8: teams are guaranteed 12, more than is there, and some of "
+            "their work will wait.") in page
+
+
+def test_the_api_lists_every_kept_node_once_for_platform_admins(simulated, admin_user, flavor):
+    simulated.expect_nodes([NodeSpec(name="h100-0", labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 8})])
+    nodes.check_flavors()
+    (row,) = api(admin_user).get("/api/nodes/").json()
+    assert {key: row[key] for key in ("name", "flavors", "gpus", "unhealthy", "ready", "cordoned", "workloads")} == {
+        "name": "h100-0", "flavors": [flavor.name], "gpus": {flavor.resource_name: [8, 8]}, "unhealthy": 0,
+        "ready": True, "cordoned": False, "workloads": []}
+
+
+@pytest.mark.parametrize("who", ["member", "lead"])
+def test_the_page_and_the_api_are_for_platform_admins_only(simulated, request, who):
+    person = request.getfixturevalue(who)
+    assert login(person).get(reverse("tenants:node-list")).status_code == 403
+    assert login(person).post(reverse("tenants:node-list")).status_code == 403
+    assert api(person).get("/api/nodes/").status_code == 403
+
+
+def test_check_now_on_a_cluster_that_does_not_answer_says_so_and_keeps_the_last_picture(
+        simulated, admin_user, flavor, monkeypatch):
+    reconcile.platform_reconcile()
+    kept = list(GpuNode.objects.values_list("name", flat=True))
+    assert kept
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise KubeError("connection refused")
+
+    monkeypatch.setattr(simulated, "list", unreachable)
+    client = login(admin_user)
+    response = client.post(reverse("tenants:node-list"), follow=True)
+    assert "The cluster did not answer, so the nodes were not checked: connection refused" in response.content.decode()
+    assert list(GpuNode.objects.values_list("name", flat=True)) == kept
