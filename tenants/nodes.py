@@ -286,6 +286,7 @@ WORKLOADS_ON_NODES = Hook[WorkloadsOnNodes]("tenants.nodes.WORKLOADS_ON_NODES", 
 class NodeRow:
     node: GpuNode
     flavors: tuple[str, ...]  # the active flavors that select it, by name
+    flavor_slugs: tuple[str, ...]
     workloads: tuple[NodeWorkload, ...]
 
     @property
@@ -300,6 +301,11 @@ class NodeRow:
     @property
     def taint_words(self) -> list[str]:
         return [f"{t.get('key')}{'=' + str(t['value']) if t.get('value') else ''}:{t.get('effect')}" for t in self.node.taints]
+
+    @property
+    def needs_attention(self) -> bool:
+        """Not ready, cordoned, or with devices it cannot hand out."""
+        return not self.node.ready or self.node.cordoned or self.node.unhealthy > 0
 
 
 @dataclass(frozen=True)
@@ -325,12 +331,31 @@ class Pool:
         """The catalog says more than the nodes offer: guarantees may rest on capacity not there."""
         return self.offered < self.flavor.capacity_units
 
+    @property
+    def not_ready(self) -> int:
+        return sum(1 for row in self.nodes if not row.node.ready)
+
+    @property
+    def cordoned(self) -> int:
+        return sum(1 for row in self.nodes if row.node.ready and row.node.cordoned)
+
+    @property
+    def unhealthy(self) -> int:
+        """Devices of the flavor's resource its nodes have but cannot hand out."""
+        return sum(max(capacity - allocatable, 0) for row in self.nodes
+                   for capacity, allocatable in [row.node.gpus.get(self.flavor.resource_name, [0, 0])])
+
 
 @dataclass(frozen=True)
 class NodesPicture:
     pools: list[Pool]
-    unmatched: list[NodeRow]  # GPU nodes no active flavor selects
+    rows: list[NodeRow]  # every node kept, by name
     checked_at: dt.datetime | None
+
+    @property
+    def unmatched(self) -> list[NodeRow]:
+        """GPU nodes no active flavor selects: nothing the portal launches runs there."""
+        return [row for row in self.rows if not row.flavors]
 
 
 def _selects_row(flavor: Flavor, node: GpuNode) -> bool:
@@ -348,8 +373,9 @@ def nodes_picture() -> NodesPicture:
     on_nodes = WORKLOADS_ON_NODES.call()
     rows = []
     for node in GpuNode.objects.all():
-        selecting = tuple(flavor.name for flavor in flavors if _selects_row(flavor, node))
-        rows.append(NodeRow(node=node, flavors=selecting, workloads=tuple(on_nodes.get(node.name, ()))))
+        selecting = [flavor for flavor in flavors if _selects_row(flavor, node)]
+        rows.append(NodeRow(node=node, flavors=tuple(f.name for f in selecting), flavor_slugs=tuple(f.slug for f in selecting),
+                            workloads=tuple(on_nodes.get(node.name, ()))))
     pools = [Pool(flavor=flavor, guaranteed=guaranteed.get(flavor.pk, 0),
                   nodes=[row for row in rows if flavor.name in row.flavors]) for flavor in flavors]
-    return NodesPicture(pools=pools, unmatched=[row for row in rows if not row.flavors], checked_at=heartbeat_at(NODE_CHECK))
+    return NodesPicture(pools=pools, rows=rows, checked_at=heartbeat_at(NODE_CHECK))

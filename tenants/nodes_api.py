@@ -13,6 +13,7 @@ from rest_framework.routers import BaseRouter
 
 from portal.adapters import require_perm
 from tenants import nodes
+from tenants.models import GpuNode
 
 
 class NodeWorkloadSerializer(serializers.Serializer):
@@ -41,18 +42,17 @@ class NodeSerializer(serializers.Serializer):
 
 @extend_schema_view(list=extend_schema(description="Platform admins only: every GPU node, and every node a flavor selects, "
                                                    "as the last node check (every minute) read it."))
-class NodeViewSet(viewsets.ViewSet):
+class NodeViewSet(viewsets.GenericViewSet):
     serializer_class = NodeSerializer
+    queryset = GpuNode.objects.none()  # for the schema: the rows come from nodes.nodes_picture()
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
         require_perm(request.user, "tenants.manage_flavors")
 
     def list(self, request: Request) -> Response:
-        picture = nodes.nodes_picture()
-        every = {row.node.name: row for pool in picture.pools for row in pool.nodes}
-        every.update({row.node.name: row for row in picture.unmatched})
-        return Response(NodeSerializer([every[name] for name in sorted(every)], many=True).data)
+        page = self.paginate_queryset(nodes.nodes_picture().rows)
+        return self.get_paginated_response(self.get_serializer(page, many=True).data)
 
 
 def register(router: BaseRouter) -> None:

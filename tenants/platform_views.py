@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -84,6 +85,8 @@ def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                   status=400 if error else 200)
 
 
+NODES_PAGE_SIZE = 50  # a page of 500 GPU nodes shows its pools' summary and 50 of them at a time
+
 # --- The GPU catalog -----------------------------------------------------------------------------
 
 
@@ -112,7 +115,13 @@ def node_list(request: HtmxHttpRequest) -> HttpResponse:
         else:
             messages.success(request, "Checked the nodes against the catalog just now.")
         return redirect_page(request, reverse("tenants:node-list"))
-    return render(request, "tenants/nodes.html", {"picture": nodes.nodes_picture()})
+    picture = nodes.nodes_picture()
+    flavor, attention = request.GET.get("flavor", ""), request.GET.get("attention") == "1"
+    rows = [row for row in picture.rows if (not flavor or flavor in row.flavor_slugs or (flavor == "-" and not row.flavors))
+            and (not attention or row.needs_attention)]
+    listed = Paginator(rows, NODES_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "tenants/nodes.html", {"picture": picture, "listed": listed, "flavor": flavor,
+                                                  "attention": attention})
 
 
 def _flavor_page(request: HtmxHttpRequest, form: FlavorForm, *, flavor: Flavor | None,

@@ -134,6 +134,7 @@ class NodeSpec:
     labels: Mapping[str, str]
     allocatable: Mapping[str, int | str]  # resource name -> units, e.g. {"nvidia.com/gpu": 8}
     taints: Sequence[Mapping[str, str]] = ()
+    capacity: Mapping[str, int | str] | None = None  # where it differs from allocatable (devices unhealthy)
 
 
 class Gateway(Protocol):

@@ -373,6 +373,17 @@ class ControlPlane:
                             on_poll=self._check_alive)
             return api.sanitize_for_serialization(node)
 
+    def set_node_allocatable(self, name: str, allocatable: Mapping[str, str | int]) -> dict:
+        """What a device plugin does when devices turn unhealthy: the node's allocatable drops
+        below its capacity (a patch of its status; capacity stays). Returns the node as a dict."""
+        import kubernetes.client
+
+        with self.api_client() as api:
+            core = kubernetes.client.CoreV1Api(api)
+            patch = {"status": {"allocatable": {k: str(v) for k, v in allocatable.items()}}}
+            node = core.patch_node_status(name, patch)
+            return api.sanitize_for_serialization(node)
+
     def delete_node(self, name: str, *, timeout: float = 30.0) -> None:
         """Delete a node and wait until it is gone (its pods are then garbage-collected by podgc)."""
         import kubernetes.client

@@ -41,6 +41,17 @@ class ClusterUnderTest:
             self._simulated_nodes([*self._simulated_nodes_but(name), NodeSpec(name=name, labels=labels,
                                                                               allocatable=allocatable, taints=taints or ())])
 
+    def set_allocatable(self, name: str, allocatable: dict[str, int]) -> None:
+        """Devices of the node turn unhealthy: its allocatable drops below its capacity."""
+        if self.control_plane is not None:
+            self.control_plane.set_node_allocatable(name, allocatable)
+            return
+        (node,) = [n for n in self.gateway.list("v1", "Node")[0] if n["metadata"]["name"] == name]
+        others = self._simulated_nodes_but(name)
+        self._simulated_nodes([*others, NodeSpec(
+            name=name, labels=node["metadata"]["labels"], allocatable={**node["status"]["allocatable"], **allocatable},
+            taints=(node.get("spec") or {}).get("taints") or (), capacity=node["status"]["capacity"])])
+
     def delete_node(self, name: str) -> None:
         if self.control_plane is not None:
             self.control_plane.delete_node(name)
@@ -50,7 +61,7 @@ class ClusterUnderTest:
     def _simulated_nodes_but(self, name: str) -> list[NodeSpec]:
         assert isinstance(self.gateway, SimulatedGateway)
         return [NodeSpec(name=n["metadata"]["name"], labels=n["metadata"]["labels"], allocatable=n["status"]["allocatable"],
-                         taints=(n.get("spec") or {}).get("taints") or ())
+                         taints=(n.get("spec") or {}).get("taints") or (), capacity=n["status"]["capacity"])
                 for n in self.gateway.list("v1", "Node")[0] if n["metadata"]["name"] != name]
 
     def _simulated_nodes(self, nodes: list[NodeSpec]) -> None:

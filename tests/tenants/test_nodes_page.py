@@ -84,11 +84,31 @@ def test_the_page_shows_each_flavors_nodes_their_health_and_the_workloads_on_the
     login(admin_user).post(reverse("tenants:node-list"))
     page = login(admin_user).get(reverse("tenants:node-list")).content.decode()
     assert f'data-testid="pool-{flavor.slug}"' in page and f'data-testid="node-{node_name}"' in page
-    assert 'data-testid="pool-catalog">Catalog 16<' in page and 'data-testid="pool-offered">nodes offer 16<' in page
+    assert 'data-testid="pool-catalog">16<' in page and 'data-testid="pool-offered">16<' in page
     assert f'href="/workloads/{workload.pk}/">{workload.name}</a> <span class="small muted">{ready_team.slug} · 2 units' in page
-    # The T4 node is no flavor's: shown apart, with its sharing and its taint.
+    # The T4 node is no flavor's: counted apart, with its sharing and its taint.
     assert 'data-testid="pool-unmatched"' in page and 'data-testid="node-t4-0"' in page
     assert "time-slicing, 4 replicas per GPU" in page and "taint nvidia.com/gpu.shared:NoSchedule" in page
+    only_flavor = login(admin_user).get(reverse("tenants:node-list") + f"?flavor={flavor.slug}").content.decode()
+    assert f'data-testid="node-{node_name}"' in only_flavor and 'data-testid="node-t4-0"' not in only_flavor
+    no_flavor = login(admin_user).get(reverse("tenants:node-list") + "?flavor=-").content.decode()
+    assert f'data-testid="node-{node_name}"' not in no_flavor and 'data-testid="node-t4-0"' in no_flavor
+
+
+def test_the_nodes_that_need_attention_are_one_filter_away_and_the_list_is_paged(simulated, admin_user, flavor):
+    simulated.expect_nodes([
+        NodeSpec(name=f"h100-{index:02}", labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 8})
+        for index in range(60)])
+    nodes.check_flavors()
+    GpuNode.objects.filter(name="h100-07").update(gpus={flavor.resource_name: [8, 6]})
+    GpuNode.objects.filter(name="h100-42").update(cordoned=True)
+    client = login(admin_user)
+    first = client.get(reverse("tenants:node-list")).content.decode()
+    assert first.count('<tr data-testid="node-') == 50 and "Page 1 of 2 · 60 in all" in first
+    assert 'data-testid="node-h100-59"' in client.get(reverse("tenants:node-list") + "?page=2").content.decode()
+    attention = client.get(reverse("tenants:node-list") + "?attention=1").content.decode()
+    assert attention.count('<tr data-testid="node-') == 2
+    assert "6 of 8" in attention and "2 unhealthy" in attention and 'data-testid="cordoned"' in attention
 
 
 def test_a_catalog_above_what_the_nodes_offer_and_guarantees_resting_on_it_are_said(
@@ -104,7 +124,9 @@ def test_a_catalog_above_what_the_nodes_offer_and_guarantees_resting_on_it_are_s
 def test_the_api_lists_every_kept_node_once_for_platform_admins(simulated, admin_user, flavor):
     simulated.expect_nodes([NodeSpec(name="h100-0", labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 8})])
     nodes.check_flavors()
-    (row,) = api(admin_user).get("/api/nodes/").json()
+    body = api(admin_user).get("/api/nodes/").json()
+    assert body["count"] == 1
+    (row,) = body["results"]
     assert {key: row[key] for key in ("name", "flavors", "gpus", "unhealthy", "ready", "cordoned", "workloads")} == {
         "name": "h100-0", "flavors": [flavor.name], "gpus": {flavor.resource_name: [8, 8]}, "unhealthy": 0,
         "ready": True, "cordoned": False, "workloads": []}

@@ -126,7 +126,8 @@ class SimulatedGateway:
                 body["metadata"]["labels"] = {"kubernetes.io/hostname": name, "type": "simulated", **node.labels}
                 body["spec"] = {"taints": [dict(taint) for taint in node.taints]} if node.taints else {}
                 allocatable = {**NODE_BASE_ALLOCATABLE, **{k: str(v) for k, v in node.allocatable.items()}}
-                body["status"] = {"allocatable": allocatable, "capacity": dict(allocatable),
+                capacity = {**allocatable, **{k: str(v) for k, v in (node.capacity or {}).items()}}
+                body["status"] = {"allocatable": allocatable, "capacity": capacity,
                                   "conditions": [{"type": "Ready", "status": "True", "reason": "SimulatedKubelet"}]}
                 self.store.write(ref, body, row)
             controllers_reconcile(self.store)
