@@ -42,8 +42,9 @@ from portal.models import User
 from portal.tasks import send_on_commit
 from tenants import cluster_selectors, queueing
 from tenants import selectors as tenant_selectors
+from tenants import services as tenant_services
 from tenants.manifests import tier_name
-from tenants.models import Flavor, Team
+from tenants.models import Flavor, GpuNode, Team
 
 
 def _require(allowed: bool) -> None:
@@ -444,6 +445,26 @@ def workload_stop(*, user: User, workload: Workload) -> Workload:
                      message=f"{user.username} stopped {locked.name} (#{locked.pk}) of {locked.team.slug}")
     send_on_commit("jobs.tasks.workload_teardown", locked.pk, unsent=lambda: mark_unsent(locked.pk))
     return locked
+
+
+def node_drain(*, actor: User, node: GpuNode) -> list[Workload]:
+    """Drains a node of the portal's work: cordons it (nothing new starts there), then stops each
+    workload with a pod running on it, as a person's stop does (audited, torn down by the worker,
+    its run intervals closed when its pods are gone). Pods the portal does not own are left to
+    the site (`kubectl drain`). Returns the workloads stopped."""
+    _require(actor.has_perm("tenants.manage_flavors"))
+    tenant_services.node_cordon(actor=actor, node=node, cordoned=True)
+    stopped = []
+    for running in selectors.workloads_on_nodes().get(node.name, []):
+        try:
+            stopped.append(workload_stop(user=actor, workload=Workload.objects.get(pk=running.pk)))
+        except StateConflict:  # it ended between the read and the stop
+            continue
+    audit_record(actor=actor, action="node.drained", obj=node,
+                 data={"stopped": [workload.pk for workload in stopped]},
+                 message=f"{actor.username} drained node {node.name}: stopped "
+                         f"{', '.join(f'{w.name} (#{w.pk}) of {w.team.slug}' for w in stopped) or 'nothing of the portal'}")
+    return stopped
 
 
 @transaction.atomic

@@ -7,6 +7,7 @@ urlpatterns: list[URLPattern] = [
     path("templates/", views.template_list, name="template-list"),
     # The platform admin's idle policy, without the Django admin.
     path("platform/idle-policy/", platform_views.idle_defaults_edit, name="idle-defaults"),
+    path("platform/nodes/<str:name>/drain/", platform_views.node_drain, name="node-drain"),
     path("templates/new/", template_views.template_create, name="template-create"),
     path("templates/<int:pk>/edit/", template_views.template_edit, name="template-edit"),
     path("launch/", views.workload_launch, name="workload-launch"),

@@ -12,10 +12,10 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
@@ -23,7 +23,7 @@ from portal.htmx import redirect_page
 from portal.kube import KubeError
 from tenants import catalog, cluster_selectors, desired, nodes, selectors, services
 from tenants.forms import FlavorForm, TeamForm
-from tenants.models import Flavor, Team
+from tenants.models import Flavor, GpuNode, Team
 
 # --- Teams ---------------------------------------------------------------------------------------
 
@@ -122,6 +122,33 @@ def node_list(request: HtmxHttpRequest) -> HttpResponse:
     listed = Paginator(rows, NODES_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(request, "tenants/nodes.html", {"picture": picture, "listed": listed, "flavor": flavor,
                                                   "attention": attention})
+
+
+@login_required
+@require_GET
+def node_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """One node: its GPUs, state, labels and taints, and the portal's workloads a drain would stop."""
+    require_perm(request.user, "tenants.manage_flavors")
+    picture = nodes.nodes_picture()
+    row = next((row for row in picture.rows if row.node.name == name), None)
+    if row is None:
+        raise Http404("No GPU node of that name in the last node check.")
+    return render(request, "tenants/node_detail.html", {"row": row, "checked_at": picture.checked_at})
+
+
+@login_required
+@require_POST
+def node_cordon(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    require_perm(request.user, "tenants.manage_flavors")
+    node = get_object_or_404(GpuNode, name=name)
+    cordoned = request.POST.get("cordoned") != "0"
+    try:
+        services.node_cordon(actor=signed_in_user(request), node=node, cordoned=cordoned)
+    except KubeError as error:
+        messages.error(request, f"The cluster did not answer, so {node.name} was not changed: {error}")
+    else:
+        messages.success(request, f"{'Cordoned' if cordoned else 'Made schedulable again'}: {node.name}.")
+    return redirect_page(request, reverse("tenants:node-detail", args=[node.name]))
 
 
 def _flavor_page(request: HtmxHttpRequest, form: FlavorForm, *, flavor: Flavor | None,

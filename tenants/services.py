@@ -22,6 +22,7 @@ from django.utils.module_loading import import_string
 
 from portal.audit import audit_record
 from portal.errors import DomainError, NotAllowed, StateConflict
+from portal.kube import gateway
 from portal.models import SsoIdentity, User
 from portal.notifications import notifications_resolve, notify
 from portal.tasks import send_on_commit
@@ -30,6 +31,7 @@ from tenants import catalog, selectors
 from tenants.models import (
     GRANT_ENDING_NOTICE,
     Flavor,
+    GpuNode,
     Membership,
     QuotaGrant,
     QuotaRequest,
@@ -222,6 +224,25 @@ def membership_remove(*, actor: User, membership: Membership) -> None:
 # What an update's audit event lists when it changes (capacity above all: it bounds every guarantee).
 FLAVOR_AUDITED = ("capacity_units", "name", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
                   "fraction_denominator", "node_labels", "tolerations", "runtime_class_name", "is_active")
+
+
+# The field manager of a cordon: server-side apply then owns spec.unschedulable alone, and the
+# node's other fields (its taints, its labels) stay their owners'.
+CORDON_FIELD_MANAGER = "gpu-portal-cordon"
+
+
+@transaction.atomic
+def node_cordon(*, actor: User, node: GpuNode, cordoned: bool) -> GpuNode:
+    """Cordons a node (nothing new starts on it; what runs there goes on) or makes it schedulable
+    again, as `kubectl cordon` does: only the node's spec.unschedulable is written. Audited."""
+    _require(actor.has_perm("tenants.manage_flavors"))
+    gateway().apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name},
+                     "spec": {"unschedulable": cordoned}}, field_manager=CORDON_FIELD_MANAGER)
+    GpuNode.objects.filter(pk=node.pk).update(cordoned=cordoned)
+    node.cordoned = cordoned
+    audit_record(actor=actor, action="node.cordoned" if cordoned else "node.uncordoned", obj=node,
+                 message=f"{actor.username} {'cordoned' if cordoned else 'made schedulable again'} node {node.name}")
+    return node
 
 
 @transaction.atomic

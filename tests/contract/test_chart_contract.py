@@ -21,6 +21,8 @@ from portal.kube import KubeError, ObjectRef, reset_gateway
 from portal.kube.base import KindLists
 from portal.kube.kubernetes import KubernetesGateway
 from tenants import nodes
+from tenants import services as tenant_services
+from tenants.models import GpuNode
 from tests.cluster.harness import ControlPlaneError
 from tests.contract import test_workload_contract as workload_contract
 from tests.contract.conftest import ClusterUnderTest
@@ -231,6 +233,11 @@ def test_the_portals_account_reads_the_nodes_behind_the_catalog(cluster, site):
     # The node check lists Nodes every minute as this account: the chart's ClusterRole must allow it.
     verdict = nodes.check_flavors(flavors=[site.flavor])[site.flavor.pk]
     assert (verdict.problem, verdict.nodes, verdict.offered) == ("", 1, 8)
+    # A platform admin's cordon patches the node as this account, and makes it schedulable again.
+    node = GpuNode.objects.get(name=cluster.unique("gpu-node"))
+    for cordoned in (True, False):
+        tenant_services.node_cordon(actor=site.admin, node=node, cordoned=cordoned)
+        assert bool(nodes.check_flavors(flavors=[site.flavor])[site.flavor.pk].offered == 0) is cordoned
 
 
 # --- The install ---------------------------------------------------------------------------------

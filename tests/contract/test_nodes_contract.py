@@ -8,9 +8,11 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from jobs import services
-from portal.kube import gateway
+from jobs import services, sync
+from jobs.models import RunInterval, Workload
+from portal.kube import ObjectRef, gateway
 from tenants import nodes
+from tenants import services as tenant_services
 from tenants.models import GpuNode
 from tests.conftest import login
 from tests.contract.scenarios import HOLD, launch, pods_of, running
@@ -56,3 +58,36 @@ def test_unhealthy_devices_show_after_one_check_and_the_workload_on_the_node(
 
     with django_capture_on_commit_callbacks(execute=True):
         services.workload_stop(user=lead, workload=workload)
+
+
+def test_a_drain_cordons_the_node_and_stops_the_portals_workloads_there_closing_their_intervals(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    team = site.team("drain", gpus=2)
+    lead = team.memberships.get().user
+    workload = launch(team, lead, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=2)
+    cluster.wait_for(lambda: running(workload), what="the training job to run")
+    (pod,) = pods_of(workload)
+    node_name = pod["spec"]["nodeName"]
+    nodes.check_flavors(flavors=[site.flavor])
+    taints_before = (gateway().get(ObjectRef("v1", "Node", node_name)) or {}).get("spec", {}).get("taints") or []
+
+    with django_capture_on_commit_callbacks(execute=True):
+        stopped = services.node_drain(actor=site.admin, node=GpuNode.objects.get(name=node_name))
+    assert [w.pk for w in stopped] == [workload.pk]
+    node = gateway().get(ObjectRef("v1", "Node", node_name)) or {}
+    assert node["spec"]["unschedulable"] is True
+    # Only spec.unschedulable was written: the taints others own are all still there.
+    assert all(taint in (node["spec"].get("taints") or []) for taint in taints_before)
+    cluster.wait_for(lambda: closed(workload), what="the drained workload's interval to close")
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.STOPPED
+    assert pods_of(workload) == [] or all(p["metadata"].get("deletionTimestamp") for p in pods_of(workload))
+
+    tenant_services.node_cordon(actor=site.admin, node=GpuNode.objects.get(name=node_name), cordoned=False)
+    assert not (gateway().get(ObjectRef("v1", "Node", node_name)) or {})["spec"].get("unschedulable")
+
+
+def closed(workload: Workload) -> bool:
+    sync.sync_all()
+    return not RunInterval.objects.filter(workload=workload, ended_at__isnull=True).exists()

@@ -14,7 +14,8 @@ from jobs import sync
 from jobs.models import Workload
 from portal.health import NODE_CHECK, heartbeat_at
 from portal.kube import KubeError, NodeSpec
-from tenants import nodes, reconcile
+from portal.models import AuditEvent
+from tenants import nodes, reconcile, services
 from tenants.models import GpuNode
 from tests.conftest import login
 from tests.factories import QuotaGrantFactory
@@ -154,3 +155,87 @@ def test_check_now_on_a_cluster_that_does_not_answer_says_so_and_keeps_the_last_
     response = client.post(reverse("tenants:node-list"), follow=True)
     assert "The cluster did not answer, so the nodes were not checked: connection refused" in response.content.decode()
     assert list(GpuNode.objects.values_list("name", flat=True)) == kept
+
+
+def test_a_platform_admin_cordons_and_uncordons_a_node_audited_and_its_taints_stay(simulated, admin_user, flavor):
+    taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    simulated.expect_nodes([NodeSpec(name="h100-0", labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 8},
+                                     taints=[taint])])
+    nodes.check_flavors()
+    client = login(admin_user)
+    assert 'data-testid="cordon"' in client.get(reverse("tenants:node-detail", args=["h100-0"])).content.decode()
+    client.post(reverse("tenants:node-cordon", args=["h100-0"]))
+    (body,) = simulated.list("v1", "Node")[0]
+    assert body["spec"] == {"taints": [taint], "unschedulable": True}
+    assert GpuNode.objects.get(name="h100-0").cordoned
+    page = client.get(reverse("tenants:node-detail", args=["h100-0"])).content.decode()
+    assert 'data-testid="cordoned"' in page and 'data-testid="uncordon"' in page
+    client.post(reverse("tenants:node-cordon", args=["h100-0"]), {"cordoned": "0"})
+    (body,) = simulated.list("v1", "Node")[0]
+    assert body["spec"] == {"taints": [taint], "unschedulable": False}
+    assert list(AuditEvent.objects.filter(action__startswith="node.").order_by("pk").values_list("action", "message")) == [
+        ("node.cordoned", "root cordoned node h100-0"), ("node.uncordoned", "root made schedulable again node h100-0")]
+
+
+def test_a_cordoned_node_takes_no_new_pod_on_the_simulated_cluster(
+        simulated, admin_user, ready_team, member, training, flavor, django_capture_on_commit_callbacks):
+    names = [n["metadata"]["name"] for n in simulated.list("v1", "Node")[0]]
+    nodes.check_flavors()
+    for name in names:
+        services.node_cordon(actor=admin_user, node=GpuNode.objects.get(name=name), cordoned=True)
+    reconcile.platform_reconcile()  # the catalog's nodes are made again: the cordons stay
+    assert all(GpuNode.objects.filter(name__in=names).values_list("cordoned", flat=True))
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, training, flavor)
+    simulated.advance(30)
+    sync.sync_all()
+    workload.refresh_from_db()
+    assert workload.phase != Workload.Phase.RUNNING
+
+
+def test_a_drain_stops_the_portals_workloads_on_the_node_and_no_other(
+        simulated, admin_user, ready_team, member, training, flavor, django_capture_on_commit_callbacks):
+    simulated.expect_nodes([NodeSpec(name=f"h100-{i}", labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 2})
+                            for i in range(2)])
+    with django_capture_on_commit_callbacks(execute=True):
+        first = launch(member, ready_team, training, flavor, units=2, name="on-one")
+        second = launch(member, ready_team, training, flavor, units=2, name="on-other")
+    simulated.advance(5)
+    sync.sync_all()
+    where = {w.name: w.intervals.get().node for w in (first, second)}
+    assert len(set(where.values())) == 2
+    nodes.check_flavors()
+    client = login(admin_user)
+    page = client.get(reverse("tenants:node-detail", args=[where["on-one"]])).content.decode()
+    assert ">on-one</a>" in page and ">on-other</a>" not in page and "Drain: cordon and stop 1 workload" in page
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(reverse("jobs:node-drain", args=[where["on-one"]]))
+    simulated.advance(5)
+    sync.sync_all()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.phase == Workload.Phase.STOPPED and second.phase == Workload.Phase.RUNNING
+    assert first.intervals.get().ended_at is not None and second.intervals.get().ended_at is None
+    assert GpuNode.objects.get(name=where["on-one"]).cordoned
+    assert AuditEvent.objects.get(action="node.drained").message == (
+        f"root drained node {where['on-one']}: stopped on-one (#{first.pk}) of {ready_team.slug}")
+
+
+@pytest.mark.parametrize("who", ["member", "lead"])
+def test_only_platform_admins_cordon_or_drain(simulated, request, who, flavor):
+    simulated.expect_nodes([NodeSpec(name="h100-0", labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 8})])
+    nodes.check_flavors()
+    person = request.getfixturevalue(who)
+    client = login(person)
+    assert client.get(reverse("tenants:node-detail", args=["h100-0"])).status_code == 403
+    assert client.post(reverse("tenants:node-cordon", args=["h100-0"])).status_code == 403
+    assert client.post(reverse("jobs:node-drain", args=["h100-0"])).status_code == 403
+    (body,) = simulated.list("v1", "Node")[0]
+    assert not body["spec"].get("unschedulable")
+
+
+def test_a_node_the_check_never_kept_is_404(simulated, admin_user):
+    client = login(admin_user)
+    assert client.get(reverse("tenants:node-detail", args=["nowhere"])).status_code == 404
+    assert client.post(reverse("tenants:node-cordon", args=["nowhere"])).status_code == 404
+    assert client.post(reverse("jobs:node-drain", args=["nowhere"])).status_code == 404

@@ -221,6 +221,10 @@ class ApiServer:
                 for key, value in obj.items():
                     if key not in ("metadata", "apiVersion", "kind") and key not in SERVER_OWNED:
                         body[key] = copy.deepcopy(value)
+                if ref.kind == "Node" and "spec" in obj:
+                    # A Node is never the portal's: an apply names only the fields it sets (a cordon's
+                    # spec.unschedulable), and server-side apply leaves the fields others own.
+                    body["spec"] = {**(row.body.get("spec") or {}), **copy.deepcopy(obj["spec"])}
             if ref.info.namespaced:
                 body["metadata"]["namespace"] = ref.namespace
             self._admit(ref, body, new=row is None)

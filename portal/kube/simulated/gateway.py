@@ -124,7 +124,10 @@ class SimulatedGateway:
                     copy.deepcopy(row.body) if row else {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
                 )
                 body["metadata"]["labels"] = {"kubernetes.io/hostname": name, "type": "simulated", **node.labels}
+                cordoned = (body.get("spec") or {}).get("unschedulable")  # a cordon outlives the catalog's nodes being remade
                 body["spec"] = {"taints": [dict(taint) for taint in node.taints]} if node.taints else {}
+                if cordoned:
+                    body["spec"]["unschedulable"] = True
                 allocatable = {**NODE_BASE_ALLOCATABLE, **{k: str(v) for k, v in node.allocatable.items()}}
                 capacity = {**allocatable, **{k: str(v) for k, v in (node.capacity or {}).items()}}
                 body["status"] = {"allocatable": allocatable, "capacity": capacity,

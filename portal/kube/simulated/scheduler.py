@@ -107,7 +107,8 @@ class Scheduler:
         wanted = {r: v for r, v in pod_requests(pod).items() if r not in ("cpu", "memory")}
         for node in self.state.nodes:
             labels = node.body["metadata"].get("labels", {})
-            if not node_selected(pod["spec"], labels) or not node_tolerated(pod["spec"], node.body):
+            if (not node_selected(pod["spec"], labels) or not node_tolerated(pod["spec"], node.body)
+                    or (node.body.get("spec") or {}).get("unschedulable")):
                 continue
             allocatable = node.body.get("status", {}).get("allocatable", {})
             if all(used[(node.name, r)] + v <= to_units(allocatable.get(r, 0)) for r, v in wanted.items()):
