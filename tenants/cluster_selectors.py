@@ -114,6 +114,14 @@ class LineFit:
     def team_after(self) -> int:
         return self.team_guaranteed - self.renews + self.asked
 
+    @property
+    def beyond_nodes(self) -> int | None:
+        """What the nodes offer now, when approving would promise more than that (the catalog's
+        capacity is above what the nodes offer, as the last node check found): None otherwise."""
+        offered = self.flavor.nodes_offered
+        promised = self.held_by_all - self.renews + max(self.asked, 0)
+        return offered if offered is not None and self.asked > 0 and promised > offered else None
+
 
 def approval_fits(*, requests: Iterable[Any]) -> dict[int, list[LineFit]]:
     """Per pending request id, one `LineFit` per line: a few reads for the whole inbox page."""

@@ -228,6 +228,8 @@ class Flavor(models.Model):
     nodes_problem = models.TextField(blank=True, default="", db_default="", editable=False)
     nodes_warnings = models.TextField(blank=True, default="", db_default="", editable=False)
     nodes_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    nodes_offered = models.PositiveIntegerField(
+        null=True, blank=True, editable=False, help_text="Units its ready, schedulable nodes offered at the last node check.")
 
     class Meta:
         ordering = ["name"]

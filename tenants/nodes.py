@@ -195,8 +195,9 @@ def check_flavors(*, flavors: Iterable[Flavor] | None = None) -> dict[int, NodeV
         if (flavor.nodes_problem, flavor.nodes_warnings) != (verdict.problem, warnings):
             log.info("flavor %s: nodes %s", flavor.slug, verdict.problem or "agree")
         Flavor.objects.filter(pk=flavor.pk).update(nodes_problem=verdict.problem, nodes_warnings=warnings,
-                                                   nodes_checked_at=now)
+                                                   nodes_checked_at=now, nodes_offered=verdict.offered)
         flavor.nodes_problem, flavor.nodes_warnings, flavor.nodes_checked_at = verdict.problem, warnings, now
+        flavor.nodes_offered = verdict.offered
     return verdicts
 
 

@@ -21,7 +21,7 @@ from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_i
 from portal.errors import DomainError
 from portal.htmx import redirect_page
 from portal.kube import KubeError
-from tenants import catalog, cluster_selectors, desired, nodes, selectors, services
+from tenants import catalog, cluster_selectors, desired, nodes, selectors, services, telemetry_selectors
 from tenants.forms import FlavorForm, TeamForm
 from tenants.models import Flavor, GpuNode, Team
 
@@ -133,7 +133,8 @@ def node_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
     row = next((row for row in picture.rows if row.node.name == name), None)
     if row is None:
         raise Http404("No GPU node of that name in the last node check.")
-    return render(request, "tenants/node_detail.html", {"row": row, "checked_at": picture.checked_at})
+    return render(request, "tenants/node_detail.html", {"row": row, "checked_at": picture.checked_at,
+                                                        "telemetry": telemetry_selectors.node_telemetry(node=name)})
 
 
 @login_required

@@ -206,6 +206,9 @@ class FlavorSerializer(serializers.Serializer):
                   "fewer units than the capacity).")
     nodes_checked_at = serializers.DateTimeField(
         source="flavor.nodes_checked_at", allow_null=True, help_text="When the nodes were last checked; null: never.")
+    nodes_offered_units = serializers.IntegerField(
+        source="flavor.nodes_offered", allow_null=True,
+        help_text="Units its ready, schedulable nodes offered at the last node check; null: never checked.")
     capacity_units = serializers.IntegerField(source="capacity", help_text="Units the cluster has.")
     guaranteed_units = serializers.IntegerField(source="guaranteed", help_text="Units all teams are guaranteed.")
     free_units = serializers.IntegerField(source="free", help_text="Units no team is guaranteed yet.")

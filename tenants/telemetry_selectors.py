@@ -15,11 +15,13 @@ from dataclasses import dataclass
 
 from portal.hooks import Hook
 from portal.metrics import MetricsError, PodKey, metrics
-from portal.metrics.base import GpuReading
+from portal.metrics.base import GpuReading, XidReport
+from portal.metrics.xid import is_hardware_xid, xid_meaning
 from tenants.models import Team
 
 WINDOW = dt.timedelta(minutes=5)
 XID_WINDOW = dt.timedelta(days=1)
+NODE_XID_WINDOW = dt.timedelta(days=7)  # a node's page: its GPUs' XIDs over the last week
 HOTTEST = 5
 NOT_A_WORKLOAD = "(not a portal workload)"
 
@@ -66,15 +68,49 @@ def cluster_telemetry() -> ClusterTelemetry:
     by_node: dict[str, list[GpuReading]] = defaultdict(list)
     for reading in readings:
         by_node[reading.node].append(reading)
-    nodes = []
-    for node, gpus in sorted(by_node.items()):
-        held = [g.engine_active for g in gpus if g.pod and g.engine_active is not None]
-        temperatures = [g.temperature_c for g in gpus if g.temperature_c is not None]
-        nodes.append(NodeTelemetry(node=node or "(unnamed)", gpus=len(gpus), held=sum(1 for g in gpus if g.pod),
-                                   busy_percent=sum(held) / len(held) if held else None,
-                                   hottest_c=max(temperatures) if temperatures else None, xids=xids.get(node, 0)))
+    nodes = [_node_row(node, gpus, xids.get(node, 0)) for node, gpus in sorted(by_node.items())]
     hottest = sorted((r for r in readings if r.temperature_c is not None), key=lambda r: -(r.temperature_c or 0))[:HOTTEST]
     return ClusterTelemetry(nodes=tuple(nodes), flavors=_by_flavor(readings), hottest=tuple(hottest))
+
+
+def _node_row(node: str, gpus: list[GpuReading], xids: int) -> NodeTelemetry:
+    held = [g.engine_active for g in gpus if g.pod and g.engine_active is not None]
+    temperatures = [g.temperature_c for g in gpus if g.temperature_c is not None]
+    return NodeTelemetry(node=node or "(unnamed)", gpus=len(gpus), held=sum(1 for g in gpus if g.pod),
+                         busy_percent=sum(held) / len(held) if held else None,
+                         hottest_c=max(temperatures) if temperatures else None, xids=xids)
+
+
+@dataclass(frozen=True)
+class NodeXid:
+    report: XidReport
+    meaning: str
+    hardware: bool  # the GPU, not the program, failed
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """One node's GPUs as the exporters see them now, and the XIDs its GPUs reported in a week."""
+
+    summary: NodeTelemetry | None = None
+    xids: tuple[NodeXid, ...] = ()
+    unavailable: str = ""
+
+
+def node_telemetry(*, node: str) -> NodeGpus:
+    """For a node's page: two metrics queries, whatever the cluster's size."""
+    door = metrics()
+    try:
+        gpus = [reading for reading in door.gpu_readings(window=WINDOW) if reading.node == node]
+        namespaces = [team.namespace for team in Team.objects.only("slug")]
+        reports = sorted((report for report in door.xid_errors(namespaces=namespaces, window=NODE_XID_WINDOW)
+                          if report.node == node), key=lambda report: (report.gpu, report.namespace, report.pod))
+        xids = tuple(NodeXid(report, xid_meaning(report.code), is_hardware_xid(report.code)) for report in reports)
+    except MetricsError as error:
+        return NodeGpus(unavailable=f"Telemetry could not be read: {error}.")
+    if not gpus:
+        return NodeGpus(xids=xids, unavailable="No exporter reports a GPU of this node.")
+    return NodeGpus(summary=_node_row(node, gpus, len(xids)), xids=xids)
 
 
 def _by_flavor(readings: list[GpuReading]) -> tuple[FlavorTelemetry, ...]:

@@ -17,6 +17,7 @@ from portal.kube import KubeError, NodeSpec
 from portal.models import AuditEvent
 from tenants import nodes, reconcile, services
 from tenants.models import GpuNode
+from tenants.services import LineInput
 from tests.conftest import login
 from tests.factories import QuotaGrantFactory
 from tests.helpers import api, launch
@@ -239,3 +240,39 @@ def test_a_node_the_check_never_kept_is_404(simulated, admin_user):
     assert client.get(reverse("tenants:node-detail", args=["nowhere"])).status_code == 404
     assert client.post(reverse("tenants:node-cordon", args=["nowhere"])).status_code == 404
     assert client.post(reverse("jobs:node-drain", args=["nowhere"])).status_code == 404
+
+
+def test_an_approval_that_would_promise_more_than_the_nodes_offer_says_so(simulated, admin_user, team, lead, flavor):
+    QuotaGrantFactory(team=team, flavor=flavor, units=6)
+    qr = services.quota_request_create(requester=lead, team=team, lines=[LineInput(flavor=flavor, units=4)],
+                                              justification="The spring run")
+    simulated.expect_nodes([NodeSpec(name="h100-0", labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 8})])
+    nodes.check_flavors()
+    page = login(admin_user).get(reverse("tenants:approvals")).content.decode()
+    assert ('data-testid="fit-nodes">The nodes offer only 8 units of it now (the catalog says 16): approving promises '
+            "capacity that is not there") in page
+    assert f'id="approval-{qr.pk}"' in page
+    # With the nodes the catalog says, nothing is said.
+    simulated.expect_nodes([NodeSpec(name=f"h100-{i}", labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 8})
+                            for i in range(2)])
+    nodes.check_flavors()
+    assert 'data-testid="fit-nodes"' not in login(admin_user).get(reverse("tenants:approvals")).content.decode()
+
+
+def test_a_nodes_page_shows_its_gpus_now_and_the_xids_they_reported(
+        simulated, gpu_metrics, admin_user, ready_team, member, training, flavor, settings,
+        django_capture_on_commit_callbacks):
+    settings.PORTAL_POD_ANNOTATIONS = {"gpu-portal.io/simulated-run-seconds": "86400"}
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, training, flavor, units=2)
+    simulated.advance(1)
+    sync.sync_all()
+    simulated.advance(60)
+    workload.refresh_from_db()
+    (interval,) = workload.intervals.all()
+    gpu_metrics.set_xid(namespace=ready_team.namespace, pod=interval.pod_name, code=79)
+    nodes.check_flavors()
+    page = login(admin_user).get(reverse("tenants:node-detail", args=[interval.node])).content.decode()
+    assert 'data-testid="node-telemetry"' in page and "held by a pod" in page
+    assert ("<strong>XID 79</strong>" in page and f"held by {ready_team.namespace}/{interval.pod_name}: the GPU fell off "
+            "the bus: it no longer answers; the hardware failed: drain the node and have the GPU checked.") in page
