@@ -225,6 +225,13 @@ SETTINGS: tuple[Setting, ...] = (
             "ServiceAccount to in each team namespace.", CLUSTER),
     Setting("PORTAL_SERVICE_ACCOUNT", "text", "", "With namespaced reads, the portal's own ServiceAccount (in "
             "`PORTAL_NAMESPACE`).", CLUSTER),
+    Setting("PORTAL_DEVICE_PLUGIN_POD_LABELS", "labels", "", "The labels of the GPU device plugin's pods, e.g. "
+            "`app=nvidia-device-plugin-daemonset` (the GPU operator's, the chart's default) or "
+            "`app.kubernetes.io/name=nvidia-device-plugin` (the plugin's own chart): the nodes page says which nodes "
+            "run one. Empty: not looked for (the simulated cluster has none).", CLUSTER),
+    Setting("PORTAL_GPU_EXPORTER_POD_LABELS", "labels", "", "The labels of the GPU metrics exporter's pods, e.g. "
+            "`app=nvidia-dcgm-exporter` (the chart's default): the nodes page says which nodes run one. Empty: not "
+            "looked for.", CLUSTER),
     Setting("PORTAL_TEAM_PASS_SECONDS", "number", "60", "How often the watcher compares every team's objects with "
             "its watch-kept store and repairs what differs; 0 leaves it to the worker's pass every 10 minutes.",
             CLUSTER),

@@ -606,6 +606,8 @@ if not (PORTAL_LEASE_DURATION_SECONDS > PORTAL_LEASE_RENEW_DEADLINE_SECONDS > 1.
 # contains it gets it cut out, and one inside it stops the start (tenants/apps.py).
 PORTAL_DNS_NAMESPACE = config.namespace("PORTAL_DNS_NAMESPACE")
 PORTAL_DNS_POD_LABELS = config.labels("PORTAL_DNS_POD_LABELS")
+PORTAL_DEVICE_PLUGIN_POD_LABELS = config.labels("PORTAL_DEVICE_PLUGIN_POD_LABELS")
+PORTAL_GPU_EXPORTER_POD_LABELS = config.labels("PORTAL_GPU_EXPORTER_POD_LABELS")
 PORTAL_EGRESS_INTERNET = config.text("PORTAL_EGRESS_INTERNET").lower()
 if PORTAL_EGRESS_INTERNET not in {"off", "on"}:
     raise ImproperlyConfigured(f"PORTAL_EGRESS_INTERNET must be “off” or “on”; it is “{PORTAL_EGRESS_INTERNET}”.")

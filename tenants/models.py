@@ -313,6 +313,8 @@ class GpuNode(models.Model):
     taints = models.JSONField(default=list)
     ready = models.BooleanField(default=False)
     cordoned = models.BooleanField(default=False)
+    stack = models.JSONField(default=dict, help_text="Of the GPU stack's pods looked for (device plugin, exporter), "
+                                                     "the state of the one on this node; \"none\" when there is none.")
     changed_at = models.DateTimeField(help_text="When the check last found it different.")
 
     class Meta:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -186,7 +187,7 @@ def check_flavors(*, flavors: Iterable[Flavor] | None = None) -> dict[int, NodeV
     chosen = active if flavors is None else list(flavors)
     bodies = gateway().list("v1", "Node")[0]
     now = timezone.now()
-    _keep_gpu_nodes(bodies, active, now)
+    _keep_gpu_nodes(bodies, active, now, gpu_stack())
     heartbeat_record(name=NODE_CHECK, at=now)
     verdicts = {}
     for flavor in chosen:
@@ -208,7 +209,41 @@ def _selects(flavor: Flavor, node: _Node) -> bool:
     return all(node.labels.get(key) == value for key, value in wanted.items())
 
 
-def _keep_gpu_nodes(bodies: Iterable[Mapping[str, Any]], flavors: list[Flavor], now: dt.datetime) -> None:
+# The GPU stack's pods the nodes page looks for on each node, by what it calls them.
+STACK_SETTINGS = {"device plugin": "PORTAL_DEVICE_PLUGIN_POD_LABELS", "exporter": "PORTAL_GPU_EXPORTER_POD_LABELS"}
+
+
+def _pod_state(pod: Mapping[str, Any]) -> str:
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        if not container.get("ready"):
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            return f"not ready ({waiting.get('reason') or status.get('phase') or 'starting'})"
+    return "running" if status.get("phase") == "Running" else f"not ready ({status.get('phase') or 'Pending'})"
+
+
+def gpu_stack() -> dict[str, dict[str, str]]:
+    """Per node, the state of each GPU stack pod looked for (the device plugin, the exporter) on it;
+    one list per kind of pod, across namespaces. Not looked for with namespaced reads (the portal
+    may not list pods outside team namespaces) nor for a kind whose labels are set empty. The
+    entry of node "" holds what every node has when it has none of its own."""
+    if settings.PORTAL_NAMESPACED_READS:
+        return {}
+    found: dict[str, dict[str, str]] = {}
+    for role, setting in STACK_SETTINGS.items():
+        wanted = dict(getattr(settings, setting))
+        if not wanted:
+            continue
+        found.setdefault("", {})[role] = "none"  # looked for: a node with none says so
+        for pod in gateway().list("v1", "Pod", labels=wanted)[0]:
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                found.setdefault(node, {})[role] = _pod_state(pod)
+    return found
+
+
+def _keep_gpu_nodes(bodies: Iterable[Mapping[str, Any]], flavors: list[Flavor], now: dt.datetime,
+                    stack: Mapping[str, Mapping[str, str]]) -> None:
     """Keeps the nodes that advertise GPUs or that a flavor selects (GpuNode), writing only the
     rows that changed: a quiet minute on 500 nodes is one read and no write."""
     resources = {flavor.resource_name for flavor in flavors}
@@ -222,9 +257,10 @@ def _keep_gpu_nodes(bodies: Iterable[Mapping[str, Any]], flavors: list[Flavor], 
             continue
         labels = {key: value for key, value in sorted(node.labels.items())
                   if key in selecting or key.startswith(GPU_LABEL_PREFIXES)}
+        pods = {**stack.get("", {}), **stack.get(node.name, {})}
         wanted[node.name] = GpuNode(name=node.name, labels=labels, gpus=gpus, taints=[dict(t) for t in node.taints],
-                                    ready=node.ready, cordoned=node.cordoned, changed_at=now)
-    fields = ("labels", "gpus", "taints", "ready", "cordoned")
+                                    ready=node.ready, cordoned=node.cordoned, stack=pods, changed_at=now)
+    fields = ("labels", "gpus", "taints", "ready", "cordoned", "stack")
     with transaction.atomic():
         known = {row.name: row for row in GpuNode.objects.select_for_update()}
         GpuNode.objects.filter(name__in=set(known) - set(wanted)).delete()
@@ -304,9 +340,15 @@ class NodeRow:
         return [f"{t.get('key')}{'=' + str(t['value']) if t.get('value') else ''}:{t.get('effect')}" for t in self.node.taints]
 
     @property
+    def stack_trouble(self) -> list[str]:
+        """The GPU stack pods looked for that are missing or not ready on it, in words."""
+        return [f"{role} {state}" if state != "none" else f"no {role}" for role, state in sorted(self.node.stack.items())
+                if state != "running"]
+
+    @property
     def needs_attention(self) -> bool:
-        """Not ready, cordoned, or with devices it cannot hand out."""
-        return not self.node.ready or self.node.cordoned or self.node.unhealthy > 0
+        """Not ready, cordoned, with devices it cannot hand out, or its GPU stack in trouble."""
+        return not self.node.ready or self.node.cordoned or self.node.unhealthy > 0 or bool(self.stack_trouble)
 
 
 @dataclass(frozen=True)
@@ -331,6 +373,11 @@ class Pool:
     def short(self) -> bool:
         """The catalog says more than the nodes offer: guarantees may rest on capacity not there."""
         return self.offered < self.flavor.capacity_units
+
+    @property
+    def stack_down(self) -> int:
+        """Nodes where a GPU stack pod looked for is missing or not ready."""
+        return sum(1 for row in self.nodes if row.stack_trouble)
 
     @property
     def not_ready(self) -> int:

@@ -91,3 +91,27 @@ def test_a_drain_cordons_the_node_and_stops_the_portals_workloads_there_closing_
 def closed(workload: Workload) -> bool:
     sync.sync_all()
     return not RunInterval.objects.filter(workload=workload, ended_at__isnull=True).exists()
+
+
+def test_the_gpu_stack_pod_on_a_node_is_seen_by_the_next_check(cluster, site, settings):
+    # The GPU operator's device plugin, as a pod on the site's node: the next check finds it there, and
+    # finds none on a node without one.
+    settings.PORTAL_DEVICE_PLUGIN_POD_LABELS = (("app", cluster.unique("device-plugin")),)
+    node = site_node(cluster, site)
+    namespace = cluster.unique("gpu-operator")
+    gateway().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    plugin = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "device-plugin", "namespace": namespace, "labels": {"app": cluster.unique("device-plugin")}},
+              "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                       "containers": [{"name": "plugin", "image": "registry.example.com/device-plugin:1",
+                                       "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}}}]}}
+    gateway().apply(plugin)
+    try:
+        def seen() -> str:
+            nodes.check_flavors(flavors=[site.flavor])
+            return str(GpuNode.objects.get(name=node).stack.get("device plugin", ""))
+        assert cluster.wait_for(lambda: seen() == "running" and seen(), what="the device plugin pod to run and be seen")
+        elsewhere = GpuNode.objects.exclude(name=node).values_list("stack", flat=True)
+        assert all(stack.get("device plugin") in ("none", "running", None) for stack in elsewhere)
+    finally:
+        gateway().delete(ObjectRef("v1", "Namespace", namespace))

@@ -274,5 +274,58 @@ def test_a_nodes_page_shows_its_gpus_now_and_the_xids_they_reported(
     nodes.check_flavors()
     page = login(admin_user).get(reverse("tenants:node-detail", args=[interval.node])).content.decode()
     assert 'data-testid="node-telemetry"' in page and "held by a pod" in page
-    assert ("<strong>XID 79</strong>" in page and f"held by {ready_team.namespace}/{interval.pod_name}: the GPU fell off "
-            "the bus: it no longer answers; the hardware failed: drain the node and have the GPU checked.") in page
+    assert "<strong>XID 79</strong>" in page
+    assert (f"held by {ready_team.namespace}/{interval.pod_name}: the GPU fell off the bus: it no longer answers; the "
+            "hardware failed: drain the node and have the GPU checked.") in page
+
+
+def _stack_pod(name: str, node: str, app: str, *, ready: bool = True, reason: str = "") -> dict[str, Any]:
+    state = {"running": {}} if ready else {"waiting": {"reason": reason}}
+    return {"metadata": {"name": name, "namespace": "gpu-operator", "labels": {"app": app}}, "spec": {"nodeName": node},
+            "status": {"phase": "Running", "containerStatuses": [{"name": "main", "ready": ready, "state": state}]}}
+
+
+def test_the_gpu_stack_pods_on_each_node_are_shown_and_a_node_without_them_needs_attention(
+        simulated, admin_user, flavor, settings, monkeypatch):
+    settings.PORTAL_DEVICE_PLUGIN_POD_LABELS = (("app", "nvidia-device-plugin-daemonset"),)
+    settings.PORTAL_GPU_EXPORTER_POD_LABELS = (("app", "nvidia-dcgm-exporter"),)
+    bodies = [node_body(f"gpu-{i}", dict(flavor.node_labels), {"nvidia.com/gpu": 8}) for i in range(3)]
+    pods = {"nvidia-device-plugin-daemonset": [_stack_pod("dp-0", "gpu-0", "nvidia-device-plugin-daemonset"),
+                                               _stack_pod("dp-1", "gpu-1", "nvidia-device-plugin-daemonset", ready=False,
+                                                          reason="CrashLoopBackOff")],
+            "nvidia-dcgm-exporter": [_stack_pod("ex-0", "gpu-0", "nvidia-dcgm-exporter"),
+                                     _stack_pod("ex-1", "gpu-1", "nvidia-dcgm-exporter")]}
+    calls: list[tuple[str, dict[str, str] | None]] = []
+
+    def listing(api_version: str, kind: str, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
+        calls.append((kind, kwargs.get("labels")))
+        return (bodies if kind == "Node" else pods[kwargs["labels"]["app"]]), "1"
+
+    monkeypatch.setattr(simulated, "list", listing)
+    nodes.check_flavors()
+    assert calls == [("Node", None), ("Pod", {"app": "nvidia-device-plugin-daemonset"}), ("Pod", {"app": "nvidia-dcgm-exporter"})]
+    stack = dict(GpuNode.objects.values_list("name", "stack"))
+    assert stack == {"gpu-0": {"device plugin": "running", "exporter": "running"},
+                     "gpu-1": {"device plugin": "not ready (CrashLoopBackOff)", "exporter": "running"},
+                     "gpu-2": {"device plugin": "none", "exporter": "none"}}
+    attention = login(admin_user).get(reverse("tenants:node-list") + "?attention=1").content.decode()
+    assert 'data-testid="node-gpu-0"' not in attention
+    assert "device plugin not ready (CrashLoopBackOff)" in attention
+    assert "no device plugin<" in attention and "no exporter<" in attention
+    assert 'data-testid="pool-stack-down">2<' in attention
+
+
+def test_with_namespaced_reads_the_gpu_stack_is_not_looked_for(simulated, flavor, settings, monkeypatch):
+    settings.PORTAL_NAMESPACED_READS = True
+    settings.PORTAL_DEVICE_PLUGIN_POD_LABELS = (("app", "nvidia-device-plugin-daemonset"),)
+    kinds: list[str] = []
+    real = simulated.list
+
+    def listing(api_version: str, kind: str, **kwargs: Any) -> Any:
+        kinds.append(kind)
+        return real(api_version, kind, **kwargs)
+
+    monkeypatch.setattr(simulated, "list", listing)
+    reconcile.platform_reconcile()
+    assert "Pod" not in kinds
+    assert all(stack == {} for stack in GpuNode.objects.values_list("stack", flat=True))

@@ -17,6 +17,7 @@ def controllers_reconcile(store: Store) -> None:
     kueue = Kueue(state)
     kubelet = Kubelet(state, kueue)
     kueue.create_workloads()
+    kubelet.start_bound_pods()
     kubelet.finish_pods()
     kueue.admit()
     Scheduler(state, kueue).schedule_pods()

@@ -31,6 +31,19 @@ class Kubelet:
     def __init__(self, state: ClusterState, kueue: Kueue) -> None:
         self.state, self.kueue = state, kueue
 
+    def start_bound_pods(self) -> None:
+        """A pod created already bound to a node (a DaemonSet's: the device plugin, the exporter)
+        starts there at once; the portal's own pods go through Kueue and the scheduler instead."""
+        for pod in self.state.pods:
+            if pod.body.get("status", {}).get("phase") or not pod.body["spec"].get("nodeName"):
+                continue
+            containers = pod.body["spec"].get("containers") or [{"name": "main"}]
+            pod.body["status"] = {"phase": "Running", "startTime": now_iso(self.state.now),
+                                  "conditions": [{"type": "Ready", "status": "True"}],
+                                  "containerStatuses": [{"name": c["name"], "ready": True, "state": {"running": {
+                                      "startedAt": now_iso(self.state.now)}}} for c in containers]}
+            self.state.save(pod, pod.body)
+
     def finish_pods(self) -> None:
         for pod in self.state.pods:
             status = pod.body.get("status", {})

@@ -120,6 +120,8 @@ exists, can read them too. */}}
   "PORTAL_INGRESS_AUTH_URL" ($v.workloadIngress.authUrl | default (printf "http://%s" (include "gpu-portal.serviceHost" .)))
   "PORTAL_DNS_NAMESPACE" $v.cluster.dns.namespace
   "PORTAL_DNS_POD_LABELS" (include "gpu-portal.labelList" $v.cluster.dns.podLabels)
+  "PORTAL_DEVICE_PLUGIN_POD_LABELS" (include "gpu-portal.labelList" $v.cluster.gpuStack.devicePluginPodLabels)
+  "PORTAL_GPU_EXPORTER_POD_LABELS" (include "gpu-portal.labelList" $v.cluster.gpuStack.exporterPodLabels)
   "PORTAL_EGRESS_INTERNET" (ternary "on" "off" $v.cluster.egress.internet)
   "PORTAL_EGRESS_EXCLUDE_PRIVATE" (ternary "1" "0" $v.cluster.egress.excludePrivate)
   "PORTAL_EGRESS_ALLOW_CIDRS" (join "," $v.cluster.egress.allowCidrs)
