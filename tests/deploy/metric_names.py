@@ -18,7 +18,7 @@ RULE_FILES = [PROMETHEUS_DIR / "recording_rules.yaml", PROMETHEUS_DIR / "alertin
 # for the pod holding the GPU, and GPU_I_PROFILE, GPU_I_ID on a MIG slice.
 DCGM_METRICS = frozenset({
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_XID_ERRORS",
 })
 
 _KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool", "and", "or",
