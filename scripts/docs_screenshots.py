@@ -63,6 +63,7 @@ SHOTS = (
     Shot("finance-budgets", "finance", "/billing/budgets/"),
     Shot("admin-capacity", "admin", "/capacity/"),
     Shot("admin-catalog", "admin", "/platform/catalog/"),
+    Shot("admin-nodes", "admin", "/platform/nodes/"),
     Shot("admin-people", "admin", "/platform/people/"),
 )
 

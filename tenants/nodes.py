@@ -375,6 +375,10 @@ class Pool:
         return self.offered < self.flavor.capacity_units
 
     @property
+    def stack_looked_for(self) -> bool:
+        return any(row.node.stack for row in self.nodes)
+
+    @property
     def stack_down(self) -> int:
         """Nodes where a GPU stack pod looked for is missing or not ready."""
         return sum(1 for row in self.nodes if row.stack_trouble)

@@ -36,6 +36,7 @@ import pytest
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
+from django.db.models import Count
 from django.test import Client
 from django.urls import URLResolver, get_resolver, reverse
 from django.utils import timezone
@@ -52,7 +53,7 @@ from portal.kube.simulated import SimulatedGateway
 from portal.models import ApiToken, Notification, User
 from portal.notifications import notify
 from tenants import services
-from tenants.models import Flavor, Membership, QuotaRequest, Team
+from tenants.models import Flavor, GpuNode, Membership, QuotaRequest, Team
 from tests.browsing import SHOTS, htmx_settled
 
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(transaction=True)]
@@ -93,6 +94,7 @@ NOT_PAGES: dict[str, str] = {
     "billing:statement-close": "a POST",
     "billing:adjustment-add": "a POST",
     "billing:statement-csv": "a file", "billing:statement-pdf": "a file",
+    "tenants:node-cordon": "a POST", "jobs:node-drain": "a POST",
 }
 
 
@@ -130,7 +132,17 @@ def _vision_membership(site: Site) -> list[dict[str, Any]]:
 
 # What each route with parameters is opened with: every instance worth drawing, the first one a page
 # every role may open (vision's, where the member and the lead are).
+def _busiest_node(site: Site) -> list[dict[str, Any]]:
+    """The GPU node with the most of the portal's workloads on it (the longest page of its kind)."""
+    busiest = (RunInterval.objects.filter(ended_at__isnull=True).exclude(node="").values("node")
+               .annotate(workloads=Count("workload", distinct=True)).order_by("-workloads", "node").first())
+    return [{"name": busiest["node"] if busiest else GpuNode.objects.earliest("name").name}]
+
+
 INSTANCES: dict[str, Instances] = {
+    "tenants:node-detail": _busiest_node,
+    "tenants:node-cordon": _busiest_node,
+    "jobs:node-drain": _busiest_node,
     "tenants:person-detail": lambda site: [{"pk": site.users[name].pk} for name in ("alice", "finance")],
     "tenants:person-role": lambda site: [{"pk": site.users["alice"].pk}],
     "tenants:person-active": lambda site: [{"pk": site.users["alice"].pk}],

@@ -31,7 +31,7 @@ def _pages(team, workload, request, flavor, month) -> list[str]:
         ("tenants:capacity", []), ("tenants:quota-request-list", []), ("tenants:quota-request-create", []),
         ("tenants:quota-preview", []), ("tenants:quota-request-detail", [request.pk]), ("tenants:approvals", []),
         ("tenants:audit", []), ("tenants:flavor-list", []), ("tenants:flavor-edit", [flavor.slug]),
-        ("tenants:team-create", []), ("tenants:team-edit", [team.slug]),
+        ("tenants:team-create", []), ("tenants:team-edit", [team.slug]), ("tenants:node-list", []),
         ("jobs:template-list", []), ("jobs:template-create", []), ("jobs:idle-defaults", []),
         ("jobs:workload-launch", []), ("jobs:launch-hint", []), ("jobs:workload-list", []),
         ("jobs:team-gpu-use", [team.slug]), ("jobs:notification-preferences", []),
