@@ -15,9 +15,11 @@ What only informs is a *warning*: no node carries the labels (a pool scaled to z
 advertise none of the resource (the device plugin is not running), devices unhealthy
 (allocatable below capacity), nodes not ready or cordoned, fewer units than the catalog's capacity.
 
-One list of the cluster's Nodes per check, whatever the number of flavors or teams; the verdicts
-are written on the flavors, which the launch reads with the flavor itself. The check runs after
-each platform reconcile (a flavor saved) and every minute on beat.
+One list of the cluster's Nodes per check (and one of each GPU stack pod looked for: the device
+plugin's, the exporter's), whatever the number of flavors or teams. The verdicts are written on the
+flavors, which the launch reads with the flavor itself; the GPU nodes are kept (GpuNode) for the
+nodes page and API, which then cost the API server nothing. The check runs after each platform
+reconcile (a flavor saved), every minute on beat, and when a platform admin asks on the page.
 """
 
 from __future__ import annotations
@@ -49,9 +51,11 @@ STRATEGY_OF_MODE: dict[str, str] = {Flavor.SharingMode.TIME_SLICED: "time-slicin
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "amd.com/", "gpu.intel.com/", "aliyun.com/gpu")
 GPU_LABEL_PREFIXES = ("nvidia.com/", "amd.com/", "gpu.intel.com/", "feature.node.kubernetes.io/pci-10de")
-MODE_WORDS: dict[str, str] = {Flavor.SharingMode.EXCLUSIVE: "sold as whole GPUs", Flavor.SharingMode.MIG: "sold as MIG slices",
-              Flavor.SharingMode.TIME_SLICED: "time-sliced", Flavor.SharingMode.MPS: "shared by MPS",
-              Flavor.SharingMode.GPU_MEMORY: "memory-sliced"}
+MODE_WORDS: dict[str, str] = {
+    Flavor.SharingMode.EXCLUSIVE: "sold as whole GPUs", Flavor.SharingMode.MIG: "sold as MIG slices",
+    Flavor.SharingMode.TIME_SLICED: "time-sliced", Flavor.SharingMode.MPS: "shared by MPS",
+    Flavor.SharingMode.GPU_MEMORY: "memory-sliced",
+}
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,14 @@ def _count(value: Any) -> int:
         return 0
 
 
+def taint_words(taint: Mapping[str, Any]) -> str:
+    """A taint as kubectl writes one: key[=value]:effect."""
+    return f"{taint.get('key')}{'=' + str(taint['value']) if taint.get('value') else ''}:{taint.get('effect')}"
+
+
 def _untolerated(node: _Node, flavor: Flavor) -> list[str]:
     # The node lifecycle's own taints (not-ready, unschedulable) are the node's state, said apart.
-    return [f"{taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}" for taint in node.taints
+    return [taint_words(taint) for taint in node.taints
             if taint.get("effect") in BLOCKING_EFFECTS and not str(taint.get("key", "")).startswith("node.kubernetes.io/")
             and not taint_tolerated(taint, flavor.tolerations)]
 
@@ -140,8 +149,12 @@ def _sharing(node: _Node, flavor: Flavor, findings: _Findings) -> None:
 
 def judge(flavor: Flavor, bodies: Iterable[Mapping[str, Any]]) -> NodeVerdict:
     """The verdict on one flavor from the cluster's Node objects."""
+    return _judge(flavor, [_Node.of(body) for body in bodies])
+
+
+def _judge(flavor: Flavor, nodes: list[_Node]) -> NodeVerdict:
     wanted = {str(key): str(value) for key, value in (flavor.node_labels or {}).items()}
-    selected = [node for node in map(_Node.of, bodies) if _selects(flavor, node)]
+    selected = [node for node in nodes if _selects(flavor, node)]
     findings = _Findings()
     if not selected:
         labels = ", ".join(f"{key}={value}" for key, value in sorted(wanted.items())) or flavor.resource_name
@@ -185,13 +198,13 @@ def check_flavors(*, flavors: Iterable[Flavor] | None = None) -> dict[int, NodeV
     does not answer is a KubeError, and everything stays as the last check left it."""
     active = list(Flavor.objects.filter(is_active=True))
     chosen = active if flavors is None else list(flavors)
-    bodies = gateway().list("v1", "Node")[0]
+    nodes = [_Node.of(body) for body in gateway().list("v1", "Node")[0]]
     now = timezone.now()
-    _keep_gpu_nodes(bodies, active, now, gpu_stack())
+    _keep_gpu_nodes(nodes, active, now, gpu_stack())
     heartbeat_record(name=NODE_CHECK, at=now)
     verdicts = {}
     for flavor in chosen:
-        verdict = verdicts[flavor.pk] = judge(flavor, bodies)
+        verdict = verdicts[flavor.pk] = _judge(flavor, nodes)
         warnings = "\n".join(verdict.warnings)
         if (flavor.nodes_problem, flavor.nodes_warnings) != (verdict.problem, warnings):
             log.info("flavor %s: nodes %s", flavor.slug, verdict.problem or "agree")
@@ -242,14 +255,14 @@ def gpu_stack() -> dict[str, dict[str, str]]:
     return found
 
 
-def _keep_gpu_nodes(bodies: Iterable[Mapping[str, Any]], flavors: list[Flavor], now: dt.datetime,
+def _keep_gpu_nodes(nodes: Iterable[_Node], flavors: list[Flavor], now: dt.datetime,
                     stack: Mapping[str, Mapping[str, str]]) -> None:
     """Keeps the nodes that advertise GPUs or that a flavor selects (GpuNode), writing only the
-    rows that changed: a quiet minute on 500 nodes is one read and no write."""
+    rows that changed: a quiet minute on 500 nodes writes nothing."""
     resources = {flavor.resource_name for flavor in flavors}
     selecting = {str(key) for flavor in flavors for key in (flavor.node_labels or {})}
     wanted: dict[str, GpuNode] = {}
-    for node in map(_Node.of, bodies):
+    for node in nodes:
         gpus = {name: [_count(node.capacity.get(name, 0)), _count(node.allocatable.get(name, 0))]
                 for name in sorted(set(node.capacity) | set(node.allocatable))
                 if name in resources or name.startswith(GPU_RESOURCE_PREFIXES)}
@@ -337,7 +350,7 @@ class NodeRow:
 
     @property
     def taint_words(self) -> list[str]:
-        return [f"{t.get('key')}{'=' + str(t['value']) if t.get('value') else ''}:{t.get('effect')}" for t in self.node.taints]
+        return [taint_words(taint) for taint in self.node.taints]
 
     @property
     def stack_trouble(self) -> list[str]:
