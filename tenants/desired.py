@@ -172,7 +172,8 @@ def simulated_nodes() -> list[dict[str, Any]]:
     split into as many units as the flavor's fraction says (7 MIG slices, 4 shared...). Each
     node says what one unit of its GPUs holds and draws at most (`catalog.unit_limits` of the
     flavor's model), so the simulated telemetry draws a T4 as a T4. A time-sliced or MPS pool
-    carries GPU Feature Discovery's sharing labels, as a real one does (tenants/nodes.py checks them)."""
+    carries GPU Feature Discovery's sharing labels, as a real one does (tenants/nodes.py checks them),
+    and each pool the taints its flavor tolerates."""
     nodes = []
     for flavor in Flavor.objects.filter(is_active=True).order_by("pk"):
         per_node = GPUS_PER_SIMULATED_NODE * flavor.fraction_denominator // flavor.fraction_numerator
@@ -191,5 +192,13 @@ def simulated_nodes() -> list[dict[str, Any]]:
                 "name": f"sim-{flavor.slug}-{index}",
                 "labels": {**sharing, **flavor.node_labels, **hardware},
                 "allocatable": {flavor.resource_name: units},
+                "taints": _taints_tolerated(flavor.tolerations),
             })
     return nodes
+
+
+def _taints_tolerated(tolerations: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+    """The taints a pool carries so that only its flavor's pods land there: one per toleration
+    that names a key and an effect (a toleration of everything taints nothing)."""
+    return [{"key": t["key"], "value": t.get("value") or "present", "effect": t["effect"]}
+            for t in tolerations if t.get("key") and t.get("effect") in ("NoSchedule", "NoExecute")]

@@ -135,6 +135,12 @@ def _sharing(node: _Node, flavor: Flavor, findings: _Findings) -> None:
         findings.problems.append(
             f"Node {node.name} shares its GPUs by {strategy}, but {flavor.name} is {MODE_WORDS[flavor.sharing_mode]}.")
         return
+    if not any(taint.get("effect") in BLOCKING_EFFECTS and not str(taint.get("key", "")).startswith("node.kubernetes.io/")
+               for taint in node.taints):
+        findings.warnings.append(
+            f"Node {node.name} shares its GPUs ({strategy}) but carries no taint: a pod asking for a whole GPU may land "
+            "there if its flavor's labels match the node. Taint the pool nvidia.com/gpu.shared:NoSchedule (the shared "
+            "presets tolerate it).")
     if Fraction(1, replicas) != flavor.fraction:
         findings.problems.append(
             f"Node {node.name} splits each GPU {replicas} ways, so one unit of {flavor.resource_name} is 1/{replicas} of a "

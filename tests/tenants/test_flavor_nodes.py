@@ -109,10 +109,12 @@ def test_tolerations_match_taints_as_the_scheduler_matches_them(toleration, tole
 
 def test_what_only_informs_is_a_warning_and_refuses_nothing(db):
     flavor = shared_flavor(capacity_units=64)
-    sick = node("t4-0", {"pool": "t4", **TIME_SLICED_4}, {"nvidia.com/gpu.shared": 32}, allocatable={"nvidia.com/gpu.shared": 28})
-    down = node("t4-1", {"pool": "t4", **TIME_SLICED_4}, {"nvidia.com/gpu.shared": 32}, ready=False)
-    cordoned = node("t4-2", {"pool": "t4", **TIME_SLICED_4}, {"nvidia.com/gpu.shared": 32}, cordoned=True)
-    odd = node("t4-3", {"pool": "t4", **TIME_SLICED_4}, {"nvidia.com/gpu.shared": 24})
+    tainted = [SHARED_TAINT]
+    sick = node("t4-0", {"pool": "t4", **TIME_SLICED_4}, {"nvidia.com/gpu.shared": 32}, allocatable={"nvidia.com/gpu.shared": 28},
+                taints=tainted)
+    down = node("t4-1", {"pool": "t4", **TIME_SLICED_4}, {"nvidia.com/gpu.shared": 32}, ready=False, taints=tainted)
+    cordoned = node("t4-2", {"pool": "t4", **TIME_SLICED_4}, {"nvidia.com/gpu.shared": 32}, cordoned=True, taints=tainted)
+    odd = node("t4-3", {"pool": "t4", **TIME_SLICED_4}, {"nvidia.com/gpu.shared": 24}, taints=tainted)
     verdict = nodes.judge(flavor, [sick, down, cordoned, odd])
     assert verdict.problem == ""
     assert verdict.offered == 28 + 24  # only ready, schedulable nodes count, at what they can allocate
@@ -124,6 +126,15 @@ def test_what_only_informs_is_a_warning_and_refuses_nothing(db):
          "config the one its label names?"),
         "The catalog says 64 units; the nodes offer 52 now.",
     )
+
+
+def test_a_shared_pool_without_a_taint_is_said(db):
+    verdict = nodes.judge(shared_flavor(), [node("t4-0", {"pool": "t4", **TIME_SLICED_4}, {"nvidia.com/gpu.shared": 32})])
+    assert verdict.problem == ""
+    assert verdict.warnings == (
+        ("Node t4-0 shares its GPUs (time-slicing) but carries no taint: a pod asking for a whole GPU may land there if "
+         "its flavor's labels match the node. Taint the pool nvidia.com/gpu.shared:NoSchedule (the shared presets "
+         "tolerate it)."),)
 
 
 def test_no_node_and_no_device_plugin_are_warnings(db):
@@ -159,6 +170,8 @@ def test_the_simulated_cluster_models_each_pool_as_its_flavor_says_and_the_check
     assert shared.nodes_warning_list == []
     t4 = next(item for item in simulated.list("v1", "Node")[0] if item["metadata"]["name"] == "sim-t4-shared-0")
     assert {key: t4["metadata"]["labels"][key] for key in TIME_SLICED_4} == TIME_SLICED_4
+    # The pool carries the taint its flavor tolerates, as a site's shared pool should.
+    assert t4["spec"]["taints"] == [{"key": "nvidia.com/gpu.shared", "value": "present", "effect": "NoSchedule"}]
 
 
 def test_a_pool_relabelled_to_share_otherwise_refuses_launches_until_it_is_fixed(
