@@ -1,8 +1,7 @@
 """The platform admin's pages of jobs: the idle policy (the default every template version without
 its own takes, and the bounds template owners choose within), and draining a GPU node of the
-portal's workloads. Kept in the portal so that an admin who
-signs in through single sign-on (never staff) needs no Django admin, as tenants/platform_views.py
-does for teams and the catalog.
+portal's workloads. Kept in the portal so that an admin who signs in through single sign-on (never
+staff) needs no Django admin, as tenants/platform_views.py does for teams and the catalog.
 
 A thin adapter: the form parses, jobs.reclaim.idle_defaults_set decides (who may, each default
 within its bounds), saves and audits, the same service the Django admin calls.

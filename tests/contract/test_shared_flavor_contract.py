@@ -1,13 +1,14 @@
-"""A time-sliced flavor on both clusters (issue 24 §1): a pool whose GPUs the device plugin splits
-four ways, labelled by GPU Feature Discovery and tainted so that only shared flavors land there.
-A launch on the flavor runs on that pool with the taint tolerated, the team's queue counts its
-units of the shared resource, and metering bills each unit as a quarter of a GPU-hour. A node
-that joins the pool split another way makes the next node check refuse launches in words; once
-it leaves, launches go again."""
+"""Shared GPU flavors on both clusters (issue 24 §1): a time-sliced, an MPS and a MIG pool, each
+labelled by GPU Feature Discovery as the device plugin shares it and tainted so that only its
+flavors land there. A launch on each runs on its pool with the taint tolerated, the team's queue
+counts its units of the pool's resource, and metering bills each unit at its fraction of a
+GPU-hour. A node that joins the time-sliced pool split another way makes the next node check
+refuse launches in words; once it leaves, launches go again."""
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -69,25 +70,58 @@ def billed_gpu_seconds(team: Any) -> dict[tuple[str, Fraction], Fraction]:
     return seconds
 
 
-def test_a_launch_on_a_time_sliced_flavor_runs_on_its_tainted_pool_is_counted_in_its_units_and_billed_by_the_quarter(
-        cluster, site, t4, templates, settings, django_capture_on_commit_callbacks):
-    settings.PORTAL_POD_ANNOTATIONS = HOLD
-    assert nodes.check_flavors(flavors=[t4])[t4.pk].problem == ""
-    template = templates["training"]
-    services.template_revise(user=site.admin, template=template, flavors=[site.flavor, t4])
-    team = site.team("share")
-    lead = team.memberships.get().user
-    site.grant(team, lead, 4, of=t4)
+@dataclass(frozen=True)
+class Pool:
+    """A node pool of one sharing mode, as GPU Feature Discovery labels it and the catalog prices it."""
 
-    workload = launch(team, lead, template, t4, django_capture_on_commit_callbacks, units=2)
-    cluster.wait_for(lambda: running(workload), what="the launch on the shared T4s to run")
+    mode: str
+    resource: str
+    per_gpu: int  # units one GPU offers: replicas, or slices of one MIG profile
+    labels: dict[str, str]
+    taint: dict[str, str]
+    toleration: dict[str, str]
+
+
+POOLS = {
+    "time-sliced": Pool(Flavor.SharingMode.TIME_SLICED, "nvidia.com/gpu.shared", 4, sharing(4, 2), SHARED_TAINT,
+                        catalog.SHARED_TAINT),
+    "mps": Pool(Flavor.SharingMode.MPS, "nvidia.com/gpu.shared", 4,
+                {**sharing(4, 2), nodes.SHARING_STRATEGY_LABEL: "mps"}, SHARED_TAINT, catalog.SHARED_TAINT),
+    "mig": Pool(Flavor.SharingMode.MIG, "nvidia.com/mig-1g.10gb", 7,
+                {"nvidia.com/mig.strategy": "mixed", nodes.SHARING_STRATEGY_LABEL: "none", nodes.GPU_COUNT_LABEL: "2"},
+                {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}, catalog.NVIDIA_TAINT),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(POOLS))
+def test_a_launch_on_a_shared_flavor_runs_on_its_tainted_pool_is_counted_in_its_units_and_billed_by_its_fraction(
+        cluster, site, templates, settings, mode, django_capture_on_commit_callbacks):
+    pool, slug = POOLS[mode], cluster.unique(f"pool-{mode}")
+    with django_capture_on_commit_callbacks(execute=True):
+        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
+            name=cluster.unique(f"Shared {mode}"), slug=slug, resource_name=pool.resource, sharing_mode=pool.mode,
+            gpu_model="NVIDIA A100 80GB", fraction_numerator=1, fraction_denominator=pool.per_gpu,
+            capacity_units=2 * pool.per_gpu, node_labels={"gpu-portal.io/test-flavor": slug}, tolerations=[pool.toleration]))
+    cluster.add_gpu_node(cluster.unique(f"node-{mode}"), labels={"gpu-portal.io/test-flavor": slug, **pool.labels},
+                         allocatable={pool.resource: 2 * pool.per_gpu}, taints=[pool.taint])
+    ensure_priced(flavor, "0.40")
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    assert nodes.check_flavors(flavors=[flavor])[flavor.pk].problem == ""
+    template = templates["training"]
+    services.template_revise(user=site.admin, template=template, flavors=[site.flavor, flavor])
+    team = site.team(f"share-{mode}")
+    lead = team.memberships.get().user
+    site.grant(team, lead, 4, of=flavor)
+
+    workload = launch(team, lead, template, flavor, django_capture_on_commit_callbacks, units=2)
+    cluster.wait_for(lambda: running(workload), what=f"the launch on the {mode} pool to run")
     (pod,) = pods_of(workload)
     (node,) = [n for n in gateway().list("v1", "Node")[0] if n["metadata"]["name"] == pod["spec"]["nodeName"]]
-    assert node["metadata"]["labels"]["gpu-portal.io/test-flavor"] == t4.slug
-    assert catalog.SHARED_TAINT in pod["spec"]["tolerations"]
-    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] == "2"
-    assert cluster.wait_for(lambda: queue_usage(team.slug, t4.slug) == (2, 0), what="the queue to count 2 shared units")
-    assert billed_gpu_seconds(team) == {(t4.slug, Fraction(1, 4)): Fraction(2 * 60, 4)}
+    assert node["metadata"]["labels"]["gpu-portal.io/test-flavor"] == slug
+    assert pool.toleration in pod["spec"]["tolerations"]
+    assert pod["spec"]["containers"][0]["resources"]["limits"][pool.resource] == "2"
+    assert cluster.wait_for(lambda: queue_usage(team.slug, slug) == (2, 0), what=f"the queue to count 2 units of {mode}")
+    assert billed_gpu_seconds(team) == {(slug, Fraction(1, pool.per_gpu)): Fraction(2 * 60, pool.per_gpu)}
 
     with django_capture_on_commit_callbacks(execute=True):
         services.workload_stop(user=lead, workload=workload)
