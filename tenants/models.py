@@ -269,8 +269,15 @@ class Flavor(models.Model):
 
     @property
     def isolation(self) -> str:
-        """What a workload on this flavor shares with its neighbours, in the launch form's words."""
-        return catalog.ISOLATION.get(self.sharing_mode, "")
+        """What a workload on this flavor shares with its neighbours, in the launch form's words; on
+        MPS, the limits the device plugin sets each client (an equal share of the card's memory and
+        of its compute per replica)."""
+        words = catalog.ISOLATION.get(self.sharing_mode, "")
+        if self.sharing_mode == self.SharingMode.MPS:
+            unit = catalog.unit_limits(gpu_model_name=self.gpu_model, resource_name=self.resource_name, fraction=self.fraction)
+            words += (f" Each unit is capped at {unit.memory_mib / 1024:.3g} GiB of the GPU's memory and "
+                      f"{float(self.fraction) * 100:.3g} % of its compute.")
+        return words
 
     @property
     def attribution(self) -> str:

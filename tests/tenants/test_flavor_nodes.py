@@ -288,3 +288,9 @@ def test_the_launch_form_marks_a_flavor_whose_nodes_disagree_and_its_hint_says_w
     filled = "&units=1&p_epochs=10&p_learning_rate=0.001&p_image_tag=2.5&p_mixed_precision=on"
     hint = client.get(reverse("jobs:launch-hint") + query + filled).content.decode()
     assert 'data-testid="hint-verdict"' in hint and "Node h100-0 shares each GPU 4 ways" in hint
+
+
+def test_an_mps_flavor_says_the_memory_and_compute_each_unit_is_capped_at(db):
+    mps = shared_flavor(sharing_mode=Flavor.SharingMode.MPS, gpu_model="NVIDIA A10", slug="a10-mps", name="A10 MPS")
+    assert mps.isolation.endswith("Each unit is capped at 6 GiB of the GPU's memory and 25 % of its compute.")
+    assert "capped at" not in shared_flavor().isolation  # time-slicing caps nothing
