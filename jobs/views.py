@@ -26,6 +26,8 @@ from jobs.template_forms import authorable_teams
 from portal.adapters import HtmxHttpRequest, page, require_perm, whole_number
 from portal.errors import DomainError
 from portal.htmx import redirect_page
+from portal.kube import KubeError
+from tenants import cluster_selectors
 from tenants.models import Team
 
 WAITING_PHASES = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED)
@@ -104,8 +106,20 @@ def workload_launch(request: HtmxHttpRequest) -> HttpResponse:
             query = request.GET.copy()
             query["template"] = str(chosen.pk)
             return redirect(f"{reverse('jobs:workload-launch')}?{query.urlencode()}")
+    _mark_missing_runtime_classes(form.allowed_flavors)
     template = "jobs/launch.html#launch-form" if request.htmx else "jobs/launch.html"
     return render(request, template, {"form": form})
+
+
+def _mark_missing_runtime_classes(flavors: list[Any]) -> None:
+    """Marks each flavor whose RuntimeClass the cluster lacks, for the form's list (read now, as the
+    launch reads it; no read when no flavor names one, no mark when the cluster does not answer)."""
+    try:
+        missing = cluster_selectors.missing_runtime_classes(flavors=flavors)
+    except KubeError:
+        missing = {}
+    for flavor in flavors:
+        flavor.runtime_class_missing = flavor.pk in missing
 
 
 @login_required

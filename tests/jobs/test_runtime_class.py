@@ -6,12 +6,14 @@ same promises on the real control plane."""
 from __future__ import annotations
 
 import pytest
+from django.urls import reverse
 
 from jobs import kinds, manifests, services, sync
 from jobs.models import Workload
 from portal.errors import DomainError
 from portal.kube import KubeError, ObjectRef
 from tenants import queueing
+from tests.conftest import login
 from tests.factories import FlavorFactory
 from tests.helpers import api, launch, make_ready
 
@@ -156,3 +158,12 @@ def test_flavors_accepted_together_whose_runtime_classes_part_after_launch_fail_
         "Not created in the cluster: A100 80GB, H100 80GB no longer share a runtime class (the RuntimeClass “nvidia”, "
         "the nodes' default runtime), and a pod has one; relaunch it on one of them."))
     assert objects_of(simulated, team) == []
+
+
+def test_the_launch_form_marks_a_flavor_whose_runtime_class_the_cluster_lacks_until_it_is_there(
+        ready_team, member, training, k3s_flavor, simulated):
+    url = reverse("jobs:workload-launch") + f"?team={ready_team.slug}&template={training.pk}"
+    marked = "not launchable now: the cluster lacks its RuntimeClass “nvidia”"
+    assert marked in login(member).get(url).content.decode()
+    simulated.apply(NVIDIA)
+    assert marked not in login(member).get(url).content.decode()
