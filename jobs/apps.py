@@ -7,11 +7,11 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         from jobs import kinds, signals  # noqa: F401 - connects the receivers
         from jobs.observability import WorkloadCollector
-        from jobs.selectors import flavor_of_pods, team_contents, workloads_on_nodes
+        from jobs.selectors import flavor_of_pods, team_contents, workloads_on_nodes, xids_on_node
         from portal.metrics.simulated import KIND_PROFILES
         from portal.observability import scrape_collector_register
         from tenants.desired import WORKLOAD_KINDS
-        from tenants.nodes import WORKLOADS_ON_NODES
+        from tenants.nodes import WORKLOADS_ON_NODES, XIDS_ON_NODE
         from tenants.selectors import TEAM_RECORDS_GOING
         from tenants.telemetry_selectors import FLAVOR_OF_PODS
 
@@ -20,4 +20,5 @@ class JobsConfig(AppConfig):
         KIND_PROFILES.fill(kinds.telemetry)
         WORKLOAD_KINDS.fill(kinds.network_reach)
         WORKLOADS_ON_NODES.fill(workloads_on_nodes)
+        XIDS_ON_NODE.fill(xids_on_node)
         scrape_collector_register(WorkloadCollector())

@@ -19,6 +19,7 @@ from django.utils import timezone
 from jobs import kinds, manifests, policy, pricing
 from jobs.models import (
     GitSource,
+    GpuXidEvent,
     ImageRegistry,
     Priority,
     RunInterval,
@@ -28,10 +29,11 @@ from jobs.models import (
 )
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.metrics import PodKey
+from portal.metrics.xid import xid_meaning
 from tenants import cluster_selectors, queueing
 from tenants import selectors as tenant_selectors
 from tenants.models import Flavor, Team
-from tenants.nodes import NodeWorkload
+from tenants.nodes import NodeWorkload, NodeXid
 from tenants.queueing.base import PendingEntry, QueueUsage
 
 PRIORITY_ORDER: dict[str, int] = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
@@ -493,6 +495,18 @@ def workloads_on_nodes() -> dict[str, list[NodeWorkload]]:
     for (node, pk, name, slug), count in sorted(units.items()):
         found[node].append(NodeWorkload(pk=pk, name=name, team=slug, units=count))
     return dict(found)
+
+
+NODE_XIDS_SHOWN = 50
+
+
+def xids_on_node(node: str) -> list[NodeXid]:
+    """The XID errors recorded on a node's GPUs, newest first (the last NODE_XIDS_SHOWN): one query."""
+    events = GpuXidEvent.objects.filter(node=node).select_related("workload__team").order_by("-at", "-id")[:NODE_XIDS_SHOWN]
+    return [NodeXid(at=event.at, code=event.code, gpu=event.gpu, meaning=xid_meaning(event.code), hardware=event.hardware,
+                    workload=NodeWorkload(pk=event.workload.pk, name=event.workload.name, team=event.workload.team.slug,
+                                          units=event.workload.units) if event.workload else None)
+            for event in events]
 
 
 def team_contents(team: Team) -> list[str]:

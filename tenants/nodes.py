@@ -339,6 +339,23 @@ WORKLOADS_ON_NODES = Hook[WorkloadsOnNodes]("tenants.nodes.WORKLOADS_ON_NODES", 
 
 
 @dataclass(frozen=True)
+class NodeXid:
+    """An XID error a GPU of the node reported while a workload's pod held it, as the portal recorded it."""
+
+    at: dt.datetime
+    code: int
+    gpu: str
+    meaning: str
+    hardware: bool  # the GPU, not the program, failed
+    workload: NodeWorkload | None  # None: the workload record is gone
+
+
+# A node's XID history, newest first: jobs answers from the XID events its sweep records.
+XidsOnNode = Callable[[str], list[NodeXid]]
+XIDS_ON_NODE = Hook[XidsOnNode]("tenants.nodes.XIDS_ON_NODE", by="jobs")
+
+
+@dataclass(frozen=True)
 class NodeRow:
     node: GpuNode
     flavors: tuple[str, ...]  # the active flavors that select it, by name

@@ -133,8 +133,11 @@ def node_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
     row = next((row for row in picture.rows if row.node.name == name), None)
     if row is None:
         raise Http404("No GPU node of that name in the last node check.")
-    return render(request, "tenants/node_detail.html", {"row": row, "checked_at": picture.checked_at,
-                                                        "telemetry": telemetry_selectors.node_telemetry(node=name)})
+    telemetry = telemetry_selectors.node_telemetry(node=name)
+    return render(request, "tenants/node_detail.html", {
+        "row": row, "checked_at": picture.checked_at, "xids": nodes.XIDS_ON_NODE.call(name),
+        "telemetry": None if isinstance(telemetry, str) else telemetry,
+        "telemetry_unavailable": telemetry if isinstance(telemetry, str) else ""})
 
 
 @login_required

@@ -15,13 +15,11 @@ from dataclasses import dataclass
 
 from portal.hooks import Hook
 from portal.metrics import MetricsError, PodKey, metrics
-from portal.metrics.base import GpuReading, XidReport
-from portal.metrics.xid import is_hardware_xid, xid_meaning
+from portal.metrics.base import GpuReading
 from tenants.models import Team
 
 WINDOW = dt.timedelta(minutes=5)
 XID_WINDOW = dt.timedelta(days=1)
-NODE_XID_WINDOW = dt.timedelta(days=7)  # a node's page: its GPUs' XIDs over the last week
 HOTTEST = 5
 NOT_A_WORKLOAD = "(not a portal workload)"
 
@@ -81,36 +79,16 @@ def _node_row(node: str, gpus: list[GpuReading], xids: int) -> NodeTelemetry:
                          hottest_c=max(temperatures) if temperatures else None, xids=xids)
 
 
-@dataclass(frozen=True)
-class NodeXid:
-    report: XidReport
-    meaning: str
-    hardware: bool  # the GPU, not the program, failed
-
-
-@dataclass(frozen=True)
-class NodeGpus:
-    """One node's GPUs as the exporters see them now, and the XIDs its GPUs reported in a week."""
-
-    summary: NodeTelemetry | None = None
-    xids: tuple[NodeXid, ...] = ()
-    unavailable: str = ""
-
-
-def node_telemetry(*, node: str) -> NodeGpus:
-    """For a node's page: two metrics queries, whatever the cluster's size."""
-    door = metrics()
+def node_telemetry(*, node: str) -> NodeTelemetry | str:
+    """A node's GPUs as the exporters see them now, for its page, or why there are none to show:
+    one metrics query, whatever the cluster's size."""
     try:
-        gpus = [reading for reading in door.gpu_readings(window=WINDOW) if reading.node == node]
-        namespaces = [team.namespace for team in Team.objects.only("slug")]
-        reports = sorted((report for report in door.xid_errors(namespaces=namespaces, window=NODE_XID_WINDOW)
-                          if report.node == node), key=lambda report: (report.gpu, report.namespace, report.pod))
-        xids = tuple(NodeXid(report, xid_meaning(report.code), is_hardware_xid(report.code)) for report in reports)
+        gpus = [reading for reading in metrics().gpu_readings(window=WINDOW) if reading.node == node]
     except MetricsError as error:
-        return NodeGpus(unavailable=f"Telemetry could not be read: {error}.")
+        return f"Telemetry could not be read: {error}."
     if not gpus:
-        return NodeGpus(xids=xids, unavailable="No exporter reports a GPU of this node.")
-    return NodeGpus(summary=_node_row(node, gpus, len(xids)), xids=xids)
+        return "No exporter reports a GPU of this node."
+    return _node_row(node, gpus, 0)
 
 
 def _by_flavor(readings: list[GpuReading]) -> tuple[FlavorTelemetry, ...]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from jobs import sync
+from jobs import sync, xid
 from jobs.models import Workload
 from portal.health import NODE_CHECK, heartbeat_at
 from portal.kube import KubeError, NodeSpec
@@ -270,13 +270,20 @@ def test_a_nodes_page_shows_its_gpus_now_and_the_xids_they_reported(
     simulated.advance(60)
     workload.refresh_from_db()
     (interval,) = workload.intervals.all()
-    gpu_metrics.set_xid(namespace=ready_team.namespace, pod=interval.pod_name, code=79)
     nodes.check_flavors()
-    page = login(admin_user).get(reverse("tenants:node-detail", args=[interval.node])).content.decode()
-    assert 'data-testid="node-telemetry"' in page and "held by a pod" in page
+    client = login(admin_user)
+    page = client.get(reverse("tenants:node-detail", args=[interval.node])).content.decode()
+    assert 'data-testid="node-telemetry"' in page and "held by a pod" in page and "None recorded." in page
+    gpu_metrics.set_xid(namespace=ready_team.namespace, pod=interval.pod_name, code=79)
+    xid.xid_sweep()  # the worker's sweep records it, as it does for billing's credit
+    page = client.get(reverse("tenants:node-detail", args=[interval.node])).content.decode()
     assert "<strong>XID 79</strong>" in page
-    assert (f"held by {ready_team.namespace}/{interval.pod_name}: the GPU fell off the bus: it no longer answers; the "
-            "hardware failed: drain the node and have the GPU checked.") in page
+    assert (f'held by <a href="/workloads/{workload.pk}/">{workload.name}</a> ({ready_team.slug}): the GPU fell off the '
+            "bus: it no longer answers; the hardware failed: drain the node and have the GPU checked.") in page
+    # The history is the node's own: another node's page shows none of it.
+    other = GpuNode.objects.exclude(name=interval.node).first()
+    assert other is not None
+    assert "XID 79" not in client.get(reverse("tenants:node-detail", args=[other.name])).content.decode()
 
 
 def _stack_pod(name: str, node: str, app: str, *, ready: bool = True, reason: str = "") -> dict[str, Any]:
