@@ -483,12 +483,14 @@ def flavor_of_pods(pods: Collection[PodKey]) -> dict[PodKey, str]:
     return found
 
 
-def workloads_on_nodes() -> dict[str, list[NodeWorkload]]:
-    """The workloads with a pod running on each node, and their units there, as their open run
-    intervals record them: one query, for the nodes page."""
+def workloads_on_nodes(nodes: Collection[str] | None = None) -> dict[str, list[NodeWorkload]]:
+    """The workloads with a pod running on each node (of these names; None: every node), and their
+    units there, as their open run intervals record them: one query, for the nodes pages."""
     units: dict[tuple[str, int, str, str], int] = defaultdict(int)
-    rows = (RunInterval.objects.filter(ended_at__isnull=True, workload__isnull=False).exclude(node="")
-            .values_list("node", "workload_id", "workload__name", "workload__team__slug", "units"))
+    open_intervals = RunInterval.objects.filter(ended_at__isnull=True, workload__isnull=False).exclude(node="")
+    if nodes is not None:
+        open_intervals = open_intervals.filter(node__in=list(nodes))
+    rows = open_intervals.values_list("node", "workload_id", "workload__name", "workload__team__slug", "units")
     for node, pk, name, slug, count in rows:
         units[(node, pk, name, slug)] += count
     found: dict[str, list[NodeWorkload]] = defaultdict(list)

@@ -454,10 +454,11 @@ def node_drain(*, actor: User, node: GpuNode) -> list[Workload]:
     the site (`kubectl drain`). Returns the workloads stopped."""
     _require(actor.has_perm("tenants.manage_flavors"))
     tenant_services.node_cordon(actor=actor, node=node, cordoned=True)
+    on_node = [running.pk for running in selectors.workloads_on_nodes([node.name]).get(node.name, [])]
     stopped = []
-    for running in selectors.workloads_on_nodes().get(node.name, []):
+    for workload in Workload.objects.filter(pk__in=on_node).order_by("pk"):
         try:
-            stopped.append(workload_stop(user=actor, workload=Workload.objects.get(pk=running.pk)))
+            stopped.append(workload_stop(user=actor, workload=workload))
         except StateConflict:  # it ended between the read and the stop
             continue
     audit_record(actor=actor, action="node.drained", obj=node,

@@ -28,7 +28,7 @@ from portal.errors import DomainError
 from portal.htmx import redirect_page
 from portal.kube import KubeError
 from tenants import cluster_selectors
-from tenants.models import Team
+from tenants.models import Flavor, Team
 
 WAITING_PHASES = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED)
 LOG_LINES = 50
@@ -106,20 +106,17 @@ def workload_launch(request: HtmxHttpRequest) -> HttpResponse:
             query = request.GET.copy()
             query["template"] = str(chosen.pk)
             return redirect(f"{reverse('jobs:workload-launch')}?{query.urlencode()}")
-    _mark_missing_runtime_classes(form.allowed_flavors)
     template = "jobs/launch.html#launch-form" if request.htmx else "jobs/launch.html"
-    return render(request, template, {"form": form})
+    return render(request, template, {"form": form, "runtime_missing": _runtime_classes_missing(form.allowed_flavors)})
 
 
-def _mark_missing_runtime_classes(flavors: list[Any]) -> None:
-    """Marks each flavor whose RuntimeClass the cluster lacks, for the form's list (read now, as the
-    launch reads it; no read when no flavor names one, no mark when the cluster does not answer)."""
+def _runtime_classes_missing(flavors: list[Flavor]) -> dict[int, str]:
+    """The flavors whose RuntimeClass the cluster lacks, for the form's list: read now, as the
+    launch reads it (no read when no flavor names one; no mark when the cluster does not answer)."""
     try:
-        missing = cluster_selectors.missing_runtime_classes(flavors=flavors)
+        return cluster_selectors.missing_runtime_classes(flavors=flavors)
     except KubeError:
-        missing = {}
-    for flavor in flavors:
-        flavor.runtime_class_missing = flavor.pk in missing
+        return {}
 
 
 @login_required

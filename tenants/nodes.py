@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -160,7 +160,7 @@ def judge(flavor: Flavor, bodies: Iterable[Mapping[str, Any]]) -> NodeVerdict:
 
 def _judge(flavor: Flavor, nodes: list[_Node]) -> NodeVerdict:
     wanted = {str(key): str(value) for key, value in (flavor.node_labels or {}).items()}
-    selected = [node for node in nodes if _selects(flavor, node)]
+    selected = [node for node in nodes if selects(flavor, node.labels, node.capacity)]
     findings = _Findings()
     if not selected:
         labels = ", ".join(f"{key}={value}" for key, value in sorted(wanted.items())) or flavor.resource_name
@@ -221,11 +221,13 @@ def check_flavors(*, flavors: Iterable[Flavor] | None = None) -> dict[int, NodeV
     return verdicts
 
 
-def _selects(flavor: Flavor, node: _Node) -> bool:
+def selects(flavor: Flavor, labels: Mapping[str, str], resources: Collection[str]) -> bool:
+    """Whether the flavor's pods may land on a node with these labels advertising these resources:
+    it carries every label the flavor names, or, for a flavor that names none, its resource."""
     wanted = {str(key): str(value) for key, value in (flavor.node_labels or {}).items()}
     if not wanted:
-        return flavor.resource_name in node.capacity
-    return all(node.labels.get(key) == value for key, value in wanted.items())
+        return flavor.resource_name in resources
+    return all(labels.get(key) == value for key, value in wanted.items())
 
 
 # The GPU stack's pods the nodes page looks for on each node, by what it calls them.
@@ -272,7 +274,7 @@ def _keep_gpu_nodes(nodes: Iterable[_Node], flavors: list[Flavor], now: dt.datet
         gpus = {name: [_count(node.capacity.get(name, 0)), _count(node.allocatable.get(name, 0))]
                 for name in sorted(set(node.capacity) | set(node.allocatable))
                 if name in resources or name.startswith(GPU_RESOURCE_PREFIXES)}
-        if not gpus and not any(_selects(flavor, node) for flavor in flavors):
+        if not gpus and not any(selects(flavor, node.labels, node.capacity) for flavor in flavors):
             continue
         labels = {key: value for key, value in sorted(node.labels.items())
                   if key in selecting or key.startswith(GPU_LABEL_PREFIXES)}
@@ -333,8 +335,9 @@ class NodeWorkload:
     units: int
 
 
-# The portal's workloads running on each node, by node name: jobs answers from its run intervals.
-WorkloadsOnNodes = Callable[[], dict[str, list[NodeWorkload]]]
+# The portal's workloads running on each node (of these names; None: every node), by node name:
+# jobs answers from its run intervals.
+WorkloadsOnNodes = Callable[[Collection[str] | None], dict[str, list[NodeWorkload]]]
 WORKLOADS_ON_NODES = Hook[WorkloadsOnNodes]("tenants.nodes.WORKLOADS_ON_NODES", by="jobs")
 
 
@@ -358,9 +361,12 @@ XIDS_ON_NODE = Hook[XidsOnNode]("tenants.nodes.XIDS_ON_NODE", by="jobs")
 @dataclass(frozen=True)
 class NodeRow:
     node: GpuNode
-    flavors: tuple[str, ...]  # the active flavors that select it, by name
-    flavor_slugs: tuple[str, ...]
+    flavors: tuple[Flavor, ...]  # the active flavors that select it
     workloads: tuple[NodeWorkload, ...]
+
+    @property
+    def flavor_names(self) -> list[str]:
+        return [flavor.name for flavor in self.flavors]
 
     @property
     def sharing(self) -> str:
@@ -445,12 +451,12 @@ class NodesPicture:
         """GPU nodes no active flavor selects: nothing the portal launches runs there."""
         return [row for row in self.rows if not row.flavors]
 
-
-def _selects_row(flavor: Flavor, node: GpuNode) -> bool:
-    wanted = {str(key): str(value) for key, value in (flavor.node_labels or {}).items()}
-    if not wanted:
-        return flavor.resource_name in node.gpus
-    return all(node.labels.get(key) == value for key, value in wanted.items())
+    def listed(self, *, flavor: str = "", attention: bool = False) -> list[NodeRow]:
+        """The nodes of one flavor (by slug; "-": of none; empty: every node), or only those that
+        need attention."""
+        return [row for row in self.rows
+                if (not flavor or (not row.flavors if flavor == "-" else flavor in (f.slug for f in row.flavors)))
+                and (not attention or row.needs_attention)]
 
 
 def nodes_picture() -> NodesPicture:
@@ -458,12 +464,21 @@ def nodes_picture() -> NodesPicture:
     the GPU nodes no flavor selects. Database reads only (four, however many nodes)."""
     flavors = list(Flavor.objects.filter(is_active=True).order_by("name"))
     guaranteed = selectors.flavor_guaranteed_totals()
-    on_nodes = WORKLOADS_ON_NODES.call()
-    rows = []
-    for node in GpuNode.objects.all():
-        selecting = [flavor for flavor in flavors if _selects_row(flavor, node)]
-        rows.append(NodeRow(node=node, flavors=tuple(f.name for f in selecting), flavor_slugs=tuple(f.slug for f in selecting),
-                            workloads=tuple(on_nodes.get(node.name, ()))))
+    rows = _rows(GpuNode.objects.all(), flavors, WORKLOADS_ON_NODES.call(None))
     pools = [Pool(flavor=flavor, guaranteed=guaranteed.get(flavor.pk, 0),
-                  nodes=[row for row in rows if flavor.name in row.flavors]) for flavor in flavors]
+                  nodes=[row for row in rows if flavor in row.flavors]) for flavor in flavors]
     return NodesPicture(pools=pools, rows=rows, checked_at=heartbeat_at(NODE_CHECK))
+
+
+def node_row(name: str) -> NodeRow | None:
+    """One node as the last check kept it, with its flavors and the workloads on it (None: the
+    check never kept a node of that name)."""
+    node = GpuNode.objects.filter(name=name).first()
+    if node is None:
+        return None
+    return _rows([node], list(Flavor.objects.filter(is_active=True).order_by("name")), WORKLOADS_ON_NODES.call([name]))[0]
+
+
+def _rows(kept: Iterable[GpuNode], flavors: list[Flavor], on_nodes: Mapping[str, list[NodeWorkload]]) -> list[NodeRow]:
+    return [NodeRow(node=node, flavors=tuple(flavor for flavor in flavors if selects(flavor, node.labels, node.gpus)),
+                    workloads=tuple(on_nodes.get(node.name, ()))) for node in kept]

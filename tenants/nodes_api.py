@@ -25,7 +25,8 @@ class NodeWorkloadSerializer(serializers.Serializer):
 
 class NodeSerializer(serializers.Serializer):
     name = serializers.CharField(source="node.name")
-    flavors = serializers.ListField(child=serializers.CharField(), help_text="The active flavors that select it, by name.")
+    flavors = serializers.ListField(source="flavor_names", child=serializers.CharField(),
+                                    help_text="The active flavors that select it, by name.")
     gpus = serializers.DictField(
         source="node.gpus", child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
         help_text="Per GPU resource it advertises: [capacity, allocatable]. Allocatable below capacity: unhealthy devices.")

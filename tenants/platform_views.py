@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
 from portal.errors import DomainError
+from portal.health import NODE_CHECK, heartbeat_at
 from portal.htmx import redirect_page
 from portal.kube import KubeError
 from tenants import catalog, cluster_selectors, desired, nodes, selectors, services, telemetry_selectors
@@ -85,8 +86,6 @@ def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                   status=400 if error else 200)
 
 
-NODES_PAGE_SIZE = 50  # a page of 500 GPU nodes shows its pools' summary and 50 of them at a time
-
 # --- The GPU catalog -----------------------------------------------------------------------------
 
 
@@ -100,6 +99,9 @@ def flavor_list(request: HtmxHttpRequest) -> HttpResponse:
     runtime = cluster_selectors.runtime_class_flags(flavors=flavors)
     rows = [(flavor, guaranteed.get(flavor.pk, 0), flavor.pk in priced, runtime.get(flavor.pk, "")) for flavor in flavors]
     return render(request, "tenants/flavor_list.html", {"rows": rows, "presets": catalog.PRESETS})
+
+
+NODES_PAGE_SIZE = 50  # a page of 500 GPU nodes shows its pools' summary and 50 of them at a time
 
 
 @login_required
@@ -117,9 +119,7 @@ def node_list(request: HtmxHttpRequest) -> HttpResponse:
         return redirect_page(request, reverse("tenants:node-list"))
     picture = nodes.nodes_picture()
     flavor, attention = request.GET.get("flavor", ""), request.GET.get("attention") == "1"
-    rows = [row for row in picture.rows if (not flavor or flavor in row.flavor_slugs or (flavor == "-" and not row.flavors))
-            and (not attention or row.needs_attention)]
-    listed = Paginator(rows, NODES_PAGE_SIZE).get_page(request.GET.get("page"))
+    listed = Paginator(picture.listed(flavor=flavor, attention=attention), NODES_PAGE_SIZE).get_page(request.GET.get("page"))
     return render(request, "tenants/nodes.html", {"picture": picture, "listed": listed, "flavor": flavor,
                                                   "attention": attention})
 
@@ -129,15 +129,12 @@ def node_list(request: HtmxHttpRequest) -> HttpResponse:
 def node_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
     """One node: its GPUs, state, labels and taints, and the portal's workloads a drain would stop."""
     require_perm(request.user, "tenants.manage_flavors")
-    picture = nodes.nodes_picture()
-    row = next((row for row in picture.rows if row.node.name == name), None)
+    row = nodes.node_row(name)
     if row is None:
         raise Http404("No GPU node of that name in the last node check.")
-    telemetry = telemetry_selectors.node_telemetry(node=name)
     return render(request, "tenants/node_detail.html", {
-        "row": row, "checked_at": picture.checked_at, "xids": nodes.XIDS_ON_NODE.call(name),
-        "telemetry": None if isinstance(telemetry, str) else telemetry,
-        "telemetry_unavailable": telemetry if isinstance(telemetry, str) else ""})
+        "row": row, "checked_at": heartbeat_at(NODE_CHECK), "xids": nodes.XIDS_ON_NODE.call(name),
+        "telemetry": telemetry_selectors.node_telemetry(node=name)})
 
 
 @login_required

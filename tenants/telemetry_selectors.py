@@ -79,16 +79,23 @@ def _node_row(node: str, gpus: list[GpuReading], xids: int) -> NodeTelemetry:
                          hottest_c=max(temperatures) if temperatures else None, xids=xids)
 
 
-def node_telemetry(*, node: str) -> NodeTelemetry | str:
-    """A node's GPUs as the exporters see them now, for its page, or why there are none to show:
-    one metrics query, whatever the cluster's size."""
+@dataclass(frozen=True)
+class NodeGpus:
+    """One node's GPUs as the exporters see them now, or why there is nothing to show."""
+
+    now: NodeTelemetry | None = None
+    unavailable: str = ""
+
+
+def node_telemetry(*, node: str) -> NodeGpus:
+    """A node's GPUs now, for its page: one metrics query, whatever the cluster's size."""
     try:
         gpus = [reading for reading in metrics().gpu_readings(window=WINDOW) if reading.node == node]
     except MetricsError as error:
-        return f"Telemetry could not be read: {error}."
+        return NodeGpus(unavailable=f"Telemetry could not be read: {error}.")
     if not gpus:
-        return "No exporter reports a GPU of this node."
-    return _node_row(node, gpus, 0)
+        return NodeGpus(unavailable="No exporter reports a GPU of this node.")
+    return NodeGpus(now=_node_row(node, gpus, 0))
 
 
 def _by_flavor(readings: list[GpuReading]) -> tuple[FlavorTelemetry, ...]:

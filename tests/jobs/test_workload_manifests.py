@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import kubernetes_validate
 import pytest
 
@@ -23,9 +25,10 @@ CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop"
                       "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def test_a_training_job_is_suspended_queued_bounded_and_locked_down():
+def golden_training_job(**pod_spec: Any) -> dict[str, Any]:
+    """SPEC's training Job as the portal must write it, with these pod spec fields added."""
     resources = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}
-    assert training.make_training_job(spec=SPEC) == {
+    job: dict[str, Any] = {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "wl-42", "namespace": "vision", "labels": {
             **LABELS, "kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": "gpu-portal-high"}},
@@ -46,6 +49,12 @@ def test_a_training_job_is_suspended_queued_bounded_and_locked_down():
             },
         },
     }
+    job["spec"]["template"]["spec"].update(pod_spec)
+    return job
+
+
+def test_a_training_job_is_suspended_queued_bounded_and_locked_down():
+    assert training.make_training_job(spec=SPEC) == golden_training_job()
 
 
 def test_a_distributed_job_is_indexed_and_its_workers_find_each_other():
@@ -180,31 +189,11 @@ A100_K3S = m.Placement(node_labels=(("nvidia.com/gpu.product", "NVIDIA-A100-SXM4
 
 
 def test_a_training_job_on_a_flavor_with_a_runtime_class_names_it_in_its_pods():
-    resources = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}
-    assert training.make_training_job(spec=m.WorkloadSpec(**{**SPEC.__dict__, "placements": (H100_K3S,)})) == {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "wl-42", "namespace": "vision", "labels": {
-            **LABELS, "kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/priority-class": "gpu-portal-high"}},
-        "spec": {
-            "suspend": True, "backoffLimit": 2, "activeDeadlineSeconds": 3600, "ttlSecondsAfterFinished": 86400,
-            "template": {
-                "metadata": {"labels": {**LABELS, "gpu-portal.io/workload-kind": "training"}},
-                "spec": {
-                    "automountServiceAccountToken": False, "enableServiceLinks": False,
-                    "priorityClassName": "gpu-portal-high", "securityContext": POD_SECURITY, "restartPolicy": "Never",
-                    "containers": [{
-                        "name": "training", "image": "pytorch/pytorch:2.5", "env": [{"name": "TAG", "value": "2.5"}],
-                        "resources": {"requests": resources, "limits": resources},
-                        "securityContext": CONTAINER_SECURITY,
-                        "command": ["python", "train.py"], "args": ["--epochs", "3"],
-                    }],
-                    "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "k3s"},
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-                    "runtimeClassName": "nvidia",
-                },
-            },
-        },
-    }
+    assert training.make_training_job(spec=m.WorkloadSpec(**{**SPEC.__dict__, "placements": (H100_K3S,)})) == (
+        golden_training_job(
+            nodeSelector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "pool": "k3s"},
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            runtimeClassName="nvidia"))
 
 
 def test_every_kinds_pods_carry_the_flavors_runtime_class_and_none_without_one():
