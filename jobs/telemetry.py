@@ -12,6 +12,7 @@ from django.utils import timezone
 from jobs import idle_policy
 from jobs.models import IdleDefaults, RunInterval, Workload
 from portal.metrics import MetricsError, PodKey, PodSpan, Point, metrics
+from portal.metrics.base import WorkloadSeries
 
 WIDTH, HEIGHT = 600, 120
 SHARED_MODES = ("time-sliced", "mps")
@@ -32,7 +33,7 @@ class Chart:
 class WorkloadTelemetry:
     charts: tuple[Chart, ...] = ()
     verdict: str = ""
-    shared: str = ""  # why the figures are the whole GPU's, not this workload's own
+    shared: str = ""  # what the figures are on a shared GPU: the card's, and its share of the power
     unavailable: str = ""  # why there are no charts at all
     early: str = ""  # why the charts are not drawn yet (too few samples), shown with the latest figures
 
@@ -97,10 +98,7 @@ def workload_telemetry(*, workload: Workload, now: dt.datetime | None = None) ->
         charts.append(Chart("Hottest GPU's temperature", _polyline(series.temperature_c, start=first, end=last, top=100),
                             f"{series.temperature_c[-1].value:.0f} °C", "100 °C"))
     threshold = idle_policy.effective_policy(workload.template_version, IdleDefaults.current()).threshold_percent
-    shared = ""
-    if workload.flavor.sharing_mode in SHARED_MODES:
-        shared = (f"{workload.flavor.name} GPUs are shared ({workload.flavor.get_sharing_mode_display().lower()}): these are "
-                  "the whole GPU's figures, which other pods on it share, not this workload's own.")
+    shared = _shared(workload, series)
     running = workload.phase == Workload.Phase.RUNNING
     early = ""
     if len(series.engine_active) < MIN_CHART_POINTS:
@@ -108,6 +106,21 @@ def workload_telemetry(*, workload: Workload, now: dt.datetime | None = None) ->
                  else "It ran too briefly for charts: these are its last figures.")
     return WorkloadTelemetry(charts=tuple(charts), shared=shared, early=early, verdict=_verdict(
         series.engine_active, running=running, threshold=threshold))
+
+
+def _shared(workload: Workload, series: WorkloadSeries) -> str:
+    """What the charts of a workload on a shared GPU are: the card's figures, as DCGM reports a
+    time-sliced or MPS card whole to each pod on it, and its share of the card's power."""
+    most = int(max((point.value for point in series.sharers), default=1))
+    mode = workload.flavor.get_sharing_mode_display().lower()
+    if most > 1:
+        return (f"Its GPU is shared ({mode}), with up to {most} pods on it: engine active, memory and temperature are the "
+                "whole card's, as DCGM has no figures per process, so its own use cannot be told from its neighbours'; "
+                "power is its share of the card's, divided among the pods by the replicas each holds.")
+    if workload.flavor.sharing_mode in SHARED_MODES:
+        return (f"{workload.flavor.name} GPUs are shared ({mode}), but no other pod was on this workload's card: "
+                "the figures are the card's, and all of them its own.")
+    return ""
 
 
 @dataclass(frozen=True)

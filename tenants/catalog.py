@@ -36,12 +36,15 @@ ATTRIBUTION: Mapping[str, str] = {
     EXCLUSIVE: "Each GPU's metrics belong to the one pod using it; cost is GPU-hours × 1.",
     MIG: "DCGM reports each MIG instance on its own, so metrics belong to the pod holding the slice; cost is the "
          "slice's fraction of a GPU-hour.",
-    TIME_SLICED: "DCGM sees the whole GPU, not the workloads taking turns on it: utilisation is shared among its pods "
-                 "in proportion to their units; cost is each unit's fraction of a GPU-hour.",
-    MPS: "DCGM sees the whole GPU: utilisation is shared among its MPS clients in proportion to their units; cost is "
-         "each unit's fraction of a GPU-hour.",
-    GPU_MEMORY: "DCGM sees the whole GPU: utilisation is shared among its pods in proportion to the GiB each holds; "
-                "cost is priced per GiB of the card (one unit is one GiB's share of a GPU-hour).",
+    TIME_SLICED: "DCGM reports the whole GPU to each pod taking turns on it: its busy time, power and GPU-hours are "
+                 "divided among the pods by the replicas each holds (a team's totals count the card once), and a pod's "
+                 "own use cannot be told from its neighbours'; cost is each unit's fraction of a GPU-hour.",
+    MPS: "DCGM reports the whole GPU to each MPS client: its busy time, power and GPU-hours are divided among the "
+         "clients by the replicas each holds, and a client's own use cannot be told from the others'; cost is each "
+         "unit's fraction of a GPU-hour.",
+    GPU_MEMORY: "DCGM sees the whole GPU but not the pods on it (the share scheduler's device plugin does not tell "
+                "it), so workloads here have no GPU metrics of their own; cost is priced per GiB of the card (one "
+                "unit is one GiB's share of a GPU-hour).",
 }
 
 NVIDIA_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

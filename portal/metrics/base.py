@@ -63,7 +63,10 @@ class Point:
 class WorkloadSeries:
     """One workload's telemetry over a period, one point per step: engine active in percent
     (averaged over its GPUs), frame-buffer memory used and total in MiB (summed), power in W
-    (summed) and the hottest GPU's temperature in °C."""
+    (summed) and the hottest GPU's temperature in °C. On a shared GPU (time-sliced, MPS) the
+    engine, memory and temperature are the card's (DCGM has no per-process figures); power is the
+    workload's share, the card's divided among the pods (replicas) on it; `sharers` is the most
+    pods on any of its GPUs (1: it had them to itself)."""
 
     step_seconds: int
     engine_active: tuple[Point, ...] = ()
@@ -71,6 +74,7 @@ class WorkloadSeries:
     memory_total_mib: tuple[Point, ...] = ()
     power_watts: tuple[Point, ...] = ()
     temperature_c: tuple[Point, ...] = ()
+    sharers: tuple[Point, ...] = ()
 
     @property
     def has_data(self) -> bool:
@@ -116,6 +120,7 @@ class PodActivity:
 class DeviceHours:
     """A namespace's GPU time as telemetry saw it: `covered` device-hours reported engine active
     at all, `busy` of them were engine active (a device 50 % busy for 2 h is 2 covered, 1 busy).
+    A shared device counts at each pod's share (a card two pods share for 2 h is 1 covered each).
     Hours the exporter did not report are in neither: nobody knows whether they were idle."""
 
     busy: float

@@ -47,11 +47,27 @@ RECORDED_WINDOWS = {
     300: "namespace_pod:dcgm_gr_engine_active:avg5m",
     3600: "namespace_pod:dcgm_gr_engine_active:avg1h",
 }
-# Per namespace and hour: the GPUs its pods reported in the hour, and those times each pod's hourly
-# average (recorded from the per-pod namespace_pod:dcgm_gpus:count1h; a month is one series per team).
+# Per namespace and hour: the devices its pods reported in the hour (a shared one at each pod's
+# share) and their busy time (recorded from the per-pod namespace_pod:dcgm_gpus:count1h and the
+# per-series shares; a month is one series per team).
 RECORDED_NAMESPACE_GPUS_1H = "namespace:dcgm_gpus:count1h"
 RECORDED_NAMESPACE_BUSY_1H = "namespace:dcgm_gpus_busy:sum1h"
-_SERIES_NAMES = ("engine_active", "memory_used", "memory_total", "power", "temperature")
+_SERIES_NAMES = ("engine_active", "memory_used", "memory_total", "power", "temperature", "sharers")
+# One device: a GPU or MIG instance of a node. A shared one (time-sliced, MPS) is reported once per
+# pod on it, or once per replica a pod holds (dcgm-exporter's `vgpu` label), each with the whole
+# device's values; deploy/prometheus/recording_rules.yaml divides it the same way.
+DEVICE = "Hostname, gpu, UUID, GPU_I_ID"
+
+
+def _per_device(series: str, metric: str) -> str:
+    """`series` (of `metric`) divided one by one by how many series of `metric` its device has, any
+    pod's: a shared device's value split among the pods (replicas) on it."""
+    return f'({series} / on ({DEVICE}) group_left count by ({DEVICE}) ({metric}{{pod!=""}}))'
+
+
+def _device_share(selector: str) -> str:
+    """Each series' share of its device now: 1 / the series on it (1 on an unshared device)."""
+    return _per_device(f"({ENGINE_ACTIVE}{selector} >= bool 0)", ENGINE_ACTIVE)
 
 
 def _regex_of(names: Collection[str]) -> str:
@@ -117,12 +133,17 @@ class PrometheusMetrics:
             return WorkloadSeries(step_seconds=step)
         sel = f'{{namespace="{namespace}",pod=~"{_regex_of([p.name for p in pods])}"}}'
         average_over = max(step, 60)
+        # Engine active, memory and temperature are its devices' (a device reported once per replica
+        # it holds counts once); power is its share of each device's; sharers, the most pods on one.
         parts = {
             "engine_active": f"100 * avg(avg_over_time({ENGINE_ACTIVE}{sel}[{average_over}s]))",
-            "memory_used": f"sum({FB_USED}{sel})",
-            "memory_free": f"sum({FB_FREE}{sel})",  # the total is used + free, added here: FB_USED is read once
-            "power": f"sum({POWER}{sel})",
+            "memory_used": f"sum(max by ({DEVICE}) ({FB_USED}{sel}))",
+            # the total is used + free, added here: FB_USED is read once
+            "memory_free": f"sum(max by ({DEVICE}) ({FB_FREE}{sel}))",
+            "power": f"sum({_per_device(POWER + sel, POWER)})",
             "temperature": f"max({TEMPERATURE}{sel})",
+            "sharers": (f'max(count by ({DEVICE}) (group by ({DEVICE}, namespace, pod) ({ENGINE_ACTIVE}{{pod!=""}})) '
+                        f"and on ({DEVICE}) {ENGINE_ACTIVE}{sel})"),
         }
         query = " or ".join(f'label_replace({expr}, "series", "{name}", "", "")' for name, expr in parts.items())
         result = self.query_range(query, start=start, end=end, step=step)
@@ -136,7 +157,7 @@ class PrometheusMetrics:
                                       if free.at in used)
         return WorkloadSeries(step_seconds=step, engine_active=found["engine_active"], memory_used_mib=found["memory_used"],
                               memory_total_mib=found["memory_total"], power_watts=found["power"],
-                              temperature_c=found["temperature"])
+                              temperature_c=found["temperature"], sharers=found["sharers"])
 
     def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
         if not namespaces:
@@ -157,20 +178,23 @@ class PrometheusMetrics:
         if not namespaces or span < 60:
             return {}
         sel = f'{{namespace=~"{_regex_of(namespaces)}"}}'
-        if span >= 6 * 3600 and self.use_recording_rules:
+        seconds = 3600 if span >= 6 * 3600 else 60  # each step's value covers the `seconds` before it
+        if seconds == 3600 and self.use_recording_rules:
             # Each hour: the devices the namespace's pods reported in it (a pod that ran 14:05-14:45
             # too), and those times each pod's average over the hour; recorded per namespace, so a
             # month reads one series per team however many pods it ran.
             busy = f"sum by (namespace) ({RECORDED_NAMESPACE_BUSY_1H}{sel})"
             covered = f"sum by (namespace) ({RECORDED_NAMESPACE_GPUS_1H}{sel})"
-            window, step = f"{span // 3600}h", "1h"
             scale = ""
         else:
-            seconds = 3600 if span >= 6 * 3600 else 60
-            busy = f"sum by (namespace) (avg_over_time({ENGINE_ACTIVE}{sel}[{seconds}s]))"
-            covered = f"count by (namespace) (avg_over_time({ENGINE_ACTIVE}{sel}[{seconds}s]))"
-            window, step = f"{span}s", f"{seconds}s"
+            # As the recording rules do: each series at its share of its device, averaged over the step.
+            share = f"avg_over_time({_device_share(sel)}[{seconds}s:60s])"
+            busy = f"sum by (namespace) (avg_over_time({ENGINE_ACTIVE}{sel}[{seconds}s]) * {share})"
+            covered = f"sum by (namespace) ({share})"
             scale = f" * {seconds} / 3600"
+        # The steps in (start, end]: half a step short of the span, as a step at `start` would count
+        # the hour before it, and Prometheus 2 takes both ends of a range where 3 leaves out the first.
+        window, step = f"{span - seconds // 2}s", f"{seconds}s"
         query = " or ".join(
             f'label_replace(sum by (namespace) (sum_over_time(({expr})[{window}:{step}])){scale}, "stat", "{stat}", "", "")'
             for stat, expr in (("busy", busy), ("covered", covered)))

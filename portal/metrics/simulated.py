@@ -14,6 +14,12 @@ the catalog's table of GPU models by `tenants.desired.simulated_nodes`), so a T4
 an H100's power nor holds its memory. A pod draws at most 92 % of its units' power and holds at most
 88 % of their memory; the hottest GPU stays at 80 °C or below, under any card's thermal slowdown.
 
+A node whose GPUs are shared (GPU Feature Discovery's `nvidia.com/gpu.replicas` label above 1: a
+time-sliced or MPS pool) hands its replicas out as NVIDIA's device plugin does, the lowest free ones
+in the order pods start, `replicas` to a card, and reports each card as DCGM does: once per replica
+held, every series with the whole card's figures (busy as its pods together are, at most 100 %), so
+the real and the simulated door divide a shared card's time the same way.
+
 Tests (and the contract suite) can set a pod's engine active, an XID, or an exporter outage on
 the door they hold; nothing else changes its values.
 """
@@ -66,6 +72,7 @@ SAMPLE_SECONDS = 60
 # memory, a share of a GPU its share. Node labels, as GPU Feature Discovery labels real nodes.
 UNIT_MEMORY_LABEL = "gpu-portal.io/simulated-unit-memory-mib"
 UNIT_MILLIWATTS_LABEL = "gpu-portal.io/simulated-unit-milliwatts"
+REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GPU Feature Discovery's: how many ways each GPU is shared
 # A node that does not say (not the catalog's): the smallest data-centre card's, as the catalog's
 # GENERIC_GPU, so nothing drawn is more than a real card could hold or draw.
 DEFAULT_UNIT_MEMORY_MIB = 16 * 1024
@@ -87,6 +94,60 @@ class SimulatedPod:
     node: str = ""
     unit_memory_mib: int = DEFAULT_UNIT_MEMORY_MIB  # each GPU unit's, as its node says
     unit_milliwatts: int = DEFAULT_UNIT_MILLIWATTS
+    replicas: int = 1  # how many ways its node shares each GPU (1: its GPUs are its own)
+
+    def holds(self, at: float) -> bool:
+        """Whether it holds its GPUs at `at`: from its start to its end."""
+        return self.started_at <= at and (self.running or at <= (self.ended_at or 0.0))
+
+
+@dataclass(frozen=True)
+class _Holding:
+    device: str  # the card's (or the pod's own GPU's) UUID
+    slots: int  # replicas of it the pod holds (1 on an unshared GPU)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Which device each pod's units are on, and who holds each device, for one question."""
+
+    holdings: dict[PodKey, tuple[_Holding, ...]]
+    holders: dict[str, tuple[tuple[SimulatedPod, int], ...]]
+
+
+def _layout(pods: Sequence[SimulatedPod]) -> _Layout:
+    """A pod on an unshared node has GPUs of its own; on a shared node each unit takes the lowest
+    replica not held by a pod still running when it started, `replicas` to a card."""
+    holdings: dict[PodKey, tuple[_Holding, ...]] = {}
+    holders: dict[str, list[tuple[SimulatedPod, int]]] = {}
+    taken: dict[str, dict[int, SimulatedPod]] = {}  # per shared node: replica → its last holder
+    for pod in sorted(pods, key=lambda p: (p.started_at, p.name)):
+        if pod.replicas <= 1:
+            held = tuple(_Holding(f"GPU-sim-{pod.name}-{index}", 1) for index in range(pod.gpus))
+        else:
+            slots = taken.setdefault(pod.node, {})
+            free = (slot for slot in range(100_000) if slot not in slots or not slots[slot].holds(pod.started_at))
+            chosen = [next(free) for _ in range(pod.gpus)]
+            cards: dict[str, int] = {}
+            for slot in chosen:
+                slots[slot] = pod
+                card = f"GPU-sim-{pod.node}-{slot // pod.replicas}"
+                cards[card] = cards.get(card, 0) + 1
+            held = tuple(_Holding(card, count) for card, count in cards.items())
+        holdings[PodKey(pod.namespace, pod.name)] = held
+        for holding in held:
+            holders.setdefault(holding.device, []).append((pod, holding.slots))
+    return _Layout(holdings, {device: tuple(pods) for device, pods in holders.items()})
+
+
+@dataclass(frozen=True)
+class _Card:
+    """A device at one time, as DCGM reports it: busy as its pods together are, the series on it
+    (one per replica held) and the pods."""
+
+    percent: float
+    series: int
+    pods: int
 
 
 @dataclass
@@ -139,7 +200,8 @@ def _cluster_pods() -> list[SimulatedPod]:
                                  kind=meta.get("labels", {}).get(KIND_LABEL, ""), gpus=gpus, started_at=started,
                                  running=status.get("phase") == "Running", ended_at=_pod_end(status), node=node,
                                  unit_memory_mib=_label_number(labels, UNIT_MEMORY_LABEL, DEFAULT_UNIT_MEMORY_MIB),
-                                 unit_milliwatts=_label_number(labels, UNIT_MILLIWATTS_LABEL, DEFAULT_UNIT_MILLIWATTS)))
+                                 unit_milliwatts=_label_number(labels, UNIT_MILLIWATTS_LABEL, DEFAULT_UNIT_MILLIWATTS),
+                                 replicas=max(_label_number(labels, REPLICAS_LABEL, 1), 1)))
     return pods
 
 
@@ -186,10 +248,32 @@ class SimulatedMetrics:
     def _memory_share(self, pod: SimulatedPod) -> float:
         return _profile(pod).memory_share
 
+    def _card(self, layout: _Layout, device: str, at: float, asking: SimulatedPod | None = None) -> _Card:
+        """`device` at `at` with the pods holding it then (`asking` counts whenever it is asked about:
+        a page may ask of a time its records place in the pod's life)."""
+        holding = [(pod, slots) for pod, slots in layout.holders[device] if pod is asking or pod.holds(at)]
+        return _Card(percent=min(100.0, sum(self.percent(pod, at) for pod, _ in holding)),
+                     series=sum(slots for _, slots in holding) or 1, pods=len(holding))
+
+    def _pod_percent(self, layout: _Layout, pod: SimulatedPod, at: float) -> float:
+        """What the exporter reports for the pod: its devices' engine active, one series a replica."""
+        holdings = layout.holdings[PodKey(pod.namespace, pod.name)]
+        total = sum(h.slots * self._card(layout, h.device, at, pod).percent for h in holdings)
+        return total / max(sum(h.slots for h in holdings), 1)
+
     @staticmethod
     def _watts(pod: SimulatedPod, percent: float) -> float:
-        """One GPU unit's power at this engine active: idle draw plus a share of its limit."""
-        return pod.unit_milliwatts / 1000 * (IDLE_POWER_SHARE + BUSY_POWER_SHARE * min(max(percent, 0), 100) / 100)
+        """A device's power at this engine active: idle draw plus a share of its limit (a shared
+        card is `replicas` of its node's units)."""
+        milliwatts = pod.unit_milliwatts * pod.replicas
+        return milliwatts / 1000 * (IDLE_POWER_SHARE + BUSY_POWER_SHARE * min(max(percent, 0), 100) / 100)
+
+    def _memory(self, layout: _Layout, device: str, at: float) -> tuple[int, int]:
+        """A device's memory used and total (MiB): what the pods on it hold of its units."""
+        holders = layout.holders[device]
+        total = holders[0][0].unit_memory_mib * holders[0][0].replicas
+        used = sum(slots * int(pod.unit_memory_mib * self._memory_share(pod)) for pod, slots in holders if pod.holds(at))
+        return min(used, total), total
 
     @staticmethod
     def _temperature(percent: float) -> float:
@@ -202,12 +286,14 @@ class SimulatedMetrics:
             return PodActivity(window=window)
         now = self.clock()
         wanted = set(namespaces)
+        pods = self.pods()
+        layout = _layout(pods)
         by_pod = {}
-        for pod in self.pods():
+        for pod in pods:
             if not pod.running or pod.namespace not in wanted or now - pod.started_at < FIRST_REPORT_SECONDS:
                 continue
             begin = max(pod.started_at, now - window.total_seconds())
-            samples = [self.percent(pod, t) for t in _minutes(begin, now)]
+            samples = [self._pod_percent(layout, pod, t) for t in _minutes(begin, now)]
             by_pod[PodKey(pod.namespace, pod.name)] = sum(samples) / len(samples)
         return PodActivity(window=window, by_pod=by_pod)
 
@@ -215,9 +301,11 @@ class SimulatedMetrics:
         step = range_step(start, end)
         if self.outage or not pods:
             return WorkloadSeries(step_seconds=step)
-        known = {p.name: p for p in self.pods() if p.namespace == namespace}
+        everyone = self.pods()
+        layout = _layout(everyone)
+        known = {p.name: p for p in everyone if p.namespace == namespace}
         now = self.clock()
-        series: dict[str, list[Point]] = {name: [] for name in ("engine", "used", "total", "power", "temp")}
+        series: dict[str, list[Point]] = {name: [] for name in ("engine", "used", "total", "power", "temp", "sharers")}
         t = math.ceil(start.timestamp() / step) * step
         while t <= min(end.timestamp(), now):
             alive = []
@@ -227,42 +315,52 @@ class SimulatedMetrics:
                 if pod is not None and span.started_at.timestamp() + FIRST_REPORT_SECONDS <= t <= ended:
                     alive.append(pod)
             if alive:
-                gpu_values = [(pod, self.percent(pod, t)) for pod in alive for _ in range(pod.gpus)]
-                engine = sum(v for _, v in gpu_values) / len(gpu_values)
-                series["engine"].append(Point(t, engine))
-                series["used"].append(Point(t, sum(int(p.unit_memory_mib * self._memory_share(p)) for p, _ in gpu_values)))
-                series["total"].append(Point(t, sum(p.unit_memory_mib for p, _ in gpu_values)))
-                series["power"].append(Point(t, sum(self._watts(p, v) for p, v in gpu_values)))
-                series["temp"].append(Point(t, max(self._temperature(v) for _, v in gpu_values)))
+                held = [(pod, h, self._card(layout, h.device, t, pod)) for pod in alive
+                        for h in layout.holdings[PodKey(pod.namespace, pod.name)]]
+                slots = sum(h.slots for _, h, _ in held)
+                memory = [self._memory(layout, device, t) for device in sorted({h.device for _, h, _ in held})]
+                series["engine"].append(Point(t, sum(h.slots * card.percent for _, h, card in held) / slots))
+                series["used"].append(Point(t, sum(used for used, _ in memory)))
+                series["total"].append(Point(t, sum(total for _, total in memory)))
+                series["power"].append(Point(t, sum(self._watts(pod, card.percent) * h.slots / card.series
+                                                    for pod, h, card in held)))
+                series["temp"].append(Point(t, max(self._temperature(card.percent) for _, _, card in held)))
+                series["sharers"].append(Point(t, max(card.pods for _, _, card in held)))
             t += step
         return WorkloadSeries(step_seconds=step, engine_active=tuple(series["engine"]), memory_used_mib=tuple(series["used"]),
                               memory_total_mib=tuple(series["total"]), power_watts=tuple(series["power"]),
-                              temperature_c=tuple(series["temp"]))
+                              temperature_c=tuple(series["temp"]), sharers=tuple(series["sharers"]))
 
     def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
         if self.outage:
             return []
         now = self.clock()
-        readings = []
-        for pod in self.pods():
+        pods = self.pods()
+        layout = _layout(pods)
+        readings = {}
+        for pod in sorted(pods, key=lambda p: (p.started_at, p.name)):
             if not pod.running or now - pod.started_at < FIRST_REPORT_SECONDS:
                 continue
-            samples = [self.percent(pod, t) for t in _minutes(max(pod.started_at, now - window.total_seconds()), now)]
-            engine = sum(samples) / len(samples)
-            temperature = self._temperature(self.percent(pod, now))
-            for index in range(pod.gpus):
-                readings.append(GpuReading(node=pod.node, gpu=f"GPU-sim-{pod.name}-{index}", namespace=pod.namespace,
-                                           pod=pod.name, engine_active=engine, temperature_c=temperature))
-        return readings
+            times = _minutes(max(pod.started_at, now - window.total_seconds()), now)
+            for holding in layout.holdings[PodKey(pod.namespace, pod.name)]:
+                if holding.device in readings:  # a shared card, reported already with its first pod
+                    continue
+                engine = sum(self._card(layout, holding.device, t, pod).percent for t in times) / len(times)
+                readings[holding.device] = GpuReading(
+                    node=pod.node, gpu=holding.device, namespace=pod.namespace, pod=pod.name, engine_active=engine,
+                    temperature_c=self._temperature(self._card(layout, holding.device, now, pod).percent))
+        return list(readings.values())
 
     def device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, DeviceHours]:
         if self.outage:
             return {}
         now = self.clock()
         wanted = set(namespaces)
+        pods = self.pods()
+        layout = _layout(pods)
         busy: dict[str, float] = {}
         covered: dict[str, float] = {}
-        for pod in self.pods():
+        for pod in pods:
             if pod.namespace not in wanted:
                 continue
             until = now if pod.running else pod.ended_at
@@ -270,23 +368,36 @@ class SimulatedMetrics:
             samples = _minutes(lower, upper) if upper > lower else []
             if not samples:
                 continue
-            device_hours = SAMPLE_SECONDS / 3600 * pod.gpus
-            busy[pod.namespace] = busy.get(pod.namespace, 0.0) + sum(self.percent(pod, t) for t in samples) / 100 * device_hours
-            covered[pod.namespace] = covered.get(pod.namespace, 0.0) + len(samples) * device_hours
+            if pod.replicas <= 1:  # GPUs of its own: share 1, the pod's own busy
+                pod_busy = sum(self.percent(pod, t) for t in samples) / 100 * pod.gpus
+                pod_covered = float(len(samples) * pod.gpus)
+            else:  # each replica at its share of its card (1 / the replicas held on it), and of its busy
+                pod_busy = pod_covered = 0.0
+                for t in samples:
+                    for holding in layout.holdings[PodKey(pod.namespace, pod.name)]:
+                        card = self._card(layout, holding.device, t, pod)
+                        pod_covered += holding.slots / card.series
+                        pod_busy += card.percent / 100 * holding.slots / card.series
+            busy[pod.namespace] = busy.get(pod.namespace, 0.0) + pod_busy * SAMPLE_SECONDS / 3600
+            covered[pod.namespace] = covered.get(pod.namespace, 0.0) + pod_covered * SAMPLE_SECONDS / 3600
         return {namespace: DeviceHours(busy=busy[namespace], covered=hours) for namespace, hours in covered.items()}
 
     def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
         if self.outage:
             return []
         now = self.clock()
-        running = {PodKey(p.namespace, p.name): p for p in self.pods() if p.running}
+        pods = self.pods()
+        layout = _layout(pods)
+        running = {PodKey(p.namespace, p.name): p for p in pods if p.running}
         reports = []
         for key, setting in sorted(self.settings.items()):
             if setting.xid is None or key.namespace not in namespaces or key not in running:
                 continue
             code, at = setting.xid
             if now - at <= window.total_seconds():
-                reports.append(XidReport(namespace=key.namespace, pod=key.pod, gpu=f"GPU-sim-{key.pod}-0",
+                holdings = layout.holdings[key]
+                reports.append(XidReport(namespace=key.namespace, pod=key.pod,
+                                         gpu=holdings[0].device if holdings else f"GPU-sim-{key.pod}-0",
                                          node=running[key].node, code=code))
         return reports
 

@@ -1,17 +1,18 @@
 """deploy/prometheus/: the rules load (`promtool check rules`), every alert fires where it should
-and nowhere else (`promtool test rules`, deploy/prometheus/tests/alerts_test.yaml), and every
-name they read exists."""
+and nowhere else (`promtool test rules`, deploy/prometheus/tests/alerts_test.yaml), a shared GPU
+is divided among its pods (sharing_test.yaml), and every name they read exists."""
 
 from __future__ import annotations
 
 import datetime as dt
 import shutil
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from portal.metrics.base import ENGINE_ACTIVE
+from portal.metrics.base import ENGINE_ACTIVE, PodSpan
 from portal.metrics.prometheus import PrometheusMetrics
 from tests.deploy.metric_names import (
     DCGM_METRICS,
@@ -43,6 +44,12 @@ def test_every_alert_fires_on_its_series_and_stays_quiet_on_the_others():
     assert "SUCCESS" in result.stdout
 
 
+def test_a_shared_cards_busy_time_is_divided_among_the_series_on_it():
+    result = promtool("test", "rules", "tests/sharing_test.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
 def test_every_alert_has_a_unit_test():
     tested = set()
     for test in __import__("yaml").safe_load((PROMETHEUS_DIR / "tests" / "alerts_test.yaml").read_text())["tests"]:
@@ -59,7 +66,10 @@ def test_the_per_pod_averages_the_metrics_door_reads_are_recorded_as_agreed():
     assert recorded["namespace_pod:dcgm_gr_engine_active:avg1h"] == (
         "avg by (namespace, pod) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[1h]))")
     assert recorded["namespace_pod:dcgm_gpus:count1h"] == (
-        "count by (namespace, pod) (avg_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE[1h]))")
+        "sum by (namespace, pod) (avg_over_time(namespace_pod_gpu:dcgm_device_share:ratio[1h]))")
+    assert " ".join(recorded["namespace_pod_gpu:dcgm_device_share:ratio"].split()) == (
+        '(DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod!=""} >= bool 0) / on (Hostname, gpu, UUID, GPU_I_ID) group_left '
+        'count by (Hostname, gpu, UUID, GPU_I_ID) (DCGM_FI_PROF_GR_ENGINE_ACTIVE{pod!=""})')
     assert recorded["namespace:dcgm_gpus:count1h"] == "sum by (namespace) (namespace_pod:dcgm_gpus:count1h)"
 
 
@@ -126,3 +136,82 @@ def test_the_doors_month_query_counts_each_hour_a_pod_reported_even_one_that_end
     (tmp_path / "device_hours_test.yaml").write_text(__import__("yaml").safe_dump(case))
     result = promtool("test", "rules", str(tmp_path / "device_hours_test.yaml"))
     assert result.returncode == 0, asked[0] + "\n" + result.stdout + result.stderr
+
+
+def _evaluated(tmp_path, query: str, series: list[tuple[str, str]], *, at: str,
+               expected: list[tuple[str, float]]) -> None:
+    """Prometheus's own engine (promtool) answers `query` (rounded to 4 places) over `series`
+    known minute by minute, with the shipped recording rules loaded."""
+    case = {
+        "rule_files": [str(PROMETHEUS_DIR / "recording_rules.yaml")],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [{"series": name, "values": values} for name, values in series],
+            "promql_expr_test": [{"expr": f"round({query}, 0.0001)", "eval_time": at, "exp_samples": [
+                {"labels": labels, "value": value} for labels, value in expected]}],
+        }],
+    }
+    (tmp_path / "case.yaml").write_text(__import__("yaml").safe_dump(case))
+    result = promtool("test", "rules", str(tmp_path / "case.yaml"))
+    assert result.returncode == 0, query + "\n" + result.stdout + result.stderr
+
+
+def _asked(call: Callable[[PrometheusMetrics], object], *, recorded: bool = True) -> str:
+    asked: list[str] = []
+
+    def ask(promql: str, **_: object) -> list[dict[str, Any]]:
+        asked.append(promql)  # the query as the door writes it; promtool answers it
+        return []
+
+    door = PrometheusMetrics("http://127.0.0.1:9", use_recording_rules=recorded)
+    door.query = ask  # type: ignore[method-assign]
+    door.query_range = ask  # type: ignore[method-assign]
+    call(door)
+    return asked[0]
+
+
+# Two teams share one time-sliced card (both pods see it 60 % busy); vision also has a card to
+# itself (80 %), and nlp a second pod holding two replicas of a third card with an idle neighbour.
+SHARED_CARDS = [
+    (f'{ENGINE_ACTIVE}{{Hostname="n1",gpu="0",UUID="GPU-a",namespace="vision",pod="wl-1-0"}}', "0.6x420"),
+    (f'{ENGINE_ACTIVE}{{Hostname="n1",gpu="0",UUID="GPU-a",namespace="nlp",pod="wl-3-0"}}', "0.6x420"),
+    (f'{ENGINE_ACTIVE}{{Hostname="n1",gpu="1",UUID="GPU-b",namespace="vision",pod="wl-2-0"}}', "0.8x420"),
+    (f'{ENGINE_ACTIVE}{{Hostname="n1",gpu="2",UUID="GPU-c",namespace="nlp",pod="wl-4-0",vgpu="0"}}', "0.3x420"),
+    (f'{ENGINE_ACTIVE}{{Hostname="n1",gpu="2",UUID="GPU-c",namespace="nlp",pod="wl-4-0",vgpu="1"}}', "0.3x420"),
+    (f'{ENGINE_ACTIVE}{{Hostname="n1",gpu="2",UUID="GPU-c",namespace="vision",pod="wl-5-0",vgpu="2"}}', "0.3x420"),
+]
+
+
+@pytest.mark.parametrize(("recorded", "hours"), [(True, 7), (False, 7), (True, 2)],
+                         ids=["month-recorded", "month-raw", "hours"])
+def test_the_doors_month_query_counts_a_shared_card_once_between_the_pods_on_it(tmp_path, recorded, hours):
+    """vision holds half of GPU-a, all of GPU-b and a third of GPU-c for `hours`: 1.833 device-hours
+    an hour, busy 0.6/2 + 0.8 + 0.3/3 of them; nlp the other half of GPU-a and two thirds of GPU-c.
+    Counting each pod's series whole would make GPU-a two devices and GPU-c three."""
+    end = dt.datetime(1970, 1, 1, 7, tzinfo=dt.UTC)
+    query = _asked(lambda door: door.device_hours(namespaces=["vision", "nlp"], start=end - dt.timedelta(hours=hours),
+                                                  end=end), recorded=recorded)
+    _evaluated(tmp_path, query, SHARED_CARDS, at="7h", expected=[
+        ('{namespace="vision",stat="covered"}', round(hours * (0.5 + 1 + 1 / 3), 4)),
+        ('{namespace="vision",stat="busy"}', round(hours * (0.6 / 2 + 0.8 + 0.3 / 3), 4)),
+        ('{namespace="nlp",stat="covered"}', round(hours * (0.5 + 2 / 3), 4)),
+        ('{namespace="nlp",stat="busy"}', round(hours * (0.6 / 2 + 0.3 * 2 / 3), 4)),
+    ])
+
+
+def test_a_workloads_charts_on_a_shared_card_give_its_share_of_power_and_count_the_pods_on_it(tmp_path):
+    """wl-4-0 holds two of GPU-c's three replicas (vision's wl-5-0 the third): its power is two
+    thirds of the card's 90 W, its memory the card's once (not once per replica), the card's
+    engine active and temperature, and the card has 2 pods on it."""
+    power = [(name.replace(ENGINE_ACTIVE, "DCGM_FI_DEV_POWER_USAGE"), "90x420") for name, _ in SHARED_CARDS]
+    memory = [(name.replace(ENGINE_ACTIVE, "DCGM_FI_DEV_FB_USED"), "6000x420") for name, _ in SHARED_CARDS]
+    free = [(name.replace(ENGINE_ACTIVE, "DCGM_FI_DEV_FB_FREE"), "10000x420") for name, _ in SHARED_CARDS]
+    temperature = [(name.replace(ENGINE_ACTIVE, "DCGM_FI_DEV_GPU_TEMP"), "55x420") for name, _ in SHARED_CARDS]
+    end = dt.datetime(1970, 1, 1, 7, tzinfo=dt.UTC)
+    query = _asked(lambda door: door.workload_series(namespace="nlp", pods=[PodSpan("wl-4-0", end - dt.timedelta(hours=1))],
+                                                     start=end - dt.timedelta(hours=1), end=end))
+    _evaluated(tmp_path, query, SHARED_CARDS + power + memory + free + temperature, at="7h", expected=[
+        ('{series="engine_active"}', 30), ('{series="memory_used"}', 6000), ('{series="memory_free"}', 10000),
+        ('{series="power"}', 60), ('{series="temperature"}', 55), ('{series="sharers"}', 2),
+    ])

@@ -66,22 +66,35 @@ def test_no_metrics_is_said_in_words(running_job, gpu_metrics):
     assert picture.charts == () and picture.unavailable.startswith("No metrics")
 
 
-def test_a_time_sliced_gpu_is_said_to_be_shared_rather_than_this_workloads_own(
-        team, member, training, simulated, gpu_metrics, admin_user, django_capture_on_commit_callbacks):
+def test_a_time_sliced_gpu_says_whose_figures_they_are_alone_on_the_card_and_beside_a_neighbour(
+        team, member, training, simulated, gpu_metrics, admin_user, django_capture_on_commit_callbacks, settings):
+    settings.PORTAL_POD_ANNOTATIONS = {"gpu-portal.io/simulated-run-seconds": "86400"}  # both train all day
     shared = FlavorFactory.create(name="T4 shared", slug="t4-shared", resource_name="nvidia.com/gpu.shared",
-                           sharing_mode="time-sliced", fraction_denominator=4, capacity_units=8)
+                                  sharing_mode="time-sliced", fraction_denominator=4, capacity_units=8)
     make_ready(team, shared)
     from jobs import services
 
     version = services.template_revise(user=admin_user, template=training, flavors=[shared])
     assert version.flavors.count() == 1
     with django_capture_on_commit_callbacks(execute=True):
-        job = launch(member, team, training, shared)
+        first = launch(member, team, training, shared)
     simulated.advance(1)
     sync.sync_all()
     simulated.advance(300)
-    picture = telemetry.workload_telemetry(workload=job, now=_later())
-    assert "shared (time-sliced)" in picture.shared and "not this workload's own" in picture.shared
+    alone = telemetry.workload_telemetry(workload=first, now=_later())
+    assert "shared (time-sliced)" in alone.shared and "no other pod was on this workload's card" in alone.shared
+    power_alone = float(alone.charts[2].latest.removesuffix(" W"))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        second = launch(member, team, training, shared)
+    simulated.advance(1)
+    sync.sync_all()
+    simulated.advance(300)
+    for job in (first, second):
+        beside = telemetry.workload_telemetry(workload=job, now=_later() + dt.timedelta(minutes=5))
+        assert "with up to 2 pods on it" in beside.shared and "cannot be told from its neighbours'" in beside.shared
+        # Both training pods keep the card busy: it draws what it did for one, and each pod is billed half.
+        assert float(beside.charts[2].latest.removesuffix(" W")) == pytest.approx(power_alone / 2, rel=0.2)
 
 
 def test_the_page_loads_the_charts_as_a_fragment_that_refreshes_while_it_runs(running_job, member):

@@ -70,6 +70,28 @@ class TelemetryUnderTest:
                                           node=node))
             self.door.set_engine_active(namespace=namespace, pod=pod, percent=engine_active * 100)
 
+    def share_card(self, node: str, holders: list[tuple[str, str, int, float]], *, replicas: int = 4,
+                   power: float = 60.0) -> None:
+        """One time-sliced card of `node`, shared `replicas` ways, held by (namespace, pod, replicas
+        held, the engine active it would make alone) in that order: the exporter reports the card
+        once per replica held, all with the card's figures (as busy as its pods together); the
+        simulated door places the pods on a node that shares its GPUs `replicas` ways."""
+        busy = min(1.0, sum(ratio for *_, ratio in holders))
+        card = f"GPU-{next(_uuids):08x}-shared"
+        replica = itertools.count()
+        for order, (namespace, pod, held, ratio) in enumerate(holders):
+            if self.exporter is not None:
+                for _ in range(held):
+                    gpu = Gpu(node=node, gpu=0, uuid=card, namespace=namespace, pod=pod, engine_active=busy,
+                              fb_used=6_000, fb_free=10_000, power=power, temperature=55, vgpu=str(next(replica)))
+                    self.gpus_of.setdefault((namespace, pod), []).append(gpu.key)
+                    self.exporter.put(gpu)
+            else:
+                assert isinstance(self.door, SimulatedMetrics)
+                self.pods.append(SimulatedPod(namespace=namespace, name=pod, kind="training", gpus=held,
+                                              started_at=time.time() - 900 + order, node=node, replicas=replicas))
+                self.door.set_engine_active(namespace=namespace, pod=pod, percent=ratio * 100)
+
     def set_engine_active(self, namespace: str, pod: str, ratio: float) -> None:
         if self.exporter is not None:
             for gpu_uuid in self.gpus_of[(namespace, pod)]:

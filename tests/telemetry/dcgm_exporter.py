@@ -41,6 +41,13 @@ class Gpu:
     xid: int = 0
     mig_profile: str = ""  # e.g. "1g.10gb"; MIG instances have no DCGM_FI_DEV_GPU_UTIL
     mig_instance: int = 0
+    # A shared (time-sliced, MPS) GPU is reported once per replica a pod holds, as dcgm-exporter does
+    # with KUBERNETES_VIRTUAL_GPUS: the same GPU's labels and values, and this replica's number.
+    vgpu: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.uuid}/{self.vgpu}" if self.vgpu else self.uuid
 
     def labels(self) -> str:
         labels = [("gpu", str(self.gpu)), ("UUID", self.uuid), ("pci_bus_id", f"00000000:{0x10 + self.gpu:02X}:00.0"),
@@ -50,6 +57,8 @@ class Gpu:
         labels += [("Hostname", self.node), ("DCGM_FI_DRIVER_VERSION", "550.54.15")]
         if self.pod:
             labels += [("container", self.container), ("namespace", self.namespace), ("pod", self.pod)]
+        if self.vgpu:
+            labels.append(("vgpu", self.vgpu))
         return ",".join(f'{name}="{value}"' for name, value in labels)
 
     def value(self, metric: str) -> str | None:
@@ -65,7 +74,7 @@ class Gpu:
 
 class DcgmExporter:
     def __init__(self) -> None:
-        self.gpus: dict[str, Gpu] = {}  # by UUID
+        self.gpus: dict[str, Gpu] = {}  # by key: the UUID, and the replica of a shared one
         self.available = True
         self.scrapes = 0
         self.lock = threading.Condition()
@@ -98,7 +107,7 @@ class DcgmExporter:
         lines = []
         for name, help_text in COUNTERS:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
-            for gpu in sorted(self.gpus.values(), key=lambda g: (g.node, g.gpu, g.mig_instance)):
+            for gpu in sorted(self.gpus.values(), key=lambda g: (g.node, g.gpu, g.mig_instance, g.vgpu)):
                 value = gpu.value(name)
                 if value is not None:
                     lines.append(f"{name}{{{gpu.labels()}}} {value}")
@@ -106,11 +115,11 @@ class DcgmExporter:
 
     def put(self, gpu: Gpu) -> None:
         with self.lock:
-            self.gpus[gpu.uuid] = gpu
+            self.gpus[gpu.key] = gpu
 
-    def change(self, uuid: str, **values: object) -> None:
+    def change(self, key: str, **values: object) -> None:
         with self.lock:
-            self.gpus[uuid] = replace(self.gpus[uuid], **values)  # type: ignore[arg-type]
+            self.gpus[key] = replace(self.gpus[key], **values)  # type: ignore[arg-type]
 
     def remove_namespace(self, namespace: str) -> None:
         with self.lock:

@@ -137,3 +137,38 @@ def test_device_hours_count_only_reported_time_and_busy_is_engine_active_of_it(t
     assert set(hours) == {ns}
     assert 0 < hours[ns].covered <= 2 * 20 / 60
     assert hours[ns].busy == pytest.approx(0.5 * hours[ns].covered, rel=0.02)
+
+
+def test_a_shared_card_is_divided_among_the_pods_on_it_in_proportion_to_their_replicas(telemetry):
+    """A time-sliced card shared four ways holds vision's pod (one replica) and nlp's (two): DCGM
+    reports the card, 60 % busy, once per replica. Each pod reads the card's engine active (no
+    per-process figures exist to tell them apart); its device-hours, busy hours and power are its
+    share, a third and two thirds; its charts say two pods share the card."""
+    vision, nlp = telemetry.namespace(), telemetry.namespace()
+    telemetry.share_card("ts-node-1", [(vision, "wl-20-a", 1, 0.4), (nlp, "wl-21-a", 2, 0.2)])
+    telemetry.scraped()
+    for namespace, pod in ((vision, "wl-20-a"), (nlp, "wl-21-a")):
+        telemetry.eventually(lambda n=namespace: telemetry.door.engine_active(namespaces=[n], window=FIVE_MINUTES),
+                             lambda a, n=namespace, p=pod: _near(a.by_pod.get(PodKey(n, p)), 60),
+                             what=f"{pod} reads the card's 60 %")
+    end = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=60)
+    start = end - dt.timedelta(minutes=20)
+    hours = telemetry.eventually(
+        lambda: telemetry.door.device_hours(namespaces=[vision, nlp], start=start, end=end),
+        lambda h: {vision, nlp} <= set(h) and h[nlp].covered == pytest.approx(2 * h[vision].covered, rel=0.1),
+        what="nlp's device-hours twice vision's")
+    for namespace in (vision, nlp):
+        assert hours[namespace].busy == pytest.approx(0.6 * hours[namespace].covered, rel=0.02)
+    assert hours[vision].covered + hours[nlp].covered <= 20 / 60  # one card: never more than its time
+
+    def charts(namespace, pod):
+        now = dt.datetime.now(dt.UTC)
+        return telemetry.door.workload_series(namespace=namespace, pods=[PodSpan(pod, now - HALF_HOUR)],
+                                              start=now - HALF_HOUR, end=now)
+
+    ours = telemetry.eventually(lambda: charts(nlp, "wl-21-a"), lambda s: bool(s.power_watts and s.sharers),
+                                what="nlp's charts")
+    theirs = charts(vision, "wl-20-a")
+    assert ours.sharers[-1].value == theirs.sharers[-1].value == 2
+    assert ours.power_watts[-1].value == pytest.approx(2 * theirs.power_watts[-1].value, rel=0.02)
+    assert ours.memory_total_mib[-1].value == theirs.memory_total_mib[-1].value  # the card's, counted once
