@@ -8,7 +8,7 @@ import logging
 
 from celery import shared_task
 
-from billing import metering
+from billing import energy, metering
 from billing.budgets import services as budgets
 
 log = logging.getLogger(__name__)
@@ -33,3 +33,9 @@ def budgets_check() -> dict[str, int]:
 def budget_digests_send() -> int:
     """The daily digest of budget alerts for people who asked for one instead of an email each."""
     return budgets.budget_digests_send()
+
+
+@shared_task(acks_late=True)
+def energy_meter() -> int:
+    """Each complete hour's GPU energy per team, once; hours telemetry missed are read later."""
+    return energy.energy_meter()

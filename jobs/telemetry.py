@@ -6,13 +6,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from django.utils import timezone
 
 from jobs import idle_policy
 from jobs.models import IdleDefaults, RunInterval, Workload
 from portal.metrics import MetricsError, PodKey, PodSpan, Point, metrics
-from portal.metrics.base import WorkloadSeries
+from portal.metrics.base import WorkloadSeries, kwh
 
 WIDTH, HEIGHT = 600, 120
 SHARED_MODES = ("time-sliced", "mps")
@@ -36,6 +37,7 @@ class WorkloadTelemetry:
     shared: str = ""  # what the figures are on a shared GPU: the card's, and its share of the power
     unavailable: str = ""  # why there are no charts at all
     early: str = ""  # why the charts are not drawn yet (too few samples), shown with the latest figures
+    kwh: Decimal | None = None  # the energy its GPUs drew (its part of a shared card's), from the power chart
 
     @property
     def width(self) -> int:
@@ -104,8 +106,9 @@ def workload_telemetry(*, workload: Workload, now: dt.datetime | None = None) ->
     if len(series.engine_active) < MIN_CHART_POINTS:
         early = ("Charts appear after its first minutes of running." if running
                  else "It ran too briefly for charts: these are its last figures.")
+    drawn = kwh(Decimal(sum(point.value for point in series.power_watts) * series.step_seconds / 3600))
     return WorkloadTelemetry(charts=tuple(charts), shared=shared, early=early, verdict=_verdict(
-        series.engine_active, running=running, threshold=threshold))
+        series.engine_active, running=running, threshold=threshold), kwh=drawn if series.power_watts else None)
 
 
 def _shared(workload: Workload, series: WorkloadSeries) -> str:

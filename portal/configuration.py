@@ -329,6 +329,9 @@ SETTINGS: tuple[Setting, ...] = (
             "stops).", BILLING),
     Setting("BUDGET_DIGEST_HOUR", "whole number", "8", "The local hour (0 to 23, billing time zone) from which daily "
             "budget digests go out.", BILLING),
+    Setting("PORTAL_EMISSION_FACTOR_KG_PER_KWH", "text", "", "The site's electricity emission factor in kg CO₂e per "
+            "kWh (e.g. 0.233): usage pages, the API and statements then give the GPUs' energy in kg CO₂e beside the "
+            "kWh. Empty: kWh only.", BILLING),
     # --- Email
     Setting("EMAIL_BACKEND", "text", "django.core.mail.backends.console.EmailBackend", "Django's email backend; the "
             "default writes emails to the log.", EMAIL),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import zoneinfo
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import dj_database_url
@@ -355,6 +356,8 @@ CELERY_BEAT_SCHEDULE = {
     "budget-digests-send": {"task": "billing.tasks.budget_digests_send", "schedule": 3600.0},
     # Usage rollups up to now: the open hour is recomputed, earlier hours only where an interval changed.
     "billing-rollups-refresh": {"task": "billing.tasks.rollups_refresh", "schedule": 60.0},
+    # Each hour's GPU energy per team from telemetry, once the hour is over (and hours it missed).
+    "billing-energy-meter": {"task": "billing.tasks.energy_meter", "schedule": 300.0},
     # Readiness reads beat's and the worker's heartbeats from it; an old one is useless, so it expires.
     "portal-heartbeat": {"task": "portal.tasks.heartbeat", "schedule": 10.0, "options": {"expire_seconds": 10}},
 }
@@ -373,6 +376,22 @@ except (zoneinfo.ZoneInfoNotFoundError, ValueError):
 BUDGET_DIGEST_HOUR = config.whole("BUDGET_DIGEST_HOUR")
 if not 0 <= BUDGET_DIGEST_HOUR <= 23:
     raise ImproperlyConfigured(f"BUDGET_DIGEST_HOUR is an hour from 0 to 23; it is {BUDGET_DIGEST_HOUR}.")
+
+# GPU energy in kg CO₂e beside the kWh, where the site gives its electricity's emission factor.
+def _emission_factor(raw: str) -> Decimal | None:
+    if not raw:
+        return None
+    try:
+        factor = Decimal(raw)
+    except InvalidOperation:
+        factor = Decimal("NaN")
+    if not factor.is_finite() or not Decimal(0) <= factor <= Decimal(5):
+        raise ImproperlyConfigured("PORTAL_EMISSION_FACTOR_KG_PER_KWH is kg CO₂e per kWh, a number from 0 to 5 such as "
+                                   f"0.233 (coal is about 1); it is {raw!r}.")
+    return factor
+
+
+PORTAL_EMISSION_FACTOR_KG_PER_KWH = _emission_factor(config.text("PORTAL_EMISSION_FACTOR_KG_PER_KWH"))
 
 # Four eyes on quota for new teams: whoever files a quota request cannot approve it, so a lead
 # never grants their own team quota alone (a second lead or a platform admin decides). On unless

@@ -1,8 +1,9 @@
 """Billing's tables, one module per concern: the rate card, metered usage, statements, budgets."""
 
 from billing.models.budgets import AlertEmailPreference, Budget, BudgetAlert, DigestEntry
+from billing.models.energy import EnergyHour, EnergyState
 from billing.models.rates import Rate
-from billing.models.statements import Adjustment, Statement, StatementLine
+from billing.models.statements import Adjustment, Statement, StatementEnergy, StatementLine
 from billing.models.usage import (
                                   Account,
                                   CapacityHour,
@@ -16,5 +17,5 @@ from billing.models.usage import (
 )
 
 __all__ = ["Account", "Adjustment", "AlertEmailPreference", "Budget", "BudgetAlert", "CapacityHour", "DigestEntry",
-           "FlavorHour", "GuaranteeHour", "IdlePolicy", "LentHour", "MeteringState", "Rate", "Statement", "StatementLine",
-           "UsageHour", "UsageMonth"]
+           "EnergyHour", "EnergyState", "FlavorHour", "GuaranteeHour", "IdlePolicy", "LentHour", "MeteringState", "Rate",
+           "Statement", "StatementEnergy", "StatementLine", "UsageHour", "UsageMonth"]

@@ -157,3 +157,26 @@ class Adjustment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.account_slug or 'all teams'}: {self.amount} ({self.reason[:40]})"
+
+
+class StatementEnergy(models.Model):
+    """One team's GPU energy in a closed month, copied from the metered hours when it closed, with
+    the emission factor of that day: a statement reads the same after the factor changes. Sealed
+    with its statement, as its lines are."""
+
+    statement = models.ForeignKey(Statement, on_delete=models.PROTECT, related_name="energy")
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="+")
+    account_slug = models.CharField(max_length=63)
+    watt_hours = models.DecimalField(max_digits=18, decimal_places=3)
+    kwh = models.DecimalField(max_digits=18, decimal_places=2, help_text="Rounded once, half-even (billing.energy).")
+    emission_factor = models.DecimalField(max_digits=8, decimal_places=4, null=True, blank=True,
+                                          help_text="kg CO₂e per kWh when the month closed; empty: none was set.")
+    kg_co2e = models.DecimalField(max_digits=18, decimal_places=2, null=True, blank=True)
+    metered_through = models.DateTimeField(help_text="Energy was metered up to here when the month closed.")
+
+    class Meta:
+        ordering = ["statement", "account_slug", "id"]
+        constraints = [models.UniqueConstraint(fields=["statement", "account"], name="statement_energy_once_per_team")]
+
+    def __str__(self) -> str:
+        return f"{self.account_slug} {self.statement.slug}: {self.kwh} kWh"

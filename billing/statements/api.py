@@ -49,7 +49,8 @@ def _money(picture: StatementPicture) -> dict[str, Any]:
 def _detail(picture: StatementPicture) -> dict[str, Any]:
     return {"statement": picture.statement, "teams": picture.teams, "charged": picture.charged,
             "adjusted": picture.adjusted, "total": picture.total,
-            "unallocated_total": picture.unallocated_total if picture.whole else None}
+            "unallocated_total": picture.unallocated_total if picture.whole else None,
+            "kwh": picture.kwh, "kg_co2e": picture.kg_co2e}
 
 
 @extend_schema_view(

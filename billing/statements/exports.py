@@ -25,7 +25,7 @@ from billing.statements.selectors import StatementPicture, flavor_totals
 COLUMNS = [
     "record", "month", "currency", "team", "team_name", "cost_center", "flavor", "flavor_name", "period_start",
     "period_end", "gpu_fraction", "guaranteed_unit_seconds", "borrowed_unit_seconds", "guaranteed_gpu_hours",
-    "borrowed_gpu_hours", "price_per_gpu_hour", "amount", "reason", "adjusted_by", "adjusted_at",
+    "borrowed_gpu_hours", "price_per_gpu_hour", "amount", "reason", "adjusted_by", "adjusted_at", "kwh", "kg_co2e",
 ]
 # Free text a person typed (a reason, a team's name): a spreadsheet would run a cell that starts
 # like a formula, so such a cell gets a leading apostrophe (OWASP's advice for CSV injection).
@@ -74,6 +74,10 @@ def statement_csv(picture: StatementPicture) -> bytes:
                 cost_center=adjustment.cost_center, amount=money(adjustment.amount), reason=adjustment.reason,
                 adjusted_by=adjustment.created_by_name, adjusted_at=_instant(adjustment.created_at, zone))
     for team in picture.teams:
+        if team.energy is not None:
+            row(**head, record="energy", team=team.slug, team_name=team.name, cost_center=team.cost_center,
+                kwh=team.energy.kwh, kg_co2e=team.energy.kg_co2e)
+    for team in picture.teams:
         row(**head, record="team_total", team=team.slug, team_name=team.name, cost_center=team.cost_center,
             amount=money(team.total))
     row(**head, record="total_lines", amount=money(picture.charged))
@@ -81,6 +85,8 @@ def statement_csv(picture: StatementPicture) -> bytes:
     row(**head, record="total_charged", amount=money(picture.total))
     if picture.whole:
         row(**head, record="total_unallocated", amount=money(picture.unallocated_total))
+    if picture.energy:
+        row(**head, record="total_energy", kwh=picture.kwh, kg_co2e=picture.kg_co2e)
     return out.getvalue().encode("utf-8")
 
 

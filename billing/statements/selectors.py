@@ -18,7 +18,7 @@ from django.db.models.functions import Coalesce
 from django.http import Http404
 
 from billing import periods
-from billing.models import Account, Adjustment, Statement, StatementLine
+from billing.models import Account, Adjustment, Statement, StatementEnergy, StatementLine
 from billing.models.statements import led_accounts
 from billing.money import minor_unit
 from portal.models import User
@@ -38,6 +38,7 @@ class TeamSection:
     cost_center: str
     lines: list[StatementLine] = field(default_factory=list)
     adjustments: list[Adjustment] = field(default_factory=list)
+    energy: StatementEnergy | None = None  # its GPUs' energy in the month, when any was metered
 
     @property
     def charged(self) -> Decimal:
@@ -87,6 +88,20 @@ class StatementPicture:
 
     def money(self, value: Decimal) -> Decimal:
         return value.quantize(self.quantum)
+
+    @property
+    def energy(self) -> list[StatementEnergy]:
+        return [team.energy for team in self.teams if team.energy is not None]
+
+    @property
+    def kwh(self) -> Decimal:
+        """The sum of the teams' rounded kWh, as the money is of its rounded lines."""
+        return sum((row.kwh for row in self.energy), Decimal("0.00"))
+
+    @property
+    def kg_co2e(self) -> Decimal | None:
+        known = [row.kg_co2e for row in self.energy if row.kg_co2e is not None]
+        return sum(known, Decimal("0.00")) if known else None
 
 
 def statements_for_user(*, user: User | AnonymousUser) -> list[Statement]:
@@ -144,13 +159,16 @@ def statement_picture(*, user: User | AnonymousUser, statement: Statement, team:
     allowed = readable_accounts(user=user)
     lines = StatementLine.objects.filter(statement=statement)
     adjustments = Adjustment.objects.filter(statement=statement)
+    energy = StatementEnergy.objects.filter(statement=statement)
     if allowed is not None:
         lines = lines.filter(account__in=allowed)
         adjustments = adjustments.filter(account__in=allowed)
+        energy = energy.filter(account__in=allowed)
     if team:
         chosen = Account.objects.filter(Q(pk__in=lines.values("account_id")) | Q(pk__in=adjustments.values("account_id")),
                                         slug=team)
         lines, adjustments = lines.filter(account__in=chosen), adjustments.filter(account__in=chosen)
+        energy = energy.filter(account__in=chosen)
         if not chosen.exists():
             raise Http404
     sections: dict[int, TeamSection] = {}
@@ -163,6 +181,9 @@ def statement_picture(*, user: User | AnonymousUser, statement: Statement, team:
     for adjustment in adjustments.order_by("created_at", "id"):
         _section(sections, adjustment.account_id, adjustment.account_slug, adjustment.account_name,
                  adjustment.cost_center).adjustments.append(adjustment)
+    for row in energy:
+        if row.account_id in sections:  # a team the statement bills nothing has no section to show it in
+            sections[row.account_id].energy = row
     teams = sorted(sections.values(), key=lambda section: (section.slug, section.name, section.account_id))
     whole = allowed is None and not team
     return StatementPicture(statement=statement, teams=teams, unallocated=unallocated if whole else [], whole=whole)

@@ -29,6 +29,11 @@ class TeamPartSerializer(serializers.Serializer):
     charged = MoneyField(help_text="The sum of the team's rounded lines.")
     adjusted = MoneyField(help_text="The sum of its adjustments (credits are negative).")
     total = MoneyField(help_text="Its lines and adjustments: what it is charged.")
+    kwh = serializers.DecimalField(max_digits=18, decimal_places=2, source="energy.kwh", allow_null=True, default=None,
+                                   help_text="Its GPUs' energy in the month (null: none metered).")
+    kg_co2e = serializers.DecimalField(max_digits=18, decimal_places=2, source="energy.kg_co2e", allow_null=True,
+                                       default=None, help_text="At the emission factor of the day the month closed; "
+                                                               "null without one.")
 
 
 class StatementDetailSerializer(serializers.Serializer):
@@ -38,6 +43,9 @@ class StatementDetailSerializer(serializers.Serializer):
     adjusted = MoneyField()
     total = MoneyField(help_text="The sum of the teams' totals.")
     unallocated_total = MoneyField(allow_null=True, help_text="Capacity nobody used (finance's whole view only).")
+    kwh = serializers.DecimalField(max_digits=18, decimal_places=2, help_text="The sum of the teams' kWh shown.")
+    kg_co2e = serializers.DecimalField(max_digits=18, decimal_places=2, allow_null=True,
+                                       help_text="The sum of the teams' kg CO₂e shown; null without an emission factor.")
 
 
 class StatementLineSerializer(serializers.ModelSerializer):

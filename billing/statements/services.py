@@ -21,8 +21,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from billing import periods
-from billing.models import Account, Adjustment, Statement, StatementLine
+from billing import energy, periods
+from billing.models import Account, Adjustment, Statement, StatementEnergy, StatementLine
 from billing.money import minor_unit, money_input, round_money
 from billing.rates.card import DEFAULT_CURRENCY, RateCard
 from billing.statements import xid_credits
@@ -131,6 +131,7 @@ def _close(*, actor: User, first: dt.date, start: dt.datetime, end: dt.datetime,
     _write_lines(rows)
     charged = sum((row["amount"] for row in rows if row["kind"] != StatementLine.Kind.UNALLOCATED), Decimal(0))
     unallocated_total = sum((row["amount"] for row in rows if row["kind"] == StatementLine.Kind.UNALLOCATED), Decimal(0))
+    power = _write_energy(statement, start=start, end=end)
     statement.currency = currency
     statement.charged_total = charged + round_money(0, currency)
     statement.unallocated_total = unallocated_total + round_money(0, currency)
@@ -146,8 +147,20 @@ def _close(*, actor: User, first: dt.date, start: dt.datetime, end: dt.datetime,
                          f"{statement.charged_total} {currency} charged to teams"
                          + (f", {len(credits)} credits for GPU time after hardware XIDs" if credits else ""),
                  data={"month": statement.slug, "lines": len(rows), "charged_total": str(statement.charged_total),
-                       "unallocated_total": str(statement.unallocated_total), "currency": currency})
+                       "unallocated_total": str(statement.unallocated_total), "currency": currency,
+                       "energy_kwh": str(power.kwh)})
     return statement
+
+
+def _write_energy(statement: Statement, *, start: dt.datetime, end: dt.datetime) -> energy.Energy:
+    """Each team's metered GPU energy in the month, copied onto the statement before it is sealed."""
+    power = energy.energy_report(accounts=list(Account.objects.all()), start=start, end=end)
+    if power.through is not None:
+        StatementEnergy.objects.bulk_create(
+            StatementEnergy(statement=statement, account_id=team.account_id, account_slug=team.slug,
+                            watt_hours=team.watt_hours, kwh=team.kwh, emission_factor=power.factor,
+                            kg_co2e=team.kg_co2e, metered_through=power.through) for team in power.teams)
+    return power
 
 
 _LINE_COLUMNS = ["statement_id", "kind", "account_id", "account_slug", "account_name", "cost_center", "flavor_id",

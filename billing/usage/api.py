@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing import periods
+from billing import energy, periods
 from billing.rules import require_costs
 from billing.usage import overview, selectors
 from billing.usage.serializers import OverviewQuerySerializer, OverviewSerializer, UsageQuerySerializer, UsageReportSerializer
@@ -25,7 +25,8 @@ from portal.errors import DomainError
 class UsageView(APIView):
     @extend_schema(parameters=[UsageQuerySerializer], responses={200: UsageReportSerializer},
                    description="GPU-hours and cost from the hourly rollups, grouped as asked, for a local month "
-                               "or a run of local days. Members see their teams; finance and platform admins all.")
+                               "or a run of local days, and the GPUs' energy per team. Members see their teams; "
+                               "finance and platform admins all.")
     def get(self, request: Request) -> Response:
         query = UsageQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
@@ -36,9 +37,11 @@ class UsageView(APIView):
             if not accounts.exists():
                 raise Http404
         report = selectors.usage_report(accounts=accounts, start=data["start"], end=data["end"], by=data["by"])
+        (begin, _), (_, finish) = periods.day_bounds(data["start"]), periods.day_bounds(data["end"])
         body = {"start": report.start, "end": report.end, "time_zone": report.time_zone, "currency": report.currency,
                 "by": list(report.by), "rows": report.rows,
-                "total": {"gpu_hours": report.total.gpu_hours, "cost": report.total.cost}}
+                "total": {"gpu_hours": report.total.gpu_hours, "cost": report.total.cost},
+                "energy": energy.energy_report(accounts=list(accounts), start=begin, end=finish)}
         return Response(UsageReportSerializer(body, context={"currency": report.currency}).data)
 
 

@@ -74,6 +74,24 @@ class UsageTotalSerializer(serializers.Serializer):
     cost = MoneyField(help_text="The sum of the rows.")
 
 
+class TeamEnergySerializer(serializers.Serializer):
+    team = serializers.CharField(source="slug")
+    kwh = serializers.DecimalField(max_digits=18, decimal_places=2, help_text="kWh, rounded half-even to two places.")
+    kg_co2e = serializers.DecimalField(max_digits=18, decimal_places=2, allow_null=True,
+                                       help_text="kg CO₂e at the site's emission factor; null without one.")
+
+
+class EnergySerializer(serializers.Serializer):
+    kwh = serializers.DecimalField(max_digits=18, decimal_places=2, help_text="The sum of the teams' kWh.")
+    kg_co2e = serializers.DecimalField(max_digits=18, decimal_places=2, allow_null=True,
+                                       help_text="The sum of the teams' kg CO₂e; null without an emission factor.")
+    emission_factor_kg_per_kwh = serializers.DecimalField(max_digits=8, decimal_places=4, allow_null=True, source="factor")
+    metered_through = serializers.DateTimeField(allow_null=True, source="through",
+                                                help_text="Energy is metered up to here: each hour once it is over.")
+    unavailable = serializers.CharField(allow_blank=True, help_text="Why there is no figure, in words.")
+    teams = TeamEnergySerializer(many=True, help_text="The teams that drew any, by slug.")
+
+
 class UsageReportSerializer(serializers.Serializer):
     start = serializers.DateField()
     end = serializers.DateField(help_text="The last local day included.")
@@ -82,6 +100,8 @@ class UsageReportSerializer(serializers.Serializer):
     by = serializers.ListField(child=serializers.CharField())
     rows = UsageRowSerializer(many=True)
     total = UsageTotalSerializer()
+    energy = EnergySerializer(help_text="The GPUs' energy over the period per team (the GPUs' draw only: DCGM power, "
+                                        "each pod's part of its card's, metered hourly).")
 
 
 class OverviewQuerySerializer(serializers.Serializer):

@@ -15,7 +15,7 @@ from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
-from billing import periods
+from billing import energy, periods
 from billing.rules import require_costs
 from billing.usage import overview, selectors
 from billing.usage.efficiency import team_month_efficiency
@@ -46,7 +46,10 @@ def team_usage(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         return _refusal(request, error)
     efficiency = team_month_efficiency(team=team, account=usage.account, month=usage.month, cost=usage.total.cost,
                                        allocated_device_seconds=usage.allocated_device_seconds)
-    return render(request, "billing/team_usage.html", {"team": team, "usage": usage, "efficiency": efficiency})
+    start, end = periods.month_bounds(usage.month)
+    power = energy.energy_report(accounts=[usage.account] if usage.account else [], start=start, end=end)
+    return render(request, "billing/team_usage.html", {"team": team, "usage": usage, "efficiency": efficiency,
+                                                       "energy": power})
 
 
 @login_required

@@ -10,6 +10,7 @@ default), or none ("off": every answer is "no metrics").
 
 from portal.metrics.base import (
     DeviceHours,
+    EnergyKey,
     Metrics,
     MetricsError,
     PodActivity,
@@ -24,6 +25,7 @@ from portal.metrics.select import metrics, reset_metrics
 
 __all__ = [
     "DeviceHours",
+    "EnergyKey",
     "Metrics",
     "MetricsError",
     "PodActivity",

@@ -14,6 +14,7 @@ import datetime as dt
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Protocol
 
 ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # a ratio 0..1; the one that works for MIG slices
@@ -127,6 +128,20 @@ class DeviceHours:
     covered: float
 
 
+@dataclass(frozen=True, order=True)
+class EnergyKey:
+    namespace: str
+    hour: dt.datetime  # the hour's start
+
+
+ENERGY_SAMPLE_SECONDS = 60  # power is read once a minute for energy, each sample standing for its minute
+
+
+def kwh(watt_hours: Decimal) -> Decimal:
+    """The one rounding of GPU energy, on every surface: kWh to two places, half-even."""
+    return (watt_hours / 1000).quantize(Decimal("0.01"), rounding=ROUND_HALF_EVEN)
+
+
 class Metrics(Protocol):
     """What the portal may ask of GPU telemetry. Every method is one query."""
 
@@ -146,6 +161,12 @@ class Metrics(Protocol):
     def device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, DeviceHours]:
         """Per namespace, the device-hours (GPUs or MIG instances) its pods reported between start
         and end, and how many of them were busy: engine active summed over devices and hours."""
+
+    def energy_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[EnergyKey, float]:
+        """Per namespace and whole hour in [start, end) (both on the hour), the watt-hours its pods'
+        GPUs drew: power sampled each minute, each pod's part of its card's (a card's draw split
+        among the series that report it: MIG instances, or the pods on a shared card). Hours a
+        namespace drew nothing are left out."""
 
 
 def range_step(start: dt.datetime, end: dt.datetime, *, points: int = CHART_POINTS) -> int:

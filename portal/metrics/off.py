@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Sequence
 
-from portal.metrics.base import DeviceHours, GpuReading, PodActivity, PodSpan, WorkloadSeries, XidReport, range_step
+from portal.metrics.base import DeviceHours, EnergyKey, GpuReading, PodActivity, PodSpan, WorkloadSeries, XidReport, range_step
 
 
 class NoMetrics:
@@ -24,3 +24,6 @@ class NoMetrics:
 
     def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
         return []
+
+    def energy_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[EnergyKey, float]:
+        return {}

@@ -21,6 +21,7 @@ from django.conf import settings
 
 from portal.backoff import backoff_delay
 from portal.metrics.base import (
+    ENERGY_SAMPLE_SECONDS,
     ENGINE_ACTIVE,
     FB_FREE,
     FB_USED,
@@ -28,6 +29,7 @@ from portal.metrics.base import (
     TEMPERATURE,
     XID,
     DeviceHours,
+    EnergyKey,
     GpuReading,
     MetricsError,
     PodActivity,
@@ -57,17 +59,20 @@ _SERIES_NAMES = ("engine_active", "memory_used", "memory_total", "power", "tempe
 # pod on it, or once per replica a pod holds (dcgm-exporter's `vgpu` label), each with the whole
 # device's values; deploy/prometheus/recording_rules.yaml divides it the same way.
 DEVICE = "Hostname, gpu, UUID, GPU_I_ID"
-
-
-def _per_device(series: str, metric: str) -> str:
-    """`series` (of `metric`) divided one by one by how many series of `metric` its device has, any
-    pod's: a shared device's value split among the pods (replicas) on it."""
-    return f'({series} / on ({DEVICE}) group_left count by ({DEVICE}) ({metric}{{pod!=""}}))'
+GPU = "Hostname, gpu, UUID"  # the physical card, whose power every series of it reports
 
 
 def _device_share(selector: str) -> str:
-    """Each series' share of its device now: 1 / the series on it (1 on an unshared device)."""
-    return _per_device(f"({ENGINE_ACTIVE}{selector} >= bool 0)", ENGINE_ACTIVE)
+    """Each series' share of its device now: 1 / the pod series on it (1 on an unshared device)."""
+    return (f"(({ENGINE_ACTIVE}{selector} >= bool 0) / on ({DEVICE}) group_left "
+            f'count by ({DEVICE}) ({ENGINE_ACTIVE}{{pod!=""}}))')
+
+
+def _power_share(selector: str) -> str:
+    """Each series' part of its card's power: the card's draw split equally among the series that
+    report it (its MIG instances, held or not, or the pods and replicas on a shared card), so no
+    watt is counted twice."""
+    return f"({POWER}{selector} / on ({GPU}) group_left count by ({GPU}) ({POWER}))"
 
 
 def _regex_of(names: Collection[str]) -> str:
@@ -134,13 +139,13 @@ class PrometheusMetrics:
         sel = f'{{namespace="{namespace}",pod=~"{_regex_of([p.name for p in pods])}"}}'
         average_over = max(step, 60)
         # Engine active, memory and temperature are its devices' (a device reported once per replica
-        # it holds counts once); power is its share of each device's; sharers, the most pods on one.
+        # it holds counts once); power is its part of each card's; sharers, the most pods on one.
         parts = {
             "engine_active": f"100 * avg(avg_over_time({ENGINE_ACTIVE}{sel}[{average_over}s]))",
             "memory_used": f"sum(max by ({DEVICE}) ({FB_USED}{sel}))",
             # the total is used + free, added here: FB_USED is read once
             "memory_free": f"sum(max by ({DEVICE}) ({FB_FREE}{sel}))",
-            "power": f"sum({_per_device(POWER + sel, POWER)})",
+            "power": f"sum({_power_share(sel)})",
             "temperature": f"max({TEMPERATURE}{sel})",
             "sharers": (f'max(count by ({DEVICE}) (group by ({DEVICE}, namespace, pod) ({ENGINE_ACTIVE}{{pod!=""}})) '
                         f"and on ({DEVICE}) {ENGINE_ACTIVE}{sel})"),
@@ -203,6 +208,25 @@ class PrometheusMetrics:
             found.setdefault(r["metric"].get("namespace", ""), {})[r["metric"].get("stat", "")] = float(r["value"][1])
         return {namespace: DeviceHours(busy=stats.get("busy", 0.0), covered=stats["covered"])
                 for namespace, stats in found.items() if stats.get("covered")}
+
+    def energy_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[EnergyKey, float]:
+        if not namespaces or end <= start:
+            return {}
+        sel = f'{{namespace=~"{_regex_of(namespaces)}"}}'
+        minute = ENERGY_SAMPLE_SECONDS
+        # At each hour's end: its minutes (a window half a minute short of the hour, so that the
+        # minute at its start, the previous hour's last, is not taken), each sample a minute of draw.
+        per_minute = f"sum by (namespace) ({_power_share(sel)})"
+        query = f"sum_over_time(({per_minute})[{3600 - minute // 2}s:{minute}s]) * {minute} / 3600"
+        found: dict[EnergyKey, float] = {}
+        for series in self.query_range(query, start=start + dt.timedelta(hours=1), end=end, step=3600):
+            namespace = series["metric"].get("namespace", "")
+            for at, value in series["values"]:
+                watt_hours = float(value)
+                if watt_hours > 0:
+                    hour = dt.datetime.fromtimestamp(float(at), dt.UTC) - dt.timedelta(hours=1)
+                    found[EnergyKey(namespace, hour)] = watt_hours
+        return found
 
     def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
         query = (f'label_replace(100 * avg_over_time({ENGINE_ACTIVE}[{_seconds(window)}s]), "stat", "engine", "", "") '

@@ -37,7 +37,9 @@ from typing import Literal
 from portal.hooks import Hook
 from portal.kube import gateway
 from portal.metrics.base import (
+    ENERGY_SAMPLE_SECONDS,
     DeviceHours,
+    EnergyKey,
     GpuReading,
     PodActivity,
     PodKey,
@@ -381,6 +383,31 @@ class SimulatedMetrics:
             busy[pod.namespace] = busy.get(pod.namespace, 0.0) + pod_busy * SAMPLE_SECONDS / 3600
             covered[pod.namespace] = covered.get(pod.namespace, 0.0) + pod_covered * SAMPLE_SECONDS / 3600
         return {namespace: DeviceHours(busy=busy[namespace], covered=hours) for namespace, hours in covered.items()}
+
+    def energy_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[EnergyKey, float]:
+        if self.outage:
+            return {}
+        now = self.clock()
+        wanted = set(namespaces)
+        pods = self.pods()
+        layout = _layout(pods)
+        found: dict[EnergyKey, float] = {}
+        hour = start
+        while hour < end:
+            for t in range(int(hour.timestamp()) + ENERGY_SAMPLE_SECONDS, int(hour.timestamp()) + 3601, ENERGY_SAMPLE_SECONDS):
+                if t > now:
+                    break
+                for pod in pods:
+                    if pod.namespace not in wanted or not pod.holds(t) or t - pod.started_at < FIRST_REPORT_SECONDS:
+                        continue
+                    watts = 0.0
+                    for holding in layout.holdings[PodKey(pod.namespace, pod.name)]:
+                        card = self._card(layout, holding.device, t, pod)
+                        watts += self._watts(pod, card.percent) * holding.slots / card.series
+                    key = EnergyKey(pod.namespace, hour)
+                    found[key] = found.get(key, 0.0) + watts * ENERGY_SAMPLE_SECONDS / 3600
+            hour += dt.timedelta(hours=1)
+        return found
 
     def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
         if self.outage:

@@ -199,10 +199,10 @@ def test_team_page_costs_the_same_queries_for_an_hour_or_a_month_of_rows(as_user
                                              fraction_denominator=1, unit_seconds=600) for h in range(31 * 24)])
     with CaptureQueriesContext(connection) as many:
         assert page(client, "billing:team-usage", "vision", month=OCT).status_code == 200
-    assert len(many) == len(few) == 17, [q["sql"] for q in many.captured_queries]
+    assert len(many) == len(few) == 18, [q["sql"] for q in many.captured_queries]
     # One asks whether any GPU failed this month (the credit it would bring, billing.statements.xid_credits); four
     # are the simulated metrics door reading the simulated cluster's pods and nodes (no database behind
-    # a real Prometheus).
+    # a real Prometheus); one reads how far energy is metered (none here, so no sum of its hours).
     # By flavor, by person, by day and the allocated hours come from one grouped read of the rollups.
     assert sum("billing_usage" in q["sql"] for q in many.captured_queries) == 1
 
@@ -215,7 +215,7 @@ def test_team_page_this_month_reads_the_rollups_once_for_its_figures_and_its_for
     with CaptureQueriesContext(connection) as read:
         html = page(client, "billing:team-usage", "vision").content.decode()
     assert 'data-testid="forecast"' in html
-    assert len(read) == 17, [q["sql"] for q in read.captured_queries]
+    assert len(read) == 18, [q["sql"] for q in read.captured_queries]
     assert sum("billing_usage" in q["sql"] for q in read.captured_queries) == 1
 
 

@@ -215,3 +215,23 @@ def test_a_workloads_charts_on_a_shared_card_give_its_share_of_power_and_count_t
         ('{series="engine_active"}', 30), ('{series="memory_used"}', 6000), ('{series="memory_free"}', 10000),
         ('{series="power"}', 60), ('{series="temperature"}', 55), ('{series="sharers"}', 2),
     ])
+
+
+def test_the_doors_energy_query_gives_each_pod_its_part_of_its_cards_power_minute_by_minute(tmp_path):
+    """The hour 01:00-02:00: GPU-a is time-sliced between vision and nlp at 100 W (50 W each, 50 Wh);
+    GPU-b is a MIG card of 7 instances at 350 W, vision holding one (50 W: the other six are
+    nobody's); nlp's wl-4-0 has GPU-c, 200 W, from 01:30 (31 of the hour's minutes: 103.33 Wh)."""
+    power = "DCGM_FI_DEV_POWER_USAGE"
+    series = [
+        (f'{power}{{Hostname="n1",gpu="0",UUID="GPU-a",namespace="vision",pod="wl-1-0"}}', "100x180"),
+        (f'{power}{{Hostname="n1",gpu="0",UUID="GPU-a",namespace="nlp",pod="wl-3-0"}}', "100x180"),
+        (f'{power}{{Hostname="n1",gpu="1",UUID="GPU-b",GPU_I_ID="1",namespace="vision",pod="wl-2-0"}}', "350x180"),
+        *[(f'{power}{{Hostname="n1",gpu="1",UUID="GPU-b",GPU_I_ID="{i}",namespace="",pod=""}}', "350x180")
+          for i in range(2, 8)],
+        (f'{power}{{Hostname="n1",gpu="2",UUID="GPU-c",namespace="nlp",pod="wl-4-0"}}', "_x90 200x89"),
+    ]
+    start = dt.datetime(1970, 1, 1, 1, tzinfo=dt.UTC)
+    query = _asked(lambda door: door.energy_hours(namespaces=["vision", "nlp"], start=start,
+                                                  end=start + dt.timedelta(hours=1)))
+    _evaluated(tmp_path, query, series, at="2h", expected=[
+        ('{namespace="vision"}', 100.0), ('{namespace="nlp"}', round(50 + 200 * 31 / 60, 4))])

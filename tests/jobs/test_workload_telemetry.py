@@ -4,6 +4,7 @@ shared-GPU caveat, "no metrics", and another team's workload answering 404."""
 from __future__ import annotations
 
 import datetime as dt
+from decimal import Decimal
 
 import pytest
 from django.db.models import F
@@ -43,6 +44,15 @@ def test_a_busy_job_gets_four_charts_and_says_how_busy_it_is(running_job):
     assert picture.verdict.startswith("Busy ") and "% of its GPU time" in picture.verdict
     assert all(c.path.count(",") >= 10 for c in picture.charts)  # a point every 15 s over ten minutes
     assert picture.charts[1].latest.endswith("of 80.0 GiB")  # an H100 80GB, as the catalog has it
+
+
+def test_the_energy_its_gpus_drew_is_the_power_chart_summed_and_the_fragment_says_it(running_job, member):
+    picture = telemetry.workload_telemetry(workload=running_job, now=_later())
+    # Ten minutes of an H100 at 80-95 % engine: 12 % + 80 % × busy of 700 W, about 0.1 kWh.
+    assert picture.kwh is not None and Decimal("0.09") <= picture.kwh <= Decimal("0.11")
+    running_job.intervals.update(started_at=F("started_at") - dt.timedelta(minutes=10))
+    fragment = login(member).get(f"/workloads/{running_job.pk}/telemetry/", HTTP_HX_REQUEST="true").content.decode()
+    assert "Energy so far: " in fragment and " kWh, its GPUs' draw (DCGM power)." in fragment
 
 
 def test_an_idle_job_says_for_how_long(running_job, gpu_metrics):

@@ -172,3 +172,24 @@ def test_a_shared_card_is_divided_among_the_pods_on_it_in_proportion_to_their_re
     assert ours.sharers[-1].value == theirs.sharers[-1].value == 2
     assert ours.power_watts[-1].value == pytest.approx(2 * theirs.power_watts[-1].value, rel=0.02)
     assert ours.memory_total_mib[-1].value == theirs.memory_total_mib[-1].value  # the card's, counted once
+
+
+def test_energy_gives_each_pod_on_a_shared_card_its_part_of_the_cards_power(telemetry):
+    """The card's draw is split among the replicas reporting it: nlp's pod, holding two of the three,
+    drew twice the watt-hours of vision's in every hour; a namespace that ran nothing drew none."""
+    vision, nlp, idle = telemetry.namespace(), telemetry.namespace(), telemetry.namespace()
+    telemetry.share_card("ts-node-2", [(vision, "wl-30-a", 1, 0.5), (nlp, "wl-31-a", 2, 0.3)])
+    telemetry.scraped()
+    hour = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+
+    def totals(found):
+        summed: dict[str, float] = {}
+        for key, watt_hours in found.items():
+            summed[key.namespace] = summed.get(key.namespace, 0.0) + watt_hours
+        return summed
+
+    energy = telemetry.eventually(
+        lambda: totals(telemetry.door.energy_hours(namespaces=[vision, nlp, idle], start=hour - dt.timedelta(hours=1),
+                                                   end=hour + dt.timedelta(hours=1))),
+        lambda e: {vision, nlp} <= set(e) and e[nlp] == pytest.approx(2 * e[vision], rel=0.1), what="nlp drew twice vision's")
+    assert idle not in energy and energy[vision] > 0

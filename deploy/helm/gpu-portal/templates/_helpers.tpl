@@ -97,6 +97,7 @@ exists, can read them too. */}}
   "PORTAL_VAR_DIR" "/tmp/gpu-portal"
   "TIME_ZONE" $v.timeZone
   "BILLING_TIME_ZONE" $v.billingTimeZone
+  "PORTAL_EMISSION_FACTOR_KG_PER_KWH" $v.emissionFactorKgPerKwh
   "LOG_LEVEL" $v.logLevel
   "LOG_FORMAT" "json"
   "PORTAL_PROXY_HOPS" $v.proxyHops
