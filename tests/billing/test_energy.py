@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from billing import energy
 from billing.models import EnergyHour, EnergyState
 from portal.metrics import reset_metrics
+from portal.metrics.base import kwh
 from portal.metrics.prometheus import PrometheusMetrics
 from portal.metrics.simulated import SimulatedMetrics, SimulatedPod
 from portal.settings import _emission_factor
@@ -64,7 +65,7 @@ def test_a_teams_month_is_its_metered_hours_in_kwh_and_kg_co2e_by_one_rounding(t
     assert month.kwh == Decimal("0.73")  # 728 Wh
     assert month.kg_co2e == Decimal("0.29")  # 0.728 kWh × 0.4, rounded once
     assert month.through == dt.datetime(2026, 10, 20, 12, tzinfo=UTC) and not month.unavailable
-    assert energy.kwh(Decimal("1234.565")) == Decimal("1.23") and energy.kwh(Decimal("1235.000")) == Decimal("1.24")
+    assert kwh(Decimal("1234.565")) == Decimal("1.23") and kwh(Decimal("1235.000")) == Decimal("1.24")
 
 
 def test_an_outage_leaves_the_hours_for_a_later_run_and_says_why(team, door):

@@ -1,9 +1,10 @@
-"""Shared GPU flavors on both clusters (issue 24 §1): a time-sliced, an MPS and a MIG pool, each
-labelled by GPU Feature Discovery as the device plugin shares it and tainted so that only its
-flavors land there. A launch on each runs on its pool with the taint tolerated, the team's queue
-counts its units of the pool's resource, and metering bills each unit at its fraction of a
-GPU-hour. A node that joins the time-sliced pool split another way makes the next node check
-refuse launches in words; once it leaves, launches go again."""
+"""Shared GPU flavors on both clusters (issue 24 §1): a time-sliced, an MPS and a MIG pool, and a
+mixed-strategy MIG node serving two profiles, each labelled by GPU Feature Discovery as the device
+plugin shares it and tainted so that only its flavors land there. A launch on each runs on its
+pool with the taint tolerated, the team's queue counts its units of the pool's resource, and
+metering bills each unit at its fraction of a GPU-hour. A node that joins the time-sliced pool
+split another way makes the next node check refuse launches in words; once it leaves, launches go
+again."""
 
 from __future__ import annotations
 
@@ -154,3 +155,54 @@ def test_a_node_that_joins_the_pool_split_another_way_refuses_launches_until_it_
     assert workload.phase != Workload.Phase.FAILED
     with django_capture_on_commit_callbacks(execute=True):
         services.workload_stop(user=lead, workload=workload)
+
+
+def test_a_mixed_mig_node_serves_two_profiles_each_counted_in_its_own_units_and_billed_at_its_slice(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    """One node of two A100s under the mixed MIG strategy: one cut into seven 1g.10gb slices, the
+    other into two 3g.40gb. Two flavors select it, one per profile; a launch on each lands there,
+    the team's queue counts each in its own profile's units, and each slice bills its sevenths."""
+    node, pool = cluster.unique("mig-mixed"), cluster.unique("mig-mixed")
+    profiles = {"1g.10gb": (1, 7), "3g.40gb": (3, 2)}  # sevenths of a GPU a slice is, and slices on its GPU
+    flavors = {}
+    with django_capture_on_commit_callbacks(execute=True):
+        for profile, (sevenths, slices) in profiles.items():
+            flavors[profile] = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
+                name=cluster.unique(f"A100 {profile}"), slug=cluster.unique(f"mig-{profile.split('.')[0]}"),
+                resource_name=f"nvidia.com/mig-{profile}", sharing_mode=Flavor.SharingMode.MIG,
+                gpu_model="NVIDIA A100 80GB", fraction_numerator=sevenths, fraction_denominator=7, capacity_units=slices,
+                node_labels={"gpu-portal.io/test-flavor": pool}, tolerations=[catalog.NVIDIA_TAINT]))
+            ensure_priced(flavors[profile], "2.00")
+    cluster.add_gpu_node(node, labels={"gpu-portal.io/test-flavor": pool, "nvidia.com/mig.strategy": "mixed",
+                                       nodes.SHARING_STRATEGY_LABEL: "none", nodes.GPU_COUNT_LABEL: "2"},
+                         allocatable={f"nvidia.com/mig-{p}": slices for p, (_, slices) in profiles.items()},
+                         taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    verdicts = nodes.check_flavors(flavors=list(flavors.values()))
+    assert [verdicts[f.pk].problem for f in flavors.values()] == ["", ""]
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    template = templates["training"]
+    services.template_revise(user=site.admin, template=template, flavors=[site.flavor, *flavors.values()])
+    team = site.team("mig-mixed")
+    lead = team.memberships.get().user
+    for flavor in flavors.values():
+        site.grant(team, lead, 2, of=flavor)
+
+    small = launch(team, lead, template, flavors["1g.10gb"], django_capture_on_commit_callbacks, units=2)
+    large = launch(team, lead, template, flavors["3g.40gb"], django_capture_on_commit_callbacks, units=1)
+    labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in gateway().list("v1", "Node")[0]}
+    for workload in (small, large):
+        cluster.wait_for(lambda w=workload: running(w), what=f"{workload.flavor.name} to run")
+        (pod,) = pods_of(workload)
+        # On the real cluster, this node; the simulated one also makes nodes of the catalog's own.
+        assert labels[pod["spec"]["nodeName"]]["gpu-portal.io/test-flavor"] == pool
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert {k: v for k, v in limits.items() if k.startswith("nvidia.com/")} == {
+            workload.flavor.resource_name: str(workload.units)}
+    assert cluster.wait_for(lambda: (queue_usage(team.slug, flavors["1g.10gb"].slug),
+                                     queue_usage(team.slug, flavors["3g.40gb"].slug)) == ((2, 0), (1, 0)),
+                            what="the queue to count each profile in its own units")
+    assert billed_gpu_seconds(team) == {(flavors["1g.10gb"].slug, Fraction(1, 7)): Fraction(2 * 60, 7),
+                                        (flavors["3g.40gb"].slug, Fraction(3, 7)): Fraction(60 * 3, 7)}
+    with django_capture_on_commit_callbacks(execute=True):
+        for workload in (small, large):
+            services.workload_stop(user=lead, workload=workload)

@@ -254,3 +254,31 @@ def test_the_api_keeps_a_warned_workload_running_and_refuses_one_not_warned(idle
     answer = api(member).post(f"/api/workloads/{idle_job.pk}/keep-running/")
     assert answer.status_code == 200, answer.content
     assert WorkloadIdleState.objects.get(workload=idle_job).kept_by == member
+
+
+def test_on_a_shared_card_a_pod_is_judged_by_the_card_so_only_a_card_all_idle_is_reclaimed(
+        team, member, admin_user, simulated, gpu_metrics, django_capture_on_commit_callbacks, settings):
+    """DCGM reports a time-sliced card whole to every pod on it: an idle pod beside a busy one
+    reads busy and is not stopped; once the whole card idles, both are idle."""
+    from tests.factories import FlavorFactory
+    from tests.helpers import make_ready
+
+    settings.PORTAL_POD_ANNOTATIONS = {"gpu-portal.io/simulated-run-seconds": "86400"}
+    shared = FlavorFactory.create(name="T4 shared", slug="t4-shared", resource_name="nvidia.com/gpu.shared",
+                                  sharing_mode="time-sliced", fraction_denominator=4, capacity_units=8)
+    make_ready(team, shared)
+    template = services.template_create(
+        user=admin_user, slug="shared-sweep", name="Shared sweep", kind=WorkloadKind.TRAINING, flavors=[shared],
+        image="pytorch/pytorch:2.5", idle_threshold_percent=10, idle_window_minutes=20, idle_action=IdleAction.STOP,
+        idle_grace_minutes=10)
+    idle, busy = _running(simulated, django_capture_on_commit_callbacks,
+                          lambda: launch(member, team, template, shared, parameters={}),
+                          lambda: launch(member, team, template, shared, parameters={}))
+    _set(gpu_metrics, idle, 2)
+    _set(gpu_metrics, busy, 90)
+    sweep = reclaim.idle_sweep(now=timezone.now())
+    assert sorted(sweep.busy) == sorted([idle.pk, busy.pk]) and sweep.idle == []
+    assert WorkloadIdleState.objects.get(workload=idle).engine_active == pytest.approx(92)
+
+    _set(gpu_metrics, busy, 1)
+    assert sorted(reclaim.idle_sweep(now=timezone.now()).idle) == sorted([idle.pk, busy.pk])
