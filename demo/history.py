@@ -3,8 +3,8 @@ recurring jobs since the start of the previous month, each a RunInterval with it
 fraction and guaranteed or borrowed state (and a RunIntervalSwitch where that changed), decided
 from the quota grants in force at each moment by the rule the sync applies live
 (`jobs.sync.borrowing`). `billing.metering.rollups_refresh` makes the rollups from them, so
-`manage.py billing_verify` agrees, and finance closes the previous month through
-`billing.statements.services.statement_close`.
+`manage.py billing_verify` agrees; their GPU energy is seeded by the simulated telemetry's power
+model, and finance closes the previous month through `billing.statements.services.statement_close`.
 
 Runs are keyed by pod uid (team, workload, day): seeding again the same day changes nothing; on a
 later day it adds the runs finished since, except in a month already closed (a closed statement
@@ -17,23 +17,27 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 
 from django.db import transaction
 from django.db.models import Max
 
 from billing import metering, periods
 from billing.budgets import services as budgets
-from billing.models import Budget, Rate, Statement
+from billing.models import Account, Budget, EnergyHour, EnergyState, Rate, Statement
 from billing.rates.card import RateCard
 from billing.statements import services as statements
 from jobs.models import RunInterval, RunIntervalSwitch, Workload, WorkloadTemplate
 from jobs.sync import borrowing
+from portal.metrics import simulated as simulated_metrics
 from portal.models import User
+from tenants import catalog
 from tenants.models import Flavor, QuotaGrant, Team
 
 # List prices per physical GPU-hour; a MIG slice or a time-sliced share pays its fraction.
 LIST_PRICES = (("h100-80gb", "2.75"), ("a100-1g-10gb", "1.80"), ("t4-shared", "0.35"))
 DEMO_BUDGET = ("vision", "1500")  # about half a month of its runs: the bar fills and the forecast dates the crossing
+HISTORY_ENGINE = 0.875  # the seeded runs' engine active: a training's steady 80-95 % (portal.metrics.simulated)
 
 
 @dataclass(frozen=True)
@@ -196,6 +200,7 @@ def history_seed(*, now: dt.datetime) -> Seeded:
         metering.rollups_refresh(until=since)
     created = _intervals_seed(now=now, since=since, flavors=flavors)
     metering.rollups_refresh()
+    _energy_seed(now=now)
     statement = _previous_month_close(now=now, since=since, finance=finance)
     budget_team = Team.objects.filter(slug=DEMO_BUDGET[0]).first()
     if budget_team is not None and finance is not None and not Budget.objects.filter(account__team=budget_team).exists():
@@ -244,6 +249,32 @@ def _intervals_seed(*, now: dt.datetime, since: dt.datetime, flavors: dict[str, 
         if workload.finished_at is None or finished > workload.finished_at:
             Workload.objects.filter(pk=workload.pk).update(finished_at=finished)
     return len(intervals)
+
+
+def _energy_seed(*, now: dt.datetime) -> int:
+    """The seeded past's GPU energy, once, as the energy meter would have read it: each run's units
+    drawing their share of their card's power at a training's steady engine active, by the model
+    the simulated telemetry draws with (portal.metrics.simulated). From the current hour on, the
+    meter reads the live simulated pods."""
+    if EnergyState.objects.filter(pk=1, metered_through__isnull=False).exists():
+        return 0
+    until = periods.hour_floor(now)
+    share = Decimal(simulated_metrics.IDLE_POWER_SHARE + simulated_metrics.BUSY_POWER_SHARE * HISTORY_ENGINE)
+    watt_hours: dict[tuple[int, dt.datetime], Decimal] = defaultdict(Decimal)
+    accounts = {account.team_uid: account for account in Account.objects.exclude(team_uid=None)}
+    for interval in RunInterval.objects.filter(ended_at__lt=until).select_related("flavor"):
+        account = accounts.get(interval.team_uid)
+        if account is None or interval.ended_at is None:
+            continue
+        unit = catalog.unit_limits(gpu_model_name=interval.flavor.gpu_model, resource_name=interval.resource_name,
+                                   fraction=Fraction(interval.fraction_numerator, interval.fraction_denominator))
+        watts = Decimal(unit.milliwatts) / 1000 * share * interval.units
+        for hour, seconds in periods.split_by_hour(interval.started_at, interval.ended_at):
+            watt_hours[(account.pk, hour)] += watts * seconds / 3600
+    EnergyHour.objects.bulk_create([EnergyHour(account_id=account, hour=hour, watt_hours=value.quantize(Decimal("0.001")))
+                                    for (account, hour), value in sorted(watt_hours.items())], batch_size=500)
+    EnergyState.objects.update_or_create(pk=1, defaults={"metered_through": until, "checked_at": now})
+    return len(watt_hours)
 
 
 def _previous_month_close(*, now: dt.datetime, since: dt.datetime, finance: User | None) -> Statement | None:

@@ -150,3 +150,33 @@ def test_finance_opens_last_months_closed_statement_with_every_teams_lines_on_an
     client.login(username="finance", password="gpu-portal-demo")
     page = client.get("/billing/statements/")
     assert page.status_code == 200 and "September 2026" in page.content.decode()
+
+
+def test_last_months_statement_keeps_each_teams_energy_as_its_gpu_hours_at_the_simulated_power(seeded):
+    """The seeded runs draw what the simulated telemetry draws for a steady training: each unit its
+    share of its card's power at 12 % + 80 % × 87.5 % of it (an H100 80GB unit 574 W, a quarter of a
+    T4 14.35 W); the statement keeps each billed team's month of it."""
+    from fractions import Fraction
+
+    from billing.models import EnergyHour, EnergyState, StatementEnergy
+    from billing.periods import hour_floor
+    from tenants.catalog import unit_limits
+
+    statement = Statement.objects.get()
+    billed = set(StatementLine.objects.filter(statement=statement).exclude(account=None).values_list("account_slug",
+                                                                                                     flat=True))
+    energy = {row.account_slug: row for row in StatementEnergy.objects.filter(statement=statement)}
+    assert billed and set(energy) == billed
+    expected: dict[str, float] = {}
+    for interval in RunInterval.objects.filter(started_at__lt=statement.period_end, ended_at__gt=statement.period_start):
+        seconds = (min(interval.ended_at, statement.period_end) - max(interval.started_at, statement.period_start))
+        unit = unit_limits(gpu_model_name=interval.flavor.gpu_model, resource_name=interval.resource_name,
+                           fraction=Fraction(interval.fraction_numerator, interval.fraction_denominator))
+        watts = unit.milliwatts / 1000 * (0.12 + 0.80 * 0.875) * interval.units
+        expected[interval.team.slug] = expected.get(interval.team.slug, 0.0) + seconds.total_seconds() / 3600 * watts
+    assert {slug: float(row.watt_hours) for slug, row in energy.items()} == pytest.approx(expected, rel=1e-4)
+    for slug, row in energy.items():
+        month = EnergyHour.objects.filter(account__slug=slug, hour__gte=statement.period_start,
+                                          hour__lt=statement.period_end).aggregate(total=Sum("watt_hours"))["total"]
+        assert row.watt_hours == month and row.kwh > 0
+    assert EnergyState.objects.get().metered_through == hour_floor(timezone.now())
