@@ -35,6 +35,7 @@ from django.utils import timezone
 from billing import periods
 from billing.models import Account, EnergyHour, EnergyState
 from jobs.models import RunInterval
+from portal.health import ENERGY_METER, heartbeat_record
 from portal.metrics import MetricsError, metrics
 from portal.metrics.base import kwh
 from portal.metrics.off import NoMetrics
@@ -134,6 +135,7 @@ def energy_meter(*, now: dt.datetime | None = None) -> int:
         last = periods.hour_floor(now)  # the open hour's start: hours before it are complete
         end = min(start + dt.timedelta(hours=MAX_HOURS_PER_RUN), last)
         if end <= start:
+            heartbeat_record(name=ENERGY_METER, at=now)
             return 0
         by_namespace = _namespaces(list(Account.objects.all()))
         try:
@@ -150,6 +152,8 @@ def energy_meter(*, now: dt.datetime | None = None) -> int:
             for key, watt_hours in sorted(found.items()) if key.namespace in by_namespace and key.hour < end)
         state.metered_through, state.checked_at, state.unavailable = end, now, ""
         state.save(update_fields=["metered_through", "checked_at", "unavailable"])
+        if end == last:
+            heartbeat_record(name=ENERGY_METER, at=now)
     hours = int((end - start).total_seconds() // 3600)
     log.info("energy: metered %d hours to %s", hours, end)
     return hours

@@ -34,6 +34,9 @@ TEAM_PASS = "team-pass"
 # Not a process either: the node check (tenants.nodes.check_flavors), which judges each flavor
 # against its nodes and keeps the GPU nodes for the nodes page, every minute on beat.
 NODE_CHECK = "node-check"
+# Nor this: billing's energy meter (billing.energy.energy_meter), each time it has read every
+# complete hour from telemetry; a telemetry outage leaves it where it was.
+ENERGY_METER = "energy-meter"
 
 # What each heartbeat proves, for the reason a stale one gives.
 HEARTBEAT_ROLES = {

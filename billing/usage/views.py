@@ -16,6 +16,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from billing import energy, periods
+from billing.models import Account
 from billing.rules import require_costs
 from billing.usage import overview, selectors
 from billing.usage.efficiency import team_month_efficiency
@@ -88,8 +89,12 @@ def finance_overview(request: HtmxHttpRequest) -> HttpResponse:
         return _refusal(request, error)
     keep = [("sort", found.sort), ("dir", "desc" if found.descending else "asc")]
     rows = Paginator(found.rows, OVERVIEW_PAGE_SIZE).get_page(request.GET.get("page"))
+    start, end = periods.month_bounds(found.month)
+    power = energy.energy_report(accounts=list(Account.objects.all()), start=start, end=end)
+    kwh = {team.account_id: team.kwh for team in power.teams}
     return render(request, "billing/finance_overview.html",
-                  {"overview": found, "rows": rows, "columns": OVERVIEW_COLUMNS, "keep": keep})
+                  {"overview": found, "rows": rows, "columns": OVERVIEW_COLUMNS, "keep": keep, "energy": power,
+                   "rows_with_energy": [(row, kwh.get(row.account_id)) for row in rows]})
 
 
 @login_required

@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from billing import energy
 from billing.models import EnergyHour, EnergyState
+from portal.health import ENERGY_METER, heartbeat_at
 from portal.metrics import reset_metrics
 from portal.metrics.base import kwh
 from portal.metrics.prometheus import PrometheusMetrics
@@ -51,6 +52,7 @@ def test_each_complete_hour_is_metered_once_per_team(team, door):
     assert EnergyHour.objects.count() == 2  # nobody's namespace has no account and is not kept
     assert EnergyState.objects.get().metered_through == dt.datetime(2026, 10, 20, 12, tzinfo=UTC)
 
+    assert heartbeat_at(ENERGY_METER) == NOW  # read up to the last complete hour: the alert's sign of life
     assert energy.energy_meter(now=NOW) == 0  # twice is once
     assert energy.energy_meter(now=NOW + dt.timedelta(hours=1)) == 1
     assert {row.hour.hour for row in EnergyHour.objects.filter(account=vision)} == {8, 9}
@@ -73,7 +75,7 @@ def test_an_outage_leaves_the_hours_for_a_later_run_and_says_why(team, door):
     assert energy.energy_meter(now=NOW) == 0
     state = EnergyState.objects.get()
     assert state.metered_through == dt.datetime(2026, 10, 20, 6, tzinfo=UTC) and "127.0.0.1:9" in state.unavailable
-    assert not EnergyHour.objects.exists()
+    assert not EnergyHour.objects.exists() and heartbeat_at(ENERGY_METER) is None
     month = energy.energy_report(accounts=[account(team)], start=dt.datetime(2026, 10, 1, tzinfo=UTC),
                                  end=dt.datetime(2026, 11, 1, tzinfo=UTC))
     assert month.kwh == 0 and month.through == dt.datetime(2026, 10, 20, 6, tzinfo=UTC)
@@ -130,6 +132,9 @@ def test_the_usage_page_and_the_api_give_the_same_kwh_and_only_to_who_may_see_it
     assert login(outsider).get("/billing/teams/vision/?month=2026-10").status_code == 404
     assert [t["team"] for t in api(finance_user).get("/api/billing/usage/?month=2026-10").json()["energy"]["teams"]] == [
         "vision"]
+    overview = login(finance_user).get("/billing/finance/?month=2026-10").content.decode()
+    assert '<td class="num" data-testid="row-energy">0.73</td>' in overview
+    assert '<span class="stat-value">0.73 kWh</span><span class="stat-label">GPU energy, 0.29 kg CO₂e' in overview
 
 
 def test_a_page_says_why_there_is_no_energy_before_the_first_hour_is_metered(team, member, door):
