@@ -169,6 +169,7 @@ def test_last_months_statement_keeps_each_teams_energy_as_its_gpu_hours_at_the_s
     assert billed and set(energy) == billed
     expected: dict[str, float] = {}
     for interval in RunInterval.objects.filter(started_at__lt=statement.period_end, ended_at__gt=statement.period_start):
+        assert interval.ended_at is not None and interval.team is not None
         seconds = (min(interval.ended_at, statement.period_end) - max(interval.started_at, statement.period_start))
         unit = unit_limits(gpu_model_name=interval.flavor.gpu_model, resource_name=interval.resource_name,
                            fraction=Fraction(interval.fraction_numerator, interval.fraction_denominator))
