@@ -145,12 +145,17 @@ class KwokFeed:
     kubelet's pod-resources API which pod holds which GPU: every running pod that requests
     `resource` gets that many GPUs of its node (the lowest free indices, kept while it runs),
     reporting the engine active the test sets for its name's prefix (`set_busy`), `default`
-    otherwise. GPUs of pods that ended leave the exporter; what a test put by hand stays."""
+    otherwise. GPUs of pods that ended leave the exporter; what a test put by hand stays.
+
+    With `replicas` above 1 the resource is a shared GPU's (time-sliced, MPS): the indices are
+    replicas, `replicas` to a card, and each held replica is reported as dcgm-exporter does with
+    KUBERNETES_VIRTUAL_GPUS: the card's UUID and figures (as busy as the pods on it together, at
+    most 100 %), labelled with the replica's number."""
 
     def __init__(self, exporter: DcgmExporter, list_pods: Callable[[], list[dict[str, Any]]], *,
-                 resource: str = "nvidia.com/gpu", default: float = 0.0, interval: float = 0.5) -> None:
+                 resource: str = "nvidia.com/gpu", default: float = 0.0, interval: float = 0.5, replicas: int = 1) -> None:
         self.exporter, self.list_pods, self.resource = exporter, list_pods, resource
-        self.default, self.interval = default, interval
+        self.default, self.interval, self.replicas = default, interval, replicas
         self.busy: dict[str, float] = {}  # pod name prefix → engine active
         self.slots: dict[tuple[str, int], tuple[str, str]] = {}  # (node, index) → (namespace, pod)
         self.stopping = threading.Event()
@@ -195,10 +200,21 @@ class KwokFeed:
             free = (index for index in range(1024) if (node, index) not in self.slots)
             for _ in range(self._requested(pod) - len(held)):
                 self.slots[(node, next(free))] = owner
-        gpus = {f"{KWOK_UUID_PREFIX}{node}-{index}": Gpu(
-                    node=node, gpu=index, uuid=f"{KWOK_UUID_PREFIX}{node}-{index}", namespace=namespace, pod=pod,
-                    engine_active=self._engine_active(pod), fb_used=40_000, fb_free=41_559, power=300.0, temperature=60)
-                for (node, index), (namespace, pod) in self.slots.items()}
+        if self.replicas <= 1:
+            gpus = {f"{KWOK_UUID_PREFIX}{node}-{index}": Gpu(
+                        node=node, gpu=index, uuid=f"{KWOK_UUID_PREFIX}{node}-{index}", namespace=namespace, pod=pod,
+                        engine_active=self._engine_active(pod), fb_used=40_000, fb_free=41_559, power=300.0, temperature=60)
+                    for (node, index), (namespace, pod) in self.slots.items()}
+        else:
+            on_card: dict[tuple[str, int], set[str]] = {}
+            for (node, index), (_, pod) in self.slots.items():
+                on_card.setdefault((node, index // self.replicas), set()).add(pod)
+            busy = {card: min(1.0, sum(self._engine_active(pod) for pod in pods)) for card, pods in on_card.items()}
+            made = [Gpu(node=node, gpu=index // self.replicas, uuid=f"{KWOK_UUID_PREFIX}{node}-{index // self.replicas}",
+                        namespace=namespace, pod=pod, engine_active=busy[(node, index // self.replicas)], fb_used=10_000,
+                        fb_free=6_384, power=60.0, temperature=55, vgpu=str(index % self.replicas))
+                    for (node, index), (namespace, pod) in self.slots.items()]
+            gpus = {gpu.key: gpu for gpu in made}
         with self.exporter.lock:
             kept = {k: g for k, g in self.exporter.gpus.items() if not k.startswith(KWOK_UUID_PREFIX)}
             self.exporter.gpus = {**kept, **gpus}

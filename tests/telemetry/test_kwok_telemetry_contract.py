@@ -81,3 +81,70 @@ def test_a_busy_job_on_a_kwok_node_reads_busy_through_prometheus_and_follows_it_
 
 def _near(value: float | None, expected: float, tolerance: float = 1.5) -> bool:
     return value is not None and abs(value - expected) <= tolerance
+
+
+def test_two_teams_on_one_time_sliced_card_each_read_the_card_hold_half_of_it_and_see_it_shared(
+        cluster, site, templates, prometheus, dcgm_exporter, settings, django_capture_on_commit_callbacks):  # noqa: F811
+    """A T4 shared four ways on a KWOK node, one replica each for two teams' trainings: the stand-in
+    reports the card once per replica, as busy as both pods together (60 %). Through the real
+    Prometheus and its recording rules each pod reads the card's 60 %, holds half of the card, and
+    its page says two pods share it and gives it half of the card's 60 W."""
+    from jobs import services
+    from tenants import catalog
+    from tenants import services as tenant_services
+    from tenants.models import Flavor
+    from tests.contract.test_shared_flavor_contract import SHARED_TAINT, sharing
+    from tests.helpers import ensure_priced
+
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    pool = cluster.unique("t4-shared")
+    with django_capture_on_commit_callbacks(execute=True):
+        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
+            name=cluster.unique("T4 shared"), slug=pool, resource_name="nvidia.com/gpu.shared",
+            sharing_mode=Flavor.SharingMode.TIME_SLICED, gpu_model="NVIDIA T4", fraction_numerator=1,
+            fraction_denominator=4, capacity_units=4, node_labels={"gpu-portal.io/test-flavor": pool},
+            tolerations=[catalog.SHARED_TAINT]))
+    cluster.add_gpu_node(cluster.unique("t4-node"), labels={"gpu-portal.io/test-flavor": pool, **sharing(4, 1)},
+                         allocatable={"nvidia.com/gpu.shared": 4}, taints=[SHARED_TAINT])
+    ensure_priced(flavor, "0.40")
+    template = templates["training"]
+    services.template_revise(user=site.admin, template=template, flavors=[site.flavor, flavor])
+    workloads = []
+    for name in ("ts-busy", "ts-idle"):
+        team = site.team(name)
+        lead = team.memberships.get().user
+        site.grant(team, lead, 1, of=flavor)
+        workloads.append(launch(team, lead, template, flavor, django_capture_on_commit_callbacks, units=1))
+
+    def running() -> bool:
+        sync.sync_all()
+        for workload in workloads:
+            workload.refresh_from_db()
+        return all(w.phase == Workload.Phase.RUNNING and w.intervals.filter(ended_at__isnull=True).exists()
+                   for w in workloads)
+
+    cluster.wait_for(running, what="both trainings to run with their intervals recorded")
+    feed = KwokFeed(dcgm_exporter, _portal_pods, resource="nvidia.com/gpu.shared", replicas=4)
+    feed.set_busy(workloads[0].k8s_name, 0.6)
+    feed.set_busy(workloads[1].k8s_name, 0.0)
+    feed.start()
+    try:
+        cluster.wait_for(lambda: all(_near(gpu_use(workloads=[w])[w.pk].percent, 60) for w in workloads),
+                         what="both pods reading the card's 60 % through Prometheus", timeout=30)
+        pods = {w.intervals.get().pod_name for w in workloads}
+        pattern = "|".join(sorted(pods))
+        shares = prometheus.query(f'namespace_pod_gpu:dcgm_device_share:ratio{{pod=~"{pattern}"}}')
+        assert sorted((r["metric"]["pod"], float(r["value"][1])) for r in shares) == sorted((p, 0.5) for p in pods)
+        for workload in workloads:
+            picture = cluster.wait_for(lambda w=workload: _shared_picture(w), what="the page to see the card shared",
+                                       timeout=30)
+            assert picture.charts[2].latest == "30 W"  # half of the card's 60 W
+    finally:
+        feed.stop()
+
+
+def _shared_picture(workload: Workload) -> Any:
+    from jobs.telemetry import workload_telemetry
+
+    picture = workload_telemetry(workload=workload)
+    return picture if "with up to 2 pods on it" in picture.shared else None
