@@ -207,13 +207,13 @@ class KwokFeed:
                     for (node, index), (namespace, pod) in self.slots.items()}
         else:
             on_card: dict[tuple[str, int], set[str]] = {}
-            for (node, index), (_, pod) in self.slots.items():
-                on_card.setdefault((node, index // self.replicas), set()).add(pod)
-            busy = {card: min(1.0, sum(self._engine_active(pod) for pod in pods)) for card, pods in on_card.items()}
+            for (node, index), (_, holder) in self.slots.items():
+                on_card.setdefault((node, index // self.replicas), set()).add(holder)
+            busy = {card: min(1.0, sum(self._engine_active(name) for name in names)) for card, names in on_card.items()}
             made = [Gpu(node=node, gpu=index // self.replicas, uuid=f"{KWOK_UUID_PREFIX}{node}-{index // self.replicas}",
-                        namespace=namespace, pod=pod, engine_active=busy[(node, index // self.replicas)], fb_used=10_000,
-                        fb_free=6_384, power=60.0, temperature=55, vgpu=str(index % self.replicas))
-                    for (node, index), (namespace, pod) in self.slots.items()]
+                        namespace=namespace, pod=holder, engine_active=busy[(node, index // self.replicas)],
+                        fb_used=10_000, fb_free=6_384, power=60.0, temperature=55, vgpu=str(index % self.replicas))
+                    for (node, index), (namespace, holder) in self.slots.items()]
             gpus = {gpu.key: gpu for gpu in made}
         with self.exporter.lock:
             kept = {k: g for k, g in self.exporter.gpus.items() if not k.startswith(KWOK_UUID_PREFIX)}
