@@ -7,12 +7,15 @@ query; the team's month of busy-vs-allocated under 300 ms.
 The data set (built once, then cached under ~/.cache/gpu-portal/bench-telemetry/<parameters>/;
 `--rebuild` builds it again):
 
-- `--gpus` GPUs on nodes of 8 (the last one may have fewer). Enough of them, from the last node
-  down, are MIG-partitioned for `--running` pods to hold a device at the end: three nodes in four
-  of those as 7 × 1g.10gb, one as 2 × 3g.40gb. The whole-GPU nodes are cut into slots of 8, 4, 2
-  or 1 GPUs. With the defaults: 63 nodes, 500 GPUs, of which 132 are 7 × 1g.10gb and 40 are
-  2 × 3g.40gb, making 1,332 devices (328 whole GPUs, 1,004 MIG instances) that the exporter
-  reports one by one, and 1,173 slots.
+- `--gpus` GPUs on nodes of 8 (the last one may have fewer). Nodes 3 and 4 are a time-sliced T4
+  pool: each GPU shared four ways, each replica a slot, and a card reported once per held replica
+  (label `vgpu`) with the card's figures, as busy as its pods together, as dcgm-exporter does with
+  KUBERNETES_VIRTUAL_GPUS; the recording rules divide it among them. Enough GPUs, from the last
+  node down, are MIG-partitioned for `--running` pods to hold a device at the end: three nodes in
+  four of those as 7 × 1g.10gb, one as 2 × 3g.40gb. The other whole-GPU nodes are cut into slots of
+  8, 4, 2 or 1 GPUs. With the defaults: 63 nodes, 500 GPUs, of which 124 are 7 × 1g.10gb, 40 are
+  2 × 3g.40gb and 16 are time-sliced, making 320 whole GPUs, 948 MIG instances and 64 replicas,
+  and 1,169 slots.
 - Each slot (a MIG instance, or a set of whole GPUs on one node) runs pods one after another for
   `--days` days with gaps between them: notebooks (hours), batch jobs (tens of minutes to hours),
   training (days), inference servers (days to weeks), in `--teams` team namespaces of Zipf-like
@@ -29,8 +32,8 @@ The data set (built once, then cached under ~/.cache/gpu-portal/bench-telemetry/
 - The samples are written as OpenMetrics, streamed to one file per 6 hours, each imported with
   `promtool tsdb create-blocks-from openmetrics` and deleted. The recording rules the door reads
   (deploy/prometheus/recording_rules.yaml's rules that portal/metrics/prometheus.py names, and
-  those they are computed from; today the three per-pod ones), evaluated every minute as there,
-  are backfilled with `promtool tsdb create-blocks-from rules` against a Prometheus on the raw
+  those they are computed from, the shared-card attribution among them), evaluated every minute
+  as there, are backfilled with `promtool tsdb create-blocks-from rules` against a Prometheus on the raw
   blocks. A Prometheus is then left to compact everything (overlapping rule blocks merged, blocks
   up to `--block-hours`: 54 h, what a Prometheus keeping 30 days compacts to) and stopped.
 
@@ -99,7 +102,7 @@ from tests.telemetry.dcgm_exporter import COUNTERS, Gpu  # noqa: E402
 from tests.telemetry.prometheus_server import PrometheusServer  # noqa: E402
 
 # Bumped whenever the data set the same flags make changes, so the cache is not reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 PRODUCTION_RULES = ROOT / "deploy" / "prometheus" / "recording_rules.yaml"
 DOOR = ROOT / "portal" / "metrics" / "prometheus.py"
@@ -112,6 +115,12 @@ HELP = dict(COUNTERS)
 
 WHOLE_PATTERNS: tuple[tuple[int, ...], ...] = ((8,), (4, 4), (2, 2, 2, 2), (1,) * 8, (2, 2, 1, 1, 1, 1))
 MIG = {"1g.10gb": (7, 9_856, 7), "3g.40gb": (2, 40_192, 1)}  # instances per GPU, MiB each, first GPU_I_ID
+# Nodes 3 and 4 are a time-sliced T4 pool: each GPU shared four ways, each replica a slot of its
+# own, reported once per held replica with the card's figures (dcgm-exporter's KUBERNETES_VIRTUAL_GPUS).
+TIME_SLICED = "time-sliced"
+TIME_SLICED_NODES = (3, 4)
+REPLICAS = 4
+T4_FB, T4_TDP = 15_360, 70
 FB_WHOLE = 81_559  # MiB, an H100 80GB as the exporter reports it (used + free)
 TDP = 700
 XID_CODES = (13, 31, 43, 48, 79, 94)
@@ -126,7 +135,8 @@ KINDS: dict[str, dict[str, Any]] = {
               "fb": (0.4, 0.8)},
 }
 MIX = {"1g.10gb": {"nb": 45, "batch": 40, "infer": 15}, "3g.40gb": {"nb": 30, "train": 30, "batch": 30, "infer": 10},
-       "single": {"nb": 25, "train": 35, "batch": 25, "infer": 15}, "multi": {"train": 70, "batch": 20, "infer": 10}}
+       "single": {"nb": 25, "train": 35, "batch": 25, "infer": 15}, "multi": {"train": 70, "batch": 20, "infer": 10},
+       TIME_SLICED: {"nb": 45, "batch": 30, "infer": 25}}
 POD_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' generated-name suffixes
 
 # Engine active is carried as an index into these tables: thousandths + 100, clamped to 0..1000.
@@ -154,6 +164,7 @@ class Device:
     instance: int = 0
     fb_total: int = FB_WHOLE
     tdp: int = TDP
+    vgpu: str = ""  # a replica of a time-sliced card: the card is (node, gpu)
 
 
 @dataclass
@@ -210,16 +221,23 @@ def plan_nodes(gpus: int, running: int) -> list[tuple[int, str | tuple[int, ...]
 
     layouts: list[str | tuple[int, ...]] = [fit(WHOLE_PATTERNS[i % len(WHOLE_PATTERNS)], n) for i, n in enumerate(sizes)]
 
+    for node in TIME_SLICED_NODES:
+        if node < len(sizes) - 1:  # the last node stays for MIG: small data sets keep room for their running pods
+            layouts[node] = TIME_SLICED
+
     def slot_count() -> int:
-        return sum(n * MIG[lay][0] if isinstance(lay, str) else len(lay) for n, lay in zip(sizes, layouts, strict=True))
+        return sum(n * (REPLICAS if lay == TIME_SLICED else MIG[lay][0]) if isinstance(lay, str) else len(lay)
+                   for n, lay in zip(sizes, layouts, strict=True))
 
     # Room for the running pods and some free devices; nodes 0-2 stay whole (the measured workloads).
     wanted, converted, node = math.ceil(running * 1.12) + 3, 0, len(sizes) - 1
     while slot_count() < wanted:
         if node < 3:
             raise SystemExit(f"{gpus} GPUs cannot hold {running} running pods, even partitioned: ask for fewer")
-        layouts[node] = "3g.40gb" if converted % 4 == 3 else "1g.10gb"
-        converted, node = converted + 1, node - 1
+        if layouts[node] != TIME_SLICED:
+            layouts[node] = "3g.40gb" if converted % 4 == 3 else "1g.10gb"
+            converted += 1
+        node -= 1
     return list(zip(sizes, layouts, strict=True))
 
 
@@ -237,7 +255,12 @@ def build_schedule(*, gpus: int, days: int, running: int, teams: int, seed: int,
     layout = plan_nodes(gpus, running)
     for n, (count, lay) in enumerate(layout):
         node = f"gpu-node-{n:03d}"
-        if isinstance(lay, str):
+        if lay == TIME_SLICED:
+            for g in range(count):
+                for r in range(REPLICAS):
+                    devices.append(Device(len(devices), node, g, _uuid(n, g), fb_total=T4_FB, tdp=T4_TDP, vgpu=str(r)))
+                    slots.append(Slot((devices[-1],), TIME_SLICED))
+        elif isinstance(lay, str):
             instances, fb, first_id = MIG[lay]
             mig_gpus[lay] += count
             for g in range(count):
@@ -382,12 +405,26 @@ def write_window(path: Path, schedule: Schedule, w0: int, w1: int, totals: Total
     day0 = schedule.start_ts // 60 % 1440
     power = {d.tdp: power_text(d.tdp) for d in schedule.devices}
     segments = []
+    # A time-sliced card's minutes: as busy as its held replicas' pods together, and how many are held.
+    card_busy: dict[str, list[int]] = {}
+    card_held: dict[str, list[int]] = {}
+    shared: list[tuple[Device, Pod, int, int]] = []
     for device in schedule.devices:
         for a, b, pod in schedule.timelines[device.index]:
             lo, hi = max(a, w0), min(b, w1)
             if lo >= hi:
                 continue
             values = engine_indices(pod, device, lo, hi, day0=day0, noise=noise)
+            if device.vgpu:
+                if pod is None:
+                    continue  # a replica nobody holds is not reported
+                busy = card_busy.setdefault(device.uuid, [0] * (w1 - w0))
+                held = card_held.setdefault(device.uuid, [0] * (w1 - w0))
+                for m, v in zip(range(lo - w0, hi - w0), values, strict=True):
+                    busy[m] += CLAMPED[v]
+                    held[m] += 1
+                shared.append((device, pod, lo, hi))
+                continue
             labels = Gpu(node=device.node, gpu=device.gpu, uuid=device.uuid, namespace=pod.namespace if pod else "",
                          pod=pod.name if pod else "", mig_profile=device.profile, mig_instance=device.instance).labels()
             segments.append((device, pod, lo, hi, values, labels))
@@ -396,6 +433,16 @@ def write_window(path: Path, schedule: Schedule, w0: int, w1: int, totals: Total
                 stats = totals.by_namespace.setdefault(pod.namespace, [0.0, 0.0])
                 stats[0] += hi - lo
                 stats[1] += sum(CLAMPED[v] for v in values) / 1000
+    for device, pod, lo, hi in shared:
+        busy, held = card_busy[device.uuid][lo - w0:hi - w0], card_held[device.uuid][lo - w0:hi - w0]
+        values = [min(1000, v) + _OFFSET for v in busy]
+        labels = Gpu(node=device.node, gpu=device.gpu, uuid=device.uuid, namespace=pod.namespace, pod=pod.name,
+                     vgpu=device.vgpu).labels()
+        segments.append((device, pod, lo, hi, values, labels))
+        totals.series.add((device.index, pod.name))
+        stats = totals.by_namespace.setdefault(pod.namespace, [0.0, 0.0])
+        stats[0] += sum(1 / n for n in held)  # each held replica at its share of the card
+        stats[1] += sum(min(1000, v) / 1000 / n for v, n in zip(busy, held, strict=True))
     with path.open("w") as out:
         for metric, kind in FAMILIES:
             out.write(f"# HELP {metric} {HELP[metric]}\n# TYPE {metric} gauge\n")
@@ -564,6 +611,8 @@ def build(cache: Path, args: argparse.Namespace) -> dict[str, Any]:
 
     pods = schedule.pods
     running = [p for p in pods if p.end == schedule.minutes]
+    unshared = [d for d in schedule.devices if not d.vgpu]
+    held_cards = {d.uuid for p in running for d in p.devices if d.vgpu}
     device_minutes = {ns: stats[0] for ns, stats in totals.by_namespace.items()}
     team = max(device_minutes, key=lambda ns: device_minutes[ns])
     team_pods = [p for p in pods if p.namespace == team and p.end > 0]
@@ -582,7 +631,10 @@ def build(cache: Path, args: argparse.Namespace) -> dict[str, Any]:
         "build_seconds": {"raw_generate": round(generate_s), "raw_import": round(import_s), "raw_total": round(raw_s),
                           "rules": round(rules_s), "compaction": round(compact_s),
                           "total": round(time.perf_counter() - started)},
-        "nodes": schedule.nodes, "gpus": args.gpus, "mig_gpus": schedule.mig_gpus, "devices": len(schedule.devices),
+        "nodes": schedule.nodes, "gpus": args.gpus, "mig_gpus": schedule.mig_gpus,
+        # What the exporter reports at the end: every whole GPU and MIG instance, and each time-sliced
+        # card some running pod holds a replica of (its replicas are the device slots).
+        "devices": len(unshared) + len(held_cards), "time_sliced_gpus": len({d.uuid for d in schedule.devices if d.vgpu}),
         "slots": len(schedule.slots), "pods": sum(1 for p in pods if p.end > 0), "teams": len(schedule.namespaces),
         "raw_series": len(totals.series) * len(FAMILIES), "raw_samples": totals.samples,
         "openmetrics_bytes": totals.text_bytes,
@@ -590,7 +642,7 @@ def build(cache: Path, args: argparse.Namespace) -> dict[str, Any]:
         "blocks": len(metas), "block_samples": sum(m["stats"]["numSamples"] for m in metas),
         "block_series_summed": sum(m["stats"]["numSeries"] for m in metas), "bytes_on_disk": disk_bytes(data),
         "running": sorted([p.namespace, p.name] for p in running),
-        "running_devices": sum(len(p.devices) for p in running),
+        "running_devices": sum(1 for p in running for d in p.devices if not d.vgpu) + len(held_cards),
         "workloads": [{"label": label, "namespace": ps[0].namespace, "devices": len(ps[0].devices),
                        "fb_total": ps[0].devices[0].fb_total,
                        "pods": [{"name": p.name, "start_ts": schedule.start_ts + 60 * p.start,
@@ -788,7 +840,8 @@ def _size(n: float) -> str:
 def report(manifest: dict[str, Any], rows: list[dict[str, Any]], *, reused: bool, cache: Path,
            load: tuple[float, float]) -> None:
     m, b = manifest, manifest["build_seconds"]
-    mig = ", ".join(f"{n} as {profile}" for profile, n in m["mig_gpus"].items() if n)
+    mig = ", ".join([f"{n} as {profile}" for profile, n in m["mig_gpus"].items() if n]
+                    + ([f"{m['time_sliced_gpus']} time-sliced {REPLICAS} ways"] if m.get("time_sliced_gpus") else []))
     print(f"GPU telemetry benchmark: {m['gpus']} GPUs on {m['nodes']} nodes ({mig or 'no MIG'}), {m['devices']} devices, "
           f"{m['parameters']['days']} days of 1-minute samples, {len(m['running'])} running pods in {m['teams']} team namespaces")
     print(f"Data set {'reused' if reused else 'built'}: {cache} (built {m['built_at']}, "

@@ -68,10 +68,16 @@ def _device_share(selector: str) -> str:
             f'count by ({DEVICE}) ({ENGINE_ACTIVE}{{pod!=""}}))')
 
 
-def _power_share(selector: str) -> str:
+RECORDED_POWER_SHARE = "namespace_pod_gpu:dcgm_power_share:ratio"
+RECORDED_DEVICE_PODS = "namespace_pod_gpu:dcgm_device_pods:count"
+
+
+def _power_share(selector: str, *, recorded: bool) -> str:
     """Each series' part of its card's power: the card's draw split equally among the series that
     report it (its MIG instances, held or not, or the pods and replicas on a shared card), so no
-    watt is counted twice."""
+    watt is counted twice. Recorded, it reads only the selected series; raw, every card's."""
+    if recorded:
+        return f"({POWER}{selector} * {RECORDED_POWER_SHARE}{selector})"
     return f"({POWER}{selector} / on ({GPU}) group_left count by ({GPU}) ({POWER}))"
 
 
@@ -145,9 +151,10 @@ class PrometheusMetrics:
             "memory_used": f"sum(max by ({DEVICE}) ({FB_USED}{sel}))",
             # the total is used + free, added here: FB_USED is read once
             "memory_free": f"sum(max by ({DEVICE}) ({FB_FREE}{sel}))",
-            "power": f"sum({_power_share(sel)})",
+            "power": f"sum({_power_share(sel, recorded=self.use_recording_rules)})",
             "temperature": f"max({TEMPERATURE}{sel})",
-            "sharers": (f'max(count by ({DEVICE}) (group by ({DEVICE}, namespace, pod) ({ENGINE_ACTIVE}{{pod!=""}})) '
+            "sharers": (f"max({RECORDED_DEVICE_PODS}{sel})" if self.use_recording_rules else
+                        f'max(count by ({DEVICE}) (group by ({DEVICE}, namespace, pod) ({ENGINE_ACTIVE}{{pod!=""}})) '
                         f"and on ({DEVICE}) {ENGINE_ACTIVE}{sel})"),
         }
         query = " or ".join(f'label_replace({expr}, "series", "{name}", "", "")' for name, expr in parts.items())
@@ -216,7 +223,7 @@ class PrometheusMetrics:
         minute = ENERGY_SAMPLE_SECONDS
         # At each hour's end: its minutes (a window half a minute short of the hour, so that the
         # minute at its start, the previous hour's last, is not taken), each sample a minute of draw.
-        per_minute = f"sum by (namespace) ({_power_share(sel)})"
+        per_minute = f"sum by (namespace) ({_power_share(sel, recorded=self.use_recording_rules)})"
         query = f"sum_over_time(({per_minute})[{3600 - minute // 2}s:{minute}s]) * {minute} / 3600"
         found: dict[EnergyKey, float] = {}
         for series in self.query_range(query, start=start + dt.timedelta(hours=1), end=end, step=3600):

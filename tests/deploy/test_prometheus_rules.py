@@ -200,7 +200,8 @@ def test_the_doors_month_query_counts_a_shared_card_once_between_the_pods_on_it(
     ])
 
 
-def test_a_workloads_charts_on_a_shared_card_give_its_share_of_power_and_count_the_pods_on_it(tmp_path):
+@pytest.mark.parametrize("recorded", [True, False], ids=["recording-rules", "raw-series"])
+def test_a_workloads_charts_on_a_shared_card_give_its_share_of_power_and_count_the_pods_on_it(tmp_path, recorded):
     """wl-4-0 holds two of GPU-c's three replicas (vision's wl-5-0 the third): its power is two
     thirds of the card's 90 W, its memory the card's once (not once per replica), the card's
     engine active and temperature, and the card has 2 pods on it."""
@@ -210,14 +211,15 @@ def test_a_workloads_charts_on_a_shared_card_give_its_share_of_power_and_count_t
     temperature = [(name.replace(ENGINE_ACTIVE, "DCGM_FI_DEV_GPU_TEMP"), "55x420") for name, _ in SHARED_CARDS]
     end = dt.datetime(1970, 1, 1, 7, tzinfo=dt.UTC)
     query = _asked(lambda door: door.workload_series(namespace="nlp", pods=[PodSpan("wl-4-0", end - dt.timedelta(hours=1))],
-                                                     start=end - dt.timedelta(hours=1), end=end))
+                                                     start=end - dt.timedelta(hours=1), end=end), recorded=recorded)
     _evaluated(tmp_path, query, SHARED_CARDS + power + memory + free + temperature, at="7h", expected=[
         ('{series="engine_active"}', 30), ('{series="memory_used"}', 6000), ('{series="memory_free"}', 10000),
         ('{series="power"}', 60), ('{series="temperature"}', 55), ('{series="sharers"}', 2),
     ])
 
 
-def test_the_doors_energy_query_gives_each_pod_its_part_of_its_cards_power_minute_by_minute(tmp_path):
+@pytest.mark.parametrize("recorded", [True, False], ids=["recording-rules", "raw-series"])
+def test_the_doors_energy_query_gives_each_pod_its_part_of_its_cards_power_minute_by_minute(tmp_path, recorded):
     """The hour 01:00-02:00: GPU-a is time-sliced between vision and nlp at 100 W (50 W each, 50 Wh);
     GPU-b is a MIG card of 7 instances at 350 W, vision holding one (50 W: the other six are
     nobody's); nlp's wl-4-0 has GPU-c, 200 W, from 01:30 (31 of the hour's minutes: 103.33 Wh)."""
@@ -232,6 +234,6 @@ def test_the_doors_energy_query_gives_each_pod_its_part_of_its_cards_power_minut
     ]
     start = dt.datetime(1970, 1, 1, 1, tzinfo=dt.UTC)
     query = _asked(lambda door: door.energy_hours(namespaces=["vision", "nlp"], start=start,
-                                                  end=start + dt.timedelta(hours=1)))
+                                                  end=start + dt.timedelta(hours=1)), recorded=recorded)
     _evaluated(tmp_path, query, series, at="2h", expected=[
         ('{namespace="vision"}', 100.0), ('{namespace="nlp"}', round(50 + 200 * 31 / 60, 4))])
