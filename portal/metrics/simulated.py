@@ -283,13 +283,16 @@ class SimulatedMetrics:
 
     # --- The door ------------------------------------------------------------------------------
 
+    def _scene(self) -> tuple[float, list[SimulatedPod], _Layout]:
+        """Now, the pods, and who holds which device: what every answer starts from."""
+        pods = self.pods()
+        return self.clock(), pods, _layout(pods)
+
     def engine_active(self, *, namespaces: Collection[str], window: dt.timedelta) -> PodActivity:
         if self.outage:
             return PodActivity(window=window)
-        now = self.clock()
+        now, pods, layout = self._scene()
         wanted = set(namespaces)
-        pods = self.pods()
-        layout = _layout(pods)
         by_pod = {}
         for pod in pods:
             if not pod.running or pod.namespace not in wanted or now - pod.started_at < FIRST_REPORT_SECONDS:
@@ -303,10 +306,8 @@ class SimulatedMetrics:
         step = range_step(start, end)
         if self.outage or not pods:
             return WorkloadSeries(step_seconds=step)
-        everyone = self.pods()
-        layout = _layout(everyone)
+        now, everyone, layout = self._scene()
         known = {p.name: p for p in everyone if p.namespace == namespace}
-        now = self.clock()
         series: dict[str, list[Point]] = {name: [] for name in ("engine", "used", "total", "power", "temp", "sharers")}
         t = math.ceil(start.timestamp() / step) * step
         while t <= min(end.timestamp(), now):
@@ -336,9 +337,7 @@ class SimulatedMetrics:
     def gpu_readings(self, *, window: dt.timedelta) -> list[GpuReading]:
         if self.outage:
             return []
-        now = self.clock()
-        pods = self.pods()
-        layout = _layout(pods)
+        now, pods, layout = self._scene()
         readings = {}
         for pod in sorted(pods, key=lambda p: (p.started_at, p.name)):
             if not pod.running or now - pod.started_at < FIRST_REPORT_SECONDS:
@@ -356,10 +355,8 @@ class SimulatedMetrics:
     def device_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[str, DeviceHours]:
         if self.outage:
             return {}
-        now = self.clock()
+        now, pods, layout = self._scene()
         wanted = set(namespaces)
-        pods = self.pods()
-        layout = _layout(pods)
         busy: dict[str, float] = {}
         covered: dict[str, float] = {}
         for pod in pods:
@@ -387,10 +384,8 @@ class SimulatedMetrics:
     def energy_hours(self, *, namespaces: Collection[str], start: dt.datetime, end: dt.datetime) -> dict[EnergyKey, float]:
         if self.outage:
             return {}
-        now = self.clock()
+        now, pods, layout = self._scene()
         wanted = set(namespaces)
-        pods = self.pods()
-        layout = _layout(pods)
         found: dict[EnergyKey, float] = {}
         hour = start
         while hour < end:
@@ -412,9 +407,7 @@ class SimulatedMetrics:
     def xid_errors(self, *, namespaces: Collection[str], window: dt.timedelta) -> list[XidReport]:
         if self.outage:
             return []
-        now = self.clock()
-        pods = self.pods()
-        layout = _layout(pods)
+        now, pods, layout = self._scene()
         running = {PodKey(p.namespace, p.name): p for p in pods if p.running}
         reports = []
         for key, setting in sorted(self.settings.items()):

@@ -39,20 +39,25 @@ def sharing(replicas: int, gpus: int) -> dict[str, str]:
             nodes.GPU_COUNT_LABEL: str(gpus)}
 
 
-@pytest.fixture
-def t4(cluster, site, django_capture_on_commit_callbacks) -> Flavor:
-    """A T4 pool of two GPUs, each shared four ways: eight units of nvidia.com/gpu.shared."""
+def t4_pool(cluster: Any, site: Any, capture: Any, *, gpus: int) -> Flavor:
+    """A flavor and a tainted KWOK node of `gpus` T4s, each shared four ways (time-sliced)."""
     pool = cluster.unique("t4-shared")
-    with django_capture_on_commit_callbacks(execute=True):
+    with capture(execute=True):
         flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
             name=cluster.unique("T4 shared"), slug=pool, resource_name="nvidia.com/gpu.shared",
             sharing_mode=Flavor.SharingMode.TIME_SLICED, gpu_model="NVIDIA T4", fraction_numerator=1,
-            fraction_denominator=4, capacity_units=8, node_labels={"gpu-portal.io/test-flavor": pool},
+            fraction_denominator=4, capacity_units=4 * gpus, node_labels={"gpu-portal.io/test-flavor": pool},
             tolerations=[catalog.SHARED_TAINT]))
-    cluster.add_gpu_node(cluster.unique("t4-node"), labels={"gpu-portal.io/test-flavor": pool, **sharing(4, 2)},
-                         allocatable={"nvidia.com/gpu.shared": 8}, taints=[SHARED_TAINT])
+    cluster.add_gpu_node(cluster.unique("t4-node"), labels={"gpu-portal.io/test-flavor": pool, **sharing(4, gpus)},
+                         allocatable={"nvidia.com/gpu.shared": 4 * gpus}, taints=[SHARED_TAINT])
     ensure_priced(flavor, "0.40")
     return flavor
+
+
+@pytest.fixture
+def t4(cluster, site, django_capture_on_commit_callbacks) -> Flavor:
+    """A T4 pool of two GPUs, each shared four ways: eight units of nvidia.com/gpu.shared."""
+    return t4_pool(cluster, site, django_capture_on_commit_callbacks, gpus=2)
 
 
 def billed_gpu_seconds(team: Any) -> dict[tuple[str, Fraction], Fraction]:

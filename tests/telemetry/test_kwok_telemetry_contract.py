@@ -90,23 +90,10 @@ def test_two_teams_on_one_time_sliced_card_each_read_the_card_hold_half_of_it_an
     Prometheus and its recording rules each pod reads the card's 60 %, holds half of the card, and
     its page says two pods share it and gives it half of the card's 60 W."""
     from jobs import services
-    from tenants import catalog
-    from tenants import services as tenant_services
-    from tenants.models import Flavor
-    from tests.contract.test_shared_flavor_contract import SHARED_TAINT, sharing
-    from tests.helpers import ensure_priced
+    from tests.contract.test_shared_flavor_contract import t4_pool
 
     settings.PORTAL_POD_ANNOTATIONS = HOLD
-    pool = cluster.unique("t4-shared")
-    with django_capture_on_commit_callbacks(execute=True):
-        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
-            name=cluster.unique("T4 shared"), slug=pool, resource_name="nvidia.com/gpu.shared",
-            sharing_mode=Flavor.SharingMode.TIME_SLICED, gpu_model="NVIDIA T4", fraction_numerator=1,
-            fraction_denominator=4, capacity_units=4, node_labels={"gpu-portal.io/test-flavor": pool},
-            tolerations=[catalog.SHARED_TAINT]))
-    cluster.add_gpu_node(cluster.unique("t4-node"), labels={"gpu-portal.io/test-flavor": pool, **sharing(4, 1)},
-                         allocatable={"nvidia.com/gpu.shared": 4}, taints=[SHARED_TAINT])
-    ensure_priced(flavor, "0.40")
+    flavor = t4_pool(cluster, site, django_capture_on_commit_callbacks, gpus=1)
     template = templates["training"]
     services.template_revise(user=site.admin, template=template, flavors=[site.flavor, flavor])
     workloads = []
