@@ -54,6 +54,9 @@ RECORDED_WINDOWS = {
 # per-series shares; a month is one series per team).
 RECORDED_NAMESPACE_GPUS_1H = "namespace:dcgm_gpus:count1h"
 RECORDED_NAMESPACE_BUSY_1H = "namespace:dcgm_gpus_busy:sum1h"
+# Per pod series: its part of its card's power, and the pods on its device.
+RECORDED_POWER_SHARE = "namespace_pod_gpu:dcgm_power_share:ratio"
+RECORDED_DEVICE_PODS = "namespace_pod_gpu:dcgm_device_pods:count"
 _SERIES_NAMES = ("engine_active", "memory_used", "memory_total", "power", "temperature", "sharers")
 # One device: a GPU or MIG instance of a node. A shared one (time-sliced, MPS) is reported once per
 # pod on it, or once per replica a pod holds (dcgm-exporter's `vgpu` label), each with the whole
@@ -66,10 +69,6 @@ def _device_share(selector: str) -> str:
     """Each series' share of its device now: 1 / the pod series on it (1 on an unshared device)."""
     return (f"(({ENGINE_ACTIVE}{selector} >= bool 0) / on ({DEVICE}) group_left "
             f'count by ({DEVICE}) ({ENGINE_ACTIVE}{{pod!=""}}))')
-
-
-RECORDED_POWER_SHARE = "namespace_pod_gpu:dcgm_power_share:ratio"
-RECORDED_DEVICE_PODS = "namespace_pod_gpu:dcgm_device_pods:count"
 
 
 def _power_share(selector: str, *, recorded: bool) -> str:
