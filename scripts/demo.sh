@@ -9,6 +9,8 @@ export DJANGO_SETTINGS_MODULE=portal.settings
 # Off, as in production: errors show the portal's own 403/404/500 pages, not Django's debug pages.
 export DEBUG=${DEBUG:-false}
 PORT=${PORT:-8000}
+# Links the portal writes (emails, notifications, the seed's own) point at the port it serves on.
+export SITE_URL=${SITE_URL:-http://127.0.0.1:$PORT}
 
 .venv/bin/python manage.py migrate --noinput -v0
 .venv/bin/python manage.py seed_demo
