@@ -93,8 +93,9 @@ class Energy:
         return sum((team.kg_co2e or Decimal(0) for team in self.teams), Decimal("0.00"))
 
 
-def energy_report(*, accounts: Collection[Account], start: dt.datetime, end: dt.datetime) -> Energy:
-    """The accounts' metered energy in [start, end): one grouped aggregate and one read of the state."""
+def energy_report(*, accounts: Collection[Account] | None = None, start: dt.datetime, end: dt.datetime) -> Energy:
+    """The accounts' metered energy in [start, end) (every team's when `accounts` is None): one
+    grouped aggregate, one read of the state and, for every team, one of the teams that drew any."""
     factor = settings.PORTAL_EMISSION_FACTOR_KG_PER_KWH
     if isinstance(metrics(), NoMetrics):
         return Energy((), None, factor, "GPU power telemetry is not set up.")
@@ -103,12 +104,22 @@ def energy_report(*, accounts: Collection[Account], start: dt.datetime, end: dt.
         why = (f"telemetry could not be read ({state.unavailable})" if state is not None and state.unavailable
                else "energy is read once each hour is over")
         return Energy((), None, factor, f"Not metered yet: {why}.")
-    rows = (EnergyHour.objects.filter(account__in=[a.pk for a in accounts], hour__gte=start, hour__lt=end)
-            .values("account_id").annotate(total=Sum("watt_hours")).order_by())
-    totals = {row["account_id"]: row["total"] for row in rows}
+    rows = EnergyHour.objects.filter(hour__gte=start, hour__lt=end)
+    if accounts is not None:
+        rows = rows.filter(account__in=[a.pk for a in accounts])
+    totals = {row["account_id"]: row["total"]
+              for row in rows.values("account_id").annotate(total=Sum("watt_hours")).order_by()}
+    if accounts is None:
+        accounts = list(Account.objects.filter(pk__in=list(totals)))
     teams = tuple(TeamEnergy(a.pk, a.slug, a.name, totals[a.pk], factor) for a in sorted(accounts, key=lambda a: a.slug)
                   if totals.get(a.pk))
     return Energy(teams, min(state.metered_through, end), factor)
+
+
+def month_energy(*, month: dt.date, accounts: Collection[Account] | None = None) -> Energy:
+    """The accounts' metered energy in a local month (every team's when `accounts` is None)."""
+    start, end = periods.month_bounds(month)
+    return energy_report(accounts=accounts, start=start, end=end)
 
 
 def _first_hour(now: dt.datetime) -> dt.datetime:

@@ -154,7 +154,7 @@ def _close(*, actor: User, first: dt.date, start: dt.datetime, end: dt.datetime,
 
 def _write_energy(statement: Statement, *, start: dt.datetime, end: dt.datetime) -> energy.Energy:
     """Each team's metered GPU energy in the month, copied onto the statement before it is sealed."""
-    power = energy.energy_report(accounts=list(Account.objects.all()), start=start, end=end)
+    power = energy.energy_report(start=start, end=end)
     if power.through is not None:
         StatementEnergy.objects.bulk_create(
             StatementEnergy(statement=statement, account_id=team.account_id, account_slug=team.slug,

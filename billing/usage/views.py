@@ -16,7 +16,6 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from billing import energy, periods
-from billing.models import Account
 from billing.rules import require_costs
 from billing.usage import overview, selectors
 from billing.usage.efficiency import team_month_efficiency
@@ -47,8 +46,7 @@ def team_usage(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         return _refusal(request, error)
     efficiency = team_month_efficiency(team=team, account=usage.account, month=usage.month, cost=usage.total.cost,
                                        allocated_device_seconds=usage.allocated_device_seconds)
-    start, end = periods.month_bounds(usage.month)
-    power = energy.energy_report(accounts=[usage.account] if usage.account else [], start=start, end=end)
+    power = energy.month_energy(month=usage.month, accounts=[usage.account] if usage.account else [])
     return render(request, "billing/team_usage.html", {"team": team, "usage": usage, "efficiency": efficiency,
                                                        "energy": power})
 
@@ -89,8 +87,7 @@ def finance_overview(request: HtmxHttpRequest) -> HttpResponse:
         return _refusal(request, error)
     keep = [("sort", found.sort), ("dir", "desc" if found.descending else "asc")]
     rows = Paginator(found.rows, OVERVIEW_PAGE_SIZE).get_page(request.GET.get("page"))
-    start, end = periods.month_bounds(found.month)
-    power = energy.energy_report(accounts=list(Account.objects.all()), start=start, end=end)
+    power = energy.month_energy(month=found.month)
     kwh = {team.account_id: team.kwh for team in power.teams}
     return render(request, "billing/finance_overview.html",
                   {"overview": found, "rows": rows, "columns": OVERVIEW_COLUMNS, "keep": keep, "energy": power,
