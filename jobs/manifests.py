@@ -112,8 +112,9 @@ class WorkloadSpec:
     command: tuple[str, ...]
     args: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
-    resource_name: str
-    units: int  # per pod
+    # What each pod asks its device plugins for (Flavor.pod_requests of its units), e.g.
+    # (("nvidia.com/gpu", 2),) or a cGPU unit's memory and compute.
+    gpu: tuple[tuple[str, int], ...]
     workers: int = 1
     cpu: int = 4
     memory_gib: int = 16
@@ -158,7 +159,7 @@ def meta(spec: WorkloadSpec, labels: dict[str, str], name: str | None = None) ->
 def container(
     spec: WorkloadSpec, *, extra_env: tuple[tuple[str, str], ...] = (), secret_env: tuple[dict[str, Any], ...] = ()
 ) -> dict[str, Any]:
-    resources = {"cpu": str(spec.cpu), "memory": f"{spec.memory_gib}Gi", spec.resource_name: str(spec.units)}
+    resources = {"cpu": str(spec.cpu), "memory": f"{spec.memory_gib}Gi", **{name: str(amount) for name, amount in spec.gpu}}
     main: dict[str, Any] = {
         "name": spec.kind,
         "image": spec.image,

@@ -254,19 +254,20 @@ def _remember_accepted(workload: Workload, flavors: list[Flavor]) -> None:
 
 
 def _check_alternatives(version: WorkloadTemplateVersion, request: LaunchRequest) -> None:
-    """Each other flavor a launch accepts is active, allowed by the template and of the named
-    flavor's resource name: a pod asks for one resource, so Kueue can only choose among those."""
+    """Each other flavor a launch accepts is active, allowed by the template and asks for what the
+    named flavor's unit asks for: a pod's requests are written once, so Kueue can only choose among
+    flavors they fit alike."""
     allowed = {f.pk for f in version.flavors.all()}
     for other in request.also_accept:
         if not other.is_active:
             raise DomainError(f"{other.name} is retired: nothing new runs on it; leave it out.", field="also_accept")
         if other.pk not in allowed:
             raise DomainError(f"{request.template.name} cannot run on {other.name}; leave it out.", field="also_accept")
-        if other.resource_name != request.flavor.resource_name:
+        if other.unit_resources != request.flavor.unit_resources:
             raise DomainError(
-                f"{other.name} is a different kind of GPU resource ({other.resource_name}) from {request.flavor.name} "
-                f"({request.flavor.resource_name}); a launch may accept several flavors of one resource only.",
-                field="also_accept")
+                f"A unit of {other.name} asks for {other.resources_display}, and one of {request.flavor.name} for "
+                f"{request.flavor.resources_display}; a launch may accept several flavors only where a unit asks for the "
+                "same.", field="also_accept")
         if other.runtime_class_name != request.flavor.runtime_class_name:
             raise DomainError(
                 f"{other.name} runs its pods with {_runtime_words(other)} and {request.flavor.name} with "
@@ -585,7 +586,7 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         workload_id=workload.pk, name=workload.k8s_name, namespace=workload.team.namespace, team=workload.team.slug,
         kind=kinds.get(version.template.kind).name, image=image or version.image, command=tuple(version.command),
         args=tuple(args), env=env,
-        resource_name=workload.flavor.resource_name, units=workload.units, workers=workload.workers, cpu=workload.cpu,
+        gpu=tuple(workload.flavor.pod_requests(workload.units).items()), workers=workload.workers, cpu=workload.cpu,
         memory_gib=workload.memory_gib, priority=tier_name(workload.priority), max_runtime_seconds=version.max_runtime_seconds,
         port=version.port, storage_gib=version.storage_gib,
         notebook_token=access.notebook_token(workload) if version.template.kind_facts.has_token else "",

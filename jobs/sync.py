@@ -180,7 +180,8 @@ def derive(workload: Workload, snapshot: Snapshot) -> tuple[str, str] | None:
     if owner is None:
         return None
     key = key_of(workload)
-    admission = queueing.backend().admission(snapshot.queued.get(key, []))
+    per_unit = {resource.name: resource.amount for resource in workload.flavor.unit_resources}
+    admission = queueing.backend().admission(snapshot.queued.get(key, []), per_unit=per_unit)
     return workload.kind_facts.derive(owner, snapshot.pods.get(key, []), admission)
 
 
@@ -284,7 +285,8 @@ def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: Syn
                 "workload": workload, "pod_name": pod["metadata"]["name"], "node": pod["spec"]["nodeName"],
                 "flavor": flavor, "fraction_numerator": flavor.fraction_numerator,
                 "fraction_denominator": flavor.fraction_denominator,
-                "resource_name": resource, "units": _gpu_units(pod, resource), "started_at": started, "ended_at": finished,
+                "resource_name": resource, "units": flavor.units_of(_gpu_units(pod, resource)), "started_at": started,
+                "ended_at": finished,
             })
             result.intervals_opened += int(created)
         elif interval.ended_at is None and finished is not None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-EXCLUSIVE, MIG, TIME_SLICED, MPS, GPU_MEMORY = "exclusive", "mig", "time-sliced", "mps", "gpu-memory"
+EXCLUSIVE, MIG, TIME_SLICED, MPS, GPU_MEMORY, VGPU = "exclusive", "mig", "time-sliced", "mps", "gpu-memory", "vgpu"
 
 # What the launch form tells a data scientist about the isolation they get on a flavor.
 ISOLATION: Mapping[str, str] = {
@@ -29,6 +29,9 @@ ISOLATION: Mapping[str, str] = {
          "capped per workload, but a crash in one can take down the others.",
     GPU_MEMORY: "Memory-sliced: a share of the card's memory, counted in GiB; compute is shared with the other workloads "
                 "on the card, without isolation.",
+    VGPU: "Virtual GPU: a slice of a card whose memory is capped and whose compute is limited to its share by the vGPU "
+          "layer (HAMi, Volcano's vGPU); a neighbour on the card cannot take your memory, but a crash of the card takes "
+          "down every slice.",
 }
 
 # How usage and telemetry are attributed to a workload on each kind of flavor.
@@ -45,11 +48,15 @@ ATTRIBUTION: Mapping[str, str] = {
     GPU_MEMORY: "DCGM sees the whole GPU but not the pods on it (the share scheduler's device plugin does not tell "
                 "it), so workloads here have no GPU metrics of their own; cost is priced per GiB of the card (one "
                 "unit is one GiB's share of a GPU-hour).",
+    VGPU: "A vGPU layer hands its pods device IDs of its own, so DCGM reports a card to its pods only where the "
+          "exporter can name them; what it reports is divided among the pods on the card as for a time-sliced one. "
+          "Cost is each unit's fraction of a GPU-hour (one unit is one vGPU).",
 }
 
 NVIDIA_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-# The taint a site puts on its shared GPU nodes (time-sliced, MPS), so that only a flavor that says
-# it shares lands there: a pod that asked for a whole GPU never gets a slice of one.
+# The taint a site puts on its shared GPU nodes (time-sliced, MPS, HAMi's vGPU: each advertises
+# nvidia.com/gpu or a rename of it), so that only a flavor that says it shares lands there: a pod
+# that asked for a whole GPU never gets a slice of one.
 SHARED_TAINT = {"key": "nvidia.com/gpu.shared", "operator": "Exists", "effect": "NoSchedule"}
 AMD_TAINT = {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 INTEL_TAINT = {"key": "gpu.intel.com/i915", "operator": "Exists", "effect": "NoSchedule"}
@@ -60,6 +67,33 @@ INTEL_TAINT = {"key": "gpu.intel.com/i915", "operator": "Exists", "effect": "NoS
 # device plugins hand their devices to any runtime, so their presets never need one.
 NVIDIA_RUNTIME_NOTE = ("Set the runtime class to “nvidia” where containerd's default runtime is not NVIDIA's (K3s, RKE2, "
                        "a toolkit installed without making it the default); the GPU operator's default needs none.")
+
+
+@dataclass(frozen=True)
+class UnitResource:
+    """One resource a unit of a flavor asks its device plugin for, and how much of it."""
+
+    name: str
+    amount: int = 1  # per unit
+    # Read by the device plugin as each device's share (HAMi's nvidia.com/gpumem and gpucores,
+    # Volcano's vgpu-memory and vgpu-cores): written once in a pod, whatever its units, and given
+    # to every device the pod gets. Otherwise the pod writes `amount` × its units.
+    per_device: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "per_unit": self.amount, **({"per_device": True} if self.per_device else {})}
+
+
+def pod_requests(resources: Sequence[UnitResource], units: int) -> dict[str, int]:
+    """What a pod holding `units` units of a flavor with these resources writes in its requests."""
+    return {r.name: r.amount if r.per_device else r.amount * units for r in resources}
+
+
+def quota_amounts(resources: Sequence[UnitResource], units: int) -> dict[str, int]:
+    """`units` units in each resource, as a queue's quota counts them. A per-device amount is
+    written once per pod and every pod holds at least one unit, so `units` × amount bounds what
+    pods holding `units` units in all can write: the unit count (the first resource) is what binds."""
+    return {r.name: r.amount * units for r in resources}
 
 
 @dataclass(frozen=True)
@@ -76,6 +110,8 @@ class FlavorPreset:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     note: str = ""
     runtime_class_name: str = ""
+    resource_per_unit: int = 1
+    extra_resources: tuple[UnitResource, ...] = ()
 
     def form_initial(self) -> dict[str, Any]:
         """The flavor form's fields as this preset fills them."""
@@ -84,6 +120,7 @@ class FlavorPreset:
             "gpu_model": self.gpu_model, "fraction_numerator": self.fraction.numerator,
             "fraction_denominator": self.fraction.denominator, "node_labels": dict(self.node_labels),
             "tolerations": [dict(t) for t in self.tolerations], "runtime_class_name": self.runtime_class_name,
+            "resource_per_unit": self.resource_per_unit, "extra_resources": [r.as_json() for r in self.extra_resources],
         }
 
 
@@ -130,6 +167,21 @@ def _gpu_memory(card: str, gib: int, product: str) -> FlavorPreset:
     )
 
 
+def _cgpu(card: str, gib: int, product: str, parts: int) -> FlavorPreset:
+    memory, core = gib // parts, 100 // parts
+    return FlavorPreset(
+        key=f"aliyun-cgpu-{card.lower()}", label=f"cGPU {card}, 1/{parts} of a card ({memory} GiB aliyun.com/gpu-mem + {core} % "
+                                                f"aliyun.com/gpu-core.percentage)",
+        name=f"{card} cGPU 1/{parts}", slug=f"{card.lower()}-cgpu-{parts}", resource_name="aliyun.com/gpu-mem",
+        sharing_mode=GPU_MEMORY, gpu_model=f"NVIDIA {card} {gib}GB", fraction=Fraction(1, parts),
+        resource_per_unit=memory, extra_resources=(UnitResource("aliyun.com/gpu-core.percentage", core),),
+        node_labels={"ack.node.gpu.schedule": "core_mem", "nvidia.com/gpu.product": product}, tolerations=(NVIDIA_TAINT,),
+        note=f"Alibaba's cGPU with memory and compute isolation (nodes labelled ack.node.gpu.schedule=core_mem): one unit "
+             f"is {memory} GiB of the card's memory with {core} % of its compute, both in the team's quota. "
+             f"{NVIDIA_RUNTIME_NOTE}",
+    )
+
+
 PRESETS: tuple[FlavorPreset, ...] = (
     FlavorPreset(
         key="nvidia-h100", label="NVIDIA H100 80GB, whole GPUs (nvidia.com/gpu)", name="H100 80GB", slug="h100-80gb",
@@ -164,6 +216,20 @@ PRESETS: tuple[FlavorPreset, ...] = (
     _shared(MPS, "NVIDIA MPS, 4 replicas per GPU (nvidia.com/gpu.shared)", 4),
     _gpu_memory("T4", 16, "Tesla-T4"),
     _gpu_memory("A10", 24, "NVIDIA-A10"),
+    _cgpu("A10", 24, "NVIDIA-A10", 4),
+    FlavorPreset(
+        key="hami-t4", label="HAMi vGPU, a quarter of a T4 (nvidia.com/gpu + 4096 MiB nvidia.com/gpumem + 25 % "
+                             "nvidia.com/gpucores per vGPU)",
+        name="T4 vGPU 1/4", slug="t4-vgpu-4", resource_name="nvidia.com/gpu", sharing_mode=VGPU, gpu_model="NVIDIA T4 16GB",
+        fraction=Fraction(1, 4),
+        extra_resources=(UnitResource("nvidia.com/gpumem", 4096, per_device=True),
+                         UnitResource("nvidia.com/gpucores", 25, per_device=True)),
+        node_labels={"gpu": "on", "nvidia.com/gpu.product": "Tesla-T4"}, tolerations=(NVIDIA_TAINT, SHARED_TAINT),
+        note="HAMi's device plugin on nodes labelled gpu=on, each card split four ways (deviceSplitCount); its webhook "
+             "sends the pods to its scheduler. Memory (MiB) and cores (%) are each vGPU's: a pod of 2 units gets two "
+             "such vGPUs. Taint the pool nvidia.com/gpu.shared:NoSchedule so that only vGPU flavors land there. "
+             f"{NVIDIA_RUNTIME_NOTE}",
+    ),
 )
 
 PRESETS_BY_KEY: Mapping[str, FlavorPreset] = {preset.key: preset for preset in PRESETS}

@@ -18,9 +18,32 @@ from tenants.queueing.base import QueueUsage
 
 
 def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
-    """Per team: what its queue is guaranteed, uses, borrows and lends, per flavor, as the site's
-    queue backend reads it (tenants/queueing/)."""
-    return backend().usage(slugs=slugs)
+    """Per team: what its queue is guaranteed, uses, borrows and lends, one row per flavor in its
+    units, as the site's queue backend reads it (tenants/queueing/)."""
+    usage = backend().usage(slugs=slugs)
+    flavors = {flavor.slug: flavor for flavor in Flavor.objects.only("slug", "resource_name", "resource_per_unit")}
+    return {team: in_units(rows, flavors) for team, rows in usage.items()}
+
+
+def in_units(rows: Iterable[QueueUsage], flavors: dict[str, Flavor]) -> list[QueueUsage]:
+    """The backend's rows, one per flavor and resource in the resource's amounts, as one row per
+    flavor in its units: its own resource's figures over what one unit asks (a cGPU unit of 6 GiB
+    holds 6 of aliyun.com/gpu-mem). The rows of its other resources (a cGPU unit's percent of
+    compute, the resources of its group it asks none of) follow from the units and are left out."""
+    kept = []
+    for row in rows:
+        flavor = flavors.get(row.flavor)
+        if flavor is None:
+            kept.append(row)  # a flavor the catalog does not know: said as the queue says it
+        elif row.resource != flavor.resource_name:
+            continue
+        elif (per := flavor.resource_per_unit) == 1:
+            kept.append(row)
+        else:
+            kept.append(replace(
+                row, guaranteed=row.guaranteed // per, in_use=-(-row.in_use // per), borrowed=-(-row.borrowed // per),
+                lent=-(-row.lent // per), idle=row.idle // per))
+    return kept
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ WORKLOAD_KINDS = Hook[Callable[[], manifests.KindReach]]("tenants.desired.WORKLO
 def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
     return manifests.FlavorSpec(
         name=flavor.slug, resource_name=flavor.resource_name, capacity=flavor.capacity_units,
-        node_labels=dict(flavor.node_labels), tolerations=tuple(flavor.tolerations),
+        node_labels=dict(flavor.node_labels), tolerations=tuple(flavor.tolerations), resources=flavor.unit_resources,
     )
 
 
@@ -171,7 +171,8 @@ def simulated_nodes() -> list[dict[str, Any]]:
     """The simulated cluster's nodes, made from the catalog: 8 physical GPUs a node, each
     split into as many units as the flavor's fraction says (7 MIG slices, 4 shared...). Each
     node says what one unit of its GPUs holds and draws at most (`catalog.unit_limits` of the
-    flavor's model), so the simulated telemetry draws a T4 as a T4. A time-sliced or MPS pool
+    flavor's model), so the simulated telemetry draws a T4 as a T4, and advertises each resource
+    a unit asks for (a cGPU node its GiB and its percent of compute). A time-sliced or MPS pool
     carries GPU Feature Discovery's sharing labels, as a real one does (tenants/nodes.py checks them),
     and each pool the taints its flavor tolerates."""
     nodes = []
@@ -191,7 +192,7 @@ def simulated_nodes() -> list[dict[str, Any]]:
             nodes.append({
                 "name": f"sim-{flavor.slug}-{index}",
                 "labels": {**sharing, **flavor.node_labels, **hardware},
-                "allocatable": {flavor.resource_name: units},
+                "allocatable": catalog.quota_amounts(flavor.unit_resources, units),
                 "taints": _taints_tolerated(flavor.tolerations),
             })
     return nodes

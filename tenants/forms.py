@@ -175,14 +175,16 @@ class FlavorForm(forms.ModelForm):
 
     class Meta:
         model = Flavor
-        fields = ["name", "slug", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
-                  "fraction_denominator", "capacity_units", "node_labels", "tolerations", "runtime_class_name", "is_active"]
+        fields = ["name", "slug", "resource_name", "resource_per_unit", "extra_resources", "sharing_mode", "gpu_model",
+                  "fraction_numerator", "fraction_denominator", "capacity_units", "node_labels", "tolerations",
+                  "runtime_class_name", "is_active"]
         labels = {"fraction_numerator": "Fraction of a GPU: numerator", "fraction_denominator": "denominator",
                   "capacity_units": "Capacity (units)"}
-        widgets = {"node_labels": forms.Textarea(attrs={"rows": 4}), "tolerations": forms.Textarea(attrs={"rows": 3})}
+        widgets = {"node_labels": forms.Textarea(attrs={"rows": 4}), "tolerations": forms.Textarea(attrs={"rows": 3}),
+                   "extra_resources": forms.Textarea(attrs={"rows": 2})}
         # ASCII digits only: Django's IntegerField reads "１" as 1.
         field_classes = {"fraction_numerator": WholeNumberField, "fraction_denominator": WholeNumberField,
-                         "capacity_units": WholeNumberField}
+                         "capacity_units": WholeNumberField, "resource_per_unit": WholeNumberField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -192,9 +194,17 @@ class FlavorForm(forms.ModelForm):
         # A blank JSON box means "none", not "invalid".
         self.fields["node_labels"].required = False
         self.fields["tolerations"].required = False
+        self.fields["extra_resources"].required = False
+        self.fields["resource_per_unit"].required = False
 
     def clean_node_labels(self) -> Any:
         return self.cleaned_data.get("node_labels") or {}
 
     def clean_tolerations(self) -> Any:
         return self.cleaned_data.get("tolerations") or []
+
+    def clean_resource_per_unit(self) -> Any:
+        return self.cleaned_data.get("resource_per_unit") or 1  # left blank: one of the resource a unit
+
+    def clean_extra_resources(self) -> Any:
+        return self.cleaned_data.get("extra_resources") or []

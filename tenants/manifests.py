@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from tenants.catalog import UnitResource, quota_amounts
+
 if TYPE_CHECKING:
     from tenants.queueing.base import QueueBackend
 
@@ -69,6 +71,17 @@ class FlavorSpec:
     capacity: int
     node_labels: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
+    # What one unit asks its device plugins for, its resource first (Flavor.unit_resources); none
+    # given: one of `resource_name`.
+    resources: tuple[UnitResource, ...] = ()
+
+    @property
+    def unit_resources(self) -> tuple[UnitResource, ...]:
+        return self.resources or (UnitResource(self.resource_name),)
+
+    def quota(self, units: int) -> dict[str, int]:
+        """`units` units in each of its resources, as a queue's quota counts them."""
+        return quota_amounts(self.unit_resources, units)
 
 
 @dataclass(frozen=True)
@@ -299,12 +312,14 @@ def make_namespace(*, team: TeamSpec) -> dict[str, Any]:
 
 
 def backstop_limits(*, team: TeamSpec) -> dict[str, int]:
-    """GPU units the ResourceQuota allows per resource name: the guarantee plus whatever the
-    team may borrow, so the backstop never refuses a pod that Kueue admitted."""
+    """What the ResourceQuota allows of each GPU resource: the guarantee plus whatever the team may
+    borrow, in each resource its flavors' units ask for, so the backstop never refuses a pod that
+    Kueue admitted."""
     limits: dict[str, int] = {}
     for quota in team.quotas:
         ceiling = max(quota.flavor.capacity, quota.nominal) if team.policy.may_borrow else quota.nominal
-        limits[quota.flavor.resource_name] = limits.get(quota.flavor.resource_name, 0) + ceiling
+        for resource, amount in quota.flavor.quota(ceiling).items():
+            limits[resource] = limits.get(resource, 0) + amount
     return limits
 
 

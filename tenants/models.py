@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from fractions import Fraction
 from typing import Any
@@ -169,6 +170,12 @@ class Membership(models.Model):
         return f"{self.user} in {self.team} ({self.get_role_display()})"
 
 
+# An extended resource name: a DNS subdomain, "/", and a name of letters, digits, "-", "_" and ".".
+EXTENDED_RESOURCE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+EXTENDED_RESOURCE = re.compile(EXTENDED_RESOURCE_PATTERN)
+
+
 class Flavor(models.Model):
     """One kind of GPU capacity: a Kubernetes extended resource on labelled nodes."""
 
@@ -178,6 +185,7 @@ class Flavor(models.Model):
         TIME_SLICED = "time-sliced", "Time-sliced"
         MPS = "mps", "MPS"
         GPU_MEMORY = "gpu-memory", "Memory-sliced (per GiB)"
+        VGPU = "vgpu", "vGPU (memory and core slices)"
 
     name = models.CharField(max_length=60, unique=True, help_text="What people call it, e.g. “H100 80GB”.")
     slug = models.CharField(
@@ -190,7 +198,7 @@ class Flavor(models.Model):
         max_length=120,
         validators=[
             RegexValidator(
-                r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+                EXTENDED_RESOURCE_PATTERN,
                 "An extended resource name with a domain, e.g. nvidia.com/gpu or nvidia.com/mig-1g.10gb.",
             )
         ],
@@ -209,6 +217,13 @@ class Flavor(models.Model):
             "1/80 one GiB of an 80 GB card."
         ),
     )
+    resource_per_unit = models.PositiveIntegerField(
+        "resource per unit", default=1, db_default=1, validators=[MinValueValidator(1)],
+        help_text="How much of the resource one unit asks for: 1 for a device, 6 where a unit is 6 GiB of aliyun.com/gpu-mem.")
+    extra_resources = models.JSONField(
+        "other resources per unit", default=list, blank=True, db_default=[],
+        help_text='What else one unit asks for, e.g. [{"name": "aliyun.com/gpu-core.percentage", "per_unit": 25}]; '
+                  '"per_device": true where the device plugin reads the amount as each device\'s (HAMi\'s nvidia.com/gpumem).')
     capacity_units = models.PositiveIntegerField(help_text="How many units the cluster has.")
     node_labels = models.JSONField(default=dict, blank=True, help_text="Labels of the nodes that carry it.")
     tolerations = models.JSONField(default=list, blank=True, help_text="Tolerations for the taints of those nodes.")
@@ -253,6 +268,21 @@ class Flavor(models.Model):
         return Fraction(self.fraction_numerator, self.fraction_denominator)
 
     @property
+    def unit_resources(self) -> tuple[catalog.UnitResource, ...]:
+        """What one unit asks its device plugins for: its resource first, then the others."""
+        return (catalog.UnitResource(self.resource_name, self.resource_per_unit),
+                *(catalog.UnitResource(str(r["name"]), int(r["per_unit"]), bool(r.get("per_device")))
+                  for r in self.extra_resources or []))
+
+    def pod_requests(self, units: int) -> dict[str, int]:
+        """What a pod holding `units` units writes in its requests and limits."""
+        return catalog.pod_requests(self.unit_resources, units)
+
+    def units_of(self, amount: int) -> int:
+        """The units a pod holds that asks for `amount` of the flavor's resource."""
+        return amount // self.resource_per_unit
+
+    @property
     def nodes_warning_list(self) -> list[str]:
         return [line for line in self.nodes_warnings.splitlines() if line]
 
@@ -262,6 +292,11 @@ class Flavor(models.Model):
         instance); otherwise it is its fraction of a shared card (a time slice, an MPS share, a
         GiB of the card's memory)."""
         return self.sharing_mode in (self.SharingMode.EXCLUSIVE, self.SharingMode.MIG)
+
+    @property
+    def resources_display(self) -> str:
+        """One unit in the words of the resources it asks for, e.g. “6 aliyun.com/gpu-mem + 25 aliyun.com/gpu-core.percentage”."""
+        return " + ".join(f"{r.amount} {r.name}{' per device' if r.per_device else ''}" for r in self.unit_resources)
 
     @property
     def fraction_display(self) -> str:
@@ -306,6 +341,31 @@ class Flavor(models.Model):
             raise ValidationError(
                 {"tolerations": 'Tolerations are a list of objects, e.g. [{"key": "gpu", "operator": "Exists"}].'}
             )
+        self._clean_extra_resources()
+
+    def _clean_extra_resources(self) -> None:
+        example = '[{"name": "aliyun.com/gpu-core.percentage", "per_unit": 25}]'
+        extra = self.extra_resources
+        if not isinstance(extra, list) or not all(isinstance(r, dict) for r in extra):
+            raise ValidationError({"extra_resources": f"Other resources are a list of objects, e.g. {example}."})
+        seen = {self.resource_name}
+        for entry in extra:
+            name, amount = entry.get("name"), entry.get("per_unit")
+            unknown = set(entry) - {"name", "per_unit", "per_device"}
+            if unknown:
+                raise ValidationError({"extra_resources": f"Unknown key(s) {', '.join(sorted(unknown))}: each resource has "
+                                                          "a name, per_unit and, where the plugin reads it per device, "
+                                                          "per_device."})
+            if not isinstance(name, str) or not EXTENDED_RESOURCE.fullmatch(name) or len(name.rpartition("/")[2]) > 63:
+                raise ValidationError({"extra_resources": f"{name!r} is not an extended resource name with a domain, e.g. "
+                                                          "aliyun.com/gpu-core.percentage."})
+            if name in seen:
+                raise ValidationError({"extra_resources": f"{name} is named twice: a unit asks for each resource once."})
+            seen.add(name)
+            if isinstance(amount, bool) or not isinstance(amount, int) or amount < 1:
+                raise ValidationError({"extra_resources": f"{name}: per_unit is a whole number of at least 1."})
+            if not isinstance(entry.get("per_device", False), bool):
+                raise ValidationError({"extra_resources": f"{name}: per_device is true or false."})
 
 
 class GpuNode(models.Model):

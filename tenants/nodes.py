@@ -54,7 +54,7 @@ GPU_LABEL_PREFIXES = ("nvidia.com/", "amd.com/", "gpu.intel.com/", "feature.node
 MODE_WORDS: dict[str, str] = {
     Flavor.SharingMode.EXCLUSIVE: "sold as whole GPUs", Flavor.SharingMode.MIG: "sold as MIG slices",
     Flavor.SharingMode.TIME_SLICED: "time-sliced", Flavor.SharingMode.MPS: "shared by MPS",
-    Flavor.SharingMode.GPU_MEMORY: "memory-sliced",
+    Flavor.SharingMode.GPU_MEMORY: "memory-sliced", Flavor.SharingMode.VGPU: "sold as vGPU slices",
 }
 
 
@@ -153,6 +153,16 @@ def _sharing(node: _Node, flavor: Flavor, findings: _Findings) -> None:
             f"{advertised} {flavor.resource_name}: is its device plugin's config the one its label names?")
 
 
+CAPACITY, ALLOCATABLE = 0, 1  # the places in a GpuNode's [capacity, allocatable]
+
+
+def units_in(flavor: Flavor, gpus: Mapping[str, Sequence[int]], which: int) -> int:
+    """The flavor's units a node's GPU resources make ([capacity, allocatable] per resource): as
+    many as its scarcest resource gives, so a cGPU node with memory and no compute to spare
+    offers none."""
+    return min(gpus.get(r.name, [0, 0])[which] // r.amount for r in flavor.unit_resources)
+
+
 def judge(flavor: Flavor, bodies: Iterable[Mapping[str, Any]]) -> NodeVerdict:
     """The verdict on one flavor from the cluster's Node objects."""
     return _judge(flavor, [_Node.of(body) for body in bodies])
@@ -171,7 +181,7 @@ def _judge(flavor: Flavor, nodes: list[_Node]) -> NodeVerdict:
         findings.warnings.append(
             f"{len(selected)} node(s) carry {flavor.name}'s labels but none advertises {flavor.resource_name}: is the "
             "device plugin running on them?")
-    offered, blocked = 0, []
+    offered, blocked, lacking = 0, [], []
     for node in offering:
         _sharing(node, flavor, findings)
         allocatable, capacity = (_count(node.allocatable.get(flavor.resource_name, 0)),
@@ -179,6 +189,9 @@ def _judge(flavor: Flavor, nodes: list[_Node]) -> NodeVerdict:
         if allocatable < capacity:
             findings.warnings.append(f"Node {node.name}: {capacity - allocatable} of {capacity} {flavor.resource_name} "
                                      "are unhealthy (allocatable below capacity).")
+        if missing := [r.name for r in flavor.unit_resources[1:] if not _count(node.capacity.get(r.name, 0))]:
+            lacking.append(f"{node.name} (no {', '.join(missing)})")
+            continue
         if not node.ready:
             findings.warnings.append(f"Node {node.name} is not ready.")
         if node.cordoned:
@@ -186,7 +199,13 @@ def _judge(flavor: Flavor, nodes: list[_Node]) -> NodeVerdict:
         if untolerated := _untolerated(node, flavor):
             blocked.append(f"{node.name} ({', '.join(untolerated)})")
         elif node.ready and not node.cordoned:
-            offered += allocatable
+            offered += units_in(flavor, {name: [0, _count(node.allocatable.get(name, 0))]
+                                         for name in (r.name for r in flavor.unit_resources)}, ALLOCATABLE)
+    if offering and len(lacking) == len(offering):
+        findings.problems.append(f"A unit of {flavor.name} asks for {flavor.resources_display}, and no node of it "
+                                 f"advertises all of them: {'; '.join(lacking)}. Its pods cannot start anywhere.")
+    elif lacking:
+        findings.warnings.append(f"Pods of {flavor.name} cannot run on {'; '.join(lacking)}: a resource its unit asks for.")
     if offering and len(blocked) == len(offering):
         findings.problems.append(f"Every node of {flavor.name} has a taint its pods do not tolerate: {'; '.join(blocked)}. "
                                  "Add the toleration to the flavor, or take the taint off the nodes.")
@@ -267,7 +286,7 @@ def _keep_gpu_nodes(nodes: Iterable[_Node], flavors: list[Flavor], now: dt.datet
                     stack: Mapping[str, Mapping[str, str]]) -> None:
     """Keeps the nodes that advertise GPUs or that a flavor selects (GpuNode), writing only the
     rows that changed: a quiet minute on 500 nodes writes nothing."""
-    resources = {flavor.resource_name for flavor in flavors}
+    resources = {resource.name for flavor in flavors for resource in flavor.unit_resources}
     selecting = {str(key) for flavor in flavors for key in (flavor.node_labels or {})}
     wanted: dict[str, GpuNode] = {}
     for node in nodes:
@@ -403,12 +422,12 @@ class Pool:
 
     @property
     def capacity(self) -> int:
-        return sum(row.node.gpus.get(self.flavor.resource_name, [0, 0])[0] for row in self.nodes)
+        return sum(units_in(self.flavor, row.node.gpus, CAPACITY) for row in self.nodes)
 
     @property
     def offered(self) -> int:
         """Units the ready, schedulable nodes can hand out now."""
-        return sum(row.node.gpus.get(self.flavor.resource_name, [0, 0])[1] for row in self.nodes
+        return sum(units_in(self.flavor, row.node.gpus, ALLOCATABLE) for row in self.nodes
                    if row.node.ready and not row.node.cordoned)
 
     @property
@@ -435,9 +454,9 @@ class Pool:
 
     @property
     def unhealthy(self) -> int:
-        """Devices of the flavor's resource its nodes have but cannot hand out."""
-        return sum(max(capacity - allocatable, 0) for row in self.nodes
-                   for capacity, allocatable in [row.node.gpus.get(self.flavor.resource_name, [0, 0])])
+        """Units of the flavor its nodes have but cannot hand out."""
+        return sum(max(units_in(self.flavor, row.node.gpus, CAPACITY) - units_in(self.flavor, row.node.gpus, ALLOCATABLE), 0)
+                   for row in self.nodes)
 
 
 @dataclass(frozen=True)

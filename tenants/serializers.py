@@ -190,6 +190,12 @@ class FlavorSerializer(serializers.Serializer):
     gpu_model = serializers.CharField(source="flavor.gpu_model")
     fraction_numerator = serializers.IntegerField(source="flavor.fraction_numerator")
     fraction_denominator = serializers.IntegerField(source="flavor.fraction_denominator")
+    resource_per_unit = serializers.IntegerField(
+        source="flavor.resource_per_unit", help_text="How much of resource_name one unit asks for.")
+    extra_resources = serializers.ListField(
+        source="flavor.extra_resources", child=serializers.DictField(),
+        help_text="What else one unit asks for: name, per_unit and, where the device plugin reads the amount as each "
+                  "device's, per_device.")
     node_labels = serializers.DictField(source="flavor.node_labels", child=serializers.CharField())
     tolerations = serializers.ListField(source="flavor.tolerations", child=serializers.DictField())
     runtime_class_name = serializers.CharField(
@@ -226,7 +232,8 @@ class FlavorWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
     class Meta:
         model = Flavor
         fields = ["name", "slug", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
-                  "fraction_denominator", "capacity_units", "node_labels", "tolerations", "runtime_class_name", "is_active"]
+                  "fraction_denominator", "capacity_units", "resource_per_unit", "extra_resources", "node_labels",
+                  "tolerations", "runtime_class_name", "is_active"]
 
 
 # --- Quota requests ----------------------------------------------------------------------------

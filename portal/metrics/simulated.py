@@ -163,12 +163,16 @@ def _noise(*parts: object) -> float:
     return int.from_bytes(digest[:4], "big") / 2**32
 
 
+# What HAMi's vGPU units ask for beside their devices: each device's memory and compute, not devices.
+VGPU_SHARES = ("nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores")
+
+
 def _gpus_of(pod: dict) -> int:
     total = 0.0
     for container in pod.get("spec", {}).get("containers", []):
         resources = container.get("resources", {})
         for name, value in (resources.get("limits") or resources.get("requests") or {}).items():
-            if name.startswith("nvidia.com/"):
+            if name.startswith("nvidia.com/") and name not in VGPU_SHARES:
                 try:
                     total += float(value)
                 except ValueError:

@@ -10,7 +10,7 @@ with PORTAL_QUEUE_BACKEND. Pure: the values and the Protocol import nothing from
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -87,8 +87,10 @@ class QueueBackend(Protocol):
         """The labels a workload's queued object carries: its team queue and priority tier."""
         ...
 
-    def admission(self, objects: Sequence[dict[str, Any]]) -> Admission:
-        """What the queue's objects of one workload (of `workload_kinds`) say of its admission."""
+    def admission(self, objects: Sequence[dict[str, Any]], *, per_unit: Mapping[str, int] | None = None) -> Admission:
+        """What the queue's objects of one workload (of `workload_kinds`) say of its admission;
+        `per_unit`: how much of each resource one unit of its flavor asks for, to say what is
+        missing in units."""
         ...
 
     def usage(self, *, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:

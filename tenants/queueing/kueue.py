@@ -1,7 +1,8 @@
 """Kueue as the portal's queue backend (PORTAL_QUEUE_BACKEND=kueue).
 
-A team is a ClusterQueue in the portal's cohort with one resource group per GPU resource name
-(flavors sharing a resource are alternatives Kueue tries in order), nominal quota from the
+A team is a ClusterQueue in the portal's cohort with one resource group per set of GPU resources
+its flavors' units ask for together (flavors sharing a resource are alternatives Kueue tries in
+order; a cGPU unit asks for memory and compute, each with its quota), nominal quota from the
 team's grants, borrowing and lending limits from its policy, and a LocalQueue `default` in its
 namespace, held (`stopPolicy: Hold`) while billing's hard stop holds the team. Flavors are
 ResourceFlavors and priority tiers WorkloadPriorityClasses. A workload's queued object carries
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -25,6 +26,7 @@ from tenants.manifests import (
     MANAGED_BY_LABEL,
     MANAGER,
     TEAM_LABEL,
+    FlavorQuota,
     FlavorSpec,
     PriorityTier,
     TeamSpec,
@@ -68,17 +70,42 @@ def make_workload_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
 # --- A team's queue ------------------------------------------------------------------------------
 
 
+def resource_groups(quotas: Iterable[FlavorQuota]) -> list[tuple[list[str], list[FlavorQuota]]]:
+    """Kueue's resource groups for a team's quotas: flavors whose units ask for a common resource
+    go in one group (two models of whole GPUs are alternatives Kueue tries in order; a vGPU flavor
+    asking nvidia.com/gpu with nvidia.com/gpumem joins the whole-GPU ones), covering every resource
+    its flavors ask for, in the order first asked; flavors with no resource in common never mix."""
+    groups: list[tuple[list[str], list[FlavorQuota]]] = []
+    for quota in quotas:
+        names = [r.name for r in quota.flavor.unit_resources]
+        joined = [index for index, group in enumerate(groups) if set(group[0]) & set(names)]
+        covered = [name for index in joined for name in groups[index][0]]
+        covered += [name for name in names if name not in covered]
+        merged = (covered, [*(member for index in joined for member in groups[index][1]), quota])
+        at = joined[0] if joined else len(groups)  # where the first group it joins stood
+        groups = [group for index, group in enumerate(groups) if index not in joined]
+        groups.insert(at, merged)
+    return groups
+
+
 def make_cluster_queue(*, team: TeamSpec) -> dict[str, Any]:
-    # One resource group per GPU resource name: flavors that share a resource (two models of
-    # whole GPUs) are alternatives Kueue tries in order; different resources never mix.
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for quota in team.quotas:
-        limits: dict[str, Any] = {"name": quota.flavor.resource_name, "nominalQuota": str(quota.nominal)}
-        if not team.policy.may_borrow:
-            limits["borrowingLimit"] = "0"
-        if not team.policy.lends_idle:
-            limits["lendingLimit"] = "0"
-        groups.setdefault(quota.flavor.resource_name, []).append({"name": quota.flavor.name, "resources": [limits]})
+    # A flavor lists every resource its group covers, in the group's order (Kueue requires it),
+    # with no quota for those its units do not ask for.
+    resource_groups_ = []
+    for covered, quotas in resource_groups(team.quotas):
+        flavors = []
+        for quota in quotas:
+            amounts = quota.flavor.quota(quota.nominal)
+            resources = []
+            for resource in covered:
+                limits: dict[str, Any] = {"name": resource, "nominalQuota": str(amounts.get(resource, 0))}
+                if not team.policy.may_borrow:
+                    limits["borrowingLimit"] = "0"
+                if not team.policy.lends_idle:
+                    limits["lendingLimit"] = "0"
+                resources.append(limits)
+            flavors.append({"name": quota.flavor.name, "resources": resources})
+        resource_groups_.append({"coveredResources": covered, "flavors": flavors})
     return {
         "apiVersion": KUEUE, "kind": "ClusterQueue",
         "metadata": team_meta(team.cluster_queue, team, namespaced=False),
@@ -86,9 +113,7 @@ def make_cluster_queue(*, team: TeamSpec) -> dict[str, Any]:
             "cohortName": team.cohort,
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
             "queueingStrategy": "BestEffortFIFO",
-            "resourceGroups": [
-                {"coveredResources": [resource], "flavors": flavors} for resource, flavors in groups.items()
-            ],
+            "resourceGroups": resource_groups_,
             "preemption": {
                 "reclaimWithinCohort": "Any",
                 "borrowWithinCohort": {"policy": "Never"},
@@ -127,12 +152,20 @@ _TOO_BIG = re.compile(r"insufficient quota for (?P<resource>\S+) in flavor (?P<f
 _UNAVAILABLE = re.compile(r"resource (?P<resource>\S+) unavailable in ClusterQueue")
 
 
-def waiting_reason(message: str) -> str:
-    """Kueue's condition message, said in the portal's words rather than repeated."""
+def _in_units(missing: str, per_unit: int) -> str:
+    """What Kueue says is missing of a resource, in units of `per_unit` of it (rounded up)."""
+    if per_unit == 1 or not missing.isdigit():
+        return missing
+    return str(-(-int(missing) // per_unit))
+
+
+def waiting_reason(message: str, per_unit: Mapping[str, int] | None = None) -> str:
+    """Kueue's condition message, said in the portal's words rather than repeated; `per_unit` says
+    how much of each resource one unit of the workload's flavor asks for (1 where not given)."""
     if not message:
         return "Waiting for Kueue to admit it"
     if match := _SHORT.search(message):
-        missing = match["missing"]
+        missing = _in_units(match["missing"], (per_unit or {}).get(match["resource"], 1))
         return (f"Waiting for quota: the team's free {match['flavor']} quota and what other teams leave idle are "
                 f"{missing} unit{'' if missing == '1' else 's'} short. It starts when that much frees up.")
     if match := _TOO_BIG.search(message):
@@ -147,7 +180,7 @@ def waiting_reason(message: str) -> str:
     return f"Waiting for Kueue, which says: {message}"
 
 
-def admission(workloads: Sequence[dict[str, Any]]) -> Admission:
+def admission(workloads: Sequence[dict[str, Any]], per_unit: Mapping[str, int] | None = None) -> Admission:
     """What Kueue's Workloads of one portal workload say: evicted and not admitted again, waiting
     (quota not reserved) and why, and the flavors its admission charges."""
     evicted = [w for w in workloads if _true(w, "Evicted") and not _true(w, "QuotaReserved")]
@@ -157,7 +190,7 @@ def admission(workloads: Sequence[dict[str, Any]]) -> Admission:
                     for assignment in (((w.get("status") or {}).get("admission") or {}).get("podSetAssignments") or [])
                     for resource, flavor in (assignment.get("flavors") or {}).items())
     return Admission(
-        pending=bool(pending), waiting=waiting_reason(message),
+        pending=bool(pending), waiting=waiting_reason(message, per_unit),
         evicted=bool(evicted), evicted_message=_condition(evicted[0], "Evicted").get("message", "") if evicted else "",
         starting="Admitted by Kueue; starting its pods", flavors=flavors,
     )
@@ -167,7 +200,8 @@ def admission(workloads: Sequence[dict[str, Any]]) -> Admission:
 
 
 def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
-    """Per team: what its ClusterQueue is guaranteed, uses, borrows and lends, per flavor.
+    """Per team: what its ClusterQueue is guaranteed, uses, borrows and lends, per flavor and
+    resource, in the resource's amounts (tenants.cluster_selectors makes them units).
 
     Kueue reports usage and borrowing per queue; what a queue lends is not reported, so it is
     the cohort's borrowing shared among the lenders by their idle guarantee.
@@ -193,13 +227,14 @@ def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list
                         "in_use": int(float(used.get("total", 0) or 0)), "borrowed": int(float(used.get("borrowed", 0) or 0)),
                         "lendable": lendable,
                     })
-    borrowed_by_flavor: dict[str, int] = defaultdict(int)
-    idle_by_flavor: dict[str, int] = defaultdict(int)
+    # Per flavor and resource: a cGPU flavor's GiB and percent never add up.
+    borrowed_by_flavor: dict[tuple[str, str], int] = defaultdict(int)
+    idle_by_flavor: dict[tuple[str, str], int] = defaultdict(int)
     for queue_rows in rows.values():
         for row in queue_rows:
-            borrowed_by_flavor[row["flavor"]] += row["borrowed"]
+            borrowed_by_flavor[row["flavor"], row["resource"]] += row["borrowed"]
             row["idle"] = max(min(row["lendable"], row["guaranteed"] - row["in_use"]), 0)
-            idle_by_flavor[row["flavor"]] += row["idle"]
+            idle_by_flavor[row["flavor"], row["resource"]] += row["idle"]
     wanted = set(slugs) if slugs is not None else None
     result: dict[str, list[QueueUsage]] = {}
     for name, queue_rows in rows.items():
@@ -209,10 +244,9 @@ def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list
             QueueUsage(
                 flavor=row["flavor"], resource=row["resource"], guaranteed=row["guaranteed"], in_use=row["in_use"],
                 borrowed=row["borrowed"], idle=row["idle"],
-                lent=round(borrowed_by_flavor[row["flavor"]] * row["idle"] / idle_by_flavor[row["flavor"]])
-                if idle_by_flavor[row["flavor"]] else 0,
+                lent=round(borrowed_by_flavor[key] * row["idle"] / idle_by_flavor[key]) if idle_by_flavor[key] else 0,
             )
-            for row in queue_rows
+            for row in queue_rows for key in [(row["flavor"], row["resource"])]
         ]
     return result
 
@@ -255,8 +289,8 @@ class KueueBackend:
     def workload_labels(self, *, priority: TierName) -> dict[str, str]:
         return {QUEUE_LABEL: QUEUE_NAME, PRIORITY_LABEL: f"gpu-portal-{priority}"}
 
-    def admission(self, objects: Sequence[dict[str, Any]]) -> Admission:
-        return admission(objects)
+    def admission(self, objects: Sequence[dict[str, Any]], *, per_unit: Mapping[str, int] | None = None) -> Admission:
+        return admission(objects, per_unit)
 
     def usage(self, *, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
         return cluster_queue_usage(slugs=slugs)

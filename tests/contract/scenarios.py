@@ -126,6 +126,13 @@ def pods_of(workload: Workload) -> list[dict[str, Any]]:
                           labels={manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
 
 
+def phase_of(workload: Workload) -> str:
+    """The workload's phase after a sync."""
+    sync.sync_all()
+    workload.refresh_from_db()
+    return workload.phase
+
+
 def running(workload: Workload) -> bool:
     """The workload reads running and every one of its pods is bound to a node."""
     sync.sync_all()

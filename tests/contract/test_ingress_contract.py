@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from jobs import access, manifests, services, sync
+from jobs import access, manifests, services
 from jobs.models import Workload
 from portal.kube import ObjectRef, gateway
-from tests.contract.scenarios import HOLD, launch
+from tests.contract.scenarios import HOLD, launch, phase_of
 
 pytestmark = pytest.mark.django_db
 
@@ -21,12 +21,6 @@ CASES = {
     "notebook": {"PORTAL_INGRESS_CLUSTER_ISSUER": "letsencrypt", "PORTAL_INGRESS_TLS_SECRET": ""},
     "inference": {"PORTAL_INGRESS_CLUSTER_ISSUER": "", "PORTAL_INGRESS_TLS_SECRET": "apps-wildcard"},
 }
-
-
-def phase_of(workload: Workload) -> str:
-    sync.sync_all()
-    workload.refresh_from_db()
-    return workload.phase
 
 
 def _get(kind: str, api_version: str, name: str, namespace: str) -> dict[str, Any] | None:

@@ -183,8 +183,8 @@ def test_on_the_real_scheduler_a_preempting_class_would_evict_the_other_teams_po
     try:
         job = training.make_training_job(spec=job_manifests.WorkloadSpec(
             workload_id=999999, name="outside-kueue", namespace=alpha.namespace, team=alpha.slug, kind="training",
-            image="registry.example.com/ml/runtime:1", command=("true",), args=(), env=(), resource_name="nvidia.com/gpu",
-            units=2, cpu=1, memory_gib=1, annotations=tuple(HOLD.items()),  # no queue's labels: Kueue leaves it alone
+            image="registry.example.com/ml/runtime:1", command=("true",), args=(), env=(), gpu=(("nvidia.com/gpu", 2),),
+            cpu=1, memory_gib=1, annotations=tuple(HOLD.items()),  # no queue's labels: Kueue leaves it alone
         ))
         assert not {kueue.QUEUE_LABEL, kueue.PRIORITY_LABEL} & set(job["metadata"]["labels"])
         job["spec"]["suspend"] = False

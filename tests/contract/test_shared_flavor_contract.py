@@ -26,7 +26,7 @@ from portal.kube import gateway
 from tenants import catalog, nodes
 from tenants import services as tenant_services
 from tenants.models import Flavor
-from tests.contract.scenarios import HOLD, launch, pods_of, queue_usage, running
+from tests.contract.scenarios import HOLD, launch, phase_of, pods_of, queue_usage, running
 from tests.helpers import ensure_priced
 
 pytestmark = pytest.mark.django_db
@@ -216,3 +216,99 @@ def test_a_mixed_mig_node_serves_two_profiles_each_counted_in_its_own_units_and_
     with django_capture_on_commit_callbacks(execute=True):
         for workload in (small, large):
             services.workload_stop(user=lead, workload=workload)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A pool whose unit asks for several resources: its flavor's fields and what a node of it advertises."""
+
+    mode: str
+    resource: str
+    per_unit: int
+    extra: list[dict[str, Any]]
+    allocatable: dict[str, int]  # two cards' worth
+    wants: dict[str, str]  # what a pod of 2 units writes
+    quota: dict[str, int]  # what a pod of 2 units counts in the team's queue, per resource
+    one_unit: dict[str, int]  # and a pod of 1
+
+
+PAIRS = {
+    # Alibaba's cGPU: a quarter of an A10 is 6 GiB of its memory with 25 % of its compute.
+    "cgpu": Pair(Flavor.SharingMode.GPU_MEMORY, "aliyun.com/gpu-mem", 6,
+                 [{"name": "aliyun.com/gpu-core.percentage", "per_unit": 25}],
+                 {"aliyun.com/gpu-mem": 48, "aliyun.com/gpu-core.percentage": 200},
+                 {"aliyun.com/gpu-mem": "12", "aliyun.com/gpu-core.percentage": "50"},
+                 {"aliyun.com/gpu-mem": 12, "aliyun.com/gpu-core.percentage": 50},
+                 {"aliyun.com/gpu-mem": 6, "aliyun.com/gpu-core.percentage": 25}),
+    # HAMi: a quarter of a T4 is one vGPU of 4096 MiB and 25 % of the card, each vGPU's.
+    "vgpu": Pair(Flavor.SharingMode.VGPU, "nvidia.com/gpu", 1,
+                 [{"name": "nvidia.com/gpumem", "per_unit": 4096, "per_device": True},
+                  {"name": "nvidia.com/gpucores", "per_unit": 25, "per_device": True}],
+                 {"nvidia.com/gpu": 8, "nvidia.com/gpumem": 32768, "nvidia.com/gpucores": 200},
+                 {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "4096", "nvidia.com/gpucores": "25"},
+                 {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4096, "nvidia.com/gpucores": 25},
+                 {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 4096, "nvidia.com/gpucores": 25}),
+}
+
+
+def queue_resources(slug: str, flavor: str) -> dict[str, int]:
+    """What the team's queue reports in use of each resource of the flavor, as the backend reads it."""
+    from tenants.queueing import backend
+
+    return {row.resource: row.in_use for row in backend().usage(slugs=[slug]).get(slug, []) if row.flavor == flavor}
+
+
+@pytest.mark.parametrize("kind", sorted(PAIRS))
+def test_a_launch_on_a_flavor_whose_unit_asks_for_several_resources_holds_each_and_is_billed_by_its_units(
+        cluster, site, templates, settings, kind, django_capture_on_commit_callbacks):
+    pair, slug = PAIRS[kind], cluster.unique(f"pair-{kind}")
+    with django_capture_on_commit_callbacks(execute=True):
+        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
+            name=cluster.unique(f"Pair {kind}"), slug=slug, resource_name=pair.resource, resource_per_unit=pair.per_unit,
+            extra_resources=pair.extra, sharing_mode=pair.mode, gpu_model="NVIDIA A10", fraction_numerator=1,
+            fraction_denominator=4, capacity_units=8, node_labels={"gpu-portal.io/test-flavor": slug},
+            tolerations=[catalog.SHARED_TAINT]))
+    # A node of the pool that lacks one of the resources: nothing could start, and the check says so.
+    lacking = cluster.unique(f"lacking-{kind}")
+    cluster.add_gpu_node(lacking, labels={"gpu-portal.io/test-flavor": slug},
+                         allocatable={pair.resource: pair.allocatable[pair.resource]}, taints=[SHARED_TAINT])
+    (body,) = [node for node in gateway().list("v1", "Node")[0] if node["metadata"]["name"] == lacking]
+    assert nodes.judge(flavor, [body]).problem.startswith(
+        f"A unit of {flavor.name} asks for {flavor.resources_display}, and no node of it advertises all of them: {lacking} "
+        "(no ")
+    cluster.delete_node(lacking)
+    node = cluster.unique(f"node-{kind}")
+    cluster.add_gpu_node(node, labels={"gpu-portal.io/test-flavor": slug}, allocatable=pair.allocatable, taints=[SHARED_TAINT])
+    (body,) = [found for found in gateway().list("v1", "Node")[0] if found["metadata"]["name"] == node]
+    assert nodes.judge(flavor, [body]) == nodes.NodeVerdict(nodes=1, offered=8)  # as many units as its scarcest resource gives
+    assert nodes.check_flavors(flavors=[flavor])[flavor.pk].problem == ""
+    flavor.refresh_from_db()
+    ensure_priced(flavor, "0.40")
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    template = templates["training"]
+    services.template_revise(user=site.admin, template=template, flavors=[site.flavor, flavor])
+    team = site.team(f"pair-{kind}")
+    lead = team.memberships.get().user
+    site.grant(team, lead, 2, of=flavor)
+
+    workload = launch(team, lead, template, flavor, django_capture_on_commit_callbacks, units=2)
+    cluster.wait_for(lambda: running(workload), what=f"the launch on the {kind} pool to run")
+    (pod,) = pods_of(workload)
+    limits = pod["spec"]["containers"][0]["resources"]["limits"]
+    assert {name: value for name, value in limits.items() if name not in ("cpu", "memory")} == pair.wants
+    assert cluster.wait_for(lambda: queue_usage(team.slug, slug) == (2, 0), what=f"the queue to count 2 units of {kind}")
+    assert queue_resources(team.slug, slug) == pair.quota  # Kueue counts every resource of the pod at once
+    assert workload.intervals.get().units == 2
+    assert billed_gpu_seconds(team) == {(slug, Fraction(1, 4)): Fraction(2 * 60, 4)}
+
+    # The team's 2 units are in use and no other team lends any: one more waits for quota, said in units.
+    more = launch(team, lead, template, flavor, django_capture_on_commit_callbacks, units=1)
+    cluster.wait_for(lambda: phase_of(more) == Workload.Phase.QUEUED and "Waiting for quota" in more.reason,
+                     what="one more unit to wait for quota")
+    assert "1 unit short" in more.reason
+    with django_capture_on_commit_callbacks(execute=True):
+        services.workload_stop(user=lead, workload=workload)
+    cluster.wait_for(lambda: running(more), what="the waiting unit to run once the first launch stops")
+    cluster.wait_for(lambda: queue_resources(team.slug, slug) == pair.one_unit, what="the queue to count one unit of each")
+    with django_capture_on_commit_callbacks(execute=True):
+        services.workload_stop(user=lead, workload=more)

@@ -14,15 +14,9 @@ import pytest
 from jobs import kinds, manifests, selectors, services, sync
 from jobs.models import RunInterval, Workload, WorkloadKind
 from portal.kube import ObjectRef, gateway, ref_of
-from tests.contract.scenarios import HOLD, QUICK, launch
+from tests.contract.scenarios import HOLD, QUICK, launch, phase_of
 
 pytestmark = pytest.mark.django_db
-
-def phase_of(workload: Workload) -> str:
-    sync.sync_all()
-    workload.refresh_from_db()
-    return workload.phase
-
 
 def objects_of(workload: Workload) -> list[dict[str, Any]]:
     wanted = kinds.workload_objects(spec=services.workload_spec(workload))

@@ -438,7 +438,7 @@ def _fetch(tmp_path: Any, url: str, revision: str, *, allow_file: bool = False) 
     checkout in a temporary directory instead of /repo."""
     spec = manifests.WorkloadSpec(
         workload_id=1, name="wl-1", namespace="team-x", team="x", kind="training", image="i", command=(), args=(),
-        env=(), resource_name="nvidia.com/gpu", units=1, git_image="git",
+        env=(), gpu=(("nvidia.com/gpu", 1),), git_image="git",
         repositories=(manifests.GitSource(url=url, revision=revision, mount_path="/code"),))
     (fetch,) = training.make_training_job(spec=spec)["spec"]["template"]["spec"]["initContainers"]
     env = {item["name"]: item["value"] for item in fetch["env"]}

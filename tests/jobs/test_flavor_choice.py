@@ -77,7 +77,8 @@ def test_the_api_names_the_rate_card_when_it_refuses_an_unpriced_flavor(ready_te
 
 
 @pytest.mark.parametrize("other, message", [
-    ("mig", re.escape("is a different kind of GPU resource (nvidia.com/mig-1g.10gb)")),
+    ("mig", re.escape("asks for 1 nvidia.com/mig-1g.10gb, and one of H100 80GB for 1 nvidia.com/gpu; a launch may accept "
+                      "several flavors only where a unit asks for the same")),
     ("not-allowed", "Either cannot run on L40S; leave it out."),
 ])
 def test_a_launch_accepts_other_flavors_only_of_its_resource_and_its_template(

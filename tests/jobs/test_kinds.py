@@ -16,7 +16,7 @@ from tenants.manifests import WORKLOAD_KIND_LABEL
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = WorkloadSpec(workload_id=7, name="wl-7", namespace="vision", team="vision", kind="training", image="busybox",
-                    command=(), args=(), env=(), resource_name="nvidia.com/gpu", units=1, port=8080)
+                    command=(), args=(), env=(), gpu=(("nvidia.com/gpu", 1),), port=8080)
 
 
 def test_the_kinds_templates_may_choose_are_the_registrys_in_its_order():

@@ -128,8 +128,8 @@ def test_a_job_naming_a_missing_runtime_class_gets_no_pods_and_a_failed_create_e
     # pods are refused, and only a Warning event on the Job says why.
     spec = manifests.WorkloadSpec(
         workload_id=99, name="wl-99", namespace=ready_team.namespace, team=ready_team.slug, kind="training",
-        image="pytorch/pytorch:2.5", command=("python",), args=(), env=(), resource_name=k3s_flavor.resource_name,
-        units=1, cpu=1, memory_gib=1, placements=(services.placement(k3s_flavor),),
+        image="pytorch/pytorch:2.5", command=("python",), args=(), env=(), gpu=((k3s_flavor.resource_name, 1),),
+        cpu=1, memory_gib=1, placements=(services.placement(k3s_flavor),),
         queue=tuple(queueing.backend().workload_labels(priority="normal").items()))
     for obj in kinds.workload_objects(spec=spec):
         simulated.apply(obj)

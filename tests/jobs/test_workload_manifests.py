@@ -15,7 +15,7 @@ from tenants.queueing.kueue import KueueBackend
 SPEC = m.WorkloadSpec(
     workload_id=42, name="wl-42", namespace="vision", team="vision", kind="training",
     image="pytorch/pytorch:2.5", command=("python", "train.py"), args=("--epochs", "3"), env=(("TAG", "2.5"),),
-    resource_name="nvidia.com/gpu", units=2, cpu=8, memory_gib=32, priority="high", max_runtime_seconds=3600,
+    gpu=(("nvidia.com/gpu", 2),), cpu=8, memory_gib=32, priority="high", max_runtime_seconds=3600,
     queue=tuple(KueueBackend().workload_labels(priority="high").items()),  # as jobs.services.workload_spec asks the backend
 )
 LABELS = {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/team": "vision", "gpu-portal.io/workload": "42"}

@@ -141,6 +141,25 @@ GOLDEN: dict[str, tuple[str, str, str, dict[str, Any]]] = {
         "spec": {"nodeLabels": {"gpushare": "true", "nvidia.com/gpu.product": "NVIDIA-A10"},
                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
     }),
+    "aliyun-cgpu-a10": ("aliyun.com/gpu-mem", "gpu-memory", "1/4", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": "a10-cgpu-4", "labels": PLATFORM_LABELS},
+        "spec": {"nodeLabels": {"ack.node.gpu.schedule": "core_mem", "nvidia.com/gpu.product": "NVIDIA-A10"},
+                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+    }),
+    "hami-t4": ("nvidia.com/gpu", "vgpu", "1/4", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": "t4-vgpu-4", "labels": PLATFORM_LABELS},
+        "spec": {"nodeLabels": {"gpu": "on", "nvidia.com/gpu.product": "Tesla-T4"},
+                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                                 {"key": "nvidia.com/gpu.shared", "operator": "Exists", "effect": "NoSchedule"}]},
+    }),
+}
+# What a pod of 2 units asks for on each preset whose unit is more than one of its resource; every
+# other preset's pod asks for 2 of its resource.
+GOLDEN_REQUESTS: dict[str, dict[str, int]] = {
+    "aliyun-cgpu-a10": {"aliyun.com/gpu-mem": 12, "aliyun.com/gpu-core.percentage": 50},
+    "hami-t4": {"nvidia.com/gpu": 2, "nvidia.com/gpumem": 4096, "nvidia.com/gpucores": 25},  # each vGPU's
 }
 
 
@@ -160,3 +179,12 @@ def test_a_flavor_made_from_a_preset_gives_its_golden_resource_flavor(key):
     flavor.full_clean()
     assert (flavor.resource_name, flavor.sharing_mode, str(flavor.fraction)) == (resource_name, sharing_mode, fraction)
     assert kueue.make_resource_flavor(flavor=desired.flavor_spec(flavor)) == golden
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("key", sorted(GOLDEN))
+def test_a_pod_on_a_flavor_made_from_a_preset_asks_for_its_golden_resources(key):
+    flavor = Flavor(**catalog.PRESETS_BY_KEY[key].form_initial(), capacity_units=8)
+    flavor.full_clean()
+    assert flavor.pod_requests(2) == GOLDEN_REQUESTS.get(key, {flavor.resource_name: 2})
+    assert flavor.units_of(flavor.pod_requests(2)[flavor.resource_name]) == 2

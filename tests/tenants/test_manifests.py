@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from tenants import manifests as m
+from tenants.catalog import UnitResource, pod_requests
 from tenants.queueing import kueue
 
 KUBERNETES_VERSION = "1.36.0"
@@ -104,6 +105,50 @@ def test_the_backstop_quota_never_blocks_what_kueue_may_admit():
             "requests.nvidia.com/mig-1g.10gb": "56",
         }},
     }
+
+
+CGPU = m.FlavorSpec(name="a10-cgpu-4", resource_name="aliyun.com/gpu-mem", capacity=32, node_labels={"gpu": "a10"},
+                   resources=(UnitResource("aliyun.com/gpu-mem", 6), UnitResource("aliyun.com/gpu-core.percentage", 25)))
+GPU_MEM = m.FlavorSpec(name="t4-gpu-mem", resource_name="aliyun.com/gpu-mem", capacity=128, node_labels={"gpu": "t4"})
+HAMI = m.FlavorSpec(name="t4-vgpu-4", resource_name="nvidia.com/gpu", capacity=32, node_labels={"gpu": "on"},
+                    resources=(UnitResource("nvidia.com/gpu"), UnitResource("nvidia.com/gpumem", 4096, per_device=True),
+                               UnitResource("nvidia.com/gpucores", 25, per_device=True)))
+
+
+def test_a_flavor_whose_unit_asks_for_several_resources_has_quota_on_each_in_one_group_with_its_neighbours():
+    # cGPU's memory and compute go with the memory-only flavor (they share aliyun.com/gpu-mem);
+    # HAMi's vGPU with the whole GPUs (they share nvidia.com/gpu). Each flavor lists every resource
+    # its group covers, in the group's order, with no quota where its unit asks for none.
+    team = m.TeamSpec(slug="vision", uid=UID, quotas=(
+        m.FlavorQuota(flavor=H100, nominal=8), m.FlavorQuota(flavor=GPU_MEM, nominal=16), m.FlavorQuota(flavor=MIG, nominal=0),
+        m.FlavorQuota(flavor=CGPU, nominal=4), m.FlavorQuota(flavor=HAMI, nominal=2)))
+    groups = kueue.make_cluster_queue(team=team)["spec"]["resourceGroups"]
+
+    def quota(name, *amounts):
+        return {"name": name, "resources": [{"name": resource, "nominalQuota": amount} for resource, amount in amounts]}
+
+    vgpu = ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores")
+    cgpu = ("aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage")
+    assert groups == [
+        {"coveredResources": list(vgpu), "flavors": [
+            quota("h100-80gb", *zip(vgpu, ("8", "0", "0"))), quota("t4-vgpu-4", *zip(vgpu, ("2", "8192", "50")))]},
+        {"coveredResources": list(cgpu), "flavors": [
+            quota("t4-gpu-mem", *zip(cgpu, ("16", "0"))), quota("a10-cgpu-4", *zip(cgpu, ("24", "100")))]},
+        {"coveredResources": ["nvidia.com/mig-1g.10gb"], "flavors": [quota("a100-1g-10gb", ("nvidia.com/mig-1g.10gb", "0"))]},
+    ]
+    # The backstop allows each resource up to what borrowing could reach: the flavors' capacities in each.
+    hard = m.make_resource_quota(team=team)["spec"]["hard"]
+    assert {key: value for key, value in hard.items() if key.startswith("requests.") and "/" in key} == {
+        "requests.nvidia.com/gpu": str(32 + 32), "requests.nvidia.com/gpumem": str(32 * 4096),
+        "requests.nvidia.com/gpucores": str(32 * 25), "requests.aliyun.com/gpu-mem": str(128 + 32 * 6),
+        "requests.aliyun.com/gpu-core.percentage": str(32 * 25), "requests.nvidia.com/mig-1g.10gb": "56",
+    }
+
+
+def test_a_pod_writes_its_units_of_each_resource_or_once_what_the_plugin_reads_per_device():
+    assert pod_requests(CGPU.unit_resources, 3) == {"aliyun.com/gpu-mem": 18, "aliyun.com/gpu-core.percentage": 75}
+    assert pod_requests(HAMI.unit_resources, 3) == {"nvidia.com/gpu": 3, "nvidia.com/gpumem": 4096, "nvidia.com/gpucores": 25}
+    assert pod_requests(H100.unit_resources, 2) == {"nvidia.com/gpu": 2}
 
 
 def test_the_backstop_quota_counts_each_workload_kind_to_the_team_workload_limit():

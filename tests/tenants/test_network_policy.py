@@ -259,7 +259,7 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 def _pods(kind: str) -> list[dict[str, Any]]:
     spec = jobs_manifests.WorkloadSpec(
         workload_id=7, name="wl-7", namespace="vision", team="vision", kind=kind, image="img", command=(), args=(),
-        env=(), resource_name="nvidia.com/gpu", units=1, port=8888 if kind in ("inference", "notebook") else 0)
+        env=(), gpu=(("nvidia.com/gpu", 1),), port=8888 if kind in ("inference", "notebook") else 0)
     objects = kinds.workload_objects(spec=spec)
     return [obj["spec"]["template"] for obj in objects if "template" in obj.get("spec", {})]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -58,7 +58,7 @@ class OtherQueue:
     def workload_labels(self, *, priority: TierName) -> dict[str, str]:
         return {"other.example.com/queue": "team", "other.example.com/tier": priority}
 
-    def admission(self, objects: Sequence[dict[str, Any]]) -> Admission:
+    def admission(self, objects: Sequence[dict[str, Any]], *, per_unit: Mapping[str, int] | None = None) -> Admission:
         return Admission(waiting="Waiting for the other queue")
 
     def usage(self, *, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:

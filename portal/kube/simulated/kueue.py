@@ -252,24 +252,49 @@ class Kueue:
             workload.admitted_flavor = assignment
             self._set_admitted(workload)
 
+    def _asked(self, workload: Workload) -> list[dict[str, float]]:
+        """The workload's GPU requests, split by its queue's resource groups: each group's are
+        admitted together on one flavor of the group, as Kueue does."""
+        row = self.state.cluster_queues.get(workload.cluster_queue or "")
+        wanted = {resource: amount for resource, amount in workload.requests.items()
+                  if resource not in ("cpu", "memory") and amount}  # Kueue checks GPU resources only (IgnoreUndeclared)
+        groups = row.body["spec"].get("resourceGroups", []) if row is not None else []
+        asked = [{r: a for r, a in wanted.items() if r in group.get("coveredResources", [])} for group in groups]
+        return [group for group in asked if group]
+
+    def _uncovered(self, workload: Workload) -> str:
+        covered = {resource for group in self._asked(workload) for resource in group}
+        return next((resource for resource, amount in workload.requests.items()
+                     if resource not in ("cpu", "memory") and amount and resource not in covered), "")
+
+    def _fits_all(self, workloads: list[Workload], cq: str, flavor: str, asked: dict[str, float]) -> list[tuple[str, float]]:
+        """What of `asked` does not fit on the flavor: (resource, missing) each."""
+        short = []
+        for resource, amount in asked.items():
+            fits, missing = self._fits(workloads, cq, flavor, resource, amount)
+            if not fits:
+                short.append((resource, missing))
+        return short
+
     def _assign(self, workloads: list[Workload], workload: Workload) -> tuple[dict[str, str] | None, str]:
+        if resource := self._uncovered(workload):
+            return None, f"couldn't assign flavors to pod set main: resource {resource} unavailable in ClusterQueue"
         assignment: dict[str, str] = {}
-        problems = []
-        for resource, amount in workload.requests.items():
-            if resource in ("cpu", "memory") or amount == 0:
-                continue  # Kueue is configured to check GPU resources only (IgnoreUndeclared).
-            if not self._flavor_order(workload.cluster_queue or "", resource):
-                return None, f"couldn't assign flavors to pod set main: resource {resource} unavailable in ClusterQueue"
-            flavors = self._flavor_order(workload.cluster_queue or "", resource, workload)
+        cq = workload.cluster_queue or ""
+        for asked in self._asked(workload):
+            first = next(iter(asked))
+            flavors = self._flavor_order(cq, first, workload)
             if not flavors:
                 return None, ("couldn't assign flavors to pod set main: no flavor of resource "
-                              f"{resource} matches the pods' node selector or affinity")
+                              f"{first} matches the pods' node selector or affinity")
+            problems = []
             for flavor in flavors:
-                fits, missing = self._fits(workloads, workload.cluster_queue or "", flavor, resource, amount)
-                if fits:
-                    assignment[resource] = flavor
+                short = self._fits_all(workloads, cq, flavor, asked)
+                if not short:
+                    assignment.update(dict.fromkeys(asked, flavor))
                     break
-                problems.append(f"insufficient unused quota for {resource} in flavor {flavor}, {units_text(missing)} more needed")
+                problems += [f"insufficient unused quota for {resource} in flavor {flavor}, {units_text(missing)} more needed"
+                             for resource, missing in short]
             else:
                 return None, "couldn't assign flavors to pod set main: " + ", ".join(problems)
         return assignment, ""
@@ -277,25 +302,23 @@ class Kueue:
     def _preempt_for(self, workloads: list[Workload], workload: Workload) -> dict[str, str] | None:
         """Reclaims lent quota from borrowers, or makes room inside the team by lower priority."""
         cq = workload.cluster_queue or ""
-        for resource, amount in workload.requests.items():
-            if resource in ("cpu", "memory") or amount == 0:
-                continue
-            for flavor in self._flavor_order(cq, resource, workload):
-                quota = self._quota(cq, flavor, resource)
-                if quota is None:
+        for asked in self._asked(workload):
+            for flavor in self._flavor_order(cq, next(iter(asked)), workload):
+                quotas = {resource: self._quota(cq, flavor, resource) for resource in asked}
+                if any(quota is None for quota in quotas.values()):
                     continue
-                reclaiming = self.usage(workloads, cq, flavor, resource) + amount <= quota[0]
+                reclaiming = all(self.usage(workloads, cq, flavor, resource) + amount <= (quotas[resource] or (0,))[0]
+                                 for resource, amount in asked.items())
                 candidates = []
                 for other in workloads:
-                    if not other.admitted or other.finished or other.admitted_flavor.get(resource) != flavor:
+                    if not other.admitted or other.finished or \
+                            not any(other.admitted_flavor.get(resource) == flavor for resource in asked):
                         continue
                     if other.cluster_queue == cq:
                         if other.priority < workload.priority:
                             candidates.append(other)
-                    elif reclaiming and other.cluster_queue in self._cohort(cq):
-                        lender = self._quota(other.cluster_queue or "", flavor, resource)
-                        if lender and self.usage(workloads, other.cluster_queue or "", flavor, resource) > lender[0]:
-                            candidates.append(other)
+                    elif reclaiming and other.cluster_queue in self._cohort(cq) and self._over(workloads, other, flavor, asked):
+                        candidates.append(other)
                 # Lowest priority first, and among equals the newest, as Kueue does.
                 candidates.sort(key=lambda w: w.created, reverse=True)
                 candidates.sort(key=lambda w: w.priority)
@@ -304,7 +327,7 @@ class Kueue:
                 for victim in candidates:
                     chosen.append(victim)
                     victim.admitted_flavor = {}
-                    fits = self._fits(workloads, cq, flavor, resource, amount)[0]
+                    fits = not self._fits_all(workloads, cq, flavor, asked)
                     if fits:
                         break
                 if fits:
@@ -317,6 +340,15 @@ class Kueue:
                 for victim in chosen:
                     victim.admitted_flavor = self._restore(victim)
         return None
+
+    def _over(self, workloads: list[Workload], lender: Workload, flavor: str, asked: dict[str, float]) -> bool:
+        """Whether the other queue uses more of the flavor than its guarantee (it borrows)."""
+        queue = lender.cluster_queue or ""
+        for resource in asked:
+            quota = self._quota(queue, flavor, resource)
+            if quota and self.usage(workloads, queue, flavor, resource) > quota[0]:
+                return True
+        return False
 
     @staticmethod
     def _restore(workload: Workload) -> dict[str, str]:
