@@ -204,7 +204,8 @@ class FlavorForm(forms.ModelForm):
         return self.cleaned_data.get("tolerations") or []
 
     def clean_resource_per_unit(self) -> Any:
-        return self.cleaned_data.get("resource_per_unit") or 1  # left blank: one of the resource a unit
+        value = self.cleaned_data.get("resource_per_unit")
+        return 1 if value is None else value  # left blank: one of the resource a unit
 
     def clean_extra_resources(self) -> Any:
         return self.cleaned_data.get("extra_resources") or []

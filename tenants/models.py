@@ -357,7 +357,7 @@ class Flavor(models.Model):
                                                           "a name, per_unit and, where the plugin reads it per device, "
                                                           "per_device."})
             if not isinstance(name, str) or not EXTENDED_RESOURCE.fullmatch(name) or len(name.rpartition("/")[2]) > 63:
-                raise ValidationError({"extra_resources": f"{name!r} is not an extended resource name with a domain, e.g. "
+                raise ValidationError({"extra_resources": f"“{name}” is not an extended resource name with a domain, e.g. "
                                                           "aliyun.com/gpu-core.percentage."})
             if name in seen:
                 raise ValidationError({"extra_resources": f"{name} is named twice: a unit asks for each resource once."})

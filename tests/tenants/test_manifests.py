@@ -124,17 +124,18 @@ def test_a_flavor_whose_unit_asks_for_several_resources_has_quota_on_each_in_one
         m.FlavorQuota(flavor=CGPU, nominal=4), m.FlavorQuota(flavor=HAMI, nominal=2)))
     groups = kueue.make_cluster_queue(team=team)["spec"]["resourceGroups"]
 
-    def quota(name, *amounts):
-        return {"name": name, "resources": [{"name": resource, "nominalQuota": amount} for resource, amount in amounts]}
+    def quota(name, resources, amounts):
+        return {"name": name, "resources": [{"name": resource, "nominalQuota": amount}
+                                            for resource, amount in zip(resources, amounts, strict=True)]}
 
     vgpu = ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores")
     cgpu = ("aliyun.com/gpu-mem", "aliyun.com/gpu-core.percentage")
     assert groups == [
         {"coveredResources": list(vgpu), "flavors": [
-            quota("h100-80gb", *zip(vgpu, ("8", "0", "0"))), quota("t4-vgpu-4", *zip(vgpu, ("2", "8192", "50")))]},
+            quota("h100-80gb", vgpu, ("8", "0", "0")), quota("t4-vgpu-4", vgpu, ("2", "8192", "50"))]},
         {"coveredResources": list(cgpu), "flavors": [
-            quota("t4-gpu-mem", *zip(cgpu, ("16", "0"))), quota("a10-cgpu-4", *zip(cgpu, ("24", "100")))]},
-        {"coveredResources": ["nvidia.com/mig-1g.10gb"], "flavors": [quota("a100-1g-10gb", ("nvidia.com/mig-1g.10gb", "0"))]},
+            quota("t4-gpu-mem", cgpu, ("16", "0")), quota("a10-cgpu-4", cgpu, ("24", "100"))]},
+        {"coveredResources": ["nvidia.com/mig-1g.10gb"], "flavors": [quota("a100-1g-10gb", ["nvidia.com/mig-1g.10gb"], ["0"])]},
     ]
     # The backstop allows each resource up to what borrowing could reach: the flavors' capacities in each.
     hard = m.make_resource_quota(team=team)["spec"]["hard"]
