@@ -17,8 +17,7 @@ from jobs import selectors, sync
 from jobs.models import RunInterval, Workload
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.kube.kubernetes import KubernetesGateway
-from tests.contract import test_workload_contract as workload_contract
-from tests.contract.scenarios import HOLD, QUICK, launch
+from tests.contract.scenarios import HOLD, QUICK, launch, phase_of
 from tests.contract.test_chart_contract import (
     Release,
     _refused,
@@ -117,7 +116,7 @@ def test_a_training_job_runs_is_synced_and_its_logs_are_read_as_the_namespaced_a
     workload = launch(team, team.memberships.get().user, templates["training"], site.flavor,
                       django_capture_on_commit_callbacks, units=2)
 
-    cluster.wait_for(lambda: workload_contract.phase_of(workload) == Workload.Phase.SUCCEEDED,
+    cluster.wait_for(lambda: phase_of(workload) == Workload.Phase.SUCCEEDED,
                      what="the training job to succeed, as the full pass reads it per namespace", timeout=90)
 
     (interval,) = RunInterval.objects.filter(workload=workload)
@@ -137,7 +136,7 @@ def test_a_notebook_gets_its_token_secret_written_in_its_team_namespace(cluster,
     assert workload.phase == Workload.Phase.QUEUED, workload.reason
     # Read back with the admin's account: the portal's writes a Secret and never reads one.
     assert gateway().get(ObjectRef("v1", "Secret", f"{workload.k8s_name}-token", team.namespace)) is not None
-    cluster.wait_for(lambda: workload_contract.phase_of(workload) == Workload.Phase.RUNNING, what="the notebook to run")
+    cluster.wait_for(lambda: phase_of(workload) == Workload.Phase.RUNNING, what="the notebook to run")
     pods = gateway().list("v1", "Pod", namespace=team.namespace,
                           labels={job_manifests.WORKLOAD_LABEL: str(workload.pk)})[0]
     assert pods

@@ -25,6 +25,12 @@ pytestmark = pytest.mark.django_db
 CORE = {"name": "aliyun.com/gpu-core.percentage", "per_unit": 25}
 
 
+def cgpu_flavor(**fields: Any) -> Flavor:
+    return FlavorFactory.create(**{"name": "A10 cGPU 1/4", "slug": "a10-cgpu-4", "resource_name": "aliyun.com/gpu-mem",
+                                   "resource_per_unit": 6, "extra_resources": [CORE], "sharing_mode": "gpu-memory",
+                                   "fraction_denominator": 4, **fields})
+
+
 def cgpu_form(**changes: Any) -> dict[str, Any]:
     data = {"name": "A10 cGPU 1/4", "slug": "a10-cgpu-4", "resource_name": "aliyun.com/gpu-mem", "resource_per_unit": "6",
             "extra_resources": '[{"name": "aliyun.com/gpu-core.percentage", "per_unit": 25}]',
@@ -83,7 +89,7 @@ def test_the_api_takes_and_gives_the_resources_a_unit_asks_for(admin_user):
 
 
 def test_a_queue_is_read_back_in_units_of_the_flavors_own_resource():
-    cgpu = FlavorFactory(slug="a10-cgpu-4", resource_name="aliyun.com/gpu-mem", resource_per_unit=6, extra_resources=[CORE])
+    cgpu = cgpu_flavor()
     rows = [QueueUsage(flavor="a10-cgpu-4", resource="aliyun.com/gpu-mem", guaranteed=24, in_use=18, borrowed=6, lent=0,
                        idle=6),
             QueueUsage(flavor="a10-cgpu-4", resource="aliyun.com/gpu-core.percentage", guaranteed=100, in_use=75,
@@ -103,8 +109,7 @@ def test_what_a_waiting_launch_is_short_of_is_said_in_units():
 
 
 def test_a_pool_offers_the_units_its_scarcest_resource_gives(admin_user):
-    cgpu = FlavorFactory(slug="a10-cgpu-4", resource_name="aliyun.com/gpu-mem", resource_per_unit=6, extra_resources=[CORE],
-                         node_labels={"pool": "cgpu"}, capacity_units=8)
+    cgpu = cgpu_flavor(node_labels={"pool": "cgpu"}, capacity_units=8)
     # 48 GiB of memory make 8 units, but 150 % of compute (a card's quarter unhealthy) only 6.
     GpuNode.objects.create(name="cgpu-0", labels={"pool": "cgpu"}, ready=True, changed_at=timezone.now(),
                            gpus={"aliyun.com/gpu-mem": [48, 48], "aliyun.com/gpu-core.percentage": [200, 150]})
@@ -113,9 +118,7 @@ def test_a_pool_offers_the_units_its_scarcest_resource_gives(admin_user):
 
 
 def test_the_launch_hint_says_what_one_unit_of_a_cgpu_flavor_is(ready_team, member, training, admin_user):
-    cgpu = FlavorFactory(name="A10 cGPU 1/4", slug="a10-cgpu-4", resource_name="aliyun.com/gpu-mem", resource_per_unit=6,
-                         extra_resources=[CORE], sharing_mode="gpu-memory", fraction_denominator=4,
-                         node_labels={"ack.node.gpu.schedule": "core_mem"})
+    cgpu = cgpu_flavor(node_labels={"ack.node.gpu.schedule": "core_mem"})
     job_services.template_revise(user=admin_user, template=training, flavors=[*training.current.flavors.all(), cgpu])
     query = (f"?team={ready_team.slug}&template={training.pk}&flavor={cgpu.slug}&units=2&p_epochs=10"
              "&p_learning_rate=0.001&p_image_tag=2.5")
