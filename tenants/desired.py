@@ -183,6 +183,8 @@ def simulated_nodes() -> list[dict[str, Any]]:
                                    fraction=flavor.fraction)
         hardware = {simulated_metrics.UNIT_MEMORY_LABEL: str(unit.memory_mib),
                     simulated_metrics.UNIT_MILLIWATTS_LABEL: str(unit.milliwatts)}
+        if flavor.sharing_mode == Flavor.SharingMode.VGPU:  # a vGPU layer splits each card by its own config
+            hardware[simulated_metrics.UNITS_PER_CARD_LABEL] = str(flavor.fraction_denominator // flavor.fraction_numerator)
         strategy = STRATEGY_OF_MODE.get(flavor.sharing_mode)
         replicas = flavor.fraction_denominator // flavor.fraction_numerator
         for index in range(count):

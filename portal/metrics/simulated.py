@@ -75,6 +75,9 @@ SAMPLE_SECONDS = 60
 UNIT_MEMORY_LABEL = "gpu-portal.io/simulated-unit-memory-mib"
 UNIT_MILLIWATTS_LABEL = "gpu-portal.io/simulated-unit-milliwatts"
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GPU Feature Discovery's: how many ways each GPU is shared
+# How many ways a simulated node's cards are shared where no GPU Feature Discovery label says so (a
+# vGPU layer such as HAMi splits cards by its own config): the simulated cluster's own label.
+UNITS_PER_CARD_LABEL = "gpu-portal.io/simulated-units-per-card"
 # A node that does not say (not the catalog's): the smallest data-centre card's, as the catalog's
 # GENERIC_GPU, so nothing drawn is more than a real card could hold or draw.
 DEFAULT_UNIT_MEMORY_MIB = 16 * 1024
@@ -207,7 +210,8 @@ def _cluster_pods() -> list[SimulatedPod]:
                                  running=status.get("phase") == "Running", ended_at=_pod_end(status), node=node,
                                  unit_memory_mib=_label_number(labels, UNIT_MEMORY_LABEL, DEFAULT_UNIT_MEMORY_MIB),
                                  unit_milliwatts=_label_number(labels, UNIT_MILLIWATTS_LABEL, DEFAULT_UNIT_MILLIWATTS),
-                                 replicas=max(_label_number(labels, REPLICAS_LABEL, 1), 1)))
+                                 replicas=max(_label_number(labels, REPLICAS_LABEL,
+                                                            _label_number(labels, UNITS_PER_CARD_LABEL, 1)), 1)))
     return pods
 
 

@@ -27,7 +27,8 @@ UNIT_LIMITS = {
     "nvidia-mig-1g.10gb": (10, 400 / 7), "nvidia-mig-1g.20gb": (20, 400 / 7), "nvidia-mig-2g.20gb": (20, 800 / 7),
     "nvidia-mig-3g.40gb": (40, 1200 / 7), "nvidia-mig-4g.40gb": (40, 1600 / 7), "nvidia-mig-7g.80gb": (80, 400),
     "nvidia-time-slicing": (24 / 4, 150 / 4), "nvidia-mps": (24 / 4, 150 / 4),
-    "aliyun-gpu-mem-t4": (1, 70 / 16), "aliyun-gpu-mem-a10": (1, 150 / 24),
+    "aliyun-gpu-mem-t4": (1, 70 / 16), "aliyun-gpu-mem-a10": (1, 150 / 24), "aliyun-cgpu-a10": (24 / 4, 150 / 4),
+    "hami-t4": (16 / 4, 70 / 4),
     "demo-h100-80gb": (80, 700), "demo-a100-1g-10gb": (10, 300 / 7), "demo-t4-shared": (16 / 4, 70 / 4),
 }
 HOTTEST_C = 83  # below every data-centre card's thermal slowdown
@@ -79,11 +80,17 @@ def test_simulated_memory_power_and_temperature_stay_within_the_flavors_gpu(
     if interval.resource_name.startswith("nvidia.com/"):  # what DCGM sees: NVIDIA's device plugin's GPUs
         assert series.has_data
     memory_gib, watts = UNIT_LIMITS[key]
-    # A time-sliced or MPS card is reported whole, as DCGM does: its memory, and its power split
-    # among the pods on it (this one alone, holding two of its replicas, so all of it).
-    units = fields["fraction_denominator"] if fields["sharing_mode"] in ("time-sliced", "mps") else UNITS
+    # A time-sliced, MPS or vGPU card is reported whole, as DCGM does: its memory, and its power
+    # split among the pods on it (this one alone, holding two of its replicas, so all of it).
+    units = fields["fraction_denominator"] if fields["sharing_mode"] in ("time-sliced", "mps", "vgpu") else UNITS
     assert all(0 < p.value <= units * memory_gib * 1024 for p in series.memory_total_mib), series.memory_total_mib[:1]
     assert all(0 < used.value <= total.value for used, total in zip(series.memory_used_mib, series.memory_total_mib,
                                                                      strict=True))
     assert all(0 < p.value <= units * watts for p in series.power_watts), series.power_watts[:1]
     assert all(20 < p.value <= HOTTEST_C for p in series.temperature_c)
+    if series.has_data:
+        # The devices the pod held for its ten minutes: its units where each is a device, else the cards its
+        # replicas are on, which it has to itself (two of a card's four replicas fill one card first).
+        hours = gpu_metrics.device_hours(namespaces=[team.namespace], start=start, end=start + dt.timedelta(minutes=10))
+        cards = UNITS if flavor.unit_is_a_device else -(-UNITS // (flavor.fraction_denominator // flavor.fraction_numerator))
+        assert hours[team.namespace].covered == pytest.approx(cards / 6, rel=0.15)
