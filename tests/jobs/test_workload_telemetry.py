@@ -13,6 +13,7 @@ from django.utils import timezone
 from jobs import sync, telemetry
 from jobs.models import Workload
 from portal.metrics.base import Point
+from portal.metrics.simulated import BUSY_POWER_SHARE, IDLE_POWER_SHARE
 from tests.conftest import login
 from tests.factories import FlavorFactory
 from tests.helpers import launch, make_ready
@@ -90,6 +91,8 @@ def test_a_time_sliced_gpu_says_whose_figures_they_are_alone_on_the_card_and_bes
         first = launch(member, team, training, shared)
     simulated.advance(1)
     sync.sync_all()
+    # Each pod keeps the card 60 % busy: alone it draws for 60 %, with its neighbour for 100 % (capped).
+    gpu_metrics.set_engine_active(namespace=team.namespace, pod=first.intervals.get().pod_name, percent=60)
     simulated.advance(300)
     alone = telemetry.workload_telemetry(workload=first, now=_later())
     assert "shared (time-sliced)" in alone.shared and "no other pod was on this workload's card" in alone.shared
@@ -99,12 +102,14 @@ def test_a_time_sliced_gpu_says_whose_figures_they_are_alone_on_the_card_and_bes
         second = launch(member, team, training, shared)
     simulated.advance(1)
     sync.sync_all()
+    gpu_metrics.set_engine_active(namespace=team.namespace, pod=second.intervals.get().pod_name, percent=60)
     simulated.advance(300)
+    card_busy = power_alone * (IDLE_POWER_SHARE + BUSY_POWER_SHARE) / (IDLE_POWER_SHARE + BUSY_POWER_SHARE * 0.6)
     for job in (first, second):
         beside = telemetry.workload_telemetry(workload=job, now=_later() + dt.timedelta(minutes=5))
         assert "with up to 2 pods on it" in beside.shared and "cannot be told from its neighbours'" in beside.shared
-        # Both training pods keep the card busy: it draws what it did for one, and each pod is billed half.
-        assert float(beside.charts[2].latest.removesuffix(" W")) == pytest.approx(power_alone / 2, rel=0.2)
+        # The card draws for 100 % busy now, and each pod is given half of it.
+        assert float(beside.charts[2].latest.removesuffix(" W")) == pytest.approx(card_busy / 2, rel=0.02)
 
 
 def test_the_page_loads_the_charts_as_a_fragment_that_refreshes_while_it_runs(running_job, member):
