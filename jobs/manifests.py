@@ -115,6 +115,9 @@ class WorkloadSpec:
     # What each pod asks its device plugins for (Flavor.pod_requests of its units), e.g.
     # (("nvidia.com/gpu", 2),) or a cGPU unit's memory and compute.
     gpu: tuple[tuple[str, int], ...]
+    # Where the flavor is a DRA DeviceClass: (the class, devices per pod), claimed through the
+    # workload's ResourceClaimTemplate instead of `gpu`.
+    claim: tuple[str, int] | None = None
     workers: int = 1
     cpu: int = 4
     memory_gib: int = 16
@@ -164,7 +167,8 @@ def container(
         "name": spec.kind,
         "image": spec.image,
         "env": [*({"name": k, "value": v} for k, v in (*spec.env, *extra_env)), *secret_env],
-        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "resources": {"requests": dict(resources), "limits": dict(resources),
+                      **({"claims": [{"name": CLAIM_NAME}]} if spec.claim else {})},
         "securityContext": _restricted(),
     }
     mounts = [*({"name": f"data-{index}", "mountPath": volume.mount_path, "readOnly": volume.read_only}
@@ -249,6 +253,8 @@ def pod_template(spec: WorkloadSpec, main: dict[str, Any], *, restart: str, **ex
         "containers": [main],
         **_pod_volumes(spec),
         **_placement(spec.placements),
+        **({"resourceClaims": [{"name": CLAIM_NAME, "resourceClaimTemplateName": claim_template_name(spec)}]}
+           if spec.claim else {}),
         **extra,
     }
     # The kind tells the team's network policies which pods the portal and the ingress controller may reach.
@@ -256,6 +262,29 @@ def pod_template(spec: WorkloadSpec, main: dict[str, Any], *, restart: str, **ex
     if spec.annotations:
         metadata["annotations"] = dict(spec.annotations)
     return {"metadata": metadata, "spec": pod}
+
+
+# A pod's claim on its GPUs where its flavor is a DRA DeviceClass: each pod gets a ResourceClaim of
+# its own, made by Kubernetes from the workload's template and deleted with the pod.
+CLAIM_NAME = "gpu"
+RESOURCE_API = "resource.k8s.io/v1"
+
+
+def claim_template_name(spec: WorkloadSpec) -> str:
+    return f"{spec.name}-gpu"
+
+
+def claim_templates(spec: WorkloadSpec) -> list[dict[str, Any]]:
+    """The workload's ResourceClaimTemplate, where its flavor is a DeviceClass: exactly its units of
+    the class's devices per pod."""
+    if spec.claim is None:
+        return []
+    device_class, count = spec.claim
+    request = {"name": CLAIM_NAME, "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount",
+                                               "count": count}}
+    return [{"apiVersion": RESOURCE_API, "kind": "ResourceClaimTemplate",
+             "metadata": meta(spec, spec.labels, name=claim_template_name(spec)),
+             "spec": {"spec": {"devices": {"requests": [request]}}}}]
 
 
 def http_service(spec: WorkloadSpec) -> dict[str, Any]:

@@ -263,7 +263,7 @@ def _check_alternatives(version: WorkloadTemplateVersion, request: LaunchRequest
             raise DomainError(f"{other.name} is retired: nothing new runs on it; leave it out.", field="also_accept")
         if other.pk not in allowed:
             raise DomainError(f"{request.template.name} cannot run on {other.name}; leave it out.", field="also_accept")
-        if other.unit_resources != request.flavor.unit_resources:
+        if (other.unit_resources, other.device_class_name) != (request.flavor.unit_resources, request.flavor.device_class_name):
             raise DomainError(
                 f"A unit of {other.name} asks for {other.resources_display}, and one of {request.flavor.name} for "
                 f"{request.flavor.resources_display}; a launch may accept several flavors only where a unit asks for the "
@@ -586,7 +586,9 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         workload_id=workload.pk, name=workload.k8s_name, namespace=workload.team.namespace, team=workload.team.slug,
         kind=kinds.get(version.template.kind).name, image=image or version.image, command=tuple(version.command),
         args=tuple(args), env=env,
-        gpu=tuple(workload.flavor.pod_requests(workload.units).items()), workers=workload.workers, cpu=workload.cpu,
+        gpu=tuple(workload.flavor.pod_requests(workload.units).items()),
+        claim=(workload.flavor.device_class_name, workload.units) if workload.flavor.device_class_name else None,
+        workers=workload.workers, cpu=workload.cpu,
         memory_gib=workload.memory_gib, priority=tier_name(workload.priority), max_runtime_seconds=version.max_runtime_seconds,
         port=version.port, storage_gib=version.storage_gib,
         notebook_token=access.notebook_token(workload) if version.template.kind_facts.has_token else "",

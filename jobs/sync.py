@@ -231,6 +231,15 @@ def _pod_interval(pod: dict[str, Any]) -> tuple[dt.datetime | None, dt.datetime 
     return started, finished
 
 
+def _units(workload: Workload, flavor: Flavor, pod: dict[str, Any]) -> int:
+    """The units a pod holds: what it requests of its flavor's resource, or, where it claims its
+    devices through a DeviceClass, the devices its claim asks for (exactly the workload's units)."""
+    if flavor.device_class_name:
+        claims = pod["spec"].get("resourceClaims") or []
+        return workload.units if any(claim.get("resourceClaimTemplateName") for claim in claims) else 0
+    return flavor.units_of(_gpu_units(pod, flavor.resource_name))
+
+
 def _gpu_units(pod: dict[str, Any], resource: str) -> int:
     total = 0
     for container in pod["spec"].get("containers", []):
@@ -285,7 +294,7 @@ def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: Syn
                 "workload": workload, "pod_name": pod["metadata"]["name"], "node": pod["spec"]["nodeName"],
                 "flavor": flavor, "fraction_numerator": flavor.fraction_numerator,
                 "fraction_denominator": flavor.fraction_denominator,
-                "resource_name": resource, "units": flavor.units_of(_gpu_units(pod, resource)), "started_at": started,
+                "resource_name": resource, "units": _units(workload, flavor, pod), "started_at": started,
                 "ended_at": finished,
             })
             result.intervals_opened += int(created)

@@ -194,7 +194,10 @@ def simulated_nodes() -> list[dict[str, Any]]:
             nodes.append({
                 "name": f"sim-{flavor.slug}-{index}",
                 "labels": {**sharing, **flavor.node_labels, **hardware},
-                "allocatable": catalog.quota_amounts(flavor.unit_resources, units),
+                # A flavor claimed through a DeviceClass: its driver (named as the class, as NVIDIA's
+                # DRA driver names its classes) publishes the node's devices instead.
+                "allocatable": {} if flavor.device_class_name else catalog.quota_amounts(flavor.unit_resources, units),
+                "devices": {flavor.device_class_name: units} if flavor.device_class_name else {},
                 "taints": _taints_tolerated(flavor.tolerations),
             })
     return nodes

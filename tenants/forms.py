@@ -175,7 +175,8 @@ class FlavorForm(forms.ModelForm):
 
     class Meta:
         model = Flavor
-        fields = ["name", "slug", "resource_name", "resource_per_unit", "extra_resources", "sharing_mode", "gpu_model",
+        fields = ["name", "slug", "resource_name", "resource_per_unit", "extra_resources", "device_class_name",
+                  "sharing_mode", "gpu_model",
                   "fraction_numerator", "fraction_denominator", "capacity_units", "node_labels", "tolerations",
                   "runtime_class_name", "is_active"]
         labels = {"fraction_numerator": "Fraction of a GPU: numerator", "fraction_denominator": "denominator",

@@ -235,6 +235,15 @@ class Flavor(models.Model):
             DNS_SUBDOMAIN, "A RuntimeClass name is lowercase letters, digits, “-” and “.”, starting and ending with a "
                            "letter or digit (a Kubernetes DNS-1123 subdomain), e.g. nvidia.")],
     )
+    device_class_name = models.CharField(
+        "device class", max_length=253, blank=True, default="", db_default="",
+        help_text="A Dynamic Resource Allocation DeviceClass, e.g. gpu.nvidia.com: pods then claim that many of its devices "
+                  "per unit through a ResourceClaimTemplate, and the resource is the name Kueue's deviceClassMappings give "
+                  "the class. Empty: the device plugin's resource.",
+        validators=[RegexValidator(
+            DNS_SUBDOMAIN, "A DeviceClass name is lowercase letters, digits, “-” and “.”, starting and ending with a letter "
+                           "or digit (a Kubernetes DNS-1123 subdomain), e.g. gpu.nvidia.com.")],
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
     # What the nodes the flavor selects say, as the last node check read them (tenants/nodes.py):
@@ -275,8 +284,9 @@ class Flavor(models.Model):
                   for r in self.extra_resources or []))
 
     def pod_requests(self, units: int) -> dict[str, int]:
-        """What a pod holding `units` units writes in its requests and limits."""
-        return catalog.pod_requests(self.unit_resources, units)
+        """What a pod holding `units` units writes in its requests and limits: nothing of the GPU for
+        a flavor claimed through a DeviceClass (its pods claim devices; the queue counts them)."""
+        return {} if self.device_class_name else catalog.pod_requests(self.unit_resources, units)
 
     def units_of(self, amount: int) -> int:
         """The units a pod holds that asks for `amount` of the flavor's resource."""
@@ -342,6 +352,9 @@ class Flavor(models.Model):
                 {"tolerations": 'Tolerations are a list of objects, e.g. [{"key": "gpu", "operator": "Exists"}].'}
             )
         self._clean_extra_resources()
+        if self.device_class_name and (self.extra_resources or self.resource_per_unit != 1):
+            raise ValidationError({"device_class_name": "A unit claimed through a DeviceClass is one of its devices: it asks "
+                                                        "for nothing else and for one of the resource."})
 
     def _clean_extra_resources(self) -> None:
         example = '[{"name": "aliyun.com/gpu-core.percentage", "per_unit": 25}]'

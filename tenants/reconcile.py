@@ -158,7 +158,8 @@ def platform_reconcile() -> None:
         _apply(obj, cluster.get(ref_of(obj)) if immutable else None)
     # A real cluster has its own GPU nodes; the simulated one makes them from the catalog.
     cluster.expect_nodes([
-        NodeSpec(name=node["name"], labels=node["labels"], allocatable=node["allocatable"], taints=node["taints"])
+        NodeSpec(name=node["name"], labels=node["labels"], allocatable=node["allocatable"], taints=node["taints"],
+                 devices=node.get("devices", {}))
         for node in simulated_nodes()
     ])
     try:  # a flavor just saved is judged against its nodes now, not at the next minute

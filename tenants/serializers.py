@@ -196,6 +196,9 @@ class FlavorSerializer(serializers.Serializer):
         source="flavor.extra_resources", child=serializers.DictField(),
         help_text="What else one unit asks for: name, per_unit and, where the device plugin reads the amount as each "
                   "device's, per_device.")
+    device_class_name = serializers.CharField(
+        source="flavor.device_class_name",
+        help_text="The DRA DeviceClass its pods claim devices of; empty where a device plugin's resource is requested.")
     node_labels = serializers.DictField(source="flavor.node_labels", child=serializers.CharField())
     tolerations = serializers.ListField(source="flavor.tolerations", child=serializers.DictField())
     runtime_class_name = serializers.CharField(
@@ -232,8 +235,8 @@ class FlavorWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
     class Meta:
         model = Flavor
         fields = ["name", "slug", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
-                  "fraction_denominator", "capacity_units", "resource_per_unit", "extra_resources", "node_labels",
-                  "tolerations", "runtime_class_name", "is_active"]
+                  "fraction_denominator", "capacity_units", "resource_per_unit", "extra_resources", "device_class_name",
+                  "node_labels", "tolerations", "runtime_class_name", "is_active"]
 
 
 # --- Quota requests ----------------------------------------------------------------------------

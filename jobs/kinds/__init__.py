@@ -63,5 +63,6 @@ def network_reach() -> KindReach:
 
 
 def workload_objects(*, spec: manifests.WorkloadSpec) -> list[dict[str, Any]]:
-    """Every object of the workload, in the order to create them (the queued one last)."""
-    return get(spec.kind).build(spec)
+    """Every object of the workload, in the order to create them (its claim template first, the
+    queued one last)."""
+    return [*manifests.claim_templates(spec), *get(spec.kind).build(spec)]

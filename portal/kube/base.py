@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Protocol
 
@@ -69,6 +69,13 @@ KINDS: dict[tuple[str, str], KindInfo] = {
         # APIService: only its subresources are read (read_subresource).
         KindInfo("visibility.kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", False),
         KindInfo("coordination.k8s.io/v1", "Lease", "leases", True),
+        # Dynamic Resource Allocation: a workload's claim template (a flavor claimed through a
+        # DeviceClass) and the claims made from it (read: which device a pod got). ResourceSlices
+        # and DeviceClasses are the DRA driver's: the portal only reads them.
+        KindInfo("resource.k8s.io/v1", "ResourceClaimTemplate", "resourceclaimtemplates", True),
+        KindInfo("resource.k8s.io/v1", "ResourceClaim", "resourceclaims", True),
+        KindInfo("resource.k8s.io/v1", "ResourceSlice", "resourceslices", False),
+        KindInfo("resource.k8s.io/v1", "DeviceClass", "deviceclasses", False),
     ]
 }
 
@@ -135,6 +142,8 @@ class NodeSpec:
     allocatable: Mapping[str, int | str]  # resource name -> units, e.g. {"nvidia.com/gpu": 8}
     taints: Sequence[Mapping[str, str]] = ()
     capacity: Mapping[str, int | str] | None = None  # where it differs from allocatable (devices unhealthy)
+    # DRA devices its driver publishes in a ResourceSlice: driver -> how many (a flavor claimed through a DeviceClass)
+    devices: Mapping[str, int] = field(default_factory=dict)
 
 
 class Gateway(Protocol):

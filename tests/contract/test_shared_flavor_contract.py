@@ -312,3 +312,67 @@ def test_a_launch_on_a_flavor_whose_unit_asks_for_several_resources_holds_each_a
     cluster.wait_for(lambda: queue_resources(team.slug, slug) == pair.one_unit, what="the queue to count one unit of each")
     with django_capture_on_commit_callbacks(execute=True):
         services.workload_stop(user=lead, workload=more)
+
+
+DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver, whose DeviceClass of whole GPUs bears its name
+
+
+def publish_devices(node: str, count: int) -> dict[str, Any]:
+    """What the DRA driver's plugin on `node` publishes (a ResourceSlice of its GPUs), and what its
+    chart installs (the DeviceClass selecting them). Returns the slice."""
+    gateway().apply({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DRIVER},
+                     "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
+    return gateway().apply({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": f"gpu-{index}"} for index in range(count)]}})
+
+
+def claims_of(workload: Workload) -> list[dict[str, Any]]:
+    pods = {pod["metadata"]["name"] for pod in pods_of(workload)}
+    return [claim for claim in gateway().list("resource.k8s.io/v1", "ResourceClaim", namespace=workload.team.namespace)[0]
+            if any(owner.get("name") in pods for owner in claim["metadata"].get("ownerReferences") or [])]
+
+
+def test_a_flavor_claimed_through_a_device_class_runs_on_devices_its_nodes_publish_and_is_counted_and_billed_in_devices(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    slug, node = cluster.unique("dra-h100"), cluster.unique("dra-node")
+    with django_capture_on_commit_callbacks(execute=True):
+        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
+            name=cluster.unique("H100 DRA"), slug=slug, resource_name="dra.nvidia.com/gpu", device_class_name=DRIVER,
+            gpu_model="NVIDIA H100 80GB HBM3", capacity_units=4, node_labels={"gpu-portal.io/test-flavor": slug},
+            tolerations=[catalog.NVIDIA_TAINT]))
+    cluster.add_gpu_node(node, labels={"gpu-portal.io/test-flavor": slug}, allocatable={},
+                         taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    publish_devices(node, 4)
+    ensure_priced(flavor, "2.00")
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    template = templates["training"]
+    services.template_revise(user=site.admin, template=template, flavors=[site.flavor, flavor])
+    team = site.team("dra")
+    lead = team.memberships.get().user
+    site.grant(team, lead, 3, of=flavor)
+
+    workload = launch(team, lead, template, flavor, django_capture_on_commit_callbacks, units=2)
+    cluster.wait_for(lambda: running(workload), what="the launch claiming two GPUs to run")
+    (pod,) = pods_of(workload)
+    assert pod["spec"]["nodeName"] == node
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["claims"] == [{"name": "gpu"}] and not any("nvidia.com" in name for name in resources["limits"])
+    (claim,) = cluster.wait_for(lambda: [c for c in claims_of(workload) if (c.get("status") or {}).get("allocation")],
+                                what="the pod's claim to be allocated")
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert len(results) == 2 and {(r["driver"], r["pool"]) for r in results} == {(DRIVER, node)}
+    assert cluster.wait_for(lambda: queue_usage(team.slug, slug) == (2, 0), what="Kueue to count the two devices claimed")
+    assert workload.intervals.get().units == 2
+    assert billed_gpu_seconds(team) == {(slug, Fraction(1)): Fraction(2 * 60)}
+
+    # Three are guaranteed and two claimed: two more wait for quota, in units.
+    more = launch(team, lead, template, flavor, django_capture_on_commit_callbacks, units=2)
+    cluster.wait_for(lambda: phase_of(more) == Workload.Phase.QUEUED and "Waiting for quota" in more.reason,
+                     what="two more devices to wait for quota")
+    assert "1 unit short" in more.reason
+    with django_capture_on_commit_callbacks(execute=True):
+        services.workload_stop(user=lead, workload=workload)
+        services.workload_stop(user=lead, workload=more)
+    cluster.wait_for(lambda: not claims_of(workload), what="the claim to go with its pod")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from portal.kube.simulated.dra import Allocator
 from portal.kube.simulated.kubelet import Kubelet
 from portal.kube.simulated.kueue import Kueue
 from portal.kube.simulated.scheduler import Scheduler
@@ -20,6 +21,8 @@ def controllers_reconcile(store: Store) -> None:
     kubelet.start_bound_pods()
     kubelet.finish_pods()
     kueue.admit()
-    Scheduler(state, kueue).schedule_pods()
+    devices = Allocator(state)
+    Scheduler(state, kueue, devices).schedule_pods()
+    devices.collect()
     kubelet.write_statuses()
     kueue.write_queue_statuses(kueue.workloads())

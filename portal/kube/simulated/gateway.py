@@ -15,6 +15,7 @@ from django.db import transaction
 from portal.kube.base import FIELD_MANAGER, KindLists, NodeSpec, ObjectRef, WatchEvent
 from portal.kube.simulated.apiserver import ApiServer
 from portal.kube.simulated.controllers import controllers_reconcile
+from portal.kube.simulated.dra import RESOURCE_API
 from portal.kube.simulated.kubelet import pod_logs
 from portal.kube.simulated.kueue import VISIBILITY, Kueue
 from portal.kube.simulated.state import ClusterState
@@ -22,6 +23,9 @@ from portal.kube.simulated.store import Store
 
 # What a simulated node offers besides its GPUs, so CPU and memory never decide placement.
 NODE_BASE_ALLOCATABLE = {"cpu": "64", "memory": "512Gi", "pods": "110"}
+
+
+SIMULATED_SLICE_LABEL = "gpu-portal.io/simulated-slice"
 
 
 class SimulatedGateway:
@@ -133,7 +137,34 @@ class SimulatedGateway:
                 body["status"] = {"allocatable": allocatable, "capacity": capacity,
                                   "conditions": [{"type": "Ready", "status": "True", "reason": "SimulatedKubelet"}]}
                 self.store.write(ref, body, row)
+            self._publish_devices(nodes)
             controllers_reconcile(self.store)
+
+    def _publish_devices(self, nodes: Sequence[NodeSpec]) -> None:
+        """What a DRA driver's plugin on each node publishes: a ResourceSlice of its devices (and the
+        driver's chart, its DeviceClass, named after the driver). Only the slices made here are remade."""
+        wanted: dict[str, dict[str, Any]] = {}
+        for node in nodes:
+            for driver, count in node.devices.items():
+                name = f"{node.name}-{driver}"
+                wanted[name] = {
+                    "apiVersion": RESOURCE_API, "kind": "ResourceSlice",
+                    "metadata": {"name": name, "labels": {SIMULATED_SLICE_LABEL: "true"}},
+                    "spec": {"driver": driver, "nodeName": node.name,
+                             "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+                             "devices": [{"name": f"gpu-{index}"} for index in range(count)]},
+                }
+                device_class = ObjectRef(RESOURCE_API, "DeviceClass", driver)
+                if self.store.get(device_class) is None:
+                    self.store.write(device_class, {
+                        "apiVersion": RESOURCE_API, "kind": "DeviceClass", "metadata": {"name": driver},
+                        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]}}, None)
+        for row in self.store.objects("ResourceSlice", api_version=RESOURCE_API):
+            if (row.body["metadata"].get("labels") or {}).get(SIMULATED_SLICE_LABEL) and row.name not in wanted:
+                self.store.remove(row)
+        for name, body in wanted.items():
+            ref = ObjectRef(RESOURCE_API, "ResourceSlice", name)
+            self.store.write(ref, body, self.store.get(ref, lock=True))
 
     def tick(self) -> None:
         """The controllers catch up with the clock (pods finish, queues admit); old changes are forgotten."""

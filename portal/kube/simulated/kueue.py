@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from portal.kube.base import ObjectRef
+from portal.kube.simulated import dra
 from portal.kube.simulated.models import SimulatedObject
 from portal.kube.simulated.state import (
     JOB_NAME_LABEL,
@@ -65,6 +66,19 @@ class Workload:
 class Kueue:
     def __init__(self, state: ClusterState) -> None:
         self.state = state
+        self._templates: dict[tuple[str, str], dict[str, Any]] | None = None
+
+    def _claimed(self, namespace: str, pod_spec: dict[str, Any]) -> dict[str, float]:
+        """The devices a pod's claims ask for, under the resources Kueue's deviceClassMappings name."""
+        if self._templates is None:
+            self._templates = {(row.namespace, row.name): row.body
+                               for row in self.state.store.objects("ResourceClaimTemplate", api_version=dra.RESOURCE_API)}
+        mapped = dra.device_class_resources()
+        claimed: dict[str, float] = defaultdict(float)
+        for claim in dra.template_claims(namespace, pod_spec, self._templates):
+            if claim.device_class in mapped:
+                claimed[mapped[claim.device_class]] += claim.count
+        return claimed
 
     # One Workload per queued Job.
     def create_workloads(self) -> None:
@@ -115,6 +129,8 @@ class Kueue:
                 res = container.get("resources", {})
                 for resource, value in (res.get("requests") or res.get("limits") or {}).items():
                     requests[resource] += to_units(value) * pod_set["count"]
+            for resource, count in self._claimed(row.namespace, pod_set["template"]["spec"]).items():
+                requests[resource] += count * pod_set["count"]
             admission = row.body.get("status", {}).get("admission")
             flavors = admission["podSetAssignments"][0]["flavors"] if admission else {}
             result.append(Workload(

@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from portal.kube.base import ObjectRef
+from portal.kube.simulated.dra import Allocator
 from portal.kube.simulated.kueue import Kueue, Workload
 from portal.kube.simulated.state import (
     OWNER_LABEL,
@@ -26,8 +27,8 @@ from portal.kube.simulated.store import now_iso
 
 
 class Scheduler:
-    def __init__(self, state: ClusterState, kueue: Kueue) -> None:
-        self.state, self.kueue = state, kueue
+    def __init__(self, state: ClusterState, kueue: Kueue, devices: Allocator) -> None:
+        self.state, self.kueue, self.devices = state, kueue, devices
 
     def schedule_pods(self) -> None:
         used: dict[tuple[str, str], float] = defaultdict(float)
@@ -54,7 +55,7 @@ class Scheduler:
                 if refusal := runtime_class_refusal(new_pod, self.state.runtime_classes):
                     self._failed_create(job, refusal)
                     break
-                node = self._place(new_pod, used)
+                node, picked = self._place(new_pod, used)
                 if node:
                     new_pod["spec"]["nodeName"] = node
                     new_pod["status"] = {
@@ -69,7 +70,11 @@ class Scheduler:
                         "message": f"0/{len(self.state.nodes)} nodes are available: "
                                    "insufficient GPU resources on nodes of the flavor."}]}
                 ref = ObjectRef("v1", "Pod", new_pod["metadata"]["name"], workload.namespace)
-                self.state.pods.append(self.state.create(ref, new_pod))
+                row = self.state.create(ref, new_pod)
+                if picked:  # the devices its claims got, written as the scheduler's allocation
+                    row.body["status"]["resourceClaimStatuses"] = self.devices.allocate(row.body, picked)
+                    self.state.save(row, row.body)
+                self.state.pods.append(row)
 
     def _failed_create(self, job: dict[str, Any], refusal: str) -> None:
         """What the Job (or ReplicaSet, StatefulSet) controller records when the API server refuses
@@ -103,7 +108,9 @@ class Scheduler:
             "spec": template["spec"],
         }
 
-    def _place(self, pod: dict[str, Any], used: dict[tuple[str, str], float]) -> str | None:
+    def _place(self, pod: dict[str, Any], used: dict[tuple[str, str], float]
+               ) -> tuple[str | None, dict[str, list[tuple[str, str, str]]]]:
+        """The node the pod fits on, and the devices its claims would get there."""
         wanted = {r: v for r, v in pod_requests(pod).items() if r not in ("cpu", "memory")}
         for node in self.state.nodes:
             labels = node.body["metadata"].get("labels", {})
@@ -111,6 +118,9 @@ class Scheduler:
                     or (node.body.get("spec") or {}).get("unschedulable")):
                 continue
             allocatable = node.body.get("status", {}).get("allocatable", {})
-            if all(used[(node.name, r)] + v <= to_units(allocatable.get(r, 0)) for r, v in wanted.items()):
-                return node.name
-        return None
+            if not all(used[(node.name, r)] + v <= to_units(allocatable.get(r, 0)) for r, v in wanted.items()):
+                continue
+            picked = self.devices.pick(pod["metadata"]["namespace"], pod["spec"], node.name)
+            if picked is not None:
+                return node.name, picked
+        return None, {}
