@@ -38,6 +38,7 @@ from django.utils import timezone
 from portal.health import NODE_CHECK, heartbeat_at, heartbeat_record
 from portal.hooks import Hook
 from portal.kube import gateway, taint_tolerated
+from portal.kube.dra import RESOURCE_API, class_driver, devices_by_node
 from tenants import selectors
 from tenants.models import Flavor, GpuNode
 
@@ -163,12 +164,55 @@ def units_in(flavor: Flavor, gpus: Mapping[str, Sequence[int]], which: int) -> i
     return min(gpus.get(r.name, [0, 0])[which] // r.amount for r in flavor.unit_resources)
 
 
-def judge(flavor: Flavor, bodies: Iterable[Mapping[str, Any]]) -> NodeVerdict:
-    """The verdict on one flavor from the cluster's Node objects."""
-    return _judge(flavor, [_Node.of(body) for body in bodies])
+@dataclass(frozen=True)
+class Devices:
+    """What the cluster's DRA objects say: each DeviceClass's driver (None: its selectors say more
+    than a driver, so its devices cannot be told apart here) and each node's published devices."""
+
+    drivers: Mapping[str, str | None] = field(default_factory=dict)
+    by_node: Mapping[str, Sequence[tuple[str, str, str]]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls) -> Devices:
+        """Two lists: the DeviceClasses and the ResourceSlices."""
+        classes = gateway().list(RESOURCE_API, "DeviceClass")[0]
+        return cls(drivers={body["metadata"]["name"]: class_driver(body) for body in classes},
+                   by_node=devices_by_node(gateway().list(RESOURCE_API, "ResourceSlice")[0]))
 
 
-def _judge(flavor: Flavor, nodes: list[_Node]) -> NodeVerdict:
+def judge(flavor: Flavor, bodies: Iterable[Mapping[str, Any]], devices: Devices | None = None) -> NodeVerdict:
+    """The verdict on one flavor from the cluster's Node objects (and, for a flavor claimed through
+    a DeviceClass, its DRA objects)."""
+    return _judge(flavor, [_Node.of(body) for body in bodies], devices or Devices())
+
+
+def _claimed_devices(flavor: Flavor, nodes: list[_Node], devices: Devices) -> NodeVerdict:
+    """The verdict on a flavor claimed through a DeviceClass: its class must exist, and the nodes
+    carrying its labels publish its devices (a unit is one)."""
+    name = flavor.device_class_name
+    if name not in devices.drivers:
+        return NodeVerdict(problem=f"The DeviceClass {name} is not in the cluster, so no pod claiming it can start: install "
+                                   "its DRA driver, or correct the flavor's device class.", nodes=len(nodes))
+    driver = devices.drivers[name]
+    if driver is None:
+        unread = f"The DeviceClass {name} selects its devices by more than their driver, so the portal cannot count them."
+        return NodeVerdict(warnings=(unread,), nodes=len(nodes))
+    findings, offered = _Findings(), 0
+    for node in nodes:
+        count = sum(1 for device in devices.by_node.get(node.name, ()) if device[0] == driver)
+        if not count:
+            findings.warnings.append(f"Node {node.name} publishes no {driver} devices: is its DRA driver running there?")
+        elif untolerated := _untolerated(node, flavor):
+            findings.warnings.append(f"Pods of {flavor.name} cannot run on {node.name} ({', '.join(untolerated)}).")
+        elif node.ready and not node.cordoned:
+            offered += count
+    if offered < flavor.capacity_units:
+        findings.warnings.append(f"The catalog says {flavor.capacity_units} units; the nodes publish {offered} {driver} "
+                                 "devices now.")
+    return NodeVerdict(warnings=tuple(findings.warnings), nodes=len(nodes), offered=offered)
+
+
+def _judge(flavor: Flavor, nodes: list[_Node], devices: Devices) -> NodeVerdict:
     wanted = {str(key): str(value) for key, value in (flavor.node_labels or {}).items()}
     selected = [node for node in nodes if selects(flavor, node.labels, node.capacity)]
     findings = _Findings()
@@ -176,6 +220,8 @@ def _judge(flavor: Flavor, nodes: list[_Node]) -> NodeVerdict:
         labels = ", ".join(f"{key}={value}" for key, value in sorted(wanted.items())) or flavor.resource_name
         findings.warnings.append(f"No node has {labels}: nothing runs on {flavor.name} until one does.")
         return NodeVerdict(warnings=tuple(findings.warnings))
+    if flavor.device_class_name:
+        return _claimed_devices(flavor, selected, devices)
     offering = [node for node in selected if _count(node.capacity.get(flavor.resource_name, 0))]
     if not offering:
         findings.warnings.append(
@@ -224,12 +270,13 @@ def check_flavors(*, flavors: Iterable[Flavor] | None = None) -> dict[int, NodeV
     active = list(Flavor.objects.filter(is_active=True))
     chosen = active if flavors is None else list(flavors)
     nodes = [_Node.of(body) for body in gateway().list("v1", "Node")[0]]
+    devices = Devices.read() if any(flavor.device_class_name for flavor in chosen) else Devices()
     now = timezone.now()
     _keep_gpu_nodes(nodes, active, now, gpu_stack())
     heartbeat_record(name=NODE_CHECK, at=now)
     verdicts = {}
     for flavor in chosen:
-        verdict = verdicts[flavor.pk] = _judge(flavor, nodes)
+        verdict = verdicts[flavor.pk] = _judge(flavor, nodes, devices)
         warnings = "\n".join(verdict.warnings)
         if (flavor.nodes_problem, flavor.nodes_warnings) != (verdict.problem, warnings):
             log.info("flavor %s: nodes %s", flavor.slug, verdict.problem or "agree")
@@ -422,11 +469,15 @@ class Pool:
 
     @property
     def capacity(self) -> int:
+        if self.flavor.device_class_name:  # devices its nodes publish, as the last check counted them
+            return self.flavor.nodes_offered or 0
         return sum(units_in(self.flavor, row.node.gpus, CAPACITY) for row in self.nodes)
 
     @property
     def offered(self) -> int:
         """Units the ready, schedulable nodes can hand out now."""
+        if self.flavor.device_class_name:
+            return self.flavor.nodes_offered or 0
         return sum(units_in(self.flavor, row.node.gpus, ALLOCATABLE) for row in self.nodes
                    if row.node.ready and not row.node.cordoned)
 

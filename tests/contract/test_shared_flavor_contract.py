@@ -344,7 +344,15 @@ def test_a_flavor_claimed_through_a_device_class_runs_on_devices_its_nodes_publi
             tolerations=[catalog.NVIDIA_TAINT]))
     cluster.add_gpu_node(node, labels={"gpu-portal.io/test-flavor": slug}, allocatable={},
                          taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
+    (body,) = [found for found in gateway().list("v1", "Node")[0] if found["metadata"]["name"] == node]
     publish_devices(node, 4)
+    assert nodes.judge(flavor, [body], nodes.Devices.read()) == nodes.NodeVerdict(nodes=1, offered=4)
+    assert nodes.check_flavors(flavors=[flavor])[flavor.pk].problem == ""
+    elsewhere = Flavor(**{**{f.attname: getattr(flavor, f.attname) for f in Flavor._meta.concrete_fields},
+                          "device_class_name": "absent.example.com"})
+    assert nodes.judge(elsewhere, [body], nodes.Devices.read()).problem.startswith(
+        "The DeviceClass absent.example.com is not in the cluster, so no pod claiming it can start")
+    flavor.refresh_from_db()
     ensure_priced(flavor, "2.00")
     settings.PORTAL_POD_ANNOTATIONS = HOLD
     template = templates["training"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,11 @@ import yaml
 from django.conf import settings
 
 from portal.kube.base import ObjectRef
+from portal.kube.dra import RESOURCE_API, class_driver, devices_by_node
 from portal.kube.simulated.models import SimulatedObject
 from portal.kube.simulated.state import ClusterState
 
-RESOURCE_API = "resource.k8s.io/v1"
 DRA_KINDS = ("ResourceClaimTemplate", "ResourceClaim", "ResourceSlice", "DeviceClass")
-_DRIVER = re.compile(r"""^\s*device\.driver\s*==\s*["']([^"']+)["']\s*$""")
 LIVE_PHASES = ("Pending", "Running")
 
 
@@ -72,20 +70,8 @@ class Allocator:
         rows = state.store.snapshot(DRA_KINDS)
         self.templates = {(row.namespace, row.name): row.body for row in rows["ResourceClaimTemplate"]}
         self.claims = rows["ResourceClaim"]
-        self.drivers = {row.name: self._driver(row.body) for row in rows["DeviceClass"]}
-        self.devices: dict[str, list[tuple[str, str, str]]] = {}  # node -> (driver, pool, device)
-        for row in rows["ResourceSlice"]:
-            spec = row.body.get("spec") or {}
-            pool = (spec.get("pool") or {}).get("name", "")
-            self.devices.setdefault(spec.get("nodeName", ""), []).extend(
-                (spec.get("driver", ""), pool, device["name"]) for device in spec.get("devices") or [])
-
-    @staticmethod
-    def _driver(device_class: dict[str, Any]) -> str | None:
-        for selector in (device_class.get("spec") or {}).get("selectors") or []:
-            if match := _DRIVER.match(((selector.get("cel") or {}).get("expression")) or ""):
-                return match[1]
-        return None
+        self.drivers = {row.name: class_driver(row.body) for row in rows["DeviceClass"]}
+        self.devices = devices_by_node(row.body for row in rows["ResourceSlice"])
 
     def claims_of(self, namespace: str, pod_spec: dict[str, Any]) -> list[Claim]:
         return template_claims(namespace, pod_spec, self.templates)

@@ -13,9 +13,9 @@ from django.conf import settings
 from django.db import transaction
 
 from portal.kube.base import FIELD_MANAGER, KindLists, NodeSpec, ObjectRef, WatchEvent
+from portal.kube.dra import RESOURCE_API
 from portal.kube.simulated.apiserver import ApiServer
 from portal.kube.simulated.controllers import controllers_reconcile
-from portal.kube.simulated.dra import RESOURCE_API
 from portal.kube.simulated.kubelet import pod_logs
 from portal.kube.simulated.kueue import VISIBILITY, Kueue
 from portal.kube.simulated.state import ClusterState

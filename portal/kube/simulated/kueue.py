@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from portal.kube.base import ObjectRef
+from portal.kube.dra import RESOURCE_API
 from portal.kube.simulated import dra
 from portal.kube.simulated.models import SimulatedObject
 from portal.kube.simulated.state import (
@@ -72,7 +73,7 @@ class Kueue:
         """The devices a pod's claims ask for, under the resources Kueue's deviceClassMappings name."""
         if self._templates is None:
             self._templates = {(row.namespace, row.name): row.body
-                               for row in self.state.store.objects("ResourceClaimTemplate", api_version=dra.RESOURCE_API)}
+                               for row in self.state.store.objects("ResourceClaimTemplate", api_version=RESOURCE_API)}
         mapped = dra.device_class_resources()
         claimed: dict[str, float] = defaultdict(float)
         for claim in dra.template_claims(namespace, pod_spec, self._templates):
