@@ -28,6 +28,7 @@ from jobs.models import (
     WorkloadTemplateVersion,
 )
 from portal.kube import KubeError, ObjectRef, gateway
+from portal.kube.dra import RESOURCE_API
 from portal.metrics import PodKey
 from portal.metrics.xid import xid_meaning
 from tenants import cluster_selectors, queueing
@@ -344,6 +345,8 @@ class LivePicture:
     events: list[EventRow]
     events_of: str = ""  # the object the events are about
     unreachable: str = ""
+    # Where its flavor is a DeviceClass: each pod's devices, as its claim's allocation names them
+    claimed: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
 def _pods(workload: Workload) -> list[dict[str, Any]]:
@@ -372,10 +375,27 @@ def live_picture(*, workload: Workload, max_events: int = 20) -> LivePicture:
         newest = _newest(pods)
         subject = newest["metadata"]["name"] if newest else workload.k8s_name
         events = gateway().list("v1", "Event", namespace=workload.team.namespace, fields={"involvedObject.name": subject})[0]
+        claimed = _claimed(workload, pods) if workload.flavor.device_class_name else []
     except KubeError as error:
         return LivePicture(pods=[], events=[], unreachable=f"The cluster did not answer: {error}")
     rows = sorted((_event_row(e) for e in events), key=lambda row: row.at, reverse=True)
-    return LivePicture(pods=pods, events=rows[:max_events], events_of=subject)
+    return LivePicture(pods=pods, events=rows[:max_events], events_of=subject, claimed=claimed)
+
+
+def _claimed(workload: Workload, pods: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """Each pod's devices (driver, pool and device, as the scheduler allocated them to its
+    ResourceClaims), in one list of the namespace's claims; a pod not allocated yet has none."""
+    claims = {claim["metadata"]["name"]: claim
+              for claim in gateway().list(RESOURCE_API, "ResourceClaim", namespace=workload.team.namespace)[0]}
+    found = []
+    for pod in pods:
+        devices = []
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+            claim = claims.get(status.get("resourceClaimName") or "", {})
+            results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+            devices += [f"{result['driver']} {result['pool']}/{result['device']}" for result in results]
+        found.append((pod["metadata"]["name"], devices))
+    return found
 
 
 # --- Reads for the REST API (jobs/api.py) -------------------------------------------------------

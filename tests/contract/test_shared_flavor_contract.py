@@ -19,6 +19,7 @@ from django.db.models import Min
 from billing import metering
 from billing.models import Account
 from billing.periods import hour_floor
+from jobs import selectors as job_selectors
 from jobs import services
 from jobs.models import RunInterval, Workload
 from portal.errors import DomainError
@@ -371,6 +372,9 @@ def test_a_flavor_claimed_through_a_device_class_runs_on_devices_its_nodes_publi
                                 what="the pod's claim to be allocated")
     results = claim["status"]["allocation"]["devices"]["results"]
     assert len(results) == 2 and {(r["driver"], r["pool"]) for r in results} == {(DRIVER, node)}
+    # The workload's page says which devices its pod got.
+    assert job_selectors.live_picture(workload=workload).claimed == [
+        (pod["metadata"]["name"], [f"{DRIVER} {node}/{r['device']}" for r in results])]
     assert cluster.wait_for(lambda: queue_usage(team.slug, slug) == (2, 0), what="Kueue to count the two devices claimed")
     assert workload.intervals.get().units == 2
     assert billed_gpu_seconds(team) == {(slug, Fraction(1)): Fraction(2 * 60)}

@@ -220,6 +220,28 @@ ALL = [pytest.param(obj, id=f"{len(placements)}-flavor-{placements[0].runtime_cl
                                                                    "placements": placements}))]
 
 
+CLAIMED = m.WorkloadSpec(**{**SPEC.__dict__, "gpu": (), "claim": ("gpu.nvidia.com", 2)})
+ALL += [pytest.param(obj, id=f"dra-{kind}-{obj['kind']}")
+        for kind in ("training", "distributed", "inference", "notebook")
+        for obj in kinds.workload_objects(spec=m.WorkloadSpec(**{**CLAIMED.__dict__, "kind": kind, "port": 8080, "workers": 2,
+                                                                 "notebook_token": "t", "storage_gib": 5}))]
+
+
+def test_a_workload_on_a_device_class_claims_its_units_of_devices_through_its_own_template():
+    template, job = kinds.workload_objects(spec=CLAIMED)
+    assert template == {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "wl-42-gpu", "namespace": "vision", "labels": LABELS},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}]}}},
+    }
+    resources = {"cpu": "8", "memory": "32Gi"}  # no device plugin's resource: the claim holds the GPUs
+    golden = golden_training_job(resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "wl-42-gpu"}])
+    golden["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": resources, "limits": resources, "claims": [{"name": "gpu"}]}
+    assert job == golden
+
+
 @pytest.mark.parametrize("obj", ALL)
 def test_every_workload_object_validates_against_the_pinned_schema(obj):
     kubernetes_validate.validate(obj, "1.36.0", strict=True)

@@ -124,3 +124,21 @@ def test_the_launch_hint_says_what_one_unit_of_a_cgpu_flavor_is(ready_team, memb
              "&p_learning_rate=0.001&p_image_tag=2.5")
     hint = login(member).get(reverse("jobs:launch-hint") + query).content.decode()
     assert "Each unit is 6 aliyun.com/gpu-mem + 25 aliyun.com/gpu-core.percentage." in hint
+
+
+def test_a_flavor_claimed_through_a_device_class_asks_for_one_device_a_unit_and_nothing_else(admin_user):
+    client = login(admin_user)
+    dra = cgpu_form(slug="h100-dra", name="H100 DRA", resource_name="dra.nvidia.com/gpu", resource_per_unit="1",
+                    extra_resources="[]", device_class_name="gpu.nvidia.com", sharing_mode="exclusive",
+                    fraction_denominator="1")
+    refused = client.post(reverse("tenants:flavor-create"), {**dra, "extra_resources": '[{"name": "x.io/y", "per_unit": 1}]'})
+    assert refused.status_code == 400
+    assert "A unit claimed through a DeviceClass is one of its devices" in refused.content.decode()
+    badly_named = client.post(reverse("tenants:flavor-create"), {**dra, "device_class_name": "GPU_NVIDIA"})
+    assert badly_named.status_code == 400 and "A DeviceClass name is lowercase letters" in badly_named.content.decode()
+    assert not Flavor.objects.filter(slug="h100-dra").exists()
+    assert client.post(reverse("tenants:flavor-create"), dra).status_code == 302
+    flavor = Flavor.objects.get(slug="h100-dra")
+    assert flavor.pod_requests(2) == {}  # its pods claim devices instead of asking the device plugin
+    page = client.get(reverse("tenants:flavor-list")).content.decode()
+    assert "claims devices of the DeviceClass <code>gpu.nvidia.com</code>" in page
