@@ -72,11 +72,13 @@ class Allocator:
         self.claims = rows["ResourceClaim"]
         self.drivers = {row.name: class_driver(row.body) for row in rows["DeviceClass"]}
         self.devices = devices_by_node(row.body for row in rows["ResourceSlice"])
+        self.held = self._held()
 
     def claims_of(self, namespace: str, pod_spec: dict[str, Any]) -> list[Claim]:
         return template_claims(namespace, pod_spec, self.templates)
 
     def _held(self) -> set[tuple[str, str, str]]:
+        """The devices the claims of pods still pending or running hold."""
         live = {(pod.namespace, pod.name) for pod in self.state.pods
                 if (pod.body.get("status") or {}).get("phase") in LIVE_PHASES}
         held = set()
@@ -93,7 +95,7 @@ class Allocator:
         claims = self.claims_of(namespace, pod_spec)
         if not claims:
             return {}
-        free = [device for device in self.devices.get(node, []) if device not in self._held()]
+        free = [device for device in self.devices.get(node, []) if device not in self.held]
         chosen: dict[str, list[tuple[str, str, str]]] = {}
         for claim in claims:
             driver = self.drivers.get(claim.device_class)
@@ -125,6 +127,7 @@ class Allocator:
                     "reservedFor": [{"resource": "pods", "name": name, "uid": pod["metadata"].get("uid", "")}]},
             }
             self.claims.append(self.state.create(ObjectRef(RESOURCE_API, "ResourceClaim", claim_name, namespace), body))
+            self.held.update(picked[claim.name])
             statuses.append({"name": claim.name, "resourceClaimName": claim_name})
         return statuses
 
