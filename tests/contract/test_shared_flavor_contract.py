@@ -55,6 +55,22 @@ def t4_pool(cluster: Any, site: Any, capture: Any, *, gpus: int) -> Flavor:
     return flavor
 
 
+def team_on(site: Any, templates: Any, flavor: Flavor, name: str, units: int) -> tuple[Any, Any, Any]:
+    """A team guaranteed `units` of the flavor, its lead, and the training template allowed on it."""
+    template = templates["training"]
+    services.template_revise(user=site.admin, template=template, flavors=[site.flavor, flavor])
+    team = site.team(name)
+    lead = team.memberships.get().user
+    site.grant(team, lead, units, of=flavor)
+    return team, lead, template
+
+
+def node_body(name: str) -> dict[str, Any]:
+    """The Node as the cluster has it now."""
+    (body,) = [node for node in gateway().list("v1", "Node")[0] if node["metadata"]["name"] == name]
+    return body
+
+
 @pytest.fixture
 def t4(cluster, site, django_capture_on_commit_callbacks) -> Flavor:
     """A T4 pool of two GPUs, each shared four ways: eight units of nvidia.com/gpu.shared."""
@@ -117,11 +133,7 @@ def test_a_launch_on_a_shared_flavor_runs_on_its_tainted_pool_is_counted_in_its_
     ensure_priced(flavor, "0.40")
     settings.PORTAL_POD_ANNOTATIONS = HOLD
     assert nodes.check_flavors(flavors=[flavor])[flavor.pk].problem == ""
-    template = templates["training"]
-    services.template_revise(user=site.admin, template=template, flavors=[site.flavor, flavor])
-    team = site.team(f"share-{mode}")
-    lead = team.memberships.get().user
-    site.grant(team, lead, 4, of=flavor)
+    team, lead, template = team_on(site, templates, flavor, f"share-{mode}", 4)
 
     workload = launch(team, lead, template, flavor, django_capture_on_commit_callbacks, units=2)
     cluster.wait_for(lambda: running(workload), what=f"the launch on the {mode} pool to run")
@@ -273,24 +285,19 @@ def test_a_launch_on_a_flavor_whose_unit_asks_for_several_resources_holds_each_a
     lacking = cluster.unique(f"lacking-{kind}")
     cluster.add_gpu_node(lacking, labels={"gpu-portal.io/test-flavor": slug},
                          allocatable={pair.resource: pair.allocatable[pair.resource]}, taints=[SHARED_TAINT])
-    (body,) = [node for node in gateway().list("v1", "Node")[0] if node["metadata"]["name"] == lacking]
-    assert nodes.judge(flavor, [body]).problem.startswith(
+    assert nodes.judge(flavor, [node_body(lacking)]).problem.startswith(
         f"A unit of {flavor.name} asks for {flavor.resources_display}, and no node of it advertises all of them: {lacking} "
         "(no ")
     cluster.delete_node(lacking)
     node = cluster.unique(f"node-{kind}")
     cluster.add_gpu_node(node, labels={"gpu-portal.io/test-flavor": slug}, allocatable=pair.allocatable, taints=[SHARED_TAINT])
-    (body,) = [found for found in gateway().list("v1", "Node")[0] if found["metadata"]["name"] == node]
-    assert nodes.judge(flavor, [body]) == nodes.NodeVerdict(nodes=1, offered=8)  # as many units as its scarcest resource gives
+    # As many units as its scarcest resource gives.
+    assert nodes.judge(flavor, [node_body(node)]) == nodes.NodeVerdict(nodes=1, offered=8)
     assert nodes.check_flavors(flavors=[flavor])[flavor.pk].problem == ""
     flavor.refresh_from_db()
     ensure_priced(flavor, "0.40")
     settings.PORTAL_POD_ANNOTATIONS = HOLD
-    template = templates["training"]
-    services.template_revise(user=site.admin, template=template, flavors=[site.flavor, flavor])
-    team = site.team(f"pair-{kind}")
-    lead = team.memberships.get().user
-    site.grant(team, lead, 2, of=flavor)
+    team, lead, template = team_on(site, templates, flavor, f"pair-{kind}", 2)
 
     workload = launch(team, lead, template, flavor, django_capture_on_commit_callbacks, units=2)
     cluster.wait_for(lambda: running(workload), what=f"the launch on the {kind} pool to run")
@@ -345,7 +352,7 @@ def test_a_flavor_claimed_through_a_device_class_runs_on_devices_its_nodes_publi
             tolerations=[catalog.NVIDIA_TAINT]))
     cluster.add_gpu_node(node, labels={"gpu-portal.io/test-flavor": slug}, allocatable={},
                          taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
-    (body,) = [found for found in gateway().list("v1", "Node")[0] if found["metadata"]["name"] == node]
+    body = node_body(node)
     publish_devices(node, 4)
     assert nodes.judge(flavor, [body], nodes.Devices.read()) == nodes.NodeVerdict(nodes=1, offered=4)
     assert nodes.check_flavors(flavors=[flavor])[flavor.pk].problem == ""
@@ -356,11 +363,7 @@ def test_a_flavor_claimed_through_a_device_class_runs_on_devices_its_nodes_publi
     flavor.refresh_from_db()
     ensure_priced(flavor, "2.00")
     settings.PORTAL_POD_ANNOTATIONS = HOLD
-    template = templates["training"]
-    services.template_revise(user=site.admin, template=template, flavors=[site.flavor, flavor])
-    team = site.team("dra")
-    lead = team.memberships.get().user
-    site.grant(team, lead, 3, of=flavor)
+    team, lead, template = team_on(site, templates, flavor, "dra", 3)
 
     workload = launch(team, lead, template, flavor, django_capture_on_commit_callbacks, units=2)
     cluster.wait_for(lambda: running(workload), what="the launch claiming two GPUs to run")
