@@ -150,6 +150,7 @@ _SHORT = re.compile(
     r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), (?P<missing>\S+) more needed")
 _TOO_BIG = re.compile(r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+)")
 _UNAVAILABLE = re.compile(r"resource (?P<resource>\S+) unavailable in ClusterQueue")
+_UNMAPPED = re.compile(r"DeviceClass (?P<device_class>\S+) is not mapped in DRA configuration")
 
 
 def _in_units(missing: str, per_unit: int) -> str:
@@ -171,6 +172,9 @@ def waiting_reason(message: str, per_unit: Mapping[str, int] | None = None) -> s
     if match := _TOO_BIG.search(message):
         return (f"Waiting for quota: it asks for more {match['flavor']} than the team could ever get (its guarantee "
                 "plus what it may borrow); it cannot start until the team's quota grows.")
+    if match := _UNMAPPED.search(message):
+        return (f"Waiting: Kueue does not count devices of the DeviceClass {match['device_class']} (no deviceClassMappings "
+                "entry names it), so it admits nothing claiming them; a platform admin must add the mapping.")
     if match := _UNAVAILABLE.search(message):
         return f"Waiting: the team's queue has no quota for {match['resource']}; ask for some."
     if "is inactive" in message or "is stopped" in message:

@@ -391,3 +391,27 @@ def test_a_flavor_claimed_through_a_device_class_runs_on_devices_its_nodes_publi
         services.workload_stop(user=lead, workload=workload)
         services.workload_stop(user=lead, workload=more)
     cluster.wait_for(lambda: not claims_of(workload), what="the claim to go with its pod")
+
+
+def test_a_device_class_kueue_does_not_map_leaves_the_launch_waiting_and_says_why(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    """Kueue admits nothing claiming a DeviceClass its deviceClassMappings do not name: the launch
+    waits, and says so in words, instead of running uncounted."""
+    unmapped, slug, node = "tpu.example.com", cluster.unique("dra-unmapped"), cluster.unique("dra-unmapped-node")
+    gateway().apply({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": unmapped},
+                     "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{unmapped}"'}}]}})
+    cluster.add_gpu_node(node, labels={"gpu-portal.io/test-flavor": slug}, allocatable={})
+    with django_capture_on_commit_callbacks(execute=True):
+        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
+            name=cluster.unique("TPU"), slug=slug, resource_name="dra.example.com/tpu", device_class_name=unmapped,
+            gpu_model="Acme TPU", capacity_units=2, node_labels={"gpu-portal.io/test-flavor": slug}))
+    ensure_priced(flavor, "1.00")
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    team, lead, template = team_on(site, templates, flavor, "dra-unmapped", 2)
+    workload = launch(team, lead, template, flavor, django_capture_on_commit_callbacks, units=1)
+    cluster.wait_for(lambda: phase_of(workload) == Workload.Phase.QUEUED and unmapped in workload.reason,
+                     what="the launch to wait for a mapping of its DeviceClass")
+    assert workload.reason.startswith(f"Waiting: Kueue does not count devices of the DeviceClass {unmapped}")
+    assert not pods_of(workload)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.workload_stop(user=lead, workload=workload)

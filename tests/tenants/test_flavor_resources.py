@@ -106,6 +106,9 @@ def test_what_a_waiting_launch_is_short_of_is_said_in_units():
                "a10-cgpu-4, 12 more needed")
     assert "are 2 units short" in waiting_reason(message, {"aliyun.com/gpu-mem": 6})
     assert "are 12 units short" in waiting_reason(message)
+    unmapped = ("spec.podSets[0].template.spec.resourceClaims[0].resourceClaimTemplateName: Not found: \"DeviceClass "
+                "tpu.example.com is not mapped in DRA configuration for podset main\"")
+    assert waiting_reason(unmapped).startswith("Waiting: Kueue does not count devices of the DeviceClass tpu.example.com")
 
 
 def test_a_pool_offers_the_units_its_scarcest_resource_gives(admin_user):

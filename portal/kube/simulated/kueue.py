@@ -45,6 +45,7 @@ class Workload:
     pods: int
     pod_spec: dict[str, Any] = field(default_factory=dict)
     admitted_flavor: dict[str, str] = field(default_factory=dict)  # resource -> flavor
+    unmapped: str = ""  # a DeviceClass its claims name that Kueue's deviceClassMappings do not
 
     @property
     def name(self) -> str:
@@ -69,17 +70,21 @@ class Kueue:
         self.state = state
         self._templates: dict[tuple[str, str], dict[str, Any]] | None = None
 
-    def _claimed(self, namespace: str, pod_spec: dict[str, Any]) -> dict[str, float]:
-        """The devices a pod's claims ask for, under the resources Kueue's deviceClassMappings name."""
+    def _claimed(self, namespace: str, pod_spec: dict[str, Any]) -> tuple[dict[str, float], str]:
+        """The devices a pod's claims ask for, under the resources Kueue's deviceClassMappings name,
+        and a DeviceClass they name that no mapping does (Kueue then admits nothing of it)."""
         if self._templates is None:
             self._templates = {(row.namespace, row.name): row.body
                                for row in self.state.store.objects("ResourceClaimTemplate", api_version=RESOURCE_API)}
         mapped = dra.device_class_resources()
         claimed: dict[str, float] = defaultdict(float)
+        unmapped = ""
         for claim in dra.template_claims(namespace, pod_spec, self._templates):
             if claim.device_class in mapped:
                 claimed[mapped[claim.device_class]] += claim.count
-        return claimed
+            else:
+                unmapped = claim.device_class
+        return claimed, unmapped
 
     # One Workload per queued Job.
     def create_workloads(self) -> None:
@@ -130,7 +135,8 @@ class Kueue:
                 res = container.get("resources", {})
                 for resource, value in (res.get("requests") or res.get("limits") or {}).items():
                     requests[resource] += to_units(value) * pod_set["count"]
-            for resource, count in self._claimed(row.namespace, pod_set["template"]["spec"]).items():
+            claimed, unmapped = self._claimed(row.namespace, pod_set["template"]["spec"])
+            for resource, count in claimed.items():
                 requests[resource] += count * pod_set["count"]
             admission = row.body.get("status", {}).get("admission")
             flavors = admission["podSetAssignments"][0]["flavors"] if admission else {}
@@ -139,7 +145,7 @@ class Kueue:
                 cluster_queue=local_queue.body["spec"]["clusterQueue"] if local_queue else None,
                 priority=int(spec.get("priority", 0)), created=row.body["metadata"]["creationTimestamp"],
                 requests=dict(requests), pods=pod_set["count"], admitted_flavor=dict(flavors),
-                pod_spec=pod_set["template"].get("spec") or {},
+                pod_spec=pod_set["template"].get("spec") or {}, unmapped=unmapped,
             ))
         return result
 
@@ -294,6 +300,8 @@ class Kueue:
         return short
 
     def _assign(self, workloads: list[Workload], workload: Workload) -> tuple[dict[str, str] | None, str]:
+        if workload.unmapped:
+            return None, f"DeviceClass {workload.unmapped} is not mapped in DRA configuration for podset main"
         if resource := self._uncovered(workload):
             return None, f"couldn't assign flavors to pod set main: resource {resource} unavailable in ClusterQueue"
         assignment: dict[str, str] = {}
