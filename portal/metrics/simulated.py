@@ -36,6 +36,7 @@ from typing import Literal
 
 from portal.hooks import Hook
 from portal.kube import gateway
+from portal.kube.dra import RESOURCE_API
 from portal.metrics.base import (
     ENERGY_SAMPLE_SECONDS,
     DeviceHours,
@@ -183,6 +184,17 @@ def _gpus_of(pod: dict) -> int:
     return math.ceil(total)
 
 
+def _claimed_gpus(claims: list[dict]) -> dict[tuple[str, str], int]:
+    """(namespace, claim) -> the NVIDIA GPUs allocated to it: a pod's DRA devices, which DCGM
+    reports as it does a device plugin's (the kubelet tells dcgm-exporter of both)."""
+    found = {}
+    for claim in claims:
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+        found[claim["metadata"].get("namespace", ""), claim["metadata"]["name"]] = sum(
+            1 for result in results if str(result.get("driver", "")).endswith("nvidia.com"))
+    return found
+
+
 def _label_number(labels: dict[str, str], name: str, default: int) -> int:
     value = labels.get(name, "")
     return int(value) if value.isascii() and value.isdigit() else default
@@ -193,12 +205,15 @@ def _cluster_pods() -> list[SimulatedPod]:
     with what its node's GPU units hold and draw."""
     cluster = gateway()
     nodes = {node["metadata"]["name"]: node["metadata"].get("labels") or {} for node in cluster.list("v1", "Node")[0]}
+    claimed = _claimed_gpus(cluster.list(RESOURCE_API, "ResourceClaim")[0])
     pods = []
     for pod in cluster.list("v1", "Pod")[0]:
         status = pod.get("status", {})
         if not status.get("startTime"):
             continue
-        gpus = _gpus_of(pod)
+        namespace = pod["metadata"].get("namespace", "")
+        gpus = _gpus_of(pod) + sum(claimed.get((namespace, claim.get("resourceClaimName", "")), 0)
+                                   for claim in status.get("resourceClaimStatuses") or [])
         if not gpus:
             continue
         meta = pod["metadata"]

@@ -4,6 +4,8 @@ its units of them, and its page says which."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.urls import reverse
 
@@ -20,7 +22,8 @@ pytestmark = pytest.mark.django_db
 
 
 def test_a_pod_on_a_device_class_gets_devices_its_node_publishes_and_its_page_names_them(
-        team, member, admin_user, simulated, django_capture_on_commit_callbacks):
+        team, member, admin_user, simulated, gpu_metrics, settings, django_capture_on_commit_callbacks):
+    settings.PORTAL_POD_ANNOTATIONS = {"gpu-portal.io/simulated-run-seconds": "86400"}  # both train all day
     flavor = FlavorFactory.create(name="H100 DRA", slug="h100-dra", resource_name="dra.nvidia.com/gpu",
                                   device_class_name="gpu.nvidia.com", capacity_units=8, node_labels={"pool": "dra"})
     make_ready(team, flavor, units=4)
@@ -45,3 +48,9 @@ def test_a_pod_on_a_device_class_gets_devices_its_node_publishes_and_its_page_na
     other = login(member).get(reverse("jobs:workload-live", args=[second.pk])).content.decode()
     assert f"gpu.nvidia.com {node}/gpu-3" in other
     assert first.intervals.get().units == 3 and second.intervals.get().units == 1
+    # DCGM reports a pod's DRA GPUs as it does a device plugin's: three of them, all the pod's.
+    simulated.advance(600)
+    interval = first.intervals.get()
+    hours = gpu_metrics.device_hours(namespaces=[team.namespace], start=interval.started_at,
+                                     end=interval.started_at + dt.timedelta(minutes=10))
+    assert hours[team.namespace].covered == pytest.approx(4 / 6, rel=0.15)  # 3 + 1 devices for ten minutes
