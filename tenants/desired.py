@@ -34,6 +34,7 @@ def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
     return manifests.FlavorSpec(
         name=flavor.slug, resource_name=flavor.resource_name, capacity=flavor.capacity_units,
         node_labels=dict(flavor.node_labels), tolerations=tuple(flavor.tolerations), resources=flavor.unit_resources,
+        device_class=flavor.device_class_name,
     )
 
 

@@ -74,6 +74,8 @@ class FlavorSpec:
     # What one unit asks its device plugins for, its resource first (Flavor.unit_resources); none
     # given: one of `resource_name`.
     resources: tuple[UnitResource, ...] = ()
+    # A DRA DeviceClass its pods claim devices of (its resource is then Kueue's name for the class)
+    device_class: str = ""
 
     @property
     def unit_resources(self) -> tuple[UnitResource, ...]:
@@ -311,15 +313,24 @@ def make_namespace(*, team: TeamSpec) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
+# The ResourceQuota key for the devices a namespace's ResourceClaims ask of one DeviceClass.
+DEVICE_CLASS_QUOTA = "{}.deviceclass.resource.k8s.io/devices"
+
+
 def backstop_limits(*, team: TeamSpec) -> dict[str, int]:
-    """What the ResourceQuota allows of each GPU resource: the guarantee plus whatever the team may
-    borrow, in each resource its flavors' units ask for, so the backstop never refuses a pod that
-    Kueue admitted."""
+    """What the ResourceQuota allows of each GPU resource (its key there): the guarantee plus
+    whatever the team may borrow, in each resource its flavors' units ask for (a DeviceClass
+    flavor's in the devices its claims ask for), so the backstop never refuses a pod that Kueue
+    admitted."""
     limits: dict[str, int] = {}
     for quota in team.quotas:
         ceiling = max(quota.flavor.capacity, quota.nominal) if team.policy.may_borrow else quota.nominal
-        for resource, amount in quota.flavor.quota(ceiling).items():
-            limits[resource] = limits.get(resource, 0) + amount
+        if quota.flavor.device_class:
+            amounts = {DEVICE_CLASS_QUOTA.format(quota.flavor.device_class): ceiling}
+        else:
+            amounts = {f"requests.{resource}": amount for resource, amount in quota.flavor.quota(ceiling).items()}
+        for key, amount in amounts.items():
+            limits[key] = limits.get(key, 0) + amount
     return limits
 
 
@@ -334,8 +345,8 @@ def make_resource_quota(*, team: TeamSpec) -> dict[str, Any]:
         "pods": str(team.policy.pods),
         **{f"count/{kind}": str(team.policy.workloads) for kind in WORKLOAD_OBJECT_KINDS},
     }
-    for resource, units in sorted(backstop_limits(team=team).items()):
-        hard[f"requests.{resource}"] = str(units)
+    for key, amount in sorted(backstop_limits(team=team).items()):
+        hard[key] = str(amount)
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
         "metadata": team_meta("gpu-portal", team),

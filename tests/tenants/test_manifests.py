@@ -146,6 +146,15 @@ def test_a_flavor_whose_unit_asks_for_several_resources_has_quota_on_each_in_one
     }
 
 
+def test_the_backstop_bounds_a_device_class_flavor_by_the_devices_its_claims_ask_for():
+    dra = m.FlavorSpec(name="h100-dra", resource_name="dra.nvidia.com/gpu", capacity=8, device_class="gpu.nvidia.com")
+    team = m.TeamSpec(slug="vision", uid=UID, quotas=(m.FlavorQuota(flavor=dra, nominal=3),),
+                      policy=m.TeamPolicy(may_borrow=False))
+    hard = m.make_resource_quota(team=team)["spec"]["hard"]
+    assert hard["gpu.nvidia.com.deviceclass.resource.k8s.io/devices"] == "3"
+    assert "requests.dra.nvidia.com/gpu" not in hard  # no pod requests Kueue's name for the class
+
+
 def test_a_pod_writes_its_units_of_each_resource_or_once_what_the_plugin_reads_per_device():
     assert pod_requests(CGPU.unit_resources, 3) == {"aliyun.com/gpu-mem": 18, "aliyun.com/gpu-core.percentage": 75}
     assert pod_requests(HAMI.unit_resources, 3) == {"nvidia.com/gpu": 3, "nvidia.com/gpumem": 4096, "nvidia.com/gpucores": 25}
