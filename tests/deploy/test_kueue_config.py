@@ -25,7 +25,11 @@ def test_the_harness_runs_kueue_with_every_shipped_setting_and_only_the_timings_
     expected["waitForPodsReady"]["requeuingStrategy"].update(TEST_REQUEUE_BACKOFF)
     assert cfg == {**expected, **LOCAL}
     assert cfg["waitForPodsReady"]["blockAdmission"] is False  # as shipped, not the harness's choice
-    assert cfg["resources"] == {"quotaCheckStrategy": "IgnoreUndeclared"}
+    assert cfg["resources"]["quotaCheckStrategy"] == "IgnoreUndeclared"
+    # NVIDIA's DRA classes, under the names the DRA flavors give as their resource.
+    assert cfg["resources"]["deviceClassMappings"] == [
+        {"name": "dra.nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]},
+        {"name": "dra.nvidia.com/mig", "deviceClassNames": ["mig.nvidia.com"]}]
 
 
 def test_a_setting_removed_from_the_shipped_file_is_not_put_back_by_the_harness():
