@@ -205,9 +205,12 @@ def _cluster_pods() -> list[SimulatedPod]:
     with what its node's GPU units hold and draw."""
     cluster = gateway()
     nodes = {node["metadata"]["name"]: node["metadata"].get("labels") or {} for node in cluster.list("v1", "Node")[0]}
-    claimed = _claimed_gpus(cluster.list(RESOURCE_API, "ResourceClaim")[0])
+    listed = cluster.list("v1", "Pod")[0]
+    # Claims are read only where a pod has some (DRA devices), so a cluster without any reads none.
+    claiming = any((pod.get("status") or {}).get("resourceClaimStatuses") for pod in listed)
+    claimed = _claimed_gpus(cluster.list(RESOURCE_API, "ResourceClaim")[0]) if claiming else {}
     pods = []
-    for pod in cluster.list("v1", "Pod")[0]:
+    for pod in listed:
         status = pod.get("status", {})
         if not status.get("startTime"):
             continue
