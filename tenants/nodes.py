@@ -172,6 +172,11 @@ class Devices:
     drivers: Mapping[str, str | None] = field(default_factory=dict)
     by_node: Mapping[str, Sequence[tuple[str, str, str]]] = field(default_factory=dict)
 
+    def published(self, node: str, device_class: str) -> int:
+        """The devices of the class's driver a node publishes (none where the class is unknown or unread)."""
+        driver = self.drivers.get(device_class)
+        return sum(1 for device in self.by_node.get(node, ()) if driver is not None and device[0] == driver)
+
     @classmethod
     def read(cls) -> Devices:
         """Two lists: the DeviceClasses and the ResourceSlices."""
@@ -199,7 +204,7 @@ def _claimed_devices(flavor: Flavor, nodes: list[_Node], devices: Devices) -> No
         return NodeVerdict(warnings=(unread,), nodes=len(nodes))
     findings, offered = _Findings(), 0
     for node in nodes:
-        count = sum(1 for device in devices.by_node.get(node.name, ()) if device[0] == driver)
+        count = devices.published(node.name, name)
         if not count:
             findings.warnings.append(f"Node {node.name} publishes no {driver} devices: is its DRA driver running there?")
         elif untolerated := _untolerated(node, flavor):
@@ -270,9 +275,9 @@ def check_flavors(*, flavors: Iterable[Flavor] | None = None) -> dict[int, NodeV
     active = list(Flavor.objects.filter(is_active=True))
     chosen = active if flavors is None else list(flavors)
     nodes = [_Node.of(body) for body in gateway().list("v1", "Node")[0]]
-    devices = Devices.read() if any(flavor.device_class_name for flavor in chosen) else Devices()
+    devices = Devices.read() if any(flavor.device_class_name for flavor in active) else Devices()
     now = timezone.now()
-    _keep_gpu_nodes(nodes, active, now, gpu_stack())
+    _keep_gpu_nodes(nodes, active, now, gpu_stack(), devices)
     heartbeat_record(name=NODE_CHECK, at=now)
     verdicts = {}
     for flavor in chosen:
@@ -330,16 +335,21 @@ def gpu_stack() -> dict[str, dict[str, str]]:
 
 
 def _keep_gpu_nodes(nodes: Iterable[_Node], flavors: list[Flavor], now: dt.datetime,
-                    stack: Mapping[str, Mapping[str, str]]) -> None:
+                    stack: Mapping[str, Mapping[str, str]], devices: Devices) -> None:
     """Keeps the nodes that advertise GPUs or that a flavor selects (GpuNode), writing only the
-    rows that changed: a quiet minute on 500 nodes writes nothing."""
+    rows that changed: a quiet minute on 500 nodes writes nothing. A DeviceClass flavor's devices a
+    node publishes are kept under the flavor's resource, as a device plugin's would be."""
     resources = {resource.name for flavor in flavors for resource in flavor.unit_resources}
     selecting = {str(key) for flavor in flavors for key in (flavor.node_labels or {})}
+    claimed = [flavor for flavor in flavors if flavor.device_class_name]
     wanted: dict[str, GpuNode] = {}
     for node in nodes:
         gpus = {name: [_count(node.capacity.get(name, 0)), _count(node.allocatable.get(name, 0))]
                 for name in sorted(set(node.capacity) | set(node.allocatable))
                 if name in resources or name.startswith(GPU_RESOURCE_PREFIXES)}
+        for flavor in claimed:
+            if published := devices.published(node.name, flavor.device_class_name):
+                gpus[flavor.resource_name] = [published, published]
         if not gpus and not any(selects(flavor, node.labels, node.capacity) for flavor in flavors):
             continue
         labels = {key: value for key, value in sorted(node.labels.items())
@@ -469,15 +479,11 @@ class Pool:
 
     @property
     def capacity(self) -> int:
-        if self.flavor.device_class_name:  # devices its nodes publish, as the last check counted them
-            return self.flavor.nodes_offered or 0
         return sum(units_in(self.flavor, row.node.gpus, CAPACITY) for row in self.nodes)
 
     @property
     def offered(self) -> int:
         """Units the ready, schedulable nodes can hand out now."""
-        if self.flavor.device_class_name:
-            return self.flavor.nodes_offered or 0
         return sum(units_in(self.flavor, row.node.gpus, ALLOCATABLE) for row in self.nodes
                    if row.node.ready and not row.node.cordoned)
 

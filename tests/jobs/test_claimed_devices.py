@@ -14,6 +14,7 @@ from jobs import sync
 from jobs.models import Workload, WorkloadKind
 from portal.kube import gateway
 from portal.kube.dra import RESOURCE_API
+from tenants import nodes
 from tests.conftest import login
 from tests.factories import FlavorFactory
 from tests.helpers import launch, make_ready
@@ -29,6 +30,11 @@ def test_a_pod_on_a_device_class_gets_devices_its_node_publishes_and_its_page_na
     make_ready(team, flavor, units=4)
     (slice_,) = gateway().list(RESOURCE_API, "ResourceSlice")[0]
     assert (slice_["spec"]["driver"], len(slice_["spec"]["devices"])) == ("gpu.nvidia.com", 8)
+    # The nodes page counts the devices the node publishes, as it counts a device plugin's.
+    nodes.check_flavors()
+    (pool,) = [pool for pool in nodes.nodes_picture().pools if pool.flavor == flavor]
+    assert (pool.capacity, pool.offered, pool.unhealthy) == (8, 8, 0)
+    assert pool.nodes[0].node.gpus["dra.nvidia.com/gpu"] == [8, 8]
     template = job_services.template_create(
         user=admin_user, slug="train", name="Train", kind=WorkloadKind.TRAINING, flavors=[flavor],
         image="pytorch/pytorch:2.5", command=["python", "train.py"], default_units=1, max_units=8)
