@@ -27,6 +27,7 @@ from portal.kube import gateway
 from tenants import catalog, nodes
 from tenants import services as tenant_services
 from tenants.models import Flavor
+from tenants.queueing import backend
 from tests.contract.scenarios import HOLD, launch, phase_of, pods_of, queue_usage, running
 from tests.helpers import ensure_priced
 
@@ -40,15 +41,19 @@ def sharing(replicas: int, gpus: int) -> dict[str, str]:
             nodes.GPU_COUNT_LABEL: str(gpus)}
 
 
+def add_flavor(site: Any, capture: Any, slug: str, **fields: Any) -> Flavor:
+    """A flavor saved through the catalog, selecting the test's nodes labelled with its slug."""
+    with capture(execute=True):
+        return tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
+            slug=slug, node_labels={"gpu-portal.io/test-flavor": slug}, **fields))
+
+
 def t4_pool(cluster: Any, site: Any, capture: Any, *, gpus: int) -> Flavor:
     """A flavor and a tainted KWOK node of `gpus` T4s, each shared four ways (time-sliced)."""
     pool = cluster.unique("t4-shared")
-    with capture(execute=True):
-        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
-            name=cluster.unique("T4 shared"), slug=pool, resource_name="nvidia.com/gpu.shared",
-            sharing_mode=Flavor.SharingMode.TIME_SLICED, gpu_model="NVIDIA T4", fraction_numerator=1,
-            fraction_denominator=4, capacity_units=4 * gpus, node_labels={"gpu-portal.io/test-flavor": pool},
-            tolerations=[catalog.SHARED_TAINT]))
+    flavor = add_flavor(site, capture, pool, name=cluster.unique("T4 shared"), resource_name="nvidia.com/gpu.shared",
+                        sharing_mode=Flavor.SharingMode.TIME_SLICED, gpu_model="NVIDIA T4", fraction_numerator=1,
+                        fraction_denominator=4, capacity_units=4 * gpus, tolerations=[catalog.SHARED_TAINT])
     cluster.add_gpu_node(cluster.unique("t4-node"), labels={"gpu-portal.io/test-flavor": pool, **sharing(4, gpus)},
                          allocatable={"nvidia.com/gpu.shared": 4 * gpus}, taints=[SHARED_TAINT])
     ensure_priced(flavor, "0.40")
@@ -123,11 +128,10 @@ POOLS = {
 def test_a_launch_on_a_shared_flavor_runs_on_its_tainted_pool_is_counted_in_its_units_and_billed_by_its_fraction(
         cluster, site, templates, settings, mode, django_capture_on_commit_callbacks):
     pool, slug = POOLS[mode], cluster.unique(f"pool-{mode}")
-    with django_capture_on_commit_callbacks(execute=True):
-        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
-            name=cluster.unique(f"Shared {mode}"), slug=slug, resource_name=pool.resource, sharing_mode=pool.mode,
-            gpu_model="NVIDIA A100 80GB", fraction_numerator=1, fraction_denominator=pool.per_gpu,
-            capacity_units=2 * pool.per_gpu, node_labels={"gpu-portal.io/test-flavor": slug}, tolerations=[pool.toleration]))
+    flavor = add_flavor(site, django_capture_on_commit_callbacks, slug, name=cluster.unique(f"Shared {mode}"),
+                        resource_name=pool.resource, sharing_mode=pool.mode, gpu_model="NVIDIA A100 80GB",
+                        fraction_numerator=1, fraction_denominator=pool.per_gpu, capacity_units=2 * pool.per_gpu,
+                        tolerations=[pool.toleration])
     cluster.add_gpu_node(cluster.unique(f"node-{mode}"), labels={"gpu-portal.io/test-flavor": slug, **pool.labels},
                          allocatable={pool.resource: 2 * pool.per_gpu}, taints=[pool.taint])
     ensure_priced(flavor, "0.40")
@@ -266,8 +270,6 @@ PAIRS = {
 
 def queue_resources(slug: str, flavor: str) -> dict[str, int]:
     """What the team's queue reports in use of each resource of the flavor, as the backend reads it."""
-    from tenants.queueing import backend
-
     return {row.resource: row.in_use for row in backend().usage(slugs=[slug]).get(slug, []) if row.flavor == flavor}
 
 
@@ -275,12 +277,10 @@ def queue_resources(slug: str, flavor: str) -> dict[str, int]:
 def test_a_launch_on_a_flavor_whose_unit_asks_for_several_resources_holds_each_and_is_billed_by_its_units(
         cluster, site, templates, settings, kind, django_capture_on_commit_callbacks):
     pair, slug = PAIRS[kind], cluster.unique(f"pair-{kind}")
-    with django_capture_on_commit_callbacks(execute=True):
-        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
-            name=cluster.unique(f"Pair {kind}"), slug=slug, resource_name=pair.resource, resource_per_unit=pair.per_unit,
-            extra_resources=pair.extra, sharing_mode=pair.mode, gpu_model="NVIDIA A10", fraction_numerator=1,
-            fraction_denominator=4, capacity_units=8, node_labels={"gpu-portal.io/test-flavor": slug},
-            tolerations=[catalog.SHARED_TAINT]))
+    flavor = add_flavor(site, django_capture_on_commit_callbacks, slug, name=cluster.unique(f"Pair {kind}"),
+                        resource_name=pair.resource, resource_per_unit=pair.per_unit, extra_resources=pair.extra,
+                        sharing_mode=pair.mode, gpu_model="NVIDIA A10", fraction_numerator=1, fraction_denominator=4,
+                        capacity_units=8, tolerations=[catalog.SHARED_TAINT])
     # A node of the pool that lacks one of the resources: nothing could start, and the check says so.
     lacking = cluster.unique(f"lacking-{kind}")
     cluster.add_gpu_node(lacking, labels={"gpu-portal.io/test-flavor": slug},
@@ -345,11 +345,9 @@ def claims_of(workload: Workload) -> list[dict[str, Any]]:
 def test_a_flavor_claimed_through_a_device_class_runs_on_devices_its_nodes_publish_and_is_counted_and_billed_in_devices(
         cluster, site, templates, settings, django_capture_on_commit_callbacks):
     slug, node = cluster.unique("dra-h100"), cluster.unique("dra-node")
-    with django_capture_on_commit_callbacks(execute=True):
-        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
-            name=cluster.unique("H100 DRA"), slug=slug, resource_name="dra.nvidia.com/gpu", device_class_name=DRIVER,
-            gpu_model="NVIDIA H100 80GB HBM3", capacity_units=4, node_labels={"gpu-portal.io/test-flavor": slug},
-            tolerations=[catalog.NVIDIA_TAINT]))
+    flavor = add_flavor(site, django_capture_on_commit_callbacks, slug, name=cluster.unique("H100 DRA"),
+                        resource_name="dra.nvidia.com/gpu", device_class_name=DRIVER, gpu_model="NVIDIA H100 80GB HBM3",
+                        capacity_units=4, tolerations=[catalog.NVIDIA_TAINT])
     cluster.add_gpu_node(node, labels={"gpu-portal.io/test-flavor": slug}, allocatable={},
                          taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}])
     body = node_body(node)
@@ -404,10 +402,9 @@ def test_a_device_class_kueue_does_not_map_leaves_the_launch_waiting_and_says_wh
     gateway().apply({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": unmapped},
                      "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{unmapped}"'}}]}})
     cluster.add_gpu_node(node, labels={"gpu-portal.io/test-flavor": slug}, allocatable={})
-    with django_capture_on_commit_callbacks(execute=True):
-        flavor = tenant_services.flavor_save(actor=site.admin, flavor=Flavor(
-            name=cluster.unique("TPU"), slug=slug, resource_name="dra.example.com/tpu", device_class_name=unmapped,
-            gpu_model="Acme TPU", capacity_units=2, node_labels={"gpu-portal.io/test-flavor": slug}))
+    flavor = add_flavor(site, django_capture_on_commit_callbacks, slug, name=cluster.unique("TPU"),
+                        resource_name="dra.example.com/tpu", device_class_name=unmapped, gpu_model="Acme TPU",
+                        capacity_units=2)
     ensure_priced(flavor, "1.00")
     settings.PORTAL_POD_ANNOTATIONS = HOLD
     team, lead, template = team_on(site, templates, flavor, "dra-unmapped", 2)
