@@ -36,6 +36,9 @@ The data set (built once, then cached under ~/.cache/gpu-portal/bench-telemetry/
   as there, are backfilled with `promtool tsdb create-blocks-from rules` against a Prometheus on the raw
   blocks. A Prometheus is then left to compact everything (overlapping rule blocks merged, blocks
   up to `--block-hours`: 54 h, what a Prometheus keeping 30 days compacts to) and stopped.
+  Where recording rules were only added since a cached data set was built (none changed or
+  removed), the new data set is that one's blocks (linked, not copied) with the added rules
+  backfilled and compacted in: the rules' part of a build, not the raw samples' too.
 
 Measured, each `--repeat` times after one untimed first call, through `PrometheusMetrics` (the
 real door, over HTTP, one attempt, the production timeout of 10 s) against Debian's Prometheus
@@ -538,8 +541,9 @@ def disk_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def build(cache: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """Writes the data set into `cache` and returns its manifest (also written there, last)."""
+def build(cache: Path, args: argparse.Namespace, rules: dict[str, Any]) -> dict[str, Any]:
+    """Writes the data set, with `rules` backfilled, into `cache` and returns its manifest (also
+    written there, last)."""
     if cache.exists():
         shutil.rmtree(cache)
     data, work = cache / "data", cache / "work"
@@ -569,42 +573,11 @@ def build(cache: Path, args: argparse.Namespace) -> dict[str, Any]:
               f"{totals.text_bytes / 1e9:.1f} GB of OpenMetrics so far)", file=sys.stderr, flush=True)
     raw_s = time.perf_counter() - started
 
-    # The recording rules, evaluated every minute over the whole data set by a Prometheus on it;
-    # those reading other recorded series once those are in the data.
     t0 = time.perf_counter()
-    rule_metas = []
-    for n, group in enumerate(rule_levels(production_rules())):
-        rules_file, rules_out = work / f"rules-{n}.yml", work / f"rules-blocks-{n}"
-        rules_file.write_text(yaml.safe_dump({"groups": [group]}, sort_keys=False))
-        server = BenchPrometheus(data, args.block_hours)
-        server.start(timeout=600)
-        try:
-            subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "rules", f"--url={server.url}",
-                            f"--start={schedule.start_ts}", f"--end={end_ts}", f"--output-dir={rules_out}",
-                            "--eval-interval=60s", str(rules_file)], check=True, capture_output=True)
-        finally:
-            server.stop()
-        rule_metas += block_metas(rules_out)
-        for block in rules_out.iterdir():
-            if (block / "meta.json").exists():
-                block.rename(data / block.name)
+    rule_metas = backfill_rules(data, work, rules, start_ts=schedule.start_ts, end_ts=end_ts, block_hours=args.block_hours)
     rules_s = time.perf_counter() - t0
-
-    # Compaction, as the Prometheus serving it would do in its first minutes, done here: not while
-    # measuring. Its loop compacts until nothing is left; the next minute's trigger means it is done.
     t0 = time.perf_counter()
-    server = BenchPrometheus(data, args.block_hours)
-    server.start(timeout=600)
-    try:
-        deadline = time.monotonic() + 3600
-        while server.metric("prometheus_tsdb_compactions_triggered_total") < 2 or overlapping(block_metas(data)):
-            if time.monotonic() > deadline:
-                raise SystemExit("Prometheus did not finish compacting the data set within an hour")
-            if server.metric("prometheus_tsdb_compactions_failed_total"):
-                raise SystemExit(f"Prometheus failed to compact the data set: {server.log_tail()}")
-            time.sleep(5)
-    finally:
-        server.stop()
+    compact(data, args.block_hours)
     compact_s = time.perf_counter() - t0
     shutil.rmtree(work)
     metas = block_metas(data)
@@ -625,7 +598,7 @@ def build(cache: Path, args: argparse.Namespace) -> dict[str, Any]:
                         for p in team_pods)
     manifest = {
         "generator_version": GENERATOR_VERSION,
-        "parameters": {k: getattr(args, k) for k in ("gpus", "days", "running", "teams", "seed", "block_hours")},
+        "parameters": parameters(args), "rules": rules,
         "start_ts": schedule.start_ts, "end_ts": end_ts, "minutes": schedule.minutes,
         "built_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "build_seconds": {"raw_generate": round(generate_s), "raw_import": round(import_s), "raw_total": round(raw_s),
@@ -656,6 +629,108 @@ def build(cache: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
     (cache / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return manifest
+
+
+def backfill_rules(data: Path, work: Path, rules: dict[str, Any], *, start_ts: int, end_ts: int,
+                   block_hours: int) -> list[dict[str, Any]]:
+    """The recording rules, evaluated every minute over the whole data set by a Prometheus on it;
+    those reading other recorded series once those are in the data. Returns the new blocks' metas."""
+    rule_metas = []
+    for n, group in enumerate(rule_levels(rules)):
+        rules_file, rules_out = work / f"rules-{n}.yml", work / f"rules-blocks-{n}"
+        rules_file.write_text(yaml.safe_dump({"groups": [group]}, sort_keys=False))
+        server = BenchPrometheus(data, block_hours)
+        server.start(timeout=600)
+        try:
+            subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "rules", f"--url={server.url}",
+                            f"--start={start_ts}", f"--end={end_ts}", f"--output-dir={rules_out}",
+                            "--eval-interval=60s", str(rules_file)], check=True, capture_output=True)
+        finally:
+            server.stop()
+        rule_metas += block_metas(rules_out)
+        for block in rules_out.iterdir():
+            if (block / "meta.json").exists():
+                block.rename(data / block.name)
+    return rule_metas
+
+
+def compact(data: Path, block_hours: int) -> None:
+    """Compaction, as the Prometheus serving it would do in its first minutes, done here: not while
+    measuring. Its loop compacts until nothing is left; the next minute's trigger means it is done."""
+    server = BenchPrometheus(data, block_hours)
+    server.start(timeout=600)
+    try:
+        deadline = time.monotonic() + 3600
+        while server.metric("prometheus_tsdb_compactions_triggered_total") < 2 or overlapping(block_metas(data)):
+            if time.monotonic() > deadline:
+                raise SystemExit("Prometheus did not finish compacting the data set within an hour")
+            if server.metric("prometheus_tsdb_compactions_failed_total"):
+                raise SystemExit(f"Prometheus failed to compact the data set: {server.log_tail()}")
+            time.sleep(5)
+    finally:
+        server.stop()
+
+
+def extendable(caches: Path, args: argparse.Namespace, rules: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+    """A cached data set built with the same parameters and some of `rules`, the others being
+    only added since (none changed or removed): backfilling those onto a copy of it gives what a
+    build would, in the rules' time instead of the raw samples' too."""
+    wanted = {rule["record"]: rule for rule in rules["rules"]}
+    for manifest_path in sorted(caches.glob("*/manifest.json")):
+        manifest = json.loads(manifest_path.read_text())
+        old = manifest.get("rules")
+        if (manifest.get("generator_version") != GENERATOR_VERSION or manifest.get("parameters") != parameters(args)
+                or not old or {k: v for k, v in old.items() if k != "rules"} != {k: v for k, v in rules.items() if k != "rules"}):
+            continue
+        if all(wanted.get(rule["record"]) == rule for rule in old["rules"]) and len(old["rules"]) < len(wanted):
+            return manifest_path.parent, manifest
+    return None
+
+
+def extend(base: Path, manifest: dict[str, Any], cache: Path, rules: dict[str, Any]) -> dict[str, Any]:
+    """`base`'s data set with the rules it lacks backfilled, written into `cache`; its manifest."""
+    if cache.exists():
+        shutil.rmtree(cache)
+    data, work = cache / "data", cache / "work"
+    work.mkdir(parents=True)
+    started = time.perf_counter()
+    # Blocks are never written once made (compaction writes new ones), so they are linked, not
+    # copied; the write-ahead log and head chunks are appended to, so they are copied.
+    data.mkdir()
+    for entry in (base / "data").iterdir():
+        if (entry / "meta.json").exists():
+            shutil.copytree(entry, data / entry.name, copy_function=os.link)
+        elif entry.is_dir():
+            shutil.copytree(entry, data / entry.name)
+    have = {rule["record"] for rule in manifest["rules"]["rules"]}
+    added = {**rules, "rules": [rule for rule in rules["rules"] if rule["record"] not in have]}
+    print(f"Backfilling {len(added['rules'])} added rules onto a copy of {base} ...", file=sys.stderr, flush=True)
+    block_hours = manifest["parameters"]["block_hours"]
+    t0 = time.perf_counter()
+    rule_metas = backfill_rules(data, work, added, start_ts=manifest["start_ts"], end_ts=manifest["end_ts"],
+                                block_hours=block_hours)
+    rules_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    compact(data, block_hours)
+    compact_s = time.perf_counter() - t0
+    shutil.rmtree(work)
+    metas = block_metas(data)
+    manifest = {
+        **manifest, "rules": rules, "extended_from": base.name,
+        "extended_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "build_seconds": {**manifest["build_seconds"], "rules_added": round(rules_s),
+                          "compaction_after_rules_added": round(compact_s),
+                          "extension_total": round(time.perf_counter() - started)},
+        "recorded_samples": manifest["recorded_samples"] + sum(m["stats"]["numSamples"] for m in rule_metas),
+        "blocks": len(metas), "block_samples": sum(m["stats"]["numSamples"] for m in metas),
+        "block_series_summed": sum(m["stats"]["numSeries"] for m in metas), "bytes_on_disk": disk_bytes(data),
+    }
+    (cache / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return manifest
+
+
+def parameters(args: argparse.Namespace) -> dict[str, int]:
+    return {k: getattr(args, k) for k in ("gpus", "days", "running", "teams", "seed", "block_hours")}
 
 
 # --- Measuring --------------------------------------------------------------------------------------
@@ -887,16 +962,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.days < 2 or args.teams < 2 or args.running < 3:
         parser.error("--days must be at least 2, --teams at least 2, --running at least 3")
-    key = json.dumps({"version": GENERATOR_VERSION, "rules": production_rules(), "gpus": args.gpus, "days": args.days,
-                      "running": args.running, "teams": args.teams, "seed": args.seed, "block_hours": args.block_hours},
-                     sort_keys=True)
+    rules = production_rules()
+    key = json.dumps({"version": GENERATOR_VERSION, "rules": rules, **parameters(args)}, sort_keys=True)
     cache = args.cache_dir / hashlib.sha256(key.encode()).hexdigest()[:16]
     reused = (cache / "manifest.json").exists() and not args.rebuild
+    base = None if reused or args.rebuild else extendable(args.cache_dir, args, rules)
     if reused:
         manifest = json.loads((cache / "manifest.json").read_text())
+    elif base:
+        manifest = extend(*base, cache, rules)
     else:
         print(f"Building the data set in {cache} ...", file=sys.stderr, flush=True)
-        manifest = build(cache, args)
+        manifest = build(cache, args, rules)
     server = BenchPrometheus(cache / "data", args.block_hours)
     t0 = time.perf_counter()
     server.start(timeout=600)
@@ -911,7 +988,7 @@ def main() -> None:
     print(f"Prometheus answered {started_s:.1f} s after it was started on the data set.")
     result = {"commit": os.popen(f"git -C {ROOT} describe --always --dirty").read().strip(),
               "load_average": [round(x, 1) for x in load], "reused": reused,
-              **{k: v for k, v in manifest.items() if k not in ("running", "xid")}, "rows": rows}
+              **{k: v for k, v in manifest.items() if k not in ("running", "xid", "rules")}, "rows": rows}
     print(json.dumps(result))
     record("telemetry", result)
     missed = [r["name"] for r in rows if not r["met"]]

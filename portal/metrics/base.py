@@ -62,12 +62,14 @@ class Point:
 
 @dataclass(frozen=True)
 class WorkloadSeries:
-    """One workload's telemetry over a period, one point per step: engine active in percent
-    (averaged over its GPUs), frame-buffer memory used and total in MiB (summed), power in W
-    (summed) and the hottest GPU's temperature in °C. On a shared GPU (time-sliced, MPS) the
-    engine, memory and temperature are the card's (DCGM has no per-process figures); power is the
-    workload's share, the card's divided among the pods (replicas) on it; `sharers` is the most
-    pods on any of its GPUs (1: it had them to itself)."""
+    """One workload's telemetry over a period, one point per step, each figure taken per pod and
+    then over its pods (what the per-pod recording rules hold): engine active in percent (averaged
+    over a pod's GPUs, then its pods), frame-buffer memory used and total in MiB (summed over each
+    pod's devices, a device once however many replicas of it the pod holds; a card two of its pods
+    share counts for each), power in W (summed) and the hottest GPU's temperature in °C. On a
+    shared GPU (time-sliced, MPS) the engine, memory and temperature are the card's (DCGM has no
+    per-process figures); power is the workload's share, the card's divided among the pods
+    (replicas) on it; `sharers` is the most pods on any of its GPUs (1: it had them to itself)."""
 
     step_seconds: int
     engine_active: tuple[Point, ...] = ()

@@ -57,7 +57,17 @@ RECORDED_NAMESPACE_BUSY_1H = "namespace:dcgm_gpus_busy:sum1h"
 # Per pod series: its part of its card's power, and the pods on its device.
 RECORDED_POWER_SHARE = "namespace_pod_gpu:dcgm_power_share:ratio"
 RECORDED_DEVICE_PODS = "namespace_pod_gpu:dcgm_device_pods:count"
-_SERIES_NAMES = ("engine_active", "memory_used", "memory_total", "power", "temperature", "sharers")
+# Per pod, every minute: the workload page's figures, read where its chart has a point a minute
+# or coarser (the recorded series are a minute apart), so a month reads a series per pod, not one
+# per GPU.
+RECORDED_POD_SERIES = {
+    "engine_active": "namespace_pod:dcgm_gr_engine_active:avg",
+    "memory_used": "namespace_pod:dcgm_fb_used_mib:sum",
+    "memory_total": "namespace_pod:dcgm_fb_total_mib:sum",
+    "power": "namespace_pod:dcgm_power_usage_watts:share",
+    "temperature": "namespace_pod:dcgm_gpu_temp_celsius:max",
+    "sharers": "namespace_pod:dcgm_device_pods:max",
+}
 # One device: a GPU or MIG instance of a node. A shared one (time-sliced, MPS) is reported once per
 # pod on it, or once per replica a pod holds (dcgm-exporter's `vgpu` label), each with the whole
 # device's values; deploy/prometheus/recording_rules.yaml divides it the same way.
@@ -143,29 +153,38 @@ class PrometheusMetrics:
             return WorkloadSeries(step_seconds=step)
         sel = f'{{namespace="{namespace}",pod=~"{_regex_of([p.name for p in pods])}"}}'
         average_over = max(step, 60)
-        # Engine active, memory and temperature are its devices' (a device reported once per replica
-        # it holds counts once); power is its part of each card's; sharers, the most pods on one.
-        parts = {
-            "engine_active": f"100 * avg(avg_over_time({ENGINE_ACTIVE}{sel}[{average_over}s]))",
-            "memory_used": f"sum(max by ({DEVICE}) ({FB_USED}{sel}))",
-            # the total is used + free, added here: FB_USED is read once
-            "memory_free": f"sum(max by ({DEVICE}) ({FB_FREE}{sel}))",
-            "power": f"sum({_power_share(sel, recorded=self.use_recording_rules)})",
-            "temperature": f"max({TEMPERATURE}{sel})",
-            "sharers": (f"max({RECORDED_DEVICE_PODS}{sel})" if self.use_recording_rules else
-                        f'max(count by ({DEVICE}) (group by ({DEVICE}, namespace, pod) ({ENGINE_ACTIVE}{{pod!=""}})) '
-                        f"and on ({DEVICE}) {ENGINE_ACTIVE}{sel})"),
-        }
+        # Each pod's figures, then the workload's: engine active averaged over a pod's GPUs and then
+        # its pods; memory summed over each pod's devices (a device reported once per replica it
+        # holds counts once); power its part of each card's; the hottest GPU; sharers, the most pods
+        # on one of its devices.
+        if self.use_recording_rules and step >= 60:
+            pod = {name: f"{recorded}{sel}" for name, recorded in RECORDED_POD_SERIES.items()}
+            parts = {
+                "engine_active": f"100 * avg(avg_over_time({pod['engine_active']}[{average_over}s]))",
+                "memory_used": f"sum({pod['memory_used']})",
+                "memory_total": f"sum({pod['memory_total']})",
+                "power": f"sum({pod['power']})",
+                "temperature": f"max({pod['temperature']})",
+                "sharers": f"max({pod['sharers']})",
+            }
+        else:
+            each_device = f"pod, {DEVICE}"
+            parts = {
+                "engine_active": f"100 * avg(avg by (pod) (avg_over_time({ENGINE_ACTIVE}{sel}[{average_over}s])))",
+                "memory_used": f"sum(max by ({each_device}) ({FB_USED}{sel}))",
+                "memory_total": f"sum(max by ({each_device}) ({FB_USED}{sel} + {FB_FREE}{sel}))",
+                "power": f"sum({_power_share(sel, recorded=self.use_recording_rules)})",
+                "temperature": f"max({TEMPERATURE}{sel})",
+                "sharers": (f"max({RECORDED_DEVICE_PODS}{sel})" if self.use_recording_rules else
+                            f'max(count by ({DEVICE}) (group by ({DEVICE}, namespace, pod) ({ENGINE_ACTIVE}{{pod!=""}})) '
+                            f"and on ({DEVICE}) {ENGINE_ACTIVE}{sel})"),
+            }
         query = " or ".join(f'label_replace({expr}, "series", "{name}", "", "")' for name, expr in parts.items())
-        result = self.query_range(query, start=start, end=end, step=step)
-        found: dict[str, tuple[Point, ...]] = dict.fromkeys((*_SERIES_NAMES, "memory_free"), ())
-        for series in result:
+        found: dict[str, tuple[Point, ...]] = dict.fromkeys(RECORDED_POD_SERIES, ())
+        for series in self.query_range(query, start=start, end=end, step=step):
             name = series["metric"].get("series", "")
             if name in found:
                 found[name] = tuple(Point(float(at), float(value)) for at, value in series["values"])
-        used = {point.at: point.value for point in found["memory_used"]}
-        found["memory_total"] = tuple(Point(free.at, used[free.at] + free.value) for free in found["memory_free"]
-                                      if free.at in used)
         return WorkloadSeries(step_seconds=step, engine_active=found["engine_active"], memory_used_mib=found["memory_used"],
                               memory_total_mib=found["memory_total"], power_watts=found["power"],
                               temperature_c=found["temperature"], sharers=found["sharers"])

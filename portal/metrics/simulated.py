@@ -346,9 +346,11 @@ class SimulatedMetrics:
             if alive:
                 held = [(pod, h, self._card(layout, h.device, t, pod)) for pod in alive
                         for h in layout.holdings[PodKey(pod.namespace, pod.name)]]
-                slots = sum(h.slots for _, h, _ in held)
-                memory = [self._memory(layout, device, t) for device in sorted({h.device for _, h, _ in held})]
-                series["engine"].append(Point(t, sum(h.slots * card.percent for _, h, card in held) / slots))
+                # As the recording rules: each pod's GPUs (a replica each, a device once), then its pods.
+                mine = [[(h, card) for p, h, card in held if p is pod] for pod in alive]
+                engine = [sum(h.slots * card.percent for h, card in pod) / sum(h.slots for h, _ in pod) for pod in mine if pod]
+                memory = [self._memory(layout, device, t) for pod in mine for device in sorted({h.device for h, _ in pod})]
+                series["engine"].append(Point(t, sum(engine) / len(engine)))
                 series["used"].append(Point(t, sum(used for used, _ in memory)))
                 series["total"].append(Point(t, sum(total for _, total in memory)))
                 series["power"].append(Point(t, sum(self._watts(pod, card.percent) * h.slots / card.series

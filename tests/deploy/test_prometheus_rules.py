@@ -200,21 +200,43 @@ def test_the_doors_month_query_counts_a_shared_card_once_between_the_pods_on_it(
     ])
 
 
-@pytest.mark.parametrize("recorded", [True, False], ids=["recording-rules", "raw-series"])
-def test_a_workloads_charts_on_a_shared_card_give_its_share_of_power_and_count_the_pods_on_it(tmp_path, recorded):
+CHART_SERIES = SHARED_CARDS + [(name.replace(ENGINE_ACTIVE, metric), values) for name, _ in SHARED_CARDS for metric, values in (
+    ("DCGM_FI_DEV_POWER_USAGE", "90x420"), ("DCGM_FI_DEV_FB_USED", "6000x420"), ("DCGM_FI_DEV_FB_FREE", "10000x420"),
+    ("DCGM_FI_DEV_GPU_TEMP", "55x420"))]
+# A chart over 7 hours has a point a minute and reads the per-pod recording rules; over one hour,
+# a point every 15 s, finer than those, so the GPUs' own series (and the recorded shares).
+CHART_WINDOWS = pytest.mark.parametrize(("recorded", "hours"), [(True, 7), (False, 7), (True, 1)],
+                                        ids=["per-pod-records", "raw-series", "short-window"])
+
+
+@CHART_WINDOWS
+def test_a_workloads_charts_on_a_shared_card_give_its_share_of_power_and_count_the_pods_on_it(tmp_path, recorded, hours):
     """wl-4-0 holds two of GPU-c's three replicas (vision's wl-5-0 the third): its power is two
     thirds of the card's 90 W, its memory the card's once (not once per replica), the card's
     engine active and temperature, and the card has 2 pods on it."""
-    power = [(name.replace(ENGINE_ACTIVE, "DCGM_FI_DEV_POWER_USAGE"), "90x420") for name, _ in SHARED_CARDS]
-    memory = [(name.replace(ENGINE_ACTIVE, "DCGM_FI_DEV_FB_USED"), "6000x420") for name, _ in SHARED_CARDS]
-    free = [(name.replace(ENGINE_ACTIVE, "DCGM_FI_DEV_FB_FREE"), "10000x420") for name, _ in SHARED_CARDS]
-    temperature = [(name.replace(ENGINE_ACTIVE, "DCGM_FI_DEV_GPU_TEMP"), "55x420") for name, _ in SHARED_CARDS]
     end = dt.datetime(1970, 1, 1, 7, tzinfo=dt.UTC)
-    query = _asked(lambda door: door.workload_series(namespace="nlp", pods=[PodSpan("wl-4-0", end - dt.timedelta(hours=1))],
-                                                     start=end - dt.timedelta(hours=1), end=end), recorded=recorded)
-    _evaluated(tmp_path, query, SHARED_CARDS + power + memory + free + temperature, at="7h", expected=[
-        ('{series="engine_active"}', 30), ('{series="memory_used"}', 6000), ('{series="memory_free"}', 10000),
+    start = end - dt.timedelta(hours=hours)
+    query = _asked(lambda door: door.workload_series(namespace="nlp", pods=[PodSpan("wl-4-0", start)], start=start, end=end),
+                   recorded=recorded)
+    assert ("namespace_pod:dcgm_fb_used_mib:sum" in query) == (recorded and hours == 7)
+    _evaluated(tmp_path, query, CHART_SERIES, at="7h", expected=[
+        ('{series="engine_active"}', 30), ('{series="memory_used"}', 6000), ('{series="memory_total"}', 16000),
         ('{series="power"}', 60), ('{series="temperature"}', 55), ('{series="sharers"}', 2),
+    ])
+
+
+@CHART_WINDOWS
+def test_a_workloads_charts_take_each_pods_figures_then_its_pods(tmp_path, recorded, hours):
+    """nlp's wl-3-0 (half of GPU-a, 60 % busy) and wl-4-0 (two thirds of GPU-c, 30 %) as one
+    workload: engine active is the average of its pods', memory each pod's card, power each pod's
+    part of its card's 90 W (45 + 60), the hottest card, and the most pods on one (2 on each)."""
+    end = dt.datetime(1970, 1, 1, 7, tzinfo=dt.UTC)
+    start = end - dt.timedelta(hours=hours)
+    pods = [PodSpan("wl-3-0", start), PodSpan("wl-4-0", start)]
+    query = _asked(lambda door: door.workload_series(namespace="nlp", pods=pods, start=start, end=end), recorded=recorded)
+    _evaluated(tmp_path, query, CHART_SERIES, at="7h", expected=[
+        ('{series="engine_active"}', 45), ('{series="memory_used"}', 12000), ('{series="memory_total"}', 32000),
+        ('{series="power"}', 105), ('{series="temperature"}', 55), ('{series="sharers"}', 2),
     ])
 
 

@@ -161,17 +161,21 @@ def test_a_shared_card_is_divided_among_the_pods_on_it_in_proportion_to_their_re
         assert hours[namespace].busy == pytest.approx(0.6 * hours[namespace].covered, rel=0.02)
     assert hours[vision].covered + hours[nlp].covered <= 20 / 60  # one card: never more than its time
 
-    def charts(namespace, pod):
+    def charts(namespace, pod, window):
         now = dt.datetime.now(dt.UTC)
-        return telemetry.door.workload_series(namespace=namespace, pods=[PodSpan(pod, now - HALF_HOUR)],
-                                              start=now - HALF_HOUR, end=now)
+        return telemetry.door.workload_series(namespace=namespace, pods=[PodSpan(pod, now - window)],
+                                              start=now - window, end=now)
 
-    ours = telemetry.eventually(lambda: charts(nlp, "wl-21-a"), lambda s: bool(s.power_watts and s.sharers),
-                                what="nlp's charts")
-    theirs = charts(vision, "wl-20-a")
-    assert ours.sharers[-1].value == theirs.sharers[-1].value == 2
-    assert ours.power_watts[-1].value == pytest.approx(2 * theirs.power_watts[-1].value, rel=0.02)
-    assert ours.memory_total_mib[-1].value == theirs.memory_total_mib[-1].value  # the card's, counted once
+    # Half an hour charts from the GPUs' series (a point every 15 s); seven hours, a point a
+    # minute, from the per-pod recording rules.
+    for window in (HALF_HOUR, dt.timedelta(hours=7)):
+        ours = telemetry.eventually(lambda w=window: charts(nlp, "wl-21-a", w), lambda s: bool(s.power_watts and s.sharers),
+                                    what=f"nlp's charts over {window}")
+        theirs = charts(vision, "wl-20-a", window)
+        assert ours.sharers[-1].value == theirs.sharers[-1].value == 2
+        assert ours.power_watts[-1].value == pytest.approx(2 * theirs.power_watts[-1].value, rel=0.02)
+        assert ours.engine_active[-1].value == pytest.approx(theirs.engine_active[-1].value, abs=2)
+        assert ours.memory_total_mib[-1].value == theirs.memory_total_mib[-1].value  # the card's, counted once
 
 
 def test_energy_gives_each_pod_on_a_shared_card_its_part_of_the_cards_power(telemetry):
