@@ -13,8 +13,8 @@ lint:            ## ruff and mypy, as `make test` runs them first
 setup:
 	scripts/setup.sh
 
-cluster-build:   ## build (or reuse) the real control plane binaries and helm in ~/.cache/gpu-portal
-	scripts/setup.sh && .venv/bin/python -m tests.cluster build && bash tests/cluster/build-helm.sh
+cluster-build:   ## build (or reuse) the real control plane binaries, Volcano and helm in ~/.cache/gpu-portal
+	scripts/setup.sh && .venv/bin/python -m tests.cluster build && bash tests/cluster/build-volcano.sh && bash tests/cluster/build-helm.sh
 
 cluster-up:      ## start the local real control plane with the demo GPU nodes (Ctrl-C stops it)
 	scripts/setup.sh && mkdir -p var && .venv/bin/python -m tests.cluster up --kubeconfig-out var/kubeconfig

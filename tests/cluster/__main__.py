@@ -1,7 +1,8 @@
 """python -m tests.cluster {up,build,dir}
 
 up     start the local control plane with a few demo GPU nodes and keep it running
-       until Ctrl-C / SIGTERM (prints the kubeconfig path and an `export KUBECONFIG=...`)
+       until Ctrl-C / SIGTERM (prints the kubeconfig path and an `export KUBECONFIG=...`);
+       --queue-backend volcano runs Volcano instead of Kueue
 build  run build.sh (builds the binaries into the cache, or reuses them)
 dir    print the cache dir for the pinned versions
 """
@@ -17,7 +18,7 @@ import threading
 import time
 from types import FrameType
 
-from .harness import BUILD_SH, ControlPlane, add_demo_nodes, cache_dir, ensure_built
+from .harness import BUILD_SH, QUEUE_BACKENDS, ControlPlane, add_demo_nodes, cache_dir, ensure_built
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -28,7 +29,8 @@ def _up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
-    cp = ControlPlane(ensure_built(), keep_workdir=args.keep_workdir, pod_run_seconds=args.pod_run_seconds)
+    cp = ControlPlane(ensure_built(), keep_workdir=args.keep_workdir, pod_run_seconds=args.pod_run_seconds,
+                      queue_backend=args.queue_backend)
     t0 = time.monotonic()
     try:
         cp.start()
@@ -60,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--keep-workdir", action="store_true", help="keep the temp dir (logs) after stopping")
     up.add_argument("--pod-run-seconds", type=float, default=10.0,
                     help="how long fake Job pods run before succeeding (default 10)")
+    up.add_argument("--queue-backend", choices=QUEUE_BACKENDS, default="kueue",
+                    help="the queue backend the control plane runs (default kueue)")
     b = sub.add_parser("build", help="run build.sh")
     b.add_argument("--force", action="store_true")
     sub.add_parser("dir", help="print the cache dir")

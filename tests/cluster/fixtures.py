@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,18 +26,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "cluster: needs the real local Kubernetes control plane (etcd, kube-apiserver, Kueue, KWOK)")
 
 
-@pytest.fixture(scope="session")
-def control_plane() -> Iterator[ControlPlane]:
-    """A started ``ControlPlane`` shared by the whole session; stopped at the end.
-
-    Builds the binaries first if they are not cached (slow, once); fails loudly if the
-    build or the start fails. Nothing is skipped.
-    """
-    try:
-        cache = ensure_built()
-    except ControlPlaneError as e:
-        pytest.fail(f"could not build the control plane: {e}", pytrace=False)
-    cp = ControlPlane(cache, pod_run_seconds=float(os.environ.get("GPU_PORTAL_CP_POD_RUN_SECONDS", "2")))
+def _started(cache: Path, **options: Any) -> Iterator[ControlPlane]:
+    cp = ControlPlane(cache, pod_run_seconds=float(os.environ.get("GPU_PORTAL_CP_POD_RUN_SECONDS", "2")), **options)
     try:
         cp.start()
     except ControlPlaneError as e:
@@ -44,3 +36,27 @@ def control_plane() -> Iterator[ControlPlane]:
         yield cp
     finally:
         cp.stop()
+
+
+def _built() -> Path:
+    try:
+        return ensure_built()
+    except ControlPlaneError as e:
+        pytest.fail(f"could not build the control plane: {e}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """A started ``ControlPlane`` shared by the whole session; stopped at the end.
+
+    Builds the binaries first if they are not cached (slow, once); fails loudly if the
+    build or the start fails. Nothing is skipped.
+    """
+    yield from _started(_built())
+
+
+@pytest.fixture(scope="session")
+def volcano_control_plane() -> Iterator[ControlPlane]:
+    """A started ``ControlPlane`` whose queue backend is Volcano (its scheduler and controller
+    manager, built by build-volcano.sh on first use) instead of Kueue; shared by the session."""
+    yield from _started(_built(), queue_backend="volcano")

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build.sh"
+BUILD_VOLCANO_SH = HERE / "build-volcano.sh"
 VERSIONS_ENV = HERE / "versions.env"
 
 #: Nodes carrying this annotation are managed (kept Ready, pods run) by KWOK.
@@ -60,6 +61,13 @@ ANNOTATION_OUTCOME = "kwok.gpu-portal.test/outcome"
 #: Kueue's configuration as the portal ships it; the harness runs Kueue with it (kueue_configuration).
 SHIPPED_KUEUE_CONFIG = HERE.parents[1] / "deploy" / "kueue" / "controller_manager_config.yaml"
 SYSTEM_NAMESPACES = ("kube-system", "kueue-system")
+#: Volcano's scheduler configuration as the portal ships it; the harness runs Volcano with it.
+SHIPPED_VOLCANO_SCHEDULER_CONF = HERE.parents[1] / "deploy" / "volcano" / "volcano-scheduler.conf"
+#: The queue backends the harness can start; the control plane runs one of them.
+QUEUE_BACKENDS = ("kueue", "volcano")
+#: Volcano's controllers the harness runs: jobs, their PodGroups, queues (open, close) and garbage
+#: collection. Not JobFlow's, whose CRDs it does not install (its informers would wait forever).
+VOLCANO_CONTROLLERS = "gc-controller,job-controller,pg-controller,queue-controller"
 # Where a process in a pod finds its service account; Kueue's visibility server reads it.
 IN_CLUSTER_DIR = "/run/secrets/kubernetes.io/serviceaccount"
 
@@ -134,6 +142,23 @@ def ensure_built(*, build_if_missing: bool = True, stream: IO[str] | None = None
     return path
 
 
+def ensure_volcano_built(*, stream: IO[str] | None = None) -> Path:
+    """Volcano's binaries and CRDs (build-volcano.sh's output), building them first if needed
+    (about 3 minutes cold on 2 cores). Raises ControlPlaneError with the build log's tail."""
+    path = Path(subprocess.run(["bash", str(BUILD_VOLCANO_SH), "--print"], capture_output=True, text=True,
+                               check=True).stdout.strip().splitlines()[-1])
+    if (path / ".complete").is_file():
+        return path
+    print(f"[gpu-portal cluster] building Volcano into {path} (cold build: ~3 min on 2 cores)",
+          file=stream if stream is not None else sys.stderr, flush=True)
+    log_path = Path(tempfile.gettempdir()) / f"gpu-portal-volcano-build-{os.getpid()}.log"
+    with open(log_path, "w") as log:
+        rc = subprocess.run(["bash", str(BUILD_VOLCANO_SH)], stdout=log, stderr=subprocess.STDOUT).returncode
+    if rc != 0 or not (path / ".complete").is_file():
+        raise ControlPlaneError(f"build-volcano.sh failed (exit {rc}); log {log_path}:\n{_tail(log_path, 60)}")
+    return path
+
+
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -194,10 +219,11 @@ class _Proc:
 
 
 class ControlPlane:
-    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + Kueue + KWOK.
+    """etcd + kube-apiserver + kube-controller-manager + kube-scheduler + KWOK + a queue backend:
+    Kueue, or Volcano's scheduler and controller manager (``queue_backend="volcano"``).
 
     ``ControlPlane(cache_dir=None, *, workdir=None, keep_workdir=None, pod_run_seconds=2.0,
-    start_timeout=120.0)``. ``cache_dir`` defaults to ``ensure_built()``. Everything lives
+    start_timeout=120.0, queue_backend="kueue")``. ``cache_dir`` defaults to ``ensure_built()``. Everything lives
     in a fresh temp dir (``workdir``) that ``stop()`` removes unless ``keep_workdir`` (or
     env ``GPU_PORTAL_CP_KEEP_WORKDIR=1``). ``kueue_config`` replaces top-level fields of
     Kueue's Configuration (e.g. ``controller`` with Kueue's shipped ``groupKindConcurrency``,
@@ -206,7 +232,12 @@ class ControlPlane:
 
     def __init__(self, cache_dir: str | os.PathLike | None = None, *, workdir: str | os.PathLike | None = None,
                  keep_workdir: bool | None = None, pod_run_seconds: float = 2.0, start_timeout: float = 120.0,
-                 verbosity: int = 1, pods_ready_timeout: float = 15.0, kueue_config: Mapping[str, Any] | None = None):
+                 verbosity: int = 1, pods_ready_timeout: float = 15.0, kueue_config: Mapping[str, Any] | None = None,
+                 queue_backend: str = "kueue"):
+        if queue_backend not in QUEUE_BACKENDS:
+            raise ValueError(f"queue_backend must be one of {QUEUE_BACKENDS}, not {queue_backend!r}")
+        self.queue_backend = queue_backend
+        self.volcano: Path | None = None
         self._cache_arg = Path(cache_dir) if cache_dir else None
         self._workdir_arg = Path(workdir) if workdir else None
         if keep_workdir is None:
@@ -409,7 +440,8 @@ class ControlPlane:
     # ---- internals ---------------------------------------------------------------------
     def _start(self) -> None:
         names = ["etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kueue_webhook", "kueue_metrics",
-                 "kueue_health", "kueue_visibility", "kwok"]
+                 "kueue_health", "kueue_visibility", "kwok", "volcano_scheduler", "volcano_scheduler_health",
+                 "volcano_controllers_health"]
         self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
         t = time.monotonic()
         self._make_pki()
@@ -426,15 +458,21 @@ class ControlPlane:
         self._start_kcm()
         self._start_scheduler()
         self._start_kwok()
-        self._install_kueue_objects()
-        self._start_kueue()
-        self.timings["kueue_objects"] = time.monotonic() - t
+        if self.queue_backend == "kueue":
+            self._install_kueue_objects()
+            self._start_kueue()
+            self.timings["kueue_objects"] = time.monotonic() - t
+        else:
+            self._start_volcano()
         self._wait_https("kube-controller-manager", f"https://127.0.0.1:{self.ports['kcm']}/healthz", timeout=60)
         self.timings["kcm_ready"] = time.monotonic() - t
         self._wait_https("kube-scheduler", f"https://127.0.0.1:{self.ports['scheduler']}/healthz", timeout=60)
         self._wait_http("kwok", f"http://127.0.0.1:{self.ports['kwok']}/healthz", timeout=60)
         self.timings["scheduler_kwok_ready"] = time.monotonic() - t
-        self._wait_kueue_ready()
+        if self.queue_backend == "kueue":
+            self._wait_kueue_ready()
+        else:
+            self._wait_volcano_ready()
         self.timings["addons"] = time.monotonic() - t
 
     # -- processes
@@ -946,6 +984,73 @@ class ControlPlane:
                              "service": {"name": "kueue-visibility-server", "namespace": "kueue-system", "port": port}},
                 })
 
+
+    # -- Volcano
+    def _start_volcano(self) -> None:
+        """Volcano's CRDs, then its controller manager and scheduler (with the portal's shipped
+        configuration), on loopback and without leader election. No admission webhook: the
+        portal writes every field it would default (queue, scheduler, minMember)."""
+        import kubernetes.client
+
+        self.volcano = ensure_volcano_built()
+        with self.api_client() as api:
+            ext = kubernetes.client.ApiextensionsV1Api(api)
+            names = []
+            for f in sorted((self.volcano / "crd").glob("*.yaml")):
+                crd = yaml.safe_load(f.read_text())
+                ext.create_custom_resource_definition(crd)
+                names.append(crd["metadata"]["name"])
+
+            def established() -> bool:
+                for n in names:
+                    status = ext.read_custom_resource_definition(n).status
+                    if not any(c.type == "Established" and c.status == "True" for c in (status and status.conditions) or []):
+                        return False
+                return True
+
+            wait_for(established, timeout=30, interval=0.1, message="Volcano's CRDs to be established")
+        self.timings["volcano_crds"] = time.monotonic() - self._t_addons
+        kc = str(self.kubeconfig_path)
+        env = {"KUBECONFIG": kc}  # its vGPU code reads a kubeconfig at start, from here or ~/.kube/config
+        self._spawn("vc-controller-manager", [
+            str(self.volcano / "bin" / "vc-controller-manager"), f"--kubeconfig={kc}", "--leader-elect=false",
+            f"--controllers={VOLCANO_CONTROLLERS}", "--enable-healthz=true",
+            f"--healthz-address=127.0.0.1:{self.ports['volcano_controllers_health']}",
+            "--kube-api-qps=200", "--kube-api-burst=400", "--logtostderr", f"-v={self.verbosity + 1}",
+        ], env=env)
+        self._spawn("vc-scheduler", [
+            str(self.volcano / "bin" / "vc-scheduler"), f"--kubeconfig={kc}", "--leader-elect=false",
+            f"--scheduler-conf={SHIPPED_VOLCANO_SCHEDULER_CONF}", "--schedule-period=500ms",
+            f"--listen-address=127.0.0.1:{self.ports['volcano_scheduler']}", "--enable-healthz=true",
+            f"--healthz-address=127.0.0.1:{self.ports['volcano_scheduler_health']}", "--cache-dumper=false",
+            "--kube-api-qps=200", "--kube-api-burst=400", "--logtostderr", f"-v={self.verbosity + 1}",
+        ], env=env)
+
+    def _wait_volcano_ready(self) -> None:
+        """Both components answer their health checks, and the queue `default` the scheduler makes
+        is open (the queue controller's doing): Volcano schedules from then on."""
+        import kubernetes.client
+
+        for component, port in (("vc-controller-manager", "volcano_controllers_health"),
+                                ("vc-scheduler", "volcano_scheduler_health")):
+            self._wait_http(component, f"http://127.0.0.1:{self.ports[port]}/healthz", timeout=60)
+        with self.api_client() as api:
+            co = kubernetes.client.CustomObjectsApi(api)
+
+            def default_open() -> bool:
+                try:
+                    queue: dict[str, Any] = co.get_cluster_custom_object(  # type: ignore[assignment]  # a dict, untyped
+                        "scheduling.volcano.sh", "v1beta1", "queues", "default")
+                except kubernetes.client.exceptions.ApiException:
+                    return False
+                return (queue.get("status") or {}).get("state") == "Open"
+
+            try:
+                wait_for(default_open, timeout=60, interval=0.2, message="Volcano's queue `default` to open",
+                         on_poll=self._check_alive)
+            except TimeoutError as e:
+                raise self._fail("vc-controller-manager", str(e)) from None
+        self.timings["volcano_ready"] = time.monotonic() - self._t_addons
 
 def add_demo_nodes(cp: ControlPlane) -> list[str]:
     """GPU nodes matching the demo catalog (demo/site.py): four
