@@ -1,0 +1,182 @@
+"""Volcano's builders and readers (tenants/queueing/volcano.py): the team Queue a team's grants make,
+the PodGroup a workload gets, and what the portal reads back, first as pure functions, then on a
+real Volcano (tests/cluster's control plane with Volcano as its queue backend)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tenants import manifests as m
+from tenants.catalog import UnitResource
+from tenants.queueing import volcano
+from tests.cluster.harness import ANNOTATION_OUTCOME, wait_for
+
+H100 = m.FlavorSpec(name="h100-80gb", resource_name="nvidia.com/gpu", capacity=16, node_labels={"gpu": "h100"})
+A100 = m.FlavorSpec(name="a100-80gb", resource_name="nvidia.com/gpu", capacity=16, node_labels={"gpu": "a100"})
+MIG = m.FlavorSpec(name="a100-1g-10gb", resource_name="nvidia.com/mig-1g.10gb", capacity=56)
+CGPU = m.FlavorSpec(name="a10-cgpu", resource_name="aliyun.com/gpu-mem", capacity=32, resources=(
+    UnitResource("aliyun.com/gpu-mem", 6), UnitResource("aliyun.com/gpu-core.percentage", 25)))
+
+
+def team(*quotas: tuple[m.FlavorSpec, int], policy: m.TeamPolicy | None = None, slug: str = "vision") -> m.TeamSpec:
+    return m.TeamSpec(slug=slug, uid="uid-1", quotas=tuple(m.FlavorQuota(flavor=f, nominal=n) for f, n in quotas),
+                      policy=policy or m.TeamPolicy())
+
+
+def test_a_teams_queue_deserves_its_guarantee_summed_per_resource_over_the_flavors_asking_for_it():
+    queue = volcano.make_queue(team=team((H100, 4), (A100, 2), (MIG, 7), (CGPU, 2)))
+    assert queue["kind"] == "Queue" and queue["metadata"]["name"] == "vision"
+    assert "namespace" not in queue["metadata"]  # cluster-scoped, as a ClusterQueue
+    assert queue["metadata"]["labels"] == {m.MANAGED_BY_LABEL: m.MANAGER, m.TEAM_LABEL: "vision"}
+    assert queue["metadata"]["annotations"] == {m.TEAM_UID_ANNOTATION: "uid-1"}
+    assert queue["spec"] == {"weight": 1, "reclaimable": True, "deserved": {
+        "nvidia.com/gpu": "6", "nvidia.com/mig-1g.10gb": "7", "aliyun.com/gpu-mem": "12",
+        "aliyun.com/gpu-core.percentage": "50"}}
+
+
+@pytest.mark.parametrize(("may_borrow", "lends_idle", "capped", "reserved"),
+                         [(True, True, False, False), (False, True, True, False), (True, False, False, True),
+                          (False, False, True, True)])
+def test_a_team_that_may_not_borrow_is_capped_at_its_guarantee_and_one_that_does_not_lend_reserves_it(
+        may_borrow, lends_idle, capped, reserved):
+    queue = volcano.make_queue(team=team((H100, 4), policy=m.TeamPolicy(may_borrow=may_borrow, lends_idle=lends_idle)))
+    assert ("capability" in queue["spec"]) == capped
+    assert ("guarantee" in queue["spec"]) == reserved
+    if capped:
+        assert queue["spec"]["capability"] == {"nvidia.com/gpu": "4"}
+    if reserved:
+        assert queue["spec"]["guarantee"] == {"resource": {"nvidia.com/gpu": "4"}}
+
+
+def test_a_pod_group_names_its_queue_its_gang_its_tier_and_its_flavor():
+    group = volcano.make_pod_group(name="train-7", namespace="gpu-vision", queue="vision", min_member=4,
+                                   priority_class="gpu-portal-normal", flavor="h100-80gb", labels={"a": "b"})
+    assert group["spec"] == {"minMember": 4, "queue": "vision", "priorityClassName": "gpu-portal-normal"}
+    assert group["metadata"]["labels"] == {"a": "b", volcano.FLAVOR_LABEL: "h100-80gb"}
+    assert volcano.pod_fields(group="train-7") == ({volcano.GROUP_ANNOTATION: "train-7"}, {"schedulerName": "volcano"})
+
+
+def group_in(phase: str, *, message: str = "", reason: str = "NotEnoughResources", members: int = 3) -> dict:
+    conditions = [{"type": "Unschedulable", "status": "True", "reason": reason, "message": message}] if message else []
+    return {"metadata": {"name": "g", "labels": {volcano.FLAVOR_LABEL: "h100-80gb"}}, "spec": {"minMember": members},
+            "status": {"phase": phase, "conditions": conditions}}
+
+
+def test_admission_says_why_a_gang_waits_in_the_portals_words_and_which_flavor_a_running_one_is_on():
+    unfit = volcano.admission([group_in("Inqueue", message=(
+        "1/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable; Pending: 1 Unschedulable, "
+        "2 Schedulable. Origin reason is w-2: 0/2 nodes are unavailable: 2 Insufficient nvidia.com/gpu."))])
+    assert unfit.pending
+    assert unfit.waiting == ("Waiting for room: Volcano cannot place all 3 of its pods at once yet, within the team's "
+                             "queue and on the flavor's nodes; it starts when that much frees up. The nodes say: 0/2 "
+                             "nodes are unavailable: 2 Insufficient nvidia.com/gpu.")
+    not_let_in = volcano.admission([group_in("Pending", members=1)])
+    assert not_let_in.pending and not_let_in.waiting.startswith("Waiting for quota: Volcano has not let it into")
+    assert "its pod now" in not_let_in.waiting
+    running = volcano.admission([group_in("Running")])
+    assert not running.pending and running.flavors == (("", "h100-80gb"),)
+    assert volcano.admission([]).pending  # not seen yet
+    assert volcano.admission([]).waiting == "Waiting for Volcano to see it"
+
+
+def test_usage_gives_each_team_its_guarantee_use_and_borrowing_and_shares_the_borrowing_among_lenders():
+    def queue(name, deserved, allocated, *, lends=True):
+        spec: dict[str, dict] = {"deserved": {"nvidia.com/gpu": str(deserved)}}
+        if not lends:
+            spec["guarantee"] = {"resource": spec["deserved"]}
+        return {"metadata": {"name": name, "labels": {m.TEAM_LABEL: name}}, "spec": spec,
+                "status": {"allocated": {"nvidia.com/gpu": str(allocated), "cpu": "4"}}}
+
+    found = volcano.queue_usage([queue("vision", 4, 7), queue("nlp", 4, 1), queue("speech", 2, 0),
+                                 queue("audio", 4, 0, lends=False)])
+    vision, nlp, speech, audio = (found[t][0] for t in ("vision", "nlp", "speech", "audio"))
+    assert (vision.guaranteed, vision.in_use, vision.borrowed, vision.lent) == (4, 7, 3, 0)
+    assert (nlp.idle, speech.idle, audio.idle) == (3, 2, 0)  # audio does not lend
+    assert (nlp.lent, speech.lent, audio.lent) == (2, 1, 0)  # vision's 3 borrowed, by idle guarantee 3:2
+    assert set(volcano.queue_usage([queue("vision", 4, 7), queue("nlp", 4, 1)], slugs=["nlp"])) == {"nlp"}
+
+
+def test_waiting_groups_are_listed_in_the_order_volcano_tries_them():
+    def group(name, queue, created, tier="gpu-portal-normal", phase="Pending"):
+        return {"metadata": {"name": name, "namespace": "gpu-vision", "creationTimestamp": created},
+                "spec": {"queue": queue, "priorityClassName": tier}, "status": {"phase": phase}}
+
+    groups = [group("old", "vision", "2026-11-28T09:00:00Z"), group("new", "vision", "2026-11-28T09:05:00Z"),
+              group("urgent", "vision", "2026-11-28T09:10:00Z", tier="gpu-portal-high"),
+              group("running", "vision", "2026-11-28T08:00:00Z", phase="Running"),
+              group("theirs", "nlp", "2026-11-28T08:00:00Z")]
+    order = volcano.pending_groups(groups, queue="vision", priorities={t.object_name: t.value for t in m.PRIORITY_TIERS})
+    assert [(e.owners, e.position) for e in order] == [(("urgent",), 0), (("old",), 1), (("new",), 2)]
+
+
+# --- On a real Volcano ---------------------------------------------------------------------------------
+
+
+SCHEDULING = ("scheduling.volcano.sh", "v1beta1")
+
+
+@pytest.fixture(scope="module")
+def custom(volcano_control_plane):
+    import kubernetes.client as k
+
+    api = volcano_control_plane.api_client()
+    yield {"custom": k.CustomObjectsApi(api), "core": k.CoreV1Api(api), "batch": k.BatchV1Api(api)}
+    api.close()
+
+
+@pytest.mark.cluster
+def test_on_volcano_a_teams_queue_admits_its_guarantee_and_the_portal_reads_why_the_rest_waits(
+        volcano_control_plane, custom):
+    """A team granted 2 H100s that may not borrow, on a node of 4: its Queue is accepted and opens;
+    a 2-worker gang runs and is read as running on its flavor, with 2 GPUs in use of 2; a second
+    gang waits, read as waiting for room, and stands first in the team's line."""
+    sfx = uuid.uuid4().hex[:6]
+    spec = team((H100, 2), policy=m.TeamPolicy(may_borrow=False), slug=f"vc-{sfx}")
+    pool = f"h100-{sfx}"
+    volcano_control_plane.add_gpu_node(f"vc-h100-{sfx}", labels={"gpu": pool}, allocatable={"nvidia.com/gpu": "4"})
+    api, core, batch = custom["custom"], custom["core"], custom["batch"]
+    api.create_cluster_custom_object(*SCHEDULING, "queues", volcano.make_queue(team=spec))
+    core.create_namespace({"metadata": {"name": spec.namespace}})
+    wait_for(lambda: core.read_namespaced_service_account("default", spec.namespace), timeout=30,
+             message="the namespace's default ServiceAccount")
+
+    def read_queue():
+        return api.get_cluster_custom_object(*SCHEDULING, "queues", spec.cluster_queue)
+
+    wait_for(lambda: (read_queue().get("status") or {}).get("state") == "Open", timeout=30, message="the queue to open")
+
+    def launch(name):
+        group = volcano.make_pod_group(name=name, namespace=spec.namespace, queue=spec.cluster_queue, min_member=2,
+                                       priority_class="", flavor=H100.name, labels=spec.labels)
+        del group["spec"]["priorityClassName"]  # no PriorityClass objects in this cluster
+        api.create_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups", group)
+        annotations, fields = volcano.pod_fields(group=name)
+        res = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
+        batch.create_namespaced_job(spec.namespace, {"metadata": {"name": name}, "spec": {
+            "completions": 2, "parallelism": 2, "completionMode": "Indexed", "backoffLimit": 0, "template": {
+                "metadata": {"annotations": {**annotations, ANNOTATION_OUTCOME: "Running"}},
+                "spec": {**fields, "restartPolicy": "Never", "nodeSelector": {"gpu": pool}, "containers": [
+                    {"name": "w", "image": "registry.invalid/w:1", "resources": {"requests": res, "limits": res}}]}}}})
+
+    def read_group(name):
+        return api.get_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups", name)
+
+    launch("first")
+    wait_for(lambda: not volcano.admission([read_group("first")]).pending, timeout=60, message="the first gang running")
+    assert volcano.admission([read_group("first")]).flavors == (("", H100.name),)
+    wait_for(lambda: volcano.queue_usage([read_queue()])[spec.slug][0].in_use == 2, timeout=30,
+             message="the queue's 2 GPUs in use")
+    usage = volcano.queue_usage([read_queue()])[spec.slug]
+    assert [(u.resource, u.guaranteed, u.in_use, u.borrowed) for u in usage] == [("nvidia.com/gpu", 2, 2, 0)]
+
+    launch("second")
+    wait_for(lambda: volcano.admission([read_group("second")]).waiting.startswith("Waiting for room"), timeout=60,
+             message="the second gang read as waiting for room")
+    assert not [p for p in core.list_namespaced_pod(spec.namespace, label_selector="job-name=second").items
+                if p.spec.node_name]
+    groups = api.list_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups")["items"]
+    assert [e.owners for e in volcano.pending_groups(groups, queue=spec.cluster_queue, priorities={})] == [("second",)]
+    core.delete_namespace(spec.namespace)
+    api.delete_cluster_custom_object(*SCHEDULING, "queues", spec.cluster_queue)
