@@ -22,6 +22,7 @@ plugin of deploy/volcano/volcano-scheduler.conf:
 
 from __future__ import annotations
 
+import copy
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -77,6 +78,27 @@ def make_pod_group(*, name: str, namespace: str, queue: str, min_member: int, pr
 def pod_fields(*, group: str) -> tuple[dict[str, str], dict[str, Any]]:
     """What a workload's pod template gets on Volcano: (annotations, spec fields)."""
     return {GROUP_ANNOTATION: group}, {"schedulerName": SCHEDULER_NAME}
+
+
+def shape(objects: Sequence[dict[str, Any]], *, name: str, namespace: str, queue: str, pods_together: int,
+          priority_class: str, flavor: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """A workload's objects (jobs.kinds' build) made Volcano's: its PodGroup first, the object
+    owning its pods scheduled by Volcano in that group, and a batch Job not suspended (Kueue
+    resumes one it admits; Volcano holds the pods themselves until the whole gang fits)."""
+    group = make_pod_group(name=name, namespace=namespace, queue=queue, min_member=pods_together,
+                           priority_class=priority_class, flavor=flavor, labels=labels)
+    annotations, fields = pod_fields(group=name)
+    shaped = []
+    for obj in objects:
+        template = (obj.get("spec") or {}).get("template")
+        if template is not None:
+            obj = copy.deepcopy(obj)
+            template = obj["spec"]["template"]
+            template.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
+            template["spec"].update(fields)
+            obj["spec"].pop("suspend", None)
+        shaped.append(obj)
+    return [group, *shaped]
 
 
 # --- What Volcano says of a workload -------------------------------------------------------------------

@@ -4,10 +4,14 @@ real Volcano (tests/cluster's control plane with Volcano as its queue backend)."
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
+import kubernetes.utils
 import pytest
 
+from jobs import kinds
+from jobs.manifests import Placement, WorkloadSpec
 from tenants import manifests as m
 from tenants.catalog import UnitResource
 from tenants.queueing import volcano
@@ -180,3 +184,70 @@ def test_on_volcano_a_teams_queue_admits_its_guarantee_and_the_portal_reads_why_
     assert [e.owners for e in volcano.pending_groups(groups, queue=spec.cluster_queue, priorities={})] == [("second",)]
     core.delete_namespace(spec.namespace)
     api.delete_cluster_custom_object(*SCHEDULING, "queues", spec.cluster_queue)
+
+
+def test_a_workloads_objects_shaped_for_volcano_put_its_pods_in_one_group_scheduled_by_volcano():
+    spec = WorkloadSpec(workload_id=7, name="wl-7", namespace="vision", team="vision", kind="distributed",
+                        image="registry.invalid/train:1", command=(), args=(), env=(), gpu=(("nvidia.com/gpu", 1),),
+                        workers=3, placements=(Placement(node_labels=(("gpu", "h100"),)),))
+    built = kinds.workload_objects(spec=spec)
+    shaped = volcano.shape(built, name=spec.name, namespace=spec.namespace, queue="vision", pods_together=3,
+                           priority_class="gpu-portal-normal", flavor="h100-80gb", labels=spec.labels)
+    group, service, job = shaped
+    assert group["kind"] == "PodGroup" and group["spec"]["minMember"] == 3 and group["spec"]["queue"] == "vision"
+    assert service == built[0]  # untouched
+    assert "suspend" not in job["spec"] and built[1]["spec"]["suspend"] is True  # a copy: the build is not changed
+    template = job["spec"]["template"]
+    assert template["metadata"]["annotations"] == {volcano.GROUP_ANNOTATION: "wl-7"}
+    assert template["spec"]["schedulerName"] == "volcano"
+    assert template["spec"]["nodeSelector"] == {"gpu": "h100"}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(("room", "runs"), [(4, True), (2, False)], ids=["fits", "one-short"])
+def test_on_volcano_a_distributed_training_the_portal_builds_starts_all_its_workers_or_none(
+        volcano_control_plane, custom, room, runs):
+    """The portal's own distributed training (jobs.kinds' objects, shaped for Volcano) of 3 workers
+    of one GPU: on a node with 4 GPUs all three run; with 2, none is bound (the gang waits whole)."""
+    sfx = uuid.uuid4().hex[:6]
+    spec_team = team((H100, 4), slug=f"vd-{sfx}")
+    pool = f"h100-{sfx}"
+    volcano_control_plane.add_gpu_node(f"vd-h100-{sfx}", labels={"gpu": pool}, allocatable={"nvidia.com/gpu": str(room)})
+    api, core = custom["custom"], custom["core"]
+    for tier in m.PRIORITY_TIERS:
+        with contextlib.suppress(kubernetes.utils.FailToCreateError):  # made by an earlier test of the session
+            kubernetes.utils.create_from_dict(core.api_client, m.make_priority_class(tier=tier))
+    api.create_cluster_custom_object(*SCHEDULING, "queues", volcano.make_queue(team=spec_team))
+    core.create_namespace({"metadata": {"name": spec_team.namespace}})
+    wait_for(lambda: core.read_namespaced_service_account("default", spec_team.namespace), timeout=30,
+             message="the namespace's default ServiceAccount")
+    spec = WorkloadSpec(workload_id=7, name="wl-7", namespace=spec_team.namespace, team=spec_team.slug,
+                        kind="distributed", image="registry.invalid/train:1", command=(), args=(), env=(),
+                        gpu=(("nvidia.com/gpu", 1),), cpu=1, memory_gib=1, workers=3,
+                        placements=(Placement(node_labels=(("gpu", pool),)),),
+                        annotations=((ANNOTATION_OUTCOME, "Running"),))
+    objects = volcano.shape(kinds.workload_objects(spec=spec), name=spec.name, namespace=spec.namespace,
+                            queue=spec_team.cluster_queue, pods_together=spec.workers, priority_class="gpu-portal-normal",
+                            flavor=H100.name, labels=spec.labels)
+    for obj in objects:
+        if obj["kind"] == "PodGroup":
+            api.create_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups", obj)
+        else:
+            kubernetes.utils.create_from_dict(core.api_client, obj, namespace=spec.namespace)
+
+    def group():
+        return api.get_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups", spec.name)
+
+    def pods():
+        return core.list_namespaced_pod(spec.namespace, label_selector=f"job-name={spec.name}").items
+
+    if runs:
+        wait_for(lambda: len(pods()) == 3 and all(p.status.phase == "Running" for p in pods()), timeout=60,
+                 message="all three workers running")
+        assert not volcano.admission([group()]).pending
+    else:
+        wait_for(lambda: volcano.admission([group()]).waiting.startswith("Waiting for room"), timeout=60,
+                 message="the gang read as waiting for room")
+        assert len(pods()) == 3 and not [p for p in pods() if p.spec.node_name]
+    core.delete_namespace(spec.namespace)
+    api.delete_cluster_custom_object(*SCHEDULING, "queues", spec_team.cluster_queue)
