@@ -113,8 +113,9 @@ def test_a_gang_that_cannot_fit_starts_none_of_its_pods_and_says_why(clients, ma
     team = make_team(gpus=2, capability=4)
     _gang(clients, team, "too-big", pods=3)
 
-    wait_for(lambda: _unschedulable(clients, team["namespace"], "too-big"), timeout=60,
-             message="the PodGroup to say it is unschedulable")
+    wait_for(lambda: len(_pods(clients, team["namespace"], "too-big")) == 3
+             and _unschedulable(clients, team["namespace"], "too-big"), timeout=60,
+             message="the three pods made and the PodGroup saying it is unschedulable")
     assert not [p for p in _pods(clients, team["namespace"], "too-big") if p.spec.node_name]
 
 
@@ -125,8 +126,9 @@ def test_the_queues_capability_holds_a_second_gang_until_the_first_ends(clients,
     _gang(clients, team, "first", pods=2)
     wait_for(lambda: _running(clients, team["namespace"], "first", 2), timeout=60, message="the first gang running")
     _gang(clients, team, "second", pods=2)
-    wait_for(lambda: _unschedulable(clients, team["namespace"], "second"), timeout=60,
-             message="the scheduler to refuse the second gang")
+    wait_for(lambda: len(_pods(clients, team["namespace"], "second")) == 2
+             and _unschedulable(clients, team["namespace"], "second"), timeout=60,
+             message="the second gang's pods made and refused by the scheduler")
     assert not [p for p in _pods(clients, team["namespace"], "second") if p.spec.node_name]
 
     def allocated() -> str | None:

@@ -176,10 +176,13 @@ def test_on_volcano_a_teams_queue_admits_its_guarantee_and_the_portal_reads_why_
     assert [(u.resource, u.guaranteed, u.in_use, u.borrowed) for u in usage] == [("nvidia.com/gpu", 2, 2, 0)]
 
     launch("second")
-    wait_for(lambda: volcano.admission([read_group("second")]).waiting.startswith("Waiting for room"), timeout=60,
-             message="the second gang read as waiting for room")
-    assert not [p for p in core.list_namespaced_pod(spec.namespace, label_selector="job-name=second").items
-                if p.spec.node_name]
+
+    def second_pods():
+        return core.list_namespaced_pod(spec.namespace, label_selector="job-name=second").items
+
+    wait_for(lambda: len(second_pods()) == 2 and volcano.admission([read_group("second")]).waiting.startswith(
+        "Waiting for room"), timeout=60, message="the second gang's pods made and read as waiting for room")
+    assert not [p for p in second_pods() if p.spec.node_name]
     groups = api.list_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups")["items"]
     assert [e.owners for e in volcano.pending_groups(groups, queue=spec.cluster_queue, priorities={})] == [("second",)]
     core.delete_namespace(spec.namespace)
@@ -246,8 +249,8 @@ def test_on_volcano_a_distributed_training_the_portal_builds_starts_all_its_work
                  message="all three workers running")
         assert not volcano.admission([group()]).pending
     else:
-        wait_for(lambda: volcano.admission([group()]).waiting.startswith("Waiting for room"), timeout=60,
-                 message="the gang read as waiting for room")
-        assert len(pods()) == 3 and not [p for p in pods() if p.spec.node_name]
+        wait_for(lambda: len(pods()) == 3 and volcano.admission([group()]).waiting.startswith("Waiting for room"),
+                 timeout=60, message="all three workers made and the gang read as waiting for room")
+        assert not [p for p in pods() if p.spec.node_name]
     core.delete_namespace(spec.namespace)
     api.delete_cluster_custom_object(*SCHEDULING, "queues", spec_team.cluster_queue)
