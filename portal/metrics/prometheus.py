@@ -44,6 +44,7 @@ from portal.metrics.base import (
 log = logging.getLogger(__name__)
 
 RETRIABLE_STATUS = {429, 500, 502, 503, 504}
+TOO_MANY_SAMPLES = "would load too many samples into memory"
 # The recording rules deploy/prometheus/ defines; a window they cover is read from them.
 RECORDED_WINDOWS = {
     300: "namespace_pod:dcgm_gr_engine_active:avg5m",
@@ -315,6 +316,12 @@ class PrometheusMetrics:
                                 retriable=response.status in RETRIABLE_STATUS)
         if body["status"] != "success":
             kind, why = body.get("errorType", ""), body.get("error", "no reason given")
+            if TOO_MANY_SAMPLES in why:
+                # A month of raw series at hundreds of GPUs is over Prometheus's default limit.
+                advice = "" if self.use_recording_rules else (
+                    "; the portal's recording rules (deploy/prometheus, PROMETHEUS_RECORDING_RULES) answer it from far fewer")
+                return MetricsError("Prometheus refused the query: it would load more samples than it allows in one query "
+                                    f"(its --query.max-samples){advice}", retriable=False)
             retriable = response.status in RETRIABLE_STATUS or kind in ("timeout", "canceled", "unavailable")
             return MetricsError(f"Prometheus refused the query ({kind}): {why}", retriable=retriable)
         result: list[dict[str, Any]] = body["data"]["result"]

@@ -10,7 +10,7 @@ import pytest
 from portal.metrics import MetricsError, PodKey
 from portal.metrics.prometheus import PrometheusMetrics
 from portal.metrics.simulated import SimulatedMetrics, SimulatedPod
-from tests.telemetry.prometheus_server import free_port
+from tests.telemetry.prometheus_server import PrometheusServer, free_port
 
 
 def test_an_unreachable_prometheus_is_retried_a_bounded_number_of_times_then_said_in_words():
@@ -29,6 +29,22 @@ def test_a_query_prometheus_refuses_is_not_retried(prometheus_server):
         door.query("sum(")
     assert not caught.value.retriable
     assert waits == []
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_query_over_prometheus_sample_limit_is_said_in_words_and_without_rules_says_what_helps(recorded):
+    """Prometheus loads at most --query.max-samples in one query (50 million by default: a month of
+    raw series at 500 GPUs is over it); here 100, and a subquery of 3,600."""
+    server = PrometheusServer(scrape_targets=[], extra_flags=["--query.max-samples=100"])
+    server.start()
+    try:
+        door = PrometheusMetrics(server.url, max_attempts=1, use_recording_rules=recorded)
+        with pytest.raises(MetricsError, match=r"more samples than it allows in one query \(its --query.max-samples\)") as caught:
+            door.query("count_over_time(vector(1)[1h:1s])")
+    finally:
+        server.stop()
+    assert not caught.value.retriable
+    assert ("recording rules" in str(caught.value)) == (not recorded)
 
 
 def test_something_that_is_not_prometheus_is_said_so(prometheus_server):
