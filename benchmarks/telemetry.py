@@ -481,31 +481,40 @@ def _mentions(text: str, name: str) -> bool:
     return re.search(rf"(?<![\w:]){re.escape(name)}(?![\w:])", text) is not None
 
 
-def production_rules(rules_path: Path = PRODUCTION_RULES, door_path: Path = DOOR) -> dict[str, Any]:
+def production_rules(rules_path: Path = PRODUCTION_RULES, door_path: Path = DOOR) -> list[dict[str, Any]]:
     """deploy/prometheus's recording rules that the door reads (those whose names its source
-    quotes) and those they are computed from, in the rules file's order, as one group: what the
-    benchmark backfills. A rule the door starts reading is backfilled without changing this file."""
+    quotes) and those they are computed from, in the rules file's groups and order, each group
+    with its interval: what the benchmark backfills. A rule the door starts reading is backfilled
+    without changing this file."""
     door = door_path.read_text()
     groups = yaml.safe_load(rules_path.read_text())["groups"]
-    found = {r["record"]: (g, r) for g in groups for r in g["rules"] if "record" in r}
+    found = {r["record"]: r for g in groups for r in g["rules"] if "record" in r}
     wanted = {name for name in found if f'"{name}"' in door}
     if not wanted:
         raise SystemExit(f"{door_path} reads none of {rules_path}'s recording rules")
-    while extra := {n for w in wanted for n in found if n not in wanted and _mentions(found[w][1]["expr"], n)}:
+    while extra := {n for w in wanted for n in found if n not in wanted and _mentions(found[w]["expr"], n)}:
         wanted |= extra
-    chosen = [(g, r) for name, (g, r) in found.items() if name in wanted]
-    if len({g.get("interval", "1m") for g, _ in chosen}) > 1:
-        raise SystemExit(f"the rules the door reads are evaluated at different intervals in {rules_path}")
-    return {"name": chosen[0][0]["name"], "interval": chosen[0][0].get("interval", "1m"), "rules": [r for _, r in chosen]}
+    chosen = [{"name": g["name"], "interval": g.get("interval", "1m"),
+               "rules": [r for r in g["rules"] if r.get("record") in wanted]} for g in groups]
+    return [group for group in chosen if group["rules"]]
 
 
-def rule_levels(group: dict[str, Any]) -> list[dict[str, Any]]:
-    """The group split so that a rule reading another recorded series comes in a later group:
-    promtool's rule backfill reads only what the Prometheus it queries holds."""
+def rule_levels(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The groups split into passes so that a rule reading another recorded series comes in a
+    later pass (promtool's rule backfill reads only what the Prometheus it queries holds), each
+    pass one group's rules at one level, evaluated at that group's interval."""
     level: dict[str, int] = {}
-    for rule in group["rules"]:  # a rule follows those it reads in the rules file, as Prometheus evaluates them
-        level[rule["record"]] = 1 + max((level[n] for n in level if _mentions(rule["expr"], n)), default=-1)
-    return [{**group, "rules": [r for r in group["rules"] if level[r["record"]] == n]} for n in range(max(level.values()) + 1)]
+    for group in groups:  # a rule follows those it reads in the rules file, as Prometheus evaluates them
+        for rule in group["rules"]:
+            level[rule["record"]] = 1 + max((level[n] for n in level if _mentions(rule["expr"], n)), default=-1)
+    return [{**group, "rules": at} for n in range(max(level.values(), default=-1) + 1) for group in groups
+            if (at := [r for r in group["rules"] if level[r["record"]] == n])]
+
+
+def _by_record(groups: list[dict[str, Any]] | dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each rule by its name, with its group's interval (a manifest from before groups holds one)."""
+    return {rule["record"]: (group.get("interval", "1m"), rule)
+            for group in ([groups] if isinstance(groups, dict) else groups) for rule in group["rules"]}
 
 
 class BenchPrometheus(PrometheusServer):
@@ -542,7 +551,7 @@ def disk_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def build(cache: Path, args: argparse.Namespace, rules: dict[str, Any]) -> dict[str, Any]:
+def build(cache: Path, args: argparse.Namespace, rules: list[dict[str, Any]]) -> dict[str, Any]:
     """Writes the data set, with `rules` backfilled, into `cache` and returns its manifest (also
     written there, last)."""
     if cache.exists():
@@ -632,10 +641,11 @@ def build(cache: Path, args: argparse.Namespace, rules: dict[str, Any]) -> dict[
     return manifest
 
 
-def backfill_rules(data: Path, work: Path, rules: dict[str, Any], *, start_ts: int, end_ts: int,
+def backfill_rules(data: Path, work: Path, rules: list[dict[str, Any]], *, start_ts: int, end_ts: int,
                    block_hours: int) -> list[dict[str, Any]]:
-    """The recording rules, evaluated every minute over the whole data set by a Prometheus on it;
-    those reading other recorded series once those are in the data. Returns the new blocks' metas."""
+    """The recording rules, each group's evaluated at its interval over the whole data set by a
+    Prometheus on it; those reading other recorded series once those are in the data. Returns the
+    new blocks' metas."""
     rule_metas = []
     for n, group in enumerate(rule_levels(rules)):
         rules_file, rules_out = work / f"rules-{n}.yml", work / f"rules-blocks-{n}"
@@ -645,7 +655,7 @@ def backfill_rules(data: Path, work: Path, rules: dict[str, Any], *, start_ts: i
         try:
             subprocess.run([PROMTOOL, "tsdb", "create-blocks-from", "rules", f"--url={server.url}",
                             f"--start={start_ts}", f"--end={end_ts}", f"--output-dir={rules_out}",
-                            "--eval-interval=60s", str(rules_file)], check=True, capture_output=True)
+                            f"--eval-interval={group['interval']}", str(rules_file)], check=True, capture_output=True)
         finally:
             server.stop()
         rule_metas += block_metas(rules_out)
@@ -672,23 +682,23 @@ def compact(data: Path, block_hours: int) -> None:
         server.stop()
 
 
-def extendable(caches: Path, args: argparse.Namespace, rules: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
+def extendable(caches: Path, args: argparse.Namespace, rules: list[dict[str, Any]]) -> tuple[Path, dict[str, Any]] | None:
     """A cached data set built with the same parameters and some of `rules`, the others being
-    only added since (none changed or removed): backfilling those onto a copy of it gives what a
-    build would, in the rules' time instead of the raw samples' too."""
-    wanted = {rule["record"]: rule for rule in rules["rules"]}
+    only added since (none changed, moved to another interval or removed): backfilling those onto a
+    copy of it gives what a build would, in the rules' time instead of the raw samples' too."""
+    wanted = _by_record(rules)
     for manifest_path in sorted(caches.glob("*/manifest.json")):
         manifest = json.loads(manifest_path.read_text())
-        old = manifest.get("rules")
         if (manifest.get("generator_version") != GENERATOR_VERSION or manifest.get("parameters") != parameters(args)
-                or not old or {k: v for k, v in old.items() if k != "rules"} != {k: v for k, v in rules.items() if k != "rules"}):
+                or not manifest.get("rules")):
             continue
-        if all(wanted.get(rule["record"]) == rule for rule in old["rules"]) and len(old["rules"]) < len(wanted):
+        had = _by_record(manifest["rules"])
+        if all(wanted.get(name) == rule for name, rule in had.items()) and len(had) < len(wanted):
             return manifest_path.parent, manifest
     return None
 
 
-def extend(base: Path, manifest: dict[str, Any], cache: Path, rules: dict[str, Any]) -> dict[str, Any]:
+def extend(base: Path, manifest: dict[str, Any], cache: Path, rules: list[dict[str, Any]]) -> dict[str, Any]:
     """`base`'s data set with the rules it lacks backfilled, written into `cache`; its manifest."""
     if cache.exists():
         shutil.rmtree(cache)
@@ -703,9 +713,11 @@ def extend(base: Path, manifest: dict[str, Any], cache: Path, rules: dict[str, A
             shutil.copytree(entry, data / entry.name, copy_function=os.link)
         elif entry.is_dir():
             shutil.copytree(entry, data / entry.name)
-    have = {rule["record"] for rule in manifest["rules"]["rules"]}
-    added = {**rules, "rules": [rule for rule in rules["rules"] if rule["record"] not in have]}
-    print(f"Backfilling {len(added['rules'])} added rules onto a copy of {base} ...", file=sys.stderr, flush=True)
+    have = _by_record(manifest["rules"])
+    added = [group for group in ({**g, "rules": [r for r in g["rules"] if r["record"] not in have]} for g in rules)
+             if group["rules"]]
+    print(f"Backfilling {sum(len(g['rules']) for g in added)} added rules onto a copy of {base} ...", file=sys.stderr,
+          flush=True)
     block_hours = manifest["parameters"]["block_hours"]
     t0 = time.perf_counter()
     rule_metas = backfill_rules(data, work, added, start_ts=manifest["start_ts"], end_ts=manifest["end_ts"],

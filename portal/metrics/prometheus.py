@@ -58,17 +58,18 @@ RECORDED_NAMESPACE_BUSY_1H = "namespace:dcgm_gpus_busy:sum1h"
 # Per pod series: its part of its card's power, and the pods on its device.
 RECORDED_POWER_SHARE = "namespace_pod_gpu:dcgm_power_share:ratio"
 RECORDED_DEVICE_PODS = "namespace_pod_gpu:dcgm_device_pods:count"
-# Per pod, every minute: the workload page's figures, read where its chart has a point a minute
-# or coarser (the recorded series are a minute apart), so a month reads a series per pod, not one
-# per GPU.
+# Per pod, every CHART_RECORD_SECONDS: the workload page's figures, read where its chart has a
+# point that often or less (the 5-minute and hourly engine averages above serve for engine active),
+# so a month reads a series per pod, not one per GPU.
+CHART_RECORD_SECONDS = 300
 RECORDED_POD_SERIES = {
-    "engine_active": "namespace_pod:dcgm_gr_engine_active:avg",
     "memory_used": "namespace_pod:dcgm_fb_used_mib:sum",
     "memory_total": "namespace_pod:dcgm_fb_total_mib:sum",
     "power": "namespace_pod:dcgm_power_usage_watts:share",
     "temperature": "namespace_pod:dcgm_gpu_temp_celsius:max",
     "sharers": "namespace_pod:dcgm_device_pods:max",
 }
+SERIES_NAMES = ("engine_active", *RECORDED_POD_SERIES)
 # One device: a GPU or MIG instance of a node. A shared one (time-sliced, MPS) is reported once per
 # pod on it, or once per replica a pod holds (dcgm-exporter's `vgpu` label), each with the whole
 # device's values; deploy/prometheus/recording_rules.yaml divides it the same way.
@@ -158,15 +159,20 @@ class PrometheusMetrics:
         # its pods; memory summed over each pod's devices (a device reported once per replica it
         # holds counts once); power its part of each card's; the hottest GPU; sharers, the most pods
         # on one of its devices.
-        if self.use_recording_rules and step >= 60:
-            pod = {name: f"{recorded}{sel}" for name, recorded in RECORDED_POD_SERIES.items()}
+        if self.use_recording_rules and step >= CHART_RECORD_SECONDS:
+            # Each step's last record in it (at the shortest step, in the 10 minutes before it: a
+            # series recorded every 5 minutes may be just over 5 minutes old).
+            last = {name: f"last_over_time({recorded}{sel}[{max(step, 2 * CHART_RECORD_SECONDS)}s])"
+                    for name, recorded in RECORDED_POD_SERIES.items()}
+            engine = (f"{RECORDED_WINDOWS[step]}{sel}" if step in RECORDED_WINDOWS
+                      else f"avg_over_time({RECORDED_WINDOWS[CHART_RECORD_SECONDS]}{sel}[{step}s])")
             parts = {
-                "engine_active": f"100 * avg(avg_over_time({pod['engine_active']}[{average_over}s]))",
-                "memory_used": f"sum({pod['memory_used']})",
-                "memory_total": f"sum({pod['memory_total']})",
-                "power": f"sum({pod['power']})",
-                "temperature": f"max({pod['temperature']})",
-                "sharers": f"max({pod['sharers']})",
+                "engine_active": f"100 * avg({engine})",
+                "memory_used": f"sum({last['memory_used']})",
+                "memory_total": f"sum({last['memory_total']})",
+                "power": f"sum({last['power']})",
+                "temperature": f"max({last['temperature']})",
+                "sharers": f"max({last['sharers']})",
             }
         else:
             each_device = f"pod, {DEVICE}"
@@ -181,7 +187,7 @@ class PrometheusMetrics:
                             f"and on ({DEVICE}) {ENGINE_ACTIVE}{sel})"),
             }
         query = " or ".join(f'label_replace({expr}, "series", "{name}", "", "")' for name, expr in parts.items())
-        found: dict[str, tuple[Point, ...]] = dict.fromkeys(RECORDED_POD_SERIES, ())
+        found: dict[str, tuple[Point, ...]] = dict.fromkeys(SERIES_NAMES, ())
         for series in self.query_range(query, start=start, end=end, step=step):
             name = series["metric"].get("series", "")
             if name in found:

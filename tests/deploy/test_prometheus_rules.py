@@ -203,9 +203,10 @@ def test_the_doors_month_query_counts_a_shared_card_once_between_the_pods_on_it(
 CHART_SERIES = SHARED_CARDS + [(name.replace(ENGINE_ACTIVE, metric), values) for name, _ in SHARED_CARDS for metric, values in (
     ("DCGM_FI_DEV_POWER_USAGE", "90x420"), ("DCGM_FI_DEV_FB_USED", "6000x420"), ("DCGM_FI_DEV_FB_FREE", "10000x420"),
     ("DCGM_FI_DEV_GPU_TEMP", "55x420"))]
-# A chart over 7 hours has a point a minute and reads the per-pod recording rules; over one hour,
-# a point every 15 s, finer than those, so the GPUs' own series (and the recorded shares).
-CHART_WINDOWS = pytest.mark.parametrize(("recorded", "hours"), [(True, 7), (False, 7), (True, 1)],
+# A chart over 2 days has a point every 5 minutes and reads the per-pod recording rules (and the
+# per-pod engine averages); over 7 hours, a point a minute, finer than those, so the GPUs' own
+# series (and the recorded shares).
+CHART_WINDOWS = pytest.mark.parametrize(("recorded", "hours"), [(True, 48), (False, 48), (True, 7)],
                                         ids=["per-pod-records", "raw-series", "short-window"])
 
 
@@ -218,7 +219,7 @@ def test_a_workloads_charts_on_a_shared_card_give_its_share_of_power_and_count_t
     start = end - dt.timedelta(hours=hours)
     query = _asked(lambda door: door.workload_series(namespace="nlp", pods=[PodSpan("wl-4-0", start)], start=start, end=end),
                    recorded=recorded)
-    assert ("namespace_pod:dcgm_fb_used_mib:sum" in query) == (recorded and hours == 7)
+    assert ("namespace_pod:dcgm_fb_used_mib:sum" in query) == (recorded and hours == 48)
     _evaluated(tmp_path, query, CHART_SERIES, at="7h", expected=[
         ('{series="engine_active"}', 30), ('{series="memory_used"}', 6000), ('{series="memory_total"}', 16000),
         ('{series="power"}', 60), ('{series="temperature"}', 55), ('{series="sharers"}', 2),

@@ -166,9 +166,9 @@ def test_a_shared_card_is_divided_among_the_pods_on_it_in_proportion_to_their_re
         return telemetry.door.workload_series(namespace=namespace, pods=[PodSpan(pod, now - window)],
                                               start=now - window, end=now)
 
-    # Half an hour charts from the GPUs' series (a point every 15 s); seven hours, a point a
-    # minute, from the per-pod recording rules.
-    for window in (HALF_HOUR, dt.timedelta(hours=7)):
+    # Half an hour charts from the GPUs' series (a point every 15 s); two days, a point every 5
+    # minutes, from the per-pod recording rules.
+    for window in (HALF_HOUR, dt.timedelta(days=2)):
         ours = telemetry.eventually(lambda w=window: charts(nlp, "wl-21-a", w), lambda s: bool(s.power_watts and s.sharers),
                                     what=f"nlp's charts over {window}")
         theirs = charts(vision, "wl-20-a", window)
