@@ -42,9 +42,6 @@ class Kind:
     telemetry: TelemetryProfile  # how its pods use their GPUs on the simulated door
     runs_to_completion: bool = False  # ends by itself, at the latest at the template's maximum run time
     pod_noun: str = ""  # what one of its several pods is called ("worker", "replica"); "" for a single pod
-    # Its pods start all together or not at all (a gang: Kueue admits a Job's pods together by
-    # itself; Volcano's PodGroup is told how many must start together).
-    gang: bool = False
     scalable: bool = False  # its pod count may change while it runs (scale, idle scale-down to the minimum)
     serves_http: bool = False  # a port, a Service and an Ingress behind the portal's gate
     opened_by: Literal["", "owner", "team"] = ""  # who may open it through the gate: its owner, or its team

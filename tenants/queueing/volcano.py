@@ -2,7 +2,11 @@
 
 Not selectable yet (BACKENDS names Kueue only): the builders and readers here are proven against
 a real Volcano (tests/cluster's control plane with `queue_backend="volcano"`), but workloads do not
-yet run through them. See CHANGELOG's Unreleased section and the notes on issue 25 for what is left.
+yet run through them. Left to do: jobs.services shaping a launch with `shape` and the sync reading
+PodGroups (they carry the workload's label, not an owner reference); the team pass applying
+Queues and holding a team by closing its Queue (a bus.volcano.sh Command, which Volcano 1.10's
+admission webhook enforces); bounding each flavor's use where flavors share a resource; the
+simulated cluster modelling Volcano.
 
 How the portal's model maps onto Volcano 1.10 (the release the suite builds), with the capacity
 plugin of deploy/volcano/volcano-scheduler.conf:
