@@ -160,9 +160,10 @@ class PrometheusMetrics:
         # holds counts once); power its part of each card's; the hottest GPU; sharers, the most pods
         # on one of its devices.
         if self.use_recording_rules and step >= CHART_RECORD_SECONDS:
-            # Each step's last record in it (at the shortest step, in the 10 minutes before it: a
-            # series recorded every 5 minutes may be just over 5 minutes old).
-            last = {name: f"last_over_time({recorded}{sel}[{max(step, 2 * CHART_RECORD_SECONDS)}s])"
+            # Each pod's last record in the 10 minutes before each step, as an instant read looks
+            # back 5 minutes (a series recorded every 5 minutes may be just over 5 minutes old): not
+            # the whole step, where a pod that ended in it would add to the one restarted after it.
+            last = {name: f"last_over_time({recorded}{sel}[{2 * CHART_RECORD_SECONDS}s])"
                     for name, recorded in RECORDED_POD_SERIES.items()}
             engine = (f"{RECORDED_WINDOWS[step]}{sel}" if step in RECORDED_WINDOWS
                       else f"avg_over_time({RECORDED_WINDOWS[CHART_RECORD_SECONDS]}{sel}[{step}s])")

@@ -241,6 +241,28 @@ def test_a_workloads_charts_take_each_pods_figures_then_its_pods(tmp_path, recor
     ])
 
 
+@pytest.mark.parametrize("recorded", [True, False], ids=["per-pod-records", "raw-series"])
+def test_a_month_chart_at_a_restart_shows_the_new_pod_not_the_one_it_replaced_too(tmp_path, recorded):
+    """A month's chart has a point an hour. wl-9's first pod ran on GPU-x until 3:00 and its
+    replacement on GPU-y from 3:05: at 3:30 the workload holds one GPU, not the ended pod's as well
+    (a record read over the whole hour would add both)."""
+    def on(gpu: str, pod: str, values: str) -> list[tuple[str, str]]:
+        labels = f'{{Hostname="n1",gpu="{gpu[-1]}",UUID="{gpu}",namespace="nlp",pod="{pod}"}}'
+        return [(f"{metric}{labels}", values.replace("V", value)) for metric, value in (
+            (ENGINE_ACTIVE, "0.5"), ("DCGM_FI_DEV_FB_USED", "6000"), ("DCGM_FI_DEV_FB_FREE", "10000"),
+            ("DCGM_FI_DEV_POWER_USAGE", "90"), ("DCGM_FI_DEV_GPU_TEMP", "55"))]
+
+    series = on("GPU-x", "wl-9-a", "Vx180") + on("GPU-y", "wl-9-b", "_x184 Vx60")
+    end = dt.datetime(1970, 1, 31, tzinfo=dt.UTC)
+    start = end - dt.timedelta(days=30)
+    query = _asked(lambda door: door.workload_series(namespace="nlp", pods=[PodSpan("wl-9-a", start), PodSpan("wl-9-b", start)],
+                                                     start=start, end=end), recorded=recorded)
+    _evaluated(tmp_path, query, series, at="3h30m", expected=[
+        ('{series="engine_active"}', 50), ('{series="memory_used"}', 6000), ('{series="memory_total"}', 16000),
+        ('{series="power"}', 90), ('{series="temperature"}', 55), ('{series="sharers"}', 1),
+    ])
+
+
 @pytest.mark.parametrize("recorded", [True, False], ids=["recording-rules", "raw-series"])
 def test_the_doors_energy_query_gives_each_pod_its_part_of_its_cards_power_minute_by_minute(tmp_path, recorded):
     """The hour 01:00-02:00: GPU-a is time-sliced between vision and nlp at 100 W (50 W each, 50 Wh);
