@@ -223,8 +223,8 @@ class ControlPlane:
     Kueue, or Volcano's scheduler and controller manager (``queue_backend="volcano"``).
 
     ``ControlPlane(cache_dir=None, *, workdir=None, keep_workdir=None, pod_run_seconds=2.0,
-    start_timeout=120.0, queue_backend="kueue")``. ``cache_dir`` defaults to ``ensure_built()``. Everything lives
-    in a fresh temp dir (``workdir``) that ``stop()`` removes unless ``keep_workdir`` (or
+    start_timeout=120.0, queue_backend="kueue")``. ``cache_dir`` defaults to ``ensure_built()``.
+    Everything lives in a fresh temp dir (``workdir``) that ``stop()`` removes unless ``keep_workdir`` (or
     env ``GPU_PORTAL_CP_KEEP_WORKDIR=1``). ``kueue_config`` replaces top-level fields of
     Kueue's Configuration (e.g. ``controller`` with Kueue's shipped ``groupKindConcurrency``,
     which the tests leave at one reconcile at a time).
@@ -983,7 +983,6 @@ class ControlPlane:
                              "versionPriority": 100 if version == "v1beta2" else 90, "insecureSkipTLSVerify": True,
                              "service": {"name": "kueue-visibility-server", "namespace": "kueue-system", "port": port}},
                 })
-
 
     # -- Volcano
     def _start_volcano(self) -> None:
