@@ -320,8 +320,10 @@ SETTINGS: tuple[Setting, ...] = (
             "token).", TELEMETRY),
     Setting("PROMETHEUS_CA_FILE", "path", "", "A CA bundle for a Prometheus behind TLS.", TELEMETRY),
     Setting("PROMETHEUS_TIMEOUT", "number", "10", "Seconds a metrics query may take.", TELEMETRY),
-    Setting("PROMETHEUS_RECORDING_RULES", "yes/no", "true", "Read averages from `deploy/prometheus/`'s recording "
-            "rules; off averages the raw series at query time.", TELEMETRY),
+    Setting("PROMETHEUS_RECORDING_RULES", "yes/no", "true", "Read averages and per-pod chart figures from "
+            "`deploy/prometheus/`'s recording rules; off computes them from the raw series at query time, which at "
+            "hundreds of GPUs puts a team's month over Prometheus's `--query.max-samples` (the page then says so).",
+            TELEMETRY),
     # --- Billing
     Setting("BILLING_TIME_ZONE", "text", "UTC", "The time zone whose hours, days and months usage, budgets and "
             "statements count in.", BILLING),
