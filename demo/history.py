@@ -91,7 +91,7 @@ class PlannedRun:
 
 
 def planned_runs(*, since: dt.datetime, now: dt.datetime) -> list[PlannedRun]:
-    """Every run started in [since, now), the ones still going included (they hold quota)."""
+    """Every run started in [since, now), the ones still going included."""
     planned = []
     day, last = periods.local_date(since), periods.local_date(now)
     while day <= last:
@@ -215,8 +215,11 @@ def _intervals_seed(*, now: dt.datetime, since: dt.datetime, flavors: dict[str, 
     version = template.versions.order_by("-number").first() if template else None
     if version is None:
         return 0
+    # Only runs that have ended are recorded, so only they hold quota here: a run still going would
+    # make a recorded one borrowed for a guarantee nothing on record took (the seeding's time of
+    # day decided whether a test saw it).
     planned = [p for p in planned_runs(since=since, now=now)
-               if p.run.team in teams and p.run.owner in users and p.run.flavor in flavors]
+               if p.run.team in teams and p.run.owner in users and p.run.flavor in flavors and p.end <= now]
     states = quota_states([Ran((teams[p.run.team].pk, flavors[p.run.flavor].pk), p.run.units, p.start, p.end)
                            for p in planned], list(_held([team.pk for team in teams.values()])))
     existing = set(RunInterval.objects.filter(pod_uid__in=[p.pod_uid for p in planned]).values_list("pod_uid", flat=True))
@@ -225,7 +228,7 @@ def _intervals_seed(*, now: dt.datetime, since: dt.datetime, flavors: dict[str, 
     intervals: list[RunInterval] = []
     switches: list[list[tuple[dt.datetime, bool]]] = []
     for run, state in zip(planned, states, strict=True):
-        if run.end > now or run.pod_uid in existing or (closed_until is not None and run.start < closed_until):
+        if run.pod_uid in existing or (closed_until is not None and run.start < closed_until):
             continue
         key = (run.run.team, run.run.workload)
         if key not in workloads:
