@@ -205,6 +205,19 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, interval: float = 
         time.sleep(interval)
 
 
+def _wait_established(ext: Any, names: list[str], *, what: str) -> None:
+    """Until the API server serves every one of these CRDs (`ext`: an ApiextensionsV1Api)."""
+    def established() -> bool:
+        for n in names:
+            crd = ext.read_custom_resource_definition(n)
+            conds = {c.type: c.status for c in ((crd.status and crd.status.conditions) or [])}
+            if conds.get("Established") != "True":
+                return False
+        return True
+
+    wait_for(established, timeout=30, interval=0.1, message=f"{what} to be established")
+
+
 def _set_pdeathsig() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -847,16 +860,8 @@ class ControlPlane:
                 else:
                     adm.create_validating_webhook_configuration(doc)
 
-            def established() -> bool:
-                for n in names:
-                    crd = ext.read_custom_resource_definition(n)
-                    conds = {c.type: c.status for c in ((crd.status and crd.status.conditions) or [])}
-                    if conds.get("Established") != "True":
-                        return False
-                return True
-
             self.timings["webhooks_created"] = time.monotonic() - self._t_addons
-            wait_for(established, timeout=30, interval=0.1, message="Kueue CRDs to be established")
+            _wait_established(ext, names, what="Kueue CRDs")
 
     def _ensure_kueue_certs(self) -> None:
         # Kueue >= 0.13 hard-codes the serving cert paths of its metrics endpoint
@@ -999,15 +1004,7 @@ class ControlPlane:
                 crd = yaml.safe_load(f.read_text())
                 ext.create_custom_resource_definition(crd)
                 names.append(crd["metadata"]["name"])
-
-            def established() -> bool:
-                for n in names:
-                    status = ext.read_custom_resource_definition(n).status
-                    if not any(c.type == "Established" and c.status == "True" for c in (status and status.conditions) or []):
-                        return False
-                return True
-
-            wait_for(established, timeout=30, interval=0.1, message="Volcano's CRDs to be established")
+            _wait_established(ext, names, what="Volcano's CRDs")
         self.timings["volcano_crds"] = time.monotonic() - self._t_addons
         kc = str(self.kubeconfig_path)
         env = {"KUBECONFIG": kc}  # its vGPU code reads a kubeconfig at start, from here or ~/.kube/config
