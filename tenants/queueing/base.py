@@ -10,8 +10,9 @@ with PORTAL_QUEUE_BACKEND. Pure: the values and the Protocol import nothing from
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -46,6 +47,23 @@ class QueueUsage:
     def free(self) -> int:
         """What is left of the guarantee: more than this borrows or waits."""
         return max(self.guaranteed - self.in_use, 0)
+
+
+def lent_shared(rows: Iterable[QueueUsage], by_team: Iterable[str]) -> dict[str, list[QueueUsage]]:
+    """Per team, its rows with what it lends: no queue backend reports it, so the teams' borrowing
+    of each flavor and resource is shared among the lenders by the guarantee each leaves idle.
+    `by_team`: each row's team, in the rows' order."""
+    rows, teams = list(rows), list(by_team)
+    borrowed: dict[tuple[str, str], int] = defaultdict(int)
+    idle: dict[tuple[str, str], int] = defaultdict(int)
+    for row in rows:
+        borrowed[row.flavor, row.resource] += row.borrowed
+        idle[row.flavor, row.resource] += row.idle
+    result: dict[str, list[QueueUsage]] = {}
+    for team, row in zip(teams, rows, strict=True):
+        key = (row.flavor, row.resource)
+        result.setdefault(team, []).append(replace(row, lent=round(borrowed[key] * row.idle / idle[key]) if idle[key] else 0))
+    return result
 
 
 @dataclass(frozen=True)

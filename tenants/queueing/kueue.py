@@ -15,7 +15,6 @@ guarantee. The builders here are pure; `usage` and `pending` read the cluster th
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -34,7 +33,7 @@ from tenants.manifests import (
     platform_labels,
     team_meta,
 )
-from tenants.queueing.base import Admission, PendingEntry, QueueUsage
+from tenants.queueing.base import Admission, PendingEntry, QueueUsage, lent_shared
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 # Kueue's on-demand visibility API: served by Kueue's visibility server through an APIService.
@@ -211,7 +210,8 @@ def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list
     the cohort's borrowing shared among the lenders by their idle guarantee.
     """
     items, _ = gateway().list(KUEUE, "ClusterQueue", labels=MANAGED)
-    rows: dict[str, list[dict[str, Any]]] = {}
+    teams: list[str] = []
+    rows: list[QueueUsage] = []
     for cq in items:
         if cq["spec"].get("cohortName") != settings.PORTAL_COHORT:
             continue  # borrowing and lending happen within the portal's cohort only
@@ -222,37 +222,17 @@ def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list
         }
         for group in cq["spec"].get("resourceGroups", []):
             for fq in group.get("flavors", []):
-                for r in fq.get("resources", []):
+                for r in fq.get("resources", []):  # per flavor and resource: a cGPU flavor's GiB and percent never add
                     used = usage.get((fq["name"], r["name"]), {})
                     nominal = int(float(r.get("nominalQuota", 0)))
                     lendable = nominal if "lendingLimit" not in r else min(nominal, int(float(r["lendingLimit"])))
-                    rows.setdefault(name, []).append({
-                        "flavor": fq["name"], "resource": r["name"], "guaranteed": nominal,
-                        "in_use": int(float(used.get("total", 0) or 0)), "borrowed": int(float(used.get("borrowed", 0) or 0)),
-                        "lendable": lendable,
-                    })
-    # Per flavor and resource: a cGPU flavor's GiB and percent never add up.
-    borrowed_by_flavor: dict[tuple[str, str], int] = defaultdict(int)
-    idle_by_flavor: dict[tuple[str, str], int] = defaultdict(int)
-    for queue_rows in rows.values():
-        for row in queue_rows:
-            borrowed_by_flavor[row["flavor"], row["resource"]] += row["borrowed"]
-            row["idle"] = max(min(row["lendable"], row["guaranteed"] - row["in_use"]), 0)
-            idle_by_flavor[row["flavor"], row["resource"]] += row["idle"]
+                    in_use = int(float(used.get("total", 0) or 0))
+                    teams.append(name)
+                    rows.append(QueueUsage(flavor=fq["name"], resource=r["name"], guaranteed=nominal, in_use=in_use,
+                                           borrowed=int(float(used.get("borrowed", 0) or 0)), lent=0,
+                                           idle=max(min(lendable, nominal - in_use), 0)))
     wanted = set(slugs) if slugs is not None else None
-    result: dict[str, list[QueueUsage]] = {}
-    for name, queue_rows in rows.items():
-        if wanted is not None and name not in wanted:
-            continue
-        result[name] = [
-            QueueUsage(
-                flavor=row["flavor"], resource=row["resource"], guaranteed=row["guaranteed"], in_use=row["in_use"],
-                borrowed=row["borrowed"], idle=row["idle"],
-                lent=round(borrowed_by_flavor[key] * row["idle"] / idle_by_flavor[key]) if idle_by_flavor[key] else 0,
-            )
-            for row in queue_rows for key in [(row["flavor"], row["resource"])]
-        ]
-    return result
+    return {team: found for team, found in lent_shared(rows, teams).items() if wanted is None or team in wanted}
 
 
 def pending_workloads(*, cluster_queue: str) -> list[PendingEntry] | None:

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tenants.manifests import TEAM_LABEL, TeamSpec, team_meta
-from tenants.queueing.base import Admission, PendingEntry, QueueUsage
+from tenants.queueing.base import Admission, PendingEntry, QueueUsage, lent_shared
 
 SCHEDULING = "scheduling.volcano.sh/v1beta1"
 SCHEDULER_NAME = "volcano"
@@ -144,8 +144,8 @@ def waiting_reason(group: dict[str, Any] | None) -> str:
 def admission(groups: Sequence[dict[str, Any]]) -> Admission:
     """What a workload's PodGroups say: waiting (not running) and why, and the flavor it runs on."""
     waiting = [g for g in groups if (g.get("status") or {}).get("phase") not in ("Running", "Completed")]
-    flavors = tuple(("", flavor) for g in groups if g not in waiting
-                    for flavor in [((g.get("metadata") or {}).get("labels") or {}).get(FLAVOR_LABEL, "")] if flavor)
+    placed = [((g.get("metadata") or {}).get("labels") or {}).get(FLAVOR_LABEL, "") for g in groups if g not in waiting]
+    flavors = tuple(("", flavor) for flavor in placed if flavor)
     return Admission(pending=bool(waiting) or not groups, waiting=waiting_reason(waiting[0] if waiting else None),
                      starting="Placed by Volcano; starting its pods", flavors=flavors)
 
@@ -154,32 +154,22 @@ def queue_usage(queues: Iterable[dict[str, Any]], *, slugs: Iterable[str] | None
     """Per team: its Queue's guarantee, use and borrowing per resource (the flavor is blank where it
     stands for every flavor asking for the resource). What a queue lends is not reported: as for
     Kueue, the teams' borrowing is shared among the lenders by their idle guarantee."""
-    rows: list[dict[str, Any]] = []
+    teams: list[str] = []
+    usage: list[QueueUsage] = []
     for queue in queues:
-        name = ((queue.get("metadata") or {}).get("labels") or {}).get(TEAM_LABEL, (queue.get("metadata") or {}).get("name"))
+        meta = queue.get("metadata") or {}
+        name = str((meta.get("labels") or {}).get(TEAM_LABEL, meta.get("name", "")))
         spec, status = queue.get("spec") or {}, queue.get("status") or {}
         allocated = status.get("allocated") or {}
         lends = not (spec.get("guarantee") or {}).get("resource")
         for resource, amount in (spec.get("deserved") or {}).items():
             guaranteed, used = int(float(amount)), int(float(allocated.get(resource, 0)))
-            rows.append({"team": name, "resource": resource, "guaranteed": guaranteed, "in_use": used,
-                         "borrowed": max(used - guaranteed, 0), "idle": max(guaranteed - used, 0) if lends else 0})
-    borrowed: dict[str, int] = defaultdict(int)
-    idle: dict[str, int] = defaultdict(int)
-    for row in rows:
-        borrowed[row["resource"]] += row["borrowed"]
-        idle[row["resource"]] += row["idle"]
+            teams.append(name)
+            usage.append(QueueUsage(flavor="", resource=resource, guaranteed=guaranteed, in_use=used,
+                                    borrowed=max(used - guaranteed, 0), lent=0,
+                                    idle=max(guaranteed - used, 0) if lends else 0))
     wanted = set(slugs) if slugs is not None else None
-    result: dict[str, list[QueueUsage]] = {}
-    for row in rows:
-        if wanted is not None and row["team"] not in wanted:
-            continue
-        resource = row["resource"]
-        lent = round(borrowed[resource] * row["idle"] / idle[resource]) if idle[resource] else 0
-        result.setdefault(row["team"], []).append(QueueUsage(
-            flavor="", resource=resource, guaranteed=row["guaranteed"], in_use=row["in_use"], borrowed=row["borrowed"],
-            idle=row["idle"], lent=lent))
-    return result
+    return {team: found for team, found in lent_shared(usage, teams).items() if wanted is None or team in wanted}
 
 
 def pending_groups(groups: Iterable[dict[str, Any]], *, queue: str,
