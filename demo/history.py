@@ -91,7 +91,9 @@ class PlannedRun:
 
 
 def planned_runs(*, since: dt.datetime, now: dt.datetime) -> list[PlannedRun]:
-    """Every run started in [since, now), the ones still going included."""
+    """Every run started since `since` that has ended by now: only those are recorded, so only they
+    hold quota when the recorded runs' borrowed state is decided (a run still going would make a
+    recorded one borrowed for a guarantee nothing on record took)."""
     planned = []
     day, last = periods.local_date(since), periods.local_date(now)
     while day <= last:
@@ -100,7 +102,7 @@ def planned_runs(*, since: dt.datetime, now: dt.datetime) -> list[PlannedRun]:
                 continue
             start = periods.local_midnight(day) + dt.timedelta(hours=run.hour)
             end = start + dt.timedelta(hours=run.hours + day.toordinal() % 3, minutes=7 * (day.day % 5))
-            if since <= start < now:
+            if since <= start and end <= now:
                 planned.append(PlannedRun(run, day, start, end))
         day += dt.timedelta(days=1)
     return planned
@@ -215,11 +217,8 @@ def _intervals_seed(*, now: dt.datetime, since: dt.datetime, flavors: dict[str, 
     version = template.versions.order_by("-number").first() if template else None
     if version is None:
         return 0
-    # Only runs that have ended are recorded, so only they hold quota here: a run still going would
-    # make a recorded one borrowed for a guarantee nothing on record took (the seeding's time of
-    # day decided whether a test saw it).
     planned = [p for p in planned_runs(since=since, now=now)
-               if p.run.team in teams and p.run.owner in users and p.run.flavor in flavors and p.end <= now]
+               if p.run.team in teams and p.run.owner in users and p.run.flavor in flavors]
     states = quota_states([Ran((teams[p.run.team].pk, flavors[p.run.flavor].pk), p.run.units, p.start, p.end)
                            for p in planned], list(_held([team.pk for team in teams.values()])))
     existing = set(RunInterval.objects.filter(pod_uid__in=[p.pod_uid for p in planned]).values_list("pod_uid", flat=True))

@@ -175,7 +175,9 @@ class Devices:
     def published(self, node: str, device_class: str) -> int:
         """The devices of the class's driver a node publishes (none where the class is unknown or unread)."""
         driver = self.drivers.get(device_class)
-        return sum(1 for device in self.by_node.get(node, ()) if driver is not None and device[0] == driver)
+        if driver is None:
+            return 0
+        return sum(1 for device in self.by_node.get(node, ()) if device[0] == driver)
 
     @classmethod
     def read(cls) -> Devices:

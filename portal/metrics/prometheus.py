@@ -154,7 +154,6 @@ class PrometheusMetrics:
         if not pods:
             return WorkloadSeries(step_seconds=step)
         sel = f'{{namespace="{namespace}",pod=~"{_regex_of([p.name for p in pods])}"}}'
-        average_over = max(step, 60)
         # Each pod's figures, then the workload's: engine active averaged over a pod's GPUs and then
         # its pods; memory summed over each pod's devices (a device reported once per replica it
         # holds counts once); power its part of each card's; the hottest GPU; sharers, the most pods
@@ -178,7 +177,7 @@ class PrometheusMetrics:
         else:
             each_device = f"pod, {DEVICE}"
             parts = {
-                "engine_active": f"100 * avg(avg by (pod) (avg_over_time({ENGINE_ACTIVE}{sel}[{average_over}s])))",
+                "engine_active": f"100 * avg(avg by (pod) (avg_over_time({ENGINE_ACTIVE}{sel}[{max(step, 60)}s])))",
                 "memory_used": f"sum(max by ({each_device}) ({FB_USED}{sel}))",
                 "memory_total": f"sum(max by ({each_device}) ({FB_USED}{sel} + {FB_FREE}{sel}))",
                 "power": f"sum({_power_share(sel, recorded=self.use_recording_rules)})",

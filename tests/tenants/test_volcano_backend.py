@@ -123,9 +123,13 @@ SCHEDULING = ("scheduling.volcano.sh", "v1beta1")
 
 @pytest.fixture(scope="module")
 def custom(volcano_control_plane):
+    """Clients of the Volcano control plane, whose pods may name the portal's priority tiers."""
     import kubernetes.client as k
 
     api = volcano_control_plane.api_client()
+    for tier in m.PRIORITY_TIERS:
+        with contextlib.suppress(kubernetes.utils.FailToCreateError):  # made by an earlier module of the session
+            kubernetes.utils.create_from_dict(api, m.make_priority_class(tier=tier))
     yield {"custom": k.CustomObjectsApi(api), "core": k.CoreV1Api(api), "batch": k.BatchV1Api(api)}
     api.close()
 
@@ -153,8 +157,7 @@ def test_on_volcano_a_teams_queue_admits_its_guarantee_and_the_portal_reads_why_
 
     def launch(name):
         group = volcano.make_pod_group(name=name, namespace=spec.namespace, queue=spec.cluster_queue, min_member=2,
-                                       priority_class="", flavor=H100.name, labels=spec.labels)
-        del group["spec"]["priorityClassName"]  # no PriorityClass objects in this cluster
+                                       priority_class="gpu-portal-normal", flavor=H100.name, labels=spec.labels)
         api.create_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups", group)
         annotations, fields = volcano.pod_fields(group=name)
         res = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}
@@ -217,9 +220,6 @@ def test_on_volcano_a_distributed_training_the_portal_builds_starts_all_its_work
     pool = f"h100-{sfx}"
     volcano_control_plane.add_gpu_node(f"vd-h100-{sfx}", labels={"gpu": pool}, allocatable={"nvidia.com/gpu": str(room)})
     api, core = custom["custom"], custom["core"]
-    for tier in m.PRIORITY_TIERS:
-        with contextlib.suppress(kubernetes.utils.FailToCreateError):  # made by an earlier test of the session
-            kubernetes.utils.create_from_dict(core.api_client, m.make_priority_class(tier=tier))
     api.create_cluster_custom_object(*SCHEDULING, "queues", volcano.make_queue(team=spec_team))
     core.create_namespace({"metadata": {"name": spec_team.namespace}})
     wait_for(lambda: core.read_namespaced_service_account("default", spec_team.namespace), timeout=30,
