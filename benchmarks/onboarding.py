@@ -119,7 +119,7 @@ def run(cp: ControlPlane, team_count: int) -> dict[str, Any]:
     first_calls = cluster.total - calls
 
     started = time.perf_counter()
-    for api_version, kind in reconcile.OWNED_KINDS:
+    for api_version, kind in reconcile.owned_kinds():
         probe = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "namespace": "x"}}
         info_path = ref_of(probe).info.collection_path()
         params = api.param_serialize("GET", info_path,

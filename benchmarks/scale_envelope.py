@@ -548,7 +548,7 @@ def floor_lists(cluster: Any, repeats: int = 5) -> list[float]:
     walls = []
     for _ in range(repeats):
         begun = time.perf_counter()
-        for api_version, kind in reconcile.OWNED_KINDS:
+        for api_version, kind in reconcile.owned_kinds():
             params = api.param_serialize("GET", kind_info(api_version, kind).collection_path(),
                                          query_params=[("labelSelector", "app.kubernetes.io/managed-by=gpu-portal")],
                                          header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])

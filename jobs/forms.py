@@ -18,6 +18,7 @@ from jobs.models import IdleDefaults, Priority, WorkloadTemplate, WorkloadTempla
 from portal.adapters import WholeNumberField, add_refusal
 from portal.errors import DomainError
 from portal.models import User
+from tenants import queueing
 from tenants import selectors as tenant_selectors
 from tenants.models import Flavor, Team
 
@@ -113,7 +114,10 @@ class LaunchForm(forms.Form):
     @property
     def interchangeable_flavors(self) -> list[Flavor]:
         """The allowed flavors that share their resource name with another allowed one: a launch
-        may accept several of those ("any whole 80 GB GPU"), and runs on the one Kueue admits."""
+        may accept several of those ("any whole 80 GB GPU"), and runs on the one Kueue admits. None
+        where the site's queue runs a workload only on the flavor named (Volcano)."""
+        if not queueing.backend().flavor_alternatives:
+            return []
         by_resource: dict[str, list[Flavor]] = {}
         for flavor in self.allowed_flavors:
             by_resource.setdefault(flavor.resource_name, []).append(flavor)

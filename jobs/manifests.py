@@ -137,6 +137,10 @@ class WorkloadSpec:
     # What the queue backend marks the queued object with (its team queue and priority tier:
     # tenants.queueing's workload_labels).
     queue: tuple[tuple[str, str], ...] = ()
+    # The team's queue (TeamSpec.cluster_queue) and the flavor its launch named (its slug), for a
+    # queue backend that shapes the workload's objects (tenants.queueing's shape).
+    team_queue: str = ""
+    flavor: str = ""
 
     @property
     def labels(self) -> dict[str, str]:

@@ -257,6 +257,11 @@ def _check_alternatives(version: WorkloadTemplateVersion, request: LaunchRequest
     """Each other flavor a launch accepts is active, allowed by the template and asks for what the
     named flavor's unit asks for: a pod's requests are written once, so Kueue can only choose among
     flavors they fit alike."""
+    if request.also_accept and not queueing.backend().flavor_alternatives:
+        raise DomainError(
+            f"This site's queue, {queueing.backend().label}, runs a workload on the one flavor its launch names: it "
+            f"cannot choose among several and charge the one it ran on. Choose {request.flavor.name} alone, or another "
+            "flavor.", field="also_accept")
     allowed = {f.pk for f in version.flavors.all()}
     for other in request.also_accept:
         if not other.is_active:
@@ -598,6 +603,7 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         git_image=settings.PORTAL_GIT_IMAGE if sources.repositories else "",
         placements=tuple(placement(flavor) for flavor in workload_flavors(workload)),
         queue=tuple(queueing.backend().workload_labels(priority=tier_name(workload.priority)).items()),
+        team_queue=workload.team.cluster_queue, flavor=workload.flavor.slug,
     )
 
 

@@ -1,7 +1,8 @@
 """Status sync: reads what the cluster says about the portal's workloads and records it.
 
 One pass lists the owners of the portal's workloads (each kind's, jobs/kinds/: Jobs, Deployments,
-StatefulSets), their pods and the queue backend's objects of them (Kueue's Workloads) (five
+StatefulSets), their pods and the queue backend's objects of them (Kueue's Workloads or Volcano's
+PodGroups) (five
 calls, however many workloads; with PORTAL_NAMESPACED_READS pods are listed per team namespace
 that has a workload to follow, four calls plus one per such team), derives each active workload's phase with the reason in
 words, and records every pod's run interval keyed by its UID, so reading the same cluster
@@ -53,16 +54,18 @@ INTERVALS_CLOSED = Event[Callable[[list[int]], None]]("jobs.sync.INTERVALS_CLOSE
 
 
 Key = tuple[str, int]  # (namespace, workload id): an object counts only in its team's namespace
-# What the sync reads: the portal's own objects by label, and the queue backend's objects of
-# them (Kueue's Workloads, which Kueue creates without our labels; they are matched to ours
-# through their owners).
-WATCHED: tuple[tuple[str, str, dict[str, str] | None], ...] = (
-    *((api_version, kind, MANAGED) for api_version, kind in OWNER_KINDS),
-    ("v1", "Pod", MANAGED),
-    *((api_version, kind, None) for api_version, kind in queueing.backend().workload_kinds),
-)
-QUEUED_KIND_NAMES = tuple(kind for _, kind in queueing.backend().workload_kinds)
-# Of WATCHED, the kinds the portal may read only in team namespaces when PORTAL_NAMESPACED_READS
+def watched() -> tuple[tuple[str, str, dict[str, str] | None], ...]:
+    """What the sync reads: the portal's own objects by label, and the site's queue backend's
+    objects of them (Kueue's Workloads, which Kueue creates without our labels and are matched to
+    ours through their owners; Volcano's PodGroups, which carry our labels)."""
+    return (
+        *((api_version, kind, MANAGED) for api_version, kind in OWNER_KINDS),
+        ("v1", "Pod", MANAGED),
+        *((api_version, kind, None) for api_version, kind in queueing.backend().workload_kinds),
+    )
+
+
+# Of watched(), the kinds the portal may read only in team namespaces when PORTAL_NAMESPACED_READS
 # is on (its ClusterRole then holds no read of them across the cluster): listed and watched per
 # namespace, one call or one watch each, rather than once.
 TEAM_NAMESPACE_KINDS = frozenset({"Pod"})
@@ -103,7 +106,7 @@ class Snapshot:
     @classmethod
     def read(cls) -> Snapshot:
         return cls.of({kind: list_each(api_version, kind, namespaces=read_namespaces(kind), labels=labels)
-                       for api_version, kind, labels in WATCHED})
+                       for api_version, kind, labels in watched()})
 
     @classmethod
     def of(cls, objects: dict[str, list[dict[str, Any]]], keys: set[Key] | None = None) -> Snapshot:
@@ -124,10 +127,15 @@ class Snapshot:
             if key is not None and (keys is None or key in keys):
                 snapshot.pods[key].append(pod)
                 by_name[("Pod", key[0], pod["metadata"]["name"])] = key
-        for kind in QUEUED_KIND_NAMES:
+        for _, kind in queueing.backend().workload_kinds:
             for queued in objects.get(kind, []):
+                key = _key(queued)  # Volcano's PodGroups carry the workload's label
+                if key is not None:
+                    if keys is None or key in keys:
+                        snapshot.queued[key].append(queued)
+                    continue
                 namespace = queued["metadata"].get("namespace", "")
-                for owner in queued["metadata"].get("ownerReferences", []):
+                for owner in queued["metadata"].get("ownerReferences", []):  # Kueue's Workloads: through their owner
                     key = by_name.get((owner["kind"], namespace, owner["name"]))
                     if key is not None:
                         snapshot.queued[key].append(queued)

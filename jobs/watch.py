@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from jobs.sync import OWNER_KIND_NAMES, WATCHED, Key, Snapshot, SyncResult, read_namespaces, read_per_namespace, sync_snapshot
+from jobs.sync import OWNER_KIND_NAMES, Key, Snapshot, SyncResult, read_namespaces, read_per_namespace, sync_snapshot, watched
 from portal.adapters import whole_number
 from portal.kube import WatchEvent
 from portal.kube.store import NamespacedFollow, follow, unmanaged
@@ -30,10 +30,11 @@ class WorkloadInformer:
                  fence: Callable[[], None] | None = None, namespaces_seconds: float = 10.0) -> None:
         # Called before each write; raises once this process may no longer write (portal.leader).
         self.fence = fence
-        self.store: dict[str, dict[ObjectKey, dict[str, Any]]] = {kind: {} for _, kind, _ in WATCHED}
+        self.kinds = watched()  # the site's queue backend's among them, as it was when the informer began
+        self.store: dict[str, dict[ObjectKey, dict[str, Any]]] = {kind: {} for _, kind, _ in self.kinds}
         # The store's keys by kind and namespace: a batch indexes only the namespaces it touches
         # (all of a workload's objects live in its team's), not every object the store holds.
-        self.namespaces: dict[str, defaultdict[str, set[ObjectKey]]] = {kind: defaultdict(set) for _, kind, _ in WATCHED}
+        self.namespaces: dict[str, defaultdict[str, set[ObjectKey]]] = {kind: defaultdict(set) for _, kind, _ in self.kinds}
         # (kind, event, when it arrived): the arrival is the portal's own clock, for the status lag.
         self.events: queue.Queue[tuple[str, WatchEvent, float]] = queue.Queue()
         # Seconds from the first watch event of a batch that changed a workload to the commit
@@ -42,7 +43,7 @@ class WorkloadInformer:
         self.stopping = threading.Event()
         self.watch_seconds = watch_seconds
         self.batch_seconds = batch_seconds
-        self.ready = {kind: threading.Event() for _, kind, _ in WATCHED}
+        self.ready = {kind: threading.Event() for _, kind, _ in self.kinds}
         # Workloads touched before every kind was listed once: synced as soon as all are.
         self.pending: set[Key] = set()
         self.threads: list[threading.Thread] = []
@@ -60,7 +61,7 @@ class WorkloadInformer:
         return lambda: read_namespaces(kind) or []
 
     def start(self) -> None:
-        for api_version, kind, labels in WATCHED:
+        for api_version, kind, labels in self.kinds:
             if not read_per_namespace(kind):
                 thread = threading.Thread(
                     target=follow, args=(api_version, kind, labels, self._arrived(kind)),

@@ -42,17 +42,19 @@ from tenants.queueing import backend
 log = logging.getLogger(__name__)
 
 MANAGED = {manifests.MANAGED_BY_LABEL: manifests.MANAGER}
-# Every kind the portal owns, in the order objects are created (and the reverse for deletion).
-OWNED_KINDS: tuple[tuple[str, str], ...] = (
-    *backend().platform_kinds,
-    ("scheduling.k8s.io/v1", "PriorityClass"),
-    ("v1", "Namespace"),
-    ("v1", "ResourceQuota"),
-    ("v1", "LimitRange"),
-    ("networking.k8s.io/v1", "NetworkPolicy"),
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-    *backend().team_kinds,
-)
+def owned_kinds() -> tuple[tuple[str, str], ...]:
+    """Every kind the portal owns, in the order objects are created (and the reverse for deletion):
+    the site's queue backend's among them."""
+    return (
+        *backend().platform_kinds,
+        ("scheduling.k8s.io/v1", "PriorityClass"),
+        ("v1", "Namespace"),
+        ("v1", "ResourceQuota"),
+        ("v1", "LimitRange"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        *backend().team_kinds,
+    )
 
 
 def _mark_applied(team_id: int, version: int) -> None:
@@ -82,10 +84,12 @@ class NotOwned(KubeError):
         self.ref = ref
 
 
-def team_roots(spec: manifests.TeamSpec) -> tuple[ObjectRef, ObjectRef]:
+def team_roots(spec: manifests.TeamSpec) -> list[ObjectRef]:
     """The team's objects that may collide with what others made: the namespace (everything else
-    of the team lives inside it) and the queue backend's cluster-scoped team queue."""
-    return ObjectRef("v1", "Namespace", spec.namespace), ObjectRef(*backend().team_root(name=spec.cluster_queue))
+    of the team lives inside it) and the queue backend's cluster-scoped team queues."""
+    queues = [ref_of(obj) for obj in backend().team_objects(team=spec)
+              if (obj["apiVersion"], obj["kind"]) == backend().team_queue_kind]
+    return [ObjectRef("v1", "Namespace", spec.namespace), *queues]
 
 
 def _owned(obj: dict[str, Any], spec: manifests.TeamSpec) -> bool:
@@ -117,7 +121,9 @@ def team_reconcile(*, team_id: int) -> bool:
     try:
         team_roots_check(spec)
         for obj in team_objects(spec):
-            cluster.apply(obj)
+            applied = cluster.apply(obj)
+            for extra in backend().settle(obj, applied, team=spec):
+                cluster.apply(extra)
     except NotOwned as refusal:
         log.warning("team %s not provisioned: %s", team.slug, refusal)
         _mark_failed(team_id, refusal)
@@ -174,8 +180,9 @@ def team_teardown(*, slug: str, uid: str) -> bool:
     of the team's is left (namespaces take a while)."""
     cluster = gateway()
     name = manifests.team_object_name(prefix=settings.PORTAL_NAMESPACE_PREFIX, slug=slug)
-    # The namespace first: it takes the workloads with it, then the queue can go.
-    refs = (ObjectRef("v1", "Namespace", name), ObjectRef(*backend().team_root(name=name)))
+    # The namespace first: it takes the workloads with it, then the queues can go.
+    queues, _ = cluster.list(*backend().team_queue_kind, labels={**MANAGED, manifests.TEAM_LABEL: slug})
+    refs = (ObjectRef("v1", "Namespace", name), *(ref_of(queue) for queue in queues))
 
     def still_ours(ref: ObjectRef) -> dict[str, Any] | None:
         current = cluster.get(ref)
@@ -235,7 +242,7 @@ class PassResult:
 
 def live_objects() -> dict[ObjectRef, dict[str, Any]]:
     live: dict[ObjectRef, dict[str, Any]] = {}
-    for items in gateway().list_kinds(OWNED_KINDS, labels=MANAGED).values():
+    for items in gateway().list_kinds(owned_kinds(), labels=MANAGED).values():
         for item in items:
             live[ref_of(item)] = item
     return live
@@ -244,7 +251,7 @@ def live_objects() -> dict[ObjectRef, dict[str, Any]]:
 def owned_store(*, watch_seconds: int = 300) -> KindStore:
     """A watch-kept store of everything the portal owns, for `cluster_reconcile(store=…)`; not
     started. At 1,000 teams it holds about 10,000 objects."""
-    return KindStore(OWNED_KINDS, labels=MANAGED, watch_seconds=watch_seconds)
+    return KindStore(owned_kinds(), labels=MANAGED, watch_seconds=watch_seconds)
 
 
 @collector_paused()  # it decodes every object the portal owns: the cyclic collector took half its time
@@ -257,7 +264,7 @@ def cluster_reconcile(*, store: KindStore | None = None) -> PassResult:
     cached = store.snapshot() if store is not None else None
     if cached is None:
         live = live_objects()
-        result.reads = len(OWNED_KINDS)  # live_objects() lists each owned kind once
+        result.reads = len(owned_kinds())  # live_objects() lists each owned kind once
     else:
         live = cached
     confirm = cached is not None
@@ -276,7 +283,7 @@ def cluster_reconcile(*, store: KindStore | None = None) -> PassResult:
         wanted_by_team[spec.uid] = {ref_of(obj) for obj in objects}
         if _team_roots_ours(team_id, team, spec, live, result):
             wanted.update((ref_of(obj), obj) for obj in objects)
-            _team_converge(team_id, team, objects, live, result, confirm=confirm)
+            _team_converge(team_id, team, spec, objects, live, result, confirm=confirm)
 
     _prune(live, wanted, wanted_by_team, result)
     heartbeat_record(name=TEAM_PASS)
@@ -308,13 +315,13 @@ def _team_roots_ours(team_id: int, team: Team, spec: manifests.TeamSpec, live: d
     return True
 
 
-def _team_converge(team_id: int, team: Team, objects: list[dict[str, Any]], live: dict[ObjectRef, dict[str, Any]],
-                   result: PassResult, *, confirm: bool) -> None:
+def _team_converge(team_id: int, team: Team, spec: manifests.TeamSpec, objects: list[dict[str, Any]],
+                   live: dict[ObjectRef, dict[str, Any]], result: PassResult, *, confirm: bool) -> None:
     """Writes the team's objects that differ, in order, stopping at the first the cluster refuses;
     a team all of whose objects hold is marked applied at the version it was built from."""
     for obj in objects:
         try:
-            _converge(obj, live, result, confirm=confirm)
+            _converge(obj, live, result, confirm=confirm, team=spec)
         except KubeError as error:
             result.errors[team.slug] = str(error)
             _mark_failed(team_id, error)
@@ -329,7 +336,7 @@ def _prune(live: dict[ObjectRef, dict[str, Any]], wanted: dict[ObjectRef, dict[s
     cluster = gateway()
     unwanted = [ref for ref, obj in live.items() if _prunable(ref, obj, wanted, wanted_by_team)]
     gone_namespaces = {ref.name for ref in unwanted if ref.kind == "Namespace"}
-    for ref in sorted(unwanted, key=lambda r: -[k for _, k in OWNED_KINDS].index(r.kind)):
+    for ref in sorted(unwanted, key=lambda r: -[k for _, k in owned_kinds()].index(r.kind)):
         if ref.namespace in gone_namespaces:
             continue  # deleting the namespace takes these with it
         if _going(live[ref]):
@@ -369,20 +376,32 @@ def _prunable(
     return ref not in wanted_by_team.get(uid, set())
 
 
-def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result: PassResult, *, confirm: bool) -> None:
-    """Applies `obj` if what `live` shows of it lacks anything wanted. With `confirm` (`live` is
-    a store), the object is read directly first: the store may not have caught up yet."""
+def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result: PassResult, *, confirm: bool,
+              team: manifests.TeamSpec | None = None) -> None:
+    """Applies `obj` if what `live` shows of it lacks anything wanted, and makes what the queue
+    backend needs besides for a team's object to hold (`settle`). With `confirm` (`live` is a
+    store), the object is read directly first: the store may not have caught up yet."""
     ref = ref_of(obj)
     current = live.get(ref)
-    if current is not None and contains(current, obj):
+
+    def holds(current: dict[str, Any] | None) -> bool:
+        return current is not None and contains(current, obj) and not (
+            team is not None and backend().settle(obj, current, team=team))
+
+    if holds(current):
         return
     if confirm:
         current = gateway().get(ref)
-        if current is not None and contains(current, obj):
+        if holds(current):
             result.confirmed += 1
             return
-    _apply(obj, current)
-    result.applied.append(str(ref))
+    if current is None or not contains(current, obj):
+        _apply(obj, current)
+        result.applied.append(str(ref))
+    if team is not None:
+        for extra in backend().settle(obj, current, team=team):
+            gateway().apply(extra)
+            result.applied.append(str(ref_of(extra)))
 
 
 class StorePasses:

@@ -12,7 +12,9 @@ from jobs import manifests
 from jobs.kinds import distributed, inference, notebook, training
 from jobs.kinds.base import Kind as Kind  # the interface, for annotations elsewhere
 from portal.metrics.simulated import TelemetryProfile
+from tenants import queueing
 from tenants.manifests import KindReach
+from tenants.queueing.base import QueuedWorkload
 
 KINDS: dict[str, Kind] = {kind.name: kind for kind in (training.KIND, distributed.KIND, inference.KIND, notebook.KIND)}
 
@@ -64,5 +66,9 @@ def network_reach() -> KindReach:
 
 def workload_objects(*, spec: manifests.WorkloadSpec) -> list[dict[str, Any]]:
     """Every object of the workload, in the order to create them (its claim template first, the
-    queued one last)."""
-    return [*manifests.claim_templates(spec), *get(spec.kind).build(spec)]
+    queued one last), as the site's queue backend runs them."""
+    kind = get(spec.kind)
+    queued = QueuedWorkload(name=spec.name, namespace=spec.namespace, team_queue=spec.team_queue, flavor=spec.flavor,
+                            pods_together=spec.workers if kind.starts_together else 1,
+                            priority_class=f"gpu-portal-{spec.priority}", labels=spec.labels)
+    return queueing.backend().shape([*manifests.claim_templates(spec), *kind.build(spec)], workload=queued)

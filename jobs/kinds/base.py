@@ -42,6 +42,7 @@ class Kind:
     telemetry: TelemetryProfile  # how its pods use their GPUs on the simulated door
     runs_to_completion: bool = False  # ends by itself, at the latest at the template's maximum run time
     pod_noun: str = ""  # what one of its several pods is called ("worker", "replica"); "" for a single pod
+    starts_together: bool = False  # all its pods start at once or none does (a gang of workers)
     scalable: bool = False  # its pod count may change while it runs (scale, idle scale-down to the minimum)
     serves_http: bool = False  # a port, a Service and an Ingress behind the portal's gate
     opened_by: Literal["", "owner", "team"] = ""  # who may open it through the gate: its owner, or its team
@@ -98,8 +99,8 @@ def completions_succeeded(job: dict[str, Any], pods: list[dict[str, Any]]) -> bo
 
 
 def derive_batch_job(owner: dict[str, Any], pods: list[dict[str, Any]], admission: Admission) -> Verdict:
-    """A suspended batch Job the queue resumes: terminal only from the Job's own conditions or a
-    succeeded pod per completion; waiting while suspended."""
+    """A batch Job the queue lets run: terminal only from the Job's own conditions or a succeeded
+    pod per completion; waiting while suspended, or while the queue holds all of its pods."""
     if is_true(owner, "Complete"):
         return SUCCEEDED, "Finished successfully"
     if is_true(owner, "Failed"):
@@ -110,9 +111,10 @@ def derive_batch_job(owner: dict[str, Any], pods: list[dict[str, Any]], admissio
         return SUCCEEDED, "Finished successfully"
     if admission.evicted:
         return PREEMPTED, f"Preempted and queued again: {admission.evicted_message}".rstrip(": ")
-    if owner["spec"].get("suspend", False):
-        return QUEUED, admission.waiting
     running = running_pods(pods)
+    # Kueue suspends the Job until it admits it; Volcano leaves it running and holds its pods.
+    if owner["spec"].get("suspend", False) or (admission.pending and not running):
+        return QUEUED, admission.waiting
     if running:
         return RUNNING, f"{len(running)} of {owner['spec'].get('parallelism', 1)} pods running"
     return ADMITTED, admission.starting

@@ -47,4 +47,5 @@ KIND = Kind(
     name="distributed", label="Distributed training", noun="distributed training run", plural="distributed training runs",
     build=lambda spec: make_distributed_job(spec=spec), owner=("batch/v1", "Job"), derive=derive_batch_job,
     telemetry=TelemetryProfile("steady", 0.88), runs_to_completion=True, pod_noun="worker",
+    starts_together=True,
 )

@@ -1,8 +1,8 @@
 """The queue backend the site runs (PORTAL_QUEUE_BACKEND): the one door to quota and queueing in
 the cluster. Every team queue, flavor and tier object, a workload's queue labels, its admission
 and place in line, and each team's borrowed and lent use are asked of `backend()`; what a backend
-must answer is `tenants.queueing.base.QueueBackend`. Kueue is the only one so far; another is a
-module beside kueue.py and its line in BACKENDS."""
+must answer is `tenants.queueing.base.QueueBackend`. Kueue (kueue.py) and Volcano (volcano.py) are
+the two; another is a module beside them and its line in BACKENDS."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from django.core.exceptions import ImproperlyConfigured
 
 from tenants.queueing.base import QueueBackend
 from tenants.queueing.kueue import KueueBackend
+from tenants.queueing.volcano import VolcanoBackend
 
-BACKENDS: dict[str, Callable[[], QueueBackend]] = {"kueue": KueueBackend}
+BACKENDS: dict[str, Callable[[], QueueBackend]] = {"kueue": KueueBackend, "volcano": VolcanoBackend}
 
 
 def chosen(value: str) -> QueueBackend:

@@ -75,6 +75,19 @@ class PendingEntry:
     position: int  # counted from 0 across the team's queue
 
 
+@dataclass(frozen=True)
+class QueuedWorkload:
+    """What a backend needs to know of one workload to shape its objects for the queue."""
+
+    name: str  # its Kubernetes name, which its owner and group take
+    namespace: str
+    team_queue: str  # the team's queue, as its TeamSpec names it (cluster_queue)
+    flavor: str  # the flavor its launch named (FlavorSpec.name)
+    pods_together: int  # how many of its pods must start together, or none of them (its workers for a gang)
+    priority_class: str  # its tier's PriorityClass
+    labels: Mapping[str, str]  # the portal's labels of it (managed-by, team, workload)
+
+
 class QueueBackend(Protocol):
     """What the portal asks of a queue backend. Builders are pure; `usage` and `pending` read the
     cluster through portal.kube."""
@@ -86,8 +99,15 @@ class QueueBackend(Protocol):
     # (made before everything else) and a team's (made after the namespace's contents).
     platform_kinds: tuple[tuple[str, str], ...]
     team_kinds: tuple[tuple[str, str], ...]
-    # What the queue makes of a workload without the portal's labels, read beside its owner.
+    # The kind of a team's cluster-scoped queues, which may collide with another's (its roots beside
+    # the namespace, and what a deleted team's teardown removes).
+    team_queue_kind: tuple[str, str]
+    # What the queue makes of a workload, read beside its owner: matched to the workload by the
+    # portal's workload label where it carries it, else through its owner references.
     workload_kinds: tuple[tuple[str, str], ...]
+    # Whether a launch may accept several flavors, of which the queue admits the first with room:
+    # only a backend that charges the flavor it admits on can (Kueue); others run on the one named.
+    flavor_alternatives: bool
 
     def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
         """The flavors' and priority tiers' objects every team shares."""
@@ -97,12 +117,18 @@ class QueueBackend(Protocol):
         """The team's queue with its quota (nominal, borrowing, lending per flavor), held when `team.held`."""
         ...
 
-    def team_root(self, *, name: str) -> tuple[str, str, str]:
-        """(apiVersion, kind, name) of the team's cluster-scoped queue: one that may collide with another's."""
+    def settle(self, wanted: dict[str, Any], live: dict[str, Any] | None, *, team: TeamSpec) -> list[dict[str, Any]]:
+        """Objects to create beside applying `wanted` (one of team_objects') so that the `live`
+        object comes to hold what applying cannot write (Volcano opens and closes a Queue by a
+        Command); [] when it holds it."""
         ...
 
     def workload_labels(self, *, priority: TierName) -> dict[str, str]:
         """The labels a workload's queued object carries: its team queue and priority tier."""
+        ...
+
+    def shape(self, objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
+        """A workload's objects (its kind's build) as this queue runs them, in the order to create them."""
         ...
 
     def admission(self, objects: Sequence[dict[str, Any]], *, per_unit: Mapping[str, int] | None = None) -> Admission:

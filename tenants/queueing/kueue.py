@@ -33,7 +33,7 @@ from tenants.manifests import (
     platform_labels,
     team_meta,
 )
-from tenants.queueing.base import Admission, PendingEntry, QueueUsage, lent_shared
+from tenants.queueing.base import Admission, PendingEntry, QueuedWorkload, QueueUsage, lent_shared
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 # Kueue's on-demand visibility API: served by Kueue's visibility server through an APIService.
@@ -258,7 +258,9 @@ class KueueBackend:
     position_words: str = "Kueue's visibility API"
     platform_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "ResourceFlavor"), (KUEUE, "WorkloadPriorityClass"))
     team_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "ClusterQueue"), (KUEUE, "LocalQueue"))
+    team_queue_kind: tuple[str, str] = (KUEUE, "ClusterQueue")
     workload_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "Workload"),)
+    flavor_alternatives: bool = True
 
     def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
         return [*(make_resource_flavor(flavor=flavor) for flavor in flavors),
@@ -267,11 +269,14 @@ class KueueBackend:
     def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:
         return [make_cluster_queue(team=team), make_local_queue(team=team)]
 
-    def team_root(self, *, name: str) -> tuple[str, str, str]:
-        return KUEUE, "ClusterQueue", name
+    def settle(self, wanted: dict[str, Any], live: dict[str, Any] | None, *, team: TeamSpec) -> list[dict[str, Any]]:
+        return []  # a hold is the LocalQueue's stopPolicy, which applying writes
 
     def workload_labels(self, *, priority: TierName) -> dict[str, str]:
         return {QUEUE_LABEL: QUEUE_NAME, PRIORITY_LABEL: f"gpu-portal-{priority}"}
+
+    def shape(self, objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
+        return list(objects)  # the kinds build suspended Jobs and gated pods carrying workload_labels: Kueue's own
 
     def admission(self, objects: Sequence[dict[str, Any]], *, per_unit: Mapping[str, int] | None = None) -> Admission:
         return admission(objects, per_unit)

@@ -1,69 +1,109 @@
-"""Volcano as a queue backend: the team Queue, a workload's PodGroup and what Volcano says of them.
+"""Volcano as the portal's queue backend (PORTAL_QUEUE_BACKEND=volcano).
 
-Not selectable yet (BACKENDS names Kueue only): the builders and readers here are proven against
-a real Volcano (tests/cluster's control plane with `queue_backend="volcano"`), but workloads do not
-yet run through them. Left to do: jobs.services shaping a launch with `shape` and the sync reading
-PodGroups (they carry the workload's label, not an owner reference); the team pass applying
-Queues and holding a team by closing its Queue (a bus.volcano.sh Command, which Volcano 1.10's
-admission webhook enforces); bounding each flavor's use where flavors share a resource; the
-simulated cluster modelling Volcano.
-
-How the portal's model maps onto Volcano 1.10 (the release the suite builds), with the capacity
-plugin of deploy/volcano/volcano-scheduler.conf:
-- A team is a cluster-scoped Queue named as its Kueue ClusterQueue would be. Its guarantee is
-  `deserved` (what reclaim gives back under contention); a team that may not borrow has
-  `capability` equal to it; a team that does not lend has its guarantee reserved (`guarantee`),
+How the portal's model maps onto Volcano 1.10 (the release the suite builds and the docs name), with
+the capacity plugin of deploy/volcano/volcano-scheduler.conf:
+- Volcano has no ResourceFlavor and a Queue counts resources, not flavors: A100 and H100 units both
+  ask for `nvidia.com/gpu`. So a team gets one Queue per flavor, named after its Kueue ClusterQueue
+  and the flavor (`queue_name`), each deserving the team's guarantee of that flavor: every flavor's
+  quota holds on its own. Which nodes a workload runs on is its pods' placement, which the portal
+  writes (the flavor's node labels and tolerations); a launch names one flavor (no alternatives).
+- A Queue's guarantee is `deserved` (what reclaim gives back under contention); a team that may
+  not borrow has `capability` equal to it; a team that does not lend has it reserved (`guarantee`),
   which no other queue can use. A queue is `reclaimable`: what it borrowed goes back to its owner.
-- Volcano has no ResourceFlavor: a Queue counts resources, not flavors, so every flavor asking for
-  one resource (A100 and H100 both `nvidia.com/gpu`) adds to one amount. Which nodes a workload
-  runs on is its pods' placement, which the portal already writes (the flavor's node labels and
-  tolerations); which flavor a PodGroup is for is its FLAVOR_LABEL.
-- A workload is a PodGroup in the team's namespace naming the Queue, with `minMember` the pods
-  that must start together (a distributed training's workers: all or none); its pods carry
-  GROUP_ANNOTATION and `schedulerName: volcano`. Volcano's phases: Pending (not let in), Inqueue
-  (let in, being placed), Running; its Unschedulable condition says why not in Volcano's words.
+- A hold closes the team's Queues (a bus.volcano.sh Command, `settle`): Volcano's admission then
+  refuses new pods in them, while what runs goes on. The hold is an annotation on each Queue, so the
+  team pass sees a Queue opened or closed behind its back and sets it right again.
+- A workload is a PodGroup in the team's namespace naming its flavor's Queue, with `minMember` the
+  pods that must start together (a distributed training's workers: all or none); its pods carry
+  GROUP_ANNOTATION and `schedulerName: volcano`; a batch Job is not suspended (Volcano holds the pods
+  themselves). The PodGroup carries the workload's labels: it has no owner reference to match by.
+  Volcano's phases: Pending (not let into its queue), Inqueue (let in, being placed), Running; its
+  Unschedulable condition says why not, in Volcano's words.
+The builders here are pure; `usage` and `pending` read the cluster through portal.kube.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tenants.manifests import TEAM_LABEL, TeamSpec, team_meta
-from tenants.queueing.base import Admission, PendingEntry, QueueUsage, lent_shared
+from portal.kube import KubeError, gateway
+from tenants.manifests import (
+    MANAGED_BY_LABEL,
+    MANAGER,
+    PRIORITY_TIERS,
+    TEAM_LABEL,
+    FlavorQuota,
+    FlavorSpec,
+    PriorityTier,
+    TeamSpec,
+    TierName,
+    team_meta,
+)
+from tenants.queueing.base import Admission, PendingEntry, QueuedWorkload, QueueUsage, lent_shared
 
 SCHEDULING = "scheduling.volcano.sh/v1beta1"
+BUS = "bus.volcano.sh/v1alpha1"
 SCHEDULER_NAME = "volcano"
 # On a pod: the PodGroup it belongs to (Volcano's scheduler places a group's pods together).
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
-# On a PodGroup: the flavor it was launched on (its pods' placement), since Volcano has no flavors.
+# On a Queue and a PodGroup: the flavor it is for, since Volcano has no flavors.
 FLAVOR_LABEL = "gpu-portal.io/flavor"
+# On a Queue: whether the team is held ("true") and its Queue should be closed.
+HELD_ANNOTATION = "gpu-portal.io/held"
+MANAGED = {MANAGED_BY_LABEL: MANAGER}
+CLOSED_STATES = ("Closed", "Closing")
 
 
-# --- A team's queue --------------------------------------------------------------------------------
+# --- A team's queues -------------------------------------------------------------------------------
 
 
-def guaranteed_amounts(team: TeamSpec) -> dict[str, int]:
-    """Per resource, the team's guarantee over every flavor asking for it: a Queue counts resources."""
-    amounts: dict[str, int] = defaultdict(int)
-    for quota in team.quotas:
-        for resource, amount in quota.flavor.quota(quota.nominal).items():
-            amounts[resource] += amount
-    return dict(amounts)
+def queue_name(team_queue: str, flavor: str) -> str:
+    """The Queue of a team's flavor: its ClusterQueue's name and the flavor's."""
+    return f"{team_queue}-{flavor}"
 
 
-def make_queue(*, team: TeamSpec) -> dict[str, Any]:
-    amounts = {resource: str(amount) for resource, amount in guaranteed_amounts(team).items()}
+def make_queue(*, team: TeamSpec, quota: FlavorQuota) -> dict[str, Any]:
+    """The team's Queue for one flavor: its guarantee of the flavor, per resource its units ask for."""
+    amounts = {resource: str(amount) for resource, amount in quota.flavor.quota(quota.nominal).items()}
     spec: dict[str, Any] = {"weight": 1, "reclaimable": True, "deserved": amounts}
     if not team.policy.may_borrow:
         spec["capability"] = dict(amounts)
     if not team.policy.lends_idle:
         spec["guarantee"] = {"resource": dict(amounts)}
-    return {"apiVersion": SCHEDULING, "kind": "Queue", "metadata": team_meta(team.cluster_queue, team, namespaced=False),
-            "spec": spec}
+    meta = team_meta(queue_name(team.cluster_queue, quota.flavor.name), team, namespaced=False,
+                     labels={**team.labels, FLAVOR_LABEL: quota.flavor.name})
+    meta["annotations"] = {**meta.get("annotations", {}), HELD_ANNOTATION: "true" if team.held else "false"}
+    return {"apiVersion": SCHEDULING, "kind": "Queue", "metadata": meta, "spec": spec}
+
+
+def queue_command(queue: dict[str, Any], *, close: bool, namespace: str) -> dict[str, Any]:
+    """The Command that opens or closes a Queue (Volcano's queue controller acts on it and deletes it)."""
+    meta = queue["metadata"]
+    action = "close" if close else "open"
+    return {
+        "apiVersion": BUS, "kind": "Command",
+        "metadata": {"name": f"{meta['name']}-{action}", "namespace": namespace, "labels": dict(MANAGED)},
+        "action": "CloseQueue" if close else "OpenQueue",
+        "target": {"apiVersion": SCHEDULING, "kind": "Queue", "name": meta["name"], "uid": meta.get("uid", ""),
+                   "controller": True},
+    }
+
+
+def settle(wanted: dict[str, Any], live: dict[str, Any] | None, *, namespace: str) -> list[dict[str, Any]]:
+    """The Command that brings a live Queue to the state its hold wants: closed while held, open
+    otherwise; none while it holds, or before Volcano has given it a state or the object a uid."""
+    if wanted.get("kind") != "Queue" or live is None or not live["metadata"].get("uid"):
+        return []
+    held = (wanted["metadata"].get("annotations") or {}).get(HELD_ANNOTATION) == "true"
+    state = (live.get("status") or {}).get("state", "")
+    if held and state not in CLOSED_STATES:
+        return [queue_command(live, close=True, namespace=namespace)]
+    if not held and state in CLOSED_STATES:
+        return [queue_command(live, close=False, namespace=namespace)]
+    return []
 
 
 # --- A workload's group ----------------------------------------------------------------------------
@@ -84,14 +124,14 @@ def pod_fields(*, group: str) -> tuple[dict[str, str], dict[str, Any]]:
     return {GROUP_ANNOTATION: group}, {"schedulerName": SCHEDULER_NAME}
 
 
-def shape(objects: Sequence[dict[str, Any]], *, name: str, namespace: str, queue: str, pods_together: int,
-          priority_class: str, flavor: str, labels: Mapping[str, str]) -> list[dict[str, Any]]:
+def shape(objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
     """A workload's objects (jobs.kinds' build) made Volcano's: its PodGroup first, the object
     owning its pods scheduled by Volcano in that group, and a batch Job not suspended (Kueue
     resumes one it admits; Volcano holds the pods themselves until the whole gang fits)."""
-    group = make_pod_group(name=name, namespace=namespace, queue=queue, min_member=pods_together,
-                           priority_class=priority_class, flavor=flavor, labels=labels)
-    annotations, fields = pod_fields(group=name)
+    group = make_pod_group(name=workload.name, namespace=workload.namespace,
+                           queue=queue_name(workload.team_queue, workload.flavor), min_member=workload.pods_together,
+                           priority_class=workload.priority_class, flavor=workload.flavor, labels=workload.labels)
+    annotations, fields = pod_fields(group=workload.name)
     shaped = []
     for obj in objects:
         template = (obj.get("spec") or {}).get("template")
@@ -102,7 +142,10 @@ def shape(objects: Sequence[dict[str, Any]], *, name: str, namespace: str, queue
             template["spec"].update(fields)
             obj["spec"].pop("suspend", None)
         shaped.append(obj)
-    return [group, *shaped]
+    # After what comes before the owner (a claim template, a Service, a Secret): the group just
+    # before the object whose pods it holds, so that it exists when they are made.
+    owner_at = next((i for i, obj in enumerate(shaped) if (obj.get("spec") or {}).get("template") is not None), len(shaped))
+    return [*shaped[:owner_at], group, *shaped[owner_at:]]
 
 
 # --- What Volcano says of a workload -------------------------------------------------------------------
@@ -151,35 +194,81 @@ def admission(groups: Sequence[dict[str, Any]]) -> Admission:
 
 
 def queue_usage(queues: Iterable[dict[str, Any]], *, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
-    """Per team: its Queue's guarantee, use and borrowing per resource (the flavor is blank where it
-    stands for every flavor asking for the resource). What a queue lends is not reported: as for
-    Kueue, the teams' borrowing is shared among the lenders by their idle guarantee."""
+    """Per team: each of its flavor Queues' guarantee, use and borrowing per resource. What a queue
+    lends is not reported: as for Kueue, the teams' borrowing of a flavor is shared among its
+    lenders by their idle guarantee."""
     teams: list[str] = []
     usage: list[QueueUsage] = []
     for queue in queues:
         meta = queue.get("metadata") or {}
-        name = str((meta.get("labels") or {}).get(TEAM_LABEL, meta.get("name", "")))
+        labels = meta.get("labels") or {}
+        name = str(labels.get(TEAM_LABEL, meta.get("name", "")))
         spec, status = queue.get("spec") or {}, queue.get("status") or {}
         allocated = status.get("allocated") or {}
         lends = not (spec.get("guarantee") or {}).get("resource")
         for resource, amount in (spec.get("deserved") or {}).items():
             guaranteed, used = int(float(amount)), int(float(allocated.get(resource, 0)))
             teams.append(name)
-            usage.append(QueueUsage(flavor="", resource=resource, guaranteed=guaranteed, in_use=used,
-                                    borrowed=max(used - guaranteed, 0), lent=0,
+            usage.append(QueueUsage(flavor=str(labels.get(FLAVOR_LABEL, "")), resource=resource, guaranteed=guaranteed,
+                                    in_use=used, borrowed=max(used - guaranteed, 0), lent=0,
                                     idle=max(guaranteed - used, 0) if lends else 0))
     wanted = set(slugs) if slugs is not None else None
     return {team: found for team, found in lent_shared(usage, teams).items() if wanted is None or team in wanted}
 
 
-def pending_groups(groups: Iterable[dict[str, Any]], *, queue: str,
-                   priorities: Mapping[str, int]) -> list[PendingEntry]:
-    """A Queue's waiting PodGroups in the order Volcano tries them: higher priority first, then
-    older (the priority plugin's job order, then creation); `priorities`: PriorityClass values."""
-    waiting = [g for g in groups if (g.get("spec") or {}).get("queue") == queue
-               and (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue")]
+def pending_groups(groups: Iterable[dict[str, Any]], *, priorities: Mapping[str, int]) -> list[PendingEntry]:
+    """The waiting PodGroups of a team's namespace in the order Volcano tries them in each of its
+    Queues: higher priority first, then older (the priority plugin's job order, then creation),
+    each counted from 0 in its own Queue; `priorities`: PriorityClass values."""
+    waiting = [g for g in groups if (g.get("status") or {}).get("phase", "Pending") in ("Pending", "Inqueue")]
     waiting.sort(key=lambda g: (-priorities.get((g.get("spec") or {}).get("priorityClassName", ""), 0),
                                 (g.get("metadata") or {}).get("creationTimestamp", "")))
-    return [PendingEntry(namespace=(g.get("metadata") or {}).get("namespace", ""),
-                         owners=((g.get("metadata") or {}).get("name", ""),), position=position)
-            for position, g in enumerate(waiting)]
+    ahead: dict[str, int] = {}
+    entries = []
+    for group in waiting:
+        queue = (group.get("spec") or {}).get("queue", "")
+        entries.append(PendingEntry(namespace=(group.get("metadata") or {}).get("namespace", ""),
+                                    owners=((group.get("metadata") or {}).get("name", ""),), position=ahead.get(queue, 0)))
+        ahead[queue] = ahead.get(queue, 0) + 1
+    return entries
+
+
+class VolcanoBackend:
+    name: str = "volcano"
+    label: str = "Volcano"
+    position_words: str = "Volcano's order of its queue's waiting pod groups"
+    platform_kinds: tuple[tuple[str, str], ...] = ()  # the tiers are the PriorityClasses every backend has
+    team_kinds: tuple[tuple[str, str], ...] = ((SCHEDULING, "Queue"),)
+    team_queue_kind: tuple[str, str] = (SCHEDULING, "Queue")
+    workload_kinds: tuple[tuple[str, str], ...] = ((SCHEDULING, "PodGroup"),)
+    flavor_alternatives: bool = False
+
+    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
+        return []
+
+    def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:
+        return [make_queue(team=team, quota=quota) for quota in team.quotas]
+
+    def settle(self, wanted: dict[str, Any], live: dict[str, Any] | None, *, team: TeamSpec) -> list[dict[str, Any]]:
+        return settle(wanted, live, namespace=team.namespace)
+
+    def workload_labels(self, *, priority: TierName) -> dict[str, str]:
+        return {}  # the PodGroup names the queue and the tier
+
+    def shape(self, objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
+        return shape(objects, workload=workload)
+
+    def admission(self, objects: Sequence[dict[str, Any]], *, per_unit: Mapping[str, int] | None = None) -> Admission:
+        return admission(objects)
+
+    def usage(self, *, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
+        items, _ = gateway().list(SCHEDULING, "Queue", labels=MANAGED)
+        return queue_usage(items, slugs=slugs)
+
+    def pending(self, *, team_queue: str) -> list[PendingEntry] | None:
+        """The waiting groups of the team's namespace (named as its queues are)."""
+        try:
+            groups, _ = gateway().list(SCHEDULING, "PodGroup", namespace=team_queue, labels=MANAGED)
+        except KubeError:
+            return None
+        return pending_groups(groups, priorities={tier.object_name: tier.value for tier in PRIORITY_TIERS})

@@ -174,7 +174,7 @@ def test_the_periodic_pass_reports_as_reads_the_lists_it_made():
 
         result = reconcile.cluster_reconcile()
 
-        assert result.reads == counting.calls["list"] - before == len(reconcile.OWNED_KINDS)
+        assert result.reads == counting.calls["list"] - before == len(reconcile.owned_kinds())
     finally:
         reset_gateway(None)
 

@@ -74,12 +74,12 @@ def test_the_periodic_pass_reads_directly_only_the_teams_it_did_not_find_by_labe
     counting = CountingGateway(simulated)
     reset_gateway(counting)  # the simulated fixture drops it again afterwards
     reconcile.cluster_reconcile()
-    assert counting.total == len(reconcile.OWNED_KINDS)  # one list per kind and not a single get
+    assert counting.total == len(reconcile.owned_kinds())  # one list per kind and not a single get
 
     TeamFactory(slug="recsys", name="Recsys")
     calls = counting.total
     result = reconcile.cluster_reconcile()
-    assert counting.total - calls == len(reconcile.OWNED_KINDS) + 2 + 10  # its namespace and queue read, its 10 objects applied
+    assert counting.total - calls == len(reconcile.owned_kinds()) + 2 + 10  # its namespace and queue read, its 10 objects applied
     assert len(result.applied) == 10 and not result.errors
 
 

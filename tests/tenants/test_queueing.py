@@ -1,4 +1,4 @@
-"""The queue backend seam (tenants/queueing/): chosen by PORTAL_QUEUE_BACKEND, Kueue the first."""
+"""The queue backend seam (tenants/queueing/): chosen by PORTAL_QUEUE_BACKEND, Kueue or Volcano."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from django.test import override_settings
 from jobs import services
 from tenants import desired, queueing
 from tenants.manifests import FlavorSpec, PriorityTier, TeamSpec, TierName
-from tenants.queueing.base import Admission, PendingEntry, QueueBackend, QueueUsage
+from tenants.queueing.base import Admission, PendingEntry, QueueBackend, QueuedWorkload, QueueUsage
 from tenants.queueing.kueue import KueueBackend
+from tenants.queueing.volcano import VolcanoBackend
 from tests.factories import TeamFactory
 from tests.helpers import launch, make_ready
 
@@ -25,9 +26,10 @@ def test_the_site_runs_kueue_unless_told_otherwise():
 
 
 def test_a_queue_backend_the_portal_does_not_have_stops_the_start_with_a_sentence():
-    with pytest.raises(ImproperlyConfigured, match="PORTAL_QUEUE_BACKEND is “volcano”, which is not a queue backend the "
-                                                   "portal has; set it to one of: kueue."):
-        queueing.chosen("volcano")
+    assert isinstance(queueing.chosen("volcano"), VolcanoBackend)
+    with pytest.raises(ImproperlyConfigured, match="PORTAL_QUEUE_BACKEND is “slurm”, which is not a queue backend the "
+                                                   "portal has; set it to one of: kueue, volcano."):
+        queueing.chosen("slurm")
 
 
 def test_kueue_says_what_the_portal_says_of_a_workload_it_does_not_know_yet():
@@ -43,7 +45,9 @@ class OtherQueue:
     position_words = "the other queue's order"
     platform_kinds: tuple[tuple[str, str], ...] = (("other.example.com/v1", "Tier"),)
     team_kinds: tuple[tuple[str, str], ...] = (("other.example.com/v1", "Queue"),)
+    team_queue_kind: tuple[str, str] = ("other.example.com/v1", "Queue")
     workload_kinds: tuple[tuple[str, str], ...] = (("other.example.com/v1", "Group"),)
+    flavor_alternatives = False
 
     def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
         return [{"apiVersion": "other.example.com/v1", "kind": "Tier", "metadata": {"name": tier.object_name}} for tier in tiers]
@@ -52,11 +56,14 @@ class OtherQueue:
         return [{"apiVersion": "other.example.com/v1", "kind": "Queue", "metadata": {"name": team.slug},
                  "spec": {"closed": team.held}}]
 
-    def team_root(self, *, name: str) -> tuple[str, str, str]:
-        return "other.example.com/v1", "Queue", name
+    def settle(self, wanted: dict[str, Any], live: dict[str, Any] | None, *, team: TeamSpec) -> list[dict[str, Any]]:
+        return []
 
     def workload_labels(self, *, priority: TierName) -> dict[str, str]:
         return {"other.example.com/queue": "team", "other.example.com/tier": priority}
+
+    def shape(self, objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
+        return list(objects)
 
     def admission(self, objects: Sequence[dict[str, Any]], *, per_unit: Mapping[str, int] | None = None) -> Admission:
         return Admission(waiting="Waiting for the other queue")

@@ -1,4 +1,4 @@
-"""Volcano's builders and readers (tenants/queueing/volcano.py): the team Queue a team's grants make,
+"""Volcano's builders and readers (tenants/queueing/volcano.py): the Queues a team's grants make,
 the PodGroup a workload gets, and what the portal reads back, first as pure functions, then on a
 real Volcano (tests/cluster's control plane with Volcano as its queue backend)."""
 
@@ -15,6 +15,7 @@ from jobs.manifests import Placement, WorkloadSpec
 from tenants import manifests as m
 from tenants.catalog import UnitResource
 from tenants.queueing import volcano
+from tenants.queueing.base import QueuedWorkload
 from tests.cluster.harness import ANNOTATION_OUTCOME, wait_for
 
 H100 = m.FlavorSpec(name="h100-80gb", resource_name="nvidia.com/gpu", capacity=16, node_labels={"gpu": "h100"})
@@ -29,15 +30,45 @@ def team(*quotas: tuple[m.FlavorSpec, int], policy: m.TeamPolicy | None = None, 
                       policy=policy or m.TeamPolicy())
 
 
-def test_a_teams_queue_deserves_its_guarantee_summed_per_resource_over_the_flavors_asking_for_it():
-    queue = volcano.make_queue(team=team((H100, 4), (A100, 2), (MIG, 7), (CGPU, 2)))
-    assert queue["kind"] == "Queue" and queue["metadata"]["name"] == "vision"
-    assert "namespace" not in queue["metadata"]  # cluster-scoped, as a ClusterQueue
-    assert queue["metadata"]["labels"] == {m.MANAGED_BY_LABEL: m.MANAGER, m.TEAM_LABEL: "vision"}
-    assert queue["metadata"]["annotations"] == {m.TEAM_UID_ANNOTATION: "uid-1"}
-    assert queue["spec"] == {"weight": 1, "reclaimable": True, "deserved": {
-        "nvidia.com/gpu": "6", "nvidia.com/mig-1g.10gb": "7", "aliyun.com/gpu-mem": "12",
-        "aliyun.com/gpu-core.percentage": "50"}}
+def test_a_team_has_a_queue_per_flavor_deserving_its_guarantee_of_that_flavor_alone():
+    """A100 and H100 both ask for nvidia.com/gpu: one Queue for both would let the team run 6 H100s
+    on a guarantee of 4, so each flavor's quota is a Queue of its own."""
+    queues = volcano.VolcanoBackend().team_objects(team=team((H100, 4), (A100, 2), (MIG, 7), (CGPU, 2)))
+    assert [q["metadata"]["name"] for q in queues] == ["vision-h100-80gb", "vision-a100-80gb", "vision-a100-1g-10gb",
+                                                       "vision-a10-cgpu"]
+    h100, a100, mig, cgpu = queues
+    assert h100["kind"] == "Queue" and "namespace" not in h100["metadata"]  # cluster-scoped, as a ClusterQueue
+    assert h100["metadata"]["labels"] == {m.MANAGED_BY_LABEL: m.MANAGER, m.TEAM_LABEL: "vision",
+                                          volcano.FLAVOR_LABEL: "h100-80gb"}
+    assert h100["metadata"]["annotations"] == {m.TEAM_UID_ANNOTATION: "uid-1", volcano.HELD_ANNOTATION: "false"}
+    assert h100["spec"] == {"weight": 1, "reclaimable": True, "deserved": {"nvidia.com/gpu": "4"}}
+    assert a100["spec"]["deserved"] == {"nvidia.com/gpu": "2"} and mig["spec"]["deserved"] == {"nvidia.com/mig-1g.10gb": "7"}
+    assert cgpu["spec"]["deserved"] == {"aliyun.com/gpu-mem": "12", "aliyun.com/gpu-core.percentage": "50"}
+
+
+def test_a_held_team_wants_its_queues_closed_and_the_pass_closes_or_opens_them_by_a_command():
+    wanted = volcano.VolcanoBackend().team_objects(team=team((H100, 4)))[0]
+    held = volcano.VolcanoBackend().team_objects(team=m.TeamSpec(slug="vision", uid="uid-1", held=True, quotas=(
+        m.FlavorQuota(flavor=H100, nominal=4),)))[0]
+    assert held["metadata"]["annotations"][volcano.HELD_ANNOTATION] == "true"
+
+    def live(state):
+        return {**wanted, "metadata": {**wanted["metadata"], "uid": "q-uid"}, "status": {"state": state} if state else {}}
+
+    spec = team((H100, 4))
+    backend = volcano.VolcanoBackend()
+    assert backend.settle(wanted, live("Open"), team=spec) == [] and backend.settle(held, live("Closed"), team=spec) == []
+    assert backend.settle(held, live("Closing"), team=spec) == []  # closed once its groups are gone
+    (close,) = backend.settle(held, live("Open"), team=spec)
+    assert close == {"apiVersion": "bus.volcano.sh/v1alpha1", "kind": "Command",
+                     "metadata": {"name": "vision-h100-80gb-close", "namespace": "vision",
+                                  "labels": {m.MANAGED_BY_LABEL: m.MANAGER}},
+                     "action": "CloseQueue", "target": {"apiVersion": volcano.SCHEDULING, "kind": "Queue",
+                                                        "name": "vision-h100-80gb", "uid": "q-uid", "controller": True}}
+    (reopen,) = backend.settle(wanted, live("Closed"), team=spec)
+    assert reopen["action"] == "OpenQueue" and reopen["metadata"]["name"] == "vision-h100-80gb-open"
+    assert backend.settle(held, None, team=spec) == []  # not made yet: the next pass closes it
+    assert backend.settle(held, live(""), team=spec)[0]["action"] == "CloseQueue"  # made, not opened yet
 
 
 @pytest.mark.parametrize(("may_borrow", "lends_idle", "capped", "reserved"),
@@ -45,7 +76,8 @@ def test_a_teams_queue_deserves_its_guarantee_summed_per_resource_over_the_flavo
                           (False, False, True, True)])
 def test_a_team_that_may_not_borrow_is_capped_at_its_guarantee_and_one_that_does_not_lend_reserves_it(
         may_borrow, lends_idle, capped, reserved):
-    queue = volcano.make_queue(team=team((H100, 4), policy=m.TeamPolicy(may_borrow=may_borrow, lends_idle=lends_idle)))
+    spec = team((H100, 4), policy=m.TeamPolicy(may_borrow=may_borrow, lends_idle=lends_idle))
+    queue = volcano.make_queue(team=spec, quota=spec.quotas[0])
     assert ("capability" in queue["spec"]) == capped
     assert ("guarantee" in queue["spec"]) == reserved
     if capped:
@@ -90,13 +122,13 @@ def test_usage_gives_each_team_its_guarantee_use_and_borrowing_and_shares_the_bo
         spec: dict[str, dict] = {"deserved": {"nvidia.com/gpu": str(deserved)}}
         if not lends:
             spec["guarantee"] = {"resource": spec["deserved"]}
-        return {"metadata": {"name": name, "labels": {m.TEAM_LABEL: name}}, "spec": spec,
+        return {"metadata": {"name": name, "labels": {m.TEAM_LABEL: name, volcano.FLAVOR_LABEL: "h100"}}, "spec": spec,
                 "status": {"allocated": {"nvidia.com/gpu": str(allocated), "cpu": "4"}}}
 
     found = volcano.queue_usage([queue("vision", 4, 7), queue("nlp", 4, 1), queue("speech", 2, 0),
                                  queue("audio", 4, 0, lends=False)])
     vision, nlp, speech, audio = (found[t][0] for t in ("vision", "nlp", "speech", "audio"))
-    assert (vision.guaranteed, vision.in_use, vision.borrowed, vision.lent) == (4, 7, 3, 0)
+    assert (vision.flavor, vision.guaranteed, vision.in_use, vision.borrowed, vision.lent) == ("h100", 4, 7, 3, 0)
     assert (nlp.idle, speech.idle, audio.idle) == (3, 2, 0)  # audio does not lend
     assert (nlp.lent, speech.lent, audio.lent) == (2, 1, 0)  # vision's 3 borrowed, by idle guarantee 3:2
     assert set(volcano.queue_usage([queue("vision", 4, 7), queue("nlp", 4, 1)], slugs=["nlp"])) == {"nlp"}
@@ -107,12 +139,13 @@ def test_waiting_groups_are_listed_in_the_order_volcano_tries_them():
         return {"metadata": {"name": name, "namespace": "gpu-vision", "creationTimestamp": created},
                 "spec": {"queue": queue, "priorityClassName": tier}, "status": {"phase": phase}}
 
-    groups = [group("old", "vision", "2026-11-28T09:00:00Z"), group("new", "vision", "2026-11-28T09:05:00Z"),
-              group("urgent", "vision", "2026-11-28T09:10:00Z", tier="gpu-portal-high"),
-              group("running", "vision", "2026-11-28T08:00:00Z", phase="Running"),
-              group("theirs", "nlp", "2026-11-28T08:00:00Z")]
-    order = volcano.pending_groups(groups, queue="vision", priorities={t.object_name: t.value for t in m.PRIORITY_TIERS})
-    assert [(e.owners, e.position) for e in order] == [(("urgent",), 0), (("old",), 1), (("new",), 2)]
+    groups = [group("old", "vision-h100", "2026-11-28T09:00:00Z"), group("new", "vision-h100", "2026-11-28T09:05:00Z"),
+              group("urgent", "vision-h100", "2026-11-28T09:10:00Z", tier="gpu-portal-high"),
+              group("running", "vision-h100", "2026-11-28T08:00:00Z", phase="Running"),
+              group("on-a100", "vision-a100", "2026-11-28T09:07:00Z")]
+    order = volcano.pending_groups(groups, priorities={t.object_name: t.value for t in m.PRIORITY_TIERS})
+    # Each counted in its own flavor's queue: the A100 one waits behind nothing.
+    assert [(e.owners, e.position) for e in order] == [(("urgent",), 0), (("old",), 1), (("new",), 2), (("on-a100",), 0)]
 
 
 # --- On a real Volcano ---------------------------------------------------------------------------------
@@ -145,18 +178,19 @@ def test_on_volcano_a_teams_queue_admits_its_guarantee_and_the_portal_reads_why_
     pool = f"h100-{sfx}"
     volcano_control_plane.add_gpu_node(f"vc-h100-{sfx}", labels={"gpu": pool}, allocatable={"nvidia.com/gpu": "4"})
     api, core, batch = custom["custom"], custom["core"], custom["batch"]
-    api.create_cluster_custom_object(*SCHEDULING, "queues", volcano.make_queue(team=spec))
+    api.create_cluster_custom_object(*SCHEDULING, "queues", volcano.make_queue(team=spec, quota=spec.quotas[0]))
+    queue = volcano.queue_name(spec.cluster_queue, H100.name)
     core.create_namespace({"metadata": {"name": spec.namespace}})
     wait_for(lambda: core.read_namespaced_service_account("default", spec.namespace), timeout=30,
              message="the namespace's default ServiceAccount")
 
     def read_queue():
-        return api.get_cluster_custom_object(*SCHEDULING, "queues", spec.cluster_queue)
+        return api.get_cluster_custom_object(*SCHEDULING, "queues", queue)
 
     wait_for(lambda: (read_queue().get("status") or {}).get("state") == "Open", timeout=30, message="the queue to open")
 
     def launch(name):
-        group = volcano.make_pod_group(name=name, namespace=spec.namespace, queue=spec.cluster_queue, min_member=2,
+        group = volcano.make_pod_group(name=name, namespace=spec.namespace, queue=queue, min_member=2,
                                        priority_class="gpu-portal-normal", flavor=H100.name, labels=spec.labels)
         api.create_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups", group)
         annotations, fields = volcano.pod_fields(group=name)
@@ -187,20 +221,25 @@ def test_on_volcano_a_teams_queue_admits_its_guarantee_and_the_portal_reads_why_
         "Waiting for room"), timeout=60, message="the second gang's pods made and read as waiting for room")
     assert not [p for p in second_pods() if p.spec.node_name]
     groups = api.list_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups")["items"]
-    assert [e.owners for e in volcano.pending_groups(groups, queue=spec.cluster_queue, priorities={})] == [("second",)]
+    assert [e.owners for e in volcano.pending_groups(groups, priorities={})] == [("second",)]
     core.delete_namespace(spec.namespace)
-    api.delete_cluster_custom_object(*SCHEDULING, "queues", spec.cluster_queue)
+    api.delete_cluster_custom_object(*SCHEDULING, "queues", queue)
+
+
+def queued(spec: WorkloadSpec, *, team_queue: str, flavor: str) -> QueuedWorkload:
+    return QueuedWorkload(name=spec.name, namespace=spec.namespace, team_queue=team_queue, flavor=flavor,
+                          pods_together=spec.workers, priority_class="gpu-portal-normal", labels=spec.labels)
 
 
 def test_a_workloads_objects_shaped_for_volcano_put_its_pods_in_one_group_scheduled_by_volcano():
     spec = WorkloadSpec(workload_id=7, name="wl-7", namespace="vision", team="vision", kind="distributed",
                         image="registry.invalid/train:1", command=(), args=(), env=(), gpu=(("nvidia.com/gpu", 1),),
                         workers=3, placements=(Placement(node_labels=(("gpu", "h100"),)),))
-    built = kinds.workload_objects(spec=spec)
-    shaped = volcano.shape(built, name=spec.name, namespace=spec.namespace, queue="vision", pods_together=3,
-                           priority_class="gpu-portal-normal", flavor="h100-80gb", labels=spec.labels)
-    group, service, job = shaped
-    assert group["kind"] == "PodGroup" and group["spec"]["minMember"] == 3 and group["spec"]["queue"] == "vision"
+    built = kinds.workload_objects(spec=spec)  # the site runs Kueue: a suspended Job
+    shaped = volcano.shape(built, workload=queued(spec, team_queue="vision", flavor="h100-80gb"))
+    service, group, job = shaped
+    assert group["kind"] == "PodGroup" and group["spec"]["minMember"] == 3
+    assert group["spec"]["queue"] == "vision-h100-80gb"
     assert service == built[0]  # untouched
     assert "suspend" not in job["spec"] and built[1]["spec"]["suspend"] is True  # a copy: the build is not changed
     template = job["spec"]["template"]
@@ -220,7 +259,7 @@ def test_on_volcano_a_distributed_training_the_portal_builds_starts_all_its_work
     pool = f"h100-{sfx}"
     volcano_control_plane.add_gpu_node(f"vd-h100-{sfx}", labels={"gpu": pool}, allocatable={"nvidia.com/gpu": str(room)})
     api, core = custom["custom"], custom["core"]
-    api.create_cluster_custom_object(*SCHEDULING, "queues", volcano.make_queue(team=spec_team))
+    api.create_cluster_custom_object(*SCHEDULING, "queues", volcano.make_queue(team=spec_team, quota=spec_team.quotas[0]))
     core.create_namespace({"metadata": {"name": spec_team.namespace}})
     wait_for(lambda: core.read_namespaced_service_account("default", spec_team.namespace), timeout=30,
              message="the namespace's default ServiceAccount")
@@ -229,9 +268,8 @@ def test_on_volcano_a_distributed_training_the_portal_builds_starts_all_its_work
                         gpu=(("nvidia.com/gpu", 1),), cpu=1, memory_gib=1, workers=3,
                         placements=(Placement(node_labels=(("gpu", pool),)),),
                         annotations=((ANNOTATION_OUTCOME, "Running"),))
-    objects = volcano.shape(kinds.workload_objects(spec=spec), name=spec.name, namespace=spec.namespace,
-                            queue=spec_team.cluster_queue, pods_together=spec.workers, priority_class="gpu-portal-normal",
-                            flavor=H100.name, labels=spec.labels)
+    objects = volcano.shape(kinds.workload_objects(spec=spec),
+                            workload=queued(spec, team_queue=spec_team.cluster_queue, flavor=H100.name))
     for obj in objects:
         if obj["kind"] == "PodGroup":
             api.create_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups", obj)
@@ -253,4 +291,4 @@ def test_on_volcano_a_distributed_training_the_portal_builds_starts_all_its_work
                  timeout=60, message="all three workers made and the gang read as waiting for room")
         assert not [p for p in pods() if p.spec.node_name]
     core.delete_namespace(spec.namespace)
-    api.delete_cluster_custom_object(*SCHEDULING, "queues", spec_team.cluster_queue)
+    api.delete_cluster_custom_object(*SCHEDULING, "queues", volcano.queue_name(spec_team.cluster_queue, H100.name))
