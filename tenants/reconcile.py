@@ -42,6 +42,8 @@ from tenants.queueing import backend
 log = logging.getLogger(__name__)
 
 MANAGED = {manifests.MANAGED_BY_LABEL: manifests.MANAGER}
+
+
 def owned_kinds() -> tuple[tuple[str, str], ...]:
     """Every kind the portal owns, in the order objects are created (and the reverse for deletion):
     the site's queue backend's among them."""
@@ -121,9 +123,7 @@ def team_reconcile(*, team_id: int) -> bool:
     try:
         team_roots_check(spec)
         for obj in team_objects(spec):
-            applied = cluster.apply(obj)
-            for extra in backend().settle(obj, applied, team=spec):
-                cluster.apply(extra)
+            cluster.apply(obj)
     except NotOwned as refusal:
         log.warning("team %s not provisioned: %s", team.slug, refusal)
         _mark_failed(team_id, refusal)
@@ -283,7 +283,7 @@ def cluster_reconcile(*, store: KindStore | None = None) -> PassResult:
         wanted_by_team[spec.uid] = {ref_of(obj) for obj in objects}
         if _team_roots_ours(team_id, team, spec, live, result):
             wanted.update((ref_of(obj), obj) for obj in objects)
-            _team_converge(team_id, team, spec, objects, live, result, confirm=confirm)
+            _team_converge(team_id, team, objects, live, result, confirm=confirm)
 
     _prune(live, wanted, wanted_by_team, result)
     heartbeat_record(name=TEAM_PASS)
@@ -315,13 +315,13 @@ def _team_roots_ours(team_id: int, team: Team, spec: manifests.TeamSpec, live: d
     return True
 
 
-def _team_converge(team_id: int, team: Team, spec: manifests.TeamSpec, objects: list[dict[str, Any]],
-                   live: dict[ObjectRef, dict[str, Any]], result: PassResult, *, confirm: bool) -> None:
+def _team_converge(team_id: int, team: Team, objects: list[dict[str, Any]], live: dict[ObjectRef, dict[str, Any]],
+                   result: PassResult, *, confirm: bool) -> None:
     """Writes the team's objects that differ, in order, stopping at the first the cluster refuses;
     a team all of whose objects hold is marked applied at the version it was built from."""
     for obj in objects:
         try:
-            _converge(obj, live, result, confirm=confirm, team=spec)
+            _converge(obj, live, result, confirm=confirm)
         except KubeError as error:
             result.errors[team.slug] = str(error)
             _mark_failed(team_id, error)
@@ -376,32 +376,20 @@ def _prunable(
     return ref not in wanted_by_team.get(uid, set())
 
 
-def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result: PassResult, *, confirm: bool,
-              team: manifests.TeamSpec | None = None) -> None:
-    """Applies `obj` if what `live` shows of it lacks anything wanted, and makes what the queue
-    backend needs besides for a team's object to hold (`settle`). With `confirm` (`live` is a
-    store), the object is read directly first: the store may not have caught up yet."""
+def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result: PassResult, *, confirm: bool) -> None:
+    """Applies `obj` if what `live` shows of it lacks anything wanted. With `confirm` (`live` is
+    a store), the object is read directly first: the store may not have caught up yet."""
     ref = ref_of(obj)
     current = live.get(ref)
-
-    def holds(current: dict[str, Any] | None) -> bool:
-        return current is not None and contains(current, obj) and not (
-            team is not None and backend().settle(obj, current, team=team))
-
-    if holds(current):
+    if current is not None and contains(current, obj):
         return
     if confirm:
         current = gateway().get(ref)
-        if holds(current):
+        if current is not None and contains(current, obj):
             result.confirmed += 1
             return
-    if current is None or not contains(current, obj):
-        _apply(obj, current)
-        result.applied.append(str(ref))
-    if team is not None:
-        for extra in backend().settle(obj, current, team=team):
-            gateway().apply(extra)
-            result.applied.append(str(ref_of(extra)))
+    _apply(obj, current)
+    result.applied.append(str(ref))
 
 
 class StorePasses:

@@ -117,12 +117,6 @@ class QueueBackend(Protocol):
         """The team's queue with its quota (nominal, borrowing, lending per flavor), held when `team.held`."""
         ...
 
-    def settle(self, wanted: dict[str, Any], live: dict[str, Any] | None, *, team: TeamSpec) -> list[dict[str, Any]]:
-        """Objects to create beside applying `wanted` (one of team_objects') so that the `live`
-        object comes to hold what applying cannot write (Volcano opens and closes a Queue by a
-        Command); [] when it holds it."""
-        ...
-
     def workload_labels(self, *, priority: TierName) -> dict[str, str]:
         """The labels a workload's queued object carries: its team queue and priority tier."""
         ...

@@ -269,9 +269,6 @@ class KueueBackend:
     def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:
         return [make_cluster_queue(team=team), make_local_queue(team=team)]
 
-    def settle(self, wanted: dict[str, Any], live: dict[str, Any] | None, *, team: TeamSpec) -> list[dict[str, Any]]:
-        return []  # a hold is the LocalQueue's stopPolicy, which applying writes
-
     def workload_labels(self, *, priority: TierName) -> dict[str, str]:
         return {QUEUE_LABEL: QUEUE_NAME, PRIORITY_LABEL: f"gpu-portal-{priority}"}
 

@@ -10,9 +10,10 @@ the capacity plugin of deploy/volcano/volcano-scheduler.conf:
 - A Queue's guarantee is `deserved` (what reclaim gives back under contention); a team that may
   not borrow has `capability` equal to it; a team that does not lend has it reserved (`guarantee`),
   which no other queue can use. A queue is `reclaimable`: what it borrowed goes back to its owner.
-- A hold closes the team's Queues (a bus.volcano.sh Command, `settle`): Volcano's admission then
-  refuses new pods in them, while what runs goes on. The hold is an annotation on each Queue, so the
-  team pass sees a Queue opened or closed behind its back and sets it right again.
+- A hold gives the team's Queues a capability of 0 and makes them not reclaimable: nothing new is
+  placed, what runs goes on (also what it borrowed, until it ends or the hold lifts). Not a closed
+  Queue: Volcano 1.10 enforces that only when pods are made (its admission webhook), so work
+  already waiting would still start.
 - A workload is a PodGroup in the team's namespace naming its flavor's Queue, with `minMember` the
   pods that must start together (a distributed training's workers: all or none); its pods carry
   GROUP_ANNOTATION and `schedulerName: volcano`; a batch Job is not suspended (Volcano holds the pods
@@ -45,16 +46,12 @@ from tenants.manifests import (
 from tenants.queueing.base import Admission, PendingEntry, QueuedWorkload, QueueUsage, lent_shared
 
 SCHEDULING = "scheduling.volcano.sh/v1beta1"
-BUS = "bus.volcano.sh/v1alpha1"
 SCHEDULER_NAME = "volcano"
 # On a pod: the PodGroup it belongs to (Volcano's scheduler places a group's pods together).
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 # On a Queue and a PodGroup: the flavor it is for, since Volcano has no flavors.
 FLAVOR_LABEL = "gpu-portal.io/flavor"
-# On a Queue: whether the team is held ("true") and its Queue should be closed.
-HELD_ANNOTATION = "gpu-portal.io/held"
 MANAGED = {MANAGED_BY_LABEL: MANAGER}
-CLOSED_STATES = ("Closed", "Closing")
 
 
 # --- A team's queues -------------------------------------------------------------------------------
@@ -66,44 +63,20 @@ def queue_name(team_queue: str, flavor: str) -> str:
 
 
 def make_queue(*, team: TeamSpec, quota: FlavorQuota) -> dict[str, Any]:
-    """The team's Queue for one flavor: its guarantee of the flavor, per resource its units ask for."""
+    """The team's Queue for one flavor: its guarantee of the flavor, per resource its units ask for.
+    A held team's Queue may be given nothing more (`capability` 0) and is not reclaimable: what it
+    runs goes on, what waits in it stays waiting."""
     amounts = {resource: str(amount) for resource, amount in quota.flavor.quota(quota.nominal).items()}
-    spec: dict[str, Any] = {"weight": 1, "reclaimable": True, "deserved": amounts}
-    if not team.policy.may_borrow:
+    spec: dict[str, Any] = {"weight": 1, "reclaimable": not team.held, "deserved": amounts}
+    if team.held:
+        spec["capability"] = dict.fromkeys(amounts, "0")
+    elif not team.policy.may_borrow:
         spec["capability"] = dict(amounts)
     if not team.policy.lends_idle:
         spec["guarantee"] = {"resource": dict(amounts)}
     meta = team_meta(queue_name(team.cluster_queue, quota.flavor.name), team, namespaced=False,
                      labels={**team.labels, FLAVOR_LABEL: quota.flavor.name})
-    meta["annotations"] = {**meta.get("annotations", {}), HELD_ANNOTATION: "true" if team.held else "false"}
     return {"apiVersion": SCHEDULING, "kind": "Queue", "metadata": meta, "spec": spec}
-
-
-def queue_command(queue: dict[str, Any], *, close: bool, namespace: str) -> dict[str, Any]:
-    """The Command that opens or closes a Queue (Volcano's queue controller acts on it and deletes it)."""
-    meta = queue["metadata"]
-    action = "close" if close else "open"
-    return {
-        "apiVersion": BUS, "kind": "Command",
-        "metadata": {"name": f"{meta['name']}-{action}", "namespace": namespace, "labels": dict(MANAGED)},
-        "action": "CloseQueue" if close else "OpenQueue",
-        "target": {"apiVersion": SCHEDULING, "kind": "Queue", "name": meta["name"], "uid": meta.get("uid", ""),
-                   "controller": True},
-    }
-
-
-def settle(wanted: dict[str, Any], live: dict[str, Any] | None, *, namespace: str) -> list[dict[str, Any]]:
-    """The Command that brings a live Queue to the state its hold wants: closed while held, open
-    otherwise; none while it holds, or before Volcano has given it a state or the object a uid."""
-    if wanted.get("kind") != "Queue" or live is None or not live["metadata"].get("uid"):
-        return []
-    held = (wanted["metadata"].get("annotations") or {}).get(HELD_ANNOTATION) == "true"
-    state = (live.get("status") or {}).get("state", "")
-    if held and state not in CLOSED_STATES:
-        return [queue_command(live, close=True, namespace=namespace)]
-    if not held and state in CLOSED_STATES:
-        return [queue_command(live, close=False, namespace=namespace)]
-    return []
 
 
 # --- A workload's group ----------------------------------------------------------------------------
@@ -248,9 +221,6 @@ class VolcanoBackend:
 
     def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:
         return [make_queue(team=team, quota=quota) for quota in team.quotas]
-
-    def settle(self, wanted: dict[str, Any], live: dict[str, Any] | None, *, team: TeamSpec) -> list[dict[str, Any]]:
-        return settle(wanted, live, namespace=team.namespace)
 
     def workload_labels(self, *, priority: TierName) -> dict[str, str]:
         return {}  # the PodGroup names the queue and the tier

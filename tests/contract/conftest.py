@@ -83,20 +83,28 @@ class ClusterUnderTest:
                 time.sleep(0.25)
 
 
-@pytest.fixture(params=["simulated", pytest.param("real", marks=pytest.mark.cluster)])
-def cluster(request, settings, db):
-    if request.param == "real":
+def cluster_under_test(request: pytest.FixtureRequest, settings: Any, param: str) -> ClusterUnderTest:
+    """The cluster a contract scenario runs on: "simulated", "real" (the control plane with Kueue)
+    or "volcano" (the control plane with Volcano, the site's queue backend for the test)."""
+    if param == "simulated":
+        control_plane, gateway = None, SimulatedGateway()
+    else:
         from portal.kube.kubernetes import KubernetesGateway
 
-        control_plane = request.getfixturevalue("control_plane")
-        gateway: Gateway = KubernetesGateway.from_kubeconfig(str(control_plane.kubeconfig_path))
-    else:
-        control_plane = None
-        gateway = SimulatedGateway()
-    under_test = ClusterUnderTest(request.param, gateway, control_plane)
+        control_plane = request.getfixturevalue("volcano_control_plane" if param == "volcano" else "control_plane")
+        gateway = KubernetesGateway.from_kubeconfig(str(control_plane.kubeconfig_path))
+    if param == "volcano":
+        settings.PORTAL_QUEUE_BACKEND = "volcano"
+    under_test = ClusterUnderTest(param, gateway, control_plane)
     # Each test gets its own cohort so borrowing never reaches another test's queues.
     settings.PORTAL_COHORT = under_test.unique("cohort")
-    reset_gateway(gateway)
+    return under_test
+
+
+@pytest.fixture(params=["simulated", pytest.param("real", marks=pytest.mark.cluster)])
+def cluster(request, settings, db):
+    under_test = cluster_under_test(request, settings, request.param)
+    reset_gateway(under_test.gateway)
     yield under_test
     reset_gateway(None)
 

@@ -56,9 +56,6 @@ class OtherQueue:
         return [{"apiVersion": "other.example.com/v1", "kind": "Queue", "metadata": {"name": team.slug},
                  "spec": {"closed": team.held}}]
 
-    def settle(self, wanted: dict[str, Any], live: dict[str, Any] | None, *, team: TeamSpec) -> list[dict[str, Any]]:
-        return []
-
     def workload_labels(self, *, priority: TierName) -> dict[str, str]:
         return {"other.example.com/queue": "team", "other.example.com/tier": priority}
 

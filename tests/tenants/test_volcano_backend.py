@@ -40,35 +40,20 @@ def test_a_team_has_a_queue_per_flavor_deserving_its_guarantee_of_that_flavor_al
     assert h100["kind"] == "Queue" and "namespace" not in h100["metadata"]  # cluster-scoped, as a ClusterQueue
     assert h100["metadata"]["labels"] == {m.MANAGED_BY_LABEL: m.MANAGER, m.TEAM_LABEL: "vision",
                                           volcano.FLAVOR_LABEL: "h100-80gb"}
-    assert h100["metadata"]["annotations"] == {m.TEAM_UID_ANNOTATION: "uid-1", volcano.HELD_ANNOTATION: "false"}
+    assert h100["metadata"]["annotations"] == {m.TEAM_UID_ANNOTATION: "uid-1"}
     assert h100["spec"] == {"weight": 1, "reclaimable": True, "deserved": {"nvidia.com/gpu": "4"}}
     assert a100["spec"]["deserved"] == {"nvidia.com/gpu": "2"} and mig["spec"]["deserved"] == {"nvidia.com/mig-1g.10gb": "7"}
     assert cgpu["spec"]["deserved"] == {"aliyun.com/gpu-mem": "12", "aliyun.com/gpu-core.percentage": "50"}
 
 
-def test_a_held_team_wants_its_queues_closed_and_the_pass_closes_or_opens_them_by_a_command():
-    wanted = volcano.VolcanoBackend().team_objects(team=team((H100, 4)))[0]
-    held = volcano.VolcanoBackend().team_objects(team=m.TeamSpec(slug="vision", uid="uid-1", held=True, quotas=(
-        m.FlavorQuota(flavor=H100, nominal=4),)))[0]
-    assert held["metadata"]["annotations"][volcano.HELD_ANNOTATION] == "true"
-
-    def live(state):
-        return {**wanted, "metadata": {**wanted["metadata"], "uid": "q-uid"}, "status": {"state": state} if state else {}}
-
-    spec = team((H100, 4))
-    backend = volcano.VolcanoBackend()
-    assert backend.settle(wanted, live("Open"), team=spec) == [] and backend.settle(held, live("Closed"), team=spec) == []
-    assert backend.settle(held, live("Closing"), team=spec) == []  # closed once its groups are gone
-    (close,) = backend.settle(held, live("Open"), team=spec)
-    assert close == {"apiVersion": "bus.volcano.sh/v1alpha1", "kind": "Command",
-                     "metadata": {"name": "vision-h100-80gb-close", "namespace": "vision",
-                                  "labels": {m.MANAGED_BY_LABEL: m.MANAGER}},
-                     "action": "CloseQueue", "target": {"apiVersion": volcano.SCHEDULING, "kind": "Queue",
-                                                        "name": "vision-h100-80gb", "uid": "q-uid", "controller": True}}
-    (reopen,) = backend.settle(wanted, live("Closed"), team=spec)
-    assert reopen["action"] == "OpenQueue" and reopen["metadata"]["name"] == "vision-h100-80gb-open"
-    assert backend.settle(held, None, team=spec) == []  # not made yet: the next pass closes it
-    assert backend.settle(held, live(""), team=spec)[0]["action"] == "CloseQueue"  # made, not opened yet
+@pytest.mark.parametrize("may_borrow", [True, False])
+def test_a_held_teams_queues_are_given_nothing_more_and_what_they_run_is_not_reclaimed(may_borrow):
+    spec = m.TeamSpec(slug="vision", uid="uid-1", held=True, policy=m.TeamPolicy(may_borrow=may_borrow),
+                      quotas=(m.FlavorQuota(flavor=H100, nominal=4), m.FlavorQuota(flavor=CGPU, nominal=2)))
+    h100, cgpu = volcano.VolcanoBackend().team_objects(team=spec)
+    assert h100["spec"] == {"weight": 1, "reclaimable": False, "deserved": {"nvidia.com/gpu": "4"},
+                            "capability": {"nvidia.com/gpu": "0"}}
+    assert cgpu["spec"]["capability"] == {"aliyun.com/gpu-mem": "0", "aliyun.com/gpu-core.percentage": "0"}
 
 
 @pytest.mark.parametrize(("may_borrow", "lends_idle", "capped", "reserved"),

@@ -1,0 +1,148 @@
+"""The queueing contract on every queue backend: the same scenarios and assertions, through the
+portal's own services, on the simulated cluster, on a real Kueue and on a real Volcano.
+
+Each says what a user sees (a workload's phase after a sync, its pods bound or not) and what the
+team pass keeps true, never a backend's own objects, so one scenario holds both backends to it."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from billing import periods
+from billing.budgets import services as budgets
+from jobs import services as job_services
+from jobs import sync
+from jobs.models import Workload
+from portal.kube import ObjectRef, gateway, ref_of
+from tenants import desired, queueing, reconcile
+from tenants import services as tenant_services
+from tests.billing.budget_helpers import priced, use
+from tests.contract.conftest import cluster_under_test
+from tests.contract.scenarios import HOLD, launch, pods_of, queue_usage, running
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(params=["simulated", pytest.param("real", marks=pytest.mark.cluster),
+                        pytest.param("volcano", marks=pytest.mark.cluster)])
+def cluster(request, settings, db):
+    from portal.kube import reset_gateway
+
+    under_test = cluster_under_test(request, settings, request.param)
+    reset_gateway(under_test.gateway)
+    yield under_test
+    reset_gateway(None)
+
+
+def waiting(workload: Workload) -> bool:
+    """The workload reads queued and none of its pods is bound to a node."""
+    sync.sync_all()
+    workload.refresh_from_db()
+    return workload.phase == Workload.Phase.QUEUED and not [p for p in pods_of(workload) if p["spec"].get("nodeName")]
+
+
+def stop(workload: Workload, capture) -> None:
+    with capture(execute=True):
+        job_services.workload_stop(user=workload.owner, workload=workload)
+
+
+def test_quota_admits_what_fits_and_the_rest_waits_until_it_frees(cluster, site, templates, settings,
+                                                                 django_capture_on_commit_callbacks):
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    team = site.team("quota", gpus=2)
+    with capture(execute=True):
+        tenant_services.team_update(actor=site.admin, team=team, may_borrow=False)
+    lead = team.memberships.get().user
+    first = launch(team, lead, templates["training"], site.flavor, capture, units=2)
+    cluster.wait_for(lambda: running(first), what="the first training, within the team's 2 GPUs, to run")
+    second = launch(team, lead, templates["training"], site.flavor, capture, units=2)
+    cluster.wait_for(lambda: waiting(second), what="the second training, beyond the team's quota, to wait")
+    assert second.reason.startswith("Waiting"), second.reason
+    # It keeps waiting while the first runs, and starts once the first is stopped.
+    assert waiting(second) and running(first)
+    stop(first, capture)
+    cluster.wait_for(lambda: running(second), what="the second training to run once the first's GPUs are free")
+
+
+def test_a_distributed_training_that_cannot_fit_all_its_workers_starts_none(cluster, site, templates, settings,
+                                                                           django_capture_on_commit_callbacks):
+    """Of the node's 8 GPUs a training holds 6; a distributed training of 2 workers of 2 GPUs (4)
+    waits whole, none of its workers bound, and starts all of them once the 6 are free."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    team = site.team("gang", gpus=8)
+    lead = team.memberships.get().user
+    big = launch(team, lead, templates["training"], site.flavor, capture, units=6)
+    cluster.wait_for(lambda: running(big), what="the 6-GPU training to run")
+    gang = launch(team, lead, templates["distributed"], site.flavor, capture, units=2, parameters={"workers": 2})
+    cluster.wait_for(lambda: waiting(gang), what="the distributed training to wait whole")
+    assert waiting(gang)  # still none bound on a second look
+    stop(big, capture)
+    cluster.wait_for(lambda: running(gang) and len(pods_of(gang)) == 2, what="both workers to run together")
+
+
+def test_a_held_team_starts_nothing_new_and_what_runs_goes_on_until_the_hold_is_lifted(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    """Billing's hard stop holds a team (200 USD spent of a 100 USD budget; the portal then refuses
+    its launches): a training that waited for the team's quota before the hold keeps waiting when
+    the quota frees, what runs goes on, and it starts once the budget is raised."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    team = site.team("hold", gpus=2)
+    with capture(execute=True):
+        tenant_services.team_update(actor=site.admin, team=team, may_borrow=False)
+    lead = team.memberships.get().user
+    first = launch(team, lead, templates["training"], site.flavor, capture, units=1)
+    second = launch(team, lead, templates["training"], site.flavor, capture, units=1)
+    waits = launch(team, lead, templates["training"], site.flavor, capture, units=1)
+    cluster.wait_for(lambda: running(first) and running(second) and waiting(waits),
+                     what="two trainings running on the team's 2 GPUs and a third waiting")
+
+    finance = UserFactory.create(username=cluster.unique("fin"), is_finance=True)
+    priced(site.flavor)
+    use(team, site.flavor, gpu_hours=20, at=periods.hour_floor(timezone.now()))
+    with capture(execute=True):
+        budgets.budget_set(actor=finance, team=team, amount="100", currency="USD", hard_stop=True)
+    stop(first, capture)
+    cluster.wait_for(lambda: not pods_of(first) and queue_usage(team.slug, site.flavor.slug)[0] == 1,
+                     what="the stopped training's pod to go and the team's queue to count 1 GPU in use")
+    assert waiting(waits) and running(second)  # the freed GPU is not given to held work; what runs goes on
+
+    with capture(execute=True):
+        budgets.budget_set(actor=finance, team=team, amount="1000", currency="USD", hard_stop=True)
+    cluster.wait_for(lambda: running(waits), what="the held training to run once the hold is lifted")
+
+
+def test_the_team_pass_repairs_a_team_queue_changed_behind_its_back_and_leaves_others_alone(
+        cluster, site, django_capture_on_commit_callbacks):
+    team = site.team("drift", gpus=3)
+    _, spec = desired.team_specs([team.pk])[team.pk]
+    kind = queueing.backend().team_queue_kind
+    queue = next(obj for obj in desired.team_objects(spec) if (obj["apiVersion"], obj["kind"]) == kind)
+    ref = ref_of(queue)
+    # Someone edits the team's queue: its whole spec replaced by one that guarantees nothing.
+    foreign = {"apiVersion": kind[0], "kind": kind[1], "metadata": {"name": f"foreign-{cluster.suffix}"},
+               "spec": queue["spec"]}
+    gateway().apply({"apiVersion": kind[0], "kind": kind[1], "metadata": {"name": ref.name}, "spec": {
+        **queue["spec"], **_nothing(queue)}}, field_manager="someone-else")
+    gateway().apply(foreign, field_manager="someone-else")
+    assert not reconcile.contains(gateway().get(ref), queue)
+
+    result = reconcile.cluster_reconcile()
+    assert str(ref) in result.applied
+    assert reconcile.contains(gateway().get(ref), queue)
+    assert gateway().get(ObjectRef(kind[0], kind[1], foreign["metadata"]["name"])) is not None  # not the portal's
+    assert reconcile.cluster_reconcile().writes == 0  # and once repaired, a pass writes nothing
+    gateway().delete(ObjectRef(kind[0], kind[1], foreign["metadata"]["name"]))
+
+
+def _nothing(queue: dict) -> dict:
+    """A team queue's spec fields that guarantee nothing, in its backend's terms."""
+    if queue["kind"] == "Queue":  # Volcano
+        return {"deserved": dict.fromkeys(queue["spec"]["deserved"], "0")}
+    groups = [{**group, "flavors": [{**flavor, "resources": [{**r, "nominalQuota": "0"} for r in flavor["resources"]]}
+                                    for flavor in group["flavors"]]} for group in queue["spec"]["resourceGroups"]]
+    return {"resourceGroups": groups}
