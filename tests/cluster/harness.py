@@ -63,6 +63,8 @@ SHIPPED_KUEUE_CONFIG = HERE.parents[1] / "deploy" / "kueue" / "controller_manage
 SYSTEM_NAMESPACES = ("kube-system", "kueue-system")
 #: Volcano's scheduler configuration as the portal ships it; the harness runs Volcano with it.
 SHIPPED_VOLCANO_SCHEDULER_CONF = HERE.parents[1] / "deploy" / "volcano" / "volcano-scheduler.conf"
+#: Volcano's /pods/validate webhook registration as its chart makes it; the harness fills in where it listens.
+VOLCANO_WEBHOOKS = HERE / "volcano-webhooks.yaml"
 #: The queue backends the harness can start; the control plane runs one of them.
 QUEUE_BACKENDS = ("kueue", "volcano")
 #: Volcano's controllers the harness runs: jobs, their PodGroups, queues (open, close) and garbage
@@ -142,19 +144,24 @@ def ensure_built(*, build_if_missing: bool = True, stream: IO[str] | None = None
     return path
 
 
+def _volcano_built() -> bool:
+    """The script decides, since it knows which binaries a complete build has."""
+    return subprocess.run(["bash", str(BUILD_VOLCANO_SH), "--check"], capture_output=True).returncode == 0
+
+
 def ensure_volcano_built(*, stream: IO[str] | None = None) -> Path:
     """Volcano's binaries and CRDs (build-volcano.sh's output), building them first if needed
     (about 3 minutes cold on 2 cores). Raises ControlPlaneError with the build log's tail."""
     path = Path(subprocess.run(["bash", str(BUILD_VOLCANO_SH), "--print"], capture_output=True, text=True,
                                check=True).stdout.strip().splitlines()[-1])
-    if (path / ".complete").is_file():
+    if _volcano_built():
         return path
     print(f"[gpu-portal cluster] building Volcano into {path} (cold build: ~3 min on 2 cores)",
           file=stream if stream is not None else sys.stderr, flush=True)
     log_path = Path(tempfile.gettempdir()) / f"gpu-portal-volcano-build-{os.getpid()}.log"
     with open(log_path, "w") as log:
         rc = subprocess.run(["bash", str(BUILD_VOLCANO_SH)], stdout=log, stderr=subprocess.STDOUT).returncode
-    if rc != 0 or not (path / ".complete").is_file():
+    if rc != 0 or not _volcano_built():
         raise ControlPlaneError(f"build-volcano.sh failed (exit {rc}); log {log_path}:\n{_tail(log_path, 60)}")
     return path
 
@@ -454,7 +461,7 @@ class ControlPlane:
     def _start(self) -> None:
         names = ["etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kueue_webhook", "kueue_metrics",
                  "kueue_health", "kueue_visibility", "kwok", "volcano_scheduler", "volcano_scheduler_health",
-                 "volcano_controllers_health"]
+                 "volcano_controllers_health", "volcano_webhook", "volcano_webhook_health"]
         self.ports = dict(zip(names, _free_ports(len(names)), strict=True))
         t = time.monotonic()
         self._make_pki()
@@ -515,13 +522,15 @@ class ControlPlane:
         tail = f"\nlast lines of {p.log_path}:\n{_tail(p.log_path)}" if p else ""
         return ControlPlaneError(f"{component}: {why}{tail}")
 
-    def _ssl_context(self) -> ssl.SSLContext:
+    def _ssl_context(self, *, client_cert: bool = True) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self._need_workdir() / "pki" / "ca.crt"))
-        ctx.load_cert_chain(str(self._need_workdir() / "pki" / "admin.crt"), str(self._need_workdir() / "pki" / "admin.key"))
+        if client_cert:
+            ctx.load_cert_chain(str(self._need_workdir() / "pki" / "admin.crt"),
+                                str(self._need_workdir() / "pki" / "admin.key"))
         return ctx
 
-    def _wait_https(self, component: str, url: str, *, timeout: float) -> None:
-        ctx = self._ssl_context()
+    def _wait_https(self, component: str, url: str, *, timeout: float, client_cert: bool = True) -> None:
+        ctx = self._ssl_context(client_cert=client_cert)
 
         def ok() -> bool:
             with urllib.request.urlopen(url, context=ctx, timeout=5) as r:
@@ -572,6 +581,7 @@ class ControlPlane:
             "apiserver": ("/CN=kube-apiserver", "server"),
             "serving": ("/CN=localhost", "webhook"),           # kcm / scheduler secure port
             "kueue-webhook": ("/CN=kueue-webhook", "webhook"),
+            "volcano-webhook": ("/CN=volcano-webhook", "webhook"),
             "admin": ("/O=system:masters/CN=gpu-portal-admin", "client"),
             "front-proxy-client": ("/CN=front-proxy-client", "client"),  # aggregation layer
         }
@@ -992,8 +1002,9 @@ class ControlPlane:
     # -- Volcano
     def _start_volcano(self) -> None:
         """Volcano's CRDs, then its controller manager and scheduler (with the portal's shipped
-        configuration), on loopback and without leader election. No admission webhook: the
-        portal writes every field it would default (queue, scheduler, minMember)."""
+        configuration), on loopback and without leader election, and its webhook manager serving
+        /pods/validate alone: in 1.10 only that webhook keeps pods out of a closed Queue. No
+        mutating webhook: the portal writes every field it would default (queue, scheduler, minMember)."""
         import kubernetes.client
 
         self.volcano = ensure_volcano_built()
@@ -1005,7 +1016,12 @@ class ControlPlane:
                 ext.create_custom_resource_definition(crd)
                 names.append(crd["metadata"]["name"])
             _wait_established(ext, names, what="Volcano's CRDs")
-        self.timings["volcano_crds"] = time.monotonic() - self._t_addons
+            self.timings["volcano_crds"] = time.monotonic() - self._t_addons
+            # The manager only waits for its configuration (then sets caBundle); the chart makes it.
+            hook = yaml.safe_load(VOLCANO_WEBHOOKS.read_text())
+            for wh in hook["webhooks"]:
+                wh["clientConfig"] = {"url": self._volcano_webhook_url() + "/pods/validate", "caBundle": self._ca_bundle()}
+            kubernetes.client.AdmissionregistrationV1Api(api).create_validating_webhook_configuration(hook)
         kc = str(self.kubeconfig_path)
         env = {"KUBECONFIG": kc}  # its vGPU code reads a kubeconfig at start, from here or ~/.kube/config
         self._spawn("vc-controller-manager", [
@@ -1021,16 +1037,62 @@ class ControlPlane:
             f"--healthz-address=127.0.0.1:{self.ports['volcano_scheduler_health']}", "--cache-dumper=false",
             "--kube-api-qps=200", "--kube-api-burst=400", "--logtostderr", f"-v={self.verbosity + 1}",
         ], env=env)
+        pki = self._need_workdir() / "pki"
+        # No --admission-conf: it only configures /pods/mutate (it logs "loadAdmissionConf failed.").
+        self._spawn("vc-webhook-manager", [
+            str(self.volcano / "bin" / "vc-webhook-manager"), f"--kubeconfig={kc}",
+            "--enabled-admission=/pods/validate", "--listen-address=127.0.0.1",
+            f"--port={self.ports['volcano_webhook']}", f"--webhook-url={self._volcano_webhook_url()}",
+            f"--ca-cert-file={pki / 'ca.crt'}", f"--tls-cert-file={pki / 'volcano-webhook.crt'}",
+            f"--tls-private-key-file={pki / 'volcano-webhook.key'}", "--enable-healthz=true",
+            f"--healthz-address=127.0.0.1:{self.ports['volcano_webhook_health']}",
+            "--kube-api-qps=200", "--kube-api-burst=400", "--logtostderr", f"-v={self.verbosity + 1}",
+        ], env=env)
+
+    def _volcano_webhook_url(self) -> str:
+        return f"https://127.0.0.1:{self.ports['volcano_webhook']}"
+
+    def _wait_volcano_webhook(self, api: ApiClient) -> None:
+        """Until the API server gets the webhook's own refusal of a pod (dry run) whose PodGroup
+        does not exist: then the manager serves and its configuration leads to it. Its health
+        check answers sooner, while the manager still waits for that configuration."""
+        import kubernetes.client
+        from kubernetes.client.exceptions import ApiException
+
+        # Served over TLS, and a client cert it cannot verify is refused: none is sent.
+        self._wait_https("vc-webhook-manager", f"https://127.0.0.1:{self.ports['volcano_webhook_health']}/healthz",
+                         timeout=60, client_cert=False)
+        core = kubernetes.client.CoreV1Api(api)
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "harness-webhook-probe", "annotations": {"scheduling.k8s.io/group-name": "harness-no-such-group"}},
+            "spec": {"schedulerName": "volcano", "containers": [{"name": "c", "image": "registry.invalid/probe:1"}]}}
+
+        def refused() -> bool:
+            try:
+                core.create_namespaced_pod("default", pod, dry_run="All")  # type: ignore[arg-type]  # a dict, as create_node
+            except ApiException as e:  # also: the namespace's ServiceAccount not made yet
+                message = json.loads(e.body or "{}").get("message", "")
+                return message.startswith('admission webhook "validatepod.volcano.sh" denied')
+            raise ControlPlaneError("vc-webhook-manager: a pod of a missing PodGroup was admitted")
+
+        try:
+            wait_for(refused, timeout=60, interval=0.2, message="Volcano's /pods/validate webhook to refuse a dry-run pod",
+                     on_poll=self._check_alive)
+        except TimeoutError as e:
+            raise self._fail("vc-webhook-manager", str(e)) from None
+        self.timings["volcano_webhook_ready"] = time.monotonic() - self._t_addons
 
     def _wait_volcano_ready(self) -> None:
-        """Both components answer their health checks, and the queue `default` the scheduler makes
-        is open (the queue controller's doing): Volcano schedules from then on."""
+        """All three components answer their health checks, the webhook refuses what it should,
+        and the queue `default` the scheduler makes is open (the queue controller's doing):
+        Volcano schedules from then on."""
         import kubernetes.client
 
         for component, port in (("vc-controller-manager", "volcano_controllers_health"),
                                 ("vc-scheduler", "volcano_scheduler_health")):
             self._wait_http(component, f"http://127.0.0.1:{self.ports[port]}/healthz", timeout=60)
         with self.api_client() as api:
+            self._wait_volcano_webhook(api)
             co = kubernetes.client.CustomObjectsApi(api)
 
             def default_open() -> bool:
