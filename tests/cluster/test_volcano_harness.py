@@ -1,18 +1,21 @@
-"""End-to-end checks of the control plane with Volcano as its queue backend: Volcano's scheduler
-and controller manager (the release build-volcano.sh builds) against the suite's Kubernetes, with
-the portal's shipped scheduler configuration, placing gangs on KWOK's fake GPU nodes."""
+"""End-to-end checks of the control plane with Volcano as its queue backend: Volcano's scheduler,
+controller manager and /pods/validate webhook (the release build-volcano.sh builds) against the
+suite's Kubernetes, with the portal's shipped scheduler configuration, placing gangs on KWOK's
+fake GPU nodes and keeping pods out of closed queues."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
 
-from .harness import ANNOTATION_OUTCOME, read_versions, wait_for
+from .harness import ANNOTATION_OUTCOME, VOLCANO_CONTROLLERS, read_versions, wait_for
 
 pytestmark = pytest.mark.cluster
 
 SCHEDULING = ("scheduling.volcano.sh", "v1beta1")
+BUS = ("bus.volcano.sh", "v1alpha1")
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 
 
@@ -138,3 +141,90 @@ def test_the_queues_capability_holds_a_second_gang_until_the_first_ends(clients,
     wait_for(lambda: allocated() == "2", timeout=30, message="the queue to report its 2 GPUs allocated")
     clients["batch"].delete_namespaced_job("first", team["namespace"], propagation_policy="Foreground")
     wait_for(lambda: _running(clients, team["namespace"], "second", 2), timeout=90, message="the second gang running")
+
+
+def _queue_state(clients, queue: str) -> str | None:
+    return (clients["custom"].get_cluster_custom_object(*SCHEDULING, "queues", queue).get("status") or {}).get("state")
+
+
+def _command(clients, team, action: str) -> None:
+    """Asks Volcano's queue controller to open or close the team's queue, as `vcctl queue operate`
+    does, and waits until it has taken the Command (it deletes each one it handles)."""
+    queue = clients["custom"].get_cluster_custom_object(*SCHEDULING, "queues", team["queue"])
+    cmd = clients["custom"].create_namespaced_custom_object(*BUS, team["namespace"], "commands", {
+        "apiVersion": "bus.volcano.sh/v1alpha1", "kind": "Command",
+        "metadata": {"generateName": f"{team['queue']}-{action.lower()}-"}, "action": action,
+        "target": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": team["queue"],
+                   "uid": queue["metadata"]["uid"], "controller": True}})
+    name = cmd["metadata"]["name"]
+    wait_for(lambda: not [c for c in clients["custom"].list_namespaced_custom_object(
+        *BUS, team["namespace"], "commands")["items"] if c["metadata"]["name"] == name],
+        timeout=30, message=f"the queue controller to take the {action} Command")
+
+
+def _create_pod(clients, team, name: str, *, group: str | None, scheduler: str = "volcano"):
+    """A bare pod on the team's node, in PodGroup `group` if given: created, or the ApiException."""
+    from kubernetes.client.exceptions import ApiException
+
+    annotations = {ANNOTATION_OUTCOME: "Running", **({GROUP_ANNOTATION: group} if group else {})}
+    try:
+        return clients["core"].create_namespaced_pod(team["namespace"], {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
+            "spec": {"schedulerName": scheduler, "nodeSelector": {"gpu-portal/pool": team["pool"]},
+                     "containers": [{"name": "c", "image": "registry.invalid/c:1"}]}})
+    except ApiException as e:
+        return e
+
+
+def _refusal(result) -> str:
+    """The API server's message for a refused create (empty if the pod was made)."""
+    from kubernetes.client.exceptions import ApiException
+
+    return json.loads(result.body or "{}").get("message", "?") if isinstance(result, ApiException) else ""
+
+
+def _group(clients, team, name: str) -> None:
+    clients["custom"].create_namespaced_custom_object(*SCHEDULING, team["namespace"], "podgroups", {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": name},
+        "spec": {"minMember": 1, "queue": team["queue"]}})
+
+
+def test_a_closed_queue_refuses_new_pods_of_its_groups_in_volcanos_words_and_reopening_lets_them_in(
+        clients, make_team):
+    """Closing a queue (a CloseQueue Command, which the queue controller handles) keeps new pods
+    of its PodGroups out: Volcano's /pods/validate webhook refuses them, and it is the only thing
+    that does in 1.10. A team whose queue stays open is not held; OpenQueue lets the first in again.
+    The queue holds a PodGroup, so it stays Closing, which the webhook refuses all the same."""
+    assert "queue-controller" in VOLCANO_CONTROLLERS.split(",")
+    held, other = make_team(gpus=1, capability=1), make_team(gpus=1, capability=1)
+    _group(clients, held, "held")
+    _group(clients, other, "other")
+    assert not _refusal(_create_pod(clients, held, "before", group="held"))
+
+    _command(clients, held, "CloseQueue")
+    wait_for(lambda: _queue_state(clients, held["queue"]) in ("Closing", "Closed"), timeout=30,
+             message="the held team's queue to close")
+    state = _queue_state(clients, held["queue"])
+    assert state == "Closing"  # its PodGroup is still in it
+    assert _refusal(_create_pod(clients, held, "while-closed", group="held")) == (
+        'admission webhook "validatepod.volcano.sh" denied the request: failed :  can only submit job to queue '
+        f"with state `Open`, queue `{held['queue']}` status is `{state}`;")
+    assert not _refusal(_create_pod(clients, other, "other-team", group="other"))
+
+    _command(clients, held, "OpenQueue")
+    wait_for(lambda: _queue_state(clients, held["queue"]) == "Open", timeout=30, message="the held queue to reopen")
+    assert not _refusal(_create_pod(clients, held, "after", group="held"))
+
+
+def test_a_closed_queue_never_holds_pods_another_scheduler_places(clients, make_team):
+    """The webhook looks only at pods scheduled by Volcano: in the namespace of a closed queue, a
+    pod of the default scheduler is made even when it names the queue's PodGroup, and so is one
+    that names none."""
+    team = make_team(gpus=1, capability=1)
+    _group(clients, team, "held")
+    _command(clients, team, "CloseQueue")
+    wait_for(lambda: _queue_state(clients, team["queue"]) in ("Closing", "Closed"), timeout=30,
+             message="the queue to close")
+    assert _refusal(_create_pod(clients, team, "volcano-pod", group="held"))  # the queue is indeed held
+    assert not _refusal(_create_pod(clients, team, "default-in-group", group="held", scheduler="default-scheduler"))
+    assert not _refusal(_create_pod(clients, team, "default-plain", group=None, scheduler="default-scheduler"))
