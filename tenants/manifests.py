@@ -313,40 +313,21 @@ def make_namespace(*, team: TeamSpec) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
 
 
-# The ResourceQuota key for the devices a namespace's ResourceClaims ask of one DeviceClass.
-DEVICE_CLASS_QUOTA = "{}.deviceclass.resource.k8s.io/devices"
-
-
-def backstop_limits(*, team: TeamSpec) -> dict[str, int]:
-    """What the ResourceQuota allows of each GPU resource (its key there): the guarantee plus
-    whatever the team may borrow, in each resource its flavors' units ask for (a DeviceClass
-    flavor's in the devices its claims ask for), so the backstop never refuses a pod that Kueue
-    admitted."""
-    limits: dict[str, int] = {}
-    for quota in team.quotas:
-        ceiling = max(quota.flavor.capacity, quota.nominal) if team.policy.may_borrow else quota.nominal
-        if quota.flavor.device_class:
-            amounts = {DEVICE_CLASS_QUOTA.format(quota.flavor.device_class): ceiling}
-        else:
-            amounts = {f"requests.{resource}": amount for resource, amount in quota.flavor.quota(ceiling).items()}
-        for key, amount in amounts.items():
-            limits[key] = limits.get(key, 0) + amount
-    return limits
-
-
 # Each kind a workload creates, as ResourceQuota counts it; a workload makes at most one of each.
 WORKLOAD_OBJECT_KINDS = ("jobs.batch", "deployments.apps", "statefulsets.apps", "services", "ingresses.networking.k8s.io")
 
 
 def make_resource_quota(*, team: TeamSpec) -> dict[str, Any]:
+    """The namespace's backstops: CPU, memory, pods and objects of each workload kind. No GPU
+    resource: a queue's waiting work has pods (Volcano holds them; Kueue gates a server's
+    replicas), which a ResourceQuota counts, so a GPU limit there refused pods the queue had
+    admitted. The team's queue bounds its GPUs."""
     hard = {
         "requests.cpu": team.policy.cpu,
         "requests.memory": team.policy.memory,
         "pods": str(team.policy.pods),
         **{f"count/{kind}": str(team.policy.workloads) for kind in WORKLOAD_OBJECT_KINDS},
     }
-    for key, amount in sorted(backstop_limits(team=team).items()):
-        hard[key] = str(amount)
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
         "metadata": team_meta("gpu-portal", team),

@@ -376,16 +376,34 @@ def _prunable(
     return ref not in wanted_by_team.get(uid, set())
 
 
+# Maps the portal owns whole: a key in the live object that it no longer wants is a difference too
+# (the ResourceQuota's GPU limits of before, or a limit someone added), which applying removes.
+WHOLE_MAPS: dict[tuple[str, str], tuple[str, ...]] = {("v1", "ResourceQuota"): ("spec", "hard")}
+
+
+def holds(live: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
+    """Whether the live object holds everything wanted, and no more in the maps the portal owns whole."""
+    if live is None or not contains(live, wanted):
+        return False
+    path = WHOLE_MAPS.get((wanted["apiVersion"], wanted["kind"]))
+    if path is None:
+        return True
+    found, asked = live, wanted
+    for key in path:
+        found, asked = (found or {}).get(key), (asked or {}).get(key)
+    return set(found or {}) == set(asked or {})
+
+
 def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result: PassResult, *, confirm: bool) -> None:
     """Applies `obj` if what `live` shows of it lacks anything wanted. With `confirm` (`live` is
     a store), the object is read directly first: the store may not have caught up yet."""
     ref = ref_of(obj)
     current = live.get(ref)
-    if current is not None and contains(current, obj):
+    if holds(current, obj):
         return
     if confirm:
         current = gateway().get(ref)
-        if current is not None and contains(current, obj):
+        if holds(current, obj):
             result.confirmed += 1
             return
     _apply(obj, current)

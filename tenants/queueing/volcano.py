@@ -52,6 +52,8 @@ GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 # On a Queue and a PodGroup: the flavor it is for, since Volcano has no flavors.
 FLAVOR_LABEL = "gpu-portal.io/flavor"
 MANAGED = {MANAGED_BY_LABEL: MANAGER}
+# What a Queue deserves that is not a flavor's: the team's CPU and memory, counted by its ResourceQuota.
+UNCOUNTED = frozenset({"cpu", "memory"})
 
 
 # --- A team's queues -------------------------------------------------------------------------------
@@ -67,7 +69,11 @@ def make_queue(*, team: TeamSpec, quota: FlavorQuota) -> dict[str, Any]:
     A held team's Queue may be given nothing more (`capability` 0) and is not reclaimable: what it
     runs goes on, what waits in it stays waiting."""
     amounts = {resource: str(amount) for resource, amount in quota.flavor.quota(quota.nominal).items()}
-    spec: dict[str, Any] = {"weight": 1, "reclaimable": not team.held, "deserved": amounts}
+    # CPU and memory deserved too, at the team's backstops: Volcano reads a dimension a Queue does
+    # not name as none deserved, so a pod asking for any CPU would be over its share and could
+    # never reclaim or preempt. What CPU and memory the team may use is its ResourceQuota's to say.
+    deserved = {**amounts, "cpu": team.policy.cpu, "memory": team.policy.memory}
+    spec: dict[str, Any] = {"weight": 1, "reclaimable": not team.held, "deserved": deserved}
     if team.held:
         spec["capability"] = dict.fromkeys(amounts, "0")
     elif not team.policy.may_borrow:
@@ -180,6 +186,8 @@ def queue_usage(queues: Iterable[dict[str, Any]], *, slugs: Iterable[str] | None
         allocated = status.get("allocated") or {}
         lends = not (spec.get("guarantee") or {}).get("resource")
         for resource, amount in (spec.get("deserved") or {}).items():
+            if resource in UNCOUNTED:
+                continue
             guaranteed, used = int(float(amount)), int(float(allocated.get(resource, 0)))
             teams.append(name)
             usage.append(QueueUsage(flavor=str(labels.get(FLAVOR_LABEL, "")), resource=resource, guaranteed=guaranteed,

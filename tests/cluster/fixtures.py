@@ -27,7 +27,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _started(cache: Path, **options: Any) -> Iterator[ControlPlane]:
-    cp = ControlPlane(cache, pod_run_seconds=float(os.environ.get("GPU_PORTAL_CP_POD_RUN_SECONDS", "2")), **options)
+    # GPU_PORTAL_CP_VERBOSITY raises the components' log levels, with GPU_PORTAL_CP_KEEP_WORKDIR to read them after.
+    cp = ControlPlane(cache, pod_run_seconds=float(os.environ.get("GPU_PORTAL_CP_POD_RUN_SECONDS", "2")),
+                      verbosity=int(os.environ.get("GPU_PORTAL_CP_VERBOSITY", "1")), **options)
     try:
         cp.start()
     except ControlPlaneError as e:

@@ -13,7 +13,7 @@ from billing import periods
 from billing.budgets import services as budgets
 from jobs import services as job_services
 from jobs import sync
-from jobs.models import Workload
+from jobs.models import Priority, Workload
 from portal.kube import ObjectRef, gateway, ref_of
 from tenants import desired, queueing, reconcile
 from tenants import services as tenant_services
@@ -146,3 +146,57 @@ def _nothing(queue: dict) -> dict:
     groups = [{**group, "flavors": [{**flavor, "resources": [{**r, "nominalQuota": "0"} for r in flavor["resources"]]}
                                     for flavor in group["flavors"]]} for group in queue["spec"]["resourceGroups"]]
     return {"resourceGroups": groups}
+
+
+def bound_units(workload: Workload) -> int:
+    """The GPU units of the workload's pods bound to a node and not being deleted."""
+    return sum(int(c["resources"]["limits"].get(workload.flavor.resource_name, 0))
+               for pod in pods_of(workload) if pod["spec"].get("nodeName") and not pod["metadata"].get("deletionTimestamp")
+               and (pod.get("status") or {}).get("phase") in ("Pending", "Running") for c in pod["spec"]["containers"])
+
+
+def test_a_lender_gets_its_guarantee_back_from_a_borrower(cluster, site, templates, settings,
+                                                          django_capture_on_commit_callbacks):
+    """Two teams of 4 GPUs on a node of 8: one serves with 3 replicas of 2 GPUs (its 4 and 2 the
+    other leaves idle); when the lender launches a training of 4, it gets them back, the borrower
+    is cut back to its own guarantee or less, and none of it has failed."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    lender, borrower = site.team("lender", gpus=4), site.team("borrower", gpus=4)
+    served = launch(borrower, borrower.memberships.get().user, templates["inference"], site.flavor, capture, units=2,
+                    parameters={"workers": 3})
+    cluster.wait_for(lambda: running(served) and bound_units(served) == 6,
+                     what="the borrower's 3 replicas to run on 6 GPUs, 2 of them borrowed")
+    training = launch(lender, lender.memberships.get().user, templates["training"], site.flavor, capture, units=4)
+    cluster.wait_for(lambda: running(training) and bound_units(served) <= 4,
+                     what="the lender's training to run on its 4 GPUs, taken back from the borrower")
+    served.refresh_from_db()
+    assert served.phase != Workload.Phase.FAILED, served.reason
+
+
+def test_a_higher_priority_launch_makes_room_within_its_team(cluster, site, settings,
+                                                            django_capture_on_commit_callbacks):
+    """A team of 4 GPUs that may not borrow serves at low priority on all 4; its high-priority
+    training of 2 takes 2 of them, and the server goes on with what is left, or waits whole."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    team = site.team("prio", gpus=4)
+    with capture(execute=True):
+        tenant_services.team_update(actor=site.admin, team=team, may_borrow=False)
+    lead = team.memberships.get().user
+    made = {kind: job_services.template_create(
+        user=site.admin, slug=cluster.unique(f"prio-{kind}"), name=kind.title(), kind=kind, flavors=[site.flavor],
+        image="registry.example.com/ml/runtime:1", command=["python", "main.py"], max_units=8, default_cpu=1,
+        default_memory_gib=1, port=8080 if kind == "inference" else 0, allowed_priorities=list(Priority.values),
+        parameters=[{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8}] if kind == "inference" else [],
+    ) for kind in ("inference", "training")}
+    low = launch(team, lead, made["inference"], site.flavor, capture, units=2, parameters={"workers": 2},
+                 priority=Priority.LOW)
+    cluster.wait_for(lambda: running(low) and bound_units(low) == 4, what="the low-priority server on all 4 GPUs")
+    high = launch(team, lead, made["training"], site.flavor, capture, units=2, priority=Priority.HIGH)
+    # On Kueue the training may be evicted once by the harness's short waitForPodsReady (15 s) while
+    # its victim's pod winds down, and admitted again after the requeue backoff.
+    cluster.wait_for(lambda: running(high) and bound_units(low) <= 2, timeout=150,
+                     what="the high-priority training to run on 2 GPUs taken from the low-priority server")
+    low.refresh_from_db()
+    assert low.phase != Workload.Phase.FAILED, low.reason

@@ -54,7 +54,7 @@ def test_provisioning_a_team_creates_exactly_its_objects_and_kueue_accepts_them(
     assert team.sync_state == "in_sync" and team.synced_at is not None
 
 
-def test_approving_shrinking_and_expiring_grants_move_nominal_quota_and_the_backstop(
+def test_approving_shrinking_and_expiring_grants_move_nominal_quota(
     cluster, site, django_capture_on_commit_callbacks,
 ):
     team = site.team("nlp", gpus=2)
@@ -62,10 +62,12 @@ def test_approving_shrinking_and_expiring_grants_move_nominal_quota_and_the_back
 
     def quota() -> tuple[str, str]:
         cq = existing(ObjectRef(KUEUE, "ClusterQueue", team.slug))
-        rq = existing(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))
-        return nominal(cq, site.flavor.slug), rq["spec"]["hard"]["requests.nvidia.com/gpu"]
+        return nominal(cq, site.flavor.slug), cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0].get(
+            "borrowingLimit", "")
 
-    assert quota() == ("2", "8")  # the backstop allows borrowing up to the flavor's capacity
+    assert quota() == ("2", "")  # no borrowing limit: it may borrow what the cohort leaves idle
+    rq = existing(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))
+    assert not [key for key in rq["spec"]["hard"] if "nvidia.com" in key]  # its queue bounds its GPUs
     site.grant(team, lead, 3, ends_on=timezone.localdate() + dt.timedelta(days=5))
     assert quota()[0] == "5"
     site.grant(team, lead, -1)
@@ -79,7 +81,7 @@ def test_approving_shrinking_and_expiring_grants_move_nominal_quota_and_the_back
     team.may_borrow = False
     team.save()
     reconcile.team_reconcile(team_id=team.pk)
-    assert quota() == ("1", "1")
+    assert quota() == ("1", "0")
 
 
 def test_a_queued_job_is_admitted_within_quota_borrows_idle_quota_and_otherwise_waits(cluster, site):
@@ -138,14 +140,14 @@ def test_the_periodic_pass_repairs_drift_and_then_writes_nothing(cluster, site):
     rq = existing(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))
     gateway().apply({"apiVersion": "v1", "kind": "ResourceQuota",
                      "metadata": {"name": "gpu-portal", "namespace": team.slug},
-                     "spec": {"hard": {**rq["spec"]["hard"], "requests.nvidia.com/gpu": "0"}}}, field_manager="someone-by-hand")
+                     "spec": {"hard": {**rq["spec"]["hard"], "pods": "0"}}}, field_manager="someone-by-hand")
     gateway().delete(ObjectRef("networking.k8s.io/v1", "NetworkPolicy", "gpu-portal-default-deny-ingress", team.slug))
 
     repaired = reconcile.cluster_reconcile()
 
     assert f"ResourceQuota {team.slug}/gpu-portal" in repaired.applied
     assert f"NetworkPolicy {team.slug}/gpu-portal-default-deny-ingress" in repaired.applied
-    assert existing(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
+    assert existing(ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug))["spec"]["hard"]["pods"] == "100"
     assert not repaired.errors
     again = reconcile.cluster_reconcile()
     assert (again.applied, again.errors) == ([], {})
@@ -157,21 +159,21 @@ def test_the_watchers_store_follows_the_cluster_and_its_pass_repairs_drift_then_
     team = site.team("stored", gpus=2)
     quota = ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug)
     policy = ObjectRef("networking.k8s.io/v1", "NetworkPolicy", "gpu-portal-default-deny-ingress", team.slug)
-    wanted_gpus = existing(quota)["spec"]["hard"]["requests.nvidia.com/gpu"]
+    wanted_pods = existing(quota)["spec"]["hard"]["pods"]
 
     def held() -> dict:
         return store.snapshot() or {}
 
     def stored_gpus() -> str | None:
         stored = held().get(quota)
-        return stored["spec"]["hard"]["requests.nvidia.com/gpu"] if stored else None
+        return stored["spec"]["hard"]["pods"] if stored else None
 
     store = reconcile.owned_store(watch_seconds=30).start()
     try:
         assert store.wait_listed(timeout=60)
-        cluster.wait_for(lambda: stored_gpus() == wanted_gpus and policy in held(), what="the store to hold the team")
+        cluster.wait_for(lambda: stored_gpus() == wanted_pods and policy in held(), what="the store to hold the team")
         gateway().apply({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu-portal", "namespace": team.slug},
-                         "spec": {"hard": {**existing(quota)["spec"]["hard"], "requests.nvidia.com/gpu": "0"}}},
+                         "spec": {"hard": {**existing(quota)["spec"]["hard"], "pods": "0"}}},
                         field_manager="someone-by-hand")
         gateway().delete(policy)
         cluster.wait_for(lambda: stored_gpus() == "0" and policy not in held(), what="the store to see the drift")
@@ -180,8 +182,8 @@ def test_the_watchers_store_follows_the_cluster_and_its_pass_repairs_drift_then_
 
         assert repaired.reads == 0 and team.slug not in repaired.errors
         assert {str(quota), str(policy)} <= set(repaired.applied)
-        assert existing(quota)["spec"]["hard"]["requests.nvidia.com/gpu"] == wanted_gpus
-        cluster.wait_for(lambda: stored_gpus() == wanted_gpus and policy in held(), what="the store to see the repair")
+        assert existing(quota)["spec"]["hard"]["pods"] == wanted_pods
+        cluster.wait_for(lambda: stored_gpus() == wanted_pods and policy in held(), what="the store to see the repair")
         again = reconcile.cluster_reconcile(store=store)
         assert [ref for ref in again.applied + again.deleted if team.slug in ref] == []
         assert (again.reads, again.confirmed) == (0, 0) and team.slug not in again.errors

@@ -47,7 +47,7 @@ def counted(cluster) -> CountingGateway:
 
 def drifted_quota(cluster) -> dict:
     quota = cluster.get(QUOTA)
-    quota["spec"]["hard"]["requests.nvidia.com/gpu"] = "0"
+    quota["spec"]["hard"]["pods"] = "0"
     return quota
 
 
@@ -97,7 +97,7 @@ def test_until_every_kind_is_listed_the_pass_lists_instead(two_teams, simulated)
 
 def test_drift_the_store_shows_is_read_again_and_repaired(two_teams, simulated):
     store = filled(reconcile.owned_store(), simulated)
-    wanted = simulated.get(QUOTA)["spec"]["hard"]["requests.nvidia.com/gpu"]
+    wanted = simulated.get(QUOTA)["spec"]["hard"]["pods"]
     simulated.apply(drifted_quota(simulated), field_manager="someone-by-hand")
     store.deliver("v1", "ResourceQuota", WatchEvent("MODIFIED", simulated.get(QUOTA)))
     counting = counted(simulated)
@@ -106,7 +106,7 @@ def test_drift_the_store_shows_is_read_again_and_repaired(two_teams, simulated):
 
     assert result.applied == [str(QUOTA)] and not result.deleted and not result.errors
     assert counting.calls == {"get": 1, "apply": 1}
-    assert simulated.get(QUOTA)["spec"]["hard"]["requests.nvidia.com/gpu"] == wanted != "0"
+    assert simulated.get(QUOTA)["spec"]["hard"]["pods"] == wanted != "0"
 
 
 def test_drift_the_store_still_shows_after_the_cluster_was_repaired_writes_nothing(two_teams, simulated):
@@ -225,10 +225,10 @@ def test_the_watchers_passes_repair_drift_from_the_store_and_stop_with_the_fence
     passes = reconcile.StorePasses(seconds=0.05, fence=fence, store=reconcile.owned_store(watch_seconds=5)).start()
     try:
         assert passes.store.wait_listed(timeout=30)
-        wanted = simulated.get(QUOTA)["spec"]["hard"]["requests.nvidia.com/gpu"]
+        wanted = simulated.get(QUOTA)["spec"]["hard"]["pods"]
         simulated.apply(drifted_quota(simulated), field_manager="someone-by-hand")
         deadline = time.monotonic() + 30
-        while simulated.get(QUOTA)["spec"]["hard"]["requests.nvidia.com/gpu"] != wanted:
+        while simulated.get(QUOTA)["spec"]["hard"]["pods"] != wanted:
             assert time.monotonic() < deadline, "the watcher's pass never repaired the quota"
             time.sleep(0.05)
 
@@ -236,7 +236,7 @@ def test_the_watchers_passes_repair_drift_from_the_store_and_stop_with_the_fence
         time.sleep(0.2)  # a pass under way when leadership went may finish; none starts after
         simulated.apply(drifted_quota(simulated), field_manager="someone-by-hand")
         time.sleep(1)
-        assert simulated.get(QUOTA)["spec"]["hard"]["requests.nvidia.com/gpu"] == "0"
+        assert simulated.get(QUOTA)["spec"]["hard"]["pods"] == "0"
     finally:
         passes.stop()
         passes.thread.join(timeout=10)
@@ -255,3 +255,18 @@ def test_the_watcher_runs_the_team_pass_unless_it_is_turned_off(settings, simula
         assert passes.seconds == 3600 and passes.thread.is_alive() and len(passes.store.threads) == len(reconcile.owned_kinds())
     finally:
         passes.stop()
+
+
+def test_a_limit_the_portal_no_longer_sets_in_its_resource_quota_is_removed_once_and_then_left_alone(
+        team, flavor, simulated):
+    """The portal owns its ResourceQuota's limits whole: one it no longer sets (a GPU limit from
+    before) is a difference the pass repairs, though every limit it does set still holds."""
+    make_ready(team, flavor)
+    quota = simulated.get(QUOTA)
+    quota["spec"]["hard"]["requests.nvidia.com/gpu"] = "8"
+    simulated.replace(quota)
+    assert reconcile.contains(simulated.get(QUOTA), next(
+        obj for obj in reconcile.team_objects(reconcile.team_specs([team.pk])[team.pk][1]) if obj["kind"] == "ResourceQuota"))
+    assert str(QUOTA) in reconcile.cluster_reconcile().applied
+    assert "requests.nvidia.com/gpu" not in simulated.get(QUOTA)["spec"]["hard"]
+    assert reconcile.cluster_reconcile().writes == 0

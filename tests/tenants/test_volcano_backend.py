@@ -41,9 +41,12 @@ def test_a_team_has_a_queue_per_flavor_deserving_its_guarantee_of_that_flavor_al
     assert h100["metadata"]["labels"] == {m.MANAGED_BY_LABEL: m.MANAGER, m.TEAM_LABEL: "vision",
                                           volcano.FLAVOR_LABEL: "h100-80gb"}
     assert h100["metadata"]["annotations"] == {m.TEAM_UID_ANNOTATION: "uid-1"}
-    assert h100["spec"] == {"weight": 1, "reclaimable": True, "deserved": {"nvidia.com/gpu": "4"}}
-    assert a100["spec"]["deserved"] == {"nvidia.com/gpu": "2"} and mig["spec"]["deserved"] == {"nvidia.com/mig-1g.10gb": "7"}
-    assert cgpu["spec"]["deserved"] == {"aliyun.com/gpu-mem": "12", "aliyun.com/gpu-core.percentage": "50"}
+    # CPU and memory at the team's backstops: Volcano takes a dimension left out as none deserved.
+    backstops = {"cpu": "64", "memory": "512Gi"}
+    assert h100["spec"] == {"weight": 1, "reclaimable": True, "deserved": {"nvidia.com/gpu": "4", **backstops}}
+    assert a100["spec"]["deserved"] == {"nvidia.com/gpu": "2", **backstops}
+    assert mig["spec"]["deserved"] == {"nvidia.com/mig-1g.10gb": "7", **backstops}
+    assert cgpu["spec"]["deserved"] == {"aliyun.com/gpu-mem": "12", "aliyun.com/gpu-core.percentage": "50", **backstops}
 
 
 @pytest.mark.parametrize("may_borrow", [True, False])
@@ -51,7 +54,8 @@ def test_a_held_teams_queues_are_given_nothing_more_and_what_they_run_is_not_rec
     spec = m.TeamSpec(slug="vision", uid="uid-1", held=True, policy=m.TeamPolicy(may_borrow=may_borrow),
                       quotas=(m.FlavorQuota(flavor=H100, nominal=4), m.FlavorQuota(flavor=CGPU, nominal=2)))
     h100, cgpu = volcano.VolcanoBackend().team_objects(team=spec)
-    assert h100["spec"] == {"weight": 1, "reclaimable": False, "deserved": {"nvidia.com/gpu": "4"},
+    assert h100["spec"] == {"weight": 1, "reclaimable": False, "deserved": {"nvidia.com/gpu": "4", "cpu": "64",
+                                                                              "memory": "512Gi"},
                             "capability": {"nvidia.com/gpu": "0"}}
     assert cgpu["spec"]["capability"] == {"aliyun.com/gpu-mem": "0", "aliyun.com/gpu-core.percentage": "0"}
 
@@ -104,7 +108,7 @@ def test_admission_says_why_a_gang_waits_in_the_portals_words_and_which_flavor_a
 
 def test_usage_gives_each_team_its_guarantee_use_and_borrowing_and_shares_the_borrowing_among_lenders():
     def queue(name, deserved, allocated, *, lends=True):
-        spec: dict[str, dict] = {"deserved": {"nvidia.com/gpu": str(deserved)}}
+        spec: dict[str, dict] = {"deserved": {"nvidia.com/gpu": str(deserved), "cpu": "64", "memory": "512Gi"}}
         if not lends:
             spec["guarantee"] = {"resource": spec["deserved"]}
         return {"metadata": {"name": name, "labels": {m.TEAM_LABEL: name, volcano.FLAVOR_LABEL: "h100"}}, "spec": spec,
@@ -114,6 +118,7 @@ def test_usage_gives_each_team_its_guarantee_use_and_borrowing_and_shares_the_bo
                                  queue("audio", 4, 0, lends=False)])
     vision, nlp, speech, audio = (found[t][0] for t in ("vision", "nlp", "speech", "audio"))
     assert (vision.flavor, vision.guaranteed, vision.in_use, vision.borrowed, vision.lent) == ("h100", 4, 7, 3, 0)
+    assert [row.resource for row in found["vision"]] == ["nvidia.com/gpu"]  # its CPU and memory are not a flavor's
     assert (nlp.idle, speech.idle, audio.idle) == (3, 2, 0)  # audio does not lend
     assert (nlp.lent, speech.lent, audio.lent) == (2, 1, 0)  # vision's 3 borrowed, by idle guarantee 3:2
     assert set(volcano.queue_usage([queue("vision", 4, 7), queue("nlp", 4, 1)], slugs=["nlp"])) == {"nlp"}
@@ -277,3 +282,4 @@ def test_on_volcano_a_distributed_training_the_portal_builds_starts_all_its_work
         assert not [p for p in pods() if p.spec.node_name]
     core.delete_namespace(spec.namespace)
     api.delete_cluster_custom_object(*SCHEDULING, "queues", volcano.queue_name(spec_team.cluster_queue, H100.name))
+

@@ -435,10 +435,9 @@ class Kueue:
             if job["kind"] == "Job":
                 job["spec"]["suspend"] = True
                 self.state.save(workload.job, job)
-            for pod in list(self.state.pods):
-                labels = pod.body["metadata"].get("labels", {})
-                if pod.namespace == workload.namespace and labels.get("job-name") == job["metadata"]["name"] \
-                        and pod.body.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+            # Its pods go (a Job's, a server's alike), to be made again once it is admitted again.
+            for pod in self.state.pods_of(workload.namespace, job["metadata"]["name"]):
+                if pod.body.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
                     self.state.remove(pod)
                     self.state.pods.remove(pod)
 
