@@ -5,7 +5,7 @@ class JobsConfig(AppConfig):
     name = "jobs"
 
     def ready(self) -> None:
-        from jobs import kinds, signals  # noqa: F401 - connects the receivers
+        from jobs import checks, kinds, signals  # noqa: F401 - connects the receivers, registers the check
         from jobs.observability import WorkloadCollector
         from jobs.selectors import flavor_of_pods, team_contents, workloads_on_nodes, xids_on_node
         from portal.metrics.simulated import KIND_PROFILES

@@ -253,6 +253,9 @@ class Workload(models.Model):
     # Secret (jobs/access.py derives it again for the owner's hand-over).
     notebook_token_sha256 = models.CharField(max_length=64, blank=True)
     relaunch_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The site's PORTAL_QUEUE_BACKEND when it was launched: the site cannot switch while any still runs on another.
+    queue_backend = models.CharField(max_length=20, default="kueue", editable=False,
+                                     help_text="The queue backend it was launched on (kueue or volcano).")
     created_at = models.DateTimeField(default=timezone.now)
     submitted_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -203,9 +203,10 @@ SETTINGS: tuple[Setting, ...] = (
             "limit).", CLUSTER),
     Setting("KUBE_BURST", "whole number", "100", "Requests the gateway may send at once above that rate.", CLUSTER),
     Setting("PORTAL_QUEUE_BACKEND", "text", "kueue", "The queue backend that keeps teams' quota and admits "
-            "workloads (`kueue`, the only one so far); another value stops the start.", CLUSTER),
+            "workloads: `kueue` or `volcano` (docs/queue-backends.md); another value stops the start, and a switch "
+            "while workloads still run on the other is refused.", CLUSTER),
     Setting("PORTAL_COHORT", "text", "gpu-portal", "The Kueue cohort every team's ClusterQueue joins, so idle quota "
-            "can be borrowed across teams.", CLUSTER),
+            "can be borrowed across teams (Kueue only: on Volcano every Queue shares the cluster).", CLUSTER),
     Setting("PORTAL_NAMESPACE_PREFIX", "text", "", "Put before every team's namespace and ClusterQueue name (up to 31 "
             "lowercase letters, digits and hyphens); set it before the first team.", CLUSTER),
     Setting("KUBE_OIDC_USERNAME_CLAIM", "text", "sub", "The claim the API server names OIDC users by (`sub` or "

@@ -388,7 +388,8 @@ def holds(live: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
     path = WHOLE_MAPS.get((wanted["apiVersion"], wanted["kind"]))
     if path is None:
         return True
-    found, asked = live, wanted
+    found: Any = live
+    asked: Any = wanted
     for key in path:
         found, asked = (found or {}).get(key), (asked or {}).get(key)
     return set(found or {}) == set(asked or {})

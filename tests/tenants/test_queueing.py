@@ -102,3 +102,32 @@ def test_a_workloads_queued_object_carries_the_chosen_backends_labels(member, te
         labels = services.workload_spec(workload).queue_labels
     assert labels["other.example.com/tier"] == workload.priority
     assert not [key for key in labels if key.startswith("kueue.")]
+
+
+def test_a_site_cannot_switch_its_queue_backend_while_workloads_run_on_the_old_one(member, team, flavor, training):
+    """Each workload records the backend it was launched on. With one still active on Kueue, a
+    site set to Volcano fails `manage.py check --database` (and so the chart's migrate job) and
+    refuses launches, in words; once it has ended, both pass."""
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from jobs import checks
+    from jobs.models import Workload
+    from portal.errors import DomainError
+
+    make_ready(team, flavor)
+    running = launch(member, team, training, flavor)
+    assert running.queue_backend == "kueue"
+    Workload.objects.filter(pk=running.pk).update(phase=Workload.Phase.RUNNING)
+    assert checks.switch_problem() == ""
+    with override_settings(PORTAL_QUEUE_BACKEND="volcano"):
+        assert checks.switch_problem() == (
+            "PORTAL_QUEUE_BACKEND is “volcano”, but 1 workload launched on Kueue is still active. Drain them first "
+            "(stop them, or let them finish) on the backend they run on, then switch.")
+        with pytest.raises(SystemCheckError, match="jobs.E001"):
+            call_command("check", "--database", "default")
+        with pytest.raises(DomainError, match="The site is moving to another queue backend"):
+            launch(member, team, training, flavor)
+        Workload.objects.filter(pk=running.pk).update(phase=Workload.Phase.SUCCEEDED)
+        assert checks.switch_problem() == ""
+        call_command("check", "--database", "default")

@@ -107,6 +107,7 @@ exists, can read them too. */}}
   "PORTAL_NAMESPACE" .Release.Namespace
   "PORTAL_POD_LABELS" (include "gpu-portal.idleCheckLabels" . )
   "PORTAL_MEMBER_CLUSTER_ROLE" (include "gpu-portal.memberRole" .)
+  "PORTAL_QUEUE_BACKEND" $v.cluster.queueBackend
   "PORTAL_COHORT" $v.cluster.cohort
   "PORTAL_NAMESPACE_PREFIX" $v.cluster.namespacePrefix
   "PORTAL_TEAM_MAX_WORKLOADS" $v.cluster.teamMaxWorkloads

@@ -1,0 +1,47 @@
+"""A site stays on one queue backend while workloads run on it: switching PORTAL_QUEUE_BACKEND with
+workloads still active on the other would leave them unread, unstoppable by their queue and
+unbilled. `manage.py migrate` (the chart's migrate job runs it before a release starts) and
+`manage.py check --database default` refuse it; so does every launch, in words."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.db import DatabaseError
+
+from tenants import queueing
+
+SWITCH_WITH_ACTIVE_WORKLOADS = "jobs.E001"
+
+
+def switch_problem() -> str:
+    """Why the site cannot run on its queue backend yet: workloads still active on another; "" when none is."""
+    from jobs.models import Workload
+
+    others = (Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES)
+              .exclude(queue_backend=settings.PORTAL_QUEUE_BACKEND).values_list("queue_backend", flat=True))
+    found = sorted(set(others))
+    if not found:
+        return ""
+    count = Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES, queue_backend__in=found).count()
+    labels = " and ".join(queueing.BACKENDS[name]().label if name in queueing.BACKENDS else name for name in found)
+    return (f"PORTAL_QUEUE_BACKEND is “{settings.PORTAL_QUEUE_BACKEND}”, but {count} workload"
+            f"{'s' if count != 1 else ''} launched on {labels} {'are' if count != 1 else 'is'} still active. Drain them "
+            "first (stop them, or let them finish) on the backend they run on, then switch.")
+
+
+@register(Tags.database)
+def queue_backend_switch(app_configs: Sequence[AppConfig] | None, databases: Sequence[str] | None = None,
+                         **kwargs: Any) -> list[CheckMessage]:
+    if not databases:
+        return []
+    try:
+        problem = switch_problem()
+    except DatabaseError:  # before the column's migration: no workload records a backend yet
+        return []
+    return [Error(problem, hint="docs/queue-backends.md says how a site moves.", id=SWITCH_WITH_ACTIVE_WORKLOADS)] \
+        if problem else []
