@@ -1,10 +1,12 @@
-"""Onboarding benchmark on the real control plane (tests/cluster).
+"""Onboarding benchmark on the real control plane (tests/cluster), on Kueue and on Volcano side by side.
 
 Provisions 100 teams with 3 flavors each through the portal's reconcile, then runs the
 periodic pass with nothing to change, and measures in the same run the floor: a bare-client
-server-side apply of the very same objects, and a bare list of every portal-owned object.
+server-side apply of the very same objects, and a bare list of every portal-owned object. Each
+queue backend gets a control plane of its own (one after the other, each in a process of its own),
+and each figure is a ratio to that run's floor.
 
-    .venv/bin/python benchmarks/onboarding.py [--teams 100]
+    .venv/bin/python benchmarks/onboarding.py [--teams 100] [--queue-backend kueue|volcano]
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,21 +29,37 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.results import record  # noqa: E402 - after the checkout is on the path; its import notes the load at the start
 
+BACKENDS = ("kueue", "volcano")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--teams", type=int, default=100)
+    parser.add_argument("--queue-backend", choices=BACKENDS, help="only this one, printed and not recorded")
     args = parser.parse_args()
+    if args.queue_backend:
+        print(json.dumps(measure(args.teams, args.queue_backend)))  # one line, the last: the parent reads it
+        return
+    figures: dict[str, Any] = {}
+    for backend in BACKENDS:  # each in a process of its own: Django is set up once per process
+        child = subprocess.run([sys.executable, __file__, "--teams", str(args.teams), "--queue-backend", backend],
+                               check=True, stdout=subprocess.PIPE, text=True)
+        found = json.loads(child.stdout.strip().splitlines()[-1])
+        figures.update({f"{backend}.{key}": value for key, value in found.items()})
+    print(json.dumps(figures, indent=2))
+    record("onboarding", figures)
 
+
+def measure(team_count: int, backend: str) -> dict[str, Any]:
     workdir = tempfile.mkdtemp(prefix="gpu-portal-bench-")
     os.environ.update({"PORTAL_VAR_DIR": workdir, "PORTAL_CLUSTER": "kubernetes", "DJANGO_SETTINGS_MODULE": "portal.settings",
-                       "KUBE_QPS": "1000", "KUBE_BURST": "1000"})
+                       "KUBE_QPS": "1000", "KUBE_BURST": "1000", "PORTAL_QUEUE_BACKEND": backend})
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("REDIS_URL", None)
 
     from tests.cluster.harness import ControlPlane, ensure_built
 
-    with ControlPlane(ensure_built()) as cp:
+    with ControlPlane(ensure_built(), queue_backend=backend) as cp:
         os.environ["KUBECONFIG"] = str(cp.kubeconfig_path)
         import django
 
@@ -48,9 +67,7 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        figures = run(cp, args.teams)
-        print(json.dumps(figures, indent=2))
-        record("onboarding", figures)
+        return run(cp, team_count)
 
 
 def run(cp: ControlPlane, team_count: int) -> dict[str, Any]:

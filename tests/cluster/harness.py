@@ -156,7 +156,7 @@ def ensure_volcano_built(*, stream: IO[str] | None = None) -> Path:
                                check=True).stdout.strip().splitlines()[-1])
     if _volcano_built():
         return path
-    print(f"[gpu-portal cluster] building Volcano into {path} (cold build: ~3 min on 2 cores)",
+    print(f"[gpu-portal cluster] building Volcano into {path} (cold build: ~7 min on 2 cores)",
           file=stream if stream is not None else sys.stderr, flush=True)
     log_path = Path(tempfile.gettempdir()) / f"gpu-portal-volcano-build-{os.getpid()}.log"
     with open(log_path, "w") as log:

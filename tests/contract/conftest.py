@@ -84,16 +84,17 @@ class ClusterUnderTest:
 
 
 def cluster_under_test(request: pytest.FixtureRequest, settings: Any, param: str) -> ClusterUnderTest:
-    """The cluster a contract scenario runs on: "simulated", "real" (the control plane with Kueue)
-    or "volcano" (the control plane with Volcano, the site's queue backend for the test)."""
-    if param == "simulated":
+    """The cluster a contract scenario runs on: "simulated", "real" (the control plane with Kueue),
+    "volcano" (the control plane with Volcano, the site's queue backend for the test) or
+    "simulated-volcano" (the simulated cluster, playing Volcano)."""
+    if param.startswith("simulated"):
         control_plane, gateway = None, SimulatedGateway()
     else:
         from portal.kube.kubernetes import KubernetesGateway
 
         control_plane = request.getfixturevalue("volcano_control_plane" if param == "volcano" else "control_plane")
         gateway = KubernetesGateway.from_kubeconfig(str(control_plane.kubeconfig_path))
-    if param == "volcano":
+    if param.endswith("volcano"):
         settings.PORTAL_QUEUE_BACKEND = "volcano"
     under_test = ClusterUnderTest(param, gateway, control_plane)
     # Each test gets its own cohort so borrowing never reaches another test's queues.

@@ -14,7 +14,8 @@ from billing.budgets import services as budgets
 from jobs import services as job_services
 from jobs import sync
 from jobs.models import Priority, Workload
-from portal.kube import ObjectRef, gateway, ref_of
+from portal.kube import NodeSpec, ObjectRef, gateway, ref_of
+from portal.kube.simulated import SimulatedGateway
 from tenants import desired, queueing, reconcile
 from tenants import services as tenant_services
 from tests.billing.budget_helpers import priced, use
@@ -25,7 +26,7 @@ from tests.factories import UserFactory
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(params=["simulated", pytest.param("real", marks=pytest.mark.cluster),
+@pytest.fixture(params=["simulated", "simulated-volcano", pytest.param("real", marks=pytest.mark.cluster),
                         pytest.param("volcano", marks=pytest.mark.cluster)])
 def cluster(request, settings, db):
     from portal.kube import reset_gateway
@@ -34,6 +35,18 @@ def cluster(request, settings, db):
     reset_gateway(under_test.gateway)
     yield under_test
     reset_gateway(None)
+
+
+@pytest.fixture(autouse=True)
+def the_sites_node_alone(cluster, site):
+    """The simulated cluster also makes nodes from the catalog (8 GPUs of the site's flavor): take
+    them away, so that, as on the real one, the flavor's only node is the site's of 8."""
+    if isinstance(cluster.gateway, SimulatedGateway):
+        kept = cluster.unique("gpu-node")
+        cluster.gateway.expect_nodes([
+            NodeSpec(name=n["metadata"]["name"], labels=n["metadata"]["labels"], allocatable=n["status"]["allocatable"],
+                     taints=(n.get("spec") or {}).get("taints") or ())
+            for n in cluster.gateway.list("v1", "Node")[0] if n["metadata"]["name"] == kept])
 
 
 def waiting(workload: Workload) -> bool:

@@ -1,11 +1,12 @@
 """The simulated cluster: the embedded default for the demo and for fast tests.
 
 It keeps the same object dicts a real API server would, in the database, and plays just enough
-of Kueue, the scheduler and the kubelet to make the portal's story true without a cluster:
+of Kueue or Volcano, the scheduler and the kubelet to make the portal's story true without a cluster:
 
 - store.py: the objects and the change log (their ids are resourceVersions);
 - apiserver.py: apply, defaults, validation, get, list, delete, and watches;
 - kueue.py: Workloads, admission by quota, borrowing in the cohort, preemption, queue statuses;
+- volcano.py: PodGroups let into Queues whole, reclaim and preemption, Queue statuses;
 - scheduler.py: pods of admitted workloads placed on Nodes of the flavor;
 - kubelet.py: pods run, then finish; logs; Job statuses;
 - gateway.py: `SimulatedGateway`, all of it behind the gateway interface.

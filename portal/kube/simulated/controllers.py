@@ -8,21 +8,25 @@ from portal.kube.simulated.kueue import Kueue
 from portal.kube.simulated.scheduler import Scheduler
 from portal.kube.simulated.state import ClusterState
 from portal.kube.simulated.store import Store
+from portal.kube.simulated.volcano import Volcano
 
 
 def controllers_reconcile(store: Store) -> None:
-    """Lets Kueue, the scheduler and the kubelet catch up with what was written, in the order
-    a real cluster would get there: workloads exist, finished pods free their quota, queues
-    admit, admitted pods are placed, and statuses tell the result."""
+    """Lets Kueue and Volcano, the scheduler and the kubelet catch up with what was written, in
+    the order a real cluster would get there: workloads exist, finished pods free their quota,
+    queues admit, admitted pods are placed, and statuses tell the result. Kueue takes what
+    carries its queue label, Volcano the PodGroups: a site's workloads go to one of them."""
     state = ClusterState.read(store)
-    kueue = Kueue(state)
-    kubelet = Kubelet(state, kueue)
+    kueue, volcano = Kueue(state), Volcano(state)
+    kubelet = Kubelet(state, (kueue, volcano))
     kueue.create_workloads()
     kubelet.start_bound_pods()
     kubelet.finish_pods()
     kueue.admit()
+    volcano.admit()
     devices = Allocator(state)
-    Scheduler(state, kueue, devices).schedule_pods()
+    Scheduler(state, (kueue, volcano), devices).schedule_pods()
     devices.collect()
     kubelet.write_statuses()
     kueue.write_queue_statuses(kueue.workloads())
+    volcano.write_queue_statuses(volcano.workloads())

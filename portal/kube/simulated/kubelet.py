@@ -5,6 +5,7 @@ Deployment and StatefulSet then reports its pods in its status, and a Job its ou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from portal.kube.simulated.kueue import Kueue
@@ -16,6 +17,7 @@ from portal.kube.simulated.state import (
     ClusterState,
 )
 from portal.kube.simulated.store import now_iso
+from portal.kube.simulated.volcano import Volcano
 
 
 def pod_logs(pod: SimulatedObject | None, *, name: str, tail_lines: int | None) -> str:
@@ -28,8 +30,8 @@ def pod_logs(pod: SimulatedObject | None, *, name: str, tail_lines: int | None) 
 
 
 class Kubelet:
-    def __init__(self, state: ClusterState, kueue: Kueue) -> None:
-        self.state, self.kueue = state, kueue
+    def __init__(self, state: ClusterState, queues: Sequence[Kueue | Volcano]) -> None:
+        self.state, self.queues = state, queues
 
     def start_bound_pods(self) -> None:
         """A pod created already bound to a node (a DaemonSet's: the device plugin, the exporter)
@@ -68,8 +70,7 @@ class Kubelet:
 
     def write_statuses(self) -> None:
         """Each admitted Job, Deployment and StatefulSet counts its pods; a Job that is done says so."""
-        workloads = self.kueue.workloads()
-        for workload in workloads:
+        for owner, workload in ((queue, workload) for queue in self.queues for workload in queue.workloads()):
             if workload.job is None or not workload.admitted or workload.finished:
                 continue
             job = workload.job.body
@@ -94,7 +95,5 @@ class Kubelet:
                 status["conditions"] = [{"type": outcome[0], "status": "True", "reason": outcome[0], "message": outcome[1],
                                          "lastTransitionTime": now_iso(self.state.now)}]
                 status["completionTime" if outcome[0] == "Complete" else "failedTime"] = now_iso(self.state.now)
-                verdict = "Succeeded" if outcome[0] == "Complete" else "Failed"
-                self.kueue.set_condition(workload, "Finished", "True", verdict, outcome[1])
-                self.state.save(workload.row, workload.row.body)
+                owner.finish(workload, "Succeeded" if outcome[0] == "Complete" else "Failed", outcome[1])
             self.state.save(workload.job, job)

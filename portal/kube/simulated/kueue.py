@@ -388,6 +388,11 @@ class Kueue:
                            "lastTransitionTime": stamp, "observedGeneration": 1})
         workload.row.body["status"]["conditions"] = sorted(conditions, key=lambda c: c["type"])
 
+    def finish(self, workload: Workload, verdict: str, message: str) -> None:
+        """The Job it admitted is done: Kueue marks its Workload Finished and gives its quota back."""
+        self.set_condition(workload, "Finished", "True", verdict, message)
+        self.state.save(workload.row, workload.row.body)
+
     def _set_pending(self, workload: Workload, message: str) -> None:
         self.set_condition(workload, "QuotaReserved", "False", "Pending", message)
         self.state.save(workload.row, workload.row.body)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from portal.kube.base import ObjectRef
@@ -24,11 +25,12 @@ from portal.kube.simulated.state import (
     to_units,
 )
 from portal.kube.simulated.store import now_iso
+from portal.kube.simulated.volcano import Volcano
 
 
 class Scheduler:
-    def __init__(self, state: ClusterState, kueue: Kueue, devices: Allocator) -> None:
-        self.state, self.kueue, self.devices = state, kueue, devices
+    def __init__(self, state: ClusterState, queues: Sequence[Kueue | Volcano], devices: Allocator) -> None:
+        self.state, self.queues, self.devices = state, queues, devices
 
     def schedule_pods(self) -> None:
         used: dict[tuple[str, str], float] = defaultdict(float)
@@ -36,7 +38,7 @@ class Scheduler:
             if pod.body.get("status", {}).get("phase") in ("Pending", "Running"):
                 for resource, value in pod_requests(pod.body).items():
                     used[(pod.body["spec"].get("nodeName", ""), resource)] += value
-        for workload in self.kueue.workloads():
+        for workload in (workload for queue in self.queues for workload in queue.workloads()):
             if not workload.admitted or workload.job is None or workload.finished:
                 continue
             job = workload.job.body

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from collections import defaultdict
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from portal.kube.base import KubeError, ObjectRef, quantity, taint_tolerated
@@ -25,7 +25,7 @@ OWNER_LABEL = "simulated.gpu-portal.io/owner"
 QUEUED_KINDS = {"Job": "batch/v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1"}
 CONTROLLED_KINDS = (
     "ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", *QUEUED_KINDS, "Workload", "Pod", "Node",
-    "RuntimeClass",
+    "RuntimeClass", "Queue", "PodGroup", "PriorityClass",
 )
 
 
@@ -68,6 +68,10 @@ class ClusterState:
     pods: list[SimulatedObject]
     nodes: list[SimulatedObject]
     runtime_classes: frozenset[str] = frozenset()
+    # Volcano's: its Queues by name, the PodGroups, and the pods' PriorityClasses' values.
+    volcano_queues: dict[str, SimulatedObject] = field(default_factory=dict)
+    pod_groups: list[SimulatedObject] = field(default_factory=list)
+    pod_priorities: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def read(cls, store: Store) -> ClusterState:
@@ -84,6 +88,9 @@ class ClusterState:
             pods=rows["Pod"],
             nodes=rows["Node"],
             runtime_classes=frozenset(r.name for r in rows["RuntimeClass"]),
+            volcano_queues={r.name: r for r in rows["Queue"]},
+            pod_groups=rows["PodGroup"],
+            pod_priorities={r.name: int(r.body.get("value", 0)) for r in rows["PriorityClass"]},
         )
 
     def pods_of(self, namespace: str, owner: str) -> list[SimulatedObject]:

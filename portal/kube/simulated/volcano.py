@@ -1,0 +1,232 @@
+"""Volcano, as far as the portal relies on it (tenants/queueing/volcano.py): a workload's PodGroup
+in a team's Queue is let in when the Queue's capability and what the cluster has left allow all
+of its pods, and placed whole or not at all (gang); a Queue under its deserved share takes back
+what others borrowed (reclaim, from reclaimable Queues over theirs), and within a Queue a higher
+priority makes room (preempt); each Queue reports what it has allocated.
+
+Where it is simpler than Volcano: a waiting PodGroup's pods are made only once it is placed (a
+real cluster makes them at once and holds them Pending), and an eviction takes a whole workload
+(Volcano takes only the pods it needs) and lets it in again when there is room. The phases and
+conditions it writes are the ones tenants/queueing/volcano.py reads."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from portal.kube.simulated.kueue import Workload
+from portal.kube.simulated.state import (
+    OWNER_LABEL,
+    ClusterState,
+    node_selected,
+    node_tolerated,
+    pod_requests,
+    to_units,
+    units_text,
+)
+
+FLAVOR_LABEL = "gpu-portal.io/flavor"  # tenants.queueing.volcano's: the flavor a PodGroup is for
+UNCOUNTED = ("cpu", "memory", "pods")
+RUNNING, COMPLETED = "Running", "Completed"
+
+
+class Group(Workload):
+    """A PodGroup and the object whose pods it holds."""
+
+    @property
+    def finished(self) -> bool:
+        return (self.row.body.get("status") or {}).get("phase") == COMPLETED
+
+
+class Volcano:
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    def workloads(self) -> list[Group]:
+        groups = []
+        for row in self.state.pod_groups:
+            spec, status = row.body.get("spec") or {}, row.body.get("status") or {}
+            job = self.state.jobs.get((row.namespace, row.name))
+            template = (job.body["spec"].get("template") or {}).get("spec") or {} if job else {}
+            pods = int(job.body["spec"].get("parallelism" if job.body["kind"] == "Job" else "replicas", 1)) if job else 0
+            per_pod = pod_requests({"spec": template}) if template else {}
+            flavor = ((row.body["metadata"].get("labels") or {}).get(FLAVOR_LABEL, ""))
+            placed = status.get("phase") in (RUNNING, COMPLETED)
+            groups.append(Group(
+                row=row, job=job, queue=spec.get("queue", ""), cluster_queue=spec.get("queue", ""),
+                priority=self.state.pod_priorities.get(spec.get("priorityClassName", ""), 0),
+                created=row.body["metadata"].get("creationTimestamp", ""),
+                requests={resource: amount * pods for resource, amount in per_pod.items()}, pods=pods, pod_spec=template,
+                admitted_flavor=dict.fromkeys((r for r in per_pod if r not in UNCOUNTED), flavor) if placed else {},
+            ))
+        return groups
+
+    # --- Letting groups in ----------------------------------------------------------------------
+
+    def admit(self) -> None:
+        groups = self.workloads()
+        waiting = sorted((g for g in groups if not g.admitted and not g.finished and g.job is not None),
+                         key=lambda g: (-g.priority, g.created, g.name))
+        for group in waiting:
+            queue = self.state.volcano_queues.get(group.queue)
+            if queue is None:
+                self._wait(group, "Pending", "")
+                continue
+            short = self._short(groups, group)
+            if short and self._make_room(groups, group):
+                short = self._short(groups, group)
+            if not short:
+                self._let_in(group)
+            elif short == "nodes":
+                self._wait(group, "Inqueue", self._unplaceable(group))
+            else:
+                self._wait(group, "Pending", "")
+
+    def _gpus(self, group: Group) -> dict[str, float]:
+        return {r: a for r, a in group.requests.items() if r not in UNCOUNTED and a}
+
+    def _used(self, groups: list[Group], queue: str | None = None) -> dict[str, float]:
+        used: dict[str, float] = defaultdict(float)
+        for g in groups:
+            if g.admitted and not g.finished and (queue is None or g.queue == queue):
+                for resource, amount in self._gpus(g).items():
+                    used[resource] += amount
+        return used
+
+    def _spec(self, queue: str) -> dict[str, Any]:
+        row = self.state.volcano_queues.get(queue)
+        return (row.body.get("spec") or {}) if row is not None else {}
+
+    def _short(self, groups: list[Group], group: Group, leaving: Sequence[Group] = ()) -> str:
+        """What keeps the group out: "queue" (its capability, or what the cluster has left after
+        every Queue's reserved guarantee), "nodes" (no room to place all its pods, besides those
+        of the `leaving` groups), or ""."""
+        spec = self._spec(group.queue)
+        capability = spec.get("capability") or {}
+        mine, everyone = self._used(groups, group.queue), self._used(groups)
+        for resource, amount in self._gpus(group).items():
+            if resource in capability and mine[resource] + amount > to_units(capability[resource]):
+                return "queue"
+            reserved = sum(max(to_units((self._spec(name).get("guarantee") or {}).get("resource", {}).get(resource, 0))
+                               - self._used(groups, name)[resource], 0)
+                           for name in self.state.volcano_queues if name != group.queue)
+            total = sum(to_units((node.body.get("status") or {}).get("allocatable", {}).get(resource, 0))
+                        for node in self.state.nodes)
+            if everyone[resource] + amount + reserved > total:
+                return "queue"
+        return "" if self._placeable(group, leaving) else "nodes"
+
+    def _placeable(self, group: Group, leaving: Sequence[Group]) -> bool:
+        """Whether every pod of the group finds a node of its selector with room, all at once."""
+        gone = {(g.namespace, g.job.body["metadata"]["name"]) for g in leaving if g.job is not None}
+        used: dict[tuple[str, str], float] = defaultdict(float)
+        for pod in self.state.pods:
+            owner = (pod.namespace, (pod.body["metadata"].get("labels") or {}).get(OWNER_LABEL))
+            if (pod.body.get("status") or {}).get("phase") in ("Pending", "Running") and owner not in gone:
+                for resource, value in pod_requests(pod.body).items():
+                    used[(pod.body["spec"].get("nodeName", ""), resource)] += value
+        per_pod = {r: a / max(group.pods, 1) for r, a in self._gpus(group).items()}
+        for _ in range(group.pods):
+            for node in self.state.nodes:
+                allocatable = (node.body.get("status") or {}).get("allocatable", {})
+                if (node_selected(group.pod_spec, node.body["metadata"].get("labels", {}))
+                        and node_tolerated(group.pod_spec, node.body)
+                        and all(used[(node.name, r)] + a <= to_units(allocatable.get(r, 0)) for r, a in per_pod.items())):
+                    for r, a in per_pod.items():
+                        used[(node.name, r)] += a
+                    break
+            else:
+                return False
+        return True
+
+    def _make_room(self, groups: list[Group], group: Group) -> bool:
+        """Reclaim, for a group within its Queue's deserved share: borrowers' work in reclaimable
+        Queues over theirs; preempt: lower-priority work in its own Queue. Whole workloads, the
+        lowest priority and newest first, only when that is enough."""
+        deserved = self._spec(group.queue).get("deserved") or {}
+        mine = self._used(groups, group.queue)
+        entitled = all(mine[r] + a <= to_units(deserved.get(r, 0)) for r, a in self._gpus(group).items())
+        candidates = []
+        for other in groups:
+            if not other.admitted or other.finished or other is group:
+                continue
+            if other.queue == group.queue:
+                if other.priority < group.priority:
+                    candidates.append(other)
+            elif entitled and self._spec(other.queue).get("reclaimable", True) and self._over(groups, other.queue):
+                candidates.append(other)
+        # Lowest priority first, and among equals the newest.
+        candidates.sort(key=lambda g: g.created, reverse=True)
+        candidates.sort(key=lambda g: g.priority)
+        chosen: list[Group] = []
+        for victim in candidates:
+            chosen.append(victim)
+            victim.admitted_flavor = {}
+            if not self._short(groups, group, chosen):
+                for evicted in chosen:
+                    self._evict(evicted)
+                return True
+        for victim in chosen:  # not enough: nobody goes
+            victim.admitted_flavor = dict.fromkeys(self._gpus(victim), self._flavor(victim))
+        return False
+
+    def _over(self, groups: list[Group], queue: str) -> bool:
+        deserved = self._spec(queue).get("deserved") or {}
+        return any(amount > to_units(deserved.get(r, 0)) for r, amount in self._used(groups, queue).items())
+
+    @staticmethod
+    def _flavor(group: Group) -> str:
+        return str((group.row.body["metadata"].get("labels") or {}).get(FLAVOR_LABEL, ""))
+
+    def _unplaceable(self, group: Group) -> str:
+        return (f"{group.pods}/{group.pods} tasks in gang unschedulable: pod group is not ready, {group.pods} minAvailable. "
+                f"Origin reason is {group.name}: 0/{len(self.state.nodes)} nodes are unavailable: "
+                f"{len(self.state.nodes)} Insufficient {next(iter(self._gpus(group)), 'cpu')}.")
+
+    # --- Writing what happened ---------------------------------------------------------------------
+
+    def _status(self, group: Workload, phase: str, conditions: list[dict[str, Any]]) -> None:
+        body = group.row.body
+        body["status"] = {"phase": phase, "conditions": conditions,
+                          **({"running": group.pods} if phase == RUNNING else {})}
+        self.state.save(group.row, body)
+
+    def _let_in(self, group: Group) -> None:
+        group.admitted_flavor = dict.fromkeys(self._gpus(group), self._flavor(group))
+        self._status(group, RUNNING, [{"type": "Scheduled", "status": "True",
+                                       "reason": "tasks in gang are ready to be scheduled"}])
+
+    def _wait(self, group: Group, phase: str, message: str) -> None:
+        conditions = [{"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": message}] \
+            if message else []
+        if (group.row.body.get("status") or {}) != {"phase": phase, "conditions": conditions}:
+            self._status(group, phase, conditions)
+
+    def _evict(self, group: Group) -> None:
+        """Its pods go (Volcano deletes them); it waits to be let in again."""
+        group.admitted_flavor = {}
+        if group.job is not None:
+            for pod in self.state.pods_of(group.namespace, group.job.body["metadata"]["name"]):
+                if (pod.body.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    self.state.remove(pod)
+                    self.state.pods.remove(pod)
+        self._status(group, "Pending", [])
+
+    def finish(self, group: Workload, verdict: str, message: str) -> None:
+        """The Job it holds is done: Volcano's PodGroup controller marks it Completed."""
+        self._status(group, COMPLETED, [])
+
+    def write_queue_statuses(self, groups: list[Group]) -> None:
+        for name, row in self.state.volcano_queues.items():
+            allocated: dict[str, float] = defaultdict(float)
+            for g in groups:
+                if g.admitted and not g.finished and g.queue == name:
+                    for resource, amount in g.requests.items():
+                        allocated[resource] += amount
+            status = {"state": "Open", "allocated": {r: units_text(a) for r, a in sorted(allocated.items())},
+                      "running": sum(1 for g in groups if g.queue == name and g.admitted and not g.finished),
+                      "pending": sum(1 for g in groups if g.queue == name and not g.admitted and not g.finished)}
+            if row.body.get("status") != status:
+                row.body["status"] = status
+                self.state.save(row, row.body)
