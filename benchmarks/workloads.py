@@ -34,6 +34,10 @@ memory); `--debug` turns it on. With BENCH_PROFILE=1 the steady launches run und
 profiler per thread, merged) and the profile is printed to stderr: it slows them, so a profiled
 run's figures are not the ones to quote.
 
+Each queue backend runs in turn, on a control plane of its own and in a process of its own, and
+the figures are recorded side by side (`kueue.…`, `volcano.…`), each against its own run's floor;
+`--queue-backend` runs one and only prints it.
+
 Run through `make bench` (PostgreSQL is started for it), or with DATABASE_URL set:
     .venv/bin/python benchmarks/workloads.py [--rate 20] [--seconds 30] [--burst 200] [--sweep 10,20,30,40]
 """
@@ -49,6 +53,7 @@ import multiprocessing
 import os
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -68,14 +73,27 @@ def ms(values: list[float], q: float) -> float | None:
     return round(1000 * percentile(values, q), 1) if values else None
 
 
-def floor_copy(job: dict[str, Any], name: str) -> dict[str, Any]:
-    """The Job as the floor applies it: another name, and labels that neither Kueue (no queue
-    name: it stays suspended, and nothing is admitted or run for it) nor the informer picks up."""
-    obj = json.loads(json.dumps(job))
-    obj["metadata"]["name"] = name
-    obj["metadata"]["labels"] = {"bench": "floor"}
-    obj["spec"]["template"]["metadata"]["labels"] = {"bench": "floor"}
-    return obj
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # on Volcano, a pod's PodGroup
+BACKENDS = ("kueue", "volcano")
+
+
+def floor_copy(objects: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """What a launch applies (a Job; on Volcano its PodGroup first) as the floor applies it: another
+    name, labels that neither the queue nor the informer picks up, and the Job suspended (Kueue
+    suspends it anyway; on Volcano nothing then runs for it)."""
+    copies = []
+    for original in objects:
+        obj = json.loads(json.dumps(original))
+        obj["metadata"]["name"] = name
+        obj["metadata"]["labels"] = {"bench": "floor"}
+        if obj["kind"] == "Job":
+            template = obj["spec"]["template"]["metadata"]
+            template["labels"] = {"bench": "floor"}
+            if GROUP_ANNOTATION in template.get("annotations", {}):
+                template["annotations"][GROUP_ANNOTATION] = name
+            obj["spec"]["suspend"] = True
+        copies.append(obj)
+    return copies
 
 
 def bare_apply(api: Any, obj: dict[str, Any]) -> float:
@@ -92,18 +110,23 @@ def bare_apply(api: Any, obj: dict[str, Any]) -> float:
     return time.perf_counter() - started
 
 
-def floor_applier(kubeconfig: str, job: dict[str, Any], rate: float, ready: Any, go: Any, stop: Any, out: Any) -> None:
+def bare_applies(api: Any, objects: list[dict[str, Any]]) -> float:
+    return sum(bare_apply(api, obj) for obj in objects)
+
+
+def floor_applier(kubeconfig: str, job: list[dict[str, Any]], rate: float, ready: Any, go: Any, stop: Any,
+                  out: Any) -> None:
     """The same-run floor, in its own process so that it shares the API server and the machine
-    with the launches but not the portal's process (its threads and its GIL): applies the Job
-    at `rate` per second, on a fixed schedule, from `go` to `stop`; sends back (wall-clock start,
-    seconds) for each."""
+    with the launches but not the portal's process (its threads and its GIL): applies what a
+    launch applies at `rate` per second, on a fixed schedule, from `go` to `stop`; sends back
+    (wall-clock start, seconds) for each."""
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
 
     configuration = k8s.Configuration()
     k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     api = k8s.ApiClient(configuration)
-    bare_apply(api, floor_copy(job, "floor-run-warmup"))  # the connection opened, as the portal's are
+    bare_applies(api, floor_copy(job, "floor-run-warmup"))  # the connection opened, as the portal's are
     ready.set()
     go.wait()
     samples: list[tuple[float, float]] = []
@@ -114,7 +137,7 @@ def floor_applier(kubeconfig: str, job: dict[str, Any], rate: float, ready: Any,
         if delay > 0 and stop.wait(delay):
             break
         started = time.time()
-        samples.append((started, bare_apply(api, floor_copy(job, f"floor-run-{index}"))))
+        samples.append((started, bare_applies(api, floor_copy(job, f"floor-run-{index}"))))
         index += 1
     out.put(samples)
 
@@ -131,19 +154,32 @@ def main() -> None:
     parser.add_argument("--floor-rate", type=float, default=2,
                         help="Bare applies per second by the same-run floor's process, throughout the launches.")
     parser.add_argument("--debug", action="store_true", help="Run the portal with DEBUG on (off by default, as in production).")
+    parser.add_argument("--queue-backend", choices=BACKENDS,
+                        help="Only this one, printed and not recorded; by default each in turn, recorded side by side.")
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL"):
         sys.exit("Set DATABASE_URL (PostgreSQL), or run `make bench`, which starts one.")
+    if args.queue_backend is None:
+        figures: dict[str, Any] = {}
+        for backend in BACKENDS:  # each in a process of its own, on a control plane of its own
+            child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--queue-backend", backend],
+                                   check=True, stdout=subprocess.PIPE, text=True)
+            found = json.loads(child.stdout.strip().splitlines()[-1])
+            figures.update({f"{backend}.{key}": value for key, value in found.items()})
+        print(json.dumps(figures, indent=2))
+        record("workloads", figures)
+        return
 
     os.environ.update({"PORTAL_CLUSTER": "kubernetes", "DJANGO_SETTINGS_MODULE": "portal.settings",
                        "CELERY_TASK_ALWAYS_EAGER": "1", "DEBUG": "1" if args.debug else "0", "KUBE_QPS": "500",
                        "KUBE_BURST": "500", "LOG_LEVEL": "WARNING",
                        # One token launches the whole load on purpose: the site's limits would cut it short.
                        "PORTAL_LAUNCH_RATE": "1000000/minute", "PORTAL_TEAM_MAX_WORKLOADS": "1000000",
+                       "PORTAL_QUEUE_BACKEND": args.queue_backend,
                        "PORTAL_VAR_DIR": os.environ.get("PORTAL_VAR_DIR") or tempfile.mkdtemp(prefix="gpu-portal-bench-")})
     from tests.cluster.harness import ControlPlane, ensure_built
 
-    with ControlPlane(ensure_built(), pod_run_seconds=2) as cp:
+    with ControlPlane(ensure_built(), pod_run_seconds=2, queue_backend=args.queue_backend) as cp:
         for index in range(4):
             cp.add_gpu_node(f"bench-gpu-{index}", labels={"gpu": "h100"}, allocatable={"nvidia.com/gpu": "256", "pods": "1000"})
         os.environ["KUBECONFIG"] = str(cp.kubeconfig_path)
@@ -153,11 +189,10 @@ def main() -> None:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
+        call_command("flush", interactive=False, verbosity=0)  # the other backend's run used this database before
         import portal.wsgi  # noqa: F401 - the portal starts as its web process does
 
-        figures = run(args)
-        print(json.dumps(figures, indent=2))
-        record("workloads", figures)
+        print(json.dumps(run(args)))  # one line, the last: the parent reads it
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
@@ -217,7 +252,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     floor_job = kinds.workload_objects(spec=services.workload_spec(Workload(
         pk=1, team=team, owner=member, template_version=version, name="bench-train", parameters={}, flavor=flavor,
         units=1, workers=1, cpu=version.default_cpu, memory_gib=version.default_memory_gib,
-        priority=version.default_priority)))[0]
+        priority=version.default_priority)))
     spawn = multiprocessing.get_context("spawn")
     floor_ready, floor_go, floor_stop, floor_out = spawn.Event(), spawn.Event(), spawn.Event(), spawn.Queue()
     floor_process = spawn.Process(target=floor_applier, daemon=True, args=(
@@ -370,14 +405,14 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     # The same Job as the launches made: only the names and labels the floor replaces differ.
     sample = Workload.objects.order_by("pk").first()
     assert sample is not None  # the launches above recorded workloads
-    job = kinds.workload_objects(spec=services.workload_spec(sample))[0]
-    assert floor_copy(job, "same") == floor_copy(floor_job, "same"), "the floor applies another Job than the launches"
+    job = kinds.workload_objects(spec=services.workload_spec(sample))
+    assert floor_copy(job, "same") == floor_copy(floor_job, "same"), "the floor applies other objects than the launches"
 
     # The quiet floor: the same Job applied one after another once the load has drained.
     from kubernetes import client as k8s
 
     api = k8s.ApiClient(real.configuration)
-    quiet_floor = [bare_apply(api, floor_copy(job, f"floor-{index}")) for index in range(200)]
+    quiet_floor = [bare_applies(api, floor_copy(job, f"floor-{index}")) for index in range(200)]
 
     if profiling:
         merged = pstats.Stats(profiles[0])

@@ -87,6 +87,7 @@ def cluster_under_test(request: pytest.FixtureRequest, settings: Any, param: str
     """The cluster a contract scenario runs on: "simulated", "real" (the control plane with Kueue),
     "volcano" (the control plane with Volcano, the site's queue backend for the test) or
     "simulated-volcano" (the simulated cluster, playing Volcano)."""
+    gateway: Gateway
     if param.startswith("simulated"):
         control_plane, gateway = None, SimulatedGateway()
     else:

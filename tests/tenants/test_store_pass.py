@@ -19,7 +19,7 @@ from portal.kube import ObjectRef, WatchEvent, reset_gateway
 from portal.kube.counting import CountingGateway
 from portal.kube.store import KindStore
 from portal.leader import LeadershipLost
-from tenants import manifests, reconcile
+from tenants import desired, manifests, reconcile
 from tenants.queueing.kueue import KUEUE
 from tests.factories import TeamFactory
 from tests.helpers import make_ready
@@ -266,7 +266,7 @@ def test_a_limit_the_portal_no_longer_sets_in_its_resource_quota_is_removed_once
     quota["spec"]["hard"]["requests.nvidia.com/gpu"] = "8"
     simulated.replace(quota)
     assert reconcile.contains(simulated.get(QUOTA), next(
-        obj for obj in reconcile.team_objects(reconcile.team_specs([team.pk])[team.pk][1]) if obj["kind"] == "ResourceQuota"))
+        obj for obj in desired.team_objects(desired.team_specs([team.pk])[team.pk][1]) if obj["kind"] == "ResourceQuota"))
     assert str(QUOTA) in reconcile.cluster_reconcile().applied
     assert "requests.nvidia.com/gpu" not in simulated.get(QUOTA)["spec"]["hard"]
     assert reconcile.cluster_reconcile().writes == 0
