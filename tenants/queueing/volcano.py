@@ -60,8 +60,9 @@ UNCOUNTED = frozenset({"cpu", "memory"})
 
 
 def queue_name(team_queue: str, flavor: str) -> str:
-    """The Queue of a team's flavor: its ClusterQueue's name and the flavor's."""
-    return f"{team_queue}-{flavor}"
+    """The Queue of a team's flavor: its ClusterQueue's name and the flavor's, joined by a dot, which
+    neither slug may hold (team "a" with flavor "b-c" and team "a-b" with flavor "c" never meet)."""
+    return f"{team_queue}.{flavor}"
 
 
 def make_queue(*, team: TeamSpec, quota: FlavorQuota) -> dict[str, Any]:
@@ -104,8 +105,8 @@ def pod_fields(*, group: str) -> tuple[dict[str, str], dict[str, Any]]:
 
 
 def shape(objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
-    """A workload's objects (jobs.kinds' build) made Volcano's: its PodGroup first, the object
-    owning its pods scheduled by Volcano in that group, and a batch Job not suspended (Kueue
+    """A workload's objects (jobs.kinds' build) made Volcano's: its PodGroup just before the object
+    owning its pods, which Volcano schedules in that group, and a batch Job not suspended (Kueue
     resumes one it admits; Volcano holds the pods themselves until the whole gang fits)."""
     group = make_pod_group(name=workload.name, namespace=workload.namespace,
                            queue=queue_name(workload.team_queue, workload.flavor), min_member=workload.pods_together,

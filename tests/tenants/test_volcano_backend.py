@@ -34,8 +34,8 @@ def test_a_team_has_a_queue_per_flavor_deserving_its_guarantee_of_that_flavor_al
     """A100 and H100 both ask for nvidia.com/gpu: one Queue for both would let the team run 6 H100s
     on a guarantee of 4, so each flavor's quota is a Queue of its own."""
     queues = volcano.VolcanoBackend().team_objects(team=team((H100, 4), (A100, 2), (MIG, 7), (CGPU, 2)))
-    assert [q["metadata"]["name"] for q in queues] == ["vision-h100-80gb", "vision-a100-80gb", "vision-a100-1g-10gb",
-                                                       "vision-a10-cgpu"]
+    assert [q["metadata"]["name"] for q in queues] == ["vision.h100-80gb", "vision.a100-80gb", "vision.a100-1g-10gb",
+                                                       "vision.a10-cgpu"]
     h100, a100, mig, cgpu = queues
     assert h100["kind"] == "Queue" and "namespace" not in h100["metadata"]  # cluster-scoped, as a ClusterQueue
     assert h100["metadata"]["labels"] == {m.MANAGED_BY_LABEL: m.MANAGER, m.TEAM_LABEL: "vision",
@@ -129,10 +129,10 @@ def test_waiting_groups_are_listed_in_the_order_volcano_tries_them():
         return {"metadata": {"name": name, "namespace": "gpu-vision", "creationTimestamp": created},
                 "spec": {"queue": queue, "priorityClassName": tier}, "status": {"phase": phase}}
 
-    groups = [group("old", "vision-h100", "2026-11-28T09:00:00Z"), group("new", "vision-h100", "2026-11-28T09:05:00Z"),
-              group("urgent", "vision-h100", "2026-11-28T09:10:00Z", tier="gpu-portal-high"),
-              group("running", "vision-h100", "2026-11-28T08:00:00Z", phase="Running"),
-              group("on-a100", "vision-a100", "2026-11-28T09:07:00Z")]
+    groups = [group("old", "vision.h100", "2026-11-28T09:00:00Z"), group("new", "vision.h100", "2026-11-28T09:05:00Z"),
+              group("urgent", "vision.h100", "2026-11-28T09:10:00Z", tier="gpu-portal-high"),
+              group("running", "vision.h100", "2026-11-28T08:00:00Z", phase="Running"),
+              group("on-a100", "vision.a100", "2026-11-28T09:07:00Z")]
     order = volcano.pending_groups(groups, priorities={t.object_name: t.value for t in m.PRIORITY_TIERS})
     # Each counted in its own flavor's queue: the A100 one waits behind nothing.
     assert [(e.owners, e.position) for e in order] == [(("urgent",), 0), (("old",), 1), (("new",), 2), (("on-a100",), 0)]
@@ -229,7 +229,7 @@ def test_a_workloads_objects_shaped_for_volcano_put_its_pods_in_one_group_schedu
     shaped = volcano.shape(built, workload=queued(spec, team_queue="vision", flavor="h100-80gb"))
     service, group, job = shaped
     assert group["kind"] == "PodGroup" and group["spec"]["minMember"] == 3
-    assert group["spec"]["queue"] == "vision-h100-80gb"
+    assert group["spec"]["queue"] == "vision.h100-80gb"
     assert service == built[0]  # untouched
     assert "suspend" not in job["spec"] and built[1]["spec"]["suspend"] is True  # a copy: the build is not changed
     template = job["spec"]["template"]
