@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -215,6 +216,11 @@ class WorkloadQuerySet(models.QuerySet["Workload"]):
         return self.filter(phase__in=Workload.ACTIVE_PHASES)
 
 
+def site_queue_backend() -> str:
+    """The queue backend a workload made now runs on: the site's."""
+    return str(settings.PORTAL_QUEUE_BACKEND)
+
+
 class Workload(models.Model):
     class Phase(models.TextChoices):
         SUBMITTING = "submitting", "Submitting"
@@ -253,8 +259,8 @@ class Workload(models.Model):
     # Secret (jobs/access.py derives it again for the owner's hand-over).
     notebook_token_sha256 = models.CharField(max_length=64, blank=True)
     relaunch_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    # The site's PORTAL_QUEUE_BACKEND when it was launched: the site cannot switch while any still runs on another.
-    queue_backend = models.CharField(max_length=20, default="kueue", editable=False,
+    # The site's PORTAL_QUEUE_BACKEND when it was made: the site cannot switch while any still runs on another.
+    queue_backend = models.CharField(max_length=20, default=site_queue_backend, editable=False,
                                      help_text="The queue backend it was launched on (kueue or volcano).")
     created_at = models.DateTimeField(default=timezone.now)
     submitted_at = models.DateTimeField(null=True, blank=True)

@@ -415,7 +415,7 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
     name = (request.name or f"{request.template.slug}").strip()[:60]
     workload = Workload.objects.create(
         team=request.team, owner=user, template_version=version, name=name, parameters=values, flavor=request.flavor,
-        relaunch_of=relaunch_of, queue_backend=queueing.backend().name, **resources,
+        relaunch_of=relaunch_of, **resources,
     )
     if len(request.flavors) > 1:
         workload.accepted_flavors.set(request.flavors)

@@ -118,6 +118,8 @@ def test_a_site_cannot_switch_its_queue_backend_while_workloads_run_on_the_old_o
     make_ready(team, flavor)
     running = launch(member, team, training, flavor)
     assert running.queue_backend == "kueue"
+    with override_settings(PORTAL_QUEUE_BACKEND="volcano"):  # what any workload made then records, however made
+        assert Workload().queue_backend == "volcano"
     Workload.objects.filter(pk=running.pk).update(phase=Workload.Phase.RUNNING)
     assert checks.switch_problem() == ""
     with override_settings(PORTAL_QUEUE_BACKEND="volcano"):
