@@ -1,7 +1,7 @@
 """A site stays on one queue backend while workloads run on it: switching PORTAL_QUEUE_BACKEND with
 workloads still active on the other would leave them unread, unstoppable by their queue and
-unbilled. `manage.py migrate` (the chart's migrate job runs it before a release starts) and
-`manage.py check --database default` refuse it; so does every launch, in words."""
+unbilled. `manage.py migrate` (the chart's migrate job runs it before a release starts, so a
+release with the switch never starts) and `manage.py check --database default` refuse it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.db import DatabaseError
 
+from jobs.models import Workload
 from tenants import queueing
 
 SWITCH_WITH_ACTIVE_WORKLOADS = "jobs.E001"
@@ -20,8 +21,6 @@ SWITCH_WITH_ACTIVE_WORKLOADS = "jobs.E001"
 
 def switch_problem() -> str:
     """Why the site cannot run on its queue backend yet: workloads still active on another; "" when none is."""
-    from jobs.models import Workload
-
     others = (Workload.objects.filter(phase__in=Workload.ACTIVE_PHASES)
               .exclude(queue_backend=settings.PORTAL_QUEUE_BACKEND).values_list("queue_backend", flat=True))
     found = sorted(set(others))

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from jobs import access, checks, idle_policy, kinds, manifests, notifications, policy, pricing, rules, selectors
+from jobs import access, idle_policy, kinds, manifests, notifications, policy, pricing, rules, selectors
 from jobs.models import (
     GitSource,
     IdleDefaults,
@@ -137,9 +137,6 @@ def check_launch(*, user: User, request: LaunchRequest) -> tuple[WorkloadTemplat
     version, the parameter values and the resources to record."""
     team = request.team
     _require(user.has_perm("jobs.launch_workload", team))
-    if checks.switch_problem():
-        raise DomainError("The site is moving to another queue backend, and nothing new can start until the "
-                          "workloads that still run on the old one have ended; a platform admin finishes the move.")
     version = _launch_version_checked(request)
     values = _launch_values_checked(version, request)
     units, cpu, memory, priority = _launch_resources_checked(user, version, request)

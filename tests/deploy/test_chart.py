@@ -203,15 +203,44 @@ def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret
             assert set(rule["verbs"]) == {"get", "list"}
         assert not {"clusterroles", "clusterrolebindings", "roles", "serviceaccounts/token"} & set(rule["resources"])
     # Exactly the kinds portal/kube's table names (configmaps are only the simulated cluster's).
-    from portal.kube.base import KINDS
     granted = {(group, resource) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}
-    known = {(info.group, info.plural) for info in KINDS.values()} | {
-        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads")}  # Kueue's pending
-    assert granted <= known
+    assert granted <= KNOWN
     # Leases are the release namespace's Role's (leader election), never cluster-wide; Kueue's
-    # visibility ClusterQueues are read only through their pendingworkloads subresource.
-    assert known - granted - {("coordination.k8s.io", "leases")} == {
-        ("", "configmaps"), ("visibility.kueue.x-k8s.io", "clusterqueues")}
+    # visibility ClusterQueues are read only through their pendingworkloads subresource; Volcano's
+    # kinds are granted only to a site on Volcano.
+    assert KNOWN - granted - {("coordination.k8s.io", "leases")} == {
+        ("", "configmaps"), ("visibility.kueue.x-k8s.io", "clusterqueues"), *VOLCANO}
+
+
+def test_on_volcano_the_cluster_role_holds_volcanos_queues_and_pod_groups_and_nothing_of_kueue():
+    objects = render(merged(EVERYTHING_ON, {"cluster": {"queueBackend": "volcano"}}))
+    roles = by_kind(objects, "ClusterRole")
+    portal, member = roles["portal-gpu-portal"]["rules"], roles["portal-gpu-portal-member"]["rules"]
+    granted = {(group, resource) for rule in portal for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert granted <= KNOWN and granted >= VOLCANO
+    assert not [kind for kind in granted if "kueue" in kind[0]]
+    assert _allows(portal, "scheduling.volcano.sh", "queues", "patch") and _allows(portal, "scheduling.volcano.sh",
+                                                                                     "podgroups", "delete")
+    assert _allows(member, "scheduling.volcano.sh", "podgroups", "list")
+    assert not _allows(member, "kueue.x-k8s.io", "workloads", "list")
+    env = container_env(pod_specs(objects)["portal-gpu-portal-worker"]["containers"][0], SECRETS)
+    assert env["PORTAL_QUEUE_BACKEND"] == "volcano"
+
+
+def test_a_queue_backend_the_chart_does_not_know_is_refused_by_its_schema():
+    result = run_helm("template", "portal", str(CHART), values=merged({"cluster": {"queueBackend": "slurm"}}), check=False)
+    assert result.returncode != 0 and "queueBackend" in result.stderr
+
+
+def _known() -> set[tuple[str, str]]:
+    from portal.kube.base import KINDS
+
+    return {(info.group, info.plural) for info in KINDS.values()} | {
+        ("", "pods/log"), ("visibility.kueue.x-k8s.io", "clusterqueues/pendingworkloads")}  # Kueue's pending
+
+
+KNOWN = _known()
+VOLCANO = {("scheduling.volcano.sh", "queues"), ("scheduling.volcano.sh", "podgroups")}
 
 
 def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:

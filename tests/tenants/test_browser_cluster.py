@@ -53,7 +53,7 @@ def test_an_approval_in_the_browser_reaches_the_real_cluster_within_seconds(brow
     reached = time.monotonic() - started
     assert cq is not None and rq is not None and local_queue is not None
     assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == "6"
-    assert rq["spec"]["hard"]["requests.nvidia.com/gpu"] == "16"
+    assert not [key for key in rq["spec"]["hard"] if "nvidia.com" in key]  # the queue bounds GPUs, not the quota
     assert local_queue["spec"]["clusterQueue"] == team.slug
     assert reached < 5, f"the cluster held the new quota only after {reached:.1f}s"
 
