@@ -56,6 +56,13 @@ def waiting(workload: Workload) -> bool:
     return workload.phase == Workload.Phase.QUEUED and not [p for p in pods_of(workload) if p["spec"].get("nodeName")]
 
 
+def capped(site, team, capture):
+    """The team may not borrow: its guarantee is all it gets."""
+    with capture(execute=True):
+        tenant_services.team_update(actor=site.admin, team=team, may_borrow=False)
+    return team
+
+
 def stop(workload: Workload, capture) -> None:
     with capture(execute=True):
         job_services.workload_stop(user=workload.owner, workload=workload)
@@ -65,9 +72,7 @@ def test_quota_admits_what_fits_and_the_rest_waits_until_it_frees(cluster, site,
                                                                  django_capture_on_commit_callbacks):
     settings.PORTAL_POD_ANNOTATIONS = HOLD
     capture = django_capture_on_commit_callbacks
-    team = site.team("quota", gpus=2)
-    with capture(execute=True):
-        tenant_services.team_update(actor=site.admin, team=team, may_borrow=False)
+    team = capped(site, site.team("quota", gpus=2), capture)
     lead = team.memberships.get().user
     first = launch(team, lead, templates["training"], site.flavor, capture, units=2)
     cluster.wait_for(lambda: running(first), what="the first training, within the team's 2 GPUs, to run")
@@ -104,9 +109,7 @@ def test_a_held_team_starts_nothing_new_and_what_runs_goes_on_until_the_hold_is_
     the quota frees, what runs goes on, and it starts once the budget is raised."""
     settings.PORTAL_POD_ANNOTATIONS = HOLD
     capture = django_capture_on_commit_callbacks
-    team = site.team("hold", gpus=2)
-    with capture(execute=True):
-        tenant_services.team_update(actor=site.admin, team=team, may_borrow=False)
+    team = capped(site, site.team("hold", gpus=2), capture)
     lead = team.memberships.get().user
     first = launch(team, lead, templates["training"], site.flavor, capture, units=1)
     second = launch(team, lead, templates["training"], site.flavor, capture, units=1)
@@ -193,9 +196,7 @@ def test_a_higher_priority_launch_makes_room_within_its_team(cluster, site, sett
     training of 2 takes 2 of them, and the server goes on with what is left, or waits whole."""
     settings.PORTAL_POD_ANNOTATIONS = HOLD
     capture = django_capture_on_commit_callbacks
-    team = site.team("prio", gpus=4)
-    with capture(execute=True):
-        tenant_services.team_update(actor=site.admin, team=team, may_borrow=False)
+    team = capped(site, site.team("prio", gpus=4), capture)
     lead = team.memberships.get().user
     made = {kind: job_services.template_create(
         user=site.admin, slug=cluster.unique(f"prio-{kind}"), name=kind.title(), kind=kind, flavors=[site.flavor],
