@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -75,6 +76,9 @@ def cluster_task(*, gave_up: GaveUp | None = None, **options: Any) -> Callable[[
     return shared_task(base=ClusterTask, **options)
 
 
+_LOADING = threading.Lock()
+
+
 def task_named(name: str) -> Task:
     """The task registered as `name`, its dotted path. A service enqueues by name the task that
     calls it back, so that neither module imports the other (an app's tasks module is an adapter
@@ -82,7 +86,12 @@ def task_named(name: str) -> Task:
     load as a worker loads them at start (Celery's autodiscovery); an unknown one raises at once,
     before anything is recorded."""
     if name not in app.tasks:
-        app.loader.import_default_modules()
+        # One thread loads them; the others wait for it. Celery marks the loading begun before it
+        # ends, so a second thread asking meanwhile was answered at once, without the task: the
+        # web process's first concurrent launches failed.
+        with _LOADING:
+            if name not in app.tasks:
+                app.loader.import_default_modules()
     return app.tasks[name]
 
 
