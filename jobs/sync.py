@@ -1,12 +1,12 @@
 """Status sync: reads what the cluster says about the portal's workloads and records it.
 
 One pass lists the owners of the portal's workloads (each kind's, jobs/kinds/: Jobs, Deployments,
-StatefulSets), their pods and the queue backend's objects of them (Kueue's Workloads or Volcano's
-PodGroups) (five
-calls, however many workloads; with PORTAL_NAMESPACED_READS pods are listed per team namespace
-that has a workload to follow, four calls plus one per such team), derives each active workload's phase with the reason in
-words, and records every pod's run interval keyed by its UID, so reading the same cluster
-again, after a watch expired or the worker restarted, changes nothing.
+StatefulSets), their pods and the queue backend's objects of them (Kueue's Workloads or
+Volcano's PodGroups) (five calls, however many workloads; with PORTAL_NAMESPACED_READS pods are
+listed per team namespace that has a workload to follow, four calls plus one per such team),
+derives each active workload's phase with the reason in words, and records every pod's run
+interval keyed by its UID, so reading the same cluster again, after a watch expired or the worker
+restarted, changes nothing.
 
 A snapshot is never the whole truth at one instant: the full pass lists five kinds one after
 another, and an informer's caches are fed by one watch per kind, in no common order. So a
@@ -54,6 +54,8 @@ INTERVALS_CLOSED = Event[Callable[[list[int]], None]]("jobs.sync.INTERVALS_CLOSE
 
 
 Key = tuple[str, int]  # (namespace, workload id): an object counts only in its team's namespace
+
+
 def watched() -> tuple[tuple[str, str, dict[str, str] | None], ...]:
     """What the sync reads: the portal's own objects by label, and the site's queue backend's
     objects of them (Kueue's Workloads, which Kueue creates without our labels and are matched to

@@ -4,8 +4,9 @@ A backend turns a team's grants into the cluster's queue objects (its team queue
 the flavors' and priority tiers' shared objects, a hold), marks a workload's objects for its
 queue, and reads back what the portal says in its own words: whether a workload is admitted and
 on which flavor, why it waits and where it stands in its queue, and what each team's queue uses,
-borrows and lends per flavor. Kueue is the first (tenants/queueing/kueue.py); a site picks one
-with PORTAL_QUEUE_BACKEND. Pure: the values and the Protocol import nothing from Django.
+borrows and lends per flavor. Kueue (tenants/queueing/kueue.py) and Volcano (volcano.py) are the
+two; a site picks one with PORTAL_QUEUE_BACKEND. Pure: the values and the Protocol import nothing
+from Django.
 """
 
 from __future__ import annotations
