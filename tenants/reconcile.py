@@ -376,23 +376,23 @@ def _prunable(
     return ref not in wanted_by_team.get(uid, set())
 
 
-# Maps the portal owns whole: a key in the live object that it no longer wants is a difference too
-# (the ResourceQuota's GPU limits of before, or a limit someone added), which applying removes.
-WHOLE_MAPS: dict[tuple[str, str], tuple[str, ...]] = {("v1", "ResourceQuota"): ("spec", "hard")}
+def _gpu_limit(key: str) -> bool:
+    """A ResourceQuota key of the GPU limits the portal wrote before it left GPUs to the queue: an
+    extended resource's requests, or a DeviceClass's devices."""
+    return (key.startswith("requests.") and "/" in key) or key.endswith(".deviceclass.resource.k8s.io/devices")
 
 
 def holds(live: dict[str, Any] | None, wanted: dict[str, Any]) -> bool:
-    """Whether the live object holds everything wanted, and no more in the maps the portal owns whole."""
+    """Whether the live object holds everything wanted; for a ResourceQuota, also no GPU limit the
+    portal no longer sets (a site's quotas from before keep theirs until a pass applies them once).
+    Only those: a limit someone else adds and owns stays theirs, and would not go by applying."""
     if live is None or not contains(live, wanted):
         return False
-    path = WHOLE_MAPS.get((wanted["apiVersion"], wanted["kind"]))
-    if path is None:
+    if (wanted["apiVersion"], wanted["kind"]) != ("v1", "ResourceQuota"):
         return True
-    found: Any = live
-    asked: Any = wanted
-    for key in path:
-        found, asked = (found or {}).get(key), (asked or {}).get(key)
-    return set(found or {}) == set(asked or {})
+    found = ((live.get("spec") or {}).get("hard") or {})
+    asked = ((wanted.get("spec") or {}).get("hard") or {})
+    return not [key for key in found if key not in asked and _gpu_limit(key)]
 
 
 def _converge(obj: dict[str, Any], live: dict[ObjectRef, dict[str, Any]], result: PassResult, *, confirm: bool) -> None:

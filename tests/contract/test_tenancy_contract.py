@@ -345,3 +345,19 @@ def test_the_launch_hint_counts_only_quota_other_teams_lend(cluster, site, djang
     hint = job_selectors.launch_hint(team=borrower, flavor=site.flavor, units=2)
     assert hint.lendable == 4
     assert hint.would_borrow
+
+
+def test_a_gpu_limit_the_portal_wrote_before_leaves_its_resource_quota_at_the_next_pass(cluster, site):
+    """A site's quota from before, which limited GPUs under the portal's own field manager: the
+    next pass takes the limit away (server-side apply drops what its manager no longer sets), once."""
+    team = site.team("upgraded", gpus=2)
+    ref = ObjectRef("v1", "ResourceQuota", "gpu-portal", team.slug)
+    before = existing(ref)
+    gateway().apply({"apiVersion": "v1", "kind": "ResourceQuota",
+                     "metadata": {"name": "gpu-portal", "namespace": team.slug,
+                                  "labels": before["metadata"]["labels"], "annotations": before["metadata"]["annotations"]},
+                     "spec": {"hard": {**before["spec"]["hard"], "requests.nvidia.com/gpu": "8"}}})
+    assert existing(ref)["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
+    assert str(ref) in reconcile.cluster_reconcile().applied
+    assert "requests.nvidia.com/gpu" not in existing(ref)["spec"]["hard"]
+    assert str(ref) not in reconcile.cluster_reconcile().applied

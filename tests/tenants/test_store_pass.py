@@ -257,10 +257,10 @@ def test_the_watcher_runs_the_team_pass_unless_it_is_turned_off(settings, simula
         passes.stop()
 
 
-def test_a_limit_the_portal_no_longer_sets_in_its_resource_quota_is_removed_once_and_then_left_alone(
+def test_a_gpu_limit_the_portal_no_longer_sets_in_its_resource_quota_is_removed_once_and_others_limits_stay(
         team, flavor, simulated):
-    """The portal owns its ResourceQuota's limits whole: one it no longer sets (a GPU limit from
-    before) is a difference the pass repairs, though every limit it does set still holds."""
+    """A GPU limit from before the queue bounded GPUs alone is a difference the pass repairs,
+    though every limit the portal sets holds; a limit someone else added (storage) is theirs."""
     make_ready(team, flavor)
     quota = simulated.get(QUOTA)
     quota["spec"]["hard"]["requests.nvidia.com/gpu"] = "8"
@@ -270,3 +270,8 @@ def test_a_limit_the_portal_no_longer_sets_in_its_resource_quota_is_removed_once
     assert str(QUOTA) in reconcile.cluster_reconcile().applied
     assert "requests.nvidia.com/gpu" not in simulated.get(QUOTA)["spec"]["hard"]
     assert reconcile.cluster_reconcile().writes == 0
+    quota = simulated.get(QUOTA)
+    quota["spec"]["hard"]["requests.storage"] = "1Ti"
+    simulated.replace(quota)
+    assert reconcile.cluster_reconcile().writes == 0
+    assert simulated.get(QUOTA)["spec"]["hard"]["requests.storage"] == "1Ti"
