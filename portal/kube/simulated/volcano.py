@@ -31,6 +31,12 @@ UNCOUNTED = ("cpu", "memory", "pods")
 RUNNING, COMPLETED = "Running", "Completed"
 
 
+def placed_on(requests: dict[str, float], flavor: str) -> dict[str, str]:
+    """What a placed group says it runs on: the flavor, for each GPU resource it asks for (one
+    entry even if it asks for none, so that it reads as placed)."""
+    return dict.fromkeys((r for r in requests if r not in UNCOUNTED), flavor) or {"": flavor}
+
+
 class Group(Workload):
     """A PodGroup and the object whose pods it holds."""
 
@@ -58,7 +64,7 @@ class Volcano:
                 priority=self.state.pod_priorities.get(spec.get("priorityClassName", ""), 0),
                 created=row.body["metadata"].get("creationTimestamp", ""),
                 requests={resource: amount * pods for resource, amount in per_pod.items()}, pods=pods, pod_spec=template,
-                admitted_flavor=dict.fromkeys((r for r in per_pod if r not in UNCOUNTED), flavor) if placed else {},
+                admitted_flavor=placed_on(per_pod, flavor) if placed else {},
             ))
         return groups
 
@@ -168,7 +174,7 @@ class Volcano:
                     self._evict(evicted)
                 return True
         for victim in chosen:  # not enough: nobody goes
-            victim.admitted_flavor = dict.fromkeys(self._gpus(victim), self._flavor(victim))
+            victim.admitted_flavor = placed_on(victim.requests, self._flavor(victim))
         return False
 
     def _over(self, groups: list[Group], queue: str) -> bool:
@@ -193,7 +199,7 @@ class Volcano:
         self.state.save(group.row, body)
 
     def _let_in(self, group: Group) -> None:
-        group.admitted_flavor = dict.fromkeys(self._gpus(group), self._flavor(group))
+        group.admitted_flavor = placed_on(group.requests, self._flavor(group))
         self._status(group, RUNNING, [{"type": "Scheduled", "status": "True",
                                        "reason": "tasks in gang are ready to be scheduled"}])
 
