@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,27 +26,18 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results import record  # noqa: E402 - after the checkout is on the path; its import notes the load at the start
-
-BACKENDS = ("kueue", "volcano")
+from benchmarks.results import QUEUE_BACKENDS, per_queue_backend  # noqa: E402 - after the checkout is on the path; its import notes the load at the start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--teams", type=int, default=100)
-    parser.add_argument("--queue-backend", choices=BACKENDS, help="only this one, printed and not recorded")
+    parser.add_argument("--queue-backend", choices=QUEUE_BACKENDS, help="only this one, printed and not recorded")
     args = parser.parse_args()
     if args.queue_backend:
         print(json.dumps(measure(args.teams, args.queue_backend)))  # one line, the last: the parent reads it
         return
-    figures: dict[str, Any] = {}
-    for backend in BACKENDS:  # each in a process of its own: Django is set up once per process
-        child = subprocess.run([sys.executable, __file__, "--teams", str(args.teams), "--queue-backend", backend],
-                               check=True, stdout=subprocess.PIPE, text=True)
-        found = json.loads(child.stdout.strip().splitlines()[-1])
-        figures.update({f"{backend}.{key}": value for key, value in found.items()})
-    print(json.dumps(figures, indent=2))
-    record("onboarding", figures)
+    per_queue_backend("onboarding", __file__, ["--teams", str(args.teams)])
 
 
 def measure(team_count: int, backend: str) -> dict[str, Any]:

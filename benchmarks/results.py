@@ -126,3 +126,22 @@ def record(name: str, figures: Mapping[str, Any], *, path: Path = RESULTS, origi
     kept[name] = section(name, figures, origin or provenance())
     path.write_text(HEADER + "".join(f"\n{kept[key]}" for key in sorted(kept)))
     print(f"recorded in {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {name}", file=sys.stderr)
+
+
+QUEUE_BACKENDS = ("kueue", "volcano")
+
+
+def per_queue_backend(name: str, script: str, argv: list[str]) -> None:
+    """Runs `script` once per queue backend, each in a process of its own (Django is set up once
+    per process, and each starts a control plane of its own) with `--queue-backend`, reads the
+    figures each prints as its last line, and records them side by side (`kueue.…`, `volcano.…`)."""
+    import json
+
+    figures: dict[str, Any] = {}
+    for backend in QUEUE_BACKENDS:
+        child = subprocess.run([sys.executable, script, *argv, "--queue-backend", backend],
+                               check=True, stdout=subprocess.PIPE, text=True)
+        found = json.loads(child.stdout.strip().splitlines()[-1])
+        figures.update({f"{backend}.{key}": value for key, value in found.items()})
+    print(json.dumps(figures, indent=2))
+    record(name, figures)

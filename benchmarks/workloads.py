@@ -53,7 +53,6 @@ import multiprocessing
 import os
 import pstats
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -65,7 +64,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results import record  # noqa: E402 - after the checkout is on the path; its import notes the load at the start
+from benchmarks.results import QUEUE_BACKENDS, per_queue_backend  # noqa: E402 - after the checkout is on the path; its import notes the load at the start
 from benchmarks.stats import percentile  # noqa: E402 - after the checkout is on the path
 
 
@@ -74,7 +73,6 @@ def ms(values: list[float], q: float) -> float | None:
 
 
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # on Volcano, a pod's PodGroup
-BACKENDS = ("kueue", "volcano")
 
 
 def floor_copy(objects: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -154,20 +152,13 @@ def main() -> None:
     parser.add_argument("--floor-rate", type=float, default=2,
                         help="Bare applies per second by the same-run floor's process, throughout the launches.")
     parser.add_argument("--debug", action="store_true", help="Run the portal with DEBUG on (off by default, as in production).")
-    parser.add_argument("--queue-backend", choices=BACKENDS,
+    parser.add_argument("--queue-backend", choices=QUEUE_BACKENDS,
                         help="Only this one, printed and not recorded; by default each in turn, recorded side by side.")
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL"):
         sys.exit("Set DATABASE_URL (PostgreSQL), or run `make bench`, which starts one.")
     if args.queue_backend is None:
-        figures: dict[str, Any] = {}
-        for backend in BACKENDS:  # each in a process of its own, on a control plane of its own
-            child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--queue-backend", backend],
-                                   check=True, stdout=subprocess.PIPE, text=True)
-            found = json.loads(child.stdout.strip().splitlines()[-1])
-            figures.update({f"{backend}.{key}": value for key, value in found.items()})
-        print(json.dumps(figures, indent=2))
-        record("workloads", figures)
+        per_queue_backend("workloads", __file__, sys.argv[1:])
         return
 
     os.environ.update({"PORTAL_CLUSTER": "kubernetes", "DJANGO_SETTINGS_MODULE": "portal.settings",
