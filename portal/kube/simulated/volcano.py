@@ -111,12 +111,15 @@ class Volcano:
         spec = self._spec(group.queue)
         capability = spec.get("capability") or {}
         mine, everyone = self._used(groups, group.queue), self._used(groups)
+        # What other Queues reserve (`guarantee`) and do not use: only theirs, counted once.
+        guarantees = {name: (self._spec(name).get("guarantee") or {}).get("resource") or {}
+                      for name in self.state.volcano_queues if name != group.queue}
+        unused = {name: self._used(groups, name) for name, guarantee in guarantees.items() if guarantee}
         for resource, amount in self._gpus(group).items():
             if resource in capability and mine[resource] + amount > to_units(capability[resource]):
                 return "queue"
-            reserved = sum(max(to_units((self._spec(name).get("guarantee") or {}).get("resource", {}).get(resource, 0))
-                               - self._used(groups, name)[resource], 0)
-                           for name in self.state.volcano_queues if name != group.queue)
+            reserved = sum(max(to_units(guarantees[name].get(resource, 0)) - used[resource], 0)
+                           for name, used in unused.items())
             total = sum(to_units((node.body.get("status") or {}).get("allocatable", {}).get(resource, 0))
                         for node in self.state.nodes)
             if everyone[resource] + amount + reserved > total:
