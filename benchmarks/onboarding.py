@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results import QUEUE_BACKENDS, per_queue_backend  # noqa: E402 - after the checkout is on the path; its import notes the load at the start
+from benchmarks.results import QUEUE_BACKENDS, per_queue_backend, record  # noqa: E402 - after the checkout is on the path; its import notes the load at the start
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
     if args.queue_backend:
         print(json.dumps(measure(args.teams, args.queue_backend)))  # one line, the last: the parent reads it
         return
-    per_queue_backend("onboarding", __file__, ["--teams", str(args.teams)])
+    record("onboarding", per_queue_backend(__file__, ["--teams", str(args.teams)]))
 
 
 def measure(team_count: int, backend: str) -> dict[str, Any]:

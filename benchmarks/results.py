@@ -131,10 +131,10 @@ def record(name: str, figures: Mapping[str, Any], *, path: Path = RESULTS, origi
 QUEUE_BACKENDS = ("kueue", "volcano")
 
 
-def per_queue_backend(name: str, script: str, argv: list[str]) -> None:
+def per_queue_backend(script: str, argv: list[str]) -> dict[str, Any]:
     """Runs `script` once per queue backend, each in a process of its own (Django is set up once
     per process, and each starts a control plane of its own) with `--queue-backend`, reads the
-    figures each prints as its last line, and records them side by side (`kueue.…`, `volcano.…`)."""
+    figures each prints as its last line, and gives them side by side (`kueue.…`, `volcano.…`)."""
     import json
 
     figures: dict[str, Any] = {}
@@ -144,4 +144,4 @@ def per_queue_backend(name: str, script: str, argv: list[str]) -> None:
         found = json.loads(child.stdout.strip().splitlines()[-1])
         figures.update({f"{backend}.{key}": value for key, value in found.items()})
     print(json.dumps(figures, indent=2))
-    record(name, figures)
+    return figures

@@ -64,7 +64,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.results import QUEUE_BACKENDS, per_queue_backend  # noqa: E402 - after the checkout is on the path; its import notes the load at the start
+from benchmarks.results import QUEUE_BACKENDS, per_queue_backend, record  # noqa: E402 - after the checkout is on the path; its import notes the load at the start
 from benchmarks.stats import percentile  # noqa: E402 - after the checkout is on the path
 
 
@@ -158,7 +158,7 @@ def main() -> None:
     if not os.environ.get("DATABASE_URL"):
         sys.exit("Set DATABASE_URL (PostgreSQL), or run `make bench`, which starts one.")
     if args.queue_backend is None:
-        per_queue_backend("workloads", __file__, sys.argv[1:])
+        record("workloads", per_queue_backend(__file__, sys.argv[1:]))
         return
 
     os.environ.update({"PORTAL_CLUSTER": "kubernetes", "DJANGO_SETTINGS_MODULE": "portal.settings",
