@@ -141,6 +141,9 @@ class WorkloadSpec:
     # queue backend that shapes the workload's objects (tenants.queueing's shape).
     team_queue: str = ""
     flavor: str = ""
+    # How its numbered pods are named by the object that owns them on the site's queue backend
+    # (QueueBackend.indexed_pod_name): how a distributed training's workers find the first.
+    indexed_pod_name: str = "{name}-{index}"
 
     @property
     def labels(self) -> dict[str, str]:
@@ -153,6 +156,10 @@ class WorkloadSpec:
     @property
     def service_name(self) -> str:
         return self.name
+
+    def pod_host(self, index: int) -> str:
+        """The host name of its pod of that index, in its headless Service's subdomain."""
+        return f"{self.indexed_pod_name.format(name=self.name, index=index)}.{self.service_name}"
 
     @property
     def token_secret_name(self) -> str:

@@ -604,6 +604,7 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         placements=tuple(placement(flavor) for flavor in workload_flavors(workload)),
         queue=tuple(queueing.backend().workload_labels(priority=tier_name(workload.priority)).items()),
         team_queue=workload.team.cluster_queue, flavor=workload.flavor.slug,
+        indexed_pod_name=queueing.backend().indexed_pod_name,
     )
 
 

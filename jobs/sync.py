@@ -46,9 +46,6 @@ log = logging.getLogger(__name__)
 
 MANAGED = {manifests.MANAGED_BY_LABEL: "gpu-portal"}
 GONE_REASON = "Its objects are gone from the cluster (deleted outside the portal)."
-# The objects that own workloads' pods, each kind's as it declares (jobs/kinds/).
-OWNER_KINDS: tuple[tuple[str, str], ...] = kinds.owner_kinds()
-OWNER_KIND_NAMES = tuple(kind for _, kind in OWNER_KINDS)
 # Sent after the commit that closed run intervals, with their ids: billing meters their hours then.
 INTERVALS_CLOSED = Event[Callable[[list[int]], None]]("jobs.sync.INTERVALS_CLOSED", by="billing")
 
@@ -56,12 +53,17 @@ INTERVALS_CLOSED = Event[Callable[[list[int]], None]]("jobs.sync.INTERVALS_CLOSE
 Key = tuple[str, int]  # (namespace, workload id): an object counts only in its team's namespace
 
 
+def owner_kind_names() -> tuple[str, ...]:
+    """The kinds of the objects that own workloads' pods on the site's queue backend (jobs/kinds/)."""
+    return tuple(kind for _, kind in kinds.owner_kinds())
+
+
 def watched() -> tuple[tuple[str, str, dict[str, str] | None], ...]:
     """What the sync reads: the portal's own objects by label, and the site's queue backend's
     objects of them (Kueue's Workloads, which Kueue creates without our labels and are matched to
     ours through their owners; Volcano's PodGroups, which carry our labels)."""
     return (
-        *((api_version, kind, MANAGED) for api_version, kind in OWNER_KINDS),
+        *((api_version, kind, MANAGED) for api_version, kind in kinds.owner_kinds()),
         ("v1", "Pod", MANAGED),
         *((api_version, kind, None) for api_version, kind in queueing.backend().workload_kinds),
     )
@@ -118,7 +120,7 @@ class Snapshot:
         indexing the other 15,000 objects."""
         snapshot = cls()
         by_name: dict[tuple[str, str, str], Key] = {}
-        for kind in OWNER_KIND_NAMES:
+        for kind in owner_kind_names():
             for obj in objects.get(kind, []):
                 key = _key(obj)
                 if key is not None and (keys is None or key in keys):
@@ -155,7 +157,7 @@ def key_of(workload: Workload) -> Key:
 
 
 def owner_ref(workload: Workload) -> ObjectRef:
-    api_version, kind = workload.kind_facts.owner
+    api_version, kind = kinds.owner_of(workload.kind_facts)
     return ObjectRef(api_version, kind, workload.k8s_name, workload.team.namespace)
 
 

@@ -17,7 +17,16 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from jobs.sync import OWNER_KIND_NAMES, Key, Snapshot, SyncResult, read_namespaces, read_per_namespace, sync_snapshot, watched
+from jobs.sync import (
+    Key,
+    Snapshot,
+    SyncResult,
+    owner_kind_names,
+    read_namespaces,
+    read_per_namespace,
+    sync_snapshot,
+    watched,
+)
 from portal.adapters import whole_number
 from portal.kube import WatchEvent
 from portal.kube.store import NamespacedFollow, follow, unmanaged
@@ -127,7 +136,7 @@ class WorkloadInformer:
         next, so where pods are watched per namespace, its namespace is watched now rather than
         at the next turn of the namespaces' follow (a watch round's list may bring it, as well as
         an ADDED event)."""
-        if kind not in OWNER_KIND_NAMES or not self.followed:
+        if kind not in owner_kind_names() or not self.followed:
             return
         for namespace in sorted({namespace for namespace, _ in new}):
             for followed in self.followed.values():

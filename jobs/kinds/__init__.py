@@ -41,9 +41,16 @@ def names(**facts: Any) -> tuple[str, ...]:
     return tuple(name for name, kind in KINDS.items() if all(getattr(kind, fact) == value for fact, value in facts.items()))
 
 
+def owner_of(kind: Kind) -> tuple[str, str]:
+    """The (apiVersion, kind) that owns a kind's pods on the site's queue backend: the kind's own
+    owner, or the queue's job object the backend makes of it (a Volcano Job for a batch Job)."""
+    return queueing.backend().owner(kind.owner)
+
+
 def owner_kinds() -> tuple[tuple[str, str], ...]:
-    """Every (apiVersion, kind) that owns some kind's pods, each once, in the registry's order."""
-    return tuple(dict.fromkeys(kind.owner for kind in KINDS.values()))
+    """Every (apiVersion, kind) that owns some kind's pods on the site's queue backend, each once,
+    in the registry's order."""
+    return tuple(dict.fromkeys(owner_of(kind) for kind in KINDS.values()))
 
 
 def words(names_: tuple[str, ...], *, nouns: bool = False) -> str:

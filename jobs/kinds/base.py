@@ -25,6 +25,7 @@ Verdict = tuple[str, str]
 # jobs.models.Workload.Phase's values, which derive() answers in.
 QUEUED, ADMITTED, RUNNING, SUCCEEDED, FAILED, PREEMPTED = "queued", "admitted", "running", "succeeded", "failed", "preempted"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+VOLCANO_BATCH = "batch.volcano.sh/v1alpha1"  # tenants.queueing.volcano's Volcano Jobs
 
 
 @dataclass(frozen=True)
@@ -100,12 +101,14 @@ def completions_succeeded(job: dict[str, Any], pods: list[dict[str, Any]]) -> bo
 
 def derive_batch_job(owner: dict[str, Any], pods: list[dict[str, Any]], admission: Admission) -> Verdict:
     """A batch Job the queue lets run: terminal only from the Job's own conditions or a succeeded
-    pod per completion; waiting while suspended, or while the queue holds all of its pods."""
+    pod per completion; waiting while suspended, or while the queue holds all of its pods. On
+    Volcano the owner is the Volcano Job made of it (derive_volcano_job)."""
+    if owner.get("apiVersion") == VOLCANO_BATCH:
+        return derive_volcano_job(owner, pods, admission)
     if is_true(owner, "Complete"):
         return SUCCEEDED, "Finished successfully"
     if is_true(owner, "Failed"):
-        failed = condition(owner, "Failed")
-        return FAILED, f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".rstrip(": ")
+        return FAILED, _batch_failure(owner, pods)
     # Every completion succeeded is what the Job controller will conclude a moment later: say it now.
     if completions_succeeded(owner, pods):
         return SUCCEEDED, "Finished successfully"
@@ -117,6 +120,68 @@ def derive_batch_job(owner: dict[str, Any], pods: list[dict[str, Any]], admissio
         return QUEUED, admission.waiting
     if running:
         return RUNNING, f"{len(running)} of {owner['spec'].get('parallelism', 1)} pods running"
+    return ADMITTED, admission.starting
+
+
+OVERRAN = "It ran longer than its template's maximum run time, and was stopped"
+
+
+def _pod_failure(pods: list[dict[str, Any]]) -> str:
+    """How its last failed pod ended, in a few words: " (Error, exit code 1)", or ""."""
+    for pod in reversed(pods):
+        for container in (pod.get("status") or {}).get("containerStatuses") or []:
+            ended = (container.get("state") or {}).get("terminated") or {}
+            if (pod.get("status") or {}).get("phase") == "Failed" and ended:
+                return f" ({ended.get('reason') or 'Error'}, exit code {ended.get('exitCode', '?')})"
+    return ""
+
+
+def _batch_failure(job: dict[str, Any], pods: list[dict[str, Any]]) -> str:
+    """Why a batch Job failed, in the portal's words where Kubernetes' reason is one it knows."""
+    failed = condition(job, "Failed")
+    reason = failed.get("reason", "Failed")
+    if reason == "DeadlineExceeded":
+        return OVERRAN
+    if reason == "BackoffLimitExceeded":
+        tries = int((job.get("status") or {}).get("failed") or 0)
+        count = {0: "", 1: " once"}.get(tries, f" {tries} times")
+        return f"Its pods failed{count}{_pod_failure(pods)}, and it is not retried again"
+    return f"{reason}: {failed.get('message', '')}".rstrip(": ")
+
+
+def _volcano_failure(phase: str, restarts: int, pods: list[dict[str, Any]]) -> str:
+    """Why a Volcano Job ended without success, from its phase and its pods, in the portal's words."""
+    if phase == "Failed" and restarts:
+        return f"Started again {restarts} times after evictions, the most Volcano allows it; it was not run again"
+    if any((pod.get("status") or {}).get("reason") == "DeadlineExceeded" for pod in pods):
+        return OVERRAN
+    return f"A pod failed{_pod_failure(pods)}, and Volcano stopped the rest of the run"
+
+
+def derive_volcano_job(owner: dict[str, Any], pods: list[dict[str, Any]], admission: Admission) -> Verdict:
+    """A Volcano Job (a batch kind's owner on Volcano), by the phase its controller keeps. Its
+    policies restart it only after an eviction and end it at a failure (tenants.queueing.volcano's
+    POLICIES), so a restart is a preemption or reclaim: it reads as preempted until it runs again."""
+    status = owner.get("status") or {}
+    phase = (status.get("state") or {}).get("phase") or "Pending"
+    restarts = int(status.get("retryCount") or 0)
+    replicas = sum(int(task.get("replicas", 1)) for task in owner["spec"].get("tasks") or [])
+    if phase in ("Completed", "Completing"):
+        return SUCCEEDED, "Finished successfully"
+    if phase in ("Failed", "Terminating", "Terminated", "Aborting", "Aborted"):
+        return FAILED, _volcano_failure(phase, restarts, pods)
+    running = running_pods(pods)
+    again = f" (started again {restarts} time{'s' if restarts != 1 else ''} after Volcano evicted it)" if restarts else ""
+    if running and phase != "Restarting":
+        return RUNNING, f"{len(running)} of {replicas} pods running{again}"
+    if phase == "Restarting" or restarts and admission.pending:
+        return PREEMPTED, ("Preempted and queued again: Volcano evicted its pods to give their capacity back (a team "
+                           f"reclaiming its guarantee, or a higher tier); all {replicas} start again when there is room"
+                           if replicas > 1 else
+                           "Preempted and queued again: Volcano evicted its pod to give its capacity back (a team "
+                           "reclaiming its guarantee, or a higher tier); it starts again when there is room")
+    if admission.pending:
+        return QUEUED, admission.waiting
     return ADMITTED, admission.starting
 
 

@@ -15,7 +15,7 @@ def make_distributed_job(*, spec: m.WorkloadSpec) -> list[dict[str, Any]]:
     all of its pods together or none."""
     rendezvous = (
         ("WORLD_SIZE", str(spec.workers)),
-        ("MASTER_ADDR", f"{spec.name}-0.{spec.service_name}"),
+        ("MASTER_ADDR", spec.pod_host(0)),
         ("MASTER_PORT", "29500"),
     )
     template = m.pod_template(spec, m.container(spec, extra_env=rendezvous), restart="Never", subdomain=spec.service_name)

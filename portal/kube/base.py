@@ -68,9 +68,11 @@ KINDS: dict[tuple[str, str], KindInfo] = {
         # Kueue's on-demand visibility API, served by Kueue's visibility server through an
         # APIService: only its subresources are read (read_subresource).
         KindInfo("visibility.kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", False),
-        # Volcano, where a site runs it as its queue backend: a team's Queues and a workload's PodGroup.
+        # Volcano, where a site runs it as its queue backend: a team's Queues, a workload's PodGroup, and
+        # the Volcano Job a training runs as.
         KindInfo("scheduling.volcano.sh/v1beta1", "Queue", "queues", False),
         KindInfo("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups", True),
+        KindInfo("batch.volcano.sh/v1alpha1", "Job", "jobs", True),
         KindInfo("coordination.k8s.io/v1", "Lease", "leases", True),
         # Dynamic Resource Allocation: a workload's claim template (a flavor claimed through a
         # DeviceClass) and the claims made from it (read: which device a pod got). ResourceSlices

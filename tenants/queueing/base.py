@@ -109,6 +109,14 @@ class QueueBackend(Protocol):
     # Whether a launch may accept several flavors, of which the queue admits the first with room:
     # only a backend that charges the flavor it admits on can (Kueue); others run on the one named.
     flavor_alternatives: bool
+    # How the pods of a workload whose pods are numbered (a distributed training's workers) are
+    # named, by the object shape() makes own them: "{name}-{index}" for an Indexed Job.
+    indexed_pod_name: str
+
+    def owner(self, built: tuple[str, str]) -> tuple[str, str]:
+        """The (apiVersion, kind) that owns a workload's pods on this queue, for the owner a kind
+        builds (jobs.kinds' `owner`): the same, or the queue's own job object shape() makes of it."""
+        ...
 
     def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
         """The flavors' and priority tiers' objects every team shares."""

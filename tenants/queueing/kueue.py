@@ -261,6 +261,10 @@ class KueueBackend:
     team_queue_kind: tuple[str, str] = (KUEUE, "ClusterQueue")
     workload_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "Workload"),)
     flavor_alternatives: bool = True
+    indexed_pod_name: str = "{name}-{index}"  # an Indexed Job's pods
+
+    def owner(self, built: tuple[str, str]) -> tuple[str, str]:
+        return built  # Kueue queues the kinds' own objects
 
     def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
         return [*(make_resource_flavor(flavor=flavor) for flavor in flavors),

@@ -14,12 +14,16 @@ the capacity plugin of deploy/volcano/volcano-scheduler.conf:
   placed, what runs goes on (also what it borrowed, until it ends or the hold lifts). Not a closed
   Queue: Volcano 1.10 enforces that only when pods are made (its admission webhook), so work
   already waiting would still start.
-- A workload is a PodGroup in the team's namespace naming its flavor's Queue, with `minMember` the
-  pods that must start together (a distributed training's workers: all or none); its pods carry
-  GROUP_ANNOTATION and `schedulerName: volcano`; a batch Job is not suspended (Volcano holds the pods
-  themselves). The PodGroup carries the workload's labels: it has no owner reference to match by.
-  Volcano's phases: Pending (not let into its queue), Inqueue (let in, being placed), Running; its
-  Unschedulable condition says why not, in Volcano's words.
+- A server or notebook is a PodGroup in the team's namespace naming its flavor's Queue, made just
+  before its Deployment or StatefulSet; its pods carry GROUP_ANNOTATION and `schedulerName: volcano`.
+  The PodGroup carries the workload's labels: it has no owner reference to match by.
+- A training (a kind's batch Job) is a Volcano Job (`make_job`) in that Queue, whose controller makes
+  its PodGroup (named after the Job and its uid, with the Job's labels) and its pods, `minAvailable`
+  the pods that must start together (a distributed training's workers: all or none). A batch Job
+  would count a pod Volcano evicts (reclaim, a higher tier) as failed, and end the run; a Volcano
+  Job restarts, all its pods together, and ends at the first failure (POLICIES).
+- Volcano's phases of a PodGroup: Pending (not let into its queue), Inqueue (let in, being placed),
+  Running; its Unschedulable condition says why not, in Volcano's words.
 The builders here are pure; `usage` and `pending` read the cluster through portal.kube.
 """
 
@@ -46,7 +50,20 @@ from tenants.manifests import (
 from tenants.queueing.base import Admission, PendingEntry, QueuedWorkload, QueueUsage, lent_shared
 
 SCHEDULING = "scheduling.volcano.sh/v1beta1"
+BATCH = "batch.volcano.sh/v1alpha1"
 SCHEDULER_NAME = "volcano"
+# A Volcano Job's one task, whose pods are named `<job>-worker-<index>`.
+TASK = "worker"
+# On a Volcano Job's pod: its index in its task (an Indexed Job's completion index, on Kueue).
+TASK_INDEX_ANNOTATION = "volcano.sh/task-index"
+# What a Volcano Job does when one of its pods is evicted or fails: an evicted pod (reclaim, a
+# higher tier, a drained node) restarts the run, every pod together, as Kueue requeues a preempted
+# Job; a failed one ends it, the others stopped. Volcano counts restarts against `maxRetry` without
+# telling their causes apart, so failures are not retried (Kueue's single-pod training is, twice):
+# every restart is an eviction, which is how the portal can tell a preempted run from a failing one.
+POLICIES = ({"event": "PodEvicted", "action": "RestartJob"}, {"event": "PodFailed", "action": "TerminateJob"})
+# How often an evicted run starts again before Volcano fails it ("reached the maximum of retries").
+EVICTION_RESTARTS = 20
 # On a pod: the PodGroup it belongs to (Volcano's scheduler places a group's pods together).
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 # On a Queue and a PodGroup: the flavor it is for, since Volcano has no flavors.
@@ -104,10 +121,49 @@ def pod_fields(*, group: str) -> tuple[dict[str, str], dict[str, Any]]:
     return {GROUP_ANNOTATION: group}, {"schedulerName": SCHEDULER_NAME}
 
 
+def make_job(job: dict[str, Any], *, workload: QueuedWorkload) -> dict[str, Any]:
+    """A kind's batch Job as a Volcano Job in the workload's Queue: one task of its pods, started
+    `pods_together` at a time or not at all, restarted whole after an eviction (POLICIES). What the
+    batch Job's spec said carries over: its run time limit (on each pod), its time to live once
+    finished; an Indexed Job's pods still find their index in JOB_COMPLETION_INDEX, and pods that
+    name a subdomain get the host names it gives (Volcano's svc plugin; the portal's network
+    policies, not the plugin's, decide who reaches them)."""
+    spec = job["spec"]
+    template = copy.deepcopy(spec["template"])
+    pod = template["spec"]
+    pod["schedulerName"] = SCHEDULER_NAME
+    if spec.get("activeDeadlineSeconds"):
+        pod["activeDeadlineSeconds"] = spec["activeDeadlineSeconds"]
+    if spec.get("completionMode") == "Indexed":
+        index = {"name": "JOB_COMPLETION_INDEX",
+                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{TASK_INDEX_ANNOTATION}']"}}}
+        for container in pod["containers"]:
+            container["env"] = [index, *container.get("env", [])]
+    metadata = copy.deepcopy(job["metadata"])
+    metadata["labels"] = {**metadata.get("labels", {}), FLAVOR_LABEL: workload.flavor}  # its PodGroup's too
+    volcano_spec: dict[str, Any] = {
+        "schedulerName": SCHEDULER_NAME, "queue": queue_name(workload.team_queue, workload.flavor),
+        "priorityClassName": workload.priority_class, "minAvailable": workload.pods_together,
+        "maxRetry": EVICTION_RESTARTS, "policies": [dict(policy) for policy in POLICIES],
+        "tasks": [{"name": TASK, "replicas": int(spec.get("parallelism", 1)), "template": template}],
+    }
+    if pod.get("subdomain"):
+        volcano_spec["plugins"] = {"svc": ["--disable-network-policy=true"]}
+    if spec.get("ttlSecondsAfterFinished") is not None:
+        volcano_spec["ttlSecondsAfterFinished"] = spec["ttlSecondsAfterFinished"]
+    return {"apiVersion": BATCH, "kind": "Job", "metadata": metadata, "spec": volcano_spec}
+
+
+def is_batch_job(obj: dict[str, Any]) -> bool:
+    return obj.get("apiVersion") == "batch/v1" and obj.get("kind") == "Job"
+
+
 def shape(objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
-    """A workload's objects (jobs.kinds' build) made Volcano's: its PodGroup just before the object
-    owning its pods, which Volcano schedules in that group, and a batch Job not suspended (Kueue
-    resumes one it admits; Volcano holds the pods themselves until the whole gang fits)."""
+    """A workload's objects (jobs.kinds' build) made Volcano's: a batch Job becomes a Volcano Job
+    (make_job), whose controller makes its PodGroup; any other owner of pods gets its PodGroup just
+    before it, its pods scheduled by Volcano in that group."""
+    if any(is_batch_job(obj) for obj in objects):
+        return [make_job(obj, workload=workload) if is_batch_job(obj) else obj for obj in objects]
     group = make_pod_group(name=workload.name, namespace=workload.namespace,
                            queue=queue_name(workload.team_queue, workload.flavor), min_member=workload.pods_together,
                            priority_class=workload.priority_class, flavor=workload.flavor, labels=workload.labels)
@@ -120,10 +176,9 @@ def shape(objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> lis
             template = obj["spec"]["template"]
             template.setdefault("metadata", {}).setdefault("annotations", {}).update(annotations)
             template["spec"].update(fields)
-            obj["spec"].pop("suspend", None)
         shaped.append(obj)
-    # After what comes before the owner (a claim template, a Service, a Secret): the group just
-    # before the object whose pods it holds, so that it exists when they are made.
+    # After what comes before the owner (a claim template, a Secret): the group just before the
+    # object whose pods it holds, so that it exists when they are made.
     owner_at = next((i for i, obj in enumerate(shaped) if (obj.get("spec") or {}).get("template") is not None), len(shaped))
     return [*shaped[:owner_at], group, *shaped[owner_at:]]
 
@@ -224,6 +279,10 @@ class VolcanoBackend:
     team_queue_kind: tuple[str, str] = (SCHEDULING, "Queue")
     workload_kinds: tuple[tuple[str, str], ...] = ((SCHEDULING, "PodGroup"),)
     flavor_alternatives: bool = False
+    indexed_pod_name: str = f"{{name}}-{TASK}-{{index}}"  # a Volcano Job's pods
+
+    def owner(self, built: tuple[str, str]) -> tuple[str, str]:
+        return (BATCH, "Job") if built == ("batch/v1", "Job") else built  # make_job's
 
     def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
         return []

@@ -20,7 +20,7 @@ from tenants import desired, queueing, reconcile
 from tenants import services as tenant_services
 from tests.billing.budget_helpers import priced, use
 from tests.contract.conftest import cluster_under_test
-from tests.contract.scenarios import HOLD, launch, pods_of, queue_usage, running
+from tests.contract.scenarios import HOLD, QUICK, launch, pods_of, queue_usage, running
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -214,3 +214,53 @@ def test_a_higher_priority_launch_makes_room_within_its_team(cluster, site, sett
                      what="the high-priority training to run on 2 GPUs taken from the low-priority server")
     low.refresh_from_db()
     assert low.phase != Workload.Phase.FAILED, low.reason
+
+
+def test_a_training_its_lender_reclaims_is_preempted_not_failed_and_runs_again(cluster, site, templates, settings,
+                                                                               django_capture_on_commit_callbacks):
+    """Two teams of 4 GPUs on a node of 8: the borrower's training runs on 6 (2 of them the
+    lender's); when the lender launches a training of 4, the borrower's is preempted (its run starts
+    over later, as Kueue requeues a Job and Volcano restarts one), not failed, and it runs again once
+    the lender's ends."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    lender, borrower = site.team("lend", gpus=4), site.team("borrow", gpus=4)
+    borrowed = launch(borrower, borrower.memberships.get().user, templates["training"], site.flavor, capture, units=6)
+    cluster.wait_for(lambda: running(borrowed) and bound_units(borrowed) == 6,
+                     what="the borrower's training to run on 6 GPUs, 2 of them borrowed")
+    own = launch(lender, lender.memberships.get().user, templates["training"], site.flavor, capture, units=4)
+
+    def preempted() -> bool:
+        sync.sync_all()
+        borrowed.refresh_from_db()
+        return running(own) and borrowed.phase == Workload.Phase.PREEMPTED and bound_units(borrowed) == 0
+
+    cluster.wait_for(preempted, timeout=150, what="the lender's training to run and the borrower's to read preempted")
+    assert borrowed.reason.startswith("Preempted"), borrowed.reason
+    stop(own, capture)
+    cluster.wait_for(lambda: running(borrowed) and bound_units(borrowed) == 6, timeout=150,
+                     what="the borrower's training to run again once the lender's GPUs are free")
+    assert not borrowed.transitions.filter(phase=Workload.Phase.FAILED).exists()
+
+
+def test_a_training_that_finishes_succeeds_one_whose_pod_fails_fails_saying_why_and_both_free_the_quota(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    capture = django_capture_on_commit_callbacks
+    team = site.team("ends", gpus=4)
+    lead = team.memberships.get().user
+    settings.PORTAL_POD_ANNOTATIONS = QUICK
+    done = launch(team, lead, templates["training"], site.flavor, capture, units=2)
+    settings.PORTAL_POD_ANNOTATIONS = {**QUICK, "kwok.gpu-portal.test/outcome": "Failed",
+                                       "gpu-portal.io/simulated-exit-code": "1"}
+    broken = launch(team, lead, templates["training"], site.flavor, capture, units=2)
+
+    def ended(workload: Workload, phase: str) -> bool:
+        sync.sync_all()
+        workload.refresh_from_db()
+        return workload.phase == phase
+
+    cluster.wait_for(lambda: ended(done, Workload.Phase.SUCCEEDED), timeout=120, what="the first training to succeed")
+    # Kueue's batch Job tries a failing pod three times; Volcano's Job ends at the first failure.
+    cluster.wait_for(lambda: ended(broken, Workload.Phase.FAILED), timeout=120, what="the second training to fail")
+    assert broken.reason and "fail" in broken.reason.lower(), broken.reason
+    cluster.wait_for(lambda: queue_usage(team.slug, site.flavor.slug)[0] == 0, what="the team's queue to count nothing in use")

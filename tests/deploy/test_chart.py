@@ -212,7 +212,7 @@ def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret
         ("", "configmaps"), ("visibility.kueue.x-k8s.io", "clusterqueues"), *VOLCANO}
 
 
-def test_on_volcano_the_cluster_role_holds_volcanos_queues_and_pod_groups_and_nothing_of_kueue():
+def test_on_volcano_the_cluster_role_holds_volcanos_queues_pod_groups_and_jobs_and_nothing_of_kueue():
     objects = render(merged(EVERYTHING_ON, {"cluster": {"queueBackend": "volcano"}}))
     roles = by_kind(objects, "ClusterRole")
     portal, member = roles["portal-gpu-portal"]["rules"], roles["portal-gpu-portal-member"]["rules"]
@@ -223,6 +223,9 @@ def test_on_volcano_the_cluster_role_holds_volcanos_queues_and_pod_groups_and_no
                                                                                      "podgroups", "delete")
     assert _allows(member, "scheduling.volcano.sh", "podgroups", "list")
     assert not _allows(member, "kueue.x-k8s.io", "workloads", "list")
+    # A training runs as a Volcano Job, not a batch Job: the portal makes the one and may not make the other.
+    assert _allows(portal, "batch.volcano.sh", "jobs", "create") and _allows(member, "batch.volcano.sh", "jobs", "list")
+    assert not _allows(portal, "batch", "jobs", "create") and not _allows(member, "batch", "jobs", "list")
     env = container_env(pod_specs(objects)["portal-gpu-portal-worker"]["containers"][0], SECRETS)
     assert env["PORTAL_QUEUE_BACKEND"] == "volcano"
 
@@ -240,7 +243,7 @@ def _known() -> set[tuple[str, str]]:
 
 
 KNOWN = _known()
-VOLCANO = {("scheduling.volcano.sh", "queues"), ("scheduling.volcano.sh", "podgroups")}
+VOLCANO = {("scheduling.volcano.sh", "queues"), ("scheduling.volcano.sh", "podgroups"), ("batch.volcano.sh", "jobs")}
 
 
 def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:

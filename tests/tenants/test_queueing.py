@@ -48,6 +48,10 @@ class OtherQueue:
     team_queue_kind: tuple[str, str] = ("other.example.com/v1", "Queue")
     workload_kinds: tuple[tuple[str, str], ...] = (("other.example.com/v1", "Group"),)
     flavor_alternatives = False
+    indexed_pod_name = "{name}-{index}"
+
+    def owner(self, built: tuple[str, str]) -> tuple[str, str]:
+        return built
 
     def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
         return [{"apiVersion": "other.example.com/v1", "kind": "Tier", "metadata": {"name": tier.object_name}} for tier in tiers]

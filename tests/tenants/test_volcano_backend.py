@@ -11,7 +11,7 @@ import kubernetes.utils
 import pytest
 
 from jobs import kinds
-from jobs.manifests import Placement, WorkloadSpec
+from jobs.manifests import WORKLOAD_LABEL, Placement, WorkloadSpec
 from tenants import manifests as m
 from tenants.catalog import UnitResource
 from tenants.queueing import volcano
@@ -142,6 +142,7 @@ def test_waiting_groups_are_listed_in_the_order_volcano_tries_them():
 
 
 SCHEDULING = ("scheduling.volcano.sh", "v1beta1")
+BATCH_JOBS = ("batch.volcano.sh", "v1alpha1")
 
 
 @pytest.fixture(scope="module")
@@ -221,21 +222,48 @@ def queued(spec: WorkloadSpec, *, team_queue: str, flavor: str) -> QueuedWorkloa
                           pods_together=spec.workers, priority_class="gpu-portal-normal", labels=spec.labels)
 
 
-def test_a_workloads_objects_shaped_for_volcano_put_its_pods_in_one_group_scheduled_by_volcano():
-    spec = WorkloadSpec(workload_id=7, name="wl-7", namespace="vision", team="vision", kind="distributed",
-                        image="registry.invalid/train:1", command=(), args=(), env=(), gpu=(("nvidia.com/gpu", 1),),
-                        workers=3, placements=(Placement(node_labels=(("gpu", "h100"),)),))
-    built = kinds.workload_objects(spec=spec)  # the site runs Kueue: a suspended Job
+SPEC = WorkloadSpec(workload_id=7, name="wl-7", namespace="vision", team="vision", kind="distributed",
+                    image="registry.invalid/train:1", command=(), args=(), env=(), gpu=(("nvidia.com/gpu", 1),),
+                    workers=3, placements=(Placement(node_labels=(("gpu", "h100"),)),),
+                    indexed_pod_name=volcano.VolcanoBackend.indexed_pod_name)
+
+
+def test_a_training_shaped_for_volcano_is_a_volcano_job_whose_workers_start_together_and_restart_after_an_eviction():
+    built = kinds.workload_objects(spec=SPEC)  # the site runs Kueue: a suspended Indexed Job
+    service, job = volcano.shape(built, workload=queued(SPEC, team_queue="vision", flavor="h100-80gb"))
+    assert service == built[0]  # untouched: the workers' headless Service
+    assert (job["apiVersion"], job["kind"]) == volcano.VolcanoBackend().owner(("batch/v1", "Job")) == (volcano.BATCH, "Job")
+    assert job["metadata"]["labels"] == {**SPEC.labels, volcano.FLAVOR_LABEL: "h100-80gb"}  # its PodGroup's too
+    spec = job["spec"]
+    assert (spec["queue"], spec["minAvailable"], spec["schedulerName"]) == ("vision.h100-80gb", 3, "volcano")
+    assert spec["policies"] == [{"event": "PodEvicted", "action": "RestartJob"}, {"event": "PodFailed", "action": "TerminateJob"}]
+    assert spec["plugins"] == {"svc": ["--disable-network-policy=true"]}  # host names in the Service's subdomain
+    (task,) = spec["tasks"]
+    assert task["name"] == "worker" and task["replicas"] == 3
+    pod = task["template"]["spec"]
+    assert pod["schedulerName"] == "volcano" and pod["nodeSelector"] == {"gpu": "h100"}
+    assert pod["activeDeadlineSeconds"] == SPEC.max_runtime_seconds  # the run time limit, on each pod
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["MASTER_ADDR"]["value"] == "wl-7-worker-0.wl-7"  # the first worker as Volcano names it
+    assert env["JOB_COMPLETION_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.annotations['volcano.sh/task-index']"
+    built_env = {e["name"] for e in built[1]["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+    assert "JOB_COMPLETION_INDEX" not in built_env and built[1]["spec"]["suspend"] is True  # a copy: the build is unchanged
+
+
+def test_a_server_shaped_for_volcano_gets_its_pod_group_just_before_it_and_its_pods_in_that_group():
+    spec = WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "port": 8000, "workers": 2})
+    built = kinds.workload_objects(spec=spec)
     shaped = volcano.shape(built, workload=queued(spec, team_queue="vision", flavor="h100-80gb"))
-    service, group, job = shaped
-    assert group["kind"] == "PodGroup" and group["spec"]["minMember"] == 3
-    assert group["spec"]["queue"] == "vision.h100-80gb"
-    assert service == built[0]  # untouched
-    assert "suspend" not in job["spec"] and built[1]["spec"]["suspend"] is True  # a copy: the build is not changed
-    template = job["spec"]["template"]
-    assert template["metadata"]["annotations"] == {volcano.GROUP_ANNOTATION: "wl-7"}
+    kinds_in_order = [obj["kind"] for obj in shaped]
+    group = shaped[kinds_in_order.index("Deployment") - 1]
+    assert group["kind"] == "PodGroup" and group["spec"]["queue"] == "vision.h100-80gb"
+    assert group["spec"]["minMember"] == 2 and group["metadata"]["name"] == "wl-7"
+    deployment = shaped[kinds_in_order.index("Deployment")]
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["annotations"][volcano.GROUP_ANNOTATION] == "wl-7"
     assert template["spec"]["schedulerName"] == "volcano"
-    assert template["spec"]["nodeSelector"] == {"gpu": "h100"}
+    assert volcano.GROUP_ANNOTATION not in (built[kinds_in_order.index("Deployment") - 1]["spec"]["template"]
+                                            .get("metadata", {}).get("annotations", {}))  # a copy
 
 
 @pytest.mark.cluster
@@ -261,23 +289,27 @@ def test_on_volcano_a_distributed_training_the_portal_builds_starts_all_its_work
     objects = volcano.shape(kinds.workload_objects(spec=spec),
                             workload=queued(spec, team_queue=spec_team.cluster_queue, flavor=H100.name))
     for obj in objects:
-        if obj["kind"] == "PodGroup":
-            api.create_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups", obj)
+        if obj["apiVersion"] == volcano.BATCH:
+            api.create_namespaced_custom_object(*BATCH_JOBS, spec.namespace, "jobs", obj)
         else:
             kubernetes.utils.create_from_dict(core.api_client, obj, namespace=spec.namespace)
 
-    def group():
-        return api.get_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups", spec.name)
+    def group():  # made by Volcano's job controller, with the Job's labels
+        groups = api.list_namespaced_custom_object(*SCHEDULING, spec.namespace, "podgroups")["items"]
+        return next((g for g in groups if g["metadata"].get("labels", {}).get(WORKLOAD_LABEL) == "7"), None)
 
     def pods():
-        return core.list_namespaced_pod(spec.namespace, label_selector=f"job-name={spec.name}").items
+        return core.list_namespaced_pod(spec.namespace, label_selector=f"{WORKLOAD_LABEL}=7").items
 
     if runs:
         wait_for(lambda: len(pods()) == 3 and all(p.status.phase == "Running" for p in pods()), timeout=60,
                  message="all three workers running")
+        assert sorted(p.spec.hostname for p in pods()) == [f"wl-7-worker-{i}" for i in range(3)]  # svc plugin's
+        assert {p.spec.subdomain for p in pods()} == {spec.service_name}
         assert not volcano.admission([group()]).pending
     else:
-        wait_for(lambda: len(pods()) == 3 and volcano.admission([group()]).waiting.startswith("Waiting for room"),
+        wait_for(lambda: len(pods()) == 3 and group() is not None
+                 and volcano.admission([group()]).waiting.startswith("Waiting for room"),
                  timeout=60, message="all three workers made and the gang read as waiting for room")
         assert not [p for p in pods() if p.spec.node_name]
     core.delete_namespace(spec.namespace)

@@ -171,7 +171,7 @@ class ApiServer:
         if body["kind"] == "Namespace":
             body["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = body["metadata"]["name"]
             body.setdefault("status", {"phase": "Active"})
-        if body["kind"] == "Job":
+        if body["kind"] == "Job" and body["apiVersion"] == "batch/v1":
             body["spec"].setdefault("parallelism", 1)
             body["spec"].setdefault("completions", body["spec"]["parallelism"])
             body["spec"].setdefault("suspend", False)
@@ -297,10 +297,15 @@ class ApiServer:
                 for child in self.store.namespace_contents(ref.name):
                     self.store.remove(child)
             if ref.kind in QUEUED_KINDS:
-                # The garbage collector's part: what the workload owns goes with it.
+                # The garbage collector's part: what the workload owns goes with it (a Volcano
+                # Job's PodGroup too).
                 for pod in self.store.objects("Pod", ref.namespace or ""):
                     if pod.body["metadata"].get("labels", {}).get(OWNER_LABEL) == ref.name:
                         self.store.remove(pod)
+                uid = row.body["metadata"].get("uid")
+                for group in self.store.objects("PodGroup", ref.namespace or ""):
+                    if any(owner.get("uid") == uid for owner in group.body["metadata"].get("ownerReferences") or []):
+                        self.store.remove(group)
                 for workload in self.store.objects("Workload", ref.namespace or ""):
                     if workload.body["metadata"].get("labels", {}).get(JOB_NAME_LABEL) == ref.name:
                         self.store.remove(workload)

@@ -17,7 +17,7 @@ from portal.kube.simulated.state import (
     ClusterState,
 )
 from portal.kube.simulated.store import now_iso
-from portal.kube.simulated.volcano import Volcano
+from portal.kube.simulated.volcano import Volcano, is_volcano_job
 
 
 def pod_logs(pod: SimulatedObject | None, *, name: str, tail_lines: int | None) -> str:
@@ -71,8 +71,8 @@ class Kubelet:
     def write_statuses(self) -> None:
         """Each admitted Job, Deployment and StatefulSet counts its pods; a Job that is done says so."""
         for owner, workload in ((queue, workload) for queue in self.queues for workload in queue.workloads()):
-            if workload.job is None or not workload.admitted or workload.finished:
-                continue
+            if workload.job is None or not workload.admitted or workload.finished or is_volcano_job(workload.job.body):
+                continue  # a Volcano Job's status is its controller's (Volcano.write_job_statuses)
             job = workload.job.body
             name = job["metadata"]["name"]
             pods = self.state.pods_of(workload.namespace, name)
@@ -88,12 +88,12 @@ class Kubelet:
             status.update({"active": active, "succeeded": succeeded, "failed": failed})
             outcome = None
             if succeeded >= int(job["spec"].get("completions", 1)):
-                outcome = ("Complete", "Job completed")
+                outcome = ("Complete", "CompletionsReached", "Reached expected number of succeeded pods")
             elif failed > int(job["spec"].get("backoffLimit", 6)):
-                outcome = ("Failed", "Job has reached the specified backoff limit")
+                outcome = ("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
             if outcome:
-                status["conditions"] = [{"type": outcome[0], "status": "True", "reason": outcome[0], "message": outcome[1],
+                status["conditions"] = [{"type": outcome[0], "status": "True", "reason": outcome[1], "message": outcome[2],
                                          "lastTransitionTime": now_iso(self.state.now)}]
                 status["completionTime" if outcome[0] == "Complete" else "failedTime"] = now_iso(self.state.now)
-                owner.finish(workload, "Succeeded" if outcome[0] == "Complete" else "Failed", outcome[1])
+                owner.finish(workload, "Succeeded" if outcome[0] == "Complete" else "Failed", outcome[2])
             self.state.save(workload.job, job)

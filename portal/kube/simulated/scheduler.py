@@ -16,7 +16,6 @@ from portal.kube.simulated.dra import Allocator
 from portal.kube.simulated.kueue import Kueue, Workload
 from portal.kube.simulated.state import (
     OWNER_LABEL,
-    QUEUED_KINDS,
     ClusterState,
     node_selected,
     node_tolerated,
@@ -25,7 +24,7 @@ from portal.kube.simulated.state import (
     to_units,
 )
 from portal.kube.simulated.store import now_iso
-from portal.kube.simulated.volcano import Volcano
+from portal.kube.simulated.volcano import Volcano, is_volcano_job, job_replicas, job_task
 
 
 class Scheduler:
@@ -48,7 +47,9 @@ class Scheduler:
             pods = self.state.pods_of(workload.namespace, name)
             done = sum(1 for p in pods if p.body.get("status", {}).get("phase") == "Succeeded")
             active = [p for p in pods if p.body.get("status", {}).get("phase") in ("Pending", "Running")]
-            if job["kind"] == "Job":
+            if is_volcano_job(job):
+                wanted = job_replicas(job) - done - len(active)
+            elif job["kind"] == "Job":
                 wanted = min(int(job["spec"].get("parallelism", 1)), int(job["spec"].get("completions", 1)) - done) - len(active)
             else:
                 wanted = int(job["spec"].get("replicas", 1)) - len(active)
@@ -94,18 +95,25 @@ class Scheduler:
         })
 
     def _make_pod(self, job: dict[str, Any], workload: Workload, index: int) -> dict[str, Any]:
-        template = copy.deepcopy(job["spec"]["template"])
+        volcano = is_volcano_job(job)
+        task = job_task(job) if volcano else {}
+        template = copy.deepcopy(task["template"] if volcano else job["spec"]["template"])
         suffix = hashlib.sha256(f"{job['metadata']['uid']}-{index}-{self.state.now}".encode()).hexdigest()[:5]
         if job["kind"] == "StatefulSet":
             suffix = str(index)
         labels = {**template.get("metadata", {}).get("labels", {}), OWNER_LABEL: job["metadata"]["name"]}
-        if job["kind"] == "Job":
+        annotations = dict(template.get("metadata", {}).get("annotations", {}))
+        if volcano:  # as Volcano's job controller names and marks a task's pods
+            suffix = f"{task['name']}-{index}"
+            annotations.update({"volcano.sh/task-index": str(index), "volcano.sh/task-spec": task["name"],
+                                "scheduling.k8s.io/group-name": f"{job['metadata']['name']}-{job['metadata']['uid']}"})
+        elif job["kind"] == "Job":
             labels["batch.kubernetes.io/job-name"] = job["metadata"]["name"]
         return {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{job['metadata']['name']}-{suffix}", "namespace": workload.namespace, "labels": labels,
-                         "annotations": dict(template.get("metadata", {}).get("annotations", {})),
-                         "ownerReferences": [{"apiVersion": QUEUED_KINDS[job["kind"]], "kind": job["kind"],
+                         "annotations": annotations,
+                         "ownerReferences": [{"apiVersion": job["apiVersion"], "kind": job["kind"],
                                               "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}]},
             "spec": template["spec"],
         }

@@ -4,10 +4,14 @@ of its pods, and placed whole or not at all (gang); a Queue under its deserved s
 what others borrowed (reclaim, from reclaimable Queues over theirs), and within a Queue a higher
 priority makes room (preempt); each Queue reports what it has allocated.
 
+Its job controller gives a Volcano Job its PodGroup, its phase from its pods, and, after an
+eviction, a restart (its PodEvicted policy: RestartJob) counted against its maxRetry; a failed pod
+ends it (PodFailed: TerminateJob).
+
 Where it is simpler than Volcano: a waiting PodGroup's pods are made only once it is placed (a
 real cluster makes them at once and holds them Pending), and an eviction takes a whole workload
 (Volcano takes only the pods it needs) and lets it in again when there is room. The phases and
-conditions it writes are the ones tenants/queueing/volcano.py reads."""
+conditions it writes are the ones tenants/queueing/volcano.py and jobs.kinds read."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from portal.kube.base import ObjectRef
 from portal.kube.simulated.kueue import Workload
 from portal.kube.simulated.state import (
     OWNER_LABEL,
@@ -27,8 +32,28 @@ from portal.kube.simulated.state import (
 )
 
 FLAVOR_LABEL = "gpu-portal.io/flavor"  # tenants.queueing.volcano's: the flavor a PodGroup is for
+SCHEDULING, BATCH = "scheduling.volcano.sh/v1beta1", "batch.volcano.sh/v1alpha1"
 UNCOUNTED = ("cpu", "memory", "pods")
 RUNNING, COMPLETED = "Running", "Completed"
+# A Volcano Job's phases after which nothing more happens to it.
+ENDED = ("Completed", "Failed", "Terminated", "Aborted")
+
+
+def is_volcano_job(body: dict[str, Any]) -> bool:
+    return body.get("apiVersion") == BATCH and body.get("kind") == "Job"
+
+
+def job_replicas(body: dict[str, Any]) -> int:
+    return sum(int(task.get("replicas", 1)) for task in body["spec"].get("tasks") or [])
+
+
+def job_task(body: dict[str, Any]) -> dict[str, Any]:
+    """A Volcano Job's task (the portal's have one)."""
+    return (body["spec"].get("tasks") or [{}])[0]
+
+
+def job_phase(body: dict[str, Any]) -> str:
+    return ((body.get("status") or {}).get("state") or {}).get("phase", "")
 
 
 def placed_on(requests: dict[str, float], flavor: str) -> dict[str, str]:
@@ -51,11 +76,17 @@ class Volcano:
 
     def workloads(self) -> list[Group]:
         groups = []
+        by_uid = {row.body["metadata"].get("uid"): row for row in self.state.jobs.values() if is_volcano_job(row.body)}
         for row in self.state.pod_groups:
             spec, status = row.body.get("spec") or {}, row.body.get("status") or {}
-            job = self.state.jobs.get((row.namespace, row.name))
-            template = (job.body["spec"].get("template") or {}).get("spec") or {} if job else {}
-            pods = int(job.body["spec"].get("parallelism" if job.body["kind"] == "Job" else "replicas", 1)) if job else 0
+            # The portal's own group is named after its owner; a Volcano Job's, made by its controller, is owned by it.
+            job = self.state.jobs.get((row.namespace, row.name)) or next(
+                (by_uid[o.get("uid")] for o in row.body["metadata"].get("ownerReferences") or [] if o.get("uid") in by_uid), None)
+            if job is not None and is_volcano_job(job.body):
+                template, pods = job_task(job.body).get("template", {}).get("spec") or {}, job_replicas(job.body)
+            else:
+                template = (job.body["spec"].get("template") or {}).get("spec") or {} if job else {}
+                pods = int(job.body["spec"].get("parallelism" if job.body["kind"] == "Job" else "replicas", 1)) if job else 0
             per_pod = pod_requests({"spec": template}) if template else {}
             flavor = ((row.body["metadata"].get("labels") or {}).get(FLAVOR_LABEL, ""))
             placed = status.get("phase") in (RUNNING, COMPLETED)
@@ -67,6 +98,75 @@ class Volcano:
                 admitted_flavor=placed_on(per_pod, flavor) if placed else {},
             ))
         return groups
+
+    # --- Volcano Jobs ---------------------------------------------------------------------------
+
+    def run_jobs(self) -> None:
+        """Volcano's job controller: a Volcano Job gets its PodGroup (named after it and its uid,
+        with its labels), and one restarting after an eviction waits to be let in again, or fails
+        once it has restarted `maxRetry` times."""
+        grouped = {owner.get("uid") for group in self.state.pod_groups
+                   for owner in group.body["metadata"].get("ownerReferences") or []}
+        for (namespace, name), row in self.state.jobs.items():
+            job = row.body
+            if not is_volcano_job(job):
+                continue
+            status = job.get("status") or {}
+            if job_phase(job) == "Restarting":
+                retries, most = int(status.get("retryCount", 0)), int(job["spec"].get("maxRetry", 3))
+                status["state"] = {"phase": "Failed" if retries >= most else "Pending"}
+                self.state.save(row, job)
+            uid = job["metadata"].get("uid")
+            if job_phase(job) in ENDED or uid in grouped:
+                continue
+            group: dict[str, Any] = {
+                "apiVersion": SCHEDULING, "kind": "PodGroup",
+                "metadata": {"name": f"{name}-{uid}", "namespace": namespace, "labels": dict(job["metadata"].get("labels") or {}),
+                             "ownerReferences": [{"apiVersion": BATCH, "kind": "Job", "name": name, "uid": uid,
+                                                  "controller": True}]},
+                "spec": {"minMember": job["spec"].get("minAvailable", 1), "queue": job["spec"].get("queue", ""),
+                         "priorityClassName": job["spec"].get("priorityClassName", "")},
+                "status": {"phase": "Pending"},
+            }
+            ref = ObjectRef(SCHEDULING, "PodGroup", group["metadata"]["name"], namespace)
+            self.state.pod_groups.append(self.state.create(ref, group))
+
+    def write_job_statuses(self, groups: list[Group]) -> None:
+        """Each Volcano Job's phase from its pods: Running once `minAvailable` run, Completed when
+        every pod succeeded, Terminated at a failed pod (the rest stopped); an ended Job's group is done."""
+        for group in groups:
+            if group.job is None or not is_volcano_job(group.job.body):
+                continue
+            job = group.job.body
+            phase = job_phase(job)
+            if phase in ENDED:
+                if not group.finished:
+                    self.finish(group, phase, "")
+                continue
+            if phase == "Restarting":
+                continue
+            pods = self.state.pods_of(group.namespace, job["metadata"]["name"])
+            count: defaultdict[str, int] = defaultdict(int)
+            for pod in pods:
+                count[(pod.body.get("status") or {}).get("phase", "Pending")] += 1
+            if count["Failed"]:
+                phase = "Terminated"
+                for pod in [p for p in pods if (p.body.get("status") or {}).get("phase") in ("Pending", "Running")]:
+                    self.state.remove(pod)
+                    self.state.pods.remove(pod)
+            elif count["Succeeded"] >= job_replicas(job):
+                phase = "Completed"
+            elif count["Running"] >= int(job["spec"].get("minAvailable", 1)):
+                phase = "Running"
+            else:
+                phase = "Pending"
+            status = job.setdefault("status", {})
+            status.update({"state": {"phase": phase}, "minAvailable": job["spec"].get("minAvailable", 1),
+                           "running": count["Running"], "succeeded": count["Succeeded"], "failed": count["Failed"],
+                           "pending": count["Pending"]})
+            self.state.save(group.job, job)
+            if phase in ENDED:
+                self.finish(group, phase, "")
 
     # --- Letting groups in ----------------------------------------------------------------------
 
@@ -213,13 +313,18 @@ class Volcano:
             self._status(group, phase, conditions)
 
     def _evict(self, group: Group) -> None:
-        """Its pods go (Volcano deletes them); it waits to be let in again."""
+        """Its pods go (Volcano deletes them); it waits to be let in again. A Volcano Job restarts
+        (its PodEvicted policy), which counts against its maxRetry."""
         group.admitted_flavor = {}
         if group.job is not None:
             for pod in self.state.pods_of(group.namespace, group.job.body["metadata"]["name"]):
                 if (pod.body.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                     self.state.remove(pod)
                     self.state.pods.remove(pod)
+            if is_volcano_job(group.job.body):
+                status = group.job.body.setdefault("status", {})
+                status.update({"state": {"phase": "Restarting"}, "retryCount": int(status.get("retryCount", 0)) + 1})
+                self.state.save(group.job, group.job.body)
         self._status(group, "Pending", [])
 
     def finish(self, group: Workload, verdict: str, message: str) -> None:
