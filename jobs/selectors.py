@@ -35,7 +35,7 @@ from tenants import cluster_selectors, queueing
 from tenants import selectors as tenant_selectors
 from tenants.models import Flavor, Team
 from tenants.nodes import NodeWorkload, NodeXid
-from tenants.queueing.base import PendingEntry, QueueUsage
+from tenants.queueing.base import HELD_WAITING, PendingEntry, QueueUsage
 
 PRIORITY_ORDER: dict[str, int] = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
 WAITING = (Workload.Phase.QUEUED, Workload.Phase.PREEMPTED, Workload.Phase.SUBMITTING)
@@ -282,7 +282,7 @@ def estimated_start(*, workload: Workload, ahead: list[Workload], usage: QueueUs
         return None, "The cluster did not answer, so no start can be estimated."
     needed = workload.total_units + sum(other.total_units for other in ahead) - usage.free - lendable
     if needed <= 0:
-        return now, "Enough quota looks free now; Kueue should admit it on its next pass."
+        return now, f"Enough quota looks free now; {queueing.backend().label} should admit it on its next pass."
     running = (Workload.objects.filter(flavor_id=workload.flavor_id, phase__in=(Workload.Phase.ADMITTED, Workload.Phase.RUNNING),
                                        template_version__template__kind__in=kinds.names(runs_to_completion=True))
                .select_related("template_version").prefetch_related("intervals"))
@@ -323,7 +323,9 @@ def why_waiting(*, workload: Workload) -> WhyWaiting:
                 if queues is not None and workload.team.may_borrow else 0)
     start, basis = (estimated_start(workload=workload, ahead=ahead, usage=usage, lendable=lendable)
                     if workload.phase in WAITING else (None, ""))
-    return WhyWaiting(reason=workload.reason, usage=usage, position=position, ahead=ahead, position_source=source,
+    # A held team's queue says so where the workload's own queue objects cannot (Volcano's PodGroups).
+    reason = HELD_WAITING if usage is not None and usage.held and workload.phase in WAITING else workload.reason
+    return WhyWaiting(reason=reason, usage=usage, position=position, ahead=ahead, position_source=source,
                       position_by=position_by,
                       holders=_holders(workload.flavor, queues), estimated_start=start, estimate_basis=basis)
 

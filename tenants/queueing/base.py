@@ -43,11 +43,18 @@ class QueueUsage:
     borrowed: int
     lent: int
     idle: int = 0  # what it leaves idle and may lend: none for a team that does not lend
+    # The queue is on hold (billing's hard stop): where the backend's objects of a waiting workload
+    # cannot say so (Volcano's PodGroups), its queue's does.
+    held: bool = False
 
     @property
     def free(self) -> int:
         """What is left of the guarantee: more than this borrows or waits."""
         return max(self.guaranteed - self.in_use, 0)
+
+
+# Why a workload of a held team waits, on every backend.
+HELD_WAITING = "Waiting: the team's queue is on hold, so nothing new starts until it is resumed."
 
 
 def lent_shared(rows: Iterable[QueueUsage], by_team: Iterable[str]) -> dict[str, list[QueueUsage]]:

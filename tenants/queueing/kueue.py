@@ -33,7 +33,7 @@ from tenants.manifests import (
     platform_labels,
     team_meta,
 )
-from tenants.queueing.base import Admission, PendingEntry, QueuedWorkload, QueueUsage, lent_shared
+from tenants.queueing.base import HELD_WAITING, Admission, PendingEntry, QueuedWorkload, QueueUsage, lent_shared
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 # Kueue's on-demand visibility API: served by Kueue's visibility server through an APIService.
@@ -177,7 +177,7 @@ def waiting_reason(message: str, per_unit: Mapping[str, int] | None = None) -> s
     if match := _UNAVAILABLE.search(message):
         return f"Waiting: the team's queue has no quota for {match['resource']}; ask for some."
     if "is inactive" in message or "is stopped" in message:
-        return "Waiting: the team's queue is on hold, so nothing new starts until it is resumed."
+        return HELD_WAITING
     if "no longer fits" in message:
         return "Waiting for quota: another workload took the free quota first; it starts at the next opening."
     return f"Waiting for Kueue, which says: {message}"

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from portal.kube import KubeError, gateway
+from portal.kube.base import quantity
 from tenants.manifests import (
     MANAGED_BY_LABEL,
     MANAGER,
@@ -228,6 +229,12 @@ def admission(groups: Sequence[dict[str, Any]]) -> Admission:
                      starting="Placed by Volcano; starting its pods", flavors=flavors)
 
 
+def held(spec: dict[str, Any], resource: str) -> bool:
+    """Whether a Queue's spec is make_queue's hold for that resource: given nothing more, not reclaimable."""
+    capability = (spec.get("capability") or {}).get(resource)
+    return spec.get("reclaimable") is False and capability is not None and quantity(capability) == 0
+
+
 def queue_usage(queues: Iterable[dict[str, Any]], *, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
     """Per team: each of its flavor Queues' guarantee, use and borrowing per resource. What a queue
     lends is not reported: as for Kueue, the teams' borrowing of a flavor is shared among its
@@ -248,7 +255,8 @@ def queue_usage(queues: Iterable[dict[str, Any]], *, slugs: Iterable[str] | None
             teams.append(name)
             usage.append(QueueUsage(flavor=str(labels.get(FLAVOR_LABEL, "")), resource=resource, guaranteed=guaranteed,
                                     in_use=used, borrowed=max(used - guaranteed, 0), lent=0,
-                                    idle=max(guaranteed - used, 0) if lends else 0))
+                                    idle=max(guaranteed - used, 0) if lends else 0,
+                                    held=held(spec, resource)))
     wanted = set(slugs) if slugs is not None else None
     return {team: found for team, found in lent_shared(usage, teams).items() if wanted is None or team in wanted}
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from billing import periods
 from billing.budgets import services as budgets
+from jobs import selectors as job_selectors
 from jobs import services as job_services
 from jobs import sync
 from jobs.models import Priority, Workload
@@ -18,6 +19,7 @@ from portal.kube import NodeSpec, ObjectRef, gateway, ref_of
 from portal.kube.simulated import SimulatedGateway
 from tenants import desired, queueing, reconcile
 from tenants import services as tenant_services
+from tenants.queueing.base import HELD_WAITING
 from tests.billing.budget_helpers import priced, use
 from tests.contract.conftest import cluster_under_test
 from tests.contract.scenarios import HOLD, QUICK, launch, pods_of, queue_usage, running
@@ -126,6 +128,8 @@ def test_a_held_team_starts_nothing_new_and_what_runs_goes_on_until_the_hold_is_
     cluster.wait_for(lambda: not pods_of(first) and queue_usage(team.slug, site.flavor.slug)[0] == 1,
                      what="the stopped training's pod to go and the team's queue to count 1 GPU in use")
     assert waiting(waits) and running(second)  # the freed GPU is not given to held work; what runs goes on
+    cluster.wait_for(lambda: waiting(waits) and job_selectors.why_waiting(workload=waits).reason == HELD_WAITING,
+                     what="the held training's page to say its team's queue is on hold")
 
     with capture(execute=True):
         budgets.budget_set(actor=finance, team=team, amount="1000", currency="USD", hard_stop=True)

@@ -122,6 +122,20 @@ def test_usage_gives_each_team_its_guarantee_use_and_borrowing_and_shares_the_bo
     assert (nlp.idle, speech.idle, audio.idle) == (3, 2, 0)  # audio does not lend
     assert (nlp.lent, speech.lent, audio.lent) == (2, 1, 0)  # vision's 3 borrowed, by idle guarantee 3:2
     assert set(volcano.queue_usage([queue("vision", 4, 7), queue("nlp", 4, 1)], slugs=["nlp"])) == {"nlp"}
+    assert not any(row.held for rows in found.values() for row in rows)
+
+
+@pytest.mark.parametrize("may_borrow", [True, False])
+def test_a_held_teams_queue_reads_as_held_and_a_capped_one_does_not(may_borrow):
+    def usage(*, held: bool, nominal: int) -> bool:
+        spec = m.TeamSpec(slug="vision", uid="uid-1", held=held, policy=m.TeamPolicy(may_borrow=may_borrow),
+                          quotas=(m.FlavorQuota(flavor=H100, nominal=nominal),))
+        (queue,) = volcano.VolcanoBackend().team_objects(team=spec)
+        (row,) = volcano.queue_usage([queue])["vision"]
+        return row.held
+
+    assert usage(held=True, nominal=4)
+    assert not usage(held=False, nominal=4) and not usage(held=False, nominal=0)  # a guarantee of 0 is not a hold
 
 
 def test_waiting_groups_are_listed_in_the_order_volcano_tries_them():
