@@ -72,24 +72,27 @@ def ms(values: list[float], q: float) -> float | None:
     return round(1000 * percentile(values, q), 1) if values else None
 
 
-GROUP_ANNOTATION = "scheduling.k8s.io/group-name"  # on Volcano, a pod's PodGroup
+# On Volcano, the floor's Jobs name a Queue that does not exist: Volcano places nothing for them.
+FLOOR_QUEUE = "bench-floor-nowhere"
 
 
 def floor_copy(objects: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-    """What a launch applies (a Job; on Volcano its PodGroup first) as the floor applies it: another
-    name, labels that neither the queue nor the informer picks up, and the Job suspended (Kueue
-    suspends it anyway; on Volcano nothing then runs for it)."""
+    """What a launch applies (a batch Job; on Volcano a Volcano Job) as the floor applies it:
+    another name, labels that neither the queue nor the informer picks up, and nothing that runs
+    (the batch Job suspended, as Kueue suspends it anyway; the Volcano Job in FLOOR_QUEUE)."""
     copies = []
     for original in objects:
         obj = json.loads(json.dumps(original))
         obj["metadata"]["name"] = name
         obj["metadata"]["labels"] = {"bench": "floor"}
         if obj["kind"] == "Job":
-            template = obj["spec"]["template"]["metadata"]
+            volcano = obj["apiVersion"] != "batch/v1"
+            template = (obj["spec"]["tasks"][0] if volcano else obj["spec"])["template"].setdefault("metadata", {})
             template["labels"] = {"bench": "floor"}
-            if GROUP_ANNOTATION in template.get("annotations", {}):
-                template["annotations"][GROUP_ANNOTATION] = name
-            obj["spec"]["suspend"] = True
+            if volcano:
+                obj["spec"]["queue"] = FLOOR_QUEUE
+            else:
+                obj["spec"]["suspend"] = True
         copies.append(obj)
     return copies
 

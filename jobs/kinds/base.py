@@ -174,7 +174,7 @@ def derive_volcano_job(owner: dict[str, Any], pods: list[dict[str, Any]], admiss
     again = f" (started again {restarts} time{'s' if restarts != 1 else ''} after Volcano evicted it)" if restarts else ""
     if running and phase != "Restarting":
         return RUNNING, f"{len(running)} of {replicas} pods running{again}"
-    if phase == "Restarting" or restarts and admission.pending:
+    if phase == "Restarting" or (restarts and admission.pending):
         return PREEMPTED, ("Preempted and queued again: Volcano evicted its pods to give their capacity back (a team "
                            f"reclaiming its guarantee, or a higher tier); all {replicas} start again when there is room"
                            if replicas > 1 else
