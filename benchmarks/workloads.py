@@ -72,14 +72,16 @@ def ms(values: list[float], q: float) -> float | None:
     return round(1000 * percentile(values, q), 1) if values else None
 
 
-# On Volcano, the floor's Jobs name a Queue that does not exist: Volcano places nothing for them.
+# On Volcano, the floor's Jobs name a Queue that does not exist and have no pods to make: Volcano's
+# job controller makes their PodGroups and nothing more (pods it would make, the webhook refuses,
+# and the controller retries them, which would be load the launches' Jobs do not bring).
 FLOOR_QUEUE = "bench-floor-nowhere"
 
 
 def floor_copy(objects: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
     """What a launch applies (a batch Job; on Volcano a Volcano Job) as the floor applies it:
     another name, labels that neither the queue nor the informer picks up, and nothing that runs
-    (the batch Job suspended, as Kueue suspends it anyway; the Volcano Job in FLOOR_QUEUE)."""
+    (the batch Job suspended, as Kueue suspends it anyway; the Volcano Job in FLOOR_QUEUE, of no pods)."""
     copies = []
     for original in objects:
         obj = json.loads(json.dumps(original))
@@ -90,7 +92,8 @@ def floor_copy(objects: list[dict[str, Any]], name: str) -> list[dict[str, Any]]
             template = (obj["spec"]["tasks"][0] if volcano else obj["spec"])["template"].setdefault("metadata", {})
             template["labels"] = {"bench": "floor"}
             if volcano:
-                obj["spec"]["queue"] = FLOOR_QUEUE
+                obj["spec"].update(queue=FLOOR_QUEUE, minAvailable=0)
+                obj["spec"]["tasks"][0]["replicas"] = 0
             else:
                 obj["spec"]["suspend"] = True
         copies.append(obj)

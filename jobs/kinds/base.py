@@ -158,6 +158,15 @@ def _volcano_failure(phase: str, restarts: int, pods: list[dict[str, Any]]) -> s
     return f"A pod failed{_pod_failure(pods)}, and Volcano stopped the rest of the run"
 
 
+def _succeeded_pods(job: dict[str, Any], pods: list[dict[str, Any]]) -> set[str]:
+    """The names of the pods of this very Job (not of an earlier one of the same name) that
+    succeeded and are not being deleted."""
+    uid = job["metadata"].get("uid")
+    return {pod["metadata"]["name"] for pod in pods
+            if (pod.get("status") or {}).get("phase") == "Succeeded" and not pod["metadata"].get("deletionTimestamp")
+            and (not uid or uid in {o.get("uid") for o in pod["metadata"].get("ownerReferences") or []})}
+
+
 def derive_volcano_job(owner: dict[str, Any], pods: list[dict[str, Any]], admission: Admission) -> Verdict:
     """A Volcano Job (a batch kind's owner on Volcano), by the phase its controller keeps. Its
     policies restart it only after an eviction and end it at a failure (tenants.queueing.volcano's
@@ -170,6 +179,10 @@ def derive_volcano_job(owner: dict[str, Any], pods: list[dict[str, Any]], admiss
         return SUCCEEDED, "Finished successfully"
     if phase in ("Failed", "Terminating", "Terminated", "Aborting", "Aborted"):
         return FAILED, _volcano_failure(phase, restarts, pods)
+    # Every pod of this very Job succeeded: Volcano's job controller concludes Completed next (its
+    # queue takes seconds under load); a success is final, so say it now, as for a batch Job.
+    if len(_succeeded_pods(owner, pods)) >= replicas:
+        return SUCCEEDED, "Finished successfully"
     running = running_pods(pods)
     again = f" (started again {restarts} time{'s' if restarts != 1 else ''} after Volcano evicted it)" if restarts else ""
     if running and phase != "Restarting":

@@ -22,27 +22,37 @@ def volcano_job(phase: str, *, retries: int = 0, replicas: int = 2) -> dict:
             "status": {"state": {"phase": phase}, "retryCount": retries} if phase else {}}
 
 
-def pod(phase: str, *, exit_code: int | None = None, reason: str = "") -> dict:
+def pod(phase: str, *, exit_code: int | None = None, reason: str = "", index: int = 0, job_uid: str = "u",
+        deleting: bool = False) -> dict:
     status: dict = {"phase": phase, **({"reason": reason} if reason else {})}
     if exit_code is not None:
         status["containerStatuses"] = [{"name": "main", "state": {"terminated": {"exitCode": exit_code, "reason": "Error"}}}]
-    return {"metadata": {"name": "wl-7-worker-0"}, "status": status}
+    meta: dict = {"name": f"wl-7-worker-{index}", "ownerReferences": [{"kind": "Job", "uid": job_uid}]}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-28T10:00:00Z"
+    return {"metadata": meta, "status": status}
 
 
 @pytest.mark.parametrize(("phase", "retries", "pods", "admission", "expected"), [
     ("", 0, [], WAITING, (base.QUEUED, WAITING.waiting)),
     ("Pending", 0, [pod("Pending"), pod("Pending")], WAITING, (base.QUEUED, WAITING.waiting)),
     ("Pending", 0, [pod("Pending"), pod("Pending")], PLACED, (base.ADMITTED, PLACED.starting)),
-    ("Running", 0, [pod("Running"), pod("Running")], PLACED, (base.RUNNING, "2 of 2 pods running")),
-    ("Running", 1, [pod("Running"), pod("Running")], PLACED,
+    ("Running", 0, [pod("Running"), pod("Running", index=1)], PLACED, (base.RUNNING, "2 of 2 pods running")),
+    ("Running", 1, [pod("Running"), pod("Running", index=1)], PLACED,
      (base.RUNNING, "2 of 2 pods running (started again 1 time after Volcano evicted it)")),
-    ("Completed", 0, [pod("Succeeded"), pod("Succeeded")], PLACED, (base.SUCCEEDED, "Finished successfully")),
+    ("Completed", 0, [pod("Succeeded"), pod("Succeeded", index=1)], PLACED, (base.SUCCEEDED, "Finished successfully")),
+    ("Running", 0, [pod("Succeeded"), pod("Succeeded", index=1)], PLACED, (base.SUCCEEDED, "Finished successfully")),
+    ("Running", 0, [pod("Succeeded"), pod("Running", index=1)], PLACED, (base.RUNNING, "1 of 2 pods running")),
+    ("Running", 0, [pod("Succeeded"), pod("Succeeded", index=1, job_uid="an-earlier-job"), pod("Running", index=1)],
+     PLACED, (base.RUNNING, "1 of 2 pods running")),
+    ("Running", 0, [pod("Succeeded"), pod("Succeeded", index=1, deleting=True)], PLACED, (base.ADMITTED, PLACED.starting)),
     ("Terminated", 0, [pod("Failed", exit_code=3), pod("Running")], PLACED,
      (base.FAILED, "A pod failed (Error, exit code 3), and Volcano stopped the rest of the run")),
     ("Terminated", 0, [pod("Failed", reason="DeadlineExceeded")], PLACED, (base.FAILED, base.OVERRAN)),
     ("Failed", 20, [], WAITING,
      (base.FAILED, "Started again 20 times after evictions, the most Volcano allows it; it was not run again")),
-], ids=["unseen", "waiting", "placed", "running", "running-again", "completed", "a-pod-failed", "overran", "too-many-restarts"])
+], ids=["unseen", "waiting", "placed", "running", "running-again", "completed", "every-pod-succeeded", "one-of-two",
+        "earlier-job", "killed-pod", "a-pod-failed", "overran", "too-many-restarts"])
 def test_a_volcano_job_reads_as_its_controllers_phase_says(phase, retries, pods, admission, expected):
     assert derive_batch_job(volcano_job(phase, retries=retries), pods, admission) == expected
 
