@@ -37,7 +37,9 @@ class Kind:
     noun: str  # one of it, in a sentence: "inference server"
     plural: str  # several, in the template editor's hints: "notebooks"
     build: Callable[[WorkloadSpec], Objects]  # every object of a workload, in the order to create them (the owner last)
-    owner: tuple[str, str]  # apiVersion and kind of the object that owns its pods, which the queue admits
+    # apiVersion and kind of the object that owns its pods, which the queue admits; a queue backend
+    # may run it as an object of its own (jobs.kinds.owner_of: on Volcano, a batch Job's Volcano Job).
+    owner: tuple[str, str]
     # Its phase and reason from its owner, its pods and what the queue backend says of it.
     derive: Callable[[dict[str, Any], list[dict[str, Any]], Admission], Verdict]
     telemetry: TelemetryProfile  # how its pods use their GPUs on the simulated door
