@@ -20,8 +20,6 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from django.db import transaction
-
 from portal.kube.base import (
     FIELD_MANAGER,
     KubeError,
@@ -206,7 +204,7 @@ class ApiServer:
     def apply(self, obj: dict[str, Any], *, field_manager: str = FIELD_MANAGER, force: bool = True) -> dict[str, Any]:
         ref = ref_of(obj)
         self._validate(ref)
-        with transaction.atomic():
+        with self.store.writing():
             row = self.store.get(ref, lock=True)
             if row is None:
                 body = copy.deepcopy(obj)
@@ -247,7 +245,7 @@ class ApiServer:
         """A POST: the object must not exist yet. Only for kinds no controller acts on (Leases)."""
         ref = ref_of(obj)
         self._validate(ref)
-        with transaction.atomic():
+        with self.store.writing():
             if self.store.get(ref, lock=True) is not None:
                 raise KubeError(f'{ref.info.plural}.{ref.info.group or "core"} "{ref.name}" already exists',
                                 ref=ref, status=409, reason="AlreadyExists")
@@ -264,7 +262,7 @@ class ApiServer:
         Leases."""
         ref = ref_of(obj)
         self._validate(ref)
-        with transaction.atomic():
+        with self.store.writing():
             row = self.store.get(ref, lock=True)
             wanted = obj["metadata"].get("resourceVersion")
             if row is None and not wanted:  # as for Leases (AllowCreateOnUpdate), an unconditional PUT creates
@@ -289,7 +287,7 @@ class ApiServer:
         return copy.deepcopy(stored)
 
     def delete(self, ref: ObjectRef) -> None:
-        with transaction.atomic():
+        with self.store.writing():
             row = self.store.get(ref, lock=True)
             if row is None:
                 return

@@ -116,7 +116,7 @@ class SimulatedGateway:
 
     def expect_nodes(self, nodes: Sequence[NodeSpec]) -> None:
         """Makes the simulated nodes exactly these: the catalog's, or a test's."""
-        with transaction.atomic():
+        with self.store.writing():
             wanted = {node.name: node for node in nodes}
             for stale in self.store.objects("Node"):
                 if stale.name not in wanted:
@@ -168,6 +168,6 @@ class SimulatedGateway:
 
     def tick(self) -> None:
         """The controllers catch up with the clock (pods finish, queues admit); old changes are forgotten."""
-        with transaction.atomic():
+        with self.store.writing():
             controllers_reconcile(self.store)
             self.store.trim()

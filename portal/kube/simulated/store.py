@@ -4,17 +4,20 @@ whose ids are resourceVersions. The API server and the controllers write only th
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max, Min
 
 from portal.kube.base import ObjectRef
 from portal.kube.simulated.models import SimulatedEvent, SimulatedObject
 
 EVENTS_KEPT = 5000
+# The PostgreSQL advisory lock that takes writes to the simulated cluster one at a time.
+WRITE_LOCK = 0x6770_7375  # "gpsu"
 
 
 def now_iso(at: float) -> str:
@@ -24,6 +27,18 @@ def now_iso(at: float) -> str:
 class Store:
     def __init__(self, *, now: Callable[[], float]) -> None:
         self.now = now
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """One write to the cluster and the controllers' catch-up after it: a transaction, and on
+        PostgreSQL one at a time across processes. Two at once each update rows the other updates
+        (workloads' and queues' statuses) in their own order, and PostgreSQL ended one of two
+        concurrent submissions as a deadlock; the submission then waited for the resubmit pass."""
+        with transaction.atomic():
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_xact_lock(%s)", [WRITE_LOCK])
+            yield
 
     def get(self, ref: ObjectRef, *, lock: bool = False) -> SimulatedObject | None:
         """The stored row; `lock` holds it until the surrounding transaction ends."""
