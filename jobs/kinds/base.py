@@ -86,19 +86,28 @@ def completions_succeeded(job: dict[str, Any], pods: list[dict[str, Any]]) -> bo
     success is final, so no later event can take it back; pods of another Job of the same name
     (deleted and made again), pods being deleted (killed, not finished) and a second pod of
     the same index do not count, and a Job without completions is done at its first success."""
-    uid = job["metadata"].get("uid")
     indexed = job["spec"].get("completionMode") == "Indexed"
     done: set[str] = set()
+    for pod in succeeded_pods(job, pods):
+        meta = pod["metadata"]
+        index = (meta.get("annotations") or {}).get(COMPLETION_INDEX) or (meta.get("labels") or {}).get(COMPLETION_INDEX)
+        done.add(f"index {index}" if indexed and index is not None else f"pod {meta.get('uid') or meta['name']}")
+    return len(done) >= int(job["spec"].get("completions") or 1)
+
+
+def succeeded_pods(job: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods that succeeded as pods of this very Job (batch or Volcano's): not those of another
+    Job of the same name (deleted and made again), nor those being deleted (killed, not finished)."""
+    uid = job["metadata"].get("uid")
+    found = []
     for pod in pods:
         meta = pod["metadata"]
         if (pod.get("status") or {}).get("phase") != "Succeeded" or meta.get("deletionTimestamp"):
             continue
         owners = {o.get("uid") for o in meta.get("ownerReferences", []) if o.get("kind") == "Job"}
-        if uid and owners and uid not in owners:
-            continue
-        index = (meta.get("annotations") or {}).get(COMPLETION_INDEX) or (meta.get("labels") or {}).get(COMPLETION_INDEX)
-        done.add(f"index {index}" if indexed and index is not None else f"pod {meta.get('uid') or meta['name']}")
-    return len(done) >= int(job["spec"].get("completions") or 1)
+        if not (uid and owners and uid not in owners):
+            found.append(pod)
+    return found
 
 
 def derive_batch_job(owner: dict[str, Any], pods: list[dict[str, Any]], admission: Admission) -> Verdict:
@@ -160,15 +169,6 @@ def _volcano_failure(phase: str, restarts: int, pods: list[dict[str, Any]]) -> s
     return f"A pod failed{_pod_failure(pods)}, and Volcano stopped the rest of the run"
 
 
-def _succeeded_pods(job: dict[str, Any], pods: list[dict[str, Any]]) -> set[str]:
-    """The names of the pods of this very Job (not of an earlier one of the same name) that
-    succeeded and are not being deleted."""
-    uid = job["metadata"].get("uid")
-    return {pod["metadata"]["name"] for pod in pods
-            if (pod.get("status") or {}).get("phase") == "Succeeded" and not pod["metadata"].get("deletionTimestamp")
-            and (not uid or uid in {o.get("uid") for o in pod["metadata"].get("ownerReferences") or []})}
-
-
 def derive_volcano_job(owner: dict[str, Any], pods: list[dict[str, Any]], admission: Admission) -> Verdict:
     """A Volcano Job (a batch kind's owner on Volcano), by the phase its controller keeps. Its
     policies restart it only after an eviction and end it at a failure (tenants.queueing.volcano's
@@ -183,18 +183,17 @@ def derive_volcano_job(owner: dict[str, Any], pods: list[dict[str, Any]], admiss
         return FAILED, _volcano_failure(phase, restarts, pods)
     # Every pod of this very Job succeeded: Volcano's job controller concludes Completed next (its
     # queue takes seconds under load); a success is final, so say it now, as for a batch Job.
-    if len(_succeeded_pods(owner, pods)) >= replicas:
+    if len({pod["metadata"]["name"] for pod in succeeded_pods(owner, pods)}) >= replicas:
         return SUCCEEDED, "Finished successfully"
     running = running_pods(pods)
     again = f" (started again {restarts} time{'s' if restarts != 1 else ''} after Volcano evicted it)" if restarts else ""
     if running and phase != "Restarting":
         return RUNNING, f"{len(running)} of {replicas} pods running{again}"
     if phase == "Restarting" or (restarts and admission.pending):
-        return PREEMPTED, ("Preempted and queued again: Volcano evicted its pods to give their capacity back (a team "
-                           f"reclaiming its guarantee, or a higher tier); all {replicas} start again when there is room"
-                           if replicas > 1 else
-                           "Preempted and queued again: Volcano evicted its pod to give its capacity back (a team "
-                           "reclaiming its guarantee, or a higher tier); it starts again when there is room")
+        evicted = (f"its pods to give their capacity back (a team reclaiming its guarantee, or a higher tier); all "
+                   f"{replicas} start" if replicas > 1 else
+                   "its pod to give its capacity back (a team reclaiming its guarantee, or a higher tier); it starts")
+        return PREEMPTED, f"Preempted and queued again: Volcano evicted {evicted} again when there is room"
     if admission.pending:
         return QUEUED, admission.waiting
     return ADMITTED, admission.starting
