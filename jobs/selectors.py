@@ -479,12 +479,13 @@ def templates_named_among(*, templates: Iterable[WorkloadTemplate], reference: A
 
 
 def templates_for_user(*, user: Any) -> QuerySet[WorkloadTemplate]:
-    """Active templates the user's teams may launch, each with its versions newest first (so
-    `versions.all()[0]` is the current one without another query) and their flavors."""
+    """Active templates the user's teams may launch, of kinds the site's queue backend runs, each
+    with its versions newest first (so `versions.all()[0]` is the current one without another
+    query) and their flavors."""
     versions = WorkloadTemplateVersion.objects.order_by("-number").prefetch_related("flavors")
     return (
         WorkloadTemplate.objects.for_user(user)
-        .filter(is_active=True)
+        .filter(is_active=True, kind__in=kinds.runnable())
         .select_related("owner_team")
         .prefetch_related(Prefetch("versions", queryset=versions), "teams")
         .order_by("name", "pk")

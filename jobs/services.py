@@ -160,6 +160,8 @@ def _launch_version_checked(request: LaunchRequest) -> WorkloadTemplateVersion:
     if launchable is None:
         raise DomainError(f"The template “{template.name}” is not available to {team.slug}.", field="template")
     version, runs_on_flavor = launchable
+    if problem := kinds.refusal(template.kind):
+        raise DomainError(f"{template.name} cannot be launched here: {problem}", field="template")
     image_refusal = image_no_longer_allowed(version)
     if image_refusal:
         raise DomainError(image_refusal, field="template")
@@ -369,12 +371,14 @@ def submission_refusal(workload: Workload) -> str:
     """Why a recorded workload may not be created in the cluster after all, checked again when a
     lost submission is sent again: its template may have been withdrawn, its owner may have lost
     the role its tier needs, its image may have left the allow-list, its data volume may have been
-    deleted, its repository's source withdrawn, its flavor's nodes found to disagree with it or
+    deleted, its repository's source withdrawn, its kind no longer runnable on the site's queue
+    backend (switched since), its flavor's nodes found to disagree with it or
     its RuntimeClass removed from the cluster. Empty when it may go. A KubeError reading the team's
     claims or the RuntimeClasses is raised, so the submission is retried rather than failed."""
     version = workload.template_version
     flavors = workload_flavors(workload)
     return (template_withdrawn(workload)
+            or kinds.refusal(version.template.kind)
             or rules.priority_refusal(workload.owner, workload.team, version, workload.priority)
             or image_no_longer_allowed(version)
             or sources_problem(workload.team, version.parameters, workload.parameters)
@@ -642,6 +646,8 @@ def _argv(fields: dict[str, Any], name: str) -> None:
 def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) -> None:
     """Everything a template version must satisfy before it is saved, each refusal naming its field."""
     pod_count = kinds.get(kind).pod_count
+    if problem := kinds.refusal(kind):
+        raise DomainError(problem, field="kind")
     if not flavors:
         raise DomainError("Choose at least one GPU flavor the template may use.", field="flavors")
     _check_container(fields)

@@ -181,6 +181,10 @@ class TemplateEditorForm(forms.Form):
         if template is None:
             for name in ("slug", "name", "kind"):
                 self.fields[name].required = True
+            # A new template only of a kind the site's queue backend runs (jobs.services says why not).
+            kind_field = self.fields["kind"]
+            assert isinstance(kind_field, forms.ChoiceField)
+            kind_field.choices = [(name, label) for name, label in WorkloadKind.choices if name in kinds.runnable()]
         check_field = self.fields["check_in"]
         assert isinstance(check_field, forms.ModelChoiceField)
         check_field.queryset = self._check_teams(user, authorable)

@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from jobs import manifests
-from jobs.kinds import distributed, inference, notebook, training
+from jobs.kinds import distributed, inference, mpi, notebook, training
 from jobs.kinds.base import Kind as Kind  # the interface, for annotations elsewhere
 from portal.metrics.simulated import TelemetryProfile
 from tenants import queueing
 from tenants.manifests import KindReach
 from tenants.queueing.base import QueuedWorkload
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (training.KIND, distributed.KIND, inference.KIND, notebook.KIND)}
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (training.KIND, distributed.KIND, inference.KIND, notebook.KIND, mpi.KIND)}
 
 
 def get(name: str) -> Kind:
@@ -29,6 +29,20 @@ def get(name: str) -> Kind:
 
 def known(name: str) -> bool:
     return name in KINDS
+
+
+def refusal(name: str) -> str:
+    """Why a workload of that kind cannot run on the site's queue backend; empty when it can."""
+    kind, backend = get(name), queueing.backend()
+    if not kind.queues or backend.name in kind.queues:
+        return ""
+    return (f"{kind.plural[:1].upper()}{kind.plural[1:]} run only where the site's queue backend is "
+            f"{' or '.join(queueing.BACKENDS[queue]().label for queue in kind.queues)}; this site runs {backend.label}.")
+
+
+def runnable() -> tuple[str, ...]:
+    """The names of the kinds the site's queue backend runs."""
+    return tuple(name for name in KINDS if not refusal(name))
 
 
 def choices() -> list[tuple[str, str]]:
@@ -48,9 +62,9 @@ def owner_of(kind: Kind) -> tuple[str, str]:
 
 
 def owner_kinds() -> tuple[tuple[str, str], ...]:
-    """Every (apiVersion, kind) that owns some kind's pods on the site's queue backend, each once,
-    in the registry's order."""
-    return tuple(dict.fromkeys(owner_of(kind) for kind in KINDS.values()))
+    """Every (apiVersion, kind) that owns the pods of a kind the site's queue backend runs, each
+    once, in the registry's order."""
+    return tuple(dict.fromkeys(owner_of(KINDS[name]) for name in runnable()))
 
 
 def words(names_: tuple[str, ...], *, nouns: bool = False) -> str:
@@ -75,7 +89,9 @@ def workload_objects(*, spec: manifests.WorkloadSpec) -> list[dict[str, Any]]:
     """Every object of the workload, in the order to create them (its claim template first, the
     queued one last), as the site's queue backend runs them."""
     kind = get(spec.kind)
+    if problem := refusal(spec.kind):
+        raise ValueError(problem)  # jobs.services refuses it first, in the form's or the API's words
     queued = QueuedWorkload(name=spec.name, namespace=spec.namespace, team_queue=spec.team_queue, flavor=spec.flavor,
-                            pods_together=spec.workers if kind.starts_together else 1,
+                            pods_together=spec.workers + kind.companion_pods if kind.starts_together else 1,
                             priority_class=f"gpu-portal-{spec.priority}", labels=spec.labels)
     return queueing.backend().shape([*manifests.claim_templates(spec), *kind.build(spec)], workload=queued)

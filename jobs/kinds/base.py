@@ -46,6 +46,10 @@ class Kind:
     runs_to_completion: bool = False  # ends by itself, at the latest at the template's maximum run time
     pod_noun: str = ""  # what one of its several pods is called ("worker", "replica"); "" for a single pod
     starts_together: bool = False  # all its pods start at once or none does (a gang of workers)
+    companion_pods: int = 0  # pods it runs beside its workers, in the same gang (an MPI job's launcher)
+    # The queue backends it runs on (their `name`s); empty: every one. A site on another is refused
+    # a template or launch of it, in words (jobs.kinds.refusal).
+    queues: tuple[str, ...] = ()
     scalable: bool = False  # its pod count may change while it runs (scale, idle scale-down to the minimum)
     serves_http: bool = False  # a port, a Service and an Ingress behind the portal's gate
     opened_by: Literal["", "owner", "team"] = ""  # who may open it through the gate: its owner, or its team

@@ -123,16 +123,14 @@ def pod_fields(*, group: str) -> tuple[dict[str, str], dict[str, Any]]:
 
 
 def make_job(job: dict[str, Any], *, workload: QueuedWorkload) -> dict[str, Any]:
-    """A kind's batch Job as a Volcano Job in the workload's Queue: one task of its pods, started
-    `pods_together` at a time or not at all, restarted whole after an eviction (POLICIES). What the
-    batch Job's spec said carries over: its run time limit (on each pod), its time to live once
-    finished; an Indexed Job's pods still find their index in JOB_COMPLETION_INDEX, and pods that
-    name a subdomain get the host names it gives (Volcano's svc plugin; the portal's network
-    policies, not the plugin's, decide who reaches them)."""
+    """A kind's batch Job as a Volcano Job in the workload's Queue (queued_job): one task of its
+    pods. What the batch Job's spec said carries over: its run time limit (on each pod), its time to
+    live once finished; an Indexed Job's pods still find their index in JOB_COMPLETION_INDEX, and
+    pods that name a subdomain get the host names it gives (Volcano's svc plugin; the portal's
+    network policies, not the plugin's, decide who reaches them)."""
     spec = job["spec"]
     template = copy.deepcopy(spec["template"])
     pod = template["spec"]
-    pod["schedulerName"] = SCHEDULER_NAME
     if spec.get("activeDeadlineSeconds"):
         pod["activeDeadlineSeconds"] = spec["activeDeadlineSeconds"]
     if spec.get("completionMode") == "Indexed":
@@ -140,19 +138,33 @@ def make_job(job: dict[str, Any], *, workload: QueuedWorkload) -> dict[str, Any]
                  "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{TASK_INDEX_ANNOTATION}']"}}}
         for container in pod["containers"]:
             container["env"] = [index, *container.get("env", [])]
-    metadata = copy.deepcopy(job["metadata"])
-    metadata["labels"] = {**metadata.get("labels", {}), FLAVOR_LABEL: workload.flavor}  # its PodGroup's too
-    volcano_spec: dict[str, Any] = {
-        "schedulerName": SCHEDULER_NAME, "queue": queue_name(workload.team_queue, workload.flavor),
-        "priorityClassName": workload.priority_class, "minAvailable": workload.pods_together,
-        "maxRetry": EVICTION_RESTARTS, "policies": [dict(policy) for policy in POLICIES],
-        "tasks": [{"name": TASK, "replicas": int(spec.get("parallelism", 1)), "template": template}],
-    }
+    volcano_spec: dict[str, Any] = {"tasks": [{"name": TASK, "replicas": int(spec.get("parallelism", 1)), "template": template}]}
     if pod.get("subdomain"):
         volcano_spec["plugins"] = {"svc": ["--disable-network-policy=true"]}
     if spec.get("ttlSecondsAfterFinished") is not None:
         volcano_spec["ttlSecondsAfterFinished"] = spec["ttlSecondsAfterFinished"]
-    return {"apiVersion": BATCH, "kind": "Job", "metadata": metadata, "spec": volcano_spec}
+    return queued_job({"apiVersion": BATCH, "kind": "Job", "metadata": job["metadata"], "spec": volcano_spec},
+                      workload=workload)
+
+
+def queued_job(job: dict[str, Any], *, workload: QueuedWorkload) -> dict[str, Any]:
+    """A Volcano Job (make_job's, or one a kind builds itself: an MPI job) in the workload's Queue at
+    its tier, its pods scheduled by Volcano `pods_together` at a time or not at all, restarted whole
+    after an eviction and ended at a failure (POLICIES), its flavor on its labels (its PodGroup's too)."""
+    job = copy.deepcopy(job)
+    job["metadata"]["labels"] = {**job["metadata"].get("labels", {}), FLAVOR_LABEL: workload.flavor}
+    for task in job["spec"]["tasks"]:
+        task["template"]["spec"]["schedulerName"] = SCHEDULER_NAME
+    job["spec"].update({
+        "schedulerName": SCHEDULER_NAME, "queue": queue_name(workload.team_queue, workload.flavor),
+        "priorityClassName": workload.priority_class, "minAvailable": workload.pods_together,
+        "maxRetry": EVICTION_RESTARTS, "policies": [dict(policy) for policy in POLICIES],
+    })
+    return job
+
+
+def is_volcano_job(obj: dict[str, Any]) -> bool:
+    return obj.get("apiVersion") == BATCH and obj.get("kind") == "Job"
 
 
 def is_batch_job(obj: dict[str, Any]) -> bool:
@@ -161,10 +173,12 @@ def is_batch_job(obj: dict[str, Any]) -> bool:
 
 def shape(objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
     """A workload's objects (jobs.kinds' build) made Volcano's: a batch Job becomes a Volcano Job
-    (make_job), whose controller makes its PodGroup; any other owner of pods gets its PodGroup just
+    (make_job), a kind's own Volcano Job is queued (queued_job), and Volcano's controller makes
+    their PodGroup; any other owner of pods gets its PodGroup just
     before it, its pods scheduled by Volcano in that group."""
-    if any(is_batch_job(obj) for obj in objects):
-        return [make_job(obj, workload=workload) if is_batch_job(obj) else obj for obj in objects]
+    if any(is_batch_job(obj) or is_volcano_job(obj) for obj in objects):
+        return [make_job(obj, workload=workload) if is_batch_job(obj) else
+                queued_job(obj, workload=workload) if is_volcano_job(obj) else obj for obj in objects]
     group = make_pod_group(name=workload.name, namespace=workload.namespace,
                            queue=queue_name(workload.team_queue, workload.flavor), min_member=workload.pods_together,
                            priority_class=workload.priority_class, flavor=workload.flavor, labels=workload.labels)

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from jobs import kinds
 from jobs import services as job_services
-from jobs.models import WorkloadKind
 from portal.kube import Gateway, NodeSpec, reset_gateway
 from portal.kube.simulated import SimulatedGateway
 from portal.models import User
@@ -160,7 +160,7 @@ def templates(site):
             image="registry.example.com/ml/runtime:1", command=["python", "main.py"], max_units=8, default_cpu=1,
             default_memory_gib=1, port=8080 if kind in ("inference", "notebook") else 0,
             parameters=([{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8}]
-                        if kind in ("distributed", "inference") else []),
+                        if kind in ("distributed", "inference", "mpi") else []),
             **extra,
         )
-    return {kind: make(kind) for kind in WorkloadKind.values}
+    return {kind: make(kind) for kind in kinds.runnable()}  # the kinds the site's queue backend runs

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs import manifests, sync
+from jobs import kinds, manifests, sync
 from jobs import services as job_services
 from jobs.models import Workload
 from portal.kube import ObjectRef, gateway
@@ -16,6 +16,8 @@ TEAM_KINDS = [("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "LimitRange")
               ("rbac.authorization.k8s.io/v1", "RoleBinding"), (KUEUE, "ClusterQueue"), (KUEUE, "LocalQueue")]
 
 HOLD = {"kwok.gpu-portal.test/outcome": "Running", "gpu-portal.io/simulated-run-seconds": "100000"}
+# The kinds a Kueue site runs (an MPI job needs Volcano: tests/contract/test_mpi_contract.py).
+KUEUE_KINDS = tuple(name for name, kind in kinds.KINDS.items() if not kind.queues or "kueue" in kind.queues)
 QUICK = {"kwok.gpu-portal.test/run-duration": "2s", "gpu-portal.io/simulated-run-seconds": "2"}
 
 

@@ -9,15 +9,15 @@ import time
 import pytest
 
 from jobs import sync
-from jobs.models import Workload, WorkloadKind
+from jobs.models import Workload
 from portal.kube.simulated import SimulatedGateway
 from tests.browsing import log_in, sync_api
-from tests.contract.scenarios import HOLD
+from tests.contract.scenarios import HOLD, KUEUE_KINDS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.mark.parametrize("kind", WorkloadKind.values)
+@pytest.mark.parametrize("kind", KUEUE_KINDS)
 def test_a_member_launches_each_kind_from_the_browser_and_sees_it_run(kind, cluster, site, templates, browser, live_server,
                                                                       settings):
     settings.PORTAL_POD_ANNOTATIONS = HOLD

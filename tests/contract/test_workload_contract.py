@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from jobs import kinds, manifests, selectors, services, sync
-from jobs.models import RunInterval, Workload, WorkloadKind
+from jobs.models import RunInterval, Workload
 from portal.kube import ObjectRef, gateway, ref_of
-from tests.contract.scenarios import HOLD, QUICK, launch, phase_of
+from tests.contract.scenarios import HOLD, KUEUE_KINDS, QUICK, launch, phase_of
 
 pytestmark = pytest.mark.django_db
 
@@ -23,7 +23,7 @@ def objects_of(workload: Workload) -> list[dict[str, Any]]:
     return [o for o in (gateway().get(ref_of(obj)) for obj in wanted) if o]
 
 
-@pytest.mark.parametrize("kind", WorkloadKind.values)
+@pytest.mark.parametrize("kind", KUEUE_KINDS)
 def test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(cluster, site, templates, kind, settings,
                                                                  django_capture_on_commit_callbacks):
     settings.PORTAL_POD_ANNOTATIONS = HOLD

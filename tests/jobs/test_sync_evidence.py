@@ -22,7 +22,7 @@ from django.urls import reverse
 
 from jobs import kinds, services, sync
 from jobs.kinds.base import COMPLETION_INDEX, is_true
-from jobs.models import RunInterval, Workload, WorkloadKind, WorkloadTransition
+from jobs.models import RunInterval, Workload, WorkloadTransition
 from jobs.watch import WorkloadInformer
 from portal.kube import KubeError, ObjectRef, WatchEvent, gateway, ref_of, reset_gateway
 from portal.kube.counting import CountingGateway
@@ -363,7 +363,7 @@ def test_an_open_interval_stays_open_while_a_direct_read_shows_its_pod_running(l
 
 
 def test_the_owner_kind_the_sync_reads_is_the_one_the_manifests_make(life):
-    for kind in WorkloadKind.values:
+    for kind in kinds.runnable():
         life.workload.template_version.template.kind = kind
         owners = [ref_of(o) for o in kinds.workload_objects(spec=services.workload_spec(life.workload))
                   if o["kind"] in ("Job", "Deployment", "StatefulSet")]

@@ -14,6 +14,7 @@ import pytest
 from django.apps import apps
 from rules.permissions import permissions
 
+from jobs import kinds
 from jobs import services as job_services
 from jobs.models import Workload, WorkloadKind, WorkloadTemplate
 from portal import tokens
@@ -119,7 +120,7 @@ def site(flavor: Any) -> Site:
     admin = people["platform admin"]
     templates = {kind: job_services.template_create(user=admin, slug=kind, name=kind, kind=kind, flavors=[flavor],
                                                     image="x/y:1", port=8080)
-                 for kind in WorkloadKind.values}
+                 for kind in kinds.runnable()}
     return Site(people=people, teammate=teammate, stranger=stranger, vision=vision, nlp=nlp, templates=templates,
                 flavor=flavor)
 

@@ -31,6 +31,7 @@ from portal.kube.base import (
 from portal.kube.simulated.controllers import controllers_reconcile
 from portal.kube.simulated.state import JOB_NAME_LABEL, OWNER_LABEL, QUEUED_KINDS, runtime_class_refusal
 from portal.kube.simulated.store import Store
+from portal.kube.simulated.volcano import PLUGIN_KINDS
 
 DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -296,14 +297,15 @@ class ApiServer:
                     self.store.remove(child)
             if ref.kind in QUEUED_KINDS:
                 # The garbage collector's part: what the workload owns goes with it (a Volcano
-                # Job's PodGroup too).
+                # Job's PodGroup too, and what its plugins made).
                 for pod in self.store.objects("Pod", ref.namespace or ""):
                     if pod.body["metadata"].get("labels", {}).get(OWNER_LABEL) == ref.name:
                         self.store.remove(pod)
                 uid = row.body["metadata"].get("uid")
-                for group in self.store.objects("PodGroup", ref.namespace or ""):
-                    if any(owner.get("uid") == uid for owner in group.body["metadata"].get("ownerReferences") or []):
-                        self.store.remove(group)
+                for kind in ("PodGroup", *PLUGIN_KINDS):
+                    for owned in self.store.objects(kind, ref.namespace or ""):
+                        if any(owner.get("uid") == uid for owner in owned.body["metadata"].get("ownerReferences") or []):
+                            self.store.remove(owned)
                 for workload in self.store.objects("Workload", ref.namespace or ""):
                     if workload.body["metadata"].get("labels", {}).get(JOB_NAME_LABEL) == ref.name:
                         self.store.remove(workload)

@@ -24,7 +24,7 @@ from portal.kube.simulated.state import (
     to_units,
 )
 from portal.kube.simulated.store import now_iso
-from portal.kube.simulated.volcano import Volcano, is_volcano_job, job_replicas, job_task
+from portal.kube.simulated.volcano import JOB_NAME_LABEL, Volcano, is_volcano_job, plugged_pod, pod_name, task_pods
 
 
 class Scheduler:
@@ -47,14 +47,19 @@ class Scheduler:
             pods = self.state.pods_of(workload.namespace, name)
             done = sum(1 for p in pods if p.body.get("status", {}).get("phase") == "Succeeded")
             active = [p for p in pods if p.body.get("status", {}).get("phase") in ("Pending", "Running")]
-            if is_volcano_job(job):
-                wanted = job_replicas(job) - done - len(active)
+            made = {p.body["metadata"]["name"] for p in pods}
+            missing: list[tuple[dict[str, Any] | None, int]]
+            if is_volcano_job(job):  # a pod per replica of each task, named after it: one that ended stays
+                missing = [(task, index) for task, index in task_pods(job)
+                           if pod_name(name, task["name"], index) not in made]
             elif job["kind"] == "Job":
                 wanted = min(int(job["spec"].get("parallelism", 1)), int(job["spec"].get("completions", 1)) - done) - len(active)
+                missing = [(None, len(pods) + index) for index in range(max(wanted, 0))]
             else:
                 wanted = int(job["spec"].get("replicas", 1)) - len(active)
-            for index in range(max(wanted, 0)):
-                new_pod = self._make_pod(job, workload, len(pods) + index)
+                missing = [(None, len(pods) + index) for index in range(max(wanted, 0))]
+            for task, index in missing:
+                new_pod = self._make_pod(job, workload, index, task)
                 if refusal := runtime_class_refusal(new_pod, self.state.runtime_classes):
                     self._failed_create(job, refusal)
                     break
@@ -94,22 +99,21 @@ class Scheduler:
             "lastTimestamp": now_iso(self.state.now), "count": 1,
         })
 
-    def _make_pod(self, job: dict[str, Any], workload: Workload, index: int) -> dict[str, Any]:
-        volcano = is_volcano_job(job)
-        task = job_task(job) if volcano else {}
-        template = copy.deepcopy(task["template"] if volcano else job["spec"]["template"])
+    def _make_pod(self, job: dict[str, Any], workload: Workload, index: int, task: dict[str, Any] | None) -> dict[str, Any]:
+        template = copy.deepcopy(task["template"] if task else job["spec"]["template"])
         suffix = hashlib.sha256(f"{job['metadata']['uid']}-{index}-{self.state.now}".encode()).hexdigest()[:5]
         if job["kind"] == "StatefulSet":
             suffix = str(index)
         labels = {**template.get("metadata", {}).get("labels", {}), OWNER_LABEL: job["metadata"]["name"]}
         annotations = dict(template.get("metadata", {}).get("annotations", {}))
-        if volcano:  # as Volcano's job controller names and marks a task's pods
+        if task:  # as Volcano's job controller names and marks a task's pods
             suffix = f"{task['name']}-{index}"
+            labels[JOB_NAME_LABEL] = job["metadata"]["name"]
             annotations.update({"volcano.sh/task-index": str(index), "volcano.sh/task-spec": task["name"],
                                 "scheduling.k8s.io/group-name": f"{job['metadata']['name']}-{job['metadata']['uid']}"})
         elif job["kind"] == "Job":
             labels["batch.kubernetes.io/job-name"] = job["metadata"]["name"]
-        return {
+        pod = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": f"{job['metadata']['name']}-{suffix}", "namespace": workload.namespace, "labels": labels,
                          "annotations": annotations,
@@ -117,6 +121,9 @@ class Scheduler:
                                               "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}]},
             "spec": template["spec"],
         }
+        if task:
+            plugged_pod(job, pod)
+        return pod
 
     def _place(self, pod: dict[str, Any], used: dict[tuple[str, str], float]
                ) -> tuple[str | None, dict[str, list[tuple[str, str, str]]]]:

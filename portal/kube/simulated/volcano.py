@@ -4,9 +4,12 @@ of its pods, and placed whole or not at all (gang); a Queue under its deserved s
 what others borrowed (reclaim, from reclaimable Queues over theirs), and within a Queue a higher
 priority makes room (preempt); each Queue reports what it has allocated.
 
-Its job controller gives a Volcano Job its PodGroup, its phase from its pods, and, after an
-eviction, a restart (its PodEvicted policy: RestartJob) counted against its maxRetry; a failed pod
-ends it (PodFailed: TerminateJob).
+Its job controller gives a Volcano Job its PodGroup, a pod per replica of each task, its phase
+from its pods, and, after an eviction, a restart (its PodEvicted policy: RestartJob) counted
+against its maxRetry; a failed pod ends it (PodFailed: TerminateJob), and a task's pods all
+succeeded end it where the task says so (TaskCompleted: CompleteJob, an MPI job's launcher). Its
+ssh and svc plugins make what Volcano's do: the Job's key pair in a Secret, its hostfiles in a
+ConfigMap, a headless Service, and on each pod the host name, the mounts and the environment.
 
 Where it is simpler than Volcano: a waiting PodGroup's pods are made only once it is placed (a
 real cluster makes them at once and holds them Pending), and an eviction takes a whole workload
@@ -15,8 +18,10 @@ conditions it writes are the ones tenants/queueing/volcano.py and jobs.kinds rea
 
 from __future__ import annotations
 
+import base64
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from portal.kube.base import ObjectRef
@@ -47,9 +52,108 @@ def job_replicas(body: dict[str, Any]) -> int:
     return sum(int(task.get("replicas", 1)) for task in body["spec"].get("tasks") or [])
 
 
-def job_task(body: dict[str, Any]) -> dict[str, Any]:
-    """A Volcano Job's task (the portal's have one)."""
-    return (body["spec"].get("tasks") or [{}])[0]
+def task_pods(body: dict[str, Any]) -> list[tuple[dict[str, Any], int]]:
+    """(task, index) of every pod a Volcano Job runs, task by task."""
+    return [(task, index) for task in body["spec"].get("tasks") or [] for index in range(int(task.get("replicas", 1)))]
+
+
+def pod_name(job: str, task: str, index: int) -> str:
+    return f"{job}-{task}-{index}"  # Volcano's MakePodName
+
+
+# --- The ssh and svc job plugins ---------------------------------------------------------------------
+
+PLUGIN_KINDS = ("Secret", "ConfigMap", "Service")  # what they make of a Job, owned by it
+SSH_KEYS = ("id_rsa", "id_rsa.pub", "authorized_keys", "config")
+HOSTFILES_PATH = "/etc/volcano"
+JOB_NAME_LABEL = "volcano.sh/job-name"
+
+
+def _plugin_argument(job: dict[str, Any], plugin: str, flag: str, default: str) -> str:
+    for argument in (job["spec"].get("plugins") or {}).get(plugin) or []:
+        if argument.startswith(f"--{flag}="):
+            return str(argument.split("=", 1)[1])
+    return default
+
+
+def _env_key(task: str) -> str:
+    return task.replace("-", "_").upper()
+
+
+def hostfiles(job: dict[str, Any]) -> dict[str, str]:
+    """The svc plugin's ConfigMap: each task's hosts, one per line, and as VC_<TASK>_HOSTS / _NUM."""
+    name, data = job["metadata"]["name"], {}
+    for task in job["spec"].get("tasks") or []:
+        hosts = [f"{pod_name(name, task['name'], i)}.{name}" for i in range(int(task.get("replicas", 1)))]
+        data[f"{task['name']}.host"] = "\n".join(hosts)
+        data[f"VC_{_env_key(task['name'])}_HOSTS"] = ",".join(hosts)
+        data[f"VC_{_env_key(task['name'])}_NUM"] = str(len(hosts))
+    return data
+
+
+def plugin_objects(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the Job's plugins make when it is added: the ssh plugin a Secret `<job>-ssh` with one key
+    pair (not a real one, on a simulated cluster), the svc plugin a ConfigMap `<job>-svc` of hostfiles
+    and a headless Service `<job>` over its pods; each owned by the Job."""
+    plugins = job["spec"].get("plugins") or {}
+    name, namespace, uid = job["metadata"]["name"], job["metadata"]["namespace"], job["metadata"].get("uid")
+    owner = [{"apiVersion": BATCH, "kind": "Job", "name": name, "uid": uid, "controller": True}]
+
+    def meta(object_name: str) -> dict[str, Any]:
+        return {"name": object_name, "namespace": namespace, "ownerReferences": owner}
+    made: list[dict[str, Any]] = []
+    if "ssh" in plugins:
+        public = f"ssh-rsa simulated-public-key-of-{name}\n"  # authorized: the pair's own public key
+        texts = {"id_rsa": f"simulated private key of {name}\n", "id_rsa.pub": public, "authorized_keys": public,
+                 "config": "StrictHostKeyChecking no\nUserKnownHostsFile /dev/null\n"}
+        data = {key: base64.b64encode(texts[key].encode()).decode() for key in SSH_KEYS}
+        made.append({"apiVersion": "v1", "kind": "Secret", "metadata": meta(f"{name}-ssh"), "type": "Opaque", "data": data})
+    if "svc" in plugins:
+        made.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta(f"{name}-svc"), "data": hostfiles(job)})
+        made.append({"apiVersion": "v1", "kind": "Service", "metadata": meta(name),
+                     "spec": {"clusterIP": "None", "selector": {JOB_NAME_LABEL: name}, "publishNotReadyAddresses": False}})
+    return made
+
+
+def plugged_pod(job: dict[str, Any], pod: dict[str, Any]) -> None:
+    """What the plugins do to each pod as it is made: svc gives it its host name in the Job's
+    subdomain, the hostfiles at /etc/volcano and every task's VC_ variables; ssh mounts the key pair
+    at its key path (/root/.ssh unless told), readable by all where that is not root's."""
+    plugins, name = job["spec"].get("plugins") or {}, job["metadata"]["name"]
+    spec = pod["spec"]
+    volumes, mounts, env = spec.setdefault("volumes", []), [], []
+    if "svc" in plugins:
+        spec.setdefault("hostname", pod["metadata"]["name"])
+        spec.setdefault("subdomain", name)
+        volumes.append({"name": f"{name}-svc", "configMap": {"name": f"{name}-svc"}})
+        mounts.append({"name": f"{name}-svc", "mountPath": HOSTFILES_PATH})
+        for task in job["spec"].get("tasks") or []:
+            for suffix in ("HOSTS", "NUM"):
+                key = f"VC_{_env_key(task['name'])}_{suffix}"
+                env.append({"name": key, "valueFrom": {"configMapKeyRef": {"name": f"{name}-svc", "key": key}}})
+    if "ssh" in plugins:
+        path = _plugin_argument(job, "ssh", "ssh-key-file-path", "/root/.ssh")
+        volumes.append({"name": f"{name}-ssh", "secret": {
+            "secretName": f"{name}-ssh", "defaultMode": 0o600 if path == "/root/.ssh" else 0o644,
+            "items": [{"key": key, "path": f".ssh/{key}"} for key in SSH_KEYS]}})
+        mounts.append({"name": f"{name}-ssh", "mountPath": path, "subPath": ".ssh"})
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        container["volumeMounts"] = [*(container.get("volumeMounts") or []), *mounts]
+        container["env"] = [*(container.get("env") or []), *env]
+    if not volumes:
+        del spec["volumes"]
+
+
+def completing_task(job: dict[str, Any], pods: list[Any]) -> bool:
+    """Whether a task whose completion ends the Job (TaskCompleted: CompleteJob) has all its pods succeeded."""
+    for task in job["spec"].get("tasks") or []:
+        if {"event": "TaskCompleted", "action": "CompleteJob"} not in (task.get("policies") or []):
+            continue
+        names = {pod_name(job["metadata"]["name"], task["name"], i) for i in range(int(task.get("replicas", 1)))}
+        done = {p.body["metadata"]["name"] for p in pods if (p.body.get("status") or {}).get("phase") == "Succeeded"}
+        if names <= done:
+            return True
+    return False
 
 
 def job_phase(body: dict[str, Any]) -> str:
@@ -62,8 +166,11 @@ def placed_on(requests: dict[str, float], flavor: str) -> dict[str, str]:
     return dict.fromkeys((r for r in requests if r not in UNCOUNTED), flavor) or {"": flavor}
 
 
+@dataclass
 class Group(Workload):
-    """A PodGroup and the object whose pods it holds."""
+    """A PodGroup and the object whose pods it holds: the spec of each of its pods (`members`)."""
+
+    members: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def finished(self) -> bool:
@@ -83,19 +190,23 @@ class Volcano:
             job = self.state.jobs.get((row.namespace, row.name)) or next(
                 (by_uid[o.get("uid")] for o in row.body["metadata"].get("ownerReferences") or [] if o.get("uid") in by_uid), None)
             if job is not None and is_volcano_job(job.body):
-                template, pods = job_task(job.body).get("template", {}).get("spec") or {}, job_replicas(job.body)
+                members = [task.get("template", {}).get("spec") or {} for task, _ in task_pods(job.body)]
             else:
                 template = (job.body["spec"].get("template") or {}).get("spec") or {} if job else {}
                 pods = int(job.body["spec"].get("parallelism" if job.body["kind"] == "Job" else "replicas", 1)) if job else 0
-            per_pod = pod_requests({"spec": template}) if template else {}
+                members = [template] * pods
+            requests: dict[str, float] = defaultdict(float)
+            for member in members:
+                for resource, amount in pod_requests({"spec": member}).items():
+                    requests[resource] += amount
             flavor = ((row.body["metadata"].get("labels") or {}).get(FLAVOR_LABEL, ""))
             placed = status.get("phase") in (RUNNING, COMPLETED)
             groups.append(Group(
                 row=row, job=job, queue=spec.get("queue", ""), cluster_queue=spec.get("queue", ""),
                 priority=self.state.pod_priorities.get(spec.get("priorityClassName", ""), 0),
                 created=row.body["metadata"].get("creationTimestamp", ""),
-                requests={resource: amount * pods for resource, amount in per_pod.items()}, pods=pods, pod_spec=template,
-                admitted_flavor=placed_on(per_pod, flavor) if placed else {},
+                requests=dict(requests), pods=len(members), pod_spec=members[-1] if members else {}, members=members,
+                admitted_flavor=placed_on(requests, flavor) if placed else {},
             ))
         return groups
 
@@ -130,10 +241,15 @@ class Volcano:
             }
             ref = ObjectRef(SCHEDULING, "PodGroup", group["metadata"]["name"], namespace)
             self.state.pod_groups.append(self.state.create(ref, group))
+            for made in plugin_objects(job):
+                made_ref = ObjectRef("v1", made["kind"], made["metadata"]["name"], namespace)
+                if self.state.store.get(made_ref) is None:
+                    self.state.create(made_ref, made)
 
     def write_job_statuses(self, groups: list[Group]) -> None:
         """Each Volcano Job's phase from its pods: Running once `minAvailable` run, Completed when
-        every pod succeeded, Terminated at a failed pod (the rest stopped); an ended Job's group is done."""
+        every pod succeeded or a task that ends it did, Terminated at a failed pod (the rest
+        stopped in both); an ended Job's group is done."""
         for group in groups:
             if group.job is None or not is_volcano_job(group.job.body):
                 continue
@@ -149,8 +265,8 @@ class Volcano:
             count: defaultdict[str, int] = defaultdict(int)
             for pod in pods:
                 count[(pod.body.get("status") or {}).get("phase", "Pending")] += 1
-            if count["Failed"]:
-                phase = "Terminated"
+            if count["Failed"] or completing_task(job, pods):
+                phase = "Terminated" if count["Failed"] else "Completed"
                 for pod in [p for p in pods if (p.body.get("status") or {}).get("phase") in ("Pending", "Running")]:
                     self.state.remove(pod)
                     self.state.pods.remove(pod)
@@ -235,12 +351,12 @@ class Volcano:
             if (pod.body.get("status") or {}).get("phase") in ("Pending", "Running") and owner not in gone:
                 for resource, value in pod_requests(pod.body).items():
                     used[(pod.body["spec"].get("nodeName", ""), resource)] += value
-        per_pod = {r: a / max(group.pods, 1) for r, a in self._gpus(group).items()}
-        for _ in range(group.pods):
+        for member in group.members:
+            per_pod = {r: a for r, a in pod_requests({"spec": member}).items() if r not in UNCOUNTED and a}
             for node in self.state.nodes:
                 allocatable = (node.body.get("status") or {}).get("allocatable", {})
-                if (node_selected(group.pod_spec, node.body["metadata"].get("labels", {}))
-                        and node_tolerated(group.pod_spec, node.body)
+                if (node_selected(member, node.body["metadata"].get("labels", {}))
+                        and node_tolerated(member, node.body)
                         and all(used[(node.name, r)] + a <= to_units(allocatable.get(r, 0)) for r, a in per_pod.items())):
                     for r, a in per_pod.items():
                         used[(node.name, r)] += a
