@@ -12,6 +12,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db import transaction
 
+from jobs import kinds
 from jobs import services as job_services
 from jobs.models import GitSource, WorkloadTemplate
 from portal.kube import KubeError, gateway
@@ -163,7 +164,8 @@ def templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
     """The four defaults every site starts with, the registries their images come from, and the
     template that runs the user's own code."""
     for prefix, note in (("docker.io/pytorch", "PyTorch's official images"), ("docker.io/vllm", "vLLM's server"),
-                         ("quay.io/jupyter", "Jupyter's docker-stacks"), ("nvcr.io/nvidia", "NVIDIA's NGC catalog")):
+                         ("quay.io/jupyter", "Jupyter's docker-stacks"), ("nvcr.io/nvidia", "NVIDIA's NGC catalog"),
+                         ("docker.io/mpioperator", "Kubeflow's MPI example images")):
         job_services.image_registry_add(user=admin, prefix=prefix, note=note)
     training_templates_seed(admin=admin, flavors=flavors)
     serving_templates_seed(admin=admin, flavors=flavors)
@@ -171,7 +173,7 @@ def templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
 
 
 def training_templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
-    """Training on one pod, and across several with torchrun."""
+    """Training on one pod, across several with torchrun, and with mpirun where the site runs Volcano."""
     h100, mig, t4 = flavors["h100-80gb"], flavors["a100-1g-10gb"], flavors["t4-shared"]
     epochs = {"name": "epochs", "type": "int", "default": 10, "min": 1, "max": 1000, "help": "Passes over the data"}
     job_services.template_create(
@@ -197,6 +199,18 @@ def training_templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
             {"name": "workers", "type": "int", "default": 2, "min": 2, "max": 8, "help": "Pods, each with the GPUs above"},
             epochs,
         ],
+    )
+    if kinds.refusal("mpi"):
+        return  # MPI jobs need Volcano
+    job_services.template_create(
+        user=admin, slug="mpi-pi", name="MPI: estimate pi (Open MPI)", kind="mpi", flavors=[h100],
+        description="mpirun from a launcher across workers that start together and reach each other over SSH.",
+        image="mpioperator/mpi-pi:openmpi", command=["mpirun"],
+        args=["-n", "{workers}", "--hostfile", "$(MPI_HOSTFILE)", "/home/mpiuser/pi"],
+        default_units=1, max_units=8, default_cpu=8, max_cpu=64, default_memory_gib=32, max_memory_gib=512,
+        max_runtime_seconds=24 * 3600,
+        parameters=[{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8,
+                     "help": "Pods, each with the GPUs above"}],
     )
 
 

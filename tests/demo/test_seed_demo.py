@@ -120,3 +120,16 @@ def test_the_demo_cluster_has_the_runtime_class_the_gpu_operator_installs_and_an
     names = {rc["metadata"]["name"] for rc in simulated.list("node.k8s.io/v1", "RuntimeClass")[0]}
     assert names == {"nvidia", "nvidia-cdi"}
     assert "The cluster has the RuntimeClasses nvidia, nvidia-cdi." in out.getvalue()
+
+
+def test_a_demo_on_volcano_also_has_an_mpi_template_that_launches(settings, django_capture_on_commit_callbacks):
+    from jobs import services as job_services
+
+    settings.PORTAL_QUEUE_BACKEND = "volcano"
+    with django_capture_on_commit_callbacks(execute=True):
+        call_command("seed_demo", stdout=StringIO())
+    mpi = WorkloadTemplate.objects.get(kind="mpi")
+    vision = Team.objects.get(slug="vision")
+    lead = vision.memberships.get(role="lead").user
+    job_services.check_launch(user=lead, request=job_services.LaunchRequest(
+        team=vision, template=mpi, flavor=Flavor.objects.get(slug="h100-80gb"), units=1, parameters={"workers": 2}))
