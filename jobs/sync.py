@@ -38,9 +38,10 @@ from portal.hooks import Event
 from portal.kube import KubeError, ObjectRef, gateway
 from portal.kube.base import quantity
 from portal.kube.store import list_each
-from tenants import queueing
+from tenants import desired, queueing
 from tenants import selectors as tenant_selectors
 from tenants.models import Flavor, Team
+from tenants.queueing.base import HELD_WAITING
 
 log = logging.getLogger(__name__)
 
@@ -447,11 +448,17 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Ca
     if keys is not None:
         active = active.filter(pk__in={workload_id for _, workload_id in keys})
     workloads = list(active.prefetch_related("intervals", "accepted_flavors"))
+    held: set[int] | None = None  # the teams on hold, read once a pass, when something waits
     for workload in workloads:
         pods = snapshot.pods.get(key_of(workload), [])
         if key_of(workload) in snapshot.owners:
             _mark_seen(workload)
             derived = derive(workload, snapshot)
+            if derived is not None and derived[0] == Workload.Phase.QUEUED:
+                # On hold, it waits for the hold whatever else its queue says (a Volcano PodGroup
+                # cannot tell a held Queue from a full one): the same words on every backend.
+                held = desired.HOLDS.call(sorted({w.team_id for w in workloads})) if held is None else held
+                derived = (derived[0], HELD_WAITING) if workload.team_id in held else derived
             if (admitted := admitted_flavor(workload, snapshot)) is not None:
                 fence()
                 _record_admitted_flavor(workload, admitted)

@@ -130,6 +130,7 @@ def test_a_held_team_starts_nothing_new_and_what_runs_goes_on_until_the_hold_is_
     assert waiting(waits) and running(second)  # the freed GPU is not given to held work; what runs goes on
     cluster.wait_for(lambda: waiting(waits) and job_selectors.why_waiting(workload=waits).reason == HELD_WAITING,
                      what="the held training's page to say its team's queue is on hold")
+    assert waits.reason == HELD_WAITING  # the lists and the API say it too, on every backend
 
     with capture(execute=True):
         budgets.budget_set(actor=finance, team=team, amount="1000", currency="USD", hard_stop=True)
