@@ -437,6 +437,24 @@ def _behind(current: str, derived: str) -> bool:
     return derived == Workload.Phase.QUEUED and current in (Workload.Phase.ADMITTED, Workload.Phase.RUNNING)
 
 
+def _requeued(workload: Workload, derived: tuple[str, str] | None) -> tuple[str, str] | None:
+    """A workload that ran and waits again, every pod it ran proven ended (its intervals closed by
+    a direct read, which no stale view can do), lost its pods to its queue and waits to start again:
+    preempted until it runs, though the queue may not say so (Kueue admits a server's pods one by
+    one, each its own Workload, so a new pod's Workload is merely pending; a Volcano Job's PodGroup
+    is made again). Call after record_intervals."""
+    if derived is None or derived[0] != Workload.Phase.QUEUED or workload.phase not in REQUEUED_FROM:
+        return derived
+    intervals = list(workload.intervals.all())
+    if intervals and all(interval.ended_at is not None for interval in intervals):
+        return Workload.Phase.PREEMPTED, f"Preempted and queued again. {derived[1]}".strip()
+    return derived
+
+
+# The phases from which waiting again means the workload lost what it ran on.
+REQUEUED_FROM = (Workload.Phase.ADMITTED, Workload.Phase.RUNNING, Workload.Phase.PREEMPTED)
+
+
 def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Callable[[], None] | None = None) -> SyncResult:
     """Records what the snapshot says about active workloads (only those in keys, when given).
     `fence`, when given, is called before each write and raises to stop them: a watcher elected
@@ -469,6 +487,7 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Ca
         fence()
         with transaction.atomic():
             record_intervals(workload, pods, result, unseen)
+            derived = _requeued(workload, derived)
             if (derived and derived != (workload.phase, workload.reason) and not _behind(workload.phase, derived[0])
                     and _unchanged_since_read(workload)):
                 record_transition(workload, *derived)

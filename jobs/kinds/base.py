@@ -210,7 +210,7 @@ def derive_server(owner: dict[str, Any], pods: list[dict[str, Any]], admission: 
     if running:
         return RUNNING, f"{len(running)} of {owner['spec'].get('replicas', 1)} replicas running"
     if admission.evicted:
-        return PREEMPTED, "Preempted and queued again"
+        return PREEMPTED, f"Preempted and queued again: {admission.evicted_message}".rstrip(": ")
     if admission.pending or not pods:
         return QUEUED, admission.waiting
     return ADMITTED, admission.starting

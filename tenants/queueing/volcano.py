@@ -234,12 +234,27 @@ def waiting_reason(group: dict[str, Any] | None) -> str:
     return "Waiting for Volcano to place its pods"
 
 
+def placed_before(group: dict[str, Any]) -> bool:
+    """Whether Volcano once placed the group's pods all together (its gang plugin's Scheduled
+    condition, which stays when a later pass finds it unschedulable)."""
+    return any(condition.get("type") == "Scheduled" and condition.get("status") == "True"
+               for condition in (group.get("status") or {}).get("conditions") or [])
+
+
+EVICTED = ("Volcano evicted its pods to give their capacity back (a team reclaiming its guarantee, or a higher "
+           "tier); they start again when there is room")
+
+
 def admission(groups: Sequence[dict[str, Any]]) -> Admission:
-    """What a workload's PodGroups say: waiting (not running) and why, and the flavor it runs on."""
+    """What a workload's PodGroups say: waiting (not running) and why, and the flavor it runs on. A
+    group waiting after it was placed lost its pods to an eviction (a server's or notebook's: a
+    Volcano Job's restart is read from the Job)."""
     waiting = [g for g in groups if (g.get("status") or {}).get("phase") not in ("Running", "Completed")]
     placed = [((g.get("metadata") or {}).get("labels") or {}).get(FLAVOR_LABEL, "") for g in groups if g not in waiting]
     flavors = tuple(("", flavor) for flavor in placed if flavor)
+    evicted = any(placed_before(g) for g in waiting)
     return Admission(pending=bool(waiting) or not groups, waiting=waiting_reason(waiting[0] if waiting else None),
+                     evicted=evicted, evicted_message=EVICTED if evicted else "",
                      starting="Placed by Volcano; starting its pods", flavors=flavors)
 
 

@@ -103,12 +103,19 @@ def cluster_under_test(request: pytest.FixtureRequest, settings: Any, param: str
     return under_test
 
 
-@pytest.fixture(params=["simulated", pytest.param("real", marks=pytest.mark.cluster)])
-def cluster(request, settings, db):
-    under_test = cluster_under_test(request, settings, request.param)
-    reset_gateway(under_test.gateway)
-    yield under_test
-    reset_gateway(None)
+def clusters(*params: str) -> Any:
+    """A `cluster` fixture for the scenarios of a module, over those of cluster_under_test's clusters;
+    the control-plane ones are marked `cluster`."""
+    @pytest.fixture(params=[p if p.startswith("simulated") else pytest.param(p, marks=pytest.mark.cluster) for p in params])
+    def cluster(request, settings, db):
+        under_test = cluster_under_test(request, settings, request.param)
+        reset_gateway(under_test.gateway)
+        yield under_test
+        reset_gateway(None)
+    return cluster
+
+
+cluster = clusters("simulated", "real")
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from jobs.kinds import mpi
 from jobs.models import RunInterval, Workload
 from portal.errors import DomainError
 from portal.kube import KubeError, ObjectRef, gateway
-from tests.contract.conftest import cluster_under_test
+from tests.contract.conftest import clusters
 from tests.contract.scenarios import HOLD, launch, phase_of, pods_of, running
 
 pytestmark = pytest.mark.django_db
@@ -28,14 +28,7 @@ FINISH = {"kwok.gpu-portal.test/outcome": "Succeeded", "kwok.gpu-portal.test/run
           "gpu-portal.io/simulated-run-seconds": "0"}
 
 
-@pytest.fixture(params=["simulated-volcano", pytest.param("volcano", marks=pytest.mark.cluster)])
-def cluster(request, settings, db):
-    from portal.kube import reset_gateway
-
-    under_test = cluster_under_test(request, settings, request.param)
-    reset_gateway(under_test.gateway)
-    yield under_test
-    reset_gateway(None)
+cluster = clusters("simulated-volcano", "volcano")
 
 
 def task_of(pod: dict[str, Any]) -> str:

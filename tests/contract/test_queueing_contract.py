@@ -21,22 +21,14 @@ from tenants import desired, queueing, reconcile
 from tenants import services as tenant_services
 from tenants.queueing.base import HELD_WAITING
 from tests.billing.budget_helpers import priced, use
-from tests.contract.conftest import cluster_under_test
+from tests.contract.conftest import clusters
 from tests.contract.scenarios import HOLD, QUICK, launch, pods_of, queue_usage, running
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(params=["simulated", "simulated-volcano", pytest.param("real", marks=pytest.mark.cluster),
-                        pytest.param("volcano", marks=pytest.mark.cluster)])
-def cluster(request, settings, db):
-    from portal.kube import reset_gateway
-
-    under_test = cluster_under_test(request, settings, request.param)
-    reset_gateway(under_test.gateway)
-    yield under_test
-    reset_gateway(None)
+cluster = clusters("simulated", "simulated-volcano", "real", "volcano")
 
 
 @pytest.fixture(autouse=True)
@@ -246,6 +238,36 @@ def test_a_training_its_lender_reclaims_is_preempted_not_failed_and_runs_again(c
     cluster.wait_for(lambda: running(borrowed) and bound_units(borrowed) == 6, timeout=150,
                      what="the borrower's training to run again once the lender's GPUs are free")
     assert not borrowed.transitions.filter(phase=Workload.Phase.FAILED).exists()
+
+
+def test_a_server_its_lender_reclaims_reads_preempted_while_it_waits_and_runs_again(cluster, site, templates, settings,
+                                                                                  django_capture_on_commit_callbacks):
+    """The borrower's one-replica server runs on 6 GPUs (2 of them the lender's); when the lender
+    launches a training of 4, the server's pod is evicted and made again, waiting: the portal says
+    preempted (not still running, not failed) until it runs again once the lender's GPUs are free."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    lender, borrower = site.team("lendsrv", gpus=4), site.team("borrowsrv", gpus=4)
+    served = launch(borrower, borrower.memberships.get().user, templates["inference"], site.flavor, capture, units=6,
+                    parameters={"workers": 1})
+    cluster.wait_for(lambda: running(served) and bound_units(served) == 6,
+                     what="the borrower's server to run on 6 GPUs, 2 of them borrowed")
+    own = launch(lender, lender.memberships.get().user, templates["training"], site.flavor, capture, units=4)
+
+    def preempted() -> bool:
+        sync.sync_all()
+        served.refresh_from_db()
+        return running(own) and served.phase == Workload.Phase.PREEMPTED and bound_units(served) == 0
+
+    cluster.wait_for(preempted, timeout=150, what="the lender's training to run and the borrower's server to read preempted")
+    assert served.reason.startswith("Preempted"), served.reason
+    sync.sync_all()  # and it stays so while it waits
+    served.refresh_from_db()
+    assert served.phase == Workload.Phase.PREEMPTED, served.reason
+    stop(own, capture)
+    cluster.wait_for(lambda: running(served) and bound_units(served) == 6, timeout=150,
+                     what="the borrower's server to run again once the lender's GPUs are free")
+    assert not served.transitions.filter(phase=Workload.Phase.FAILED).exists()
 
 
 def test_a_training_that_finishes_succeeds_one_whose_pod_fails_fails_saying_why_and_both_free_the_quota(

@@ -40,6 +40,7 @@ FLAVOR_LABEL = "gpu-portal.io/flavor"  # tenants.queueing.volcano's: the flavor 
 SCHEDULING, BATCH = "scheduling.volcano.sh/v1beta1", "batch.volcano.sh/v1alpha1"
 UNCOUNTED = ("cpu", "memory", "pods")
 RUNNING, COMPLETED = "Running", "Completed"
+SCHEDULED = {"type": "Scheduled", "status": "True", "reason": "tasks in gang are ready to be scheduled"}
 # A Volcano Job's phases after which nothing more happens to it.
 ENDED = ("Completed", "Failed", "Terminated", "Aborted")
 
@@ -419,12 +420,16 @@ class Volcano:
 
     def _let_in(self, group: Group) -> None:
         group.admitted_flavor = placed_on(group.requests, self._flavor(group))
-        self._status(group, RUNNING, [{"type": "Scheduled", "status": "True",
-                                       "reason": "tasks in gang are ready to be scheduled"}])
+        self._status(group, RUNNING, [SCHEDULED])
+
+    @staticmethod
+    def _scheduled(group: Workload) -> list[dict[str, Any]]:
+        """Its Scheduled condition, which Volcano's gang plugin leaves when the group waits again."""
+        return [c for c in (group.row.body.get("status") or {}).get("conditions") or [] if c.get("type") == "Scheduled"]
 
     def _wait(self, group: Group, phase: str, message: str) -> None:
-        conditions = [{"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources", "message": message}] \
-            if message else []
+        conditions = [*self._scheduled(group), *([{"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+                                                   "message": message}] if message else [])]
         if (group.row.body.get("status") or {}) != {"phase": phase, "conditions": conditions}:
             self._status(group, phase, conditions)
 
@@ -441,7 +446,7 @@ class Volcano:
                 status = group.job.body.setdefault("status", {})
                 status.update({"state": {"phase": "Restarting"}, "retryCount": int(status.get("retryCount", 0)) + 1})
                 self.state.save(group.job, group.job.body)
-        self._status(group, "Pending", [])
+        self._status(group, "Pending", self._scheduled(group))
 
     def finish(self, group: Workload, verdict: str, message: str) -> None:
         """The Job it holds is done: Volcano's PodGroup controller marks it Completed."""
