@@ -437,6 +437,10 @@ def _behind(current: str, derived: str) -> bool:
     return derived == Workload.Phase.QUEUED and current in (Workload.Phase.ADMITTED, Workload.Phase.RUNNING)
 
 
+# The phases from which waiting again means the workload lost what it ran on.
+REQUEUED_FROM = (Workload.Phase.ADMITTED, Workload.Phase.RUNNING, Workload.Phase.PREEMPTED)
+
+
 def _requeued(workload: Workload, derived: tuple[str, str] | None) -> tuple[str, str] | None:
     """A workload that ran and waits again, every pod it ran proven ended (its intervals closed by
     a direct read, which no stale view can do), lost its pods to its queue and waits to start again:
@@ -449,10 +453,6 @@ def _requeued(workload: Workload, derived: tuple[str, str] | None) -> tuple[str,
     if intervals and all(interval.ended_at is not None for interval in intervals):
         return Workload.Phase.PREEMPTED, f"Preempted and queued again. {derived[1]}".strip()
     return derived
-
-
-# The phases from which waiting again means the workload lost what it ran on.
-REQUEUED_FROM = (Workload.Phase.ADMITTED, Workload.Phase.RUNNING, Workload.Phase.PREEMPTED)
 
 
 def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Callable[[], None] | None = None) -> SyncResult:
