@@ -429,12 +429,21 @@ def _unchanged_since_read(workload: Workload) -> bool:
     return current == (workload.phase, workload.reason)
 
 
-def _behind(current: str, derived: str) -> bool:
-    """Whether a snapshot that shows the workload waiting is behind what was recorded. Kueue lets
-    an admitted workload wait again only by evicting it, which derive() reads as preempted; so
-    "queued" after admitted or running is a view older than the one that recorded those (a second
-    watcher's informer during a rolling update, seen in CI as running, queued, running)."""
-    return derived == Workload.Phase.QUEUED and current in (Workload.Phase.ADMITTED, Workload.Phase.RUNNING)
+def _behind(workload: Workload, derived: tuple[str, str]) -> bool:
+    """Whether a snapshot that shows the workload waiting is behind what was recorded (a second
+    watcher's informer during a rolling update):
+    - Kueue lets an admitted workload wait again only by evicting it, which derive() reads as
+      preempted; so "queued" after admitted or running is an older view (seen in CI as running,
+      queued, running).
+    - The queue never takes back what it said of a waiting workload; so a wait it has said nothing
+      of yet, after it said why, is an older view (seen in CI as waiting for Kueue, for quota, for
+      Kueue, for quota)."""
+    if derived[0] != Workload.Phase.QUEUED:
+        return False
+    if workload.phase in (Workload.Phase.ADMITTED, Workload.Phase.RUNNING):
+        return True
+    unseen = queueing.backend().unseen
+    return workload.phase == Workload.Phase.QUEUED and derived[1] == unseen and workload.reason != unseen
 
 
 # The phases from which waiting again means the workload lost what it ran on.
@@ -488,7 +497,7 @@ def sync_snapshot(snapshot: Snapshot, keys: set[Key] | None = None, *, fence: Ca
         with transaction.atomic():
             record_intervals(workload, pods, result, unseen)
             derived = _requeued(workload, derived)
-            if (derived and derived != (workload.phase, workload.reason) and not _behind(workload.phase, derived[0])
+            if (derived and derived != (workload.phase, workload.reason) and not _behind(workload, derived)
                     and _unchanged_since_read(workload)):
                 record_transition(workload, *derived)
                 result.changed += 1

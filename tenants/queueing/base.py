@@ -119,6 +119,10 @@ class QueueBackend(Protocol):
     # How the pods of a workload whose pods are numbered (a distributed training's workers) are
     # named, by the object shape() makes own them: "{name}-{index}" for an Indexed Job.
     indexed_pod_name: str
+    # Why a workload waits before the queue has said anything of it. The queue never takes back
+    # what it said of a waiting workload (it only says something else), so a view that shows this
+    # after a workload read another reason for waiting is older than the one that recorded that.
+    unseen: str
 
     def owner(self, built: tuple[str, str]) -> tuple[str, str]:
         """The (apiVersion, kind) that owns a workload's pods on this queue, for the owner a kind

@@ -159,11 +159,14 @@ def _in_units(missing: str, per_unit: int) -> str:
     return str(-(-int(missing) // per_unit))
 
 
+UNSEEN = "Waiting for Kueue to admit it"
+
+
 def waiting_reason(message: str, per_unit: Mapping[str, int] | None = None) -> str:
     """Kueue's condition message, said in the portal's words rather than repeated; `per_unit` says
     how much of each resource one unit of the workload's flavor asks for (1 where not given)."""
     if not message:
-        return "Waiting for Kueue to admit it"
+        return UNSEEN
     if match := _SHORT.search(message):
         missing = _in_units(match["missing"], (per_unit or {}).get(match["resource"], 1))
         return (f"Waiting for quota: the team's free {match['flavor']} quota and what other teams leave idle are "
@@ -262,6 +265,7 @@ class KueueBackend:
     workload_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "Workload"),)
     flavor_alternatives: bool = True
     indexed_pod_name: str = "{name}-{index}"  # an Indexed Job's pods
+    unseen: str = UNSEEN
 
     def owner(self, built: tuple[str, str]) -> tuple[str, str]:
         return built  # Kueue queues the kinds' own objects

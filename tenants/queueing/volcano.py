@@ -212,10 +212,13 @@ _NOT_READY = re.compile(r"(?P<pending>\d+)/(?P<members>\d+) tasks in gang unsche
 _ORIGIN = re.compile(r"Origin reason is [^:]+: (?P<why>.+)$")
 
 
+UNSEEN = "Waiting for Volcano to see it"
+
+
 def waiting_reason(group: dict[str, Any] | None) -> str:
     """Why a PodGroup is not running, in the portal's words rather than Volcano's."""
     if group is None:
-        return "Waiting for Volcano to see it"
+        return UNSEEN
     phase = (group.get("status") or {}).get("phase", "Pending")
     condition = _unschedulable(group)
     message = condition.get("message", "")
@@ -317,6 +320,7 @@ class VolcanoBackend:
     workload_kinds: tuple[tuple[str, str], ...] = ((SCHEDULING, "PodGroup"),)
     flavor_alternatives: bool = False
     indexed_pod_name: str = f"{{name}}-{TASK}-{{index}}"  # a Volcano Job's pods
+    unseen: str = UNSEEN
 
     def owner(self, built: tuple[str, str]) -> tuple[str, str]:
         return (BATCH, "Job") if built == ("batch/v1", "Job") else built  # make_job's

@@ -12,6 +12,7 @@ import pytest
 
 from jobs import sync
 from jobs.models import RunInterval, Workload
+from tenants import queueing
 from tests.helpers import launch, make_ready
 
 pytestmark = pytest.mark.django_db
@@ -78,3 +79,37 @@ def test_a_writer_whose_snapshot_is_older_does_not_put_a_running_workload_back_i
     workload.refresh_from_db()
     assert workload.phase == Workload.Phase.RUNNING
     assert [phase for phase, _ in steps(workload)] == ["submitting", "queued", "running"]
+
+
+@pytest.mark.parametrize("backend", ["kueue", "volcano"])
+def test_a_writer_whose_snapshot_is_older_does_not_take_back_why_the_queue_said_a_workload_waits(
+        backend, settings, team, member, training, flavor, simulated, django_capture_on_commit_callbacks):
+    # The second watcher's informer has not yet seen the queue say why the workload waits (seen in
+    # CI as waiting for Kueue, for quota, for Kueue, for quota).
+    settings.PORTAL_QUEUE_BACKEND = backend
+    team = make_ready(team, flavor, units=1, may_borrow=False)
+    with django_capture_on_commit_callbacks(execute=True):
+        launch(member, team, training, flavor, units=1)
+        waiting = launch(member, team, training, flavor, units=1)
+    simulated.advance(1)
+    now = sync.Snapshot.read()
+    sync.sync_snapshot(now)
+    waiting.refresh_from_db()
+    unseen = queueing.backend().unseen
+    assert waiting.phase == Workload.Phase.QUEUED and waiting.reason.startswith("Waiting for quota"), waiting.reason
+    said = steps(waiting)
+    # The same objects as a lagging informer last saw them: the queue's of this workload not yet there.
+    older = copy.deepcopy(now)
+    older.queued[sync.key_of(waiting)] = []
+    assert sync.derive(waiting, older) == (Workload.Phase.QUEUED, unseen)  # what it would say
+
+    sync.sync_snapshot(older)
+
+    waiting.refresh_from_db()
+    assert steps(waiting) == said and waiting.reason.startswith("Waiting for quota")
+    # Once the queue itself has said nothing yet, its first word is recorded as ever.
+    waiting.reason = unseen
+    waiting.save(update_fields=["reason"])
+    sync.sync_snapshot(now)
+    waiting.refresh_from_db()
+    assert waiting.reason.startswith("Waiting for quota"), waiting.reason
