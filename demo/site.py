@@ -12,9 +12,10 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.db import transaction
 
-from jobs import kinds
+from jobs import kinds, volumes
 from jobs import services as job_services
-from jobs.models import GitSource, WorkloadTemplate
+from jobs.models import GitSource, TeamVolume, WorkloadTemplate
+from portal.errors import DomainError
 from portal.kube import KubeError, gateway
 from portal.models import User
 from tenants import reconcile, services
@@ -61,6 +62,8 @@ GIT_SOURCE = ("github.com", "Public repositories on GitHub: the demo lets anyone
 OWN_CODE_TEMPLATE = "train-from-git"
 # Each team's data volume (a PersistentVolumeClaim in its namespace), offered by the launch form.
 DATA_VOLUME, DATA_VOLUME_GIB = "datasets", 100
+# Each demo team's storage quota: GiB its members' data volumes may ask for, of the demo's one class.
+STORAGE_CLASS, TEAM_STORAGE_GIB = "standard", 500
 
 
 def site_midnight(day: dt.date) -> dt.datetime:
@@ -79,7 +82,8 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
     admin = users["admin"]
     flavors = {spec["slug"]: services.flavor_save(actor=admin, flavor=Flavor(**spec)) for spec in FLAVORS}
     teams = {
-        slug: services.team_create(actor=admin, slug=slug, name=name, cost_center=cc, description=description)
+        slug: services.team_create(actor=admin, slug=slug, name=name, cost_center=cc, description=description,
+                                   storage_quota={STORAGE_CLASS: TEAM_STORAGE_GIB})
         for slug, name, cc, description in TEAMS
     }
     for username, *_rest, roles in PEOPLE:
@@ -274,13 +278,6 @@ def own_code_seed(*, admin: User) -> None:
     )
 
 
-def make_data_volume(*, namespace: str) -> dict[str, Any]:
-    """A team's demo data volume: a claim any of its pods may mount."""
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": DATA_VOLUME, "namespace": namespace},
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": f"{DATA_VOLUME_GIB}Gi"}}}}
-
-
 # The RuntimeClass NVIDIA's GPU operator installs on every cluster it runs on: the demo's nodes are
 # the operator's, so a flavor an admin gives the runtime class "nvidia" runs, and any other name
 # shows what the catalog and the launch form say of a RuntimeClass the cluster lacks.
@@ -306,15 +303,19 @@ def runtime_classes_seed() -> str:
 
 def data_volumes_seed() -> str:
     """Each demo team's namespace made now (its reconcile would make it within the minute) with a
-    data volume in it, so the launch form offers one. Says what it did, or why the cluster did not
-    take it: the demo still runs, with launches that mount no volume."""
+    data volume in it, made by the platform admin as a member would, so the launch form offers one.
+    Says what it did, or why the cluster did not take it: the demo still runs, with launches that
+    mount no volume."""
     teams = list(Team.objects.filter(slug__in=[slug for slug, *_ in TEAMS]).order_by("pk"))
+    admin = User.objects.get(username="admin")
     try:
         reconcile.platform_reconcile()
         ready = [team for team in teams if reconcile.team_reconcile(team_id=team.pk)]
         for team in ready:
-            gateway().apply(make_data_volume(namespace=team.namespace))
-    except KubeError as error:
+            if not TeamVolume.objects.filter(team=team, name=DATA_VOLUME).exists():
+                volumes.volume_create(actor=admin, team=team, name=DATA_VOLUME, storage_class=STORAGE_CLASS,
+                                      size_gib=DATA_VOLUME_GIB, shared=True)
+    except (KubeError, DomainError) as error:
         return f"The cluster did not take the teams' data volumes ({error}); launches mount none until it does."
     if not ready:
         return "No demo team's namespace is the portal's, so no team has a data volume."

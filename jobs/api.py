@@ -21,9 +21,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from jobs import reclaim, selectors, services
-from jobs.filters import TemplateFilter, WorkloadFilter
-from jobs.models import GitSource, ImageRegistry, Workload, WorkloadTemplate
+from jobs import reclaim, selectors, services, volumes
+from jobs.filters import TeamVolumeFilter, TemplateFilter, WorkloadFilter
+from jobs.models import GitSource, ImageRegistry, TeamVolume, Workload, WorkloadTemplate
 from jobs.rules import LOGS_REFUSAL
 from jobs.serializers import (
     GitSourceCreateSerializer,
@@ -33,6 +33,9 @@ from jobs.serializers import (
     LogsSerializer,
     NotebookTokenSerializer,
     ScaleSerializer,
+    TeamVolumeCreateSerializer,
+    TeamVolumeResizeSerializer,
+    TeamVolumeSerializer,
     TemplateCreateSerializer,
     TemplatePublishedSerializer,
     TemplateReviseSerializer,
@@ -291,8 +294,47 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         }).data)
 
 
+# --- Data volumes ----------------------------------------------------------------------------------
+
+
+@extend_schema_view(
+    list=extend_schema(description="The data volumes made through the portal for the teams the caller sees. Each is a "
+                                   "PersistentVolumeClaim of that name in its team's namespace; the team's volumes page "
+                                   "also lists claims made outside the portal, which launches may mount too."),
+    create=extend_schema(request=TeamVolumeCreateSerializer, responses={201: TeamVolumeSerializer},
+                         description="Members and leads of the team, within its storage quota of the class."),
+    partial_update=extend_schema(request=TeamVolumeResizeSerializer, responses={200: TeamVolumeSerializer},
+                                 description="Grows it: a volume only grows, within the team's storage quota, where its "
+                                             "storage class allows expansion."),
+    destroy=extend_schema(description="Deletes it and its data; refused (409) while anything mounts it. Audited."),
+)
+class TeamVolumeViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin,
+                        viewsets.ReadOnlyModelViewSet):
+    serializer_class = TeamVolumeSerializer
+    queryset = TeamVolume.objects.none()
+    filterset_class = TeamVolumeFilter
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[TeamVolume]:
+        return TeamVolume.objects.for_user(self.request.user).select_related("team", "created_by").order_by("team__slug", "name")
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        volume = volumes.volume_create(actor=signed_in_user(request), **parse(TeamVolumeCreateSerializer, request))
+        return Response(self.get_serializer(volume).data, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        volume = volumes.volume_resize(actor=signed_in_user(request), volume=self.get_object(),
+                                       **parse(TeamVolumeResizeSerializer, request))
+        return Response(self.get_serializer(volume).data)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        volumes.volume_delete(actor=signed_in_user(request), volume=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 def register(router: BaseRouter) -> None:
     router.register("templates", TemplateViewSet, basename="template")
     router.register("workloads", WorkloadViewSet, basename="workload")
     router.register("image-registries", ImageRegistryViewSet, basename="image-registry")
     router.register("git-sources", GitSourceViewSet, basename="git-source")
+    router.register("volumes", TeamVolumeViewSet, basename="volume")

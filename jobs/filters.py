@@ -12,7 +12,7 @@ import django_filters
 from django.db.models import QuerySet
 
 from jobs import selectors
-from jobs.models import Workload, WorkloadTemplate
+from jobs.models import TeamVolume, Workload, WorkloadTemplate
 from portal.adapters import FlagFilter, VisibleSlugFilter, choice_errors
 from tenants.filters import VisibleTeamFilter
 from tenants.models import Team
@@ -69,3 +69,11 @@ class WorkloadFilter(django_filters.FilterSet):
 
     def filter_mine(self, queryset: QuerySet[Workload], name: str, value: bool) -> QuerySet[Workload]:
         return queryset.filter(owner=self.request.user) if value else queryset
+
+
+class TeamVolumeFilter(django_filters.FilterSet):
+    team = VisibleTeamFilter(field_name="team")
+
+    class Meta:
+        model = TeamVolume
+        fields: list[str] = []

@@ -236,3 +236,24 @@ class IdleDefaultsForm(forms.Form):
     @classmethod
     def for_defaults(cls, defaults: IdleDefaults, data: QueryDict | None = None) -> IdleDefaultsForm:
         return cls(data, initial={name: getattr(defaults, name) for name in reclaim.IDLE_DEFAULT_FIELDS})
+
+
+class VolumeCreateForm(forms.Form):
+    """A new data volume of the team: parsing only, jobs.volumes.volume_create decides."""
+
+    name = forms.CharField(max_length=63, help_text="Lower-case letters, digits and '-'; launches mount it by this name.")
+    storage_class = forms.ChoiceField(label="Storage class")
+    size_gib = WholeNumberField(label="Size (GiB)", min_value=1)
+    shared = forms.BooleanField(required=False, label="Shared by many pods at once (ReadWriteMany)",
+                                help_text="Only where the storage class can; otherwise one node's pods at a time.")
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        choices = sorted(team.storage_quota)
+        self.fields["storage_class"].choices = [(name, name) for name in choices]  # type: ignore[attr-defined]
+        if len(choices) == 1:
+            self.fields["storage_class"].initial = choices[0]
+
+
+class VolumeResizeForm(forms.Form):
+    size_gib = WholeNumberField(label="New size (GiB)", min_value=1)

@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -16,7 +17,7 @@ from jobs import kinds, policy
 from jobs.idle_policy import IdleAction, defaults_problems
 from portal.models import User
 from portal.roles import sees_all_teams
-from tenants.models import Flavor, Team, user_team_roles
+from tenants.models import MAX_VOLUME_GIB, Flavor, Team, user_team_roles
 
 # The kinds jobs/kinds/ registers, as choices: a kind added there is a choice here (and a migration).
 # (django-stubs types only the functional form without labels; Django takes (value, label) pairs.)
@@ -538,3 +539,47 @@ class GpuXidEvent(models.Model):
 
     def __str__(self) -> str:
         return f"XID {self.code} on {self.gpu} ({self.pod_name})"
+
+
+# --- Data volumes ----------------------------------------------------------------------------------
+
+
+class TeamVolumeQuerySet(models.QuerySet["TeamVolume"]):
+    def for_user(self, user: User | AnonymousUser) -> TeamVolumeQuerySet:
+        """Volumes of the teams the user sees: another team's volume is 404."""
+        return self.filter(team__in=Team.objects.for_user(user))
+
+
+class TeamVolume(models.Model):
+    """A data volume a member made for the team: the PersistentVolumeClaim of that name in the
+    team's namespace. The claim is the truth of its size and state; this row is what the portal
+    asked for, so the team pass can make or finish what a failed call left half done."""
+
+    class State(models.TextChoices):
+        ACTIVE = "active", "Active"
+        DELETING = "deleting", "Being deleted"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="volumes")
+    name = models.CharField(max_length=63, validators=[RegexValidator(
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        "Use lower-case letters, digits and '-', starting and ending with a letter or digit.")])
+    storage_class = models.CharField(max_length=253)
+    size_gib = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(MAX_VOLUME_GIB)])
+    # Many pods at once, on any node (ReadWriteMany), where the class can; else one node's pods (ReadWriteOnce).
+    shared = models.BooleanField(default=False)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.ACTIVE)
+    # Its claim is in the cluster as this row asks (made, and grown to size_gib). False until the
+    # call that makes or grows it succeeds; the repair pass (volumes_repair) finishes it otherwise.
+    applied = models.BooleanField(default=False)
+    created_by = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TeamVolumeQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team", "name"]
+        indexes = [models.Index(fields=["applied", "state"], name="team_volume_unfinished")]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="team_volume_name_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.team.slug}/{self.name}"

@@ -86,6 +86,8 @@ rules.add_perm("jobs.read_workload_parameters", can_read_workload_parameters)
 rules.add_perm("jobs.create_global_template", is_platform_admin)
 rules.add_perm("jobs.manage_image_registries", is_platform_admin)
 rules.add_perm("jobs.manage_git_sources", is_platform_admin)
+# A team's data volumes: whoever may launch for the team may make, grow and delete them.
+rules.add_perm("jobs.manage_volumes", can_launch)
 
 
 def allowed_priorities(user: Any, team: Any, version: Any) -> list[str]:

@@ -23,6 +23,7 @@ from jobs.models import (
     ImageRegistry,
     Priority,
     RunInterval,
+    TeamVolume,
     Workload,
     WorkloadTemplate,
     WorkloadTemplateVersion,
@@ -539,8 +540,10 @@ def team_contents(team: Team) -> list[str]:
     workloads = Workload.objects.filter(team=team)
     total, active = workloads.count(), workloads.active().count()
     templates = WorkloadTemplate.objects.filter(owner_team=team).count()
+    volumes = TeamVolume.objects.filter(team=team).count()
     return [f"{total} workload record{'s' if total != 1 else ''} ({active} still active: stopped with the namespace)",
-            f"{templates} template{'s' if templates != 1 else ''} of the team's own"]
+            f"{templates} template{'s' if templates != 1 else ''} of the team's own",
+            f"{volumes} data volume{'s' if volumes != 1 else ''} made in the portal, with their data (in the namespace)"]
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from jobs.models import (
     Priority,
     RunInterval,
     RunIntervalSwitch,
+    TeamVolume,
     Workload,
     WorkloadKind,
     WorkloadTemplate,
@@ -473,3 +474,30 @@ class LogsSerializer(serializers.Serializer):
     lines = serializers.ListField(child=serializers.CharField())
     unreachable = serializers.CharField(help_text="Set when the cluster did not answer, or `pod` is not one of the workload's.")
     pods = serializers.ListField(child=serializers.CharField(), help_text="Every pod of the workload, newest first.")
+
+
+# --- Data volumes ----------------------------------------------------------------------------------
+
+
+class TeamVolumeSerializer(serializers.ModelSerializer):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    applied = serializers.BooleanField(read_only=True, help_text="Its claim is in the cluster as asked (made, and grown "
+                                                                 "to size_gib); until then the repair pass finishes it.")
+
+    class Meta:
+        model = TeamVolume
+        fields = ["id", "team", "name", "storage_class", "size_gib", "shared", "state", "applied", "created_by", "created_at"]
+        read_only_fields = fields
+
+
+class TeamVolumeCreateSerializer(StrictInputMixin, serializers.Serializer):
+    team = VisibleTeamField()
+    name = serializers.CharField(max_length=63, help_text="The claim's name; launches mount it by this name.")
+    storage_class = serializers.CharField(max_length=253, help_text="One of the team's storage quota's classes.")
+    size_gib = WholeNumberSerializerField(min_value=1)
+    shared = serializers.BooleanField(default=False, help_text="ReadWriteMany (many pods on any node), where the class can.")
+
+
+class TeamVolumeResizeSerializer(StrictInputMixin, serializers.Serializer):
+    size_gib = WholeNumberSerializerField(min_value=1, help_text="More than it asks for now: a volume only grows.")

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
-from jobs import kinds, reclaim, services, sync, xid
+from jobs import kinds, reclaim, services, sync, volumes, xid
 from jobs.models import Workload
 from portal.audit import audit_record
 from portal.errors import DomainError
@@ -183,6 +183,12 @@ def workloads_resubmit_lost() -> int:
         workload_apply.apply_async((workload_id,), expires=RESUBMIT_EXPIRES_SECONDS)
         Workload.objects.filter(pk=workload_id, unsent_since=unsent_since).update(unsent_since=None)
     return len(rows)
+
+
+@shared_task(acks_late=True)
+def volumes_repair() -> int:
+    """Data volumes a failed call left half made, grown or deleted, finished (jobs/volumes.py)."""
+    return volumes.volumes_repair()
 
 
 @shared_task(acks_late=True)

@@ -1,6 +1,6 @@
 from django.urls import URLPattern, path
 
-from jobs import platform_views, template_views, views
+from jobs import platform_views, template_views, views, volume_views
 
 app_name = "jobs"
 urlpatterns: list[URLPattern] = [
@@ -15,6 +15,10 @@ urlpatterns: list[URLPattern] = [
     path("workloads/", views.workload_list, name="workload-list"),
     path("workloads/mine/", views.my_workloads, name="my-workloads"),
     path("teams/<slug:slug>/gpu-use/", views.team_gpu_use, name="team-gpu-use"),
+    path("teams/<slug:slug>/volumes/", volume_views.team_volumes, name="team-volumes"),
+    path("teams/<slug:slug>/volumes/new/", volume_views.volume_create, name="volume-create"),
+    path("teams/<slug:slug>/volumes/<slug:name>/resize/", volume_views.volume_resize, name="volume-resize"),
+    path("teams/<slug:slug>/volumes/<slug:name>/delete/", volume_views.volume_delete, name="volume-delete"),
     path("workloads/notifications/", views.notification_preferences, name="notification-preferences"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),

@@ -347,6 +347,7 @@ CELERY_BEAT_SCHEDULE = {
     "simulated-cluster-tick": {"task": "portal.tasks.simulated_cluster_tick", "schedule": 5.0},
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 30.0},
+    "volumes-repair": {"task": "jobs.tasks.volumes_repair", "schedule": 60.0},
     # Idle GPUs by each template's policy; also the notebooks' own activity where reachable.
     "idle-sweep": {"task": "jobs.tasks.idle_sweep", "schedule": 60.0},
     "xid-sweep": {"task": "jobs.tasks.xid_sweep", "schedule": 60.0},

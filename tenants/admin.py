@@ -16,6 +16,7 @@ from portal.adapters import signed_in_user
 from portal.admin_kit import PermissionAdmin, ReadOnlyAdmin, RefusalAsFormError
 from portal.errors import DomainError
 from tenants import services
+from tenants.forms import StorageQuotaField, TeamForm
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team
 
 
@@ -50,9 +51,14 @@ class MembershipInline(admin.TabularInline):
         return request.user.has_perm("tenants.manage_teams")
 
 
+class TeamAdminForm(ModelForm):
+    storage_quota = StorageQuotaField(required=False, help_text=TeamForm.base_fields["storage_quota"].help_text)
+
+
 @admin.register(Team)
 class TeamAdmin(PermissionAdmin, RefusalAsFormError):
     manage_perm = "tenants.manage_teams"
+    form = TeamAdminForm
     list_display = ("name", "slug", "cost_center", "sync_state_display", "created_at")
     search_fields = ("name", "slug", "cost_center")
     inlines = (MembershipInline,)

@@ -89,6 +89,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
                 may_borrow=team.may_borrow, lends_idle=team.lends_idle, cpu=str(team.cpu_limit_cores),
                 memory=f"{team.memory_limit_gib}Gi", pods=team.pod_limit,
                 workloads=settings.PORTAL_TEAM_MAX_WORKLOADS,
+                storage=tuple(sorted((name, int(gib)) for name, gib in team.storage_quota.items())),
             ),
             cohort=settings.PORTAL_COHORT,
             ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,

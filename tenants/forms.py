@@ -147,9 +147,39 @@ class QuotaRequestForm(forms.Form):
 # --- The platform admin's pages: teams and the GPU catalog ----------------------------------------
 
 
+class StorageQuotaField(forms.Field):
+    """A team's storage quota as people write it: “standard: 500, fast-ssd: 100” (GiB per storage class)."""
+
+    widget = forms.TextInput
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return ", ".join(f"{name}: {gib}" for name, gib in sorted(value.items()))
+        return value
+
+    def to_python(self, value: Any) -> dict[str, int]:
+        quota: dict[str, int] = {}
+        for part in str(value or "").replace("\n", ",").split(","):
+            if not part.strip():
+                continue
+            name, colon, gib = part.partition(":")
+            name, gib = name.strip(), gib.strip()
+            if not colon or not gib.isascii() or not gib.isdigit():
+                raise forms.ValidationError(f"Write “{part.strip()}” as a storage class and its GiB, such as “standard: 500”.")
+            if name in quota:
+                raise forms.ValidationError(f"The storage class {name} is named twice.")
+            quota[name] = int(gib)
+        return quota
+
+
 class TeamForm(forms.ModelForm):
     """A team's name, cost center and sharing policy; the slug only when the team is new (it names
     the namespace). Parsing only: tenants.services.team_create/team_update decide and audit."""
+
+    storage_quota = StorageQuotaField(
+        required=False, label="Storage quota",
+        help_text="GiB the team's data volumes may ask for, per storage class: “standard: 500, fast-ssd: 100”. "
+                  "Members make volumes only of the classes named here.")
 
     class Meta:
         model = Team

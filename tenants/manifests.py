@@ -100,6 +100,7 @@ class TeamPolicy:
     memory: str = "512Gi"
     pods: int = 100
     workloads: int = 200  # objects of each workload kind: a backstop behind the portal's own count
+    storage: tuple[tuple[str, int], ...] = ()  # (StorageClass, GiB) the team's volumes may ask for
 
 
 def team_object_name(*, prefix: str, slug: str) -> str:
@@ -327,11 +328,42 @@ def make_resource_quota(*, team: TeamSpec) -> dict[str, Any]:
         "requests.memory": team.policy.memory,
         "pods": str(team.policy.pods),
         **{f"count/{kind}": str(team.policy.workloads) for kind in WORKLOAD_OBJECT_KINDS},
+        **{storage_quota_key(name): f"{gib}Gi" for name, gib in team.policy.storage},
     }
     return {
         "apiVersion": "v1", "kind": "ResourceQuota",
         "metadata": team_meta("gpu-portal", team),
         "spec": {"hard": hard},
+    }
+
+
+def storage_quota_key(storage_class: str) -> str:
+    """What a ResourceQuota calls the storage a namespace's claims of one class ask for."""
+    return f"{storage_class}.storageclass.storage.k8s.io/requests.storage"
+
+
+VOLUME_LABEL = "gpu-portal.io/volume"
+
+
+@dataclass(frozen=True)
+class VolumeSpec:
+    name: str
+    storage_class: str
+    size_gib: int
+    shared: bool = False
+
+
+def make_volume_claim(*, team: TeamSpec, volume: VolumeSpec) -> dict[str, Any]:
+    """A team's data volume. Only its requested size ever changes (it grows); the rest is fixed
+    when it is made."""
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": team_meta(volume.name, team, labels={**team.labels, VOLUME_LABEL: volume.name}),
+        "spec": {
+            "storageClassName": volume.storage_class,
+            "accessModes": ["ReadWriteMany" if volume.shared else "ReadWriteOnce"],
+            "resources": {"requests": {"storage": f"{volume.size_gib}Gi"}},
+        },
     }
 
 

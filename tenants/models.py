@@ -66,6 +66,22 @@ def forget_team_roles(user: User) -> None:
     user.__dict__.pop("_team_roles", None)
 
 
+# A StorageClass's name: a DNS subdomain, as the API server checks it.
+STORAGE_CLASS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+MAX_VOLUME_GIB = 1_000_000
+
+
+def validate_storage_quota(value: Any) -> None:
+    """{storage class: whole GiB}, as the team form and the API give it."""
+    if not isinstance(value, dict):
+        raise ValidationError("Give the storage quota as storage class names with their GiB.")
+    for name, gib in value.items():
+        if not isinstance(name, str) or len(name) > 253 or not STORAGE_CLASS_NAME.match(name):
+            raise ValidationError(f"“{name}” is not a storage class name (lower-case letters, digits, '-' and '.').")
+        if isinstance(gib, bool) or not isinstance(gib, int) or not 0 <= gib <= MAX_VOLUME_GIB:
+            raise ValidationError(f"The storage quota of {name} must be a whole number of GiB from 0 to {MAX_VOLUME_GIB:,}.")
+
+
 class TeamQuerySet(models.QuerySet["Team"]):
     def for_user(self, user: User | AnonymousUser) -> TeamQuerySet:
         if not user.is_authenticated:
@@ -99,6 +115,10 @@ class Team(models.Model):
     cpu_limit_cores = models.PositiveIntegerField(default=64, help_text="Backstop: CPU cores all pods may request.")
     memory_limit_gib = models.PositiveIntegerField(default=512, help_text="Backstop: memory (GiB) all pods may request.")
     pod_limit = models.PositiveIntegerField(default=100, help_text="Backstop: pods at once.")
+    # GiB the team's data volumes may ask for, per StorageClass ({"standard": 500}): the namespace's
+    # ResourceQuota per class. A class not named here is one members cannot make volumes of.
+    storage_quota = models.JSONField(default=dict, blank=True, validators=[validate_storage_quota],
+                                     help_text="GiB the team's data volumes may ask for, per storage class.")
     # Four eyes on quota: every grant is seen by two people, so a lead cannot grant their own team
     # quota alone. On for new teams unless the site says otherwise; a platform admin may turn it off.
     requires_second_approver = models.BooleanField(
@@ -538,3 +558,4 @@ class QuotaGrant(models.Model):
         if self.valid_until is None:
             return None
         return timezone.localtime(self.valid_until - dt.timedelta(microseconds=1)).date()
+

@@ -78,7 +78,7 @@ class TeamSerializer(serializers.ModelSerializer):
         model = Team
         fields = ["id", "uid", "slug", "name", "cost_center", "description", "created_at", "member_count",
                   "pending_requests", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit",
-                  "requires_second_approver",
+                  "storage_quota", "requires_second_approver",
                   "sync_state", "synced_at", "sync_error", "members", "guarantees"]
         read_only_fields = fields
         list_serializer_class = TeamListSerializer
@@ -136,6 +136,10 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
     cpu_limit_cores = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")
     memory_limit_gib = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")
     pod_limit = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")
+    storage_quota = serializers.DictField(
+        child=WholeNumberSerializerField(min_value=0), required=False,
+        help_text="GiB the team's data volumes may ask for, per storage class ({\"standard\": 500}); the whole map. "
+                  "Platform admins only.")
     requires_second_approver = serializers.BooleanField(
         required=False, help_text="Whoever files a quota request cannot approve it. Platform admins only."
     )

@@ -46,7 +46,8 @@ TEAM_FIELDS = ("name", "cost_center", "description")
 COST_CENTER_REFUSAL = ("Only finance and platform admins may change a team's cost center: the monthly statements "
                        "bill it. Ask finance to change it.")
 # How the team shares the cluster: only a platform admin changes these.
-POLICY_FIELDS = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit", "requires_second_approver")
+POLICY_FIELDS = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit", "storage_quota",
+                 "requires_second_approver")
 
 
 def _require(allowed: bool) -> None:

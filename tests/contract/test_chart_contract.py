@@ -313,6 +313,10 @@ def test_the_portals_account_cannot_read_secrets_create_pods_in_kube_system_or_g
     overwrite = {"apiVersion": "v1", "kind": "Secret",
                  "metadata": {"name": "gpu-portal-database", "namespace": release.namespace}}
     _refused(lambda: portal_gateway.apply(overwrite))
+    # Nor a data volume (it makes the teams' claims): another application's claim stays its own.
+    volume = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "sneaky", "namespace": "kube-system"},
+              "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
+    assert "writes only in the namespaces it made for teams" in str(_refused(lambda: portal_gateway.apply(volume)))
     # Nor claim a namespace it did not make.
     claim = {"apiVersion": "v1", "kind": "Namespace",
              "metadata": {"name": "kube-system", "labels": {"app.kubernetes.io/managed-by": "gpu-portal"}}}

@@ -83,6 +83,10 @@ def test_the_portals_account_reads_no_pod_log_event_or_volume_outside_team_names
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "sneaky", "namespace": release.namespace},
               "stringData": {"token": "t"}}
     _refused(lambda: portal_gateway.apply(secret))
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "sneaky", "namespace": release.namespace},
+             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
+    _refused(lambda: portal_gateway.apply(claim))
+    assert not allowed(portal_gateway, verb="create", resource="persistentvolumeclaims", namespace="kube-system")
     assert not allowed(portal_gateway, verb="get", resource="pods", subresource="log", namespace="kube-system")
     assert not allowed(portal_gateway, verb="list", resource="pods", namespace=None)
 
@@ -98,7 +102,8 @@ def test_the_portal_binds_itself_in_a_team_namespace_and_reads_only_there(cluste
     assert allowed(portal_gateway, verb="list", resource="pods", namespace=team.namespace)
     assert allowed(portal_gateway, verb="get", resource="pods", subresource="log", namespace=team.namespace)
     assert allowed(portal_gateway, verb="list", resource="events", namespace=team.namespace)
-    assert allowed(portal_gateway, verb="list", resource="persistentvolumeclaims", namespace=team.namespace)
+    for verb in ("list", "create", "patch", "delete"):  # the team's data volumes (jobs/volumes.py)
+        assert allowed(portal_gateway, verb=verb, resource="persistentvolumeclaims", namespace=team.namespace), verb
     assert portal_gateway.list("v1", "Pod", namespace=team.namespace)[0] == []
     # Another namespace, even one labelled as the portal's but not bound, stays closed.
     other = site.team("elsewhere")

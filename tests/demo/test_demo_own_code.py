@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from demo.site import DATA_VOLUME, OWN_CODE_TEMPLATE, PASSWORD
 from jobs import kinds, services
-from jobs.models import GitSource, Workload, WorkloadTemplate
+from jobs.models import GitSource, TeamVolume, Workload, WorkloadTemplate
 from portal.kube import ObjectRef, gateway
 from tests.helpers import api
 
@@ -25,10 +25,15 @@ def demo(simulated) -> WorkloadTemplate:
     return WorkloadTemplate.objects.get(slug=OWN_CODE_TEMPLATE)
 
 
-def test_the_demo_allows_github_and_gives_every_team_a_data_volume(demo):
+def test_the_demo_allows_github_and_gives_every_team_a_data_volume_within_its_storage_quota(demo, client):
     assert list(GitSource.objects.values_list("prefix", flat=True)) == ["github.com"]
     for namespace in ("vision", "nlp", "recsys"):
         assert gateway().get(ObjectRef("v1", "PersistentVolumeClaim", DATA_VOLUME, namespace)) is not None
+    # Made through the portal, so a member sees it on the team's volumes page, with what is left.
+    assert TeamVolume.objects.filter(name=DATA_VOLUME, applied=True).count() == 3
+    client.login(username="alice", password=PASSWORD)
+    page = client.get(reverse("jobs:team-volumes", args=["vision"])).content.decode()
+    assert DATA_VOLUME in page and "400 GiB" in page
 
 
 def test_a_member_launches_the_demo_template_with_a_repository_of_their_own(demo, client):

@@ -199,8 +199,8 @@ def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
         if "secrets" in rule["resources"]:
             assert set(rule["verbs"]) == {"create", "patch", "delete"}
-        if "persistentvolumeclaims" in rule["resources"]:  # the team's data volumes: read, never written
-            assert set(rule["verbs"]) == {"get", "list"}
+        if "persistentvolumeclaims" in rule["resources"]:  # the team's data volumes: made, grown, deleted; never watched
+            assert set(rule["verbs"]) == {"get", "list", "create", "patch", "delete"}
         assert not {"clusterroles", "clusterrolebindings", "roles", "serviceaccounts/token"} & set(rule["resources"])
     # Exactly the kinds portal/kube's table names (configmaps are only the simulated cluster's).
     granted = {(group, resource) for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"]}

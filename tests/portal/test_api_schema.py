@@ -46,6 +46,8 @@ ENDPOINTS = {
     "/api/workloads/{id}/why-waiting/": {"get"},
     "/api/image-registries/": {"get", "post"},
     "/api/image-registries/{id}/": {"get", "delete"},
+    "/api/volumes/": {"get", "post"},
+    "/api/volumes/{id}/": {"get", "patch", "delete"},
     "/api/nodes/": {"get"},
 }
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}
