@@ -3,8 +3,10 @@ platform admin) with its own API token: valid input (positive) and input the sch
 (negative). No answer may be a server error, an undocumented status or content type, or a body
 that breaks its schema; and what the schema forbids must be refused.
 
-The suite runs PORTAL_FUZZ_EXAMPLES (default 2) cases per operation, role and mode; `make fuzz`
-runs 25. The cases a run generated are printed and counted in the README."""
+The suite runs PORTAL_FUZZ_EXAMPLES (default 2) cases per operation, role and mode, the same ones
+every run (derandomized: a CI run once failed inside Hypothesis itself, CPython 3.11's ast.parse
+raising "AST constructor recursion depth mismatch" while naming a lambda of a deeply nested draw,
+on cases no other run drew); `make fuzz` runs 25 fresh ones. The cases a run generated are printed."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from portal import tokens
 from tests.helpers import file_request, launch
 
 EXAMPLES = int(os.environ.get("PORTAL_FUZZ_EXAMPLES", "2"))
+FRESH = "PORTAL_FUZZ_EXAMPLES" in os.environ  # `make fuzz`: new cases each run
 CONFORMANCE = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
                response_schema_conformance]
 # Valid data may still be refused for what a schema cannot say (a team that does not exist, a
@@ -60,7 +63,7 @@ def fuzz_operation(operation: Any, *, mode: GenerationMode, secret: str, failure
 
     @given(case=operation.as_strategy(generation_mode=mode))
     @settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
-              suppress_health_check=list(HealthCheck))
+              suppress_health_check=list(HealthCheck), derandomize=not FRESH)
     def run(case: Any) -> None:
         cases[mode.value] += 1
         try:
