@@ -37,8 +37,9 @@ def _answer(request: HtmxHttpRequest, team: Team, *, form: VolumeCreateForm | No
         return redirect("jobs:team-volumes", team.slug)
     context: dict[str, Any] = {"team": team, "storage": volumes.team_storage(team=team),
                                "form": form or VolumeCreateForm(team=team), "error": error, "done": done}
-    name = "jobs/team_volumes.html#volumes" if request.htmx else "jobs/team_volumes.html"
-    return render(request, name, context, status=status)
+    if request.htmx:  # htmx swaps only a 2xx answer: the refusal is in the card it swaps in
+        return render(request, "jobs/team_volumes.html#volumes", context)
+    return render(request, "jobs/team_volumes.html", context, status=status)
 
 
 @login_required
