@@ -221,7 +221,10 @@ def volume_create(*, actor: User, team: Team, name: str, storage_class: str, siz
         if not _refused(error):
             log.warning("volume %s not made yet (the repair pass makes it): %s", volume, error)
             return volume
-        volume.delete()
+        with transaction.atomic():
+            audit_record(actor=actor, action="volume.refused", obj=volume, team_id=team.pk, data={"name": name},
+                         message=f"The cluster refused the volume {name} of {team.slug}, so it was not made: {error}")
+            volume.delete()
         raise DomainError(f"The cluster refused the volume {name}: {error}", field="size_gib") from None
     return volume
 

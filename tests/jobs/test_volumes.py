@@ -324,3 +324,15 @@ def test_a_platform_admin_sets_a_teams_storage_quota_in_words_and_the_namespace_
     assert "fast-ssd.storageclass.storage.k8s.io/requests.storage" not in hard
     refused = api(admin_user).patch("/api/teams/vision/", {"storage_quota": {"Fast SSD": 1}}, format="json")
     assert refused.status_code == 400 and "is not a storage class name" in str(refused.json())
+
+
+def test_a_volume_the_cluster_itself_refuses_is_not_kept_and_the_trail_says_so(storage_team, member, simulated, monkeypatch):
+    def over(obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        raise KubeError('persistentvolumeclaims "big" is forbidden: exceeded quota: gpu-portal', status=403)
+
+    monkeypatch.setattr(simulated, "apply", over)
+    with pytest.raises(DomainError, match="The cluster refused the volume big: .*exceeded quota"):
+        volumes.volume_create(actor=member, team=storage_team, name="big", storage_class="standard", size_gib=5)
+    assert not TeamVolume.objects.exists()
+    assert list(AuditEvent.objects.filter(action__startswith="volume.").values_list("action", flat=True).order_by("pk")) == [
+        "volume.created", "volume.refused"]
