@@ -77,8 +77,8 @@ def test_a_member_makes_grows_and_deletes_a_data_volume_within_the_teams_storage
                              "spec": {"storageClassName": storage_class, "accessModes": ["ReadWriteOnce"],
                                       "resources": {"requests": {"storage": "9Gi"}}}})
         assert refused.value.status == 403 and "exceeded quota" in str(refused.value)
-        cluster.wait_for(lambda: (_claim(team, "corpus") or {}).get("status", {}).get("phase") == "Bound",
-                         what="the claim to bind to the class's volume")
+    cluster.wait_for(lambda: (_claim(team, "corpus") or {}).get("status", {}).get("phase") == "Bound",
+                     what="the claim to bind to the class's volume")
 
     volumes.volume_resize(actor=lead, volume=volume, size_gib=8)
     assert _claim(team, "corpus")["spec"]["resources"]["requests"]["storage"] == "8Gi"

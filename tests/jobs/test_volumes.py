@@ -336,3 +336,14 @@ def test_a_volume_the_cluster_itself_refuses_is_not_kept_and_the_trail_says_so(s
     assert not TeamVolume.objects.exists()
     assert list(AuditEvent.objects.filter(action__startswith="volume.").values_list("action", flat=True).order_by("pk")) == [
         "volume.created", "volume.refused"]
+
+
+def test_the_simulated_cluster_binds_a_claim_to_storage_of_its_size_and_grows_it(storage_team, member, simulated):
+    volume = volumes.volume_create(actor=member, team=storage_team, name="imagenet", storage_class="standard", size_gib=40)
+    simulated.advance(1)
+    (row,) = volumes.team_storage(team=storage_team).rows
+    assert (row.phase, row.capacity) == ("Bound", "40Gi")
+    volumes.volume_resize(actor=member, volume=volume, size_gib=60)
+    simulated.advance(1)
+    (row,) = volumes.team_storage(team=storage_team).rows
+    assert (row.phase, row.capacity, row.asked_gib) == ("Bound", "60Gi", 60)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from portal.kube.base import ObjectRef
 from portal.kube.simulated.dra import Allocator
 from portal.kube.simulated.kubelet import Kubelet
 from portal.kube.simulated.kueue import Kueue
@@ -32,3 +33,17 @@ def controllers_reconcile(store: Store) -> None:
     volcano.write_job_statuses(volcano.workloads())
     kueue.write_queue_statuses(kueue.workloads())
     volcano.write_queue_statuses(volcano.workloads())
+    claims_bind(store)
+
+
+def claims_bind(store: Store) -> None:
+    """The storage driver the simulated cluster has: every claim is bound at once to storage of the
+    size it asks for, and grows when it asks for more (a real class binds, maybe at first use, and
+    grows where it allows expansion)."""
+    for row in store.objects("PersistentVolumeClaim", api_version="v1"):
+        spec = row.body.get("spec") or {}
+        asked = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+        status = {"phase": "Bound", "accessModes": spec.get("accessModes") or [], "capacity": {"storage": asked}}
+        if asked and row.body.get("status") != status and not row.body["metadata"].get("deletionTimestamp"):
+            ref = ObjectRef("v1", "PersistentVolumeClaim", row.name, row.body["metadata"].get("namespace"))
+            store.write(ref, {**row.body, "status": status}, store.get(ref, lock=True))
