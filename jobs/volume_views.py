@@ -46,6 +46,8 @@ def _answer(request: HtmxHttpRequest, team: Team, *, form: VolumeCreateForm | No
 @require_GET
 def team_volumes(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     team = _team(request, slug)
+    require_perm(request.user, "jobs.manage_volumes", team,
+                 refusal="A team's data volumes are for its members, leads and platform admins.")
     return _answer(request, team, form=VolumeCreateForm(team=team))
 
 

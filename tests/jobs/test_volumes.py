@@ -347,3 +347,13 @@ def test_the_simulated_cluster_binds_a_claim_to_storage_of_its_size_and_grows_it
     simulated.advance(1)
     (row,) = volumes.team_storage(team=storage_team).rows
     assert (row.phase, row.capacity, row.asked_gib) == ("Bound", "60Gi", 60)
+
+
+def test_finance_sees_every_team_but_not_its_volumes(storage_team, member, finance_user, client):
+    # As on the launch form: finance reads every team's costs, never the names of its data.
+    volumes.volume_create(actor=member, team=storage_team, name="imagenet", storage_class="standard", size_gib=4)
+    client.force_login(finance_user)
+    assert client.get(reverse("tenants:team-detail", args=[storage_team.slug])).status_code == 200
+    assert b"Data volumes" not in client.get(reverse("tenants:team-detail", args=[storage_team.slug])).content
+    assert client.get(reverse("jobs:team-volumes", args=[storage_team.slug])).status_code == 403
+    assert api(finance_user).get("/api/volumes/").json()["results"] == []
