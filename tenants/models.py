@@ -117,7 +117,7 @@ class Team(models.Model):
     pod_limit = models.PositiveIntegerField(default=100, help_text="Backstop: pods at once.")
     # GiB the team's data volumes may ask for, per StorageClass ({"standard": 500}): the namespace's
     # ResourceQuota per class. A class not named here is one members cannot make volumes of.
-    storage_quota = models.JSONField(default=dict, blank=True, validators=[validate_storage_quota],
+    storage_quota = models.JSONField(default=dict, db_default={}, blank=True, validators=[validate_storage_quota],
                                      help_text="GiB the team's data volumes may ask for, per storage class.")
     # Four eyes on quota: every grant is seen by two people, so a lead cannot grant their own team
     # quota alone. On for new teams unless the site says otherwise; a platform admin may turn it off.

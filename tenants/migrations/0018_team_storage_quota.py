@@ -14,6 +14,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='team',
             name='storage_quota',
-            field=models.JSONField(blank=True, default=dict, help_text="GiB the team's data volumes may ask for, per storage class.", validators=[tenants.models.validate_storage_quota]),
+            field=models.JSONField(blank=True, db_default={}, default=dict, help_text="GiB the team's data volumes may ask for, per storage class.", validators=[tenants.models.validate_storage_quota]),
         ),
     ]

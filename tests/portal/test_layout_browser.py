@@ -95,6 +95,7 @@ NOT_PAGES: dict[str, str] = {
     "billing:adjustment-add": "a POST",
     "billing:statement-csv": "a file", "billing:statement-pdf": "a file",
     "tenants:node-cordon": "a POST", "jobs:node-drain": "a POST",
+    "jobs:volume-create": "a POST", "jobs:volume-resize": "a POST", "jobs:volume-delete": "a POST",
 }
 
 
@@ -130,6 +131,10 @@ def _vision_membership(site: Site) -> list[dict[str, Any]]:
     return [{"slug": "vision", "pk": Membership.objects.filter(team__slug="vision").earliest("pk").pk}]
 
 
+def _vision_datasets(site: Site) -> list[dict[str, Any]]:
+    return [{"slug": "vision", "name": "datasets"}]
+
+
 # What each route with parameters is opened with: every instance worth drawing, the first one a page
 # every role may open (vision's, where the member and the lead are).
 def _busiest_node(site: Site) -> list[dict[str, Any]]:
@@ -150,6 +155,10 @@ INSTANCES: dict[str, Instances] = {
                                                   "token_pk": ApiToken.objects.filter(user__username="alice").earliest("pk").pk}],
     "jobs:template-edit": lambda site: [{"pk": template.pk} for template in WorkloadTemplate.objects.order_by("pk")],
     "jobs:team-gpu-use": _teams("vision"),
+    "jobs:team-volumes": _teams("vision", "nlp"),
+    "jobs:volume-create": _teams("vision"),
+    "jobs:volume-resize": _vision_datasets,
+    "jobs:volume-delete": _vision_datasets,
     "jobs:workload-detail": lambda site: [{"pk": workload.pk} for workload in site.workloads.values()],
     "jobs:workload-live": _workloads("training"),
     "jobs:workload-logs": _workloads("training", "distributed"),
