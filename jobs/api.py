@@ -21,9 +21,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from jobs import reclaim, selectors, services, volumes
-from jobs.filters import TeamVolumeFilter, TemplateFilter, WorkloadFilter
-from jobs.models import GitSource, ImageRegistry, TeamVolume, Workload, WorkloadTemplate
+from jobs import credentials, reclaim, selectors, services, volumes
+from jobs.filters import TeamCredentialFilter, TeamVolumeFilter, TemplateFilter, WorkloadFilter
+from jobs.models import GitSource, ImageRegistry, TeamCredential, TeamVolume, Workload, WorkloadTemplate
 from jobs.rules import LOGS_REFUSAL
 from jobs.serializers import (
     GitSourceCreateSerializer,
@@ -33,6 +33,9 @@ from jobs.serializers import (
     LogsSerializer,
     NotebookTokenSerializer,
     ScaleSerializer,
+    TeamCredentialCreateSerializer,
+    TeamCredentialRotateSerializer,
+    TeamCredentialSerializer,
     TeamVolumeCreateSerializer,
     TeamVolumeResizeSerializer,
     TeamVolumeSerializer,
@@ -332,9 +335,51 @@ class TeamVolumeViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+# --- Credentials -----------------------------------------------------------------------------------
+
+
+@extend_schema_view(
+    list=extend_schema(description="The credentials kept for the teams the caller may launch for: names, kinds and "
+                                   "hints, never values. Each is a Secret in its team's namespace."),
+    create=extend_schema(request=TeamCredentialCreateSerializer, responses={201: TeamCredentialSerializer},
+                         description="Members and leads of the team. The values are written into the Secret once and "
+                                     "never returned; a refusal names the value it is about."),
+    destroy=extend_schema(description="Deletes it and its Secret; refused (409) while an active workload mounts it. "
+                                      "Audited."),
+)
+class TeamCredentialViewSet(mixins.CreateModelMixin, mixins.DestroyModelMixin, viewsets.ReadOnlyModelViewSet):
+    serializer_class = TeamCredentialSerializer
+    queryset = TeamCredential.objects.none()
+    filterset_class = TeamCredentialFilter
+
+    def get_queryset(self) -> QuerySet[TeamCredential]:
+        return (TeamCredential.objects.for_user(self.request.user).select_related("team", "created_by", "rotated_by")
+                .order_by("team__slug", "name"))
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        given = parse(TeamCredentialCreateSerializer, request)
+        credential = credentials.credential_create(actor=signed_in_user(request), team=given["team"], name=given["name"],
+                                                   kind=given["kind"], values=given["values"])
+        return Response(self.get_serializer(credential).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=TeamCredentialRotateSerializer, responses={200: TeamCredentialSerializer},
+                   description="Writes new values over its old ones, in place: workloads mounting it get them (as "
+                               "files within a minute, as variables at their next start). Audited.")
+    @action(detail=True, methods=["post"])
+    def rotate(self, request: Request, pk: str | None = None) -> Response:
+        credential = credentials.credential_rotate(actor=signed_in_user(request), credential=self.get_object(),
+                                                   values=parse(TeamCredentialRotateSerializer, request)["values"])
+        return Response(self.get_serializer(credential).data)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        credentials.credential_delete(actor=signed_in_user(request), credential=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 def register(router: BaseRouter) -> None:
     router.register("templates", TemplateViewSet, basename="template")
     router.register("workloads", WorkloadViewSet, basename="workload")
     router.register("image-registries", ImageRegistryViewSet, basename="image-registry")
     router.register("git-sources", GitSourceViewSet, basename="git-source")
     router.register("volumes", TeamVolumeViewSet, basename="volume")
+    router.register("credentials", TeamCredentialViewSet, basename="credential")

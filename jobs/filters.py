@@ -12,7 +12,7 @@ import django_filters
 from django.db.models import QuerySet
 
 from jobs import selectors
-from jobs.models import TeamVolume, Workload, WorkloadTemplate
+from jobs.models import TeamCredential, TeamVolume, Workload, WorkloadTemplate
 from portal.adapters import FlagFilter, VisibleSlugFilter, choice_errors
 from tenants.filters import VisibleTeamFilter
 from tenants.models import Team
@@ -76,4 +76,12 @@ class TeamVolumeFilter(django_filters.FilterSet):
 
     class Meta:
         model = TeamVolume
+        fields: list[str] = []
+
+
+class TeamCredentialFilter(django_filters.FilterSet):
+    team = VisibleTeamFilter(field_name="team")
+
+    class Meta:
+        model = TeamCredential
         fields: list[str] = []

@@ -12,9 +12,9 @@ from django.contrib.auth.models import AnonymousUser
 from django.forms import BoundField
 from django.http import QueryDict
 
-from jobs import reclaim, rules, selectors, services
+from jobs import credentials, reclaim, rules, selectors, services
 from jobs.idle_policy import IdleAction
-from jobs.models import IdleDefaults, Priority, WorkloadTemplate, WorkloadTemplateVersion
+from jobs.models import IdleDefaults, Priority, TeamCredential, WorkloadTemplate, WorkloadTemplateVersion
 from portal.adapters import WholeNumberField, add_refusal
 from portal.errors import DomainError
 from portal.models import User
@@ -34,6 +34,7 @@ class ParameterRow:
     field: BoundField
     revision: BoundField | None = None  # a git parameter's second input
     claims: list[str] | None = None  # a volume parameter's choices: the team's claims (None: unread)
+    credentials: tuple[tuple[str, str], ...] = ()  # a credential parameter's choices: (name, hint)
 
     @property
     def name(self) -> str:
@@ -170,9 +171,15 @@ class LaunchForm(forms.Form):
         # Only for a team the person may launch for: finance and admins see every team, not its volumes' names.
         launchable = self.chosen_team is not None and self.chosen_team.pk in {team.pk for team in self.teams}
         claims = selectors.team_claims(team=self.chosen_team) if volumes and launchable and self.chosen_team else None
+        kept: dict[str, list[tuple[str, str]]] = {}
+        if launchable and any(spec["type"] == "credential" for spec in specs):
+            for credential in TeamCredential.objects.filter(team=self.chosen_team, state=TeamCredential.State.ACTIVE,
+                                                            applied=True):
+                kept.setdefault(credential.kind, []).append((credential.name, credential.hint))
         return [ParameterRow(spec=spec, field=self[PARAMETER_PREFIX + spec["name"]],
                              revision=self[PARAMETER_PREFIX + spec["name"] + REVISION_SUFFIX] if spec["type"] == "git" else None,
-                             claims=claims if spec["type"] == "volume" else None)
+                             claims=claims if spec["type"] == "volume" else None,
+                             credentials=tuple(kept.get(spec.get("credential_kind", ""), ())))
                 for spec in specs]
 
     @property
@@ -257,3 +264,50 @@ class VolumeCreateForm(forms.Form):
 
 class VolumeResizeForm(forms.Form):
     size_gib = WholeNumberField(label="New size (GiB)", min_value=1)
+
+
+class SecretTextarea(forms.Textarea):
+    """A textarea that, like a password input, never shows what it holds: a private key typed in
+    is not put back into the page beside a refusal."""
+
+    def format_value(self, value: Any) -> str | None:
+        return None
+
+
+class CredentialValuesForm(forms.Form):
+    """A credential's values, every kind's fields: jobs.credentials says which a kind takes and
+    checks them. Password inputs that never show what they hold, even after a refusal."""
+
+    access_key_id = forms.CharField(required=False, strip=False, label="Access key ID",
+                                    widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}))
+    secret_access_key = forms.CharField(required=False, strip=False, label="Secret access key",
+                                        widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}))
+    endpoint = forms.CharField(required=False, label="Endpoint URL",
+                               help_text="For storage other than AWS, e.g. https://minio.example.com.")
+    region = forms.CharField(required=False, label="Region")
+    private_key = forms.CharField(required=False, strip=False, label="Private key", widget=SecretTextarea(
+        attrs={"rows": 4, "spellcheck": "false", "autocomplete": "off", "class": "secret-text"}),
+        help_text="The deploy key's private half, without a passphrase; the workload sees it as files at the template's path.")
+    known_hosts = forms.CharField(required=False, strip=False, label="Known hosts", widget=forms.Textarea(
+        attrs={"rows": 2, "spellcheck": "false"}), help_text="The git host's public keys, so the workload can check it.")
+    server = forms.CharField(required=False, label="Registry", help_text="e.g. ghcr.io or registry.example.com:5000.")
+    username = forms.CharField(required=False, label="User name", widget=forms.TextInput(attrs={"autocomplete": "off"}))
+    password = forms.CharField(required=False, strip=False, label="Password or token",
+                               widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}))
+
+    def values(self) -> dict[str, str]:
+        return {name: self.cleaned_data.get(name) or "" for name in self.fields if name not in ("name", "kind")}
+
+    def inputs(self, kind: str) -> list[BoundField]:
+        return [self[name] for name in credentials.FIELDS[kind]]
+
+    def groups(self) -> list[tuple[str, str, list[BoundField]]]:
+        """Each kind's inputs, to show the chosen kind's only."""
+        return [(kind, TeamCredential.Kind(kind).label, self.inputs(kind)) for kind in credentials.FIELDS]
+
+
+class CredentialCreateForm(CredentialValuesForm):
+    name = forms.CharField(max_length=40, help_text="Lower-case letters, digits and '-'; launches choose it by this name.")
+    kind = forms.ChoiceField(choices=TeamCredential.Kind.choices)
+
+    field_order = ["name", "kind"]

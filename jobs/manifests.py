@@ -78,6 +78,17 @@ class GitSource:
     mount_path: str
 
 
+@dataclass(frozen=True)
+class CredentialMount:
+    """One of the team's credentials a launch chose: an S3 key becomes the container's AWS_*
+    variables, a git deploy key files at mount_path (read by its owner only), a registry login
+    the pod's image pull secret."""
+
+    secret_name: str
+    kind: str  # s3, git-ssh or registry
+    mount_path: str = ""
+
+
 # The fetch is one fixed script: the URL and revision reach it only as environment variables,
 # expanded inside double quotes (never parsed as shell), after `--` (never read as options).
 GIT_FETCH_SCRIPT = ('set -eu\ncd "$REPO_PATH"\ngit init -q .\n'
@@ -130,6 +141,7 @@ class WorkloadSpec:
     annotations: tuple[tuple[str, str], ...] = ()
     volumes: tuple[VolumeMount, ...] = ()
     repositories: tuple[GitSource, ...] = ()
+    credentials: tuple[CredentialMount, ...] = ()
     git_image: str = ""  # the site's image for fetching repositories (PORTAL_GIT_IMAGE)
     # The flavors the launch accepts, the one it names first: one is a node selector, several
     # are alternatives (one node-affinity term each) of which Kueue admits the first with room.
@@ -184,9 +196,14 @@ def container(
     }
     mounts = [*({"name": f"data-{index}", "mountPath": volume.mount_path, "readOnly": volume.read_only}
                 for index, volume in enumerate(spec.volumes)),
-              *({"name": f"repo-{index}", "mountPath": repo.mount_path} for index, repo in enumerate(spec.repositories))]
+              *({"name": f"repo-{index}", "mountPath": repo.mount_path} for index, repo in enumerate(spec.repositories)),
+              *({"name": f"key-{index}", "mountPath": key.mount_path, "readOnly": True}
+                for index, key in enumerate(spec.credentials) if key.kind == "git-ssh")]
     if mounts:
         main["volumeMounts"] = mounts
+    variables = [{"secretRef": {"name": key.secret_name}} for key in spec.credentials if key.kind == "s3"]
+    if variables:
+        main["envFrom"] = variables
     if spec.command:
         main["command"] = list(spec.command)
     if spec.args:
@@ -214,12 +231,18 @@ def _git_fetch(spec: WorkloadSpec, index: int, repo: GitSource) -> dict[str, Any
 
 
 def _pod_volumes(spec: WorkloadSpec) -> dict[str, Any]:
-    """The chosen claims and the repositories' emptyDirs, and the init containers that fill them."""
+    """The chosen claims, the repositories' emptyDirs and the init containers that fill them, the
+    deploy keys' Secrets (files only the pod's user reads) and the registry logins to pull with."""
     volumes = [*({"name": f"data-{index}", "persistentVolumeClaim": {"claimName": volume.claim, "readOnly": volume.read_only}}
                  for index, volume in enumerate(spec.volumes)),
                *({"name": f"repo-{index}", "emptyDir": {"sizeLimit": GIT_CHECKOUT_SIZE_LIMIT}}
-                 for index, _ in enumerate(spec.repositories))]
+                 for index, _ in enumerate(spec.repositories)),
+               *({"name": f"key-{index}", "secret": {"secretName": key.secret_name, "defaultMode": 0o400}}
+                 for index, key in enumerate(spec.credentials) if key.kind == "git-ssh")]
     extra: dict[str, Any] = {"volumes": volumes} if volumes else {}
+    pulls = [{"name": key.secret_name} for key in spec.credentials if key.kind == "registry"]
+    if pulls:
+        extra["imagePullSecrets"] = pulls
     if spec.repositories:
         extra["initContainers"] = [_git_fetch(spec, index, repo) for index, repo in enumerate(spec.repositories)]
     return extra

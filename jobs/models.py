@@ -586,3 +586,55 @@ class TeamVolume(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team.slug}/{self.name}"
+
+
+class TeamCredentialQuerySet(models.QuerySet["TeamCredential"]):
+    def for_user(self, user: User | AnonymousUser) -> TeamCredentialQuerySet:
+        """Credentials of the teams the user may launch for (platform admins: all); another team's is 404."""
+        if getattr(user, "is_platform_admin", False) and user.is_active:
+            return self.all()
+        return self.filter(team_id__in=list(user_team_roles(user)))
+
+
+class TeamCredential(models.Model):
+    """A secret a member keeps for the team (an S3 key, a git deploy key, a registry login): the
+    Secret `secret_name` in the team's namespace. The values are written once, into the Secret,
+    and never kept here nor shown again; this row holds the name launches use and a hint to tell
+    credentials apart (the key's id, the registry and user, the key's type: nothing secret)."""
+
+    class Kind(models.TextChoices):
+        S3 = "s3", "S3 access key"
+        GIT_SSH = "git-ssh", "Git deploy key (SSH)"
+        REGISTRY = "registry", "Image registry login"
+
+    class State(models.TextChoices):
+        ACTIVE = "active", "Active"
+        DELETING = "deleting", "Being deleted"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="credentials")
+    name = models.CharField(max_length=40, validators=[RegexValidator(
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        "Use lower-case letters, digits and '-', starting and ending with a letter or digit.")])
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    # The Secret's name: cred-<name>-<random>. No one else names a Secret so, which is what lets
+    # the portal (allowed to write Secrets, never to read them) delete it as provably its own.
+    secret_name = models.CharField(max_length=63, unique=True)
+    hint = models.CharField(max_length=200, blank=True)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.ACTIVE)
+    # The Secret is known to be in the cluster. False only while the call that makes it runs (the
+    # repair pass deletes what a call that never finished may have left, as its values are gone).
+    applied = models.BooleanField(default=False)
+    created_by = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    rotated_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    rotated_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TeamCredentialQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["team", "name"]
+        indexes = [models.Index(fields=["applied", "state"], name="team_credential_unfinished")]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="team_credential_name_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.team.slug}/{self.name}"

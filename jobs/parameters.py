@@ -21,9 +21,14 @@ from jobs.manifests import GitSource, VolumeMount
 # PersistentVolumeClaims, by name, mounted at the template's `mount_path`, read-only unless the
 # template says `read_only: false`; empty mounts nothing) and "git" (a repository URL and revision,
 # fetched by an init container into an emptyDir the main container sees at `mount_path`; the URL
-# only from the template's `prefixes` and the site's PORTAL_GIT_SOURCES; empty fetches nothing).
+# only from the template's `prefixes` and the site's PORTAL_GIT_SOURCES; empty fetches nothing) and
+# "credential" (one of the team's credentials of the template's `credential_kind`, by name: an S3
+# key as the AWS_* variables, a git deploy key as files at `mount_path`, a registry login as the
+# pod's image pull secret; empty mounts nothing).
 SCALAR_TYPES = ("int", "float", "choice", "bool")
-WORK_TYPES = ("image", "args", "env", "volume", "git")
+WORK_TYPES = ("image", "args", "env", "volume", "git", "credential")
+CREDENTIAL_KINDS = ("s3", "git-ssh", "registry")  # jobs.models.TeamCredential.Kind, which needs Django
+CREDENTIAL_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
 SOURCE_TYPES = ("volume", "git")
 TYPES = (*SCALAR_TYPES, *WORK_TYPES)
 ARGS_MAX_ITEMS, ARG_MAX_LENGTH, ENV_VALUE_MAX_LENGTH = 50, 1024, 4096
@@ -70,12 +75,13 @@ def check_declarations(declared: list[dict[str, Any]]) -> None:
         validate_parameters(declared=[spec], given={})  # the default must satisfy its own bounds
     if sum(1 for spec in declared if spec.get("type") == "image") > 1:
         raise ParameterError("A template may let people choose one image, not several.")
-    paths = [spec["mount_path"] for spec in declared if spec.get("type") in SOURCE_TYPES]
+    paths = [spec["mount_path"] for spec in declared if spec.get("type") in SOURCE_TYPES
+             or (spec.get("type") == "credential" and spec.get("credential_kind") == "git-ssh")]
     for path in paths:
         if paths.count(path) > 1:
-            raise ParameterError(f"Two parameters mount at {path}; each volume and repository needs its own path.")
+            raise ParameterError(f"Two parameters mount at {path}; each volume, repository and key needs its own path.")
         if any(other != path and other.startswith(f"{path}/") for other in paths):
-            raise ParameterError(f"A mount path lies inside {path}; give each volume and repository a path of its own.")
+            raise ParameterError(f"A mount path lies inside {path}; give each volume, repository and key a path of its own.")
 
 
 def _check_work_declaration(spec: dict[str, Any]) -> None:
@@ -93,6 +99,14 @@ def _check_work_declaration(spec: dict[str, Any]) -> None:
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
                 raise ParameterError(f"Parameter {name}: {key} must be a whole number from 1 to {most}.", name=name)
         spec.setdefault("default", [])
+    elif kind == "credential":
+        accepts = spec.get("credential_kind")
+        if accepts not in CREDENTIAL_KINDS:
+            raise ParameterError(f"Parameter {name}: credential_kind must be one of {', '.join(CREDENTIAL_KINDS)}.",
+                                 name=name)
+        if accepts == "git-ssh" and (problem := policy.mount_path_problem(spec.get("mount_path"))):
+            raise ParameterError(f"Parameter {name}: {problem}", name=name)
+        spec["default"] = _coerce_credential(spec, spec.get("default") or "")
     elif kind in SOURCE_TYPES:
         if problem := policy.mount_path_problem(spec.get("mount_path")):
             raise ParameterError(f"Parameter {name}: {problem}", name=name)
@@ -201,6 +215,16 @@ def _coerce_volume(spec: dict[str, Any], raw: Any) -> str:
     return claim
 
 
+def _coerce_credential(spec: dict[str, Any], raw: Any) -> str:
+    """The name of one of the team's credentials; whether the team has it is asked at launch."""
+    name, chosen = spec["name"], raw.strip() if isinstance(raw, str) else raw
+    if not isinstance(chosen, str) or (chosen and not CREDENTIAL_NAME.match(chosen)):
+        shown = chosen[:80] if isinstance(chosen, str) else chosen
+        raise ParameterError(f"{name}: “{shown}” is not the name of a credential (lowercase letters, digits and '-', "
+                             "starting and ending with a letter or digit).", name=name)
+    return chosen
+
+
 def _coerce_git(spec: dict[str, Any], raw: Any) -> dict[str, str]:
     """A repository and a revision (branch, tag or commit); nothing when the URL is empty."""
     name = spec["name"]
@@ -230,6 +254,8 @@ def _coerce(spec: dict[str, Any], raw: Any) -> Any:
     name, kind = spec["name"], spec["type"]
     if kind == "volume":
         return _coerce_volume(spec, raw)
+    if kind == "credential":
+        return _coerce_credential(spec, raw)
     if kind == "git":
         return _coerce_git(spec, raw)
     if kind == "image":
@@ -284,8 +310,8 @@ def validate_parameters(*, declared: list[dict[str, Any]], given: dict[str, Any]
     values = {}
     for name, spec in known.items():
         raw = given.get(name, spec.get("default"))
-        if spec["type"] == "volume" and (raw is None or raw == ""):
-            values[name] = ""  # no volume mounted
+        if spec["type"] in ("volume", "credential") and (raw is None or raw == ""):
+            values[name] = ""  # no volume or credential mounted
             continue
         if spec["type"] in ("args", "env", "git") and (raw is None or raw == ""):
             raw = {"args": [], "env": {}, "git": {}}[spec["type"]]
@@ -431,15 +457,25 @@ def chosen_work(*, declared: list[dict[str, Any]], values: dict[str, Any]) -> tu
 
 
 @dataclass(frozen=True)
+class ChosenCredential:
+    """A credential a launch chose, by the name the team knows it by."""
+
+    name: str
+    kind: str
+    mount_path: str = ""  # a git deploy key's
+
+
+@dataclass(frozen=True)
 class ChosenSources:
     """The data a launch mounts, in the order the template declares it."""
 
     volumes: tuple[VolumeMount, ...] = ()
     repositories: tuple[GitSource, ...] = ()
+    credentials: tuple[ChosenCredential, ...] = ()
 
 
 def chosen_sources(*, declared: list[dict[str, Any]], values: dict[str, Any]) -> ChosenSources:
-    volumes, repositories = [], []
+    volumes, repositories, credentials = [], [], []
     for spec in declared:
         value = values.get(spec["name"])
         if spec.get("type") == "volume" and isinstance(value, str) and value:
@@ -448,4 +484,7 @@ def chosen_sources(*, declared: list[dict[str, Any]], values: dict[str, Any]) ->
         elif spec.get("type") == "git" and isinstance(value, dict) and value.get("url"):
             repositories.append(GitSource(url=str(value["url"]), revision=str(value["revision"]),
                                           mount_path=str(spec["mount_path"])))
-    return ChosenSources(volumes=tuple(volumes), repositories=tuple(repositories))
+        elif spec.get("type") == "credential" and isinstance(value, str) and value:
+            credentials.append(ChosenCredential(name=value, kind=str(spec["credential_kind"]),
+                                                mount_path=str(spec.get("mount_path") or "")))
+    return ChosenSources(volumes=tuple(volumes), repositories=tuple(repositories), credentials=tuple(credentials))

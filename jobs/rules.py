@@ -88,6 +88,8 @@ rules.add_perm("jobs.manage_image_registries", is_platform_admin)
 rules.add_perm("jobs.manage_git_sources", is_platform_admin)
 # A team's data volumes: whoever may launch for the team may make, grow and delete them.
 rules.add_perm("jobs.manage_volumes", can_launch)
+# A team's credentials likewise: kept, rotated and deleted by whoever may launch for the team.
+rules.add_perm("jobs.manage_credentials", can_launch)
 
 
 def allowed_priorities(user: Any, team: Any, version: Any) -> list[str]:

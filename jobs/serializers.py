@@ -16,6 +16,7 @@ from jobs.models import (
     Priority,
     RunInterval,
     RunIntervalSwitch,
+    TeamCredential,
     TeamVolume,
     Workload,
     WorkloadKind,
@@ -23,6 +24,7 @@ from jobs.models import (
     WorkloadTemplateVersion,
     WorkloadTransition,
 )
+from jobs.parameters import CREDENTIAL_KINDS
 from jobs.parameters import TYPES as PARAMETER_TYPES
 from portal.adapters import StrictInputMixin, WholeNumberSerializerField
 from portal.models import User
@@ -114,7 +116,12 @@ class ParameterSerializer(StrictInputMixin, serializers.Serializer):
                                   help_text="env only: the variables people may set.")
     max_items = WholeNumberSerializerField(required=False, help_text="args only: at most this many arguments.")
     max_length = WholeNumberSerializerField(required=False, help_text="args only: each at most this many characters.")
-    mount_path = serializers.CharField(required=False, help_text="volume and git only: where the container sees it.")
+    mount_path = serializers.CharField(required=False, help_text="volume, git and a git-ssh credential only: where the "
+                                                                 "container sees it.")
+    credential_kind = serializers.ChoiceField(
+        choices=[(kind, kind) for kind in CREDENTIAL_KINDS], required=False,
+        help_text="credential only: which kind of the team's credentials it takes (s3: the AWS_* variables; git-ssh: "
+                  "files at mount_path; registry: the image pull secret).")
     # DRF's metaclass takes declared fields out of the class, so this never shadows Field.read_only.
     read_only = serializers.BooleanField(  # type: ignore[assignment]
         required=False, help_text="volume only: false lets the workload write (read-only when left out).")
@@ -501,3 +508,47 @@ class TeamVolumeCreateSerializer(StrictInputMixin, serializers.Serializer):
 
 class TeamVolumeResizeSerializer(StrictInputMixin, serializers.Serializer):
     size_gib = WholeNumberSerializerField(min_value=1, help_text="More than it asks for now: a volume only grows.")
+
+
+# --- Credentials -----------------------------------------------------------------------------------
+
+
+class TeamCredentialSerializer(serializers.ModelSerializer):
+    """A credential as anyone may see it: never its values."""
+
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    rotated_by = serializers.CharField(source="rotated_by.username", read_only=True, default=None)
+    hint = serializers.CharField(read_only=True, help_text="What tells it apart and is not secret: an S3 key's last four "
+                                                           "characters, a registry and user, a key's type.")
+
+    class Meta:
+        model = TeamCredential
+        fields = ["id", "team", "name", "kind", "hint", "state", "created_by", "created_at", "rotated_by", "rotated_at"]
+        read_only_fields = fields
+
+
+class CredentialValuesSerializer(StrictInputMixin, serializers.Serializer):
+    """A credential's values, write-only: which a kind takes is in jobs.credentials.FIELDS."""
+
+    access_key_id = serializers.CharField(required=False, trim_whitespace=False, help_text="s3: needed.")
+    secret_access_key = serializers.CharField(required=False, trim_whitespace=False, write_only=True, help_text="s3: needed.")
+    endpoint = serializers.CharField(required=False, help_text="s3: for storage other than AWS.")
+    region = serializers.CharField(required=False, help_text="s3: e.g. eu-west-1.")
+    private_key = serializers.CharField(required=False, trim_whitespace=False, write_only=True,
+                                        help_text="git-ssh: needed; without a passphrase.")
+    known_hosts = serializers.CharField(required=False, trim_whitespace=False, help_text="git-ssh: the git host's keys.")
+    server = serializers.CharField(required=False, help_text="registry: needed, e.g. ghcr.io.")
+    username = serializers.CharField(required=False, help_text="registry: needed.")
+    password = serializers.CharField(required=False, trim_whitespace=False, write_only=True, help_text="registry: needed.")
+
+
+class TeamCredentialCreateSerializer(StrictInputMixin, serializers.Serializer):
+    team = VisibleTeamField()
+    name = serializers.CharField(max_length=40, help_text="Launches choose it by this name.")
+    kind = serializers.ChoiceField(choices=TeamCredential.Kind.choices)
+    values = CredentialValuesSerializer(help_text="Written into its Secret once; never returned.")
+
+
+class TeamCredentialRotateSerializer(StrictInputMixin, serializers.Serializer):
+    values = CredentialValuesSerializer(help_text="The new values, all of them: they replace the old ones.")

@@ -13,18 +13,20 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from jobs import access, idle_policy, kinds, manifests, notifications, policy, pricing, rules, selectors
+from jobs import access, credentials, idle_policy, kinds, manifests, notifications, policy, pricing, rules, selectors
 from jobs.models import (
     GitSource,
     IdleDefaults,
     ImageRegistry,
     Priority,
+    TeamCredential,
     Workload,
     WorkloadTemplate,
     WorkloadTemplateVersion,
     WorkloadTransition,
 )
 from jobs.parameters import (
+    ChosenCredential,
     ParameterError,
     check_declarations,
     check_placeholders,
@@ -341,6 +343,12 @@ def sources_problem(team: Team, declared: list[dict[str, Any]], values: dict[str
                     "choose one of the team's volumes.")
         if spec.get("type") == "git" and value and not policy.git_url_allowed(value["url"], selectors.git_sources()):
             return _git_refusal(name, value["url"])
+        if spec.get("type") == "credential" and value:
+            found = credentials.chosen_secrets(team=team, names=[value]).get(value)
+            if found is None or found.kind != spec.get("credential_kind"):
+                label = TeamCredential.Kind(spec["credential_kind"]).label
+                return (f"{name}: {team.slug} has no {label} named “{value}”; choose one of the team's credentials of "
+                        "that kind (its credentials page keeps them).")
     return ""
 
 
@@ -604,12 +612,26 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         ingress=ingress_spec(workload),
         annotations=tuple(sorted(settings.PORTAL_POD_ANNOTATIONS.items())),
         volumes=sources.volumes, repositories=sources.repositories,
+        credentials=_credential_mounts(workload.team, sources.credentials),
         git_image=settings.PORTAL_GIT_IMAGE if sources.repositories else "",
         placements=tuple(placement(flavor) for flavor in workload_flavors(workload)),
         queue=tuple(queueing.backend().workload_labels(priority=tier_name(workload.priority)).items()),
         team_queue=workload.team.cluster_queue, flavor=workload.flavor.slug,
         indexed_pod_name=queueing.backend().indexed_pod_name,
     )
+
+
+def _credential_mounts(team: Team, chosen: tuple[ChosenCredential, ...]) -> tuple[manifests.CredentialMount, ...]:
+    """The Secrets of the credentials a launch chose. One deleted meanwhile stops the apply in
+    words (a credential in use by an active workload cannot be deleted, so this is a race lost)."""
+    if not chosen:
+        return ()
+    found = credentials.chosen_secrets(team=team, names=[choice.name for choice in chosen])
+    missing = [choice.name for choice in chosen if choice.name not in found]
+    if missing:
+        raise DomainError(f"{team.slug} no longer has the credential {', '.join(missing)}; relaunch with another.")
+    return tuple(manifests.CredentialMount(secret_name=found[choice.name].secret_name, kind=choice.kind,
+                                           mount_path=choice.mount_path) for choice in chosen)
 
 
 def placement(flavor: Flavor) -> manifests.Placement:

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
-from jobs import kinds, reclaim, services, sync, volumes, xid
+from jobs import credentials, kinds, reclaim, services, sync, volumes, xid
 from jobs.models import Workload
 from portal.audit import audit_record
 from portal.errors import DomainError
@@ -189,6 +189,12 @@ def workloads_resubmit_lost() -> int:
 def volumes_repair() -> int:
     """Data volumes a failed call left half made, grown or deleted, finished (jobs/volumes.py)."""
     return volumes.volumes_repair()
+
+
+@shared_task(acks_late=True)
+def credentials_repair() -> int:
+    """Credentials' Secrets left by a deletion or a making that did not finish, deleted (jobs/credentials.py)."""
+    return credentials.credentials_repair()
 
 
 @shared_task(acks_late=True)

@@ -62,6 +62,8 @@ def _text(value: Any) -> str:
 
 def _row_text(spec: dict[str, Any], key: str) -> str:
     """A declaration's setting as its row shows it."""
+    if key == "choices" and spec.get("type") == "credential":  # its kind is written in its row's choices
+        return str(spec.get("credential_kind", ""))
     if key == "choices":
         return ", ".join(map(str, spec.get(key) or []))
     if key == "access":
@@ -244,7 +246,9 @@ class TemplateEditorForm(forms.Form):
                 if bound is not None:
                     spec[key] = bound
             choices = [choice.strip() for choice in row.choices.split(",") if choice.strip()]
-            if choices:
+            if kind == "credential":
+                spec["credential_kind"] = row.choices.strip()
+            elif choices:
                 spec["choices"] = choices
             if row.mount_path.strip():
                 spec["mount_path"] = row.mount_path.strip()

@@ -1,6 +1,6 @@
 from django.urls import URLPattern, path
 
-from jobs import platform_views, template_views, views, volume_views
+from jobs import credential_views, platform_views, template_views, views, volume_views
 
 app_name = "jobs"
 urlpatterns: list[URLPattern] = [
@@ -19,6 +19,10 @@ urlpatterns: list[URLPattern] = [
     path("teams/<slug:slug>/volumes/new/", volume_views.volume_create, name="volume-create"),
     path("teams/<slug:slug>/volumes/<slug:name>/resize/", volume_views.volume_resize, name="volume-resize"),
     path("teams/<slug:slug>/volumes/<slug:name>/delete/", volume_views.volume_delete, name="volume-delete"),
+    path("teams/<slug:slug>/credentials/", credential_views.team_credentials, name="team-credentials"),
+    path("teams/<slug:slug>/credentials/new/", credential_views.credential_create, name="credential-create"),
+    path("teams/<slug:slug>/credentials/<slug:name>/rotate/", credential_views.credential_rotate, name="credential-rotate"),
+    path("teams/<slug:slug>/credentials/<slug:name>/delete/", credential_views.credential_delete, name="credential-delete"),
     path("workloads/notifications/", views.notification_preferences, name="notification-preferences"),
     path("workloads/<int:pk>/", views.workload_detail, name="workload-detail"),
     path("workloads/<int:pk>/live/", views.workload_live, name="workload-live"),

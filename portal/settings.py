@@ -297,7 +297,10 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "portal.schema.add_summaries",
                             "portal.adapters.document_error_responses"],
     "ENUM_NAME_OVERRIDES": {"TeamSyncStateEnum": "tenants.models.Team.SyncState", "PriorityEnum": "jobs.models.Priority",
-                            "KindEnum": "jobs.models.WorkloadKind", "StatementLineKindEnum": "billing.models.StatementLine.Kind"},
+                            "KindEnum": "jobs.models.WorkloadKind", "StatementLineKindEnum": "billing.models.StatementLine.Kind",
+                            "CredentialKindEnum": "jobs.models.TeamCredential.Kind",
+                            # A team volume's and a credential's: the same two states.
+                            "TeamObjectStateEnum": "jobs.models.TeamVolume.State"},
 }
 
 # --- Celery --------------------------------------------------------------------------------
@@ -348,6 +351,7 @@ CELERY_BEAT_SCHEDULE = {
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 30.0},
     "volumes-repair": {"task": "jobs.tasks.volumes_repair", "schedule": 60.0},
+    "credentials-repair": {"task": "jobs.tasks.credentials_repair", "schedule": 60.0},
     # Idle GPUs by each template's policy; also the notebooks' own activity where reachable.
     "idle-sweep": {"task": "jobs.tasks.idle_sweep", "schedule": 60.0},
     "xid-sweep": {"task": "jobs.tasks.xid_sweep", "schedule": 60.0},

@@ -5,6 +5,7 @@ Nothing here imports Django or talks to a cluster; tests compare whole manifests
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -364,6 +365,36 @@ def make_volume_claim(*, team: TeamSpec, volume: VolumeSpec) -> dict[str, Any]:
             "accessModes": ["ReadWriteMany" if volume.shared else "ReadWriteOnce"],
             "resources": {"requests": {"storage": f"{volume.size_gib}Gi"}},
         },
+    }
+
+
+CREDENTIAL_LABEL = "gpu-portal.io/credential"
+# What each kind of team credential keeps in its Secret: the Secret's type, and its keys.
+S3_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")
+SSH_KEY, SSH_KNOWN_HOSTS = "ssh-privatekey", "known_hosts"
+DOCKER_CONFIG = ".dockerconfigjson"
+SECRET_TYPES = {"s3": "Opaque", "git-ssh": "kubernetes.io/ssh-auth", "registry": "kubernetes.io/dockerconfigjson"}
+
+
+@dataclass(frozen=True)
+class CredentialSpec:
+    """A team credential's Secret: its name (the portal's, with a random part no one else names)
+    and what it holds, key by key, as text."""
+
+    name: str  # what launches name it by
+    secret_name: str
+    kind: str  # a key of SECRET_TYPES
+    data: tuple[tuple[str, str], ...]
+
+
+def make_credential_secret(*, team: TeamSpec, credential: CredentialSpec) -> dict[str, Any]:
+    """A team credential: written by the portal, read only by the pods that mount it (members'
+    view role reads no Secrets, and the portal itself may only write them)."""
+    return {
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": team_meta(credential.secret_name, team, labels={**team.labels, CREDENTIAL_LABEL: credential.name}),
+        "type": SECRET_TYPES[credential.kind],
+        "data": {key: base64.b64encode(value.encode()).decode() for key, value in credential.data},
     }
 
 

@@ -190,3 +190,22 @@ document.addEventListener("click", function (event) {
   message.textContent = "This form was not sent. What you typed is back in it: check it and send it again.";
   form.parentNode.insertBefore(message, form);
 })();
+
+// A form that asks each kind for different things (a team credential's) shows the chosen kind's
+// inputs only: each <fieldset data-for-kind> beside its form's <select data-kind-select>. The
+// others are disabled too, so what was typed into them is not sent. Without scripts all show.
+(function () {
+  function show(select) {
+    select.form.querySelectorAll("fieldset[data-for-kind]").forEach(function (set) {
+      var other = set.getAttribute("data-for-kind") !== select.value;
+      set.hidden = other;
+      set.disabled = other;
+    });
+  }
+  function showAll() { document.querySelectorAll("select[data-kind-select]").forEach(show); }
+  document.addEventListener("change", function (event) {
+    if (event.target.matches && event.target.matches("select[data-kind-select]")) { show(event.target); }
+  });
+  document.addEventListener("DOMContentLoaded", showAll);
+  document.addEventListener("htmx:afterSettle", showAll);
+})();

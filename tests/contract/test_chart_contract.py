@@ -26,7 +26,10 @@ from tenants.models import GpuNode
 from tests.cluster.harness import ControlPlaneError
 from tests.contract import test_workload_contract as workload_contract
 from tests.contract.conftest import ClusterUnderTest
-from tests.contract.test_tenancy_contract import (  # noqa: F401 - collected here, run as the chart's account
+from tests.contract.test_credentials_contract import (  # noqa: F401 - collected here, run as the chart's account
+    test_credentials_are_kept_rotated_mounted_and_deleted_as_the_teams_secrets,
+)
+from tests.contract.test_tenancy_contract import (  # noqa: F401
     test_deleting_a_team_leaves_no_object_behind,
     test_provisioning_a_team_creates_exactly_its_objects_and_kueue_accepts_them,
     test_the_members_role_binding_names_sso_members_by_subject_and_no_local_account,

@@ -48,6 +48,9 @@ ENDPOINTS = {
     "/api/image-registries/{id}/": {"get", "delete"},
     "/api/volumes/": {"get", "post"},
     "/api/volumes/{id}/": {"get", "patch", "delete"},
+    "/api/credentials/": {"get", "post"},
+    "/api/credentials/{id}/": {"get", "delete"},
+    "/api/credentials/{id}/rotate/": {"post"},
     "/api/nodes/": {"get"},
 }
 HTTP_METHODS = {"get", "post", "put", "patch", "delete"}

@@ -45,8 +45,8 @@ from billing import metering, periods
 from billing.budgets import services as budgets
 from billing.models import Account, Rate, Statement
 from billing.statements import services as statements
+from jobs import credentials, sync
 from jobs import services as job_services
-from jobs import sync
 from jobs.models import GpuXidEvent, RunInterval, Workload, WorkloadIdleState, WorkloadTemplate
 from portal import tokens
 from portal.kube.simulated import SimulatedGateway
@@ -96,6 +96,7 @@ NOT_PAGES: dict[str, str] = {
     "billing:statement-csv": "a file", "billing:statement-pdf": "a file",
     "tenants:node-cordon": "a POST", "jobs:node-drain": "a POST",
     "jobs:volume-create": "a POST", "jobs:volume-resize": "a POST", "jobs:volume-delete": "a POST",
+    "jobs:credential-create": "a POST", "jobs:credential-rotate": "a POST", "jobs:credential-delete": "a POST",
 }
 
 
@@ -159,6 +160,10 @@ INSTANCES: dict[str, Instances] = {
     "jobs:volume-create": _teams("vision"),
     "jobs:volume-resize": _vision_datasets,
     "jobs:volume-delete": _vision_datasets,
+    "jobs:team-credentials": _teams("vision"),
+    "jobs:credential-create": _teams("vision"),
+    "jobs:credential-rotate": lambda site: [{"slug": "vision", "name": "datalake"}],
+    "jobs:credential-delete": lambda site: [{"slug": "vision", "name": "datalake"}],
     "jobs:workload-detail": lambda site: [{"pk": workload.pk} for workload in site.workloads.values()],
     "jobs:workload-live": _workloads("training"),
     "jobs:workload-logs": _workloads("training", "distributed"),
@@ -442,6 +447,9 @@ def build_site(cluster: SimulatedGateway) -> Site:
         notify(recipients=[user], message=f"lena approved vision's request for 4 × H100 80GB until {now:%Y-%m-%d}.",
                url=reverse("tenants:quota-request-list"))
         tokens.api_token_create(user=user, name="laptop-jupyter-scripts", expires_in_days=90)
+    credentials.credential_create(actor=users["alice"], team=Team.objects.get(slug="vision"), name="datalake", kind="s3",
+                                  values={"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": "not-a-real-one",
+                                          "endpoint": "https://minio.storage.internal.example.com"})
     for workload in w.values():
         workload.refresh_from_db()
     return site
