@@ -110,7 +110,7 @@ def test_a_deploy_key_and_a_registry_login_are_secrets_of_the_types_their_consum
     ("s3", {"access_key_id": "AKIA"}, "secret_access_key", "Secret access key: is needed."),
     ("s3", {**S3, "secret_access_key": "has space"}, "secret_access_key", "holds spaces or characters other than"),
     ("s3", {**S3, "endpoint": "ftp://x"}, "endpoint", "must be an http(s) URL"),
-    ("s3", {**S3, "private_key": PRIVATE_KEY}, "private_key", 
+    ("s3", {**S3, "private_key": PRIVATE_KEY}, "private_key",
      "S3 access key takes access_key_id, secret_access_key, endpoint, region; not private_key"),
     ("git-ssh", {"private_key": "ssh-ed25519 AAAA public half"}, "private_key", "paste the whole private key"),
     ("git-ssh", {"private_key": PRIVATE_KEY.replace("b3Bl", "Proc-Type: 4,ENCRYPTED\nb3Bl")}, "private_key",
