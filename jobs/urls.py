@@ -35,6 +35,7 @@ urlpatterns: list[URLPattern] = [
     path("workloads/<int:pk>/scale/", views.workload_scale, name="workload-scale"),
     path("workloads/<int:pk>/relaunch/", views.workload_relaunch, name="workload-relaunch"),
     path("workloads/<int:pk>/open/", views.workload_open, name="workload-open"),
+    path("notebooks/mine/", views.my_notebook, name="my-notebook"),
     path("workloads/<int:pk>/notebook-token/", views.notebook_token, name="notebook-token"),
     path("auth/workloads/<int:pk>/", views.workload_gate, name="workload-gate"),
 ]

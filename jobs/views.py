@@ -17,13 +17,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from jobs import access, notifications, pricing, reclaim, selectors, services, telemetry, xid
+from jobs import access, notebooks, notifications, pricing, reclaim, selectors, services, telemetry, xid
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import NotifyBy, Workload, WorkloadEvent, WorkloadTemplate
 from jobs.rules import LOGS_REFUSAL
 from jobs.template_forms import authorable_teams
-from portal.adapters import HtmxHttpRequest, page, require_perm, whole_number
+from portal.adapters import HtmxHttpRequest, page, require_perm, signed_in_user, whole_number
 from portal.errors import DomainError
 from portal.htmx import redirect_page
 from portal.kube import KubeError
@@ -218,6 +218,30 @@ def my_workloads(request: HtmxHttpRequest) -> HttpResponse:
                "launches": request.user.has_perm("jobs.open_launch_form")}
     name = "jobs/my_workloads.html#my-workloads" if request.htmx else "jobs/my_workloads.html"
     return render(request, name, context)
+
+
+@login_required
+@require_POST
+def my_notebook(request: HtmxHttpRequest) -> HttpResponse:
+    """The dashboard's "My notebook": opens the newest of the person's notebooks still up (its
+    page while it comes up), starts one where there is nothing to choose, or goes to the launch
+    form where there is."""
+    user = signed_in_user(request)
+    require_perm(user, "jobs.open_launch_form", refusal="Only people who launch work have notebooks.")
+    outcome = notebooks.open_or_start(user=user)
+    if outcome.refusal:
+        messages.error(request, f"Your notebook was not started: {outcome.refusal}")
+    elif outcome.workload is None:
+        messages.info(request, "Choose the team, template and flavor of your notebook.")
+    if outcome.workload is None:
+        return redirect(outcome.launch_url)
+    workload = outcome.workload
+    if outcome.started:
+        messages.success(request, f"Started your notebook {workload.name} (#{workload.pk}); it opens from here once it runs.")
+    elif (workload.phase == Workload.Phase.RUNNING and services.ingress_host(workload)
+          and user.has_perm("jobs.open_workload", workload)):
+        return redirect("jobs:workload-open", workload.pk)
+    return redirect("jobs:workload-detail", workload.pk)
 
 
 def _live_context(
