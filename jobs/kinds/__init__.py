@@ -9,14 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from jobs import manifests
-from jobs.kinds import distributed, inference, mpi, notebook, training
+from jobs.kinds import distributed, inference, mpi, notebook, training, workspace
 from jobs.kinds.base import Kind as Kind  # the interface, for annotations elsewhere
 from portal.metrics.simulated import TelemetryProfile
 from tenants import queueing
 from tenants.manifests import KindReach
 from tenants.queueing.base import QueuedWorkload
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (training.KIND, distributed.KIND, inference.KIND, notebook.KIND, mpi.KIND)}
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (
+    training.KIND, distributed.KIND, inference.KIND, notebook.KIND, workspace.KIND, mpi.KIND)}
 
 
 def get(name: str) -> Kind:

@@ -25,7 +25,13 @@ def make_secret(*, spec: m.WorkloadSpec) -> dict[str, Any]:
 
 
 def make_notebook(*, spec: m.WorkloadSpec) -> list[dict[str, Any]]:
-    token = {"name": "JUPYTER_TOKEN", "valueFrom": {"secretKeyRef": {"name": spec.token_secret_name, "key": TOKEN_KEY}}}
+    return make_interactive(spec=spec, token_variable="JUPYTER_TOKEN", home="/home/jovyan/work")
+
+
+def make_interactive(*, spec: m.WorkloadSpec, token_variable: str, home: str) -> list[dict[str, Any]]:
+    """A server one person opens: its token in a Secret, handed to the server as `token_variable`,
+    its home volume (if the template asks for storage) at `home`, a Service and its Ingress."""
+    token = {"name": token_variable, "valueFrom": {"secretKeyRef": {"name": spec.token_secret_name, "key": TOKEN_KEY}}}
     main = m.container(spec, secret_env=(token,))
     template = m.pod_template(spec, main, restart="Always")
     statefulset: dict[str, Any] = {
@@ -39,7 +45,7 @@ def make_notebook(*, spec: m.WorkloadSpec) -> list[dict[str, Any]]:
         },
     }
     if spec.storage_gib:
-        main["volumeMounts"] = [{"name": "home", "mountPath": "/home/jovyan/work"}, *main.get("volumeMounts", [])]
+        main["volumeMounts"] = [{"name": "home", "mountPath": home}, *main.get("volumeMounts", [])]
         statefulset["spec"]["volumeClaimTemplates"] = [{
             "metadata": {"name": "home", "labels": dict(spec.labels)},
             "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{spec.storage_gib}Gi"}}},

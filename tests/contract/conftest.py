@@ -165,7 +165,7 @@ def templates(site):
         return job_services.template_create(
             user=site.admin, slug=f"{kind}-{site.flavor.slug}"[:40], name=kind.title(), kind=kind, flavors=[site.flavor],
             image="registry.example.com/ml/runtime:1", command=["python", "main.py"], max_units=8, default_cpu=1,
-            default_memory_gib=1, port=8080 if kind in ("inference", "notebook") else 0,
+            default_memory_gib=1, port=8080 if kinds.get(kind).serves_http else 0,
             parameters=([{"name": "workers", "type": "int", "default": 2, "min": 1, "max": 8}]
                         if kind in ("distributed", "inference", "mpi") else []),
             **extra,

@@ -225,7 +225,7 @@ def as_the_chart_account(settings: Any, release: Release, portal_gateway: Kubern
     reset_gateway(None)
 
 
-@pytest.mark.parametrize("kind", ["inference", "notebook"])  # training and distributed: the two scenarios above
+@pytest.mark.parametrize("kind", ["inference", "notebook", "workspace"])  # training and distributed: the two scenarios above
 def test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(cluster, site, templates, kind, settings,
                                                                  django_capture_on_commit_callbacks):
     workload_contract.test_every_kind_is_accepted_and_runs_on_a_node_of_its_flavor(

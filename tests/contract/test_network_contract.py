@@ -65,7 +65,7 @@ def expected_specs(*, egress_allowance: list[dict[str, Any]] | None = None) -> d
         },
         "gpu-portal-allow-ingress-controller": {
             "podSelector": {"matchExpressions": [
-                {"key": "gpu-portal.io/workload-kind", "operator": "In", "values": ["inference", "notebook"]}]},
+                {"key": "gpu-portal.io/workload-kind", "operator": "In", "values": ["inference", "notebook", "workspace"]}]},
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}],
                          "ports": HTTP}],

@@ -21,7 +21,7 @@ SPEC = WorkloadSpec(workload_id=7, name="wl-7", namespace="vision", team="vision
 
 def test_the_kinds_templates_may_choose_are_the_registrys_in_its_order():
     assert WorkloadKind.choices == [(kind.name, kind.label) for kind in kinds.KINDS.values()]
-    assert list(kinds.KINDS) == ["training", "distributed", "inference", "notebook", "mpi"]
+    assert list(kinds.KINDS) == ["training", "distributed", "inference", "notebook", "workspace", "mpi"]
 
 
 def test_the_phases_kinds_derive_are_the_workloads_phases():
@@ -48,10 +48,10 @@ def test_an_unknown_kind_is_refused_in_words():
 
 
 def test_the_facts_read_by_name_answer_what_the_pages_said_before():
-    assert kinds.names(serves_http=True) == ("inference", "notebook")
+    assert kinds.names(serves_http=True) == ("inference", "notebook", "workspace")
     assert kinds.names(runs_to_completion=True) == ("training", "distributed", "mpi")
-    assert kinds.names(has_token=True) == ("notebook",)
-    assert kinds.words(kinds.names(serves_http=True)) == "inference and notebooks"
+    assert kinds.names(has_token=True) == ("notebook", "workspace")
+    assert kinds.words(kinds.names(serves_http=True)) == "inference, notebooks and VS Code workspaces"
     assert kinds.words(kinds.names(scalable=True), nouns=True) == "inference servers"
 
 
@@ -63,7 +63,7 @@ def test_the_simulated_door_draws_each_kind_by_the_profile_its_module_declares()
 
 def test_the_network_policies_reach_the_kinds_that_say_they_serve_or_are_asked():
     reach = kinds.network_reach()
-    assert (reach.serving, reach.portal_reached) == (("inference", "notebook"), ("notebook",))
+    assert (reach.serving, reach.portal_reached) == (("inference", "notebook", "workspace"), ("notebook",))
 
 
 # A kind's name compared in code or a page: what the registry answers instead.

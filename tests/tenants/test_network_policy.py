@@ -116,14 +116,14 @@ def test_the_portal_namespace_and_pod_labels_come_from_the_spec():
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "platform"}}}]
 
 
-def test_the_ingress_controller_reaches_only_the_http_port_of_inference_and_notebook_pods():
+def test_the_ingress_controller_reaches_only_the_http_port_of_the_pods_of_kinds_that_serve():
     team = replace(TEAM, ingress_namespace="traefik")
     assert m.make_ingress_controller_network_policy(team=team) == {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": {"name": "gpu-portal-allow-ingress-controller", **META},
         "spec": {
             "podSelector": {"matchExpressions": [
-                {"key": "gpu-portal.io/workload-kind", "operator": "In", "values": ["inference", "notebook"]}]},
+                {"key": "gpu-portal.io/workload-kind", "operator": "In", "values": ["inference", "notebook", "workspace"]}]},
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "traefik"}}}],
                          "ports": [{"protocol": "TCP", "port": "http"}]}],
