@@ -26,7 +26,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from jobs.models import TeamCredential, Workload
+from jobs import selectors
+from jobs.models import TeamCredential
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.kube import KubeError, ObjectRef, gateway
@@ -175,15 +176,8 @@ def _refused(error: KubeError) -> bool:
 def mounted_by(team: Team) -> dict[str, list[str]]:
     """Per credential name, the team's active workloads that chose it (queued ones too: their pods
     are still to be made, and would not start without it)."""
-    users: dict[str, list[str]] = {}
-    workloads = (Workload.objects.filter(team=team, phase__in=Workload.ACTIVE_PHASES)
-                 .select_related("template_version").only("name", "parameters", "template_version__parameters"))
-    for workload in workloads:
-        for spec in workload.template_version.parameters:
-            chosen = workload.parameters.get(spec.get("name")) if spec.get("type") == "credential" else None
-            if chosen and workload.name not in users.setdefault(chosen, []):
-                users[chosen].append(workload.name)
-    return users
+    chosen, _ = selectors.active_choices(team=team, parameter_type="credential")
+    return chosen
 
 
 def team_credentials(*, team: Team) -> list[CredentialRow]:

@@ -575,3 +575,20 @@ def borrowed_history(*, intervals: list[RunInterval], now: dt.datetime | None = 
     return BorrowedHistory(borrowed_hours=(Decimal(borrowed.numerator) / Decimal(borrowed.denominator) / hours).quantize(
                                Decimal("0.01")),
                            gpu_hours=(Decimal(total.numerator) / Decimal(total.denominator) / hours).quantize(Decimal("0.01")))
+
+
+def active_choices(*, team: Any, parameter_type: str) -> tuple[dict[str, list[str]], set[str]]:
+    """Per value the team's active workloads chose for parameters of that type (a data volume's or
+    a credential's name), the names of those workloads; and the ids of all its active workloads.
+    Queued ones count: their pods are still to be made, and would not start without it."""
+    chosen: dict[str, list[str]] = {}
+    active: set[str] = set()
+    workloads = (Workload.objects.filter(team=team, phase__in=Workload.ACTIVE_PHASES)
+                 .select_related("template_version").only("name", "parameters", "template_version__parameters"))
+    for workload in workloads:
+        active.add(str(workload.pk))
+        for spec in workload.template_version.parameters:
+            value = workload.parameters.get(spec.get("name")) if spec.get("type") == parameter_type else None
+            if value and workload.name not in chosen.setdefault(value, []):
+                chosen[value].append(workload.name)
+    return chosen, active

@@ -19,8 +19,8 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
-from jobs import manifests
-from jobs.models import TeamVolume, Workload
+from jobs import manifests, selectors
+from jobs.models import TeamVolume
 from portal.audit import audit_record
 from portal.errors import DomainError, StateConflict
 from portal.kube import KubeError, ObjectRef, gateway
@@ -96,16 +96,7 @@ def _mounted(team: Team, pods: list[dict[str, Any]]) -> dict[str, list[str]]:
     """Per claim, what mounts it now: the portal's active workloads that chose it (also those
     still waiting, whose pods are not made yet), and any other pod that has not ended (one made
     outside the portal, or a stopped workload's still winding down)."""
-    users: dict[str, list[str]] = {}
-    workloads = (Workload.objects.filter(team=team, phase__in=Workload.ACTIVE_PHASES)
-                 .select_related("template_version").only("name", "parameters", "template_version__parameters"))
-    active = set()
-    for workload in workloads:
-        active.add(str(workload.pk))
-        for spec in workload.template_version.parameters:
-            claim = workload.parameters.get(spec.get("name")) if spec.get("type") == "volume" else None
-            if claim and workload.name not in users.setdefault(claim, []):
-                users[claim].append(workload.name)
+    users, active = selectors.active_choices(team=team, parameter_type="volume")
     for pod in pods:
         ended = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         if ended or (pod["metadata"].get("labels") or {}).get(manifests.WORKLOAD_LABEL) in active:

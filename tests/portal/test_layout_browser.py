@@ -96,7 +96,8 @@ NOT_PAGES: dict[str, str] = {
     "billing:statement-csv": "a file", "billing:statement-pdf": "a file",
     "tenants:node-cordon": "a POST", "jobs:node-drain": "a POST",
     "jobs:volume-create": "a POST", "jobs:volume-resize": "a POST", "jobs:volume-delete": "a POST",
-    "jobs:my-notebook": "a POST", "jobs:credential-create": "a POST", "jobs:credential-rotate": "a POST", "jobs:credential-delete": "a POST",
+    "jobs:my-notebook": "a POST",
+    "jobs:credential-create": "a POST", "jobs:credential-rotate": "a POST", "jobs:credential-delete": "a POST",
 }
 
 
