@@ -27,6 +27,7 @@ bench:           ## the benchmarks, against a control plane they start themselve
 	scripts/with-services.sh .venv/bin/python benchmarks/workloads.py --sweep 10,20,30,40,60
 	scripts/with-services.sh .venv/bin/python benchmarks/scale_envelope.py --launched 1000 --pods-ready-timeout 3600 --settle-timeout 3600
 	.venv/bin/python benchmarks/live_page.py
+	.venv/bin/python benchmarks/cli.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_rollups.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_close.py

@@ -1,0 +1,1 @@
+"""GPU Portal's command line: `gpu-portal --help`."""
