@@ -152,7 +152,11 @@ def _follow_once(env: dict[str, str], template: str, team: str, flavor: str, ind
     printed: queue.Queue[tuple[float, str]] = queue.Queue()
     assert follow.stdout is not None
     stream = follow.stdout
-    threading.Thread(target=lambda: [printed.put((time.perf_counter(), line)) for line in stream], daemon=True).start()
+    def read() -> None:
+        for line in stream:
+            printed.put((time.perf_counter(), line))
+
+    threading.Thread(target=read, daemon=True).start()
     try:
         cluster = gateway()
         name = Workload.objects.get(pk=workload["id"]).k8s_name

@@ -178,7 +178,11 @@ class Lines:
         self.queue: queue.Queue[str] = queue.Queue()
         assert process.stdout is not None
         stream = process.stdout
-        self.reader = threading.Thread(target=lambda: [self.queue.put(line.rstrip("\n")) for line in stream], daemon=True)
+        def read() -> None:
+            for line in stream:
+                self.queue.put(line.rstrip("\n"))
+
+        self.reader = threading.Thread(target=read, daemon=True)
         self.reader.start()
 
     def next(self, *, deadline: float = 30) -> str:
