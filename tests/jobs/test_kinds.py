@@ -67,7 +67,8 @@ def test_the_network_policies_reach_the_kinds_that_say_they_serve_or_are_asked()
 
 
 # A kind's name compared in code or a page: what the registry answers instead.
-KIND_BRANCH = re.compile(r"""kind\s*(==|!=)\s*["'](training|distributed|inference|notebook|workspace|mpi)["']|WorkloadKind\.[A-Z]""")
+KIND_BRANCH = re.compile(
+    r"""kind\s*(==|!=)\s*["'](training|distributed|inference|notebook|workspace|mpi)["']|WorkloadKind\.[A-Z]""")
 
 
 def test_no_code_or_page_outside_the_kind_modules_branches_on_a_kinds_name():
