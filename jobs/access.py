@@ -18,7 +18,9 @@ workload's host (a teammate's server would receive it), so the hand-over goes li
    unchanged) and `jobs.open_workload`, so a member removed from the team or a deactivated
    account is out at the next request.
 
-Scripts send a portal API token (`Authorization: Token gpp_…`): a read-only token may only make
+Programs send an endpoint key of that server (`Authorization: Bearer gpk_…`, jobs/endpoint_keys.py),
+which opens that server only and never reaches it. Scripts may also send a portal API token
+(`Authorization: Token gpp_…`): a read-only token may only make
 GET, HEAD and OPTIONS requests. The gate hands the workload the caller's Authorization header
 with a portal token taken out (`auth-response-headers`), so a server never learns its callers'
 tokens, and `X-Portal-User` with the caller's username.
@@ -49,7 +51,8 @@ from django.utils.crypto import constant_time_compare, salted_hmac
 from rest_framework import exceptions, permissions
 from rest_framework.request import Request
 
-from jobs.models import SpentTicket, Workload
+from jobs import endpoint_keys
+from jobs.models import EndpointKey, SpentTicket, Workload
 from portal.models import ApiToken, User
 from portal.tokens import TOKEN_PREFIX, TokenAuthentication
 
@@ -128,6 +131,12 @@ def _portal_token(header: str) -> bool:
     return len(parts) == 2 and parts[0].lower() in TokenAuthentication.keywords and parts[1].startswith(TOKEN_PREFIX)
 
 
+def _endpoint_key(header: str) -> str:
+    """The endpoint key a program sent (`Bearer gpk_…`), or ""."""
+    parts = header.split()
+    return parts[1] if len(parts) == 2 and parts[0].lower() == "bearer" and parts[1].startswith(EndpointKey.PREFIX) else ""
+
+
 def _token_user(request: HttpRequest) -> tuple[User, ApiToken] | None:
     try:
         return TokenAuthentication().authenticate(Request(request))
@@ -141,6 +150,11 @@ def gate_check(*, workload_id: int, request: HttpRequest) -> GateAnswer:
     method = request.headers.get("X-Original-Method", "GET").upper()
     user: User | AnonymousUser | None = None
     cookie = ""
+    if key_secret := _endpoint_key(header):
+        key = endpoint_keys.key_admits(workload_id=workload_id, secret=key_secret)
+        if key is None:
+            return GateAnswer(401)  # unknown, revoked, another server's, or its server has ended
+        return GateAnswer(200, username=f"key:{key.name}")  # the server never sees the key
     if _portal_token(header):
         authenticated = _token_user(request)
         if authenticated is None:

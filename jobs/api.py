@@ -21,11 +21,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
-from jobs import credentials, reclaim, selectors, services, volumes
+from jobs import credentials, endpoint_keys, reclaim, selectors, services, volumes
 from jobs.filters import TeamCredentialFilter, TeamVolumeFilter, TemplateFilter, WorkloadFilter
 from jobs.models import GitSource, ImageRegistry, TeamCredential, TeamVolume, Workload, WorkloadTemplate
 from jobs.rules import LOGS_REFUSAL
 from jobs.serializers import (
+    EndpointKeyCreateSerializer,
+    EndpointKeyMadeSerializer,
+    EndpointKeySerializer,
     GitSourceCreateSerializer,
     GitSourceSerializer,
     ImageRegistryCreateSerializer,
@@ -272,6 +275,36 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         logs = selectors.workload_logs(workload=workload, tail_lines=_tail(request),
                                        pod=request.query_params.get("pod", "").strip())
         return Response(LogsSerializer(logs).data)
+
+    @extend_schema(methods=["GET"], request=None, responses={200: EndpointKeySerializer(many=True)},
+                   description="The keys programs call this server with (an inference server), revoked ones too; "
+                               "never the keys themselves. The team's members.")
+    @extend_schema(methods=["POST"], request=EndpointKeyCreateSerializer, responses={201: EndpointKeyMadeSerializer},
+                   description="A new key, in this answer only. Programs send it as `Authorization: Bearer <key>`; it "
+                               "opens this server only. Audited.")
+    @action(detail=True, methods=["get", "post"])
+    def keys(self, request: Request, pk: str | None = None) -> Response:
+        workload = self.get_object()
+        if not request.user.has_perm("jobs.manage_endpoint_keys", workload):
+            raise NotAllowed("Keys are for the members of the team whose server it is.")
+        if request.method == "GET":
+            rows = workload.endpoint_keys.select_related("created_by", "revoked_by")
+            return Response(EndpointKeySerializer(rows, many=True).data)
+        key, secret = endpoint_keys.key_create(actor=signed_in_user(request), workload=workload,
+                                               **parse(EndpointKeyCreateSerializer, request))
+        made = {**EndpointKeySerializer(key).data, "key": secret}  # the key, in this answer only
+        return Response(made, status=status.HTTP_201_CREATED,
+                        headers={"Cache-Control": "no-store"})
+
+    @extend_schema(request=None, responses={200: EndpointKeySerializer},
+                   description="Revokes the key: programs using it are refused from their next request. Audited.")
+    @action(detail=True, methods=["post"], url_path=r"keys/(?P<key_id>[0-9]+)/revoke")
+    def revoke_key(self, request: Request, pk: str | None = None, key_id: str | None = None) -> Response:
+        workload = self.get_object()
+        if not request.user.has_perm("jobs.manage_endpoint_keys", workload):
+            raise NotAllowed("Keys are for the members of the team whose server it is.")
+        key = get_object_or_404(workload.endpoint_keys, pk=key_id)
+        return Response(EndpointKeySerializer(endpoint_keys.key_revoke(actor=signed_in_user(request), key=key)).data)
 
     @extend_schema(request=None, responses={200: NotebookTokenSerializer},
                    description="A notebook's owner only: its login token, in this answer and nowhere else (the portal "

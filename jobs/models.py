@@ -638,3 +638,31 @@ class TeamCredential(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team.slug}/{self.name}"
+
+
+class EndpointKey(models.Model):
+    """A key a program sends (`Authorization: Bearer gpk_…`) to call a server its team serves (an
+    inference server) without a person's session. Shown once when made; only its SHA-256 and the
+    first characters (to tell keys apart) are kept. Revoked keys stay listed, for the trail."""
+
+    PREFIX = "gpk_"
+
+    workload = models.ForeignKey("Workload", on_delete=models.CASCADE, related_name="endpoint_keys")
+    name = models.CharField(max_length=60)
+    shown = models.CharField(max_length=16, help_text="Its first characters, to tell keys apart.")
+    sha256 = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(User, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.shown}… ({self.name})"
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None

@@ -65,6 +65,8 @@ can_manage_template = is_platform_admin | leads_template_team
 # serves its team. Nobody else, admins and finance included: seeing a workload is not using it.
 can_open_workload = is_active_user & ((opened_by_owner & is_owner) | (opened_by_team & is_team_member))
 can_reveal_notebook_token = is_active_user & has_token & is_owner
+# Keys for programs, on a server its team serves: made and revoked by whoever may open it.
+can_manage_endpoint_keys = is_active_user & opened_by_team & is_team_member
 # What a workload runs and prints (its launch parameters, its logs) is its team's and platform
 # admins': finance sees every workload's cost and the facts that make it (team, owner, flavor,
 # units, times, phase), not its code or data. Two rules, so that the two may part.
@@ -81,6 +83,7 @@ rules.add_perm("jobs.scale_workload", can_scale_workload)
 rules.add_perm("jobs.manage_template", can_manage_template)
 rules.add_perm("jobs.open_workload", can_open_workload)
 rules.add_perm("jobs.reveal_notebook_token", can_reveal_notebook_token)
+rules.add_perm("jobs.manage_endpoint_keys", can_manage_endpoint_keys)
 rules.add_perm("jobs.read_workload_logs", can_read_workload_logs)
 rules.add_perm("jobs.read_workload_parameters", can_read_workload_parameters)
 rules.add_perm("jobs.create_global_template", is_platform_admin)

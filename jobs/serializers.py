@@ -11,6 +11,7 @@ from rest_framework import serializers
 from jobs import policy, selectors, services
 from jobs.idle_policy import IdleAction
 from jobs.models import (
+    EndpointKey,
     GitSource,
     ImageRegistry,
     Priority,
@@ -349,6 +350,30 @@ class WorkloadDetailSerializer(WorkloadSerializer):
         request = self.context.get("request")
         is_owner = request is not None and request.user.pk == workload.owner_id
         return workload.notebook_token_sha256 or None if workload.kind_facts.has_token and is_owner else None
+
+
+class EndpointKeySerializer(serializers.ModelSerializer):
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    revoked_by = serializers.CharField(source="revoked_by.username", read_only=True, default=None)
+    shown = serializers.CharField(read_only=True, help_text="Its first characters, to tell keys apart; never the key.")
+
+    class Meta:
+        model = EndpointKey
+        fields = ["id", "name", "shown", "created_by", "created_at", "last_used_at", "revoked_at", "revoked_by"]
+        read_only_fields = fields
+
+
+class EndpointKeyCreateSerializer(StrictInputMixin, serializers.Serializer):
+    name = serializers.CharField(max_length=60, help_text="After the program that uses it, e.g. eval-nightly.")
+
+
+class EndpointKeyMadeSerializer(EndpointKeySerializer):
+    key = serializers.CharField(read_only=True, help_text="The key, in this answer only: programs send it as "
+                                                          "`Authorization: Bearer <key>`.")
+
+    class Meta(EndpointKeySerializer.Meta):
+        fields = [*EndpointKeySerializer.Meta.fields, "key"]
+        read_only_fields = fields
 
 
 class NotebookTokenSerializer(serializers.Serializer):

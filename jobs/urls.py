@@ -36,6 +36,8 @@ urlpatterns: list[URLPattern] = [
     path("workloads/<int:pk>/relaunch/", views.workload_relaunch, name="workload-relaunch"),
     path("workloads/<int:pk>/open/", views.workload_open, name="workload-open"),
     path("notebooks/mine/", views.my_notebook, name="my-notebook"),
+    path("workloads/<int:pk>/keys/", views.endpoint_key_create, name="endpoint-key-create"),
+    path("workloads/<int:pk>/keys/<int:key_pk>/revoke/", views.endpoint_key_revoke, name="endpoint-key-revoke"),
     path("workloads/<int:pk>/notebook-token/", views.notebook_token, name="notebook-token"),
     path("auth/workloads/<int:pk>/", views.workload_gate, name="workload-gate"),
 ]

@@ -17,7 +17,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from jobs import access, notebooks, notifications, pricing, reclaim, selectors, services, telemetry, xid
+from jobs import access, endpoint_keys, notebooks, notifications, pricing, reclaim, selectors, services, telemetry, xid
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import NotifyBy, Workload, WorkloadEvent, WorkloadTemplate
@@ -280,6 +280,8 @@ def _detail_context(request: HtmxHttpRequest, workload: Workload, *,
         "port_forward": services.port_forward_command(workload) if serves else "",
         "simulated_cluster": settings.PORTAL_CLUSTER == "simulated",
         "xids": xid.xid_rows(workload=workload),
+        "endpoint_keys": (list(workload.endpoint_keys.select_related("created_by"))
+                          if request.user.has_perm("jobs.manage_endpoint_keys", workload) else None),
     }
 
 
@@ -444,6 +446,43 @@ def workload_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     response = HttpResponseRedirect(f"{'https' if services.ingress_tls() else 'http'}://{host}{path}")
     response["Cache-Control"] = "no-store"
     return response
+
+
+def _keys_answer(request: HtmxHttpRequest, workload: Workload, **extra: Any) -> HttpResponse:
+    context = {**_detail_context(request, workload), **extra}
+    name = "jobs/workload_detail.html#endpoint-keys" if request.htmx else "jobs/workload_detail.html"
+    response = render(request, name, context)
+    response["Cache-Control"] = "no-store"  # it may hold a new key's secret
+    return response
+
+
+@login_required
+@require_POST
+def endpoint_key_create(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """A key for programs to call this server with, shown in this answer only."""
+    workload = _visible_workload(request, pk)
+    require_perm(request.user, "jobs.manage_endpoint_keys", workload,
+                 refusal="Keys are for the members of the team whose server it is.")
+    try:
+        key, secret = endpoint_keys.key_create(actor=signed_in_user(request), workload=workload,
+                                               name=request.POST.get("name", ""))
+    except DomainError as refusal:
+        return _keys_answer(request, workload, key_error=refusal.message)
+    return _keys_answer(request, workload, new_key=key, new_key_secret=secret)
+
+
+@login_required
+@require_POST
+def endpoint_key_revoke(request: HtmxHttpRequest, pk: int, key_pk: int) -> HttpResponse:
+    workload = _visible_workload(request, pk)
+    require_perm(request.user, "jobs.manage_endpoint_keys", workload,
+                 refusal="Keys are for the members of the team whose server it is.")
+    key = get_object_or_404(workload.endpoint_keys, pk=key_pk)
+    try:
+        endpoint_keys.key_revoke(actor=signed_in_user(request), key=key)
+    except DomainError as refusal:
+        return _keys_answer(request, workload, key_error=refusal.message)
+    return _keys_answer(request, workload)
 
 
 @login_required

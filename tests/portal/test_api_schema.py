@@ -44,6 +44,8 @@ ENDPOINTS = {
     "/api/workloads/{id}/scale/": {"post"},
     "/api/workloads/{id}/logs/": {"get"},
     "/api/workloads/{id}/why-waiting/": {"get"},
+    "/api/workloads/{id}/keys/": {"get", "post"},
+    "/api/workloads/{id}/keys/{key_id}/revoke/": {"post"},
     "/api/image-registries/": {"get", "post"},
     "/api/image-registries/{id}/": {"get", "delete"},
     "/api/volumes/": {"get", "post"},

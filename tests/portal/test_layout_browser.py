@@ -45,9 +45,9 @@ from billing import metering, periods
 from billing.budgets import services as budgets
 from billing.models import Account, Rate, Statement
 from billing.statements import services as statements
-from jobs import credentials, sync
+from jobs import credentials, endpoint_keys, sync
 from jobs import services as job_services
-from jobs.models import GpuXidEvent, RunInterval, Workload, WorkloadIdleState, WorkloadTemplate
+from jobs.models import EndpointKey, GpuXidEvent, RunInterval, Workload, WorkloadIdleState, WorkloadTemplate
 from portal import tokens
 from portal.kube.simulated import SimulatedGateway
 from portal.models import ApiToken, Notification, User
@@ -96,7 +96,7 @@ NOT_PAGES: dict[str, str] = {
     "billing:statement-csv": "a file", "billing:statement-pdf": "a file",
     "tenants:node-cordon": "a POST", "jobs:node-drain": "a POST",
     "jobs:volume-create": "a POST", "jobs:volume-resize": "a POST", "jobs:volume-delete": "a POST",
-    "jobs:my-notebook": "a POST",
+    "jobs:my-notebook": "a POST", "jobs:endpoint-key-create": "a POST", "jobs:endpoint-key-revoke": "a POST",
     "jobs:credential-create": "a POST", "jobs:credential-rotate": "a POST", "jobs:credential-delete": "a POST",
 }
 
@@ -177,6 +177,9 @@ INSTANCES: dict[str, Instances] = {
     "jobs:workload-open": _workloads("notebook"),
     "jobs:notebook-token": _workloads("notebook"),
     "jobs:workload-gate": _workloads("inference"),
+    "jobs:endpoint-key-create": _workloads("inference"),
+    "jobs:endpoint-key-revoke": lambda site: [{"pk": site.workloads["inference"].pk,
+                                               "key_pk": EndpointKey.objects.earliest("pk").pk}],
     "tenants:team-detail": _teams("vision", "nlp", "recsys"),
     "tenants:team-requests": _teams("vision"),
     "tenants:team-audit": _teams("vision"),
@@ -448,6 +451,7 @@ def build_site(cluster: SimulatedGateway) -> Site:
         notify(recipients=[user], message=f"lena approved vision's request for 4 × H100 80GB until {now:%Y-%m-%d}.",
                url=reverse("tenants:quota-request-list"))
         tokens.api_token_create(user=user, name="laptop-jupyter-scripts", expires_in_days=90)
+    endpoint_keys.key_create(actor=users["lena"], workload=w["inference"], name="eval-nightly")
     credentials.credential_create(actor=users["alice"], team=Team.objects.get(slug="vision"), name="datalake", kind="s3",
                                   values={"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": "not-a-real-one",
                                           "endpoint": "https://minio.storage.internal.example.com"})
