@@ -1,10 +1,13 @@
-"""What a notebook server says of its own use (Jupyter's /api/status: last_activity), asked over
-HTTP from the portal's pods: the team's NetworkPolicy `gpu-portal-allow-portal` admits them
-(PORTAL_NAMESPACE, PORTAL_POD_LABELS) to notebook pods' HTTP port.
+"""What an interactive server says of its own use, asked over HTTP from the portal's pods (the
+team's NetworkPolicy `gpu-portal-allow-portal` admits them, PORTAL_NAMESPACE and
+PORTAL_POD_LABELS, to the HTTP port of the kinds that declare `portal_reaches`). Each such kind
+names the server it runs (`Kind.activity`): Jupyter answers /api/status with its last_activity
+(PORTAL_NOTEBOOK_STATUS_URL); code-server answers /healthz with its lastHeartbeat, in
+milliseconds since the epoch (PORTAL_WORKSPACE_STATUS_URL).
 
-It is the idle sweep's second signal for notebooks (jobs/reclaim.py), used only where it is
-reachable: a notebook used more recently than its GPU went idle is kept; one the check cannot
-reach, or whose answer it cannot read, is judged by its GPU alone."""
+It is the idle sweep's second signal (jobs/reclaim.py), used only where it is reachable: a server
+used more recently than its GPU went idle is kept; one the check cannot reach, or whose answer it
+cannot read, is judged by its GPU alone."""
 
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ import logging
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -39,8 +44,16 @@ class NotebookActivity:
 
 
 def notebook_activity(workload: Workload) -> NotebookActivity:
+    """What the workload's server says of its own use, read as its kind's server answers."""
+    if workload.kind_facts.activity == "code-server":
+        url = settings.PORTAL_WORKSPACE_STATUS_URL.format(name=workload.k8s_name, namespace=workload.team.namespace)
+        return _asked(url, _code_server)
     url = settings.PORTAL_NOTEBOOK_STATUS_URL.format(name=workload.k8s_name, namespace=workload.team.namespace)
     url += ("&" if "?" in url else "?") + urllib.parse.urlencode({"token": notebook_token(workload)})
+    return _asked(url, _jupyter)
+
+
+def _asked(url: str, read: Callable[[dict[str, Any]], NotebookActivity]) -> NotebookActivity:
     try:
         with urllib.request.urlopen(url, timeout=STATUS_TIMEOUT_SECONDS) as response:  # noqa: S310 - the site's own config
             body = response.read()
@@ -59,6 +72,22 @@ def notebook_activity(workload: Workload) -> NotebookActivity:
         return NotebookActivity(unreadable="its status is not JSON")
     if not isinstance(status, dict):
         return NotebookActivity(unreadable=f"its status is a {type(status).__name__}, not an object")
+    return read(status)
+
+
+def _code_server(status: dict[str, Any]) -> NotebookActivity:
+    """code-server's /healthz: {"status": "alive" | "expired", "lastHeartbeat": ms since the epoch,
+    0 before anyone used it}."""
+    beat = status.get("lastHeartbeat")
+    if isinstance(beat, bool) or not isinstance(beat, int | float) or not 0 <= beat < 2**53:
+        return NotebookActivity(unreadable=f"its lastHeartbeat {beat!r} is not a time in milliseconds")
+    if beat == 0:
+        return NotebookActivity(unreadable="nobody has used it since it started")
+    return NotebookActivity(last_activity=dt.datetime.fromtimestamp(beat / 1000, tz=dt.UTC))
+
+
+def _jupyter(status: dict[str, Any]) -> NotebookActivity:
+    """Jupyter's /api/status: its last_activity, or now while someone is connected to a running kernel."""
     if status.get("kernels", 0) and status.get("connections", 0):
         return NotebookActivity(last_activity=timezone.now())  # someone is connected to a running kernel: not idle
     reported = status.get("last_activity")

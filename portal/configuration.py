@@ -288,6 +288,8 @@ SETTINGS: tuple[Setting, ...] = (
             "makes running notebooks' tokens unrecoverable.", ENDPOINTS, default_text="`SECRET_KEY`"),
     Setting("PORTAL_NOTEBOOK_STATUS_URL", "URL", "http://{name}.{namespace}.svc.cluster.local/api/status", "Where the "
             "idle check asks a notebook server for its last activity.", ENDPOINTS),
+    Setting("PORTAL_WORKSPACE_STATUS_URL", "URL", "http://{name}.{namespace}.svc.cluster.local/healthz", "Where the "
+            "idle check asks a VS Code workspace (code-server) when it was last used.", ENDPOINTS),
     # --- Workloads, templates and quota
     Setting("PORTAL_TEAM_MAX_WORKLOADS", "whole number", "200", "The most workloads a team may have active at once; "
             "the team's ResourceQuota counts its Jobs, Deployments, StatefulSets, Services and Ingresses to the same "

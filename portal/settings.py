@@ -670,3 +670,4 @@ PORTAL_POD_ANNOTATIONS: dict[str, str] = config.json_object("PORTAL_POD_ANNOTATI
 # Where the portal asks a notebook server how long it has been idle (Jupyter's /api/status),
 # reachable from the portal's own pods through the notebook's Service.
 PORTAL_NOTEBOOK_STATUS_URL = config.text("PORTAL_NOTEBOOK_STATUS_URL")
+PORTAL_WORKSPACE_STATUS_URL = config.text("PORTAL_WORKSPACE_STATUS_URL")

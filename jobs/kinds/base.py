@@ -55,6 +55,7 @@ class Kind:
     opened_by: Literal["", "owner", "team"] = ""  # who may open it through the gate: its owner, or its team
     has_token: bool = False  # a token of its own (a Secret), handed to its owner only
     portal_reaches: bool = False  # the portal asks the server itself how idle it is (jobs/idle.py)
+    activity: Literal["", "jupyter", "code-server"] = ""  # which server it asks, and so how (jobs/idle.py)
     local_port: int = 8080  # where `kubectl port-forward` puts it on the user's machine
     asks_storage: bool = False  # the template editor's persistent home volume
     # Templates from before idle policies could stop it with `idle_minutes` alone (notebooks did).

@@ -58,7 +58,9 @@ def expected_specs(*, egress_allowance: list[dict[str, Any]] | None = None) -> d
             "egress": [DNS_RULE, {"to": [{"podSelector": {}}]}, *([{"to": egress_allowance}] if egress_allowance else [])],
         },
         "gpu-portal-allow-portal": {
-            "podSelector": {"matchLabels": {"gpu-portal.io/workload-kind": "notebook"}}, "policyTypes": ["Ingress"],
+            "podSelector": {"matchExpressions": [
+                {"key": "gpu-portal.io/workload-kind", "operator": "In", "values": ["notebook", "workspace"]}]},
+            "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}},
                                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "gpu-portal"}}}],
                          "ports": HTTP}],

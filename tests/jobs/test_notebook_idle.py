@@ -209,3 +209,52 @@ def test_a_notebook_answering_something_other_than_http_is_unreadable_not_unreac
     finally:
         server.close()
     assert activity == idle.NotebookActivity(unreadable="it did not answer in HTTP (BadStatusLine)")
+
+
+# --- A VS Code workspace: code-server's /healthz says when it was last used --------------------------
+
+
+@pytest.fixture
+def running_workspace(ready_team, member, admin_user, flavor, simulated, django_capture_on_commit_callbacks):
+    template = services.template_create(user=admin_user, slug="vscode", name="VS Code", kind=WorkloadKind.WORKSPACE,
+                                        flavors=[flavor], image="codercom/code-server:4.96.4", port=8080, idle_minutes=60)
+    with django_capture_on_commit_callbacks(execute=True):
+        workspace = launch(member, ready_team, template, flavor)
+    simulated.advance(20)
+    sync.sync_all()
+    workspace.refresh_from_db()
+    assert workspace.phase == Workload.Phase.RUNNING
+    return workspace
+
+
+@pytest.fixture
+def code_server(settings):
+    server = JupyterStatus()  # the same answering server: the test sets what /healthz says
+    settings.PORTAL_WORKSPACE_STATUS_URL = server.url.replace("/api/status", "/healthz")
+    yield server
+    server.httpd.shutdown()
+
+
+def test_a_workspace_used_in_code_server_without_its_gpu_is_not_warned(running_workspace, code_server, gpu_metrics):
+    _idle_gpu(gpu_metrics, running_workspace)
+    t0 = timezone.now()
+    reclaim.idle_sweep(now=t0)
+    beat = t0 + dt.timedelta(minutes=58)
+    code_server.status = {"status": "expired", "lastHeartbeat": int(beat.timestamp() * 1000)}
+    assert reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=61)).warned == []
+    assert idle.notebook_activity(running_workspace).last_activity == beat.replace(microsecond=beat.microsecond // 1000 * 1000)
+
+
+def test_a_workspace_nobody_used_is_judged_by_its_gpu(running_workspace, code_server, gpu_metrics):
+    _idle_gpu(gpu_metrics, running_workspace)
+    code_server.status = {"status": "expired", "lastHeartbeat": 0}
+    t0 = timezone.now()
+    reclaim.idle_sweep(now=t0)
+    assert reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=61)).warned == [running_workspace.pk]
+    assert idle.notebook_activity(running_workspace) == idle.NotebookActivity(unreadable="nobody has used it since it started")
+
+
+@pytest.mark.parametrize("status", [{"lastHeartbeat": "yesterday"}, {"lastHeartbeat": True}, {"lastHeartbeat": -5}, {}])
+def test_a_workspace_answering_garbage_is_unreadable_not_idle(running_workspace, code_server, status):
+    code_server.status = status
+    assert "is not a time in milliseconds" in idle.notebook_activity(running_workspace).unreadable

@@ -88,12 +88,13 @@ def test_by_default_pods_hear_only_each_other_and_reach_only_dns_and_each_other(
     }
 
 
-def test_the_portal_reaches_only_the_http_port_of_notebook_pods():
+def test_the_portal_reaches_only_the_http_port_of_the_pods_of_kinds_it_asks_how_idle_they_are():
     assert m.make_portal_network_policy(team=TEAM) == {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": {"name": "gpu-portal-allow-portal", **META},
         "spec": {
-            "podSelector": {"matchLabels": {"gpu-portal.io/workload-kind": "notebook"}},
+            "podSelector": {"matchExpressions": [
+                {"key": "gpu-portal.io/workload-kind", "operator": "In", "values": ["notebook", "workspace"]}]},
             "policyTypes": ["Ingress"],
             "ingress": [{
                 "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}},
