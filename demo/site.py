@@ -14,7 +14,7 @@ from django.db import transaction
 
 from jobs import kinds, volumes
 from jobs import services as job_services
-from jobs.models import GitSource, TeamVolume, WorkloadTemplate
+from jobs.models import GitSource, ImageRegistry, TeamVolume, WorkloadTemplate
 from portal.errors import DomainError
 from portal.kube import KubeError, gateway
 from portal.models import User
@@ -174,6 +174,7 @@ def templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
     training_templates_seed(admin=admin, flavors=flavors)
     serving_templates_seed(admin=admin, flavors=flavors)
     own_code_seed(admin=admin)
+    workspace_seed(admin=admin)
 
 
 def training_templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
@@ -274,6 +275,34 @@ def own_code_seed(*, admin: User) -> None:
              "help": "The script under /workspace/code and its arguments, one per line"},
             {"name": "data", "type": "volume", "mount_path": "/data",
              "help": "One of your team's data volumes, mounted read-only at /data"},
+        ],
+    )
+
+
+WORKSPACE_TEMPLATE, WORKSPACE_REGISTRY = "vscode", ("docker.io/codercom", "code-server, VS Code in the browser")
+
+
+def workspace_seed(*, admin: User) -> None:
+    """A VS Code workspace beside the JupyterLab notebook, on its flavors, with the team's data
+    volume and an S3 key of the team's if the person chooses them. Added to a demo site seeded
+    before it existed, too; a site that has it already is left as it is."""
+    if not ImageRegistry.objects.filter(prefix=WORKSPACE_REGISTRY[0]).exists():
+        job_services.image_registry_add(user=admin, prefix=WORKSPACE_REGISTRY[0], note=WORKSPACE_REGISTRY[1])
+    notebook = WorkloadTemplate.objects.filter(slug="jupyterlab", owner_team__isnull=True).first()
+    if notebook is None or WorkloadTemplate.objects.filter(slug=WORKSPACE_TEMPLATE, owner_team__isnull=True).exists():
+        return  # a demo site someone has changed, or one that has it
+    job_services.template_create(
+        user=admin, slug=WORKSPACE_TEMPLATE, name="VS Code workspace", kind="workspace",
+        flavors=list(notebook.versions.order_by("-number")[0].flavors.all()),
+        description=("VS Code in the browser (code-server) with a home volume; your team's data volume at /data and its "
+                     "S3 key as the AWS_* variables, if you choose them. It stops after an hour idle."),
+        image="docker.io/codercom/code-server:4.96.4", command=[], args=["--bind-addr", "0.0.0.0:8080"],
+        default_units=1, max_units=2, default_cpu=4, max_cpu=16, default_memory_gib=16, max_memory_gib=64, port=8080,
+        storage_gib=20, idle_minutes=60, max_runtime_seconds=7 * 24 * 3600,
+        parameters=[
+            {"name": "data", "type": "volume", "mount_path": "/data", "help": "One of your team's data volumes, read-only"},
+            {"name": "bucket", "type": "credential", "credential_kind": "s3",
+             "help": "One of your team's S3 keys, as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"},
         ],
     )
 

@@ -26,6 +26,7 @@ class Command(BaseCommand):
             admin = User.objects.filter(username="admin", is_platform_admin=True).first()
             if admin is not None:
                 site.own_code_seed(admin=admin)
+                site.workspace_seed(admin=admin)
         else:
             site.site_seed(now=now, since=history.history_start(now))
         seeded = history.history_seed(now=now)
