@@ -4,24 +4,17 @@ is 404. A value typed in is never put back into a page, not even beside a refusa
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET, require_POST
 
-from jobs import credentials
+from jobs import credentials, team_pages
 from jobs.forms import CredentialCreateForm, CredentialValuesForm
 from jobs.models import TeamCredential
 from portal.adapters import HtmxHttpRequest, require_perm, signed_in_user
 from portal.errors import DomainError
 from tenants.models import Team
-
-
-def _team(request: HtmxHttpRequest, slug: str) -> Team:
-    return get_object_or_404(Team.objects.for_user(request.user), slug=slug)
 
 
 def _credential(request: HtmxHttpRequest, slug: str, name: str) -> TeamCredential:
@@ -30,25 +23,18 @@ def _credential(request: HtmxHttpRequest, slug: str, name: str) -> TeamCredentia
 
 def _answer(request: HtmxHttpRequest, team: Team, *, form: CredentialCreateForm | None = None,
             error: str = "", done: str = "", status: int = 200) -> HttpResponse:
-    if not request.htmx and not form:
-        if error:
-            messages.error(request, error)
-        if done:
-            messages.success(request, done)
-        return redirect("jobs:team-credentials", team.slug)
+    # Each row's Rotate form has inputs of its own ids, for the row's kind only.
     rows = [(row, CredentialValuesForm(auto_id=f"id_{row.credential.name}_%s").inputs(row.credential.kind))
             for row in credentials.team_credentials(team=team)]
-    context: dict[str, Any] = {"team": team, "rows": rows, "form": form or CredentialCreateForm(),
-                               "error": error, "done": done}
-    if request.htmx:  # htmx swaps only a 2xx answer: the refusal is in the card it swaps in
-        return render(request, "jobs/team_credentials.html#credentials", context)
-    return render(request, "jobs/team_credentials.html", context, status=status)
+    return team_pages.answer(request, page="jobs/team_credentials.html", card="credentials", route="jobs:team-credentials",
+                             team=team, context={"rows": rows, "form": form or CredentialCreateForm()},
+                             form=form, error=error, done=done, status=status)
 
 
 @login_required
 @require_GET
 def team_credentials(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    team = _team(request, slug)
+    team = team_pages.visible_team(request, slug)
     require_perm(request.user, "jobs.manage_credentials", team,
                  refusal="A team's credentials are for its members, leads and platform admins.")
     return _answer(request, team, form=CredentialCreateForm())
@@ -57,7 +43,7 @@ def team_credentials(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def credential_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    team = _team(request, slug)
+    team = team_pages.visible_team(request, slug)
     require_perm(request.user, "jobs.manage_credentials", team)
     form = CredentialCreateForm(request.POST)
     if not form.is_valid():

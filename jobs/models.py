@@ -544,13 +544,22 @@ class GpuXidEvent(models.Model):
 # --- Data volumes ----------------------------------------------------------------------------------
 
 
+def _kept_for(queryset: Any, user: User | AnonymousUser) -> Any:
+    """What the teams the user belongs to keep (platform admins: all teams'). Finance sees every
+    team but not its volumes' or credentials' names, as on the launch form: another team's is 404."""
+    if getattr(user, "is_platform_admin", False) and user.is_active:
+        return queryset.all()
+    return queryset.filter(team_id__in=list(user_team_roles(user)))
+
+
 class TeamVolumeQuerySet(models.QuerySet["TeamVolume"]):
     def for_user(self, user: User | AnonymousUser) -> TeamVolumeQuerySet:
-        """Volumes of the teams the user may launch for (platform admins: all). Finance sees every
-        team but not its volumes' names, as on the launch form: another team's volume is 404."""
-        if getattr(user, "is_platform_admin", False) and user.is_active:
-            return self.all()
-        return self.filter(team_id__in=list(user_team_roles(user)))
+        return _kept_for(self, user)
+
+
+class TeamCredentialQuerySet(models.QuerySet["TeamCredential"]):
+    def for_user(self, user: User | AnonymousUser) -> TeamCredentialQuerySet:
+        return _kept_for(self, user)
 
 
 class TeamVolume(models.Model):
@@ -586,14 +595,6 @@ class TeamVolume(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team.slug}/{self.name}"
-
-
-class TeamCredentialQuerySet(models.QuerySet["TeamCredential"]):
-    def for_user(self, user: User | AnonymousUser) -> TeamCredentialQuerySet:
-        """Credentials of the teams the user may launch for (platform admins: all); another team's is 404."""
-        if getattr(user, "is_platform_admin", False) and user.is_active:
-            return self.all()
-        return self.filter(team_id__in=list(user_team_roles(user)))
 
 
 class TeamCredential(models.Model):

@@ -3,24 +3,17 @@ jobs.volumes, and answers with the page (or, for htmx, the volumes card); anothe
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET, require_POST
 
-from jobs import volumes
+from jobs import team_pages, volumes
 from jobs.forms import VolumeCreateForm, VolumeResizeForm
 from jobs.models import TeamVolume
 from portal.adapters import HtmxHttpRequest, require_perm, signed_in_user
 from portal.errors import DomainError
 from tenants.models import Team
-
-
-def _team(request: HtmxHttpRequest, slug: str) -> Team:
-    return get_object_or_404(Team.objects.for_user(request.user), slug=slug)
 
 
 def _volume(request: HtmxHttpRequest, slug: str, name: str) -> TeamVolume:
@@ -29,23 +22,15 @@ def _volume(request: HtmxHttpRequest, slug: str, name: str) -> TeamVolume:
 
 def _answer(request: HtmxHttpRequest, team: Team, *, form: VolumeCreateForm | None = None,
             error: str = "", done: str = "", status: int = 200) -> HttpResponse:
-    if not request.htmx and not form:
-        if error:
-            messages.error(request, error)
-        if done:
-            messages.success(request, done)
-        return redirect("jobs:team-volumes", team.slug)
-    context: dict[str, Any] = {"team": team, "storage": volumes.team_storage(team=team),
-                               "form": form or VolumeCreateForm(team=team), "error": error, "done": done}
-    if request.htmx:  # htmx swaps only a 2xx answer: the refusal is in the card it swaps in
-        return render(request, "jobs/team_volumes.html#volumes", context)
-    return render(request, "jobs/team_volumes.html", context, status=status)
+    return team_pages.answer(request, page="jobs/team_volumes.html", card="volumes", route="jobs:team-volumes", team=team,
+                             context={"storage": volumes.team_storage(team=team), "form": form or VolumeCreateForm(team=team)},
+                             form=form, error=error, done=done, status=status)
 
 
 @login_required
 @require_GET
 def team_volumes(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    team = _team(request, slug)
+    team = team_pages.visible_team(request, slug)
     require_perm(request.user, "jobs.manage_volumes", team,
                  refusal="A team's data volumes are for its members, leads and platform admins.")
     return _answer(request, team, form=VolumeCreateForm(team=team))
@@ -54,7 +39,7 @@ def team_volumes(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def volume_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    team = _team(request, slug)
+    team = team_pages.visible_team(request, slug)
     require_perm(request.user, "jobs.manage_volumes", team)
     form = VolumeCreateForm(request.POST, team=team)
     if not form.is_valid():
