@@ -537,7 +537,7 @@ def test_only_platform_admins_create_global_templates_and_members_create_none(re
     ({"flavors": []}, "flavors", "Choose at least one GPU flavor the template may use."),
     ({"flavors": ["b200"]}, "flavors", "There is no flavor “b200”; see /api/flavors/ for their slugs."),
     ({"kind": "batch"}, "kind",
-     "“batch” is not a kind; choose one of training, distributed, inference, notebook, mpi."),
+     "“batch” is not a kind; choose one of training, distributed, inference, notebook, workspace, mpi."),
     ({"slug": "pytorch-train"}, "slug", "The portal already has a template named “pytorch-train”; choose another slug."),
     ({"slug": "2024"}, "slug", ("“2024” is not a slug: up to 40 letters, digits, hyphens and underscores, at least one of "
                                 "them a letter (a number names a template by its id).")),
