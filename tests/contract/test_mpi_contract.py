@@ -56,11 +56,12 @@ def test_an_mpi_job_runs_its_launcher_and_workers_together_with_keys_and_host_na
     team = site.team("mpi", gpus=4)
     workload = launch(team, team.memberships.get().user, templates["mpi"], site.flavor, capture, units=1,
                       parameters={"workers": 2})
-    cluster.wait_for(lambda: running(workload), what="the MPI job's launcher and both workers to run")
+    # Bound together (the gang), each pod is reported Running by its kubelet in its own time: wait for all three.
+    cluster.wait_for(lambda: running(workload) and workload.reason == "3 of 3 pods running",
+                     what="the MPI job's launcher and both workers to run")
     name, namespace = workload.k8s_name, team.namespace
     pods = {pod["metadata"]["name"]: pod for pod in pods_of(workload)}
     assert sorted(pods) == [f"{name}-launcher-0", f"{name}-worker-0", f"{name}-worker-1"]
-    assert workload.reason == "3 of 3 pods running"
 
     # The svc plugin: each pod its own host name in the Job's subdomain, the launcher the workers'.
     hosts = gateway().get(ObjectRef("v1", "ConfigMap", f"{name}-svc", namespace))
