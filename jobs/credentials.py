@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from jobs import selectors
@@ -168,10 +168,6 @@ def _require(actor: User, team: Team) -> None:
         raise PermissionDenied
 
 
-def _refused(error: KubeError) -> bool:
-    """The API server said no to the object itself (quota, validation), not that it was away."""
-    return error.status in (403, 409, 422)
-
 
 def mounted_by(team: Team) -> dict[str, list[str]]:
     """Per credential name, the team's active workloads that chose it (queued ones too: their pods
@@ -214,13 +210,13 @@ def credential_create(*, actor: User, team: Team, name: str, kind: str, values: 
         with transaction.atomic():
             audit_record(actor=actor, action="credential.refused", obj=credential, team_id=team.pk, data={"name": name},
                          message=f"The cluster did not take the credential {name} of {team.slug}, so it was not kept: {error}")
-            if _refused(error):
+            if error.refused:
                 credential.delete()
             else:  # it may have made it: the repair pass deletes whatever it holds, then the row
                 TeamCredential.objects.filter(pk=credential.pk).update(state=TeamCredential.State.DELETING)
-        verb = "refused" if _refused(error) else "did not answer about"
+        verb = "refused" if error.refused else "did not answer about"
         raise DomainError(f"The cluster {verb} the credential {name}, so it was not kept; enter it again"
-                          f"{'' if _refused(error) else ' in a minute'} ({error}).", field="name") from None
+                          f"{'' if error.refused else ' in a minute'} ({error}).", field="name") from None
     TeamCredential.objects.filter(pk=credential.pk).update(applied=True)
     credential.applied = True
     return credential
@@ -238,7 +234,7 @@ def credential_rotate(*, actor: User, credential: TeamCredential, values: Mappin
         try:
             gateway().apply(_secret_of(current, data))
         except KubeError as error:
-            shown = ("keeps its old values" if _refused(error)
+            shown = ("keeps its old values" if error.refused
                      else "may have its old or its new values; rotate it again")
             raise DomainError(f"The cluster did not take the new values of {credential.name}, so it {shown} "
                               f"({error}).", field="name") from None
@@ -294,7 +290,11 @@ def credentials_repair() -> int:
     return finished
 
 
+def usable(*, team: Team) -> QuerySet[TeamCredential]:
+    """The team's credentials a launch may mount: made, and not being deleted."""
+    return TeamCredential.objects.filter(team=team, state=TeamCredential.State.ACTIVE, applied=True)
+
+
 def chosen_secrets(*, team: Team, names: list[str]) -> dict[str, TeamCredential]:
     """The team's usable credentials of those names, by name."""
-    return {credential.name: credential for credential in TeamCredential.objects.filter(
-        team=team, name__in=names, state=TeamCredential.State.ACTIVE, applied=True)}
+    return {credential.name: credential for credential in usable(team=team).filter(name__in=names)}

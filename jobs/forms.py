@@ -53,10 +53,6 @@ class ParameterRow:
         return "1" if self.type == "int" else "any"
 
 
-def launchable_teams(user: User | AnonymousUser) -> list[Team]:
-    return [team for team in Team.objects.for_user(user).order_by("name") if user.has_perm("jobs.launch_workload", team)]
-
-
 class LaunchForm(forms.Form):
     """Team, template, resources and the template's declared parameters.
 
@@ -82,7 +78,7 @@ class LaunchForm(forms.Form):
     def __init__(self, data: QueryDict | None = None, *, user: User | AnonymousUser, templates: list[WorkloadTemplate],
                  team: Team | None = None, template: WorkloadTemplate | None = None, initial_name: str = "") -> None:
         super().__init__(data)
-        self.teams = launchable_teams(user)
+        self.teams = selectors.launchable_teams(user)
         team_field: forms.ModelChoiceField = self.fields["team"]  # type: ignore[assignment]
         team_field.queryset = Team.objects.filter(pk__in=[t.pk for t in self.teams]).order_by("name")
         template_field: forms.ModelChoiceField = self.fields["template"]  # type: ignore[assignment]
@@ -172,9 +168,8 @@ class LaunchForm(forms.Form):
         launchable = self.chosen_team is not None and self.chosen_team.pk in {team.pk for team in self.teams}
         claims = selectors.team_claims(team=self.chosen_team) if volumes and launchable and self.chosen_team else None
         kept: dict[str, list[tuple[str, str]]] = {}
-        if launchable and any(spec["type"] == "credential" for spec in specs):
-            for credential in TeamCredential.objects.filter(team=self.chosen_team, state=TeamCredential.State.ACTIVE,
-                                                            applied=True):
+        if launchable and self.chosen_team and any(spec["type"] == "credential" for spec in specs):
+            for credential in credentials.usable(team=self.chosen_team):
                 kept.setdefault(credential.kind, []).append((credential.name, credential.hint))
         return [ParameterRow(spec=spec, field=self[PARAMETER_PREFIX + spec["name"]],
                              revision=self[PARAMETER_PREFIX + spec["name"] + REVISION_SUFFIX] if spec["type"] == "git" else None,

@@ -1,9 +1,9 @@
 """What an interactive server says of its own use, asked over HTTP from the portal's pods (the
 team's NetworkPolicy `gpu-portal-allow-portal` admits them, PORTAL_NAMESPACE and
-PORTAL_POD_LABELS, to the HTTP port of the kinds that declare `portal_reaches`). Each such kind
-names the server it runs (`Kind.activity`): Jupyter answers /api/status with its last_activity
-(PORTAL_NOTEBOOK_STATUS_URL); code-server answers /healthz with its lastHeartbeat, in
-milliseconds since the epoch (PORTAL_WORKSPACE_STATUS_URL).
+PORTAL_POD_LABELS, to the HTTP port of the kinds that name the server they run, `Kind.activity`):
+Jupyter answers /api/status with its last_activity (PORTAL_NOTEBOOK_STATUS_URL); code-server
+answers /healthz with its lastHeartbeat, in milliseconds since the epoch
+(PORTAL_WORKSPACE_STATUS_URL).
 
 It is the idle sweep's second signal (jobs/reclaim.py), used only where it is reachable: a server
 used more recently than its GPU went idle is kept; one the check cannot reach, or whose answer it

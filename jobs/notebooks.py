@@ -53,7 +53,7 @@ def open_or_start(*, user: User) -> NotebookOutcome:
     up = my_notebooks(user=user)
     if up:
         return NotebookOutcome(workload=up[0])
-    teams = [team for team in Team.objects.for_user(user).order_by("name") if user.has_perm("jobs.launch_workload", team)]
+    teams = selectors.launchable_teams(user)
     templates = [template for template in selectors.templates_for_user(user=user) if template.kind in interactive_kinds()]
     team = teams[0] if len(teams) == 1 else None
     template = templates[0] if len(templates) == 1 else None

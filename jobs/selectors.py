@@ -592,3 +592,8 @@ def active_choices(*, team: Any, parameter_type: str) -> tuple[dict[str, list[st
             if value and workload.name not in chosen.setdefault(value, []):
                 chosen[value].append(workload.name)
     return chosen, active
+
+
+def launchable_teams(user: Any) -> list[Team]:
+    """The teams the user may launch for, by name."""
+    return [team for team in Team.objects.for_user(user).order_by("name") if user.has_perm("jobs.launch_workload", team)]

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from jobs import access, endpoint_keys, notebooks, notifications, pricing, reclaim, selectors, services, telemetry, xid
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
-from jobs.models import NotifyBy, Workload, WorkloadEvent, WorkloadTemplate
+from jobs.models import EndpointKey, NotifyBy, Workload, WorkloadEvent, WorkloadTemplate
 from jobs.rules import LOGS_REFUSAL
 from jobs.template_forms import authorable_teams
 from portal.adapters import HtmxHttpRequest, page, require_perm, signed_in_user, whole_number
@@ -280,9 +280,15 @@ def _detail_context(request: HtmxHttpRequest, workload: Workload, *,
         "port_forward": services.port_forward_command(workload) if serves else "",
         "simulated_cluster": settings.PORTAL_CLUSTER == "simulated",
         "xids": xid.xid_rows(workload=workload),
-        "endpoint_keys": (list(workload.endpoint_keys.select_related("created_by"))
-                          if request.user.has_perm("jobs.manage_endpoint_keys", workload) else None),
+        "endpoint_keys": _endpoint_keys(request, workload),
     }
+
+
+def _endpoint_keys(request: HtmxHttpRequest, workload: Workload) -> list[EndpointKey] | None:
+    """The keys of a server its team serves, for who may manage them; None: the page shows none."""
+    if not request.user.has_perm("jobs.manage_endpoint_keys", workload):
+        return None
+    return list(workload.endpoint_keys.select_related("created_by"))
 
 
 @login_required
@@ -449,9 +455,13 @@ def workload_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 
 def _keys_answer(request: HtmxHttpRequest, workload: Workload, **extra: Any) -> HttpResponse:
-    context = {**_detail_context(request, workload), **extra}
-    name = "jobs/workload_detail.html#endpoint-keys" if request.htmx else "jobs/workload_detail.html"
-    response = render(request, name, context)
+    """The keys' card for htmx (only what it shows: no cluster read), else the whole page."""
+    if request.htmx:
+        context = {"workload": workload, "endpoint": services.endpoint(workload),
+                   "endpoint_keys": _endpoint_keys(request, workload), **extra}
+        response = render(request, "jobs/workload_detail.html#endpoint-keys", context)
+    else:
+        response = render(request, "jobs/workload_detail.html", {**_detail_context(request, workload), **extra})
     response["Cache-Control"] = "no-store"  # it may hold a new key's secret
     return response
 

@@ -169,10 +169,6 @@ def _room(team: Team, claims: list[dict[str, Any]], storage_class: str) -> int:
     return next((line.free_gib for line in _lines(team, claims) if line.storage_class == storage_class), 0)
 
 
-def _refused(error: KubeError) -> bool:
-    """The API server said no to the object itself (quota, validation), not that it was away."""
-    return error.status in (403, 409, 422)
-
 
 def volume_create(*, actor: User, team: Team, name: str, storage_class: str, size_gib: int, shared: bool = False) -> TeamVolume:
     """Makes a data volume for the team, within its storage quota of that class."""
@@ -209,7 +205,7 @@ def volume_create(*, actor: User, team: Team, name: str, storage_class: str, siz
     try:
         _apply(volume)
     except KubeError as error:
-        if not _refused(error):
+        if not error.refused:
             log.warning("volume %s not made yet (the repair pass makes it): %s", volume, error)
             return volume
         with transaction.atomic():
@@ -253,7 +249,7 @@ def volume_resize(*, actor: User, volume: TeamVolume, size_gib: int) -> TeamVolu
     try:
         _apply(volume)
     except KubeError as error:
-        if not _refused(error):
+        if not error.refused:
             log.warning("volume %s not grown yet (the repair pass grows it): %s", volume, error)
             return volume
         TeamVolume.objects.filter(pk=volume.pk).update(size_gib=before, applied=True)

@@ -54,12 +54,17 @@ class Kind:
     serves_http: bool = False  # a port, a Service and an Ingress behind the portal's gate
     opened_by: Literal["", "owner", "team"] = ""  # who may open it through the gate: its owner, or its team
     has_token: bool = False  # a token of its own (a Secret), handed to its owner only
-    portal_reaches: bool = False  # the portal asks the server itself how idle it is (jobs/idle.py)
-    activity: Literal["", "jupyter", "code-server"] = ""  # which server it asks, and so how (jobs/idle.py)
+    # The server it runs, which the portal asks how idle it is (jobs/idle.py); "": it asks none.
+    activity: Literal["", "jupyter", "code-server"] = ""
     local_port: int = 8080  # where `kubectl port-forward` puts it on the user's machine
     asks_storage: bool = False  # the template editor's persistent home volume
     # Templates from before idle policies could stop it with `idle_minutes` alone (notebooks did).
     legacy_idle_minutes: bool = False
+
+    @property
+    def portal_reaches(self) -> bool:
+        """Whether the portal reaches its pods (to ask their server how idle it is)."""
+        return bool(self.activity)
 
     @property
     def pod_count(self) -> bool:

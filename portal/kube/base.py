@@ -125,6 +125,12 @@ class KubeError(Exception):
     def retriable(self) -> bool:
         return self.status is None or self.status == 429 or self.status >= 500
 
+    @property
+    def refused(self) -> bool:
+        """The API server said no to the object itself (forbidden, a quota, a conflict, invalid),
+        not that it was away: asking again would be refused again."""
+        return self.status in (403, 409, 422)
+
 
 # What `list_kinds` answers: each (apiVersion, kind) asked, with its objects.
 KindLists = dict[tuple[str, str], list[dict[str, Any]]]
