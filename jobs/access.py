@@ -18,6 +18,14 @@ workload's host (a teammate's server would receive it), so the hand-over goes li
    unchanged) and `jobs.open_workload`, so a member removed from the team or a deactivated
    account is out at the next request.
 
+A Gateway API gateway asks the gate through its external authorization (the HTTPRoute's
+`ExternalAuth` filter, or the gateway's own): `/auth/gateway` followed by the request's path, with
+its method and Host, which names the workload. It cannot send a browser elsewhere on 401 nor pass
+the gate's cookie to the browser on 200, so there the gate answers in redirects, which a gateway
+returns to the client as they are: a browser that is not signed in goes to
+`/workloads/<id>/open/`, and a spent ticket comes back to the same path without it, with the
+access cookie.
+
 Programs send an endpoint key of that server (`Authorization: Bearer gpk_…`, jobs/endpoint_keys.py),
 which opens that server only and never reaches it. Scripts may also send a portal API token
 (`Authorization: Token gpp_…`): a read-only token may only make
@@ -137,17 +145,12 @@ def _endpoint_key(header: str) -> str:
     return parts[1] if len(parts) == 2 and parts[0].lower() == "bearer" and parts[1].startswith(EndpointKey.PREFIX) else ""
 
 
-def _token_user(request: HttpRequest) -> tuple[User, ApiToken] | None:
-    try:
-        return TokenAuthentication().authenticate(Request(request))
-    except exceptions.APIException:
-        return None
-
-
-def gate_check(*, workload_id: int, request: HttpRequest) -> GateAnswer:
-    """The answer to ingress-nginx's question: may this request reach workload `workload_id`?"""
+def gate_check(*, workload_id: int, request: HttpRequest, original_url: str, method: str) -> GateAnswer:
+    """May this request reach workload `workload_id`? `original_url` (its path and query) and
+    `method` are the request's at the gateway: ingress-nginx sends them as X-Original-URL and
+    X-Original-Method, a Gateway API gateway as the gate's own path and method."""
     header = request.headers.get("Authorization", "")
-    method = request.headers.get("X-Original-Method", "GET").upper()
+    method = method.upper()
     user: User | AnonymousUser | None = None
     cookie = ""
     if key_secret := _endpoint_key(header):
@@ -156,15 +159,20 @@ def gate_check(*, workload_id: int, request: HttpRequest) -> GateAnswer:
             return GateAnswer(401)  # unknown, revoked, another server's, or its server has ended
         return GateAnswer(200, username=f"key:{key.name}")  # the server never sees the key
     if _portal_token(header):
-        authenticated = _token_user(request)
+        try:
+            authenticated = TokenAuthentication().authenticate(Request(request))
+        except exceptions.PermissionDenied:
+            return GateAnswer(403)  # a read-only token, and a gateway asked with the request's own method: a change
+        except exceptions.APIException:
+            return GateAnswer(401)  # unknown, revoked or expired
         if authenticated is None:
-            return GateAnswer(401)  # unknown, revoked or expired, or its user deactivated
+            return GateAnswer(401)
         user, token = authenticated
         if token.scope == ApiToken.Scope.READ and method not in permissions.SAFE_METHODS:
             return GateAnswer(403)
         header = ""  # the workload never sees its callers' portal tokens
     else:
-        ticket_user = _ticket_spend(workload_id=workload_id, original_url=request.headers.get("X-Original-URL", ""))
+        ticket_user = _ticket_spend(workload_id=workload_id, original_url=original_url)
         if ticket_user is not None:
             user = User.objects.filter(pk=ticket_user).first()
             if user is not None:
@@ -179,6 +187,14 @@ def gate_check(*, workload_id: int, request: HttpRequest) -> GateAnswer:
     if workload is None or not user.has_perm("jobs.open_workload", workload):
         return GateAnswer(403)
     return GateAnswer(200, username=user.get_username(), authorization=header, access_cookie=cookie)
+
+
+def without_ticket(path: str) -> str:
+    """The path a browser came with, its ticket taken out: where the gate sends it back to once
+    the ticket is spent and the access cookie set."""
+    parts = urllib.parse.urlsplit(path)
+    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k != TICKET_PARAM]
+    return urllib.parse.urlunsplit(("", "", parts.path or "/", urllib.parse.urlencode(query), ""))
 
 
 def safe_return_path(value: Any) -> str:

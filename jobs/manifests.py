@@ -14,6 +14,8 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from portal.kube import ObjectRef
+from portal.security import GATEWAY_GATE_PREFIX
 from tenants.manifests import HTTP_PORT_NAME, WORKLOAD_KIND_LABEL, TierName
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -39,6 +41,11 @@ class IngressSpec:
     cluster_issuer: str = ""  # cert-manager issues a certificate per host into <name>-tls
     auth_url: str = ""  # asked before every request: 200 lets it through, 401 / 403 do not
     signin_url: str = ""  # where a browser answered 401 is sent to sign in
+    # Gateway API instead: the Gateway (namespace, name[, listener]) an HTTPRoute attaches to, and
+    # the portal's Service (namespace, name, port) its ExternalAuth filter asks (None: the gateway
+    # itself asks the gate, or nothing does).
+    gateway: tuple[str, ...] = ()
+    auth_service: tuple[str, str, int] | None = None
 
     @property
     def tls(self) -> bool:
@@ -328,6 +335,51 @@ def http_service(spec: WorkloadSpec) -> dict[str, Any]:
         "spec": {"selector": {WORKLOAD_LABEL: str(spec.workload_id)},
                  "ports": [{"name": HTTP_PORT_NAME, "port": 80, "targetPort": spec.port}]},
     }
+
+
+def route_object(spec: WorkloadSpec, ingress: IngressSpec) -> dict[str, Any]:
+    """How the workload is reached from outside: an HTTPRoute where the site routes through a
+    Gateway, else an Ingress."""
+    return http_route_object(spec, ingress) if ingress.gateway else ingress_object(spec, ingress)
+
+
+def route_refs(spec: WorkloadSpec) -> tuple[ObjectRef, ObjectRef]:
+    """Both kinds of route the workload may have had, by name."""
+    return (ObjectRef("networking.k8s.io/v1", "Ingress", spec.name, spec.namespace),
+            ObjectRef(GATEWAY_API, "HTTPRoute", spec.name, spec.namespace))
+
+
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+# The gate's prefix: a conformant gateway sends the request's method and path after it
+# (jobs/access.py's gateway_check), with its Host, Authorization and these headers.
+GATEWAY_AUTH_REQUEST_HEADERS = ("Cookie", "Accept")
+# What the gate's 200 puts on the request to the workload: who called, and an Authorization
+# header always (empty where the caller's portal token or endpoint key was taken out).
+GATEWAY_AUTH_RESPONSE_HEADERS = ("X-Portal-User", "Authorization")
+
+
+def http_route_object(spec: WorkloadSpec, ingress: IngressSpec) -> dict[str, Any]:
+    """A Gateway API HTTPRoute for the workload's host on the site's Gateway, every path to its
+    Service, behind the standard ExternalAuth filter (HTTP) to the portal's gate where the site
+    names the portal's Service. TLS is the Gateway listener's (a route has none)."""
+    namespace, name, *listener = ingress.gateway
+    parent: dict[str, Any] = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": namespace, "name": name}
+    if listener:
+        parent["sectionName"] = listener[0]
+    rule: dict[str, Any] = {
+        "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+        "backendRefs": [{"name": spec.service_name, "port": 80}],
+    }
+    if ingress.auth_service is not None:
+        auth_namespace, auth_name, auth_port = ingress.auth_service
+        rule["filters"] = [{"type": "ExternalAuth", "externalAuth": {
+            "protocol": "HTTP",
+            "backendRef": {"name": auth_name, "namespace": auth_namespace, "port": auth_port},
+            "http": {"path": GATEWAY_GATE_PREFIX, "allowedHeaders": list(GATEWAY_AUTH_REQUEST_HEADERS),
+                     "allowedResponseHeaders": list(GATEWAY_AUTH_RESPONSE_HEADERS)},
+        }}]
+    return {"apiVersion": GATEWAY_API, "kind": "HTTPRoute", "metadata": meta(spec, spec.labels),
+            "spec": {"parentRefs": [parent], "hostnames": [ingress.host], "rules": [rule]}}
 
 
 def ingress_object(spec: WorkloadSpec, ingress: IngressSpec) -> dict[str, Any]:

@@ -539,15 +539,33 @@ def ingress_host(workload: Workload) -> str:
     return f"{workload.k8s_name}-{workload.team.slug}.{domain}" if domain and workload.kind_facts.serves_http else ""
 
 
+def endpoint_workload(host: str) -> int | None:
+    """The workload whose endpoint answers at `host` (`wl-<id>-<team>.<domain>`, a port allowed),
+    or None: the host must be exactly the one the portal gives it."""
+    domain = settings.PORTAL_INGRESS_DOMAIN
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    found = re.fullmatch(rf"wl-([0-9]{{1,18}})-[a-z0-9-]+\.{re.escape(domain)}", name.lower()) if domain else None
+    if found is None:
+        return None
+    workload = Workload.objects.select_related("team", "template_version__template").filter(pk=int(found[1])).first()
+    return workload.pk if workload is not None and ingress_host(workload) == name.lower() else None
+
+
 def ingress_tls() -> bool:
+    if settings.PORTAL_ENDPOINT_ROUTES == "gateway":
+        return settings.PORTAL_GATEWAY_TLS
     return bool(settings.PORTAL_INGRESS_TLS_SECRET or settings.PORTAL_INGRESS_CLUSTER_ISSUER)
 
 
 def ingress_spec(workload: Workload) -> manifests.IngressSpec | None:
-    """The workload's Ingress, with the portal's gate in front and TLS as the site configured it."""
+    """The workload's Ingress or HTTPRoute, with the portal's gate in front and TLS as the site
+    configured it."""
     host = ingress_host(workload)
     if not host:
         return None
+    if settings.PORTAL_ENDPOINT_ROUTES == "gateway":
+        return manifests.IngressSpec(host=host, gateway=settings.PORTAL_GATEWAY,
+                                     auth_service=settings.PORTAL_GATEWAY_AUTH_SERVICE)
     return manifests.IngressSpec(
         host=host, class_name=settings.PORTAL_INGRESS_CLASS, tls_secret=settings.PORTAL_INGRESS_TLS_SECRET,
         cluster_issuer=settings.PORTAL_INGRESS_CLUSTER_ISSUER,

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
-from jobs import credentials, kinds, reclaim, services, sync, volumes, xid
+from jobs import credentials, kinds, manifests, reclaim, services, sync, volumes, xid
 from jobs.models import Workload
 from portal.audit import audit_record
 from portal.errors import DomainError
@@ -127,8 +127,16 @@ def workload_teardown(workload_id: int) -> None:
     workload = _load(workload_id, task="teardown")
     if workload is None:
         return
-    for obj in reversed(kinds.workload_objects(spec=services.workload_spec(workload))):
+    spec = services.workload_spec(workload)
+    objects = kinds.workload_objects(spec=spec)
+    for obj in reversed(objects):
         gateway().delete(ref_of(obj))
+    if spec.ingress is not None:
+        # Made before the site moved from Ingresses to a Gateway (or back): its route of the other kind goes too.
+        made = {ref_of(obj) for obj in objects}
+        for ref in manifests.route_refs(spec):
+            if ref not in made:
+                gateway().delete(ref)
 
 
 @shared_task(acks_late=True)

@@ -1,4 +1,4 @@
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, re_path
 
 from jobs import credential_views, platform_views, template_views, views, volume_views
 
@@ -40,4 +40,6 @@ urlpatterns: list[URLPattern] = [
     path("workloads/<int:pk>/keys/<int:key_pk>/revoke/", views.endpoint_key_revoke, name="endpoint-key-revoke"),
     path("workloads/<int:pk>/notebook-token/", views.notebook_token, name="notebook-token"),
     path("auth/workloads/<int:pk>/", views.workload_gate, name="workload-gate"),
+    # A gateway adds the request's own path (any path) after the prefix.
+    re_path(r"^auth/gateway(?:/.*)?$", views.workload_gateway_gate, name="workload-gateway-gate"),
 ]

@@ -7,14 +7,16 @@ htmx requests a view answers with just the fragment it changed.
 
 from __future__ import annotations
 
+import urllib.parse
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from jobs import access, endpoint_keys, notebooks, notifications, pricing, reclaim, selectors, services, telemetry, xid
@@ -27,6 +29,7 @@ from portal.adapters import HtmxHttpRequest, page, require_perm, signed_in_user,
 from portal.errors import DomainError
 from portal.htmx import redirect_page
 from portal.kube import KubeError
+from portal.security import GATEWAY_GATE_PREFIX, GATEWAY_HOST_META
 from tenants import cluster_selectors
 from tenants.models import Flavor, Team
 
@@ -423,7 +426,8 @@ def workload_relaunch(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def workload_gate(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """ingress-nginx's `auth-url`: 200, 401 or 403, at once, never a redirect."""
-    answer = access.gate_check(workload_id=pk, request=request)
+    answer = access.gate_check(workload_id=pk, request=request, original_url=request.headers.get("X-Original-URL", ""),
+                               method=request.headers.get("X-Original-Method", "GET"))
     response = HttpResponse(status=answer.status, content_type="text/plain")
     response["Cache-Control"] = "no-store"
     if answer.status == 200:
@@ -431,9 +435,50 @@ def workload_gate(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         if answer.authorization:
             response["Authorization"] = answer.authorization
         if answer.access_cookie:
-            response.set_cookie(access.ACCESS_COOKIE, answer.access_cookie, max_age=settings.SESSION_IDLE_SECONDS,
-                                secure=services.ingress_tls(), httponly=True, samesite="Lax")
+            _set_access_cookie(response, answer.access_cookie)
     return response
+
+
+def _set_access_cookie(response: HttpResponse, value: str) -> None:
+    response.set_cookie(access.ACCESS_COOKIE, value, max_age=settings.SESSION_IDLE_SECONDS,
+                        secure=services.ingress_tls(), httponly=True, samesite="Lax")
+
+
+@csrf_exempt  # the gateway asks with the request's own method; the gate changes nothing a form could
+def workload_gateway_gate(request: HtmxHttpRequest) -> HttpResponse:
+    """A Gateway API gateway's external authorization (HTTP): the request's method, its path
+    after `/auth/gateway`, and its Host naming the workload. 200 lets it through with
+    X-Portal-User and Authorization (always sent, empty where a portal token or endpoint key was
+    taken out, so the gateway's copy replaces the caller's). Anything else is the client's answer:
+    a browser not signed in is sent to sign in, a spent ticket back to its path with the access
+    cookie set (a gateway passes no cookie on a 200), 401 and 403 otherwise."""
+    original = request.get_full_path()[len(GATEWAY_GATE_PREFIX):] or "/"
+    workload_id = services.endpoint_workload(request.META.get(GATEWAY_HOST_META, ""))
+    if workload_id is None:
+        answer = access.GateAnswer(403)  # not a workload's host: the gate says nothing of what exists
+    else:
+        answer = access.gate_check(workload_id=workload_id, request=request, original_url=original,
+                                   method=request.method or "GET")
+    if answer.status == 200 and answer.access_cookie:
+        response: HttpResponse = HttpResponseRedirect(access.without_ticket(original))
+        _set_access_cookie(response, answer.access_cookie)
+    elif answer.status == 200:
+        response = HttpResponse(status=200, content_type="text/plain")
+        response["X-Portal-User"] = answer.username
+        response["Authorization"] = answer.authorization
+    elif answer.status == 401 and workload_id is not None and _browser_navigation(request):
+        query = urllib.parse.urlencode({"rd": access.without_ticket(original)})
+        response = HttpResponseRedirect(f"{settings.SITE_URL}{reverse('jobs:workload-open', args=[workload_id])}?{query}")
+    else:
+        response = HttpResponse(status=answer.status, content_type="text/plain")
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def _browser_navigation(request: HttpRequest) -> bool:
+    """A person's browser opening a page (sent to sign in), not a program (answered 401)."""
+    return (request.method in ("GET", "HEAD") and not request.headers.get("Authorization")
+            and "text/html" in request.headers.get("Accept", ""))
 
 
 @login_required

@@ -281,6 +281,17 @@ SETTINGS: tuple[Setting, ...] = (
             "team namespace.", ENDPOINTS),
     Setting("PORTAL_INGRESS_CLUSTER_ISSUER", "text", "", "Instead, a cert-manager ClusterIssuer that issues one "
             "certificate per host (not both).", ENDPOINTS),
+    Setting("PORTAL_ENDPOINT_ROUTES", "text", "ingress", "How those endpoints are routed: `ingress` (an Ingress "
+            "per workload, gated through ingress-nginx's external authentication) or `gateway` (a Gateway API "
+            "HTTPRoute per workload on `PORTAL_GATEWAY`).", ENDPOINTS),
+    Setting("PORTAL_GATEWAY", "text", "", "With `gateway` routes, the Gateway they attach to: `namespace/name`, or "
+            "`namespace/name/listener` for one of its listeners.", ENDPOINTS),
+    Setting("PORTAL_GATEWAY_AUTH_SERVICE", "text", "", "With `gateway` routes, the portal's Service as the gateway "
+            "reaches it (`namespace/name:port`): each route then carries Gateway API's `ExternalAuth` filter to the "
+            "gate `/auth/gateway/`, and the team pass grants the routes that reference (a ReferenceGrant per team). "
+            "Empty: the gateway itself must send every request to the gate, or the endpoints are open.", ENDPOINTS),
+    Setting("PORTAL_GATEWAY_TLS", "yes/no", "true", "With `gateway` routes, whether the Gateway's listener terminates "
+            "TLS for `*.<domain>` (the pages then say https://).", ENDPOINTS),
     Setting("PORTAL_INGRESS_AUTH_URL", "URL", COMPUTED, "The portal as the ingress controller reaches it, for the "
             "gate `/auth/workloads/<id>/`; its host must be in `ALLOWED_HOSTS`.", ENDPOINTS,
             default_text="`SITE_URL`"),
@@ -494,6 +505,32 @@ def parse_namespace(name: str, value: str) -> str:
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
         raise ImproperlyConfigured(f"{name}: “{value}” is not a Kubernetes namespace name.")
     return value
+
+
+_NAME = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"  # a namespace, a Service, a Gateway or a listener (DNS-1123 label)
+
+
+def gateway_reference(name: str) -> tuple[str, ...]:
+    """`namespace/name` or `namespace/name/listener`, as its parts; empty: ()."""
+    value = text(name)
+    if not value:
+        return ()
+    parts = tuple(value.split("/"))
+    if len(parts) not in (2, 3) or not all(re.fullmatch(_NAME, part) for part in parts):
+        raise ImproperlyConfigured(f"{name}: “{value}” is not namespace/name or namespace/name/listener "
+                                   "(each lowercase letters, digits and hyphens).")
+    return parts
+
+
+def service_reference(name: str) -> tuple[str, str, int] | None:
+    """`namespace/name:port`: a Service and the port it serves on; empty: None."""
+    value = text(name)
+    if not value:
+        return None
+    found = re.fullmatch(rf"({_NAME})/({_NAME}):([0-9]{{1,5}})", value)
+    if found is None or not 0 < int(found.group(5)) < 65536:
+        raise ImproperlyConfigured(f"{name}: “{value}” is not namespace/name:port, e.g. gpu-portal/gpu-portal:80.")
+    return found.group(1), found.group(3), int(found.group(5))
 
 
 # --- The reference page --------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ the portal itself, so a value that slips past escaping into a page cannot run as
 from __future__ import annotations
 
 import functools
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -190,3 +191,27 @@ class RefuseUnreadableTextMiddleware:
         if api:
             return JsonResponse({"message": message, "errors": {field: [message]}}, status=400)
         return HttpResponse(loader.render_to_string("400.html", {"message": message}), status=400)
+
+
+GATEWAY_GATE_PREFIX = "/auth/gateway"
+GATEWAY_HOST_META = "PORTAL_GATEWAY_HOST"
+
+
+class GatewayGateHostMiddleware:
+    """A gateway's external authorization asks the gate (`/auth/gateway/…`) with the workload's
+    Host. That host is not the portal's, and ALLOWED_HOSTS rightly refuses it (nothing else may be
+    served under it, nor links be built with it), so the gate's requests keep it aside in
+    `GATEWAY_HOST_META` for the gate alone and go on as the portal's own host (the one the
+    gateway reaches it at, `PORTAL_INGRESS_AUTH_URL`'s)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self.own_host = urllib.parse.urlsplit(settings.PORTAL_INGRESS_AUTH_URL).netloc
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        path = request.path_info
+        if path == GATEWAY_GATE_PREFIX or path.startswith(f"{GATEWAY_GATE_PREFIX}/"):
+            request.META[GATEWAY_HOST_META] = request.META.get("HTTP_HOST", "")
+            request.META["HTTP_HOST"] = self.own_host
+            request.META.pop("HTTP_X_FORWARDED_HOST", None)
+        return self.get_response(request)

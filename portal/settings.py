@@ -59,6 +59,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "portal.security.GatewayGateHostMiddleware",  # before anything reads the Host
     "portal.observability.RequestIdMiddleware",
     "portal.observability.MetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -658,9 +659,19 @@ if PORTAL_INGRESS_TLS_SECRET and PORTAL_INGRESS_CLUSTER_ISSUER:
 # be in ALLOWED_HOSTS, and it is not redirected to HTTPS (the controller's call stays inside).
 PORTAL_INGRESS_AUTH_URL = config.text("PORTAL_INGRESS_AUTH_URL", SITE_URL).rstrip("/")
 if PRODUCTION:
-    SECURE_REDIRECT_EXEMPT = [*SECURE_REDIRECT_EXEMPT, r"^auth/workloads/"]
+    SECURE_REDIRECT_EXEMPT = [*SECURE_REDIRECT_EXEMPT, r"^auth/workloads/", r"^auth/gateway/"]
 # The controller cannot follow a redirect to the identity provider: the gate answers, never redirects.
-OIDC_EXEMPT_URLS = [re.compile(r"^/auth/workloads/")]
+OIDC_EXEMPT_URLS = [re.compile(r"^/auth/workloads/"), re.compile(r"^/auth/gateway/")]
+# Gateway API instead of Ingresses (jobs/manifests.py's route_object, jobs/access.py's gateway gate).
+PORTAL_ENDPOINT_ROUTES = config.text("PORTAL_ENDPOINT_ROUTES").lower()
+if PORTAL_ENDPOINT_ROUTES not in {"ingress", "gateway"}:
+    raise ImproperlyConfigured(f"PORTAL_ENDPOINT_ROUTES must be “ingress” or “gateway”; it is “{PORTAL_ENDPOINT_ROUTES}”.")
+PORTAL_GATEWAY = config.gateway_reference("PORTAL_GATEWAY")
+PORTAL_GATEWAY_AUTH_SERVICE = config.service_reference("PORTAL_GATEWAY_AUTH_SERVICE")
+PORTAL_GATEWAY_TLS = config.boolean("PORTAL_GATEWAY_TLS")
+if PORTAL_ENDPOINT_ROUTES == "gateway" and PORTAL_INGRESS_DOMAIN and not PORTAL_GATEWAY:
+    raise ImproperlyConfigured("PORTAL_ENDPOINT_ROUTES is “gateway”: set PORTAL_GATEWAY to the Gateway the routes attach "
+                               "to, as namespace/name or namespace/name/listener.")
 # A notebook's token is derived from this key and the workload (HMAC), so the database keeps only
 # its hash; whoever holds the key could mint sessions anyway, so SECRET_KEY is its default.
 PORTAL_NOTEBOOK_TOKEN_KEY = config.text("PORTAL_NOTEBOOK_TOKEN_KEY", SECRET_KEY)

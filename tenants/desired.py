@@ -73,6 +73,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     specs = {}
     network = network_spec()
     reader = portal_reader()
+    gate = gate_service()
     reach = WORKLOAD_KINDS.call()
     for team in teams_by_id.values():
         specs[team.pk] = (team, manifests.TeamSpec(
@@ -99,8 +100,18 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             held=team.pk in held,
             portal_reader=reader,
             kinds=reach,
+            gate_service=gate,
         ))
     return specs
+
+
+def gate_service() -> tuple[str, str] | None:
+    """The portal's Service that workload routes' ExternalAuth filter names, when the site routes
+    through a Gateway with the filter."""
+    service = settings.PORTAL_GATEWAY_AUTH_SERVICE
+    if settings.PORTAL_ENDPOINT_ROUTES != "gateway" or service is None:
+        return None
+    return service[0], service[1]
 
 
 def portal_reader() -> manifests.PortalReader | None:

@@ -227,6 +227,9 @@ class TeamSpec:
     # Where the portal reads pods, logs, events and data volumes only in namespaces it made (the
     # chart's rbac.namespacedReads): its own ServiceAccount, bound in the team's namespace.
     portal_reader: PortalReader | None = None
+    # Where workload routes ask the portal's gate through a Gateway (namespace, Service name):
+    # a ReferenceGrant there lets the team's HTTPRoutes name that Service.
+    gate_service: tuple[str, str] | None = None
 
     @property
     def namespace(self) -> str:
@@ -516,6 +519,23 @@ def make_portal_role_binding(*, team: TeamSpec, reader: PortalReader) -> dict[st
     }
 
 
+def gate_grant_name(team_namespace: str) -> str:
+    return f"gpu-portal-gate-{team_namespace}"
+
+
+def make_gate_grant(*, team: TeamSpec, service: tuple[str, str]) -> dict[str, Any]:
+    """Lets the team's HTTPRoutes name the portal's Service in their ExternalAuth filter: Gateway
+    API refuses a reference into another namespace unless a ReferenceGrant there allows it. It
+    lives in the portal's namespace, one per team, naming that Service only."""
+    namespace, name = service
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ReferenceGrant",
+        "metadata": _meta(gate_grant_name(team.namespace), team.labels, namespace, team.annotations),
+        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": team.namespace}],
+                 "to": [{"group": "", "kind": "Service", "name": name}]},
+    }
+
+
 def make_team_objects(*, team: TeamSpec, queue: QueueBackend) -> list[dict[str, Any]]:
     """Everything a team has in the cluster, in the order to create it: the queue backend's team
     queue last, once the namespace it admits into is ready."""
@@ -527,5 +547,6 @@ def make_team_objects(*, team: TeamSpec, queue: QueueBackend) -> list[dict[str, 
         make_limit_range(team=team),
         *make_network_policies(team=team),
         make_role_binding(team=team),
+        *([make_gate_grant(team=team, service=team.gate_service)] if team.gate_service is not None else []),
         *queue.team_objects(team=team),
     ]

@@ -35,7 +35,7 @@ from portal.kube.base import quantity
 from portal.kube.store import KindStore
 from portal.leader import LeadershipLost
 from tenants import manifests, nodes
-from tenants.desired import platform_objects, simulated_nodes, team_objects, team_specs
+from tenants.desired import gate_service, platform_objects, simulated_nodes, team_objects, team_specs
 from tenants.models import Team
 from tenants.queueing import backend
 
@@ -55,6 +55,7 @@ def owned_kinds() -> tuple[tuple[str, str], ...]:
         ("v1", "LimitRange"),
         ("networking.k8s.io/v1", "NetworkPolicy"),
         ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        *((("gateway.networking.k8s.io/v1", "ReferenceGrant"),) if gate_service() is not None else ()),
         *backend().team_kinds,
     )
 
@@ -183,6 +184,8 @@ def team_teardown(*, slug: str, uid: str) -> bool:
     # The namespace first: it takes the workloads with it, then the queues can go.
     queues, _ = cluster.list(*backend().team_queue_kind, labels={**MANAGED, manifests.TEAM_LABEL: slug})
     refs = (ObjectRef("v1", "Namespace", name), *(ref_of(queue) for queue in queues))
+    if (gate := gate_service()) is not None:  # in the portal's namespace: the namespace does not take it along
+        refs = (*refs, ObjectRef("gateway.networking.k8s.io/v1", "ReferenceGrant", manifests.gate_grant_name(name), gate[0]))
 
     def still_ours(ref: ObjectRef) -> dict[str, Any] | None:
         current = cluster.get(ref)

@@ -22,7 +22,7 @@ def make_inference(*, spec: m.WorkloadSpec) -> list[dict[str, Any]]:
     }
     objects = [m.http_service(spec), deployment]
     if spec.ingress:
-        objects.append(m.ingress_object(spec, spec.ingress))
+        objects.append(m.route_object(spec, spec.ingress))
     return objects
 
 

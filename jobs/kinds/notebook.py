@@ -52,7 +52,7 @@ def make_interactive(*, spec: m.WorkloadSpec, token_variable: str, home: str) ->
         }]
     objects = [make_secret(spec=spec), m.http_service(spec), statefulset]
     if spec.ingress:
-        objects.append(m.ingress_object(spec, spec.ingress))
+        objects.append(m.route_object(spec, spec.ingress))
     return objects
 
 

@@ -53,6 +53,10 @@ KINDS: dict[tuple[str, str], KindInfo] = {
         KindInfo("v1", "Node", "nodes", False),
         KindInfo("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", True),
         KindInfo("networking.k8s.io/v1", "Ingress", "ingresses", True),
+        # Gateway API, where a site routes workload endpoints through a Gateway: a workload's
+        # HTTPRoute, and per team the grant that lets its routes ask the portal's Service.
+        KindInfo("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes", True),
+        KindInfo("gateway.networking.k8s.io/v1", "ReferenceGrant", "referencegrants", True),
         KindInfo("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", True),
         KindInfo("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False),
         # Read only: a flavor's pods name one, which the site's node pools install (never the portal).

@@ -4,13 +4,17 @@
 # and beside it the Prometheus operator's ServiceMonitor and PrometheusRule CRDs (from its Go
 # module), so the chart's monitoring objects are validated by the API server too:
 #   .../helm/prometheus-operator-<version>/crds/*.yaml
-# HELM_VERSION and PROMETHEUS_OPERATOR_VERSION come from versions.env; changing one fetches or
-# builds the new version next to the old.
+# and Gateway API's experimental CRDs (HTTPRoute, ReferenceGrant, Gateway, GatewayClass), for the
+# workload routes the portal writes through a Gateway:
+#   .../helm/gateway-api-<version>/crds/*.yaml
+# HELM_VERSION, PROMETHEUS_OPERATOR_VERSION and GATEWAY_API_VERSION come from versions.env;
+# changing one fetches or builds the new version next to the old.
 # Idempotent and safe to run concurrently (flock); a finished build is marked by .complete.
 #
 # Usage: build-helm.sh            build if needed, print the helm binary's path on the last line
 #        build-helm.sh --print    only print the path (no build)
 #        build-helm.sh --crds     only print the directory of the operator's CRDs
+#        build-helm.sh --gateway-crds   only print the directory of Gateway API's CRDs
 #        build-helm.sh --check    exit 0 if built, 1 otherwise
 set -euo pipefail
 
@@ -21,18 +25,20 @@ CACHE_ROOT=${GPU_PORTAL_HELM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-portal/h
 OUT="$CACHE_ROOT/$HELM_VERSION"
 HELM="$OUT/bin/helm"
 CRDS="$CACHE_ROOT/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION/crds"
+GATEWAY_CRDS="$CACHE_ROOT/gateway-api-$GATEWAY_API_VERSION/crds"
 
 case "${1:-}" in
   --print) echo "$HELM"; exit 0 ;;
   --crds) echo "$CRDS"; exit 0 ;;
-  --check) [[ -f "$OUT/.complete" && -f "$CRDS/.complete" ]] && exit 0 || exit 1 ;;
+  --gateway-crds) echo "$GATEWAY_CRDS"; exit 0 ;;
+  --check) [[ -f "$OUT/.complete" && -f "$CRDS/.complete" && -f "$GATEWAY_CRDS/.complete" ]] && exit 0 || exit 1 ;;
   "") ;;
-  *) echo "usage: $0 [--print|--crds|--check]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--print|--crds|--gateway-crds|--check]" >&2; exit 2 ;;
 esac
 
 log() { printf '[build-helm.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-if [[ -f "$OUT/.complete" && -f "$CRDS/.complete" ]]; then
+if [[ -f "$OUT/.complete" && -f "$CRDS/.complete" && -f "$GATEWAY_CRDS/.complete" ]]; then
   echo "$HELM"
   exit 0
 fi
@@ -52,6 +58,17 @@ if [[ ! -f "$CRDS/.complete" ]]; then
   chmod u+w "$CRDS.partial"/*.yaml
   touch "$CRDS.partial/.complete"
   rm -rf "$CRDS" && mv "$CRDS.partial" "$CRDS"
+fi
+if [[ ! -f "$GATEWAY_CRDS/.complete" ]]; then
+  log "downloading Gateway API's CRDs ($GATEWAY_API_VERSION)"
+  GW_DIR=$(cd / && go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" \
+    | sed -n 's/^\s*"Dir": "\(.*\)",$/\1/p')
+  rm -rf "$GATEWAY_CRDS.partial" && mkdir -p "$GATEWAY_CRDS.partial"
+  cp "$GW_DIR"/config/crd/experimental/gateway.networking.k8s.io_{httproutes,referencegrants,gateways,gatewayclasses}.yaml \
+    "$GATEWAY_CRDS.partial/"
+  chmod u+w "$GATEWAY_CRDS.partial"/*.yaml
+  touch "$GATEWAY_CRDS.partial/.complete"
+  rm -rf "$GATEWAY_CRDS" && mv "$GATEWAY_CRDS.partial" "$GATEWAY_CRDS"
 fi
 if [[ -f "$OUT/.complete" ]]; then  # built by someone else meanwhile
   echo "$HELM"

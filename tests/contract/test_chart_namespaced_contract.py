@@ -25,6 +25,11 @@ from tests.contract.test_chart_contract import (
     as_the_chart_account,
     installed,
 )
+from tests.contract.test_gateway_routes_contract import (  # noqa: F401 - run as the chart's account, routes on
+    gateway_api,
+    test_a_deleted_teams_grant_goes_and_another_teams_grant_stays,
+    test_a_served_workload_gets_an_httproute_behind_the_gate_and_loses_it_when_stopped,
+)
 from tests.contract.test_watch_contract import (  # noqa: F401 - run as the chart's account, reads namespaced
     test_the_informer_follows_a_job_across_watch_restarts_without_losing_or_doubling_its_interval,
 )
@@ -37,7 +42,10 @@ test_the_informer_follows_a_job_across_watch_restarts_without_losing_or_doubling
     pytest.mark.django_db(transaction=True)(
         test_the_informer_follows_a_job_across_watch_restarts_without_losing_or_doubling_its_interval))
 
-NAMESPACED_READS = {"rbac": {"namespacedReads": True}}
+# Workload routes through a Gateway in this release too: its account writes HTTPRoutes in team
+# namespaces and each team's ReferenceGrant only in its own (the gateway scenarios run as it).
+NAMESPACED_READS = {"rbac": {"namespacedReads": True},
+                    "workloadIngress": {"routes": "gateway", "gateway": "gateways/apps/https"}}
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +67,18 @@ def cluster(request, settings, db, release, portal_gateway, control_plane):
     settings.PORTAL_SERVICE_ACCOUNT = release.fullname
     settings.PORTAL_NAMESPACE = release.namespace
     yield from as_the_chart_account(settings, release, portal_gateway)
+
+
+@pytest.fixture
+def routed(settings, release, gateway_api) -> str:  # noqa: F811 - the imported fixture, asked for
+    """As the chart's environment says: routes on its Gateway, the filter to the release's Service."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    settings.PORTAL_INGRESS_DOMAIN = "apps.example.com"
+    settings.PORTAL_ENDPOINT_ROUTES = "gateway"
+    settings.PORTAL_GATEWAY = ("gateways", "apps", "https")
+    settings.PORTAL_GATEWAY_AUTH_SERVICE = (release.namespace, release.fullname, 80)
+    settings.PORTAL_GATEWAY_TLS = True
+    return release.namespace
 
 
 def allowed(portal: KubernetesGateway, *, verb: str, resource: str, namespace: str | None,

@@ -42,6 +42,13 @@ def operator_crds() -> Path:
     return Path(result.stdout.strip())
 
 
+def gateway_api_crds() -> Path:
+    """Gateway API's experimental CRDs (HTTPRoute, ReferenceGrant, Gateway, GatewayClass), fetched beside helm."""
+    helm()
+    result = subprocess.run(["bash", str(BUILD_HELM), "--gateway-crds"], capture_output=True, text=True, check=True)
+    return Path(result.stdout.strip())
+
+
 def merged(*overrides: dict[str, Any]) -> dict[str, Any]:
     """REQUIRED_VALUES with the overrides merged in, dict by dict."""
     def merge(into: dict[str, Any], other: dict[str, Any]) -> None:

@@ -207,9 +207,9 @@ def test_the_cluster_role_asks_for_no_wildcard_no_escalation_and_reads_no_secret
     assert granted <= KNOWN
     # Leases are the release namespace's Role's (leader election), never cluster-wide; Kueue's
     # visibility ClusterQueues are read only through their pendingworkloads subresource; Volcano's
-    # kinds are granted only to a site on Volcano.
+    # kinds are granted only to a site on Volcano, Gateway API's to a site routing through a Gateway.
     assert KNOWN - granted - {("coordination.k8s.io", "leases")} == {
-        ("", "configmaps"), ("visibility.kueue.x-k8s.io", "clusterqueues"), *VOLCANO}
+        ("", "configmaps"), ("visibility.kueue.x-k8s.io", "clusterqueues"), *VOLCANO, *GATEWAY_API}
 
 
 def test_on_volcano_the_cluster_role_holds_volcanos_queues_pod_groups_and_jobs_and_nothing_of_kueue():
@@ -244,6 +244,35 @@ def _known() -> set[tuple[str, str]]:
 
 KNOWN = _known()
 VOLCANO = {("scheduling.volcano.sh", "queues"), ("scheduling.volcano.sh", "podgroups"), ("batch.volcano.sh", "jobs")}
+
+
+GATEWAY_API = {("gateway.networking.k8s.io", "httproutes"), ("gateway.networking.k8s.io", "referencegrants")}
+GATEWAY_ROUTES = {"workloadIngress": {"routes": "gateway", "gateway": "gateways/apps/https", "clusterIssuer": ""}}
+
+
+def test_routes_through_a_gateway_write_httproutes_and_each_teams_grant_only_beside_the_portals_service():
+    objects = render(merged(EVERYTHING_ON, GATEWAY_ROUTES))
+    portal = by_kind(objects, "ClusterRole")["portal-gpu-portal"]["rules"]
+    assert all(_allows(portal, "gateway.networking.k8s.io", "httproutes", verb)
+               for verb in ("get", "list", "watch", "create", "patch", "delete"))
+    # Grants are read across the cluster (the team pass lists what it owns) and written only here.
+    assert _allows(portal, "gateway.networking.k8s.io", "referencegrants", "list")
+    assert not _allows(portal, "gateway.networking.k8s.io", "referencegrants", "create")
+    grants = by_kind(objects, "Role")["portal-gpu-portal-gate-grants"]["rules"]
+    assert grants == [{"apiGroups": ["gateway.networking.k8s.io"], "resources": ["referencegrants"],
+                       "verbs": ["create", "patch", "delete"]}]
+    binding = by_kind(objects, "RoleBinding")["portal-gpu-portal-gate-grants"]
+    assert binding["roleRef"]["name"] == "portal-gpu-portal-gate-grants"
+    env = container_env(pod_specs(objects)["portal-gpu-portal-worker"]["containers"][0], SECRETS)
+    assert (env["PORTAL_ENDPOINT_ROUTES"], env["PORTAL_GATEWAY"], env["PORTAL_GATEWAY_AUTH_SERVICE"],
+            env["PORTAL_GATEWAY_TLS"]) == ("gateway", "gateways/apps/https", "gpu-portal/portal-gpu-portal:80", "1")
+    # Without the filter (the gateway asks the gate itself) the portal writes no grant at all.
+    bare = render(merged(EVERYTHING_ON, GATEWAY_ROUTES, {"workloadIngress": {"gatewayAuthFilter": False}}))
+    assert "portal-gpu-portal-gate-grants" not in by_kind(bare, "Role")
+    assert not _allows(by_kind(bare, "ClusterRole")["portal-gpu-portal"]["rules"], "gateway.networking.k8s.io",
+                       "referencegrants", "list")
+    assert container_env(pod_specs(bare)["portal-gpu-portal-worker"]["containers"][0], SECRETS)[
+        "PORTAL_GATEWAY_AUTH_SERVICE"] == ""
 
 
 def _allows(rules: list[dict[str, Any]], group: str, resource: str, verb: str) -> bool:

@@ -327,3 +327,123 @@ def test_a_wildcard_certificate_and_an_issuer_together_refuse_to_start(tmp_path)
     result = settings_in_a_fresh_process(env, "pass")
     assert result.returncode != 0
     assert "not both" in result.stderr
+
+
+@pytest.mark.parametrize(("env", "words"), [
+    ({"PORTAL_ENDPOINT_ROUTES": "traefik"}, "must be “ingress” or “gateway”"),
+    ({"PORTAL_ENDPOINT_ROUTES": "gateway", "PORTAL_INGRESS_DOMAIN": "apps.example.com"}, "set PORTAL_GATEWAY"),
+    ({"PORTAL_GATEWAY": "apps"}, "is not namespace/name or namespace/name/listener"),
+    ({"PORTAL_GATEWAY": "gateways/Apps"}, "is not namespace/name or namespace/name/listener"),
+    ({"PORTAL_GATEWAY_AUTH_SERVICE": "gpu-portal/gpu-portal"}, "is not namespace/name:port"),
+    ({"PORTAL_GATEWAY_AUTH_SERVICE": "gpu-portal/gpu-portal:70000"}, "is not namespace/name:port"),
+])
+def test_a_gateway_named_wrongly_refuses_to_start_and_says_how_to_write_it(tmp_path, env, words):
+    result = settings_in_a_fresh_process({"PORTAL_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "portal.settings",
+                                          **env}, "pass")
+    assert result.returncode != 0
+    assert words in result.stderr
+
+
+def test_a_gateway_named_rightly_is_read_into_its_parts(tmp_path):
+    env = {"PORTAL_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "portal.settings", "PORTAL_ENDPOINT_ROUTES": "Gateway",
+           "PORTAL_INGRESS_DOMAIN": "apps.example.com", "PORTAL_GATEWAY": "gateways/apps/https",
+           "PORTAL_GATEWAY_AUTH_SERVICE": "gpu-portal/gpu-portal:8080"}
+    code = ("from django.conf import settings as s; "
+            "print(s.PORTAL_ENDPOINT_ROUTES, s.PORTAL_GATEWAY, s.PORTAL_GATEWAY_AUTH_SERVICE, s.PORTAL_GATEWAY_TLS)")
+    result = settings_in_a_fresh_process(env, code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "gateway ('gateways', 'apps', 'https') ('gpu-portal', 'gpu-portal', 8080) True"
+
+
+# --- Through a Gateway (Gateway API's ExternalAuth, HTTP) --------------------------------------------
+# A conformant gateway asks /auth/gateway followed by the request's own path, with the request's
+# method, its Host (the workload's), Authorization, and the route's allowedHeaders (Cookie,
+# Accept); its answer other than 200 goes to the client as it is.
+
+
+@pytest.fixture
+def gateway_routes(settings):
+    settings.PORTAL_ENDPOINT_ROUTES = "gateway"
+    settings.PORTAL_GATEWAY = ("gateways", "apps", "https")
+    settings.PORTAL_GATEWAY_TLS = True
+
+
+def ask(workload: Workload | None, path: str = "/", *, client: Client | None = None, method: str = "get",
+        host: str = "", authorization: str = "", accept: str = "") -> Any:
+    headers: dict[str, Any] = {"HTTP_HOST": host or services.ingress_host(workload)}  # type: ignore[arg-type]
+    if authorization:
+        headers["HTTP_AUTHORIZATION"] = authorization
+    if accept:
+        headers["HTTP_ACCEPT"] = accept
+    return getattr(client or Client(), method)(f"/auth/gateway{path}", **headers)
+
+
+def test_through_a_gateway_the_host_names_the_workload_and_the_same_people_get_through(
+        gateway_routes, notebook, server, member, teammate, outsider):
+    assert ask(notebook, "/lab", authorization=f"Token {token_of(member)}").status_code == 200
+    assert ask(notebook, "/lab", authorization=f"Token {token_of(teammate)}").status_code == 403
+    for user in (member, teammate):
+        answer = ask(server, "/v1/models", authorization=f"Token {token_of(user)}")
+        assert (answer.status_code, answer["X-Portal-User"]) == (200, user.username)
+        # Always sent, empty here: the gateway copies it over the caller's portal token.
+        assert answer["Authorization"] == ""
+    assert ask(server, "/v1/models", authorization=f"Token {token_of(outsider)}").status_code == 403
+    # Every method the request had reaches the gate as it is (no CSRF refusal of a POST).
+    assert ask(server, "/v1/chat/completions", method="post", authorization=f"Token {token_of(member)}").status_code == 200
+    read_only = token_of(member, ApiToken.Scope.READ)
+    assert ask(server, "/v1/completions", method="post", authorization=f"Token {read_only}").status_code == 403
+
+
+def test_through_a_gateway_a_host_that_is_no_workloads_gets_nothing_and_the_portal_is_not_served_there(
+        gateway_routes, server, member):
+    secret = f"Token {token_of(member)}"
+    for host in (f"wl-{server.pk}-other.{HOST_DOMAIN}", f"wl-{server.pk + 1000}-vision.{HOST_DOMAIN}",
+                 f"wl-{server.pk}-vision.evil.example", "gpu-portal.example.com"):
+        answer = ask(None, "/v1/models", host=host, authorization=secret)
+        assert answer.status_code == 403 and "X-Portal-User" not in answer, host
+    # The workload's host reaches the gate only: the portal's pages still refuse it.
+    assert Client().get("/", HTTP_HOST=services.ingress_host(server)).status_code == 400
+
+
+def test_through_a_gateway_a_browser_is_sent_to_sign_in_and_a_program_is_asked_who_it_is(gateway_routes, notebook):
+    browser = ask(notebook, "/lab/tree?x=1", accept="text/html,application/xhtml+xml")
+    assert browser.status_code == 302
+    parts = urllib.parse.urlsplit(browser["Location"])
+    assert parts.path == reverse("jobs:workload-open", args=[notebook.pk])
+    assert urllib.parse.parse_qs(parts.query) == {"rd": ["/lab/tree?x=1"]}
+    assert ask(notebook, "/api/kernels", accept="application/json").status_code == 401
+    assert ask(notebook, "/lab", method="post", accept="text/html").status_code == 401
+
+
+def test_through_a_gateway_a_ticket_is_spent_once_into_a_cookie_by_a_redirect(gateway_routes, notebook, member):
+    location = open_notebook(login(member), notebook)
+    parts = urllib.parse.urlsplit(location)
+    assert (parts.scheme, parts.netloc) == ("https", services.ingress_host(notebook))
+    host = Client()
+    # A gateway passes no cookie to the client on 200: the gate answers a redirect to the same
+    # path without the ticket, with the cookie, and the gateway hands that answer to the browser.
+    spent = ask(notebook, f"{parts.path}?{parts.query}", client=host, accept="text/html")
+    assert spent.status_code == 302 and spent["Location"] == "/lab?reset="
+    cookie = spent.cookies[access.ACCESS_COOKIE]
+    assert cookie["httponly"] and cookie["secure"] and not cookie["domain"]
+    assert ask(notebook, "/lab?reset=", client=host, accept="text/html").status_code == 200  # the cookie carries on
+    again = ask(notebook, f"{parts.path}?{parts.query}", accept="text/html")
+    assert again.status_code == 302 and "/open/" in again["Location"]  # spent: sent to sign in again, not let in
+
+
+@pytest.mark.parametrize(("routes", "auth_service", "ingress_class", "expected"), [
+    ("gateway", ("gpu-portal", "gpu-portal", 80), "nginx", []),
+    ("gateway", None, "nginx", ["jobs.W002"]),
+    ("ingress", None, "nginx", []),
+    ("ingress", None, "internal-nginx", []),
+    ("ingress", None, "traefik", ["jobs.W003"]),
+])
+def test_the_deploy_check_warns_of_endpoints_nothing_puts_behind_the_gate(settings, routes, auth_service, ingress_class,
+                                                                          expected):
+    from jobs.checks import endpoints_gated
+
+    settings.PORTAL_ENDPOINT_ROUTES, settings.PORTAL_GATEWAY_AUTH_SERVICE = routes, auth_service
+    settings.PORTAL_INGRESS_CLASS = ingress_class
+    assert [message.id for message in endpoints_gated(None)] == expected
+    settings.PORTAL_INGRESS_DOMAIN = ""  # no endpoints reachable from outside: nothing to gate
+    assert endpoints_gated(None) == []

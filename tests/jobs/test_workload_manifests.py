@@ -112,6 +112,34 @@ def test_an_ingress_with_a_wildcard_certificate_names_its_secret():
     }
 
 
+def test_through_a_gateway_a_served_workload_gets_an_httproute_on_it_behind_the_gates_external_auth():
+    routed = m.IngressSpec(host="wl-42-vision.apps.example.com", gateway=("gateways", "apps", "https"),
+                           auth_service=("gpu-portal", "gpu-portal", 80))
+    spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "notebook", "port": 8888, "ingress": routed})
+    assert notebook.make_notebook(spec=spec)[-1] == {
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "wl-42", "namespace": "vision", "labels": LABELS},
+        "spec": {
+            "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "namespace": "gateways", "name": "apps",
+                            "sectionName": "https"}],
+            "hostnames": ["wl-42-vision.apps.example.com"],
+            "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                       "backendRefs": [{"name": "wl-42", "port": 80}],
+                       "filters": [{"type": "ExternalAuth", "externalAuth": {
+                           "protocol": "HTTP", "backendRef": {"name": "gpu-portal", "namespace": "gpu-portal", "port": 80},
+                           "http": {"path": "/auth/gateway", "allowedHeaders": ["Cookie", "Accept"],
+                                    "allowedResponseHeaders": ["X-Portal-User", "Authorization"]}}}]}],
+        },
+    }
+    # The gateway asks the gate itself (its own external authorization): the route carries no filter.
+    bare = m.IngressSpec(host="wl-42-vision.apps.example.com", gateway=("gateways", "apps"))
+    route = m.route_object(spec, bare)
+    assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                            "namespace": "gateways", "name": "apps"}]
+    assert "filters" not in route["spec"]["rules"][0]
+    assert m.route_object(spec, GATED)["kind"] == "Ingress"
+
+
 def test_an_ingress_with_a_cluster_issuer_asks_cert_manager_for_its_own_certificate():
     gated = m.IngressSpec(**{**GATED.__dict__, "cluster_issuer": "letsencrypt"})
     spec = m.WorkloadSpec(**{**SPEC.__dict__, "kind": "inference", "port": 8000, "ingress": gated})

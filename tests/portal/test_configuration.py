@@ -14,7 +14,8 @@ from portal import configuration
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = ROOT / "portal" / "settings.py"
-READERS = {"text", "boolean", "whole", "optional_whole", "number", "items", "labels", "rate", "namespace", "json_object"}
+READERS = {"text", "boolean", "whole", "optional_whole", "number", "items", "labels", "rate", "namespace", "json_object",
+           "gateway_reference", "service_reference"}
 IMPLIED = {"production": "PORTAL_PRODUCTION"}  # readers of one setting, named by what they answer
 
 

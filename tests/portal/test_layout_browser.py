@@ -85,6 +85,7 @@ NOT_PAGES: dict[str, str] = {
     "jobs:workload-relaunch": "a POST", "jobs:notebook-token": "a POST",
     "jobs:workload-open": "goes to the workload's own host",
     "jobs:workload-gate": "the ingress controller's auth check",
+    "jobs:workload-gateway-gate": "a Gateway's external authorization check",
     "tenants:membership-add": "a POST", "tenants:membership-role": "a POST", "tenants:membership-remove": "a POST",
     "tenants:quota-preview": "the request form's preview, a fragment",
     "tenants:quota-request-approve": "a POST", "tenants:quota-request-reject": "a POST",

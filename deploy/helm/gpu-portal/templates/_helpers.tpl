@@ -49,6 +49,13 @@ app.kubernetes.io/component: {{ .component }}
 {{ include "gpu-portal.fullname" . }}.{{ .Release.Namespace }}.svc.cluster.local
 {{- end -}}
 
+{{- /* The portal's Service as workload HTTPRoutes' ExternalAuth filter names it, when it does. */ -}}
+{{- define "gpu-portal.gateService" -}}
+{{- if and (eq .Values.workloadIngress.routes "gateway") .Values.workloadIngress.gatewayAuthFilter -}}
+{{ .Release.Namespace }}/{{ include "gpu-portal.fullname" . }}:80
+{{- end -}}
+{{- end -}}
+
 {{- define "gpu-portal.secretEnv" -}}
 - name: {{ .name }}
   valueFrom:
@@ -120,6 +127,10 @@ exists, can read them too. */}}
   "PORTAL_INGRESS_TLS_SECRET" $v.workloadIngress.tlsSecret
   "PORTAL_INGRESS_CLUSTER_ISSUER" $v.workloadIngress.clusterIssuer
   "PORTAL_INGRESS_AUTH_URL" ($v.workloadIngress.authUrl | default (printf "http://%s" (include "gpu-portal.serviceHost" .)))
+  "PORTAL_ENDPOINT_ROUTES" $v.workloadIngress.routes
+  "PORTAL_GATEWAY" $v.workloadIngress.gateway
+  "PORTAL_GATEWAY_AUTH_SERVICE" (include "gpu-portal.gateService" .)
+  "PORTAL_GATEWAY_TLS" (ternary "1" "0" $v.workloadIngress.gatewayTls)
   "PORTAL_DNS_NAMESPACE" $v.cluster.dns.namespace
   "PORTAL_DNS_POD_LABELS" (include "gpu-portal.labelList" $v.cluster.dns.podLabels)
   "PORTAL_DEVICE_PLUGIN_POD_LABELS" (include "gpu-portal.labelList" $v.cluster.gpuStack.devicePluginPodLabels)
