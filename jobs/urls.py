@@ -35,6 +35,7 @@ urlpatterns: list[URLPattern] = [
     path("workloads/<int:pk>/scale/", views.workload_scale, name="workload-scale"),
     path("workloads/<int:pk>/relaunch/", views.workload_relaunch, name="workload-relaunch"),
     path("workloads/<int:pk>/open/", views.workload_open, name="workload-open"),
+    path("workloads/<int:pk>/try/", views.workload_try, name="workload-try"),
     path("notebooks/mine/", views.my_notebook, name="my-notebook"),
     path("workloads/<int:pk>/keys/", views.endpoint_key_create, name="endpoint-key-create"),
     path("workloads/<int:pk>/keys/<int:key_pk>/revoke/", views.endpoint_key_revoke, name="endpoint-key-revoke"),

@@ -19,7 +19,19 @@ from django.urls import reverse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from jobs import access, endpoint_keys, notebooks, notifications, pricing, reclaim, selectors, services, telemetry, xid
+from jobs import (
+    access,
+    endpoint_keys,
+    notebooks,
+    notifications,
+    pricing,
+    reclaim,
+    selectors,
+    services,
+    telemetry,
+    try_it,
+    xid,
+)
 from jobs.filters import WorkloadFilter
 from jobs.forms import LaunchForm
 from jobs.models import EndpointKey, NotifyBy, Workload, WorkloadEvent, WorkloadTemplate
@@ -284,6 +296,8 @@ def _detail_context(request: HtmxHttpRequest, workload: Workload, *,
         "simulated_cluster": settings.PORTAL_CLUSTER == "simulated",
         "xids": xid.xid_rows(workload=workload),
         "endpoint_keys": _endpoint_keys(request, workload),
+        "may_try": (bool(workload.kind_facts.try_it) and request.user.has_perm("jobs.open_workload", workload)),
+        "try_max_tokens": try_it.MAX_TOKENS,
     }
 
 
@@ -538,6 +552,27 @@ def endpoint_key_revoke(request: HtmxHttpRequest, pk: int, key_pk: int) -> HttpR
     except DomainError as refusal:
         return _keys_answer(request, workload, key_error=refusal.message)
     return _keys_answer(request, workload)
+
+
+@login_required
+@require_POST
+def workload_try(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """One question from the page's Try it box to the server's API, asked by the portal; the
+    answer (or what went wrong) in the box."""
+    workload = _visible_workload(request, pk)
+    require_perm(request.user, "jobs.open_workload", workload, refusal="Only the team whose server it is may try it.")
+    if not workload.kind_facts.try_it:
+        raise Http404("This workload has no API to try.")
+    context: dict[str, Any] = {"workload": workload, "try_values": request.POST, "try_max_tokens": try_it.MAX_TOKENS}
+    try:
+        question = try_it.checked(prompt=request.POST.get("prompt"), model=request.POST.get("model"),
+                                  max_tokens=request.POST.get("max_tokens"))
+        context["try_reply"] = try_it.ask(user=signed_in_user(request), workload=workload, question=question)
+    except DomainError as refusal:
+        context["try_error"], context["try_field"] = refusal.message, refusal.field
+    if request.htmx:
+        return render(request, "jobs/workload_detail.html#try-it", context)
+    return render(request, "jobs/workload_detail.html", {**_detail_context(request, workload), **context})
 
 
 @login_required

@@ -255,10 +255,10 @@ SETTINGS: tuple[Setting, ...] = (
             "deadline must exceed 1.2 of it.", LEADER),
     # --- Team network policies
     Setting("PORTAL_NAMESPACE", "namespace", COMPUTED, "Where the portal's pods run; team policies admit its pods "
-            "to notebooks for the idle check.", NETWORK,
+            "to the servers it asks (the idle check, Try it).", NETWORK,
             default_text="the pod's namespace (from its service-account token mount), else `gpu-portal`"),
-    Setting("PORTAL_POD_LABELS", "labels", "app.kubernetes.io/name=gpu-portal", "Labels of the portal's pods that run "
-            "the idle check; empty admits every pod of `PORTAL_NAMESPACE`.", NETWORK),
+    Setting("PORTAL_POD_LABELS", "labels", "app.kubernetes.io/name=gpu-portal", "Labels of the portal's pods that ask "
+            "team servers (the idle check, the Try it box); empty admits every pod of `PORTAL_NAMESPACE`.", NETWORK),
     Setting("PORTAL_INGRESS_NAMESPACE", "text", "ingress-nginx", "The ingress controller's namespace, admitted to "
             "inference and notebook pods.", NETWORK),
     Setting("PORTAL_DNS_NAMESPACE", "namespace", "kube-system", "Where the cluster DNS runs.", NETWORK),
@@ -299,6 +299,8 @@ SETTINGS: tuple[Setting, ...] = (
             "makes running notebooks' tokens unrecoverable.", ENDPOINTS, default_text="`SECRET_KEY`"),
     Setting("PORTAL_NOTEBOOK_STATUS_URL", "URL", "http://{name}.{namespace}.svc.cluster.local/api/status", "Where the "
             "idle check asks a notebook server for its last activity.", ENDPOINTS),
+    Setting("PORTAL_INFERENCE_URL", "URL", "http://{name}.{namespace}.svc.cluster.local", "Where the portal asks an "
+            "inference server the questions of its page's Try it box (its OpenAI-compatible `/v1/…`).", ENDPOINTS),
     Setting("PORTAL_WORKSPACE_STATUS_URL", "URL", "http://{name}.{namespace}.svc.cluster.local/healthz", "Where the "
             "idle check asks a VS Code workspace (code-server) when it was last used.", ENDPOINTS),
     # --- Workloads, templates and quota

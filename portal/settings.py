@@ -682,3 +682,5 @@ PORTAL_POD_ANNOTATIONS: dict[str, str] = config.json_object("PORTAL_POD_ANNOTATI
 # reachable from the portal's own pods through the notebook's Service.
 PORTAL_NOTEBOOK_STATUS_URL = config.text("PORTAL_NOTEBOOK_STATUS_URL")
 PORTAL_WORKSPACE_STATUS_URL = config.text("PORTAL_WORKSPACE_STATUS_URL")
+# Where the portal asks an inference server its page's Try it questions (jobs/try_it.py).
+PORTAL_INFERENCE_URL = config.text("PORTAL_INFERENCE_URL")

@@ -56,6 +56,8 @@ class Kind:
     has_token: bool = False  # a token of its own (a Secret), handed to its owner only
     # The server it runs, which the portal asks how idle it is (jobs/idle.py); "": it asks none.
     activity: Literal["", "jupyter", "code-server"] = ""
+    # The API its page's "Try it" box asks through the portal (jobs/try_it.py); "": no box.
+    try_it: Literal["", "openai"] = ""
     local_port: int = 8080  # where `kubectl port-forward` puts it on the user's machine
     asks_storage: bool = False  # the template editor's persistent home volume
     # Templates from before idle policies could stop it with `idle_minutes` alone (notebooks did).
@@ -63,8 +65,9 @@ class Kind:
 
     @property
     def portal_reaches(self) -> bool:
-        """Whether the portal reaches its pods (to ask their server how idle it is)."""
-        return bool(self.activity)
+        """Whether the portal reaches its pods (to ask their server how idle it is, or a question
+        from its page's Try it box)."""
+        return bool(self.activity or self.try_it)
 
     @property
     def pod_count(self) -> bool:

@@ -30,4 +30,5 @@ KIND = Kind(
     name="inference", label="Inference", noun="inference server", plural="inference",
     build=lambda spec: make_inference(spec=spec), owner=("apps/v1", "Deployment"), derive=derive_server,
     telemetry=TelemetryProfile("daily", 0.62), pod_noun="replica", scalable=True, serves_http=True, opened_by="team",
+    try_it="openai",
 )

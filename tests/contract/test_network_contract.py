@@ -59,7 +59,7 @@ def expected_specs(*, egress_allowance: list[dict[str, Any]] | None = None) -> d
         },
         "gpu-portal-allow-portal": {
             "podSelector": {"matchExpressions": [
-                {"key": "gpu-portal.io/workload-kind", "operator": "In", "values": ["notebook", "workspace"]}]},
+                {"key": "gpu-portal.io/workload-kind", "operator": "In", "values": ["inference", "notebook", "workspace"]}]},
             "policyTypes": ["Ingress"],
             "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}},
                                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "gpu-portal"}}}],

@@ -378,7 +378,7 @@ def test_the_leases_are_the_only_thing_granted_in_the_release_namespace(rendered
     ]
 
 
-def test_the_team_network_policy_admits_the_worker_to_notebooks_and_no_other_portal_pod(rendered):
+def test_the_team_network_policy_admits_the_worker_and_the_web_pods_and_no_other_portal_pod(rendered):
     from portal.configuration import parse_labels
 
     specs = pod_specs(rendered)
@@ -394,15 +394,22 @@ def test_the_team_network_policy_admits_the_worker_to_notebooks_and_no_other_por
     deployments = by_kind(rendered, "Deployment")
     admitted = [name for name, d in deployments.items()
                 if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()]
-    assert admitted == ["portal-gpu-portal-worker"]
+    assert sorted(admitted) == ["portal-gpu-portal-web", "portal-gpu-portal-worker"]
     assert rule["ports"] == [{"protocol": "TCP", "port": manifests.HTTP_PORT_NAME}]
-    # The portal's side: the worker may leave for exactly those pods and port.
-    egress = by_kind(rendered, "NetworkPolicy")["portal-gpu-portal-worker-to-notebooks"]["spec"]
-    assert egress["podSelector"]["matchLabels"].items() <= deployments["portal-gpu-portal-worker"]["spec"]["template"][
-        "metadata"]["labels"].items()
-    notebooks = {"namespaceSelector": {"matchLabels": {manifests.MANAGED_BY_LABEL: manifests.MANAGER}},
-                 "podSelector": {"matchLabels": {manifests.WORKLOAD_KIND_LABEL: "notebook"}}}  # the chart names the kind
-    assert egress["egress"] == [{"to": [notebooks], "ports": [{"port": manifests.HTTP_PORT_NAME, "protocol": "TCP"}]}]
+    # The portal's side: each may leave for exactly the pods of the kinds it asks, on that port,
+    # and together they are the kinds the team side admits the portal to.
+    policies = by_kind(rendered, "NetworkPolicy")
+    reached = []
+    for component, asked in (("worker", ["notebook", "workspace"]), ("web", ["inference"])):
+        egress = policies[f"portal-gpu-portal-{component}-to-team-servers"]["spec"]
+        assert egress["podSelector"]["matchLabels"].items() <= deployments[f"portal-gpu-portal-{component}"]["spec"][
+            "template"]["metadata"]["labels"].items()
+        servers = {"namespaceSelector": {"matchLabels": {manifests.MANAGED_BY_LABEL: manifests.MANAGER}},
+                   "podSelector": {"matchExpressions": [{"key": manifests.WORKLOAD_KIND_LABEL, "operator": "In",
+                                                         "values": asked}]}}
+        assert egress["egress"] == [{"to": [servers], "ports": [{"port": manifests.HTTP_PORT_NAME, "protocol": "TCP"}]}]
+        reached += asked
+    assert sorted(reached) == sorted(kinds.network_reach().portal_reached)
 
 
 def test_the_portal_network_policy_admits_the_ingress_controller_and_prometheus_and_narrows_egress(rendered, minimal):

@@ -88,13 +88,14 @@ def test_by_default_pods_hear_only_each_other_and_reach_only_dns_and_each_other(
     }
 
 
-def test_the_portal_reaches_only_the_http_port_of_the_pods_of_kinds_it_asks_how_idle_they_are():
+def test_the_portal_reaches_only_the_http_port_of_the_pods_of_kinds_it_asks_something():
     assert m.make_portal_network_policy(team=TEAM) == {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": {"name": "gpu-portal-allow-portal", **META},
         "spec": {
             "podSelector": {"matchExpressions": [
-                {"key": "gpu-portal.io/workload-kind", "operator": "In", "values": ["notebook", "workspace"]}]},
+                # how idle a notebook or a workspace is; an inference server, its page's Try it questions
+                {"key": "gpu-portal.io/workload-kind", "operator": "In", "values": ["inference", "notebook", "workspace"]}]},
             "policyTypes": ["Ingress"],
             "ingress": [{
                 "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gpu-portal"}},
@@ -266,7 +267,7 @@ def _pods(kind: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize(("kind", "portal", "ingress_controller"), [
-    ("training", False, False), ("distributed", False, False), ("inference", False, True), ("notebook", True, True),
+    ("training", False, False), ("distributed", False, False), ("inference", True, True), ("notebook", True, True),
 ])
 def test_the_portal_and_the_ingress_controller_reach_exactly_the_pods_of_their_kinds(kind, portal, ingress_controller):
     policies = {p["metadata"]["name"]: p for p in m.make_network_policies(team=TEAM)}

@@ -112,7 +112,7 @@ exists, can read them too. */}}
   "PORTAL_CLUSTER" "kubernetes"
   "KUBE_IN_CLUSTER" "1"
   "PORTAL_NAMESPACE" .Release.Namespace
-  "PORTAL_POD_LABELS" (include "gpu-portal.idleCheckLabels" . )
+  "PORTAL_POD_LABELS" (include "gpu-portal.labelList" (include "gpu-portal.teamReachLabels" . | fromYaml))
   "PORTAL_MEMBER_CLUSTER_ROLE" (include "gpu-portal.memberRole" .)
   "PORTAL_QUEUE_BACKEND" $v.cluster.queueBackend
   "PORTAL_COHORT" $v.cluster.cohort
@@ -187,9 +187,12 @@ exists, can read them too. */}}
 {{- join "," $pairs -}}
 {{- end -}}
 
-{{/* The pods team NetworkPolicies let reach notebooks (the idle check): the worker's, only. */}}
-{{- define "gpu-portal.idleCheckLabels" -}}
-{{- include "gpu-portal.labelList" (include "gpu-portal.selector" (dict "root" . "component" "worker") | fromYaml) -}}
+{{/* The pods team NetworkPolicies let reach team servers' HTTP port: the worker's (how idle a
+notebook or workspace is) and the web pods' (an inference server page's Try it questions), only. */}}
+{{- define "gpu-portal.teamReachLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+gpu-portal.io/reaches-team-servers: "true"
 {{- end -}}
 
 {{- define "gpu-portal.podSecurityContext" -}}
