@@ -5,8 +5,9 @@ the server's host, and its answer is shown as text. The team's NetworkPolicy
 `gpu-portal-allow-portal` admits the portal's pods to the kinds that have such a box
 (`Kind.try_it`), as to the servers it asks how idle they are.
 
-Whoever may open the server may try it (its team). A question waits for the server's answer up to
-`TIMEOUT_SECONDS` in the web request, so each person may ask `RATE` times a minute."""
+Whoever may open the server may try it (its team). A question waits for the server's answer in
+the web request, `TIMEOUT_SECONDS` at most for the model list and the answer together (under
+gunicorn's 30 s, which would end the worker), so each person may ask `RATE` times a minute."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ MAX_PROMPT = 8000  # characters
 MAX_TOKENS = 1024
 DEFAULT_TOKENS = 256
 MAX_MODEL = 200
-TIMEOUT_SECONDS = 60
+TIMEOUT_SECONDS = 20
 MAX_ANSWER_BYTES = 2_000_000
 RATE = 10  # questions a minute, per person
 
@@ -82,11 +83,12 @@ def ask(*, user: User, workload: Workload, question: Question) -> Reply:
                                  f"{limits.in_words(outcome.retry_after)}.", retry_after=outcome.retry_after)
     base = server_url(workload)
     began = time.monotonic()
-    model = question.model or _first_model(base)
+    deadline = began + TIMEOUT_SECONDS
+    model = question.model or _first_model(base, deadline)
     answer = _call(f"{base}/v1/chat/completions", {
         "model": model, "messages": [{"role": "user", "content": question.prompt}],
         "max_tokens": question.max_tokens, "stream": False,
-    })
+    }, deadline)
     return _reply(answer, model=model, seconds=time.monotonic() - began)
 
 
@@ -94,8 +96,8 @@ def server_url(workload: Workload) -> str:
     return settings.PORTAL_INFERENCE_URL.format(name=workload.k8s_name, namespace=workload.team.namespace).rstrip("/")
 
 
-def _first_model(base: str) -> str:
-    listed = _call(f"{base}/v1/models", None)
+def _first_model(base: str, deadline: float) -> str:
+    listed = _call(f"{base}/v1/models", None, deadline)
     models = listed.get("data") if isinstance(listed, dict) else None
     first = models[0] if isinstance(models, list) and models else None
     if not isinstance(first, dict) or not isinstance(first.get("id"), str) or not first["id"]:
@@ -104,13 +106,13 @@ def _first_model(base: str) -> str:
     return str(first["id"])
 
 
-def _call(url: str, body: dict[str, Any] | None) -> Any:
-    """One request to the server, its JSON answer; every way it fails, in words."""
+def _call(url: str, body: dict[str, Any] | None, deadline: float) -> Any:
+    """One request to the server, its JSON answer, by the deadline; every way it fails, in words."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET",
                                      headers={"Content-Type": "application/json", "Accept": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310 - the site's own config
+        with urllib.request.urlopen(request, timeout=max(deadline - time.monotonic(), 0.5)) as response:  # noqa: S310 - the site's own config
             raw = response.read(MAX_ANSWER_BYTES + 1)
     except urllib.error.HTTPError as error:
         raise DomainError(f"The server answered HTTP {error.code}{_said(error)}.") from None

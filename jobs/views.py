@@ -563,7 +563,9 @@ def workload_try(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     require_perm(request.user, "jobs.open_workload", workload, refusal="Only the team whose server it is may try it.")
     if not workload.kind_facts.try_it:
         raise Http404("This workload has no API to try.")
-    context: dict[str, Any] = {"workload": workload, "try_values": request.POST, "try_max_tokens": try_it.MAX_TOKENS}
+    context: dict[str, Any] = {"workload": workload, "try_values": request.POST, "try_max_tokens": try_it.MAX_TOKENS,
+                               "endpoint": services.endpoint(workload), "reachable": bool(services.ingress_host(workload)),
+                               "simulated_cluster": settings.PORTAL_CLUSTER == "simulated"}
     try:
         question = try_it.checked(prompt=request.POST.get("prompt"), model=request.POST.get("model"),
                                   max_tokens=request.POST.get("max_tokens"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,6 +30,7 @@ class StandIn:
     def __init__(self) -> None:
         self.asked: list[tuple[str, str, Any]] = []  # (method, path, JSON body)
         self.status, self.answer = 200, b""
+        self.delay = 0.0  # seconds before it answers a question
         self.models: list[str] = ["meta-llama/Llama-3.1-8B-Instruct"]
         stand_in = self
 
@@ -54,6 +56,8 @@ class StandIn:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stand_in.asked.append(("POST", self.path, body))
+                if stand_in.delay:
+                    time.sleep(stand_in.delay)  # a server busy generating: the portal gives up first
                 if stand_in.status != 200 or stand_in.answer:
                     self._reply(stand_in.status, stand_in.answer)
                     return
@@ -156,6 +160,22 @@ def test_a_server_nobody_answers_at_is_said_in_words(vllm, server, member, setti
     settings.PORTAL_INFERENCE_URL = "http://127.0.0.1:9/{name}"  # discard: nothing listens
     body = ask(login(member), server, prompt="hi").content.decode()
     assert "The portal could not reach the server" in body and "try again in a minute" in body
+
+
+def test_a_server_slower_than_the_portal_waits_is_said_in_words(vllm, server, member, monkeypatch):
+    monkeypatch.setattr(try_it, "TIMEOUT_SECONDS", 0.5)
+    vllm.delay = 3
+    began = time.monotonic()
+    body = ask(login(member), server, prompt="hi", model="m").content.decode()
+    assert "The server did not answer within 0.5 s" in body
+    assert time.monotonic() - began < 2.5  # the wait ends at the deadline, not at the server's answer
+
+
+def test_the_answer_says_where_programs_ask_the_same_where_the_server_has_an_address(vllm, server, member, settings):
+    settings.PORTAL_INGRESS_DOMAIN = "apps.example.com"
+    body = ask(login(member), server, prompt="hi", model="m").content.decode()
+    assert f"https://{services.ingress_host(server)}/v1/chat/completions" in body or \
+        f"http://{services.ingress_host(server)}/v1/chat/completions" in body
 
 
 def test_only_a_running_server_of_the_team_is_asked(vllm, server, member, outsider, finance_user, admin_user):
