@@ -350,8 +350,8 @@ def route_refs(spec: WorkloadSpec) -> tuple[ObjectRef, ObjectRef]:
 
 
 GATEWAY_API = "gateway.networking.k8s.io/v1"
-# The gate's prefix: a conformant gateway sends the request's method and path after it
-# (jobs/access.py's gateway_check), with its Host, Authorization and these headers.
+# A conformant gateway sends the gate (GATEWAY_GATE_PREFIX, jobs/views.py's workload_gateway_gate)
+# the request's method and its path after the prefix, with its Host, Authorization and these headers.
 GATEWAY_AUTH_REQUEST_HEADERS = ("Cookie", "Accept")
 # What the gate's 200 puts on the request to the workload: who called, and an Authorization
 # header always (empty where the caller's portal token or endpoint key was taken out).

@@ -659,9 +659,9 @@ if PORTAL_INGRESS_TLS_SECRET and PORTAL_INGRESS_CLUSTER_ISSUER:
 # be in ALLOWED_HOSTS, and it is not redirected to HTTPS (the controller's call stays inside).
 PORTAL_INGRESS_AUTH_URL = config.text("PORTAL_INGRESS_AUTH_URL", SITE_URL).rstrip("/")
 if PRODUCTION:
-    SECURE_REDIRECT_EXEMPT = [*SECURE_REDIRECT_EXEMPT, r"^auth/workloads/", r"^auth/gateway/"]
+    SECURE_REDIRECT_EXEMPT = [*SECURE_REDIRECT_EXEMPT, r"^auth/workloads/", r"^auth/gateway(/|$)"]
 # The controller cannot follow a redirect to the identity provider: the gate answers, never redirects.
-OIDC_EXEMPT_URLS = [re.compile(r"^/auth/workloads/"), re.compile(r"^/auth/gateway/")]
+OIDC_EXEMPT_URLS = [re.compile(r"^/auth/workloads/"), re.compile(r"^/auth/gateway(/|$)")]
 # Gateway API instead of Ingresses (jobs/manifests.py's route_object, jobs/access.py's gateway gate).
 PORTAL_ENDPOINT_ROUTES = config.text("PORTAL_ENDPOINT_ROUTES").lower()
 if PORTAL_ENDPOINT_ROUTES not in {"ingress", "gateway"}:

@@ -315,10 +315,11 @@ def settings_in_a_fresh_process(env: dict[str, str], code: str) -> subprocess.Co
 def test_production_does_not_redirect_the_controllers_call_to_the_gate(tmp_path):
     code = ("from django.conf import settings; import re; "
             "print(any(re.search(r, 'auth/workloads/42/') for r in settings.SECURE_REDIRECT_EXEMPT), "
+            "all(any(re.search(r, p) for r in settings.SECURE_REDIRECT_EXEMPT) for p in ('auth/gateway', 'auth/gateway/lab')), "
             "settings.SECURE_SSL_REDIRECT)")
     result = settings_in_a_fresh_process({**PRODUCTION, "PORTAL_VAR_DIR": str(tmp_path)}, code)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "True True"
+    assert result.stdout.strip() == "True True True"
 
 
 def test_a_wildcard_certificate_and_an_issuer_together_refuse_to_start(tmp_path):
