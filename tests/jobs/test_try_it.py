@@ -164,11 +164,12 @@ def test_a_server_nobody_answers_at_is_said_in_words(vllm, server, member, setti
 
 def test_a_server_slower_than_the_portal_waits_is_said_in_words(vllm, server, member, monkeypatch):
     monkeypatch.setattr(try_it, "TIMEOUT_SECONDS", 0.5)
-    vllm.delay = 3
+    vllm.delay = 10
+    client = login(member)
     began = time.monotonic()
-    body = ask(login(member), server, prompt="hi", model="m").content.decode()
+    body = ask(client, server, prompt="hi", model="m").content.decode()
     assert "The server did not answer within 0.5 s" in body
-    assert time.monotonic() - began < 2.5  # the wait ends at the deadline, not at the server's answer
+    assert time.monotonic() - began < vllm.delay  # the wait ended at the deadline, not at the server's answer
 
 
 def test_the_answer_says_where_programs_ask_the_same_where_the_server_has_an_address(vllm, server, member, settings):
@@ -196,7 +197,10 @@ def test_a_notebook_has_no_box(vllm, ready_team, member, admin_user, flavor):
     assert b'id="try-it"' not in login(member).get(reverse("jobs:workload-detail", args=[notebook.pk])).content
 
 
-def test_each_person_asks_at_most_ten_questions_a_minute(vllm, server, member):
+def test_each_person_asks_at_most_ten_questions_a_minute(vllm, server, member, monkeypatch):
+    from portal import limits
+
+    monkeypatch.setattr(limits, "clock", lambda: 1_800_000_030.0)  # mid-minute: no window ends during the test
     client = login(member)
     for _ in range(try_it.RATE):
         assert "You asked" in ask(client, server, prompt="hi", model="m").content.decode()
