@@ -63,7 +63,9 @@ def test_the_simulated_door_draws_each_kind_by_the_profile_its_module_declares()
 
 def test_the_network_policies_reach_the_kinds_that_say_they_serve_or_are_asked():
     reach = kinds.network_reach()
-    assert (reach.serving, reach.portal_reached) == (("inference", "notebook", "workspace"), ("notebook", "workspace"))
+    # The portal asks notebooks and workspaces how idle they are, and inference servers its Try it questions.
+    assert (reach.serving, reach.portal_reached) == (("inference", "notebook", "workspace"),
+                                                     ("inference", "notebook", "workspace"))
 
 
 # A kind's name compared in code or a page: what the registry answers instead.
