@@ -189,12 +189,15 @@ def gate_check(*, workload_id: int, request: HttpRequest, original_url: str, met
     return GateAnswer(200, username=user.get_username(), authorization=header, access_cookie=cookie)
 
 
+def _query_without_ticket(parts: urllib.parse.SplitResult) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k != TICKET_PARAM]
+
+
 def without_ticket(path: str) -> str:
     """The path a browser came with, its ticket taken out: where the gate sends it back to once
     the ticket is spent and the access cookie set."""
     parts = urllib.parse.urlsplit(path)
-    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k != TICKET_PARAM]
-    return urllib.parse.urlunsplit(("", "", parts.path or "/", urllib.parse.urlencode(query), ""))
+    return urllib.parse.urlunsplit(("", "", parts.path or "/", urllib.parse.urlencode(_query_without_ticket(parts)), ""))
 
 
 def safe_return_path(value: Any) -> str:
@@ -208,6 +211,5 @@ def safe_return_path(value: Any) -> str:
 
 def with_ticket(path: str, ticket: str) -> str:
     parts = urllib.parse.urlsplit(path)
-    query = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True) if k != TICKET_PARAM]
-    query.append((TICKET_PARAM, ticket))
+    query = [*_query_without_ticket(parts), (TICKET_PARAM, ticket)]
     return urllib.parse.urlunsplit(("", "", parts.path or "/", urllib.parse.urlencode(query), parts.fragment))

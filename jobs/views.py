@@ -290,15 +290,20 @@ def _detail_context(request: HtmxHttpRequest, workload: Workload, *,
         "may_read_logs": request.user.has_perm("jobs.read_workload_logs", workload),
         "borrowed": selectors.borrowed_history(intervals=live["intervals"]),
         "gpus": workload.total_units * workload.flavor.fraction,
-        "endpoint": services.endpoint(workload) if serves else "",
-        "reachable": bool(services.ingress_host(workload)),
+        **_endpoint_facts(workload),
         "port_forward": services.port_forward_command(workload) if serves else "",
-        "simulated_cluster": settings.PORTAL_CLUSTER == "simulated",
         "xids": xid.xid_rows(workload=workload),
         "endpoint_keys": _endpoint_keys(request, workload),
         "may_try": (bool(workload.kind_facts.try_it) and request.user.has_perm("jobs.open_workload", workload)),
         "try_max_tokens": try_it.MAX_TOKENS,
     }
+
+
+def _endpoint_facts(workload: Workload) -> dict[str, Any]:
+    """Where a served workload answers, as its page and the cards answered alone say it."""
+    return {"endpoint": services.endpoint(workload) if workload.kind_facts.serves_http else "",
+            "reachable": bool(services.ingress_host(workload)),
+            "simulated_cluster": settings.PORTAL_CLUSTER == "simulated"}
 
 
 def _endpoint_keys(request: HtmxHttpRequest, workload: Workload) -> list[EndpointKey] | None:
@@ -516,7 +521,7 @@ def workload_open(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def _keys_answer(request: HtmxHttpRequest, workload: Workload, **extra: Any) -> HttpResponse:
     """The keys' card for htmx (only what it shows: no cluster read), else the whole page."""
     if request.htmx:
-        context = {"workload": workload, "endpoint": services.endpoint(workload),
+        context = {"workload": workload, **_endpoint_facts(workload),
                    "endpoint_keys": _endpoint_keys(request, workload), **extra}
         response = render(request, "jobs/workload_detail.html#endpoint-keys", context)
     else:
@@ -564,8 +569,7 @@ def workload_try(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not workload.kind_facts.try_it:
         raise Http404("This workload has no API to try.")
     context: dict[str, Any] = {"workload": workload, "try_values": request.POST, "try_max_tokens": try_it.MAX_TOKENS,
-                               "endpoint": services.endpoint(workload), "reachable": bool(services.ingress_host(workload)),
-                               "simulated_cluster": settings.PORTAL_CLUSTER == "simulated"}
+                               **_endpoint_facts(workload)}
     try:
         question = try_it.checked(prompt=request.POST.get("prompt"), model=request.POST.get("model"),
                                   max_tokens=request.POST.get("max_tokens"))
