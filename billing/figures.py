@@ -48,7 +48,9 @@ class Lines:
             line = (row["account_id"], row["flavor_id"], row["rate_id"], row["fraction_numerator"], row["fraction_denominator"])
             hours = money.gpu_hours(unit_seconds=row["unit_seconds"], numerator=row["fraction_numerator"],
                                     denominator=row["fraction_denominator"])
-            cost = hours * Fraction(row["rate__price_per_gpu_hour"]) if row["rate_id"] is not None else Fraction(0)
+            cost = money.cost(unit_seconds=row["unit_seconds"], numerator=row["fraction_numerator"],
+                              denominator=row["fraction_denominator"], price_per_gpu_hour=row["rate__price_per_gpu_hour"]
+                              ) if row["rate_id"] is not None else Fraction(0)
             self._rows.append((line, row, hours, cost))
             self._hours[line] += hours
             self._cost[line] += cost

@@ -52,9 +52,18 @@ def gpu_hours(*, unit_seconds: int, numerator: int, denominator: int) -> Fractio
     return gpu_seconds(unit_seconds=unit_seconds, numerator=numerator, denominator=denominator) / SECONDS_PER_HOUR
 
 
+def priced_numerator(numerator: int, denominator: int) -> int:
+    """The part of a unit its flavor's price is for, over `denominator`: a GPU flavor's price is per
+    physical GPU-hour, so its unit costs its fraction of one; a CPU-only flavor's unit is no part
+    of a GPU (fraction 0/1: it adds nothing to GPU-hours) and its price is per unit-hour, whole."""
+    return numerator or denominator
+
+
 def cost(*, unit_seconds: int, numerator: int, denominator: int, price_per_gpu_hour: Decimal) -> Fraction:
-    """The exact, unrounded cost of the usage at a price per physical GPU-hour."""
-    return gpu_hours(unit_seconds=unit_seconds, numerator=numerator, denominator=denominator) * Fraction(price_per_gpu_hour)
+    """The exact, unrounded cost of the usage at its flavor's price (per physical GPU-hour, or per
+    unit-hour of a CPU-only flavor: `priced_numerator`)."""
+    return (Fraction(unit_seconds * priced_numerator(numerator, denominator), denominator * SECONDS_PER_HOUR)
+            * Fraction(price_per_gpu_hour))
 
 
 def round_money(value: Fraction | Decimal | int, currency: str) -> Decimal:
@@ -123,7 +132,7 @@ def rounded_cost(*, parts: dict[tuple[int, int], int], price_per_gpu_hour: Decim
     price, worked out in integers: the same half-even rounding of the same exact sum."""
     by_denominator: dict[int, int] = {}
     for (part, denominator), unit_seconds in parts.items():
-        by_denominator[denominator] = by_denominator.get(denominator, 0) + unit_seconds * part
+        by_denominator[denominator] = by_denominator.get(denominator, 0) + unit_seconds * priced_numerator(part, denominator)
     numerator, common = per_denominator_ratio(by_denominator)
     price, price_denominator = price_per_gpu_hour.as_integer_ratio()
     return round_ratio(numerator * price, common * SECONDS_PER_HOUR * price_denominator, minor_unit(currency))

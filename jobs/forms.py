@@ -93,12 +93,17 @@ class LaunchForm(forms.Form):
                              "name": initial_name})
         if self.version is not None:
             version = self.version
-            self.initial.update({
-                "flavor": self._default_flavor(team), "units": version.default_units,
-                "cpu": version.default_cpu, "memory_gib": version.default_memory_gib, "priority": version.default_priority,
-            })
+            self.initial.update({"flavor": self._default_flavor(team), "units": version.default_units,
+                                 "priority": version.default_priority})
+            if not self.cpu_only:  # on a CPU-only flavor the units are the cores and the memory
+                self.initial.update({"cpu": version.default_cpu, "memory_gib": version.default_memory_gib})
         self.parameter_rows = self._add_parameter_fields()
         self._user = user
+
+    @property
+    def cpu_only(self) -> bool:
+        """The chosen template runs on CPU-only flavors (a template's flavors are all CPU or all GPU)."""
+        return bool(self.allowed_flavors) and all(flavor.is_cpu for flavor in self.allowed_flavors)
 
     def _default_flavor(self, team: Team | None) -> str | None:
         """The first allowed flavor the team holds a guarantee of, so that launching with the

@@ -101,7 +101,12 @@ def _queues() -> dict[str, list[QueueUsage]] | None:
 def team_queue_usage(
     *, team: Team, flavor: Flavor, queues: dict[str, list[QueueUsage]] | None = None
 ) -> QueueUsage | None:
-    """The team's queue for this flavor as Kueue reports it, or None when the cluster is silent."""
+    """The team's queue for this flavor as Kueue reports it, or None when the cluster is silent. A
+    CPU-only flavor is in no queue: its use is the portal's count of the team's active workloads."""
+    if flavor.is_cpu:
+        return QueueUsage(flavor=flavor.slug, resource=flavor.resource_name,
+                          guaranteed=tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0),
+                          in_use=cpu_units_in_use(team=team, flavor=flavor), borrowed=0, lent=0)
     queues = _queues() if queues is None else queues
     if queues is None:
         return None
@@ -110,6 +115,12 @@ def team_queue_usage(
             return row
     return QueueUsage(flavor=flavor.slug, resource=flavor.resource_name,
                       guaranteed=tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0), in_use=0, borrowed=0, lent=0)
+
+
+def cpu_units_in_use(*, team: Team, flavor: Flavor) -> int:
+    """The units of a CPU-only flavor the team's active workloads hold (or will, once started)."""
+    rows = Workload.objects.filter(team=team, flavor=flavor).active().values_list("units", "workers")
+    return sum(units * workers for units, workers in rows)
 
 
 @dataclass(frozen=True)
@@ -193,7 +204,8 @@ def claimed_by_waiting(*, team: Team, flavor: Flavor, queues: dict[str, list[Que
 def launch_hint(*, team: Team, flavor: Flavor, units: int) -> LaunchHint:
     queues = _queues()
     usage = None if queues is None else team_queue_usage(team=team, flavor=flavor, queues=queues)
-    idle = cohort_idle(team=team, flavor=flavor, queues=queues) if queues is not None and team.may_borrow else 0
+    idle = (cohort_idle(team=team, flavor=flavor, queues=queues)
+            if queues is not None and team.may_borrow and not flavor.is_cpu else 0)
     claimed_own, claimed_idle = claimed_by_waiting(team=team, flavor=flavor, queues=queues, idle=idle) if queues else (0, 0)
     return LaunchHint(flavor=flavor, units=units, usage=usage, ceiling=tenant_selectors.team_ceiling(team=team, flavor=flavor),
                       lendable=idle - claimed_idle, cost=pricing.hourly_cost(flavor=flavor, units=units),

@@ -191,16 +191,20 @@ def _launch_values_checked(version: WorkloadTemplateVersion, request: LaunchRequ
 def _launch_resources_checked(user: User, version: WorkloadTemplateVersion,
                               request: LaunchRequest) -> tuple[int, int, int, str]:
     """GPU units, CPU cores, memory and priority: as asked, or the version's defaults, within its bounds."""
-    name = request.template.name
+    name, flavor = request.template.name, request.flavor
     units = version.default_units if request.units is None else request.units
     if not 1 <= units <= version.max_units:
-        raise DomainError(f"GPU units must be between 1 and {version.max_units} for {name}.", field="units")
-    cpu = version.default_cpu if request.cpu is None else request.cpu
-    if not 1 <= cpu <= version.max_cpu:
-        raise DomainError(f"CPU cores must be between 1 and {version.max_cpu}.", field="cpu")
-    memory = version.default_memory_gib if request.memory_gib is None else request.memory_gib
-    if not 1 <= memory <= version.max_memory_gib:
-        raise DomainError(f"Memory must be between 1 and {version.max_memory_gib} GiB.", field="memory_gib")
+        raise DomainError(f"{unit_words(flavor)} must be between 1 and {version.max_units} for {name}.",
+                          field="units")
+    if flavor.is_cpu:
+        cpu, memory = _cpu_unit_resources(flavor, units, request)
+    else:
+        cpu = version.default_cpu if request.cpu is None else request.cpu
+        if not 1 <= cpu <= version.max_cpu:
+            raise DomainError(f"CPU cores must be between 1 and {version.max_cpu}.", field="cpu")
+        memory = version.default_memory_gib if request.memory_gib is None else request.memory_gib
+        if not 1 <= memory <= version.max_memory_gib:
+            raise DomainError(f"Memory must be between 1 and {version.max_memory_gib} GiB.", field="memory_gib")
     priority = request.priority or version.default_priority
     if priority not in Priority.values:
         raise DomainError(f"Priority must be one of {', '.join(Priority.values)}.", field="priority")
@@ -210,10 +214,31 @@ def _launch_resources_checked(user: User, version: WorkloadTemplateVersion,
     return units, cpu, memory, priority
 
 
+def unit_words(flavor: Flavor) -> str:
+    """What a launch's units are called on the flavor."""
+    return "CPU units" if flavor.is_cpu else "GPU units"
+
+
+def _cpu_unit_resources(flavor: Flavor, units: int, request: LaunchRequest) -> tuple[int, int]:
+    """The cores and memory of `units` units of a CPU-only flavor: the unit decides them, so cores
+    or memory asked for besides must be exactly what the units are."""
+    cpu, memory = flavor.cpu_and_memory(units)
+    for asked, given, field in ((request.cpu, cpu, "cpu"), (request.memory_gib, memory, "memory_gib")):
+        if asked is not None and asked != given:
+            raise DomainError(
+                f"On {flavor.name} one unit is {flavor.resources_display}, so {units} unit{'s' if units != 1 else ''} "
+                f"{'are' if units != 1 else 'is'} {cpu} cores and {memory} GiB; choose the units, not the "
+                f"{'cores' if field == 'cpu' else 'memory'}.", field=field)
+    return cpu, memory
+
+
 def _check_team_room(team: Team, flavors: list[Flavor], *, units: int, workers: int) -> None:
     """The team has room for it: within its quota ceiling and its count of active workloads, its
     namespace ready, and nothing billing holds against it."""
-    _check_ceiling(team, flavors, units=units, workers=workers)
+    if flavors[0].is_cpu:
+        _check_cpu_room(team, flavors[0], units=units * workers)
+    else:
+        _check_ceiling(team, flavors, units=units, workers=workers)
     limit = settings.PORTAL_TEAM_MAX_WORKLOADS
     if Workload.objects.filter(team=team).active().count() >= limit:
         raise DomainError(
@@ -286,6 +311,24 @@ def _check_alternatives(version: WorkloadTemplateVersion, request: LaunchRequest
 
 def _runtime_words(flavor: Flavor) -> str:
     return f"the RuntimeClass “{flavor.runtime_class_name}”" if flavor.runtime_class_name else "the nodes' default runtime"
+
+
+def _check_cpu_room(team: Team, flavor: Flavor, *, units: int) -> None:
+    """A CPU-only flavor's units are not in the team's queue (Kueue leaves CPU alone), so the portal
+    bounds them here: the team's active workloads on it and this launch within its guarantee. The
+    team's row is locked for the count, so two launches at once cannot both take the last units."""
+    with transaction.atomic():  # a launch's own transaction holds the lock until its workload is written
+        Team.objects.select_for_update().filter(pk=team.pk).first()
+        in_use = selectors.cpu_units_in_use(team=team, flavor=flavor)
+    guaranteed = tenant_selectors.team_guarantees(team=team).get(flavor.pk, 0)
+    if in_use + units <= guaranteed:
+        return
+    if not guaranteed:
+        raise DomainError(f"{team.slug} has no {flavor.name} quota: request quota first.", field="units")
+    raise DomainError(
+        f"{team.slug} has {guaranteed} {flavor.name} units and uses {in_use}; {units} more would be "
+        f"{in_use + units}. CPU-only units never wait in the queue: stop a workload on {flavor.name} or ask for "
+        "fewer.", field="units")
 
 
 def _check_ceiling(team: Team, flavors: list[Flavor], *, units: int, workers: int) -> None:
@@ -689,7 +732,14 @@ def _check_version(fields: dict[str, Any], flavors: list[Flavor], *, kind: str) 
     if problem := kinds.refusal(kind):
         raise DomainError(problem, field="kind")
     if not flavors:
-        raise DomainError("Choose at least one GPU flavor the template may use.", field="flavors")
+        raise DomainError("Choose at least one flavor the template may use.", field="flavors")
+    if cpu_only := [f for f in flavors if f.is_cpu]:
+        if len(cpu_only) < len(flavors):
+            raise DomainError(f"{', '.join(f.name for f in cpu_only)} {'is' if len(cpu_only) == 1 else 'are'} CPU-only "
+                              "and the others GPU flavors: a template runs on GPUs or on CPUs alone.", field="flavors")
+        if not kinds.get(kind).runs_on_cpu:
+            raise DomainError(f"{kinds.get(kind).plural[:1].upper()}{kinds.get(kind).plural[1:]} need a GPU; "
+                              f"CPU-only flavors run {kinds.words(kinds.names(runs_on_cpu=True))}.", field="flavors")
     _check_container(fields)
     _check_limits(fields)
     _check_priorities(fields)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-EXCLUSIVE, MIG, TIME_SLICED, MPS, GPU_MEMORY, VGPU = "exclusive", "mig", "time-sliced", "mps", "gpu-memory", "vgpu"
+EXCLUSIVE, MIG, TIME_SLICED, MPS, GPU_MEMORY, VGPU, CPU = (
+    "exclusive", "mig", "time-sliced", "mps", "gpu-memory", "vgpu", "cpu")
 
 # What the launch form tells a data scientist about the isolation they get on a flavor.
 ISOLATION: Mapping[str, str] = {
@@ -32,6 +33,7 @@ ISOLATION: Mapping[str, str] = {
     VGPU: "Virtual GPU: a slice of a card whose memory is capped and whose compute is limited to its share by the vGPU "
           "layer (HAMi, Volcano's vGPU); a neighbour on the card cannot take your memory, but a crash of the card takes "
           "down every slice.",
+    CPU: "CPU only: cores and memory of your own on the flavor's nodes, and no GPU; for preparing data and light work.",
 }
 
 # How usage and telemetry are attributed to a workload on each kind of flavor.
@@ -51,6 +53,8 @@ ATTRIBUTION: Mapping[str, str] = {
     VGPU: "A vGPU layer hands its pods device IDs of its own, so DCGM reports a card to its pods only where the "
           "exporter can name them; what it reports is divided among the pods on the card as for a time-sliced one. "
           "Cost is each unit's fraction of a GPU-hour (one unit is one vGPU).",
+    CPU: "No GPU, so no GPU metrics and no GPU-hours; cost is unit-hours × the flavor's price per unit-hour (a unit "
+         "is its cores and memory).",
 }
 
 NVIDIA_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -112,6 +116,7 @@ class FlavorPreset:
     runtime_class_name: str = ""
     resource_per_unit: int = 1
     extra_resources: tuple[UnitResource, ...] = ()
+    memory_gib_per_unit: int = 0  # a CPU-only flavor's unit: its memory beside its cores
 
     def form_initial(self) -> dict[str, Any]:
         """The flavor form's fields as this preset fills them."""
@@ -121,6 +126,7 @@ class FlavorPreset:
             "fraction_denominator": self.fraction.denominator, "node_labels": dict(self.node_labels),
             "tolerations": [dict(t) for t in self.tolerations], "runtime_class_name": self.runtime_class_name,
             "resource_per_unit": self.resource_per_unit, "extra_resources": [r.as_json() for r in self.extra_resources],
+            "memory_gib_per_unit": self.memory_gib_per_unit,
         }
 
 
@@ -231,6 +237,15 @@ PRESETS: tuple[FlavorPreset, ...] = (
              f"{NVIDIA_RUNTIME_NOTE}",
     ),
 )
+
+PRESETS = (*PRESETS, FlavorPreset(
+    key="cpu-4c-16g", label="CPU only, 4 cores + 16 GiB per unit (no GPU)", name="CPU 4c/16GiB", slug="cpu-4c-16g",
+    resource_name="cpu", sharing_mode=CPU, gpu_model="CPU only", fraction=Fraction(0), resource_per_unit=4,
+    memory_gib_per_unit=16, node_labels={"gpu-portal.io/pool": "cpu"},
+    note="A pool of CPU nodes for notebooks and VS Code workspaces that prepare data: label its nodes "
+         "gpu-portal.io/pool=cpu (or name the label your pool has). A unit is 4 cores and 16 GiB; its price on the rate "
+         "card is per unit-hour. Kueue leaves CPU and memory alone, so the portal bounds each team's units at launch.",
+),)
 
 PRESETS_BY_KEY: Mapping[str, FlavorPreset] = {preset.key: preset for preset in PRESETS}
 

@@ -34,7 +34,7 @@ def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
     return manifests.FlavorSpec(
         name=flavor.slug, resource_name=flavor.resource_name, capacity=flavor.capacity_units,
         node_labels=dict(flavor.node_labels), tolerations=tuple(flavor.tolerations), resources=flavor.unit_resources,
-        device_class=flavor.device_class_name,
+        device_class=flavor.device_class_name, cpu_only=flavor.is_cpu,
     )
 
 
@@ -190,6 +190,9 @@ def simulated_nodes() -> list[dict[str, Any]]:
     and each pool the taints its flavor tolerates."""
     nodes = []
     for flavor in Flavor.objects.filter(is_active=True).order_by("pk"):
+        if flavor.is_cpu:
+            nodes += _simulated_cpu_nodes(flavor)
+            continue
         per_node = GPUS_PER_SIMULATED_NODE * flavor.fraction_denominator // flavor.fraction_numerator
         count = -(-flavor.capacity_units // per_node)
         unit = catalog.unit_limits(gpu_model_name=flavor.gpu_model, resource_name=flavor.resource_name,
@@ -213,6 +216,23 @@ def simulated_nodes() -> list[dict[str, Any]]:
                 "devices": {flavor.device_class_name: units} if flavor.device_class_name else {},
                 "taints": _taints_tolerated(flavor.tolerations),
             })
+    return nodes
+
+
+CPUS_PER_SIMULATED_NODE, GIB_PER_SIMULATED_NODE = 64, 512
+
+
+def _simulated_cpu_nodes(flavor: Flavor) -> list[dict[str, Any]]:
+    """A CPU-only flavor's pool: nodes of 64 cores and 512 GiB, as many as its units need."""
+    per_node = max(min(CPUS_PER_SIMULATED_NODE // flavor.resource_per_unit,
+                       GIB_PER_SIMULATED_NODE // max(flavor.memory_gib_per_unit, 1)), 1)
+    nodes = []
+    for index in range(-(-flavor.capacity_units // per_node)):
+        units = min(per_node, flavor.capacity_units - index * per_node)
+        cores, gib = flavor.cpu_and_memory(units)
+        nodes.append({"name": f"sim-{flavor.slug}-{index}", "labels": dict(flavor.node_labels),
+                      "allocatable": {"cpu": cores, "memory": f"{gib}Gi"}, "devices": {},
+                      "taints": _taints_tolerated(flavor.tolerations)})
     return nodes
 
 

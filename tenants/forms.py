@@ -205,7 +205,8 @@ class FlavorForm(forms.ModelForm):
 
     class Meta:
         model = Flavor
-        fields = ["name", "slug", "resource_name", "resource_per_unit", "extra_resources", "device_class_name",
+        fields = ["name", "slug", "resource_name", "resource_per_unit", "memory_gib_per_unit", "extra_resources",
+                  "device_class_name",
                   "sharing_mode", "gpu_model",
                   "fraction_numerator", "fraction_denominator", "capacity_units", "node_labels", "tolerations",
                   "runtime_class_name", "is_active"]
@@ -215,7 +216,8 @@ class FlavorForm(forms.ModelForm):
                    "extra_resources": forms.Textarea(attrs={"rows": 2})}
         # ASCII digits only: Django's IntegerField reads "１" as 1.
         field_classes = {"fraction_numerator": WholeNumberField, "fraction_denominator": WholeNumberField,
-                         "capacity_units": WholeNumberField, "resource_per_unit": WholeNumberField}
+                         "capacity_units": WholeNumberField, "resource_per_unit": WholeNumberField,
+                         "memory_gib_per_unit": WholeNumberField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -227,6 +229,7 @@ class FlavorForm(forms.ModelForm):
         self.fields["tolerations"].required = False
         self.fields["extra_resources"].required = False
         self.fields["resource_per_unit"].required = False
+        self.fields["memory_gib_per_unit"].required = False
 
     def clean_node_labels(self) -> Any:
         return self.cleaned_data.get("node_labels") or {}
@@ -237,6 +240,10 @@ class FlavorForm(forms.ModelForm):
     def clean_resource_per_unit(self) -> Any:
         value = self.cleaned_data.get("resource_per_unit")
         return 1 if value is None else value  # left blank: one of the resource a unit
+
+    def clean_memory_gib_per_unit(self) -> Any:
+        value = self.cleaned_data.get("memory_gib_per_unit")
+        return 0 if value is None else value  # left blank: a GPU flavor's none
 
     def clean_extra_resources(self) -> Any:
         return self.cleaned_data.get("extra_resources") or []

@@ -77,9 +77,15 @@ class FlavorSpec:
     resources: tuple[UnitResource, ...] = ()
     # A DRA DeviceClass its pods claim devices of (its resource is then Kueue's name for the class)
     device_class: str = ""
+    # A CPU-only flavor: its units are the pods' CPU and memory, which the queues leave to the
+    # namespace's ResourceQuota (Kueue ignores them: IgnoreUndeclared), so a queue holds no quota of
+    # it; the portal bounds a team's units of it at launch (jobs.services).
+    cpu_only: bool = False
 
     @property
     def unit_resources(self) -> tuple[UnitResource, ...]:
+        if self.cpu_only:
+            return ()
         return self.resources or (UnitResource(self.resource_name),)
 
     def quota(self, units: int) -> dict[str, int]:

@@ -194,6 +194,8 @@ class Membership(models.Model):
 EXTENDED_RESOURCE_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 EXTENDED_RESOURCE = re.compile(EXTENDED_RESOURCE_PATTERN)
+# A flavor's resource: an extended resource, or cpu for a CPU-only flavor (Flavor.clean says which where).
+FLAVOR_RESOURCE_PATTERN = rf"^cpu$|{EXTENDED_RESOURCE_PATTERN}"
 
 
 class Flavor(models.Model):
@@ -206,6 +208,7 @@ class Flavor(models.Model):
         MPS = "mps", "MPS"
         GPU_MEMORY = "gpu-memory", "Memory-sliced (per GiB)"
         VGPU = "vgpu", "vGPU (memory and core slices)"
+        CPU = "cpu", "CPU only (no GPU)"
 
     name = models.CharField(max_length=60, unique=True, help_text="What people call it, e.g. “H100 80GB”.")
     slug = models.CharField(
@@ -218,15 +221,18 @@ class Flavor(models.Model):
         max_length=120,
         validators=[
             RegexValidator(
-                EXTENDED_RESOURCE_PATTERN,
-                "An extended resource name with a domain, e.g. nvidia.com/gpu or nvidia.com/mig-1g.10gb.",
+                FLAVOR_RESOURCE_PATTERN,
+                "An extended resource name with a domain, e.g. nvidia.com/gpu or nvidia.com/mig-1g.10gb (“cpu” for a "
+                "CPU-only flavor).",
             )
         ],
-        help_text="The Kubernetes resource pods request, e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb.",
+        help_text="The Kubernetes resource pods request, e.g. nvidia.com/gpu, nvidia.com/mig-1g.10gb; cpu for a CPU-only "
+                  "flavor.",
     )
     sharing_mode = models.CharField(max_length=12, choices=SharingMode.choices, default=SharingMode.EXCLUSIVE)
     gpu_model = models.CharField(max_length=60, help_text="e.g. NVIDIA H100 80GB HBM3")
-    fraction_numerator = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(1)])
+    # 0 on a CPU-only flavor alone: its unit is no part of a GPU (checked in clean and by the constraint).
+    fraction_numerator = models.PositiveSmallIntegerField(default=1, validators=[MinValueValidator(0)])
     fraction_denominator = models.PositiveSmallIntegerField(
         default=1,
         # 256: one GiB of the largest cards' memory (memory-sliced sharing prices per GiB: 1/80 of
@@ -239,7 +245,11 @@ class Flavor(models.Model):
     )
     resource_per_unit = models.PositiveIntegerField(
         "resource per unit", default=1, db_default=1, validators=[MinValueValidator(1)],
-        help_text="How much of the resource one unit asks for: 1 for a device, 6 where a unit is 6 GiB of aliyun.com/gpu-mem.")
+        help_text="How much of the resource one unit asks for: 1 for a device, 6 where a unit is 6 GiB of aliyun.com/gpu-mem, "
+                  "the cores of a CPU-only flavor's unit.")
+    memory_gib_per_unit = models.PositiveIntegerField(
+        "memory per unit (GiB)", default=0, db_default=0,
+        help_text="A CPU-only flavor's unit: the memory that comes with its cores. 0 on a GPU flavor.")
     extra_resources = models.JSONField(
         "other resources per unit", default=list, blank=True, db_default=[],
         help_text='What else one unit asks for, e.g. [{"name": "aliyun.com/gpu-core.percentage", "per_unit": 25}]; '
@@ -281,11 +291,14 @@ class Flavor(models.Model):
             # One unit is numerator/denominator of a physical GPU, never more than one and never a
             # division by zero (a denominator of 0 made every page reading a fraction a 500).
             models.CheckConstraint(
-                condition=Q(fraction_numerator__gte=1, fraction_denominator__gte=1, fraction_denominator__lte=256,
-                            fraction_numerator__lte=models.F("fraction_denominator")),
+                condition=(Q(fraction_numerator__gte=1, fraction_denominator__gte=1, fraction_denominator__lte=256,
+                             fraction_numerator__lte=models.F("fraction_denominator"))
+                           & ~Q(sharing_mode="cpu"))
+                | Q(sharing_mode="cpu", fraction_numerator=0, fraction_denominator=1),
                 name="flavor_fraction_of_one_gpu",
                 violation_error_message="One unit is a fraction of one GPU: numerator and denominator are whole numbers "
-                                        "from 1 to 256, the numerator at most the denominator.",
+                                        "from 1 to 256, the numerator at most the denominator (0/1 on a CPU-only "
+                                        "flavor alone).",
             ),
         ]
 
@@ -297,6 +310,16 @@ class Flavor(models.Model):
         return Fraction(self.fraction_numerator, self.fraction_denominator)
 
     @property
+    def is_cpu(self) -> bool:
+        """A CPU-only flavor: one unit is `resource_per_unit` cores and `memory_gib_per_unit` GiB on
+        its nodes, no part of a GPU (fraction 0), priced per unit-hour."""
+        return self.sharing_mode == self.SharingMode.CPU
+
+    def cpu_and_memory(self, units: int) -> tuple[int, int]:
+        """The cores and GiB that `units` units of a CPU-only flavor are."""
+        return self.resource_per_unit * units, self.memory_gib_per_unit * units
+
+    @property
     def unit_resources(self) -> tuple[catalog.UnitResource, ...]:
         """What one unit asks its device plugins for: its resource first, then the others."""
         return (catalog.UnitResource(self.resource_name, self.resource_per_unit),
@@ -306,7 +329,9 @@ class Flavor(models.Model):
     def pod_requests(self, units: int) -> dict[str, int]:
         """What a pod holding `units` units writes in its requests and limits: nothing of the GPU for
         a flavor claimed through a DeviceClass (its pods claim devices; the queue counts them)."""
-        return {} if self.device_class_name else catalog.pod_requests(self.unit_resources, units)
+        if self.device_class_name or self.is_cpu:  # a CPU-only unit is the pod's CPU and memory (cpu_and_memory)
+            return {}
+        return catalog.pod_requests(self.unit_resources, units)
 
     def units_of(self, amount: int) -> int:
         """The units a pod holds that asks for `amount` of the flavor's resource."""
@@ -326,10 +351,14 @@ class Flavor(models.Model):
     @property
     def resources_display(self) -> str:
         """One unit in the words of the resources it asks for, e.g. “6 aliyun.com/gpu-mem + 25 aliyun.com/gpu-core.percentage”."""
+        if self.is_cpu:
+            return f"{self.resource_per_unit} CPU cores + {self.memory_gib_per_unit} GiB memory"
         return " + ".join(f"{r.amount} {r.name}{' per device' if r.per_device else ''}" for r in self.unit_resources)
 
     @property
     def fraction_display(self) -> str:
+        if self.is_cpu:
+            return "no GPU"
         return "1 GPU" if self.fraction == 1 else f"{self.fraction} GPU"
 
     @property
@@ -359,7 +388,15 @@ class Flavor(models.Model):
         if not isinstance(denominator, int) or denominator < 1:
             raise ValidationError({"fraction_denominator": "The denominator is a whole number of at least 1: one unit is "
                                                            "numerator/denominator of a physical GPU."})
-        if not isinstance(numerator, int) or numerator < 1:
+        if self.is_cpu:
+            self._clean_cpu_only()
+        elif not EXTENDED_RESOURCE.fullmatch(self.resource_name):
+            raise ValidationError({"resource_name": "An extended resource name with a domain, e.g. nvidia.com/gpu; cpu is "
+                                                    "the resource of a CPU-only flavor alone."})
+        elif self.memory_gib_per_unit:
+            raise ValidationError({"memory_gib_per_unit": "Memory per unit belongs to a CPU-only flavor; a GPU flavor's "
+                                                          "pods ask for their memory at launch. Leave it 0."})
+        if not self.is_cpu and (not isinstance(numerator, int) or numerator < 1):
             raise ValidationError({"fraction_numerator": "The numerator is a whole number of at least 1."})
         if numerator > denominator:
             raise ValidationError({"fraction_numerator": "One unit cannot be more than one physical GPU."})
@@ -375,6 +412,20 @@ class Flavor(models.Model):
         if self.device_class_name and (self.extra_resources or self.resource_per_unit != 1):
             raise ValidationError({"device_class_name": "A unit claimed through a DeviceClass is one of its devices: it asks "
                                                         "for nothing else and for one of the resource."})
+
+    def _clean_cpu_only(self) -> None:
+        """A CPU-only flavor's unit is cores and memory on its nodes, no part of a GPU."""
+        if self.resource_name != "cpu":
+            raise ValidationError({"resource_name": "A CPU-only flavor's resource is cpu: one unit is cores and memory."})
+        if (self.fraction_numerator, self.fraction_denominator) != (0, 1):
+            raise ValidationError({"fraction_numerator": "A CPU-only flavor's unit is no part of a GPU: its fraction is "
+                                                         "0/1."})
+        if not isinstance(self.memory_gib_per_unit, int) or self.memory_gib_per_unit < 1:
+            raise ValidationError({"memory_gib_per_unit": "A CPU-only flavor's unit comes with memory: at least 1 GiB."})
+        if self.extra_resources or self.device_class_name:
+            raise ValidationError({"extra_resources" if self.extra_resources else "device_class_name":
+                                   "A CPU-only flavor's unit is cores and memory alone: no other resource and no "
+                                   "DeviceClass."})
 
     def _clean_extra_resources(self) -> None:
         example = '[{"name": "aliyun.com/gpu-core.percentage", "per_unit": 25}]'

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -38,6 +39,7 @@ from django.utils import timezone
 from portal.health import NODE_CHECK, heartbeat_at, heartbeat_record
 from portal.hooks import Hook
 from portal.kube import gateway, taint_tolerated
+from portal.kube.base import quantity
 from portal.kube.dra import RESOURCE_API, class_driver, devices_by_node
 from tenants import selectors
 from tenants.models import Flavor, GpuNode
@@ -96,10 +98,9 @@ class _Findings:
 
 
 def _count(value: Any) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
+    """A resource's amount as a whole number, rounded down ("7800m" CPU is 7 cores); 0 when unreadable."""
+    parsed = quantity(value)
+    return math.floor(parsed) if parsed is not None and parsed > 0 else 0
 
 
 def taint_words(taint: Mapping[str, Any]) -> str:
@@ -219,6 +220,38 @@ def _claimed_devices(flavor: Flavor, nodes: list[_Node], devices: Devices) -> No
     return NodeVerdict(warnings=tuple(findings.warnings), nodes=len(nodes), offered=offered)
 
 
+GIB = 1024**3
+
+
+def _cpu_pool(flavor: Flavor, nodes: list[_Node]) -> NodeVerdict:
+    """The verdict on a CPU-only flavor: its units are each node's allocatable cores and memory,
+    as many as the scarcer of the two gives (what kubelet keeps for the system is not allocatable,
+    so no node offers all it has)."""
+    findings, offered, blocked = _Findings(), 0, []
+    for node in nodes:
+        if untolerated := _untolerated(node, flavor):
+            blocked.append(f"{node.name} ({', '.join(untolerated)})")
+            continue
+        if not node.ready:
+            findings.warnings.append(f"Node {node.name} is not ready.")
+        elif node.cordoned:
+            findings.warnings.append(f"Node {node.name} is cordoned: nothing new starts on it.")
+        else:
+            cores, memory = quantity(node.allocatable.get("cpu", 0)) or 0, quantity(node.allocatable.get("memory", 0)) or 0
+            offered += min(math.floor(cores / flavor.resource_per_unit),
+                           math.floor(memory / (flavor.memory_gib_per_unit * GIB)))
+    if len(blocked) == len(nodes):
+        findings.problems.append(f"Every node of {flavor.name} has a taint its pods do not tolerate: {'; '.join(blocked)}. "
+                                 "Add the toleration to the flavor, or take the taint off the nodes.")
+    elif blocked:
+        findings.warnings.append(f"Pods of {flavor.name} cannot run on {'; '.join(blocked)}: a taint they do not tolerate.")
+    if offered < flavor.capacity_units:
+        findings.warnings.append(f"The catalog says {flavor.capacity_units} units of {flavor.resources_display}; the "
+                                 f"nodes' allocatable CPU and memory make {offered} now.")
+    return NodeVerdict(problem=" ".join(findings.problems), warnings=tuple(findings.warnings), nodes=len(nodes),
+                       offered=offered)
+
+
 def _judge(flavor: Flavor, nodes: list[_Node], devices: Devices) -> NodeVerdict:
     wanted = {str(key): str(value) for key, value in (flavor.node_labels or {}).items()}
     selected = [node for node in nodes if selects(flavor, node.labels, node.capacity)]
@@ -229,6 +262,8 @@ def _judge(flavor: Flavor, nodes: list[_Node], devices: Devices) -> NodeVerdict:
         return NodeVerdict(warnings=tuple(findings.warnings))
     if flavor.device_class_name:
         return _claimed_devices(flavor, selected, devices)
+    if flavor.is_cpu:
+        return _cpu_pool(flavor, selected)
     offering = [node for node in selected if _count(node.capacity.get(flavor.resource_name, 0))]
     if not offering:
         findings.warnings.append(

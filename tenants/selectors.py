@@ -37,9 +37,9 @@ def team_guarantees(*, team: Team, permanent_only: bool = False) -> dict[int, in
 
 def team_ceiling(*, team: Team, flavor: Flavor) -> int:
     """The most units of the flavor the team could ever hold at once: its guarantee, plus the
-    rest of the flavor when it may borrow."""
+    rest of the flavor when it may borrow (never a CPU-only flavor's, which no queue lends)."""
     guaranteed = team_guarantees(team=team).get(flavor.pk, 0)
-    return max(flavor.capacity_units, guaranteed) if team.may_borrow else guaranteed
+    return max(flavor.capacity_units, guaranteed) if team.may_borrow and not flavor.is_cpu else guaranteed
 
 
 def flavor_guaranteed_totals() -> dict[int, int]:

@@ -224,7 +224,8 @@ def membership_remove(*, actor: User, membership: Membership) -> None:
 
 # What an update's audit event lists when it changes (capacity above all: it bounds every guarantee).
 FLAVOR_AUDITED = ("capacity_units", "name", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
-                  "fraction_denominator", "resource_per_unit", "extra_resources", "device_class_name", "node_labels",
+                  "fraction_denominator", "resource_per_unit", "memory_gib_per_unit", "extra_resources", "device_class_name",
+                  "node_labels",
                   "tolerations", "runtime_class_name", "is_active")
 
 
@@ -311,8 +312,8 @@ def _check_told_apart(flavor: Flavor) -> None:
 
 
 CATALOG_FIELDS = ("preset", "slug", "name", "resource_name", "sharing_mode", "gpu_model", "fraction", "capacity_units",
-                  "resource_per_unit", "extra_resources", "device_class_name", "node_labels", "tolerations",
-                  "runtime_class_name", "is_active")
+                  "resource_per_unit", "memory_gib_per_unit", "extra_resources", "device_class_name", "node_labels",
+                  "tolerations", "runtime_class_name", "is_active")
 
 
 @transaction.atomic

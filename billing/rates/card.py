@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from billing.models import Rate
+from billing.money import priced_numerator
 from tenants.models import Flavor
 
 DEFAULT_CURRENCY = "USD"  # an idle portal's zero, before finance set any price
@@ -110,8 +111,8 @@ class RateCard:
         rate = self.rate_at(flavor.pk, at)
         if rate is None:
             return None
-        gpus = Decimal(units * flavor.fraction_numerator) / Decimal(flavor.fraction_denominator)
-        return (rate.price_per_gpu_hour * gpus).quantize(Decimal("0.01")), rate.currency
+        priced = Decimal(units * priced_numerator(flavor.fraction_numerator, flavor.fraction_denominator))
+        return (rate.price_per_gpu_hour * priced / Decimal(flavor.fraction_denominator)).quantize(Decimal("0.01")), rate.currency
 
     def periods(self, flavor_id: int, *, start: dt.datetime, end: dt.datetime) -> list[RatePeriod]:
         """The flavor's prices across [start, end): the span before its first price (unpriced), then

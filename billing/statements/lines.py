@@ -18,7 +18,7 @@ from django.db.models import Q, Sum
 
 from billing import ledger, periods
 from billing.models import Account, CapacityHour, StatementLine, UsageHour
-from billing.money import SECONDS_PER_HOUR, round_money
+from billing.money import SECONDS_PER_HOUR, priced_numerator, round_money
 from billing.rates.card import RateCard, RatePeriod
 from portal.errors import DomainError
 from tenants.models import Flavor
@@ -47,7 +47,8 @@ class Draft:
             return round_money(0, currency)
         price_numerator, price_denominator = self.period.rate.price_per_gpu_hour.as_integer_ratio()
         units = self.guaranteed + self.borrowed
-        exact = Fraction(units * self.numerator * price_numerator, self.denominator * SECONDS_PER_HOUR * price_denominator)
+        priced = priced_numerator(self.numerator, self.denominator)  # a CPU-only unit's price is per unit-hour
+        exact = Fraction(units * priced * price_numerator, self.denominator * SECONDS_PER_HOUR * price_denominator)
         return round_money(exact, currency)
 
     def hours(self, unit_seconds: int) -> Decimal:

@@ -29,7 +29,7 @@ from django.db.models.functions import Coalesce, Greatest, Least, TruncSecond
 from django.utils import timezone
 
 from billing.models import Rate
-from billing.money import ROUNDING_HOURS, SECONDS_PER_HOUR, round_money, round_places
+from billing.money import ROUNDING_HOURS, SECONDS_PER_HOUR, priced_numerator, round_money, round_places
 from billing.rates.card import DEFAULT_CURRENCY, RateCard
 from jobs.models import RunInterval, Workload
 from tenants.models import Team
@@ -98,7 +98,9 @@ class WorkloadCost:
 
 
 _GROUP = ("workload_id", "flavor_id", "units", "fraction_numerator", "fraction_denominator")
-Share = tuple[int, int, int]  # workload id, units × fraction numerator, fraction denominator
+# workload id, units × fraction numerator, fraction denominator; where rated, units × the priced
+# numerator (billing.money.priced_numerator: a CPU-only unit is priced whole, and is no GPU-hour)
+Share = tuple[int, int, int]
 
 
 def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None, end: dt.datetime | None = None,
@@ -129,7 +131,8 @@ def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None,
         spans = card.periods(group["flavor_id"], start=group["first"].replace(microsecond=0),
                              end=group["last"].replace(microsecond=0))
         if len(spans) == 1 and spans[0].rate is not None:
-            rated[share, spans[0].rate] += total
+            rated[_priced(group["workload_id"], group["units"], group["fraction_numerator"], group["fraction_denominator"]),
+                  spans[0].rate] += total
         elif any(span.rate is not None for span in spans):
             across.append(group)
     if across:
@@ -165,7 +168,12 @@ def _rate_across(clamped: QuerySet[RunInterval], across: list[dict[str, Any]], c
             *_GROUP, "lower", "upper"):
         for span in card.periods(flavor_id, start=began, end=ended):
             if span.rate is not None:
-                rated[(workload_id, units * numerator, denominator), span.rate] += int((span.end - span.start).total_seconds())
+                rated[_priced(workload_id, units, numerator, denominator), span.rate] += int(
+                    (span.end - span.start).total_seconds())
+
+
+def _priced(workload_id: int, units: int, numerator: int, denominator: int) -> Share:
+    return workload_id, units * priced_numerator(numerator, denominator), denominator
 
 
 def _costs(workload_ids: list[int], seconds: dict[Share, int], rated: dict[tuple[Share, Rate], int]) -> dict[int, WorkloadCost]:

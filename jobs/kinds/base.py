@@ -60,6 +60,7 @@ class Kind:
     try_it: Literal["", "openai"] = ""
     local_port: int = 8080  # where `kubectl port-forward` puts it on the user's machine
     asks_storage: bool = False  # the template editor's persistent home volume
+    runs_on_cpu: bool = False  # may run on a CPU-only flavor, without a GPU (preparing data)
     # Templates from before idle policies could stop it with `idle_minutes` alone (notebooks did).
     legacy_idle_minutes: bool = False
 

@@ -60,5 +60,5 @@ KIND = Kind(
     name="notebook", label="Notebook", noun="notebook", plural="notebooks",
     build=lambda spec: make_notebook(spec=spec), owner=("apps/v1", "StatefulSet"), derive=derive_server,
     telemetry=TelemetryProfile("busy_then_idle", 0.35), serves_http=True, opened_by="owner", has_token=True,
-    activity="jupyter", local_port=8888, asks_storage=True, legacy_idle_minutes=True,
+    activity="jupyter", local_port=8888, asks_storage=True, legacy_idle_minutes=True, runs_on_cpu=True,
 )

@@ -15,5 +15,5 @@ KIND = Kind(
     build=lambda spec: make_interactive(spec=spec, token_variable="PASSWORD", home="/home/coder"),
     owner=("apps/v1", "StatefulSet"), derive=derive_server,
     telemetry=TelemetryProfile("busy_then_idle", 0.25), serves_http=True, opened_by="owner", has_token=True,
-    activity="code-server", local_port=8080, asks_storage=True,
+    activity="code-server", local_port=8080, asks_storage=True, runs_on_cpu=True,
 )

@@ -77,6 +77,8 @@ def resource_groups(quotas: Iterable[FlavorQuota]) -> list[tuple[list[str], list
     groups: list[tuple[list[str], list[FlavorQuota]]] = []
     for quota in quotas:
         names = [r.name for r in quota.flavor.unit_resources]
+        if not names:
+            continue  # a CPU-only flavor: Kueue leaves CPU and memory alone (IgnoreUndeclared)
         joined = [index for index, group in enumerate(groups) if set(group[0]) & set(names)]
         covered = [name for index in joined for name in groups[index][0]]
         covered += [name for name in names if name not in covered]

@@ -94,7 +94,8 @@ def make_queue(*, team: TeamSpec, quota: FlavorQuota) -> dict[str, Any]:
     deserved = {**amounts, "cpu": team.policy.cpu, "memory": team.policy.memory}
     spec: dict[str, Any] = {"weight": 1, "reclaimable": not team.held, "deserved": deserved}
     if team.held:
-        spec["capability"] = dict.fromkeys(amounts, "0")
+        # A CPU-only flavor's Queue has no GPU resource to give nothing of: it is held on CPU.
+        spec["capability"] = dict.fromkeys(amounts or ("cpu",), "0")
     elif not team.policy.may_borrow:
         spec["capability"] = dict(amounts)
     if not team.policy.lends_idle:

@@ -534,7 +534,7 @@ def test_only_platform_admins_create_global_templates_and_members_create_none(re
     ({"parameters": [{"name": "epochs", "type": "int", "default": 1, "label": "Epochs"}]}, "parameters",
      ("label cannot be set here; this endpoint accepts name, type, default, min, max, choices, prefixes, names, "
       "max_items, max_length, mount_path, credential_kind, read_only.")),
-    ({"flavors": []}, "flavors", "Choose at least one GPU flavor the template may use."),
+    ({"flavors": []}, "flavors", "Choose at least one flavor the template may use."),
     ({"flavors": ["b200"]}, "flavors", "There is no flavor “b200”; see /api/flavors/ for their slugs."),
     ({"kind": "batch"}, "kind",
      "“batch” is not a kind; choose one of training, distributed, inference, notebook, workspace, mpi."),

@@ -26,7 +26,7 @@ def admin_flavor_form(**changes: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("numerator", "denominator", "words"), [
     ("1", "0", "Ensure this value is greater than or equal to 1."),
-    ("0", "1", "Ensure this value is greater than or equal to 1."),
+    ("0", "1", "The numerator is a whole number of at least 1."),  # 0 is a CPU-only flavor's alone
     ("2", "1", "One unit cannot be more than one physical GPU."),
     ("1", "１", "Enter a whole number. Write it in the digits 0 to 9."),
     ("1", "9" * 40, "Enter a whole number. Write it in the digits 0 to 9."),

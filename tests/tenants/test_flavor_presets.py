@@ -154,6 +154,11 @@ GOLDEN: dict[str, tuple[str, str, str, dict[str, Any]]] = {
                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
                                  {"key": "nvidia.com/gpu.shared", "operator": "Exists", "effect": "NoSchedule"}]},
     }),
+    "cpu-4c-16g": ("cpu", "cpu", "0", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": "cpu-4c-16g", "labels": PLATFORM_LABELS},
+        "spec": {"nodeLabels": {"gpu-portal.io/pool": "cpu"}},
+    }),
 }
 # What a pod of 2 units asks for on each preset whose unit is more than one of its resource; every
 # other preset's pod asks for 2 of its resource.
@@ -186,5 +191,9 @@ def test_a_flavor_made_from_a_preset_gives_its_golden_resource_flavor(key):
 def test_a_pod_on_a_flavor_made_from_a_preset_asks_for_its_golden_resources(key):
     flavor = Flavor(**catalog.PRESETS_BY_KEY[key].form_initial(), capacity_units=8)
     flavor.full_clean()
+    if flavor.is_cpu:  # its units are the pod's CPU and memory, which the container asks for
+        assert (flavor.pod_requests(2), flavor.cpu_and_memory(2)) == ({}, (8, 32))
+        assert flavor.units_of(8) == 2
+        return
     assert flavor.pod_requests(2) == GOLDEN_REQUESTS.get(key, {flavor.resource_name: 2})
     assert flavor.units_of(flavor.pod_requests(2)[flavor.resource_name]) == 2

@@ -44,7 +44,8 @@ class Workload:
     requests: dict[str, float]  # resource name -> units for all pods
     pods: int
     pod_spec: dict[str, Any] = field(default_factory=dict)
-    admitted_flavor: dict[str, str] = field(default_factory=dict)  # resource -> flavor
+    # resource -> flavor; None until admitted (a workload asking no GPU is admitted with none: {})
+    admitted_flavor: dict[str, str] | None = None
     unmapped: str = ""  # a DeviceClass its claims name that Kueue's deviceClassMappings do not
 
     @property
@@ -57,7 +58,7 @@ class Workload:
 
     @property
     def admitted(self) -> bool:
-        return bool(self.admitted_flavor)
+        return self.admitted_flavor is not None
 
     @property
     def finished(self) -> bool:
@@ -144,7 +145,7 @@ class Kueue:
                 row=row, job=job, queue=spec.get("queueName", ""),
                 cluster_queue=local_queue.body["spec"]["clusterQueue"] if local_queue else None,
                 priority=int(spec.get("priority", 0)), created=row.body["metadata"]["creationTimestamp"],
-                requests=dict(requests), pods=pod_set["count"], admitted_flavor=dict(flavors),
+                requests=dict(requests), pods=pod_set["count"], admitted_flavor=dict(flavors) if admission else None,
                 pod_spec=pod_set["template"].get("spec") or {}, unmapped=unmapped,
             ))
         return result
@@ -196,8 +197,8 @@ class Kueue:
 
     def usage(self, workloads: list[Workload], cq: str, flavor: str, resource: str) -> float:
         # A finished workload keeps its admission in its status, but Kueue gives its quota back.
-        return sum(w.requests.get(resource, 0) for w in workloads
-                   if w.admitted and not w.finished and w.cluster_queue == cq and w.admitted_flavor.get(resource) == flavor)
+        return sum(w.requests.get(resource, 0) for w in workloads if w.admitted and not w.finished
+                   and w.cluster_queue == cq and (w.admitted_flavor or {}).get(resource) == flavor)
 
     def _fits(self, workloads: list[Workload], cq: str, flavor: str, resource: str, amount: float) -> tuple[bool, float]:
         """Whether `amount` more fits, and how much is missing when it does not."""
@@ -257,7 +258,7 @@ class Kueue:
         workloads = self.workloads()
         for workload in workloads:
             if workload.admitted and not workload.finished and self.stop_policy(workload) == "HoldAndDrain":
-                workload.admitted_flavor = {}
+                workload.admitted_flavor = None
                 self._evict(workload, "LocalQueueStopped", "The LocalQueue is stopped")
         for workload in self.pending_order(workloads):
             if self.stop_policy(workload) != "None":
@@ -337,7 +338,7 @@ class Kueue:
                 candidates = []
                 for other in workloads:
                     if not other.admitted or other.finished or \
-                            not any(other.admitted_flavor.get(resource) == flavor for resource in asked):
+                            not any((other.admitted_flavor or {}).get(resource) == flavor for resource in asked):
                         continue
                     if other.cluster_queue == cq:
                         if other.priority < workload.priority:
@@ -351,7 +352,7 @@ class Kueue:
                 fits = False
                 for victim in candidates:
                     chosen.append(victim)
-                    victim.admitted_flavor = {}
+                    victim.admitted_flavor = None
                     fits = not self._fits_all(workloads, cq, flavor, asked)
                     if fits:
                         break
@@ -376,9 +377,9 @@ class Kueue:
         return False
 
     @staticmethod
-    def _restore(workload: Workload) -> dict[str, str]:
+    def _restore(workload: Workload) -> dict[str, str] | None:
         admission = workload.row.body.get("status", {}).get("admission")
-        return dict(admission["podSetAssignments"][0]["flavors"]) if admission else {}
+        return dict(admission["podSetAssignments"][0]["flavors"]) if admission else None
 
     def set_condition(self, workload: Workload, type_: str, status: str, reason: str, message: str) -> None:
         conditions = [c for c in workload.row.body.setdefault("status", {}).setdefault("conditions", []) if c["type"] != type_]
@@ -398,12 +399,12 @@ class Kueue:
         self.state.save(workload.row, workload.row.body)
 
     def _set_admitted(self, workload: Workload) -> None:
-        body = workload.row.body
+        body, assigned = workload.row.body, workload.admitted_flavor or {}
         body.setdefault("status", {})["admission"] = {
             "clusterQueue": workload.cluster_queue,
             "podSetAssignments": [{
-                "name": "main", "count": workload.pods, "flavors": dict(workload.admitted_flavor),
-                "resourceUsage": {r: units_text(v) for r, v in workload.requests.items() if r in workload.admitted_flavor},
+                "name": "main", "count": workload.pods, "flavors": dict(assigned),
+                "resourceUsage": {r: units_text(v) for r, v in workload.requests.items() if r in assigned},
             }],
         }
         reserved = f"Quota reserved in ClusterQueue {workload.cluster_queue}"
@@ -416,7 +417,7 @@ class Kueue:
             if job["kind"] == "Job":
                 job["spec"]["suspend"] = False
             pod_spec = job["spec"]["template"]["spec"]
-            for flavor_name in set(workload.admitted_flavor.values()):
+            for flavor_name in set(assigned.values()):
                 flavor = self.state.flavors.get(flavor_name)
                 if flavor is None:
                     continue

@@ -207,7 +207,7 @@ class Volcano:
                 priority=self.state.pod_priorities.get(spec.get("priorityClassName", ""), 0),
                 created=row.body["metadata"].get("creationTimestamp", ""),
                 requests=dict(requests), pods=len(members), pod_spec=members[-1] if members else {}, members=members,
-                admitted_flavor=placed_on(requests, flavor) if placed else {},
+                admitted_flavor=placed_on(requests, flavor) if placed else None,
             ))
         return groups
 
@@ -388,7 +388,7 @@ class Volcano:
         chosen: list[Group] = []
         for victim in candidates:
             chosen.append(victim)
-            victim.admitted_flavor = {}
+            victim.admitted_flavor = None
             if not self._short(groups, group, chosen):
                 for evicted in chosen:
                     self._evict(evicted)
@@ -436,7 +436,7 @@ class Volcano:
     def _evict(self, group: Group) -> None:
         """Its pods go (Volcano deletes them); it waits to be let in again. A Volcano Job restarts
         (its PodEvicted policy), which counts against its maxRetry."""
-        group.admitted_flavor = {}
+        group.admitted_flavor = None
         if group.job is not None:
             for pod in self.state.pods_of(group.namespace, group.job.body["metadata"]["name"]):
                 if (pod.body.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
