@@ -137,6 +137,24 @@ class StatementLine(models.Model):
     def gpu_hours(self) -> Decimal:
         return self.guaranteed_gpu_hours + self.borrowed_gpu_hours
 
+    @property
+    def per_unit_hour(self) -> bool:
+        """A CPU-only flavor's line: no part of a GPU (fraction 0), so no GPU-hours; its price is
+        per unit-hour, and its quantity is shown in unit-hours."""
+        return self.fraction_numerator == 0
+
+    @property
+    def guaranteed_unit_hours(self) -> Decimal:
+        return Decimal(self.guaranteed_unit_seconds) / 3600
+
+    @property
+    def borrowed_unit_hours(self) -> Decimal:
+        return Decimal(self.borrowed_unit_seconds) / 3600
+
+    @property
+    def unit_hours(self) -> Decimal:
+        return self.guaranteed_unit_hours + self.borrowed_unit_hours
+
 
 class Adjustment(models.Model):
     """A correction to a closed statement: a charge, or a credit (a negative amount)."""

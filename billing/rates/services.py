@@ -24,10 +24,11 @@ def rate_set(*, actor: User, flavor: Flavor, price_per_gpu_hour: Any, currency: 
     """A new price from now or a later moment; the past keeps the prices it had."""
     if not actor.has_perm("billing.set_rates"):
         raise PermissionDenied
+    per = "unit-hour" if flavor.is_cpu else "GPU-hour"  # a CPU-only flavor's unit is its cores and memory
     price = money_input(price_per_gpu_hour, column=Rate._meta.get_field("price_per_gpu_hour"), field="price_per_gpu_hour",
-                        noun="price", unit=" per GPU-hour", example="2.75")
+                        noun="price", unit=f" per {per}", example="2.75")
     if price < 0:
-        raise DomainError("A price per GPU-hour is zero or more.", field="price_per_gpu_hour")
+        raise DomainError(f"A price per {per} is zero or more.", field="price_per_gpu_hour")
     now = timezone.now()
     effective_from = effective_from or now
     if effective_from < now - dt.timedelta(minutes=1):
@@ -39,7 +40,7 @@ def rate_set(*, actor: User, flavor: Flavor, price_per_gpu_hour: Any, currency: 
     rate = Rate.objects.create(flavor=flavor, price_per_gpu_hour=price, currency=currency, effective_from=effective_from,
                                note=note.strip(), created_by=actor)
     audit_record(actor=actor, action="rate.set", obj=rate,
-                 message=f"{actor.username} set {flavor.name} to {price} {currency} per GPU-hour"
+                 message=f"{actor.username} set {flavor.name} to {price} {currency} per {per}"
                  f" from {effective_from:%Y-%m-%d %H:%M}")
     return rate
 

@@ -44,7 +44,8 @@ def rate_card(request: HtmxHttpRequest) -> HttpResponse:
         except DomainError as error:
             add_refusal(form, error)
         else:
-            messages.success(request, f"{rate.flavor.name} costs {rate.price_per_gpu_hour} {rate.currency} per GPU-hour "
+            per = "unit-hour" if rate.flavor.is_cpu else "GPU-hour"
+            messages.success(request, f"{rate.flavor.name} costs {rate.price_per_gpu_hour} {rate.currency} per {per} "
                                       f"from {rate.effective_from:%Y-%m-%d %H:%M}.")
             return redirect("billing:rate-card")
     status = 400 if request.method == "POST" else 200

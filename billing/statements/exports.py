@@ -26,6 +26,7 @@ COLUMNS = [
     "record", "month", "currency", "team", "team_name", "cost_center", "flavor", "flavor_name", "period_start",
     "period_end", "gpu_fraction", "guaranteed_unit_seconds", "borrowed_unit_seconds", "guaranteed_gpu_hours",
     "borrowed_gpu_hours", "price_per_gpu_hour", "amount", "reason", "adjusted_by", "adjusted_at", "kwh", "kg_co2e",
+    "priced_per",
 ]
 # Free text a person typed (a reason, a team's name): a spreadsheet would run a cell that starts
 # like a formula, so such a cell gets a leading apostrophe (OWASP's advice for CSV injection).
@@ -99,7 +100,9 @@ def _line_values(line: StatementLine, zone: ZoneInfo, money: Callable[[Decimal],
             "guaranteed_gpu_hours": line.guaranteed_gpu_hours.quantize(HOURS),
             "borrowed_gpu_hours": line.borrowed_gpu_hours.quantize(HOURS),
             "price_per_gpu_hour": None if line.price_per_gpu_hour is None else line.price_per_gpu_hour.quantize(PRICE),
-            "amount": money(line.amount)}
+            "amount": money(line.amount),
+            # A CPU-only flavor's line (gpu_fraction 0/1) has no GPU-hours: its price is per unit-hour.
+            "priced_per": "unit_hour" if line.per_unit_hour else "gpu_hour"}
 
 
 def _cell(column: str, value: object) -> str:

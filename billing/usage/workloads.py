@@ -95,6 +95,7 @@ class WorkloadCost:
     gpu_hours: Decimal
     cost: Decimal | None
     currency: str
+    cpu_unit_hours: Decimal = Decimal(0)  # on a CPU-only flavor, which adds no GPU-hours
 
 
 _GROUP = ("workload_id", "flavor_id", "units", "fraction_numerator", "fraction_denominator")
@@ -122,12 +123,15 @@ def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None,
     # Whole seconds summed as integers per workload and fraction (and per rate for the amounts), one
     # Fraction per sum at the end.
     seconds: dict[Share, int] = defaultdict(int)
+    cpu_seconds: dict[int, int] = defaultdict(int)  # unit-seconds on CPU-only flavors (fraction 0)
     rated: dict[tuple[Share, Rate], int] = defaultdict(int)
     across: list[dict[str, Any]] = []  # groups that ran across a price change (or before the first price)
     for group in groups:
         share = (group["workload_id"], group["units"] * group["fraction_numerator"], group["fraction_denominator"])
         total = int(group["total"].total_seconds())
         seconds[share] += total
+        if not group["fraction_numerator"]:
+            cpu_seconds[group["workload_id"]] += group["units"] * total
         spans = card.periods(group["flavor_id"], start=group["first"].replace(microsecond=0),
                              end=group["last"].replace(microsecond=0))
         if len(spans) == 1 and spans[0].rate is not None:
@@ -137,7 +141,7 @@ def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None,
             across.append(group)
     if across:
         _rate_across(clamped, across, card, rated)
-    return _costs(workload_ids, seconds, rated)
+    return _costs(workload_ids, seconds, rated, cpu_seconds)
 
 
 def _clamped_intervals(*, workload_ids: list[int], start: dt.datetime | None, end: dt.datetime | None,
@@ -176,7 +180,8 @@ def _priced(workload_id: int, units: int, numerator: int, denominator: int) -> S
     return workload_id, units * priced_numerator(numerator, denominator), denominator
 
 
-def _costs(workload_ids: list[int], seconds: dict[Share, int], rated: dict[tuple[Share, Rate], int]) -> dict[int, WorkloadCost]:
+def _costs(workload_ids: list[int], seconds: dict[Share, int], rated: dict[tuple[Share, Rate], int],
+           cpu_seconds: dict[int, int]) -> dict[int, WorkloadCost]:
     """Each workload's GPU-hours and cost, rounded once (billing.money's rule), from its seconds per
     share and per share and rate."""
     unit_seconds: dict[int, Fraction] = defaultdict(Fraction)
@@ -193,5 +198,6 @@ def _costs(workload_ids: list[int], seconds: dict[Share, int], rated: dict[tuple
         currency = next(iter(found)) if len(found) == 1 else DEFAULT_CURRENCY
         result[workload_id] = WorkloadCost(
             gpu_hours=round_places(unit_seconds[workload_id] / SECONDS_PER_HOUR, ROUNDING_HOURS),
-            cost=round_money(amounts[workload_id], currency) if len(found) == 1 else None, currency=currency)
+            cost=round_money(amounts[workload_id], currency) if len(found) == 1 else None, currency=currency,
+            cpu_unit_hours=round_places(Fraction(cpu_seconds.get(workload_id, 0), SECONDS_PER_HOUR), ROUNDING_HOURS))
     return result

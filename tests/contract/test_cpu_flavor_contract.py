@@ -1,6 +1,8 @@
-"""A CPU-only notebook, on both clusters: no GPU asked, admitted by the queue without quota of it
-(Kueue leaves CPU and memory to the namespace: IgnoreUndeclared), held to the flavor's nodes,
-bounded by the team's guarantee at launch, and billed per unit-hour with no GPU-hours."""
+"""A CPU-only notebook, on both clusters and both queue backends: no GPU asked, admitted by the
+queue without quota of it (Kueue leaves CPU and memory to the namespace: IgnoreUndeclared; the
+team's Volcano Queue of the flavor deserves only the team's CPU and memory backstops), held to the
+flavor's nodes, bounded by the team's guarantee at launch, and billed per unit-hour with no
+GPU-hours."""
 
 from __future__ import annotations
 
@@ -19,10 +21,13 @@ from jobs.models import RunInterval, Workload
 from portal.errors import DomainError
 from tenants import services as tenant_services
 from tenants.models import Flavor
+from tests.contract.conftest import clusters
 from tests.contract.scenarios import HOLD, launch, pods_of, queue_usage, running
 from tests.helpers import ensure_priced
 
 pytestmark = pytest.mark.django_db
+
+cluster = clusters("simulated", "real", "simulated-volcano", "volcano")
 
 
 @pytest.fixture

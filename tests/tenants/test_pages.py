@@ -624,7 +624,8 @@ def test_the_admin_refuses_to_lower_a_flavor_below_its_guarantees_with_a_message
     data = {
         "name": flavor.name, "slug": flavor.slug, "resource_name": flavor.resource_name, "sharing_mode": "exclusive",
         "gpu_model": flavor.gpu_model, "fraction_numerator": 1, "fraction_denominator": 1, "capacity_units": 8,
-        "resource_per_unit": 1, "memory_gib_per_unit": 0, "extra_resources": "[]", "node_labels": "{}", "tolerations": "[]", "is_active": "on",
+        "resource_per_unit": 1, "memory_gib_per_unit": 0, "extra_resources": "[]", "node_labels": "{}", "tolerations": "[]",
+        "is_active": "on",
         "created_at_0": "2024-01-01", "created_at_1": "00:00:00",
     }
     response = client.post(url, data, follow=True)
