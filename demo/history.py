@@ -34,8 +34,9 @@ from portal.models import User
 from tenants import catalog
 from tenants.models import Flavor, QuotaGrant, Team
 
-# List prices per physical GPU-hour; a MIG slice or a time-sliced share pays its fraction.
-LIST_PRICES = (("h100-80gb", "2.75"), ("a100-1g-10gb", "1.80"), ("t4-shared", "0.35"))
+# List prices per physical GPU-hour; a MIG slice or a time-sliced share pays its fraction. The CPU
+# pool's is per unit-hour (4 cores and 16 GiB).
+LIST_PRICES = (("h100-80gb", "2.75"), ("a100-1g-10gb", "1.80"), ("t4-shared", "0.35"), ("cpu-4c-16g", "0.20"))
 DEMO_BUDGET = ("vision", "1500")  # about half a month of its runs: the bar fills and the forecast dates the crossing
 HISTORY_ENGINE = 0.875  # the seeded runs' engine active: a training's steady 80-95 % (portal.metrics.simulated)
 

@@ -18,7 +18,7 @@ from jobs.models import GitSource, ImageRegistry, TeamVolume, WorkloadTemplate
 from portal.errors import DomainError
 from portal.kube import KubeError, gateway
 from portal.models import User
-from tenants import reconcile, services
+from tenants import catalog, reconcile, services
 from tenants.models import Flavor, Membership, QuotaRequest, Team
 
 PASSWORD = "gpu-portal-demo"
@@ -175,6 +175,7 @@ def templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
     serving_templates_seed(admin=admin, flavors=flavors)
     own_code_seed(admin=admin)
     workspace_seed(admin=admin)
+    cpu_notebook_seed(admin=admin)
 
 
 def training_templates_seed(*, admin: User, flavors: dict[str, Flavor]) -> None:
@@ -304,6 +305,36 @@ def workspace_seed(*, admin: User) -> None:
             {"name": "bucket", "type": "credential", "credential_kind": "s3",
              "help": "One of your team's S3 keys, as AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"},
         ],
+    )
+
+
+CPU_PRESET, CPU_CAPACITY, CPU_TEMPLATE = "cpu-4c-16g", 32, "cpu-notebook"
+CPU_GRANTS = (("vision", "lena", 8), ("nlp", "omar", 4))  # team, the lead who asks, units
+
+
+def cpu_notebook_seed(*, admin: User) -> None:
+    """A pool of CPU nodes (the catalog's CPU-only preset: 4 cores and 16 GiB a unit), CPU units for
+    two teams, and a JupyterLab notebook without a GPU for preparing data. Added to a demo site
+    seeded before it existed, too; a site that has the flavor already is left as it is."""
+    if Flavor.objects.filter(slug=CPU_PRESET).exists():
+        return
+    preset = catalog.PRESETS_BY_KEY[CPU_PRESET]
+    cpu = services.flavor_save(actor=admin, flavor=Flavor(**preset.form_initial(), capacity_units=CPU_CAPACITY))
+    for slug, lead, units in CPU_GRANTS:
+        team, asker = Team.objects.filter(slug=slug).first(), User.objects.filter(username=lead).first()
+        if team is None or asker is None:
+            continue  # a demo site someone has changed
+        asked = services.quota_request_create(requester=asker, team=team, lines=[services.LineInput(flavor=cpu, units=units)],
+                                              justification="Preparing data without holding a GPU.")
+        services.quota_request_approve(quota_request=asked, approver=admin)
+    job_services.template_create(
+        user=admin, slug=CPU_TEMPLATE, name="CPU notebook", kind="notebook", flavors=[cpu],
+        description=("JupyterLab without a GPU, for cleaning and preparing data: each unit is 4 cores and 16 GiB. Your "
+                     "team's data volume at /data, if you choose it. It stops after an hour idle."),
+        image="quay.io/jupyter/scipy-notebook:2025-01-13", command=["start-notebook.py"],
+        default_units=1, max_units=4, port=8888, storage_gib=10, idle_minutes=60, max_runtime_seconds=7 * 24 * 3600,
+        parameters=[{"name": "data", "type": "volume", "mount_path": "/data",
+                     "help": "One of your team's data volumes, read-only"}],
     )
 
 

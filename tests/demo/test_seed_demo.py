@@ -20,22 +20,22 @@ def test_the_demo_has_teams_people_flavors_requests_in_every_state_and_templates
 
     assert sorted(Team.objects.values_list("slug", flat=True)) == ["nlp", "recsys", "vision"]
     resource_names = {f.resource_name for f in Flavor.objects.all()}
-    assert resource_names == {"nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared"}
+    assert resource_names == {"nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared", "cpu"}
     assert set(QuotaRequest.objects.values_list("status", flat=True)) == set(QuotaRequest.Status.values)
     assert sorted(WorkloadTemplate.objects.values_list("kind", flat=True)) == [
-        "distributed", "inference", "notebook", "training", "training", "workspace"]
+        "distributed", "inference", "notebook", "notebook", "training", "training", "workspace"]
     assert User.objects.get(username="admin").is_platform_admin and User.objects.get(username="finance").is_finance
     assert "password for all: gpu-portal-demo" in out.getvalue() and "lena     lead of vision" in out.getvalue()
 
     call_command("seed_demo", stdout=StringIO())
-    assert Team.objects.count() == 3 and WorkloadTemplate.objects.count() == 6
+    assert Team.objects.count() == 3 and WorkloadTemplate.objects.count() == 7
 
 
 def test_the_demo_has_prices_for_every_flavor():
     from billing.models import Rate
 
     call_command("seed_demo", stdout=StringIO())
-    assert Rate.objects.count() == Flavor.objects.count() == 3
+    assert Rate.objects.count() == Flavor.objects.count() == 4
 
 
 def _billing_state() -> tuple:

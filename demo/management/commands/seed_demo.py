@@ -27,6 +27,7 @@ class Command(BaseCommand):
             if admin is not None:
                 site.own_code_seed(admin=admin)
                 site.workspace_seed(admin=admin)
+                site.cpu_notebook_seed(admin=admin)
         else:
             site.site_seed(now=now, since=history.history_start(now))
         seeded = history.history_seed(now=now)
