@@ -8,7 +8,9 @@ an inference server down to its minimum replicas) and the reason recorded. A wor
 whose pods report (exporter down, pod just started, telemetry off) has "no metrics": it is never
 idle, and a warning it had is withdrawn. For notebooks the notebook server's own last activity
 (jobs/idle.py) is a second signal where the portal can reach it: use more recent than the GPU's
-idleness keeps the notebook; the GPU signal decides everywhere else.
+idleness keeps the notebook; the GPU signal decides everywhere else. A notebook or workspace on a
+CPU-only flavor has no GPU to judge: its server's own last activity is the one signal, idle from
+then for the policy's window (one it cannot reach is never judged idle, as without metrics).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def idle_sweep(*, now: dt.datetime | None = None) -> Sweep:
     now = now or timezone.now()
     result = Sweep()
     running = list(Workload.objects.filter(phase=Workload.Phase.RUNNING)
-                   .select_related("team", "owner", "template_version__template"))
+                   .select_related("team", "owner", "flavor", "template_version__template"))
     if not running:
         return result
     pods: dict[int, list[RunInterval]] = defaultdict(list)
@@ -89,8 +91,11 @@ def idle_sweep(*, now: dt.datetime | None = None) -> Sweep:
             percent = sum(values) / len(values) if values else None
             state = states.get(workload.pk) or WorkloadIdleState(workload=workload)
             started = min((p.started_at for p in pods[workload.pk]), default=now)
-            _judge(workload, state, percent, started, idle_policy.effective_policy(workload.template_version, bounds),
-                   now=now, result=result)
+            policy = idle_policy.effective_policy(workload.template_version, bounds)
+            if workload.flavor.is_cpu:
+                _judge_unused(workload, state, started, policy, now=now, result=result)
+            else:
+                _judge(workload, state, percent, started, policy, now=now, result=result)
         except Exception:
             result.failed.append(workload.pk)
             log.exception("judging whether workload %s of %s is idle failed; skipped", workload.pk, workload.team.slug)
@@ -127,6 +132,47 @@ def _judge(workload: Workload, state: WorkloadIdleState, percent: float | None, 
     state.save()
 
 
+def _judge_unused(workload: Workload, state: WorkloadIdleState, started: dt.datetime, policy: idle_policy.IdlePolicy,
+                  *, now: dt.datetime, result: Sweep) -> None:
+    """A workload without a GPU (a CPU-only flavor's) is idle from its server's last activity, never
+    before its pod started or its owner kept it; use after a warning withdraws it."""
+    state.checked_at, state.engine_active = now, None
+    activity = notebook_activity(workload) if workload.kind_facts.activity else None
+    if activity is None or activity.last_activity is None:
+        result.no_metrics.append(workload.pk)
+        state.idle_since = state.warned_at = state.action_due_at = None
+        state.save()
+        return
+    window = dt.timedelta(minutes=policy.window_minutes)
+    kept_at = state.kept_until - window if state.kept_until else started
+    state.idle_since = max(activity.last_activity, started, kept_at)
+    if now - state.idle_since < window or (state.warned_at is not None and activity.last_activity > state.warned_at):
+        result.busy.append(workload.pk)  # used within the window, or since the warning (withdrawn)
+        state.idle_since = state.warned_at = state.action_due_at = None
+    elif state.kept_until and now < state.kept_until:
+        result.idle.append(workload.pk)
+        result.kept.append(workload.pk)
+    elif state.warned_at is None:
+        result.idle.append(workload.pk)
+        _warn(workload, state, policy, now=now)
+        result.warned.append(workload.pk)
+    else:
+        result.idle.append(workload.pk)
+        if state.action_due_at is not None and now >= state.action_due_at:
+            state.save()
+            if _act(workload, policy, idle_minutes=int((now - state.idle_since).total_seconds() // 60)):
+                (result.stopped if policy.action == IdleAction.STOP else result.scaled).append(workload.pk)
+                state.idle_since = state.warned_at = state.action_due_at = None
+    state.save()
+
+
+def idle_words(workload: Workload, policy: idle_policy.IdlePolicy) -> str:
+    """What made the workload idle, in a sentence's words."""
+    if workload.flavor.is_cpu:
+        return f"its {workload.kind_facts.noun} not used"
+    return f"its GPUs under {policy.threshold_percent} % engine active"
+
+
 def _notebook_used_since(workload: Workload, since: dt.datetime) -> bool:
     """The notebook server's own word, where the portal can reach it: used after `since`."""
     activity = notebook_activity(workload)
@@ -142,13 +188,13 @@ def _warn(workload: Workload, state: WorkloadIdleState, policy: idle_policy.Idle
     assert state.idle_since is not None
     minutes = int((now - state.idle_since).total_seconds() // 60)
     what = f"Your {workload.kind_facts.label.lower()} {workload.name} (#{workload.pk})"
-    message = f"{what} has been idle {minutes} min (GPU engine active under {policy.threshold_percent} %)"
+    message = f"{what} has been idle {minutes} min ({idle_words(workload, policy)})"
     if state.action_due_at is not None:
         verb = "stops" if policy.action == IdleAction.STOP else "scales down to its minimum replicas"
         at = timezone.localtime(state.action_due_at).strftime("%H:%M")
         message += f"; it {verb} at {at} unless you keep it running."
     else:
-        message += ": stop it if you are done, so others can use the GPUs."
+        message += f": stop it if you are done, so others can use {'its CPUs' if workload.flavor.is_cpu else 'the GPUs'}."
     url = reverse("jobs:workload-detail", args=[workload.pk])
     with transaction.atomic():
         notify(recipients=[workload.owner], message=message, url=url)
@@ -159,8 +205,7 @@ def _warn(workload: Workload, state: WorkloadIdleState, policy: idle_policy.Idle
 
 def _act(workload: Workload, policy: idle_policy.IdlePolicy, *, idle_minutes: int) -> bool:
     """Stops or scales down an idle workload, with the reason. False if it was no longer running."""
-    why = (f"idle {idle_minutes} minutes with its GPUs under {policy.threshold_percent} % engine active "
-           f"(the idle policy of {workload.template_version})")
+    why = f"idle {idle_minutes} minutes with {idle_words(workload, policy)} (the idle policy of {workload.template_version})"
     with transaction.atomic():
         locked = Workload.objects.select_for_update(of=("self",)).select_related("team").get(pk=workload.pk)
         if locked.phase != Workload.Phase.RUNNING:
@@ -228,6 +273,15 @@ class IdlePicture:
 
     policy: idle_policy.IdlePolicy
     state: WorkloadIdleState | None
+    without_gpu: bool = False  # on a CPU-only flavor: judged by its server's own last activity
+
+    @property
+    def describe(self) -> str:
+        if not self.without_gpu:
+            return self.policy.describe()
+        after = "" if self.policy.action == IdleAction.NOTIFY else (
+            f", then {IdleAction(self.policy.action).label.lower()} {self.policy.grace_minutes} minutes later")
+        return f"idle when it has not been used for {self.policy.window_minutes} minutes: the owner is warned{after}"
 
     @property
     def idle_minutes(self) -> int | None:
@@ -248,7 +302,8 @@ def idle_picture(*, workload: Workload) -> IdlePicture | None:
     if workload.phase != Workload.Phase.RUNNING:
         return None
     state = WorkloadIdleState.objects.filter(workload=workload).select_related("kept_by").first()
-    return IdlePicture(policy=idle_policy.effective_policy(workload.template_version, IdleDefaults.current()), state=state)
+    return IdlePicture(policy=idle_policy.effective_policy(workload.template_version, IdleDefaults.current()), state=state,
+                       without_gpu=workload.flavor.is_cpu)
 
 
 IDLE_DEFAULT_FIELDS = (

@@ -70,6 +70,9 @@ def _verdict(engine: Sequence[Point], *, running: bool, threshold: int) -> str:
 
 
 def workload_telemetry(*, workload: Workload, now: dt.datetime | None = None) -> WorkloadTelemetry:
+    if workload.flavor.is_cpu:
+        return WorkloadTelemetry(unavailable=f"It runs on {workload.flavor.name}, CPUs without a GPU: there is no GPU use "
+                                             "to show.")
     intervals = list(workload.intervals.all())
     if not intervals:
         return WorkloadTelemetry(unavailable="It has not run on a GPU yet.")

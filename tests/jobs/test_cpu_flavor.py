@@ -13,15 +13,17 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.urls import reverse
+from django.utils import timezone
 
 from billing.models import Rate, StatementLine
 from billing.money import cost, priced_numerator
 from billing.rates.card import RateCard
 from billing.statements import exports
 from billing.usage.workloads import workload_costs
-from jobs import selectors, services
-from jobs.models import RunInterval, Workload
+from jobs import reclaim, selectors, services, sync
+from jobs.models import RunInterval, Workload, WorkloadIdleState
 from portal.errors import DomainError
+from portal.models import Notification
 from tenants import catalog, desired, nodes
 from tenants.manifests import FlavorQuota, TeamSpec
 from tenants.models import Flavor
@@ -29,6 +31,7 @@ from tenants.queueing import kueue, volcano
 from tests.conftest import login
 from tests.factories import FlavorFactory, QuotaGrantFactory
 from tests.helpers import api, launch, make_ready
+from tests.jobs.test_notebook_idle import jupyter  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -288,3 +291,72 @@ def test_cpu_units_in_use_count_the_teams_active_workloads_only(ready_team, memb
                           memory_gib_per_unit=64, resource_per_unit=16, capacity_units=4,
                           node_labels={"gpu-portal.io/pool": "big"})
     assert selectors.cpu_units_in_use(team=ready_team, flavor=other) == 0
+
+
+# --- Idle without a GPU --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def running_cpu_notebook(ready_team, member, admin_user, cpu, simulated, django_capture_on_commit_callbacks):
+    make_ready(ready_team, cpu, units=2)
+    template = services.template_create(user=admin_user, slug="cpu-lab", name="CPU lab", kind="notebook", flavors=[cpu],
+                                        image="quay.io/jupyter/scipy-notebook", port=8888, idle_minutes=60)
+    with django_capture_on_commit_callbacks(execute=True):
+        notebook = launch(member, ready_team, template, cpu)
+    simulated.advance(1)
+    sync.sync_all()
+    notebook.refresh_from_db()
+    assert notebook.phase == Workload.Phase.RUNNING
+    return notebook
+
+
+def _ago(minutes: float) -> str:
+    return (timezone.now() - dt.timedelta(minutes=minutes)).isoformat()
+
+
+def test_a_cpu_notebook_nobody_uses_is_warned_then_stopped_by_its_own_word(
+        running_cpu_notebook, jupyter, member, django_capture_on_commit_callbacks):
+    # No GPU to judge: Jupyter's last activity starts the 60-minute window, never before the pod did.
+    jupyter.status = {"last_activity": _ago(30), "kernels": 1, "connections": 0}
+    t0 = timezone.now()
+    assert reclaim.idle_sweep(now=t0).busy == [running_cpu_notebook.pk]
+    assert reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=50)).busy == [running_cpu_notebook.pk]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=61)).warned == [running_cpu_notebook.pk]
+    note = Notification.objects.get(recipient=member)
+    assert "has been idle 61 min (its notebook not used)" in note.message and "use its CPUs" not in note.message
+    page = login(member).get(reverse("jobs:workload-detail", args=[running_cpu_notebook.pk])).content.decode()
+    assert "nobody has used it since" in page and "idle when it has not been used for 60 minutes" in page
+    with django_capture_on_commit_callbacks(execute=True):
+        assert reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=77)).stopped == [running_cpu_notebook.pk]
+    running_cpu_notebook.refresh_from_db()
+    assert running_cpu_notebook.phase == Workload.Phase.STOPPED
+    assert running_cpu_notebook.reason.startswith("Stopped: idle 77 minutes with its notebook not used")
+
+
+def test_a_cpu_notebook_used_after_its_warning_is_no_longer_idle(running_cpu_notebook, jupyter):
+    # Jupyter never reports a use later than its own clock, so the pod started three hours ago and
+    # the warning came ten minutes ago.
+    RunInterval.objects.filter(workload=running_cpu_notebook).update(started_at=timezone.now() - dt.timedelta(hours=3))
+    jupyter.status = {"last_activity": _ago(90), "kernels": 1, "connections": 0}
+    assert reclaim.idle_sweep().warned == [running_cpu_notebook.pk]
+    WorkloadIdleState.objects.filter(workload=running_cpu_notebook).update(
+        warned_at=timezone.now() - dt.timedelta(minutes=10))
+    jupyter.status = {"last_activity": _ago(5), "kernels": 1, "connections": 1}
+    sweep = reclaim.idle_sweep()
+    assert (sweep.busy, sweep.stopped) == ([running_cpu_notebook.pk], [])
+    state = WorkloadIdleState.objects.get(workload=running_cpu_notebook)
+    assert (state.warned_at, state.action_due_at, state.idle_since) == (None, None, None)
+
+
+def test_a_cpu_notebook_the_portal_cannot_ask_is_never_judged_idle(running_cpu_notebook, settings, member):
+    settings.PORTAL_NOTEBOOK_STATUS_URL = "http://127.0.0.1:9/{namespace}/{name}"
+    t0 = timezone.now()
+    for minutes in (0, 61, 600):
+        sweep = reclaim.idle_sweep(now=t0 + dt.timedelta(minutes=minutes))
+        assert sweep.no_metrics == [running_cpu_notebook.pk] and sweep.warned == []
+    page = login(member).get(reverse("jobs:workload-detail", args=[running_cpu_notebook.pk])).content.decode()
+    assert "Its server has not said when it was last used, so it is never judged idle." in page
+    assert "no GPU" in page and "Units" in page
+    charts = login(member).get(reverse("jobs:workload-telemetry", args=[running_cpu_notebook.pk])).content.decode()
+    assert "CPUs without a GPU: there is no GPU use to show" in charts
