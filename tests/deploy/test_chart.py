@@ -4,6 +4,7 @@ installed on the real control plane: tests/contract/test_chart_contract.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import yaml
 
 from jobs import kinds
 from tenants import manifests
+from tenants import services as tenant_services
 from tests.deploy.chart import CHART, ROOT, by_kind, container_env, merged, pod_specs, render, run_helm
 
 EVERYTHING_ON = {
@@ -440,7 +442,8 @@ def test_the_declared_catalog_is_loaded_by_a_hook_job_after_the_migrations(minim
 
     from tenants.models import Flavor
 
-    catalog = [{"preset": "nvidia-h100", "capacity_units": 64}, {"preset": "nvidia-mig-1g.10gb", "capacity_units": 56}]
+    catalog = [{"preset": "nvidia-h100", "capacity_units": 64}, {"preset": "nvidia-mig-1g.10gb", "capacity_units": 56},
+               {"preset": "cpu-4c-16g", "capacity_units": 32, "resource_per_unit": 8, "memory_gib_per_unit": 32}]
     objects = render(merged({"catalog": catalog}))
     job = by_kind(objects, "Job")["portal-gpu-portal-catalog"]
     migrate = by_kind(objects, "Job")["portal-gpu-portal-migrate"]
@@ -451,8 +454,14 @@ def test_the_declared_catalog_is_loaded_by_a_hook_job_after_the_migrations(minim
     # What the Job hands the command loads the flavors the values name.
     monkeypatch.setenv("PORTAL_CATALOG", container_env(container, SECRETS)["PORTAL_CATALOG"])
     call_command("catalog_apply", env="PORTAL_CATALOG")
-    assert dict(Flavor.objects.values_list("slug", "capacity_units")) == {"h100-80gb": 64, "a100-mig-1g-10gb": 56}
+    assert dict(Flavor.objects.values_list("slug", "capacity_units")) == {"h100-80gb": 64, "a100-mig-1g-10gb": 56,
+                                                                          "cpu-4c-16g": 32}
+    cpu = Flavor.objects.get(slug="cpu-4c-16g")
+    assert (cpu.is_cpu, cpu.resource_per_unit, cpu.memory_gib_per_unit) == (True, 8, 32)
     assert "portal-gpu-portal-catalog" not in by_kind(minimal, "Job")  # nothing declared, no Job
     bad = run_helm("template", "portal", str(CHART), values=merged({"catalog": [{"preset": "nvidia-h100", "capacity": 8}]}),
                    check=False)
     assert bad.returncode != 0 and "capacity" in bad.stderr, bad.stderr
+    # Every field catalog_apply takes may be declared in the values, and nothing else.
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(schema["properties"]["catalog"]["items"]["properties"]) == set(tenant_services.CATALOG_FIELDS)
