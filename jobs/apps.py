@@ -5,11 +5,12 @@ class JobsConfig(AppConfig):
     name = "jobs"
 
     def ready(self) -> None:
-        from jobs import checks, kinds, signals  # noqa: F401 - connects the receivers, registers the check
+        from jobs import checks, kinds, selectors, signals  # noqa: F401 - connects the receivers, registers the check
         from jobs.observability import WorkloadCollector
         from jobs.selectors import flavor_of_pods, team_contents, workloads_on_nodes, xids_on_node
         from portal.metrics.simulated import KIND_PROFILES
         from portal.observability import scrape_collector_register
+        from tenants.cluster_selectors import CPU_UNITS_IN_USE
         from tenants.desired import WORKLOAD_KINDS
         from tenants.nodes import WORKLOADS_ON_NODES, XIDS_ON_NODE
         from tenants.selectors import TEAM_RECORDS_GOING
@@ -19,6 +20,7 @@ class JobsConfig(AppConfig):
         FLAVOR_OF_PODS.fill(flavor_of_pods)
         KIND_PROFILES.fill(kinds.telemetry)
         WORKLOAD_KINDS.fill(kinds.network_reach)
+        CPU_UNITS_IN_USE.fill(selectors.cpu_units_in_use)
         WORKLOADS_ON_NODES.fill(workloads_on_nodes)
         XIDS_ON_NODE.fill(xids_on_node)
         scrape_collector_register(WorkloadCollector())

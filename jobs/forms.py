@@ -122,7 +122,8 @@ class LaunchForm(forms.Form):
             return []
         by_resource: dict[str, list[Flavor]] = {}
         for flavor in self.allowed_flavors:
-            by_resource.setdefault(flavor.resource_name, []).append(flavor)
+            if not flavor.is_cpu:  # no queue chooses among CPU-only flavors: a launch names one
+                by_resource.setdefault(flavor.resource_name, []).append(flavor)
         return [flavor for group in by_resource.values() if len(group) > 1 for flavor in group]
 
     @property

@@ -286,6 +286,9 @@ def _check_alternatives(version: WorkloadTemplateVersion, request: LaunchRequest
     """Each other flavor a launch accepts is active, allowed by the template and asks for what the
     named flavor's unit asks for: a pod's requests are written once, so Kueue can only choose among
     flavors they fit alike."""
+    if request.also_accept and request.flavor.is_cpu:
+        raise DomainError(f"{request.flavor.name} is CPU-only: no queue chooses among CPU flavors, so a launch on it runs "
+                          "on the one flavor it names. Leave the others out.", field="also_accept")
     if request.also_accept and not queueing.backend().flavor_alternatives:
         raise DomainError(
             f"This site's queue, {queueing.backend().label}, runs a workload on the one flavor its launch names: it "

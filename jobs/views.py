@@ -208,7 +208,8 @@ def team_gpu_use(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     (jobs.telemetry.gpu_use), never one per workload; another team's is 404."""
     team = get_object_or_404(Team.objects.for_user(request.user), slug=slug)
     running = list(selectors.workloads_for_user(user=request.user)
-                   .filter(team=team, phase=Workload.Phase.RUNNING).order_by("-pk")[:TEAM_GPU_USE_ROWS + 1])
+                   .filter(team=team, phase=Workload.Phase.RUNNING).exclude(flavor__sharing_mode=Flavor.SharingMode.CPU)
+                   .order_by("-pk")[:TEAM_GPU_USE_ROWS + 1])
     shown = running[:TEAM_GPU_USE_ROWS]
     use = telemetry.gpu_use(workloads=shown)
     context = {"team": team, "rows": [(w, use.get(w.pk)) for w in shown], "more": len(running) > TEAM_GPU_USE_ROWS}

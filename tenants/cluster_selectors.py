@@ -5,11 +5,12 @@ team's cluster API, the launch hint and why a workload waits; database-only read
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from portal.health import TEAM_PASS, heartbeat_at
+from portal.hooks import Hook
 from portal.kube import KubeError, gateway
 from tenants import selectors
 from tenants.models import Flavor, Team
@@ -59,6 +60,10 @@ class ClusterPicture:
     checked_at: Any = None  # the last team pass, which compared every team's objects with the cluster
 
 
+# The units of a CPU-only flavor a team's active workloads hold: no queue counts them (jobs does).
+CPU_UNITS_IN_USE = Hook[Callable[..., int]]("tenants.cluster_selectors.CPU_UNITS_IN_USE", by="jobs")
+
+
 def team_cluster_picture(*, team: Team) -> ClusterPicture:
     names = dict(Flavor.objects.values_list("slug", "name"))
     try:
@@ -67,6 +72,12 @@ def team_cluster_picture(*, team: Team) -> ClusterPicture:
     except KubeError as error:
         usage, unreachable = [], f"The cluster did not answer: {error}"
     usage = [replace(row, flavor=names.get(row.flavor, row.flavor)) for row in usage]
+    # A CPU-only flavor is in no queue: its guarantee, and what the team's workloads hold of it.
+    guarantees = selectors.team_guarantees(team=team)
+    for flavor in Flavor.objects.filter(sharing_mode=Flavor.SharingMode.CPU, pk__in=list(guarantees)).order_by("name"):
+        usage.append(QueueUsage(flavor=flavor.name, resource=f"{flavor.resource_name}, counted by the portal",
+                                guaranteed=guarantees[flavor.pk], in_use=CPU_UNITS_IN_USE.call(team=team, flavor=flavor),
+                                borrowed=0, lent=0))
     return ClusterPicture(state=team.sync_state, state_display=team.sync_state_display, error=team.sync_error,
                           synced_at=team.synced_at, usage=usage, unreachable=unreachable, checked_at=heartbeat_at(TEAM_PASS))
 

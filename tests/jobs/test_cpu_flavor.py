@@ -24,14 +24,13 @@ from jobs import reclaim, selectors, services, sync
 from jobs.models import RunInterval, Workload, WorkloadIdleState
 from portal.errors import DomainError
 from portal.models import Notification
-from tenants import catalog, desired, nodes
+from tenants import catalog, cluster_selectors, desired, nodes
 from tenants.manifests import FlavorQuota, TeamSpec
 from tenants.models import Flavor
 from tenants.queueing import kueue, volcano
 from tests.conftest import login
 from tests.factories import FlavorFactory, QuotaGrantFactory
 from tests.helpers import api, launch, make_ready
-from tests.jobs.test_notebook_idle import jupyter  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -360,3 +359,33 @@ def test_a_cpu_notebook_the_portal_cannot_ask_is_never_judged_idle(running_cpu_n
     assert "no GPU" in page and "Units" in page
     charts = login(member).get(reverse("jobs:workload-telemetry", args=[running_cpu_notebook.pk])).content.decode()
     assert "CPUs without a GPU: there is no GPU use to show" in charts
+
+
+def test_the_team_page_counts_its_cpu_units_and_leaves_them_out_of_gpu_use(ready_team, member, cpu_notebook, cpu, simulated):
+    make_ready(ready_team, cpu, units=3)
+    launch(member, ready_team, cpu_notebook, cpu, units=2)
+    picture = cluster_selectors.team_cluster_picture(team=ready_team)
+    (row,) = [row for row in picture.usage if row.flavor == cpu.name]
+    assert (row.guaranteed, row.in_use, row.borrowed, row.lent) == (3, 2, 0, 0)
+    assert row.resource == "cpu, counted by the portal"
+    client = login(member)
+    assert "counted by the portal" in client.get(reverse("tenants:team-cluster", args=[ready_team.slug])).content.decode()
+    Workload.objects.filter(team=ready_team).update(phase=Workload.Phase.RUNNING)
+    use = client.get(reverse("jobs:team-gpu-use", args=[ready_team.slug])).content.decode()
+    assert "cpu-notebook" not in use  # no GPU use to show
+
+
+def test_a_cpu_launch_names_one_flavor_and_accepts_no_other(ready_team, member, admin_user, cpu, simulated):
+    # Two CPU pools share the resource cpu, yet no queue chooses between them: the pod would land on
+    # either and be billed as the one named.
+    big = FlavorFactory.create(name="CPU big", slug="cpu-big", resource_name="cpu", sharing_mode="cpu",
+                               fraction_numerator=0, memory_gib_per_unit=16, resource_per_unit=4, capacity_units=4,
+                               node_labels={"gpu-portal.io/pool": "big"})
+    template = services.template_create(user=admin_user, slug="two-pools", name="Two pools", kind="notebook",
+                                        flavors=[cpu, big], image="quay.io/jupyter/scipy-notebook", port=8888)
+    make_ready(ready_team, cpu, units=2)
+    with pytest.raises(DomainError, match="is CPU-only: no queue chooses among CPU flavors") as refused:
+        launch(member, ready_team, template, cpu, also_accept=(big,))
+    assert refused.value.field == "also_accept"
+    page = login(member).get(reverse("jobs:workload-launch") + f"?team={ready_team.slug}&template={template.pk}")
+    assert 'data-testid="also-accept"' not in page.content.decode()
