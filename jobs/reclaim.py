@@ -124,12 +124,20 @@ def _judge(workload: Workload, state: WorkloadIdleState, percent: float | None, 
     elif now - state.idle_since >= window and state.warned_at is None:
         _warn(workload, state, policy, now=now)
         result.warned.append(workload.pk)
-    elif state.action_due_at is not None and now >= state.action_due_at:
-        state.save()
-        if _act(workload, policy, idle_minutes=int((now - state.idle_since).total_seconds() // 60)):
-            (result.stopped if policy.action == IdleAction.STOP else result.scaled).append(workload.pk)
-            state.idle_since = state.warned_at = state.action_due_at = None
+    else:
+        _act_when_due(workload, state, policy, now=now, result=result)
     state.save()
+
+
+def _act_when_due(workload: Workload, state: WorkloadIdleState, policy: idle_policy.IdlePolicy, *, now: dt.datetime,
+                  result: Sweep) -> None:
+    """The policy's action, once a warned workload's grace is over."""
+    if state.action_due_at is None or now < state.action_due_at or state.idle_since is None:
+        return
+    state.save()
+    if _act(workload, policy, idle_minutes=int((now - state.idle_since).total_seconds() // 60)):
+        (result.stopped if policy.action == IdleAction.STOP else result.scaled).append(workload.pk)
+        state.idle_since = state.warned_at = state.action_due_at = None
 
 
 def _judge_unused(workload: Workload, state: WorkloadIdleState, started: dt.datetime, policy: idle_policy.IdlePolicy,
@@ -158,11 +166,7 @@ def _judge_unused(workload: Workload, state: WorkloadIdleState, started: dt.date
         result.warned.append(workload.pk)
     else:
         result.idle.append(workload.pk)
-        if state.action_due_at is not None and now >= state.action_due_at:
-            state.save()
-            if _act(workload, policy, idle_minutes=int((now - state.idle_since).total_seconds() // 60)):
-                (result.stopped if policy.action == IdleAction.STOP else result.scaled).append(workload.pk)
-                state.idle_since = state.warned_at = state.action_due_at = None
+        _act_when_due(workload, state, policy, now=now, result=result)
     state.save()
 
 

@@ -240,16 +240,22 @@ def _cpu_pool(flavor: Flavor, nodes: list[_Node]) -> NodeVerdict:
             cores, memory = quantity(node.allocatable.get("cpu", 0)) or 0, quantity(node.allocatable.get("memory", 0)) or 0
             offered += min(math.floor(cores / flavor.resource_per_unit),
                            math.floor(memory / (flavor.memory_gib_per_unit * GIB)))
-    if len(blocked) == len(nodes):
-        findings.problems.append(f"Every node of {flavor.name} has a taint its pods do not tolerate: {'; '.join(blocked)}. "
-                                 "Add the toleration to the flavor, or take the taint off the nodes.")
-    elif blocked:
-        findings.warnings.append(f"Pods of {flavor.name} cannot run on {'; '.join(blocked)}: a taint they do not tolerate.")
+    _taint_findings(flavor, blocked, of=len(nodes), findings=findings)
     if offered < flavor.capacity_units:
         findings.warnings.append(f"The catalog says {flavor.capacity_units} units of {flavor.resources_display}; the "
                                  f"nodes' allocatable CPU and memory make {offered} now.")
     return NodeVerdict(problem=" ".join(findings.problems), warnings=tuple(findings.warnings), nodes=len(nodes),
                        offered=offered)
+
+
+def _taint_findings(flavor: Flavor, blocked: list[str], *, of: int, findings: _Findings) -> None:
+    """Nodes whose taints the flavor's pods do not tolerate: a problem when they are all `of` its
+    nodes, a warning when some."""
+    if blocked and len(blocked) == of:
+        findings.problems.append(f"Every node of {flavor.name} has a taint its pods do not tolerate: {'; '.join(blocked)}. "
+                                 "Add the toleration to the flavor, or take the taint off the nodes.")
+    elif blocked:
+        findings.warnings.append(f"Pods of {flavor.name} cannot run on {'; '.join(blocked)}: a taint they do not tolerate.")
 
 
 def _judge(flavor: Flavor, nodes: list[_Node], devices: Devices) -> NodeVerdict:
@@ -294,11 +300,8 @@ def _judge(flavor: Flavor, nodes: list[_Node], devices: Devices) -> NodeVerdict:
                                  f"advertises all of them: {'; '.join(lacking)}. Its pods cannot start anywhere.")
     elif lacking:
         findings.warnings.append(f"Pods of {flavor.name} cannot run on {'; '.join(lacking)}: a resource its unit asks for.")
-    if offering and len(blocked) == len(offering):
-        findings.problems.append(f"Every node of {flavor.name} has a taint its pods do not tolerate: {'; '.join(blocked)}. "
-                                 "Add the toleration to the flavor, or take the taint off the nodes.")
-    elif blocked:
-        findings.warnings.append(f"Pods of {flavor.name} cannot run on {'; '.join(blocked)}: a taint they do not tolerate.")
+    if offering:
+        _taint_findings(flavor, blocked, of=len(offering), findings=findings)
     if offering and offered < flavor.capacity_units:
         findings.warnings.append(f"The catalog says {flavor.capacity_units} units; the nodes offer {offered} now.")
     return NodeVerdict(problem=" ".join(dict.fromkeys(findings.problems)), warnings=tuple(dict.fromkeys(findings.warnings)),
