@@ -75,9 +75,9 @@ def team_cluster_picture(*, team: Team) -> ClusterPicture:
     # A CPU-only flavor is in no queue: its guarantee, and what the team's workloads hold of it.
     guarantees = selectors.team_guarantees(team=team)
     for flavor in Flavor.objects.filter(sharing_mode=Flavor.SharingMode.CPU, pk__in=list(guarantees)).order_by("name"):
-        usage.append(QueueUsage(flavor=flavor.name, resource=f"{flavor.resource_name}, counted by the portal",
-                                guaranteed=guarantees[flavor.pk], in_use=CPU_UNITS_IN_USE.call(team=team, flavor=flavor),
-                                borrowed=0, lent=0))
+        usage.append(QueueUsage(flavor=flavor.name, resource=flavor.resource_name, guaranteed=guarantees[flavor.pk],
+                                in_use=CPU_UNITS_IN_USE.call(team=team, flavor=flavor), borrowed=0, lent=0,
+                                counted_by_portal=True))
     return ClusterPicture(state=team.sync_state, state_display=team.sync_state_display, error=team.sync_error,
                           synced_at=team.synced_at, usage=usage, unreachable=unreachable, checked_at=heartbeat_at(TEAM_PASS))
 

@@ -101,6 +101,8 @@ class QueueUsageSerializer(serializers.Serializer):
     in_use = serializers.IntegerField()
     borrowed = serializers.IntegerField(help_text="Units running on other teams' idle quota (preemptible).")
     lent = serializers.IntegerField(help_text="This team's idle units in use by other teams.")
+    counted_by_portal = serializers.BooleanField(
+        help_text="A CPU-only flavor, in no queue: in_use is the portal's count of the team's active workloads on it.")
 
 
 class ClusterPictureSerializer(serializers.Serializer):

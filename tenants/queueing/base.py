@@ -46,6 +46,8 @@ class QueueUsage:
     # The queue is on hold (billing's hard stop): where the backend's objects of a waiting workload
     # cannot say so (Volcano's PodGroups), its queue's does.
     held: bool = False
+    # A CPU-only flavor, which no queue counts: the portal's count of the team's active workloads.
+    counted_by_portal: bool = False
 
     @property
     def free(self) -> int:

@@ -366,8 +366,10 @@ def test_the_team_page_counts_its_cpu_units_and_leaves_them_out_of_gpu_use(ready
     launch(member, ready_team, cpu_notebook, cpu, units=2)
     picture = cluster_selectors.team_cluster_picture(team=ready_team)
     (row,) = [row for row in picture.usage if row.flavor == cpu.name]
-    assert (row.guaranteed, row.in_use, row.borrowed, row.lent) == (3, 2, 0, 0)
-    assert row.resource == "cpu, counted by the portal"
+    assert (row.guaranteed, row.in_use, row.borrowed, row.lent, row.counted_by_portal) == (3, 2, 0, 0, True)
+    answer = api(member).get(f"/api/teams/{ready_team.slug}/cluster/").json()
+    assert {"flavor": cpu.name, "resource": "cpu", "guaranteed": 3, "in_use": 2, "borrowed": 0, "lent": 0,
+            "counted_by_portal": True} in answer["usage"]
     client = login(member)
     assert "counted by the portal" in client.get(reverse("tenants:team-cluster", args=[ready_team.slug])).content.decode()
     Workload.objects.filter(team=ready_team).update(phase=Workload.Phase.RUNNING)

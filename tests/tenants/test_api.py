@@ -435,7 +435,7 @@ def test_the_team_cluster_picture_shows_sync_state_and_live_quota(team, member, 
     assert picture["state"] == "in_sync" and picture["error"] == "" and picture["synced_at"]
     assert picture["checked_at"] is None  # the periodic team pass has not run yet
     assert picture["usage"] == [{"flavor": "H100 80GB", "resource": "nvidia.com/gpu", "guaranteed": 4, "in_use": 0,
-                                 "borrowed": 0, "lent": 0}]
+                                 "borrowed": 0, "lent": 0, "counted_by_portal": False}]
     reconcile.cluster_reconcile()
     assert api(member).get("/api/teams/vision/cluster/").json()["checked_at"]
 
