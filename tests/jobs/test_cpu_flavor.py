@@ -391,3 +391,10 @@ def test_a_cpu_launch_names_one_flavor_and_accepts_no_other(ready_team, member, 
     assert refused.value.field == "also_accept"
     page = login(member).get(reverse("jobs:workload-launch") + f"?team={ready_team.slug}&template={template.pk}")
     assert 'data-testid="also-accept"' not in page.content.decode()
+
+
+def test_a_cpu_guarantee_raises_the_namespaces_cpu_and_memory_backstops_by_its_units(team, cpu, flavor):
+    QuotaGrantFactory(team=team, flavor=cpu, units=3)
+    QuotaGrantFactory(team=team, flavor=flavor, units=4)  # a GPU guarantee moves neither
+    spec = desired.team_specs(team_ids=[team.pk])[team.pk][1]
+    assert (spec.policy.cpu, spec.policy.memory) == (str(team.cpu_limit_cores + 12), f"{team.memory_limit_gib + 48}Gi")
