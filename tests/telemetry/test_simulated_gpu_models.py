@@ -36,7 +36,8 @@ UNITS = 2
 
 
 def _flavors() -> list[tuple[str, dict[str, Any]]]:
-    return ([(preset.key, preset.form_initial()) for preset in PRESETS]
+    """Every GPU preset and demo flavor: a CPU-only one has no GPU to report."""
+    return ([(preset.key, preset.form_initial()) for preset in PRESETS if preset.sharing_mode != "cpu"]
             + [(f"demo-{spec['slug']}", {k: v for k, v in spec.items() if k != "capacity_units"}) for spec in DEMO_FLAVORS])
 
 
