@@ -81,7 +81,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
         # guarantee comes on top (no queue bounds it), so its units are never refused there.
         pooled = [(f, max(guarantees.get((team.pk, f.pk), 0), 0)) for f in cpu_pools]
         cores = team.cpu_limit_cores + sum(units * f.resource_per_unit for f, units in pooled)
-        gib = team.memory_limit_gib + sum(units * f.memory_gib_per_unit for f, units in pooled)
+        memory_gib = team.memory_limit_gib + sum(units * f.memory_gib_per_unit for f, units in pooled)
         specs[team.pk] = (team, manifests.TeamSpec(
             slug=team.slug,
             uid=str(team.uid),
@@ -93,7 +93,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             ),
             subjects=tuple(sorted(subjects[team.pk])),
             policy=manifests.TeamPolicy(
-                may_borrow=team.may_borrow, lends_idle=team.lends_idle, cpu=str(cores), memory=f"{gib}Gi",
+                may_borrow=team.may_borrow, lends_idle=team.lends_idle, cpu=str(cores), memory=f"{memory_gib}Gi",
                 pods=team.pod_limit,
                 workloads=settings.PORTAL_TEAM_MAX_WORKLOADS,
                 storage=tuple(sorted((name, int(gib)) for name, gib in team.storage_quota.items())),
