@@ -320,7 +320,8 @@ def record_intervals(workload: Workload, pods: list[dict[str, Any]], result: Syn
 
 
 def _close(interval: RunInterval, ended: dt.datetime, result: SyncResult) -> None:
-    interval.ended_at = ended
+    # Never before it started: the start is a node's clock, a pod found gone ends by the cluster's.
+    interval.ended_at = max(ended, interval.started_at)
     interval.save(update_fields=["ended_at"])
     result.intervals_closed += 1
     result.closed_interval_ids.append(interval.pk)
@@ -336,7 +337,7 @@ def _ended_while_unseen(workload: Workload, interval: RunInterval) -> dt.datetim
         log.warning("could not confirm whether pod %s is gone: %s", interval.pod_name, error)
         return None
     if pod is None or pod["metadata"].get("uid") != interval.pod_uid:
-        return timezone.now()  # gone (deleted, preempted, garbage-collected): it ran until now at the latest
+        return gateway().cluster_now()  # gone (deleted, preempted, garbage-collected): it ran until now at the latest
     return _pod_interval(pod)[1]
 
 
@@ -437,7 +438,13 @@ def _behind(workload: Workload, derived: tuple[str, str]) -> bool:
       queued, running).
     - The queue never takes back what it said of a waiting workload; so a wait it has said nothing
       of yet, after it said why, is an older view (seen in CI as waiting for Kueue, for quota, for
-      Kueue, for quota)."""
+      Kueue, for quota).
+    - A pod never goes back from running to pending; so "admitted" after running, while a pod it
+      ran is still running by a direct read (its interval open after record_intervals), is an
+      older view (seen in CI as admitted, running, admitted, running). A Job's retry, its pods
+      all ended, is admitted again by a fresh view alone."""
+    if derived[0] == Workload.Phase.ADMITTED and workload.phase == Workload.Phase.RUNNING:
+        return workload.intervals.filter(ended_at__isnull=True).exists()
     if derived[0] != Workload.Phase.QUEUED:
         return False
     if workload.phase in (Workload.Phase.ADMITTED, Workload.Phase.RUNNING):

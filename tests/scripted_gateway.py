@@ -7,6 +7,7 @@ mock of the client, and every call it does not fail reaches the simulated cluste
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -59,6 +60,9 @@ class ScriptedGateway:
     def delete(self, ref: ObjectRef) -> None:
         self._write("delete")
         self.cluster.delete(ref)
+
+    def cluster_now(self) -> dt.datetime:
+        return self.cluster.cluster_now()
 
     def get(self, ref: ObjectRef) -> dict[str, Any] | None:
         return self.cluster.get(ref)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -185,6 +186,10 @@ class Gateway(Protocol):
         """Deletes the object; one that is already gone counts as deleted."""
 
     def get(self, ref: ObjectRef) -> dict[str, Any] | None: ...
+
+    def cluster_now(self) -> dt.datetime:
+        """The cluster's time now: what "gone by now" means for a pod its nodes' clocks started (the
+        simulated cluster's clock runs ahead of the wall clock when a test or the demo advances it)."""
 
     def list(
         self, api_version: str, kind: str, *, namespace: str | None = None, labels: dict[str, str] | None = None,

@@ -3,6 +3,7 @@ want to know how many calls a piece of the portal makes, without the gateways ke
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -62,6 +63,9 @@ class CountingGateway:
     def delete(self, ref: ObjectRef) -> None:
         self._count("delete", ref.kind)
         self.inner.delete(ref)
+
+    def cluster_now(self) -> dt.datetime:
+        return self.inner.cluster_now()
 
     def get(self, ref: ObjectRef) -> dict[str, Any] | None:
         self._count("get", ref.kind)

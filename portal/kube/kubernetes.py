@@ -8,6 +8,7 @@ of high-precision timestamps, which the server then rejects, and their discovery
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import threading
@@ -253,6 +254,11 @@ class KubernetesGateway:
             "DELETE", ref.info.object_path(ref.name, ref.namespace), query={"propagationPolicy": "Background"},
             ref=ref, ok_statuses=(404,),
         )
+
+    def cluster_now(self) -> dt.datetime:
+        # The portal's clock: nodes keep theirs in step (NTP); a pod's interval never ends before it
+        # started all the same (jobs.sync).
+        return dt.datetime.now(tz=dt.UTC)
 
     def get(self, ref: ObjectRef) -> dict[str, Any] | None:
         status, data = self._request("GET", ref.info.object_path(ref.name, ref.namespace), ref=ref, ok_statuses=(404,))

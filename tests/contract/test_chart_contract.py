@@ -6,6 +6,7 @@ upgrade and an uninstall that leave nothing behind."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -166,6 +167,9 @@ class AsThePortal:
     def _as(self) -> KubernetesGateway:
         caller = sys._getframe(2).f_globals.get("__name__", "")
         return self.admin if caller.startswith("tests.") else self.portal
+
+    def cluster_now(self) -> dt.datetime:
+        return self.portal.cluster_now()
 
     def apply(self, obj: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         return self._as().apply(obj, **kwargs)

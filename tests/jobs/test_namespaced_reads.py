@@ -7,6 +7,7 @@ same on the real control plane, as the chart's ServiceAccount: tests/contract/te
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,9 @@ class TeamNamespacesOnly:
     def __init__(self, inner: SimulatedGateway) -> None:
         self.inner = inner
         self.refused: list[tuple[str, str | None]] = []
+
+    def cluster_now(self) -> dt.datetime:
+        return self.inner.cluster_now()
 
     def _allowed(self, kind: str, namespace: str | None) -> None:
         if kind not in self.KINDS:

@@ -9,6 +9,7 @@ import copy
 from collections.abc import Callable
 
 import pytest
+from django.utils import timezone
 
 from jobs import sync
 from jobs.models import RunInterval, Workload
@@ -113,3 +114,35 @@ def test_a_writer_whose_snapshot_is_older_does_not_take_back_why_the_queue_said_
     sync.sync_snapshot(now)
     waiting.refresh_from_db()
     assert waiting.reason.startswith("Waiting for quota"), waiting.reason
+
+
+def test_a_writer_whose_snapshot_is_older_does_not_take_a_running_workload_back_to_starting(
+        ready_team, member, training, flavor, simulated, django_capture_on_commit_callbacks):
+    # The second watcher's informer still shows the Job admitted with its pod not yet started,
+    # after the first recorded it running (seen in CI as admitted, running, admitted, running).
+    with django_capture_on_commit_callbacks(execute=True):
+        workload = launch(member, ready_team, training, flavor, units=1)
+    simulated.advance(1)
+    now = sync.Snapshot.read()
+    sync.sync_snapshot(now)
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.RUNNING
+    # The same pod as a lagging informer last saw it: bound to no node, not started.
+    older = copy.deepcopy(now)
+    (pod,) = older.pods[sync.key_of(workload)]
+    pod["spec"].pop("nodeName", None)
+    pod["status"] = {"phase": "Pending"}
+    assert (sync.derive(workload, older) or ("",))[0] == Workload.Phase.ADMITTED  # what it would say
+
+    sync.sync_snapshot(older)
+
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.RUNNING
+    assert [phase for phase, _ in steps(workload)] == ["submitting", "queued", "running"]
+    assert RunInterval.objects.get(workload=workload).ended_at is None  # its pod runs on, by a direct read
+
+    # Once its pod has ended (a Job's retry: the first pod failed), a new pod starting is news.
+    RunInterval.objects.filter(workload=workload).update(ended_at=timezone.now())
+    sync.sync_snapshot(older)
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.ADMITTED, steps(workload)

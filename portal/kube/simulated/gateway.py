@@ -5,6 +5,7 @@ runs (or a test calls `advance()`)."""
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -40,6 +41,9 @@ class SimulatedGateway:
 
     def now(self) -> float:
         return self.clock() + self.offset
+
+    def cluster_now(self) -> dt.datetime:
+        return dt.datetime.fromtimestamp(self.now(), tz=dt.UTC)
 
     def advance(self, seconds: float) -> None:
         """Moves the simulated clock forward (tests), then lets the controllers catch up."""
