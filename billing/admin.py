@@ -24,10 +24,13 @@ from portal.errors import DomainError
 class RateForm(forms.ModelForm):
     # Text, read as the page and the API read it: a model DecimalField would take "１２" as 12.
     price_per_gpu_hour = forms.CharField(max_length=40, label="Price per GPU-hour", help_text="e.g. 2.75")
+    # Read by the rate service, which refuses a bad one in words on this field.
+    borrowed_discount_percent = forms.CharField(max_length=20, required=False, label="Borrowed hours: percent off",
+                                                help_text="For hours run on quota borrowed from other teams. Empty: none.")
 
     class Meta:
         model = Rate
-        fields = ("flavor", "price_per_gpu_hour", "currency", "effective_from", "note")
+        fields = ("flavor", "price_per_gpu_hour", "currency", "borrowed_discount_percent", "effective_from", "note")
 
     def clean_price_per_gpu_hour(self) -> Decimal:
         try:
@@ -42,7 +45,7 @@ class RateAdmin(RefusalAsFormError):
     form = RateForm
     list_display = ("flavor", "price_per_gpu_hour", "currency", "effective_from", "created_by")
     list_filter = ("flavor",)
-    fields = ("flavor", "price_per_gpu_hour", "currency", "effective_from", "note")
+    fields = ("flavor", "price_per_gpu_hour", "currency", "borrowed_discount_percent", "effective_from", "note")
 
     def has_change_permission(self, request: HttpRequest, obj: Rate | None = None) -> bool:
         return False  # a new price is a new rate; history stays as it was
@@ -58,5 +61,6 @@ class RateAdmin(RefusalAsFormError):
 
     def save_model(self, request: HttpRequest, obj: Rate, form: forms.ModelForm, change: bool) -> None:
         rate = services.rate_set(actor=signed_in_user(request), flavor=obj.flavor, price_per_gpu_hour=obj.price_per_gpu_hour,
-                                 currency=obj.currency, effective_from=obj.effective_from, note=obj.note)
+                                 currency=obj.currency, effective_from=obj.effective_from, note=obj.note,
+                                 borrowed_discount_percent=obj.borrowed_discount_percent)
         obj.pk, obj.currency, obj.created_by, obj.created_at = rate.pk, rate.currency, rate.created_by, rate.created_at

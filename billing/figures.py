@@ -18,9 +18,10 @@ from typing import Any
 from billing import money
 from billing.money import ROUNDING_HOURS
 
-# What makes a line (with the period the rows were read for): the fields every grouped read asks for.
+# What makes a line (with the period the rows were read for): the fields every grouped read asks
+# for. A line bills its borrowed hours at its rate's discount, so its rows keep them apart.
 LINE_FIELDS = ("account_id", "flavor_id", "rate_id", "rate__price_per_gpu_hour", "rate__currency",
-               "fraction_numerator", "fraction_denominator")
+               "rate__borrowed_discount_percent", "fraction_numerator", "fraction_denominator", "borrowed")
 
 Line = tuple[int, int, int | None, int, int]  # account, flavor, rate, fraction numerator, denominator
 
@@ -48,9 +49,7 @@ class Lines:
             line = (row["account_id"], row["flavor_id"], row["rate_id"], row["fraction_numerator"], row["fraction_denominator"])
             hours = money.gpu_hours(unit_seconds=row["unit_seconds"], numerator=row["fraction_numerator"],
                                     denominator=row["fraction_denominator"])
-            cost = money.cost(unit_seconds=row["unit_seconds"], numerator=row["fraction_numerator"],
-                              denominator=row["fraction_denominator"], price_per_gpu_hour=row["rate__price_per_gpu_hour"]
-                              ) if row["rate_id"] is not None else Fraction(0)
+            cost = money.row_cost(row)
             self._rows.append((line, row, hours, cost))
             self._hours[line] += hours
             self._cost[line] += cost

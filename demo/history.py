@@ -36,7 +36,9 @@ from tenants.models import Flavor, QuotaGrant, Team
 
 # List prices per physical GPU-hour; a MIG slice or a time-sliced share pays its fraction. The CPU
 # pool's is per unit-hour (4 cores and 16 GiB).
-LIST_PRICES = (("h100-80gb", "2.75"), ("a100-1g-10gb", "1.80"), ("t4-shared", "0.35"), ("cpu-4c-16g", "0.20"))
+# slug, price per GPU-hour (a CPU unit-hour), percent off borrowed (preemptible) hours
+LIST_PRICES = (("h100-80gb", "2.75", "30"), ("a100-1g-10gb", "1.80", "25"), ("t4-shared", "0.35", "20"),
+               ("cpu-4c-16g", "0.20", "0"))
 DEMO_BUDGET = ("vision", "1500")  # about half a month of its runs: the bar fills and the forecast dates the crossing
 HISTORY_ENGINE = 0.875  # the seeded runs' engine active: a training's steady 80-95 % (portal.metrics.simulated)
 
@@ -191,13 +193,14 @@ def history_seed(*, now: dt.datetime) -> Seeded:
     one. Seeds what still fits a demo site someone has changed."""
     since = history_start(now)
     finance = User.objects.filter(username="finance").first()
-    flavors = {flavor.slug: flavor for flavor in Flavor.objects.filter(slug__in=[slug for slug, _ in LIST_PRICES])}
+    flavors = {flavor.slug: flavor for flavor in Flavor.objects.filter(slug__in=[slug for slug, *_ in LIST_PRICES])}
     card = RateCard.read(flavor_ids=[flavor.pk for flavor in flavors.values()])
-    for slug, price in LIST_PRICES:
+    for slug, price, discount in LIST_PRICES:
         # rate_set refuses the past, rightly; the demo's history is older than its seeding.
         if slug in flavors and card.rate_at(flavors[slug].pk, since) is None:
             Rate.objects.create(flavor=flavors[slug], price_per_gpu_hour=Decimal(price), currency="USD",
-                                effective_from=since, note="Demo list price", created_by=finance)
+                                borrowed_discount_percent=Decimal(discount), effective_from=since,
+                                note="Demo list price", created_by=finance)
     if metering.watermark() is None:
         # Capacity and guarantees are recorded as the watermark passes: from the history's start.
         metering.rollups_refresh(until=since)

@@ -14,11 +14,29 @@ from typing import Protocol
 from portal.hooks import Hook
 from tenants.models import Flavor, Team
 
-PriceProvider = Callable[[Flavor, int], "tuple[Decimal, str] | None"]
+
+class HourlyPrice(Protocol):
+    """What some units cost per hour at the current rate: guaranteed, and borrowed (preemptible)
+    at the rate's discount, which `borrowed_discount` says in words ("" for none)."""
+
+    @property
+    def amount(self) -> Decimal: ...
+
+    @property
+    def currency(self) -> str: ...
+
+    @property
+    def borrowed_amount(self) -> Decimal: ...
+
+    @property
+    def borrowed_discount(self) -> str: ...
+
+
+PriceProvider = Callable[[Flavor, int], "HourlyPrice | None"]
 PRICE = Hook[PriceProvider]("jobs.pricing.PRICE", by="billing")
 
 
-def hourly_cost(*, flavor: Flavor, units: int) -> tuple[Decimal, str] | None:
+def hourly_cost(*, flavor: Flavor, units: int) -> HourlyPrice | None:
     """Cost per hour of `units` of the flavor at the current rate, or None when there is none."""
     return PRICE.call(flavor, units)
 

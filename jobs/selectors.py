@@ -130,7 +130,7 @@ class LaunchHint:
     usage: QueueUsage | None
     ceiling: int
     lendable: int = 0  # idle quota of the other teams' queues that nobody borrows or already waits for
-    cost: tuple[Decimal, str] | None = None  # per hour at the current rate, with its currency
+    cost: pricing.HourlyPrice | None = None  # per hour at the current rate
     # Of the team's own free quota, what its workloads already waiting would take first, and of
     # the cohort's idle quota, what waiting workloads of any team would: Kueue admits them first.
     claimed_own: int = 0

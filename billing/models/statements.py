@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from billing.models.rates import Rate
 from billing.models.usage import Account
+from billing.money import discount_words
 from portal.models import User
 from portal.roles import sees_all_teams
 from tenants.models import Flavor, Membership
@@ -111,6 +112,10 @@ class StatementLine(models.Model):
     guaranteed_gpu_hours = models.DecimalField(max_digits=20, decimal_places=6, help_text="For display; exact in unit-seconds.")
     borrowed_gpu_hours = models.DecimalField(max_digits=20, decimal_places=6, help_text="For display; exact in unit-seconds.")
     price_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4, null=True, blank=True)
+    borrowed_discount_percent = models.DecimalField(
+        max_digits=5, decimal_places=2, default=0, db_default=0,
+        help_text="The rate's percent off for the borrowed unit-seconds: amount = guaranteed at the price + borrowed at "
+                  "the price less this.")
     amount = models.DecimalField(max_digits=20, decimal_places=3, help_text="Rounded once, half-even, to the minor unit.")
 
     class Meta:
@@ -142,6 +147,11 @@ class StatementLine(models.Model):
         """A CPU-only flavor's line: no part of a GPU (fraction 0), so no GPU-hours; its price is
         per unit-hour, and its quantity is shown in unit-hours."""
         return self.fraction_numerator == 0
+
+    @property
+    def borrowed_discount(self) -> str:
+        """The discount its borrowed hours were billed at, in words ("30 % off"); "" when none were."""
+        return discount_words(self.borrowed_discount_percent) if self.borrowed_unit_seconds else ""
 
     @property
     def guaranteed_unit_hours(self) -> Decimal:

@@ -21,12 +21,28 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 
 from billing.models import Rate
-from billing.money import priced_numerator
+from billing.money import borrowed_factor, discount_words, priced_numerator, round_places
 from tenants.models import Flavor
 
 DEFAULT_CURRENCY = "USD"  # an idle portal's zero, before finance set any price
+
+
+@dataclass(frozen=True)
+class HourlyCost:
+    """What some units of a flavor cost per hour at one rate: guaranteed, and borrowed (at the
+    rate's discount for borrowed, preemptible hours; the same amount when it has none)."""
+
+    amount: Decimal
+    currency: str
+    borrowed_amount: Decimal
+    borrowed_discount_percent: Decimal
+
+    @property
+    def borrowed_discount(self) -> str:
+        return discount_words(self.borrowed_discount_percent)
 
 
 @dataclass(frozen=True)
@@ -106,13 +122,16 @@ class RateCard:
         """Which of the flavors have a rate in force at the moment."""
         return {flavor_id for flavor_id in flavor_ids if self.rate_at(flavor_id, at) is not None}
 
-    def hourly_cost(self, flavor: Flavor, units: int, at: dt.datetime) -> tuple[Decimal, str] | None:
+    def hourly_cost(self, flavor: Flavor, units: int, at: dt.datetime) -> HourlyCost | None:
         """What `units` of the flavor cost per hour at the rate in force then, or None without a rate."""
         rate = self.rate_at(flavor.pk, at)
         if rate is None:
             return None
-        priced = Decimal(units * priced_numerator(flavor.fraction_numerator, flavor.fraction_denominator))
-        return (rate.price_per_gpu_hour * priced / Decimal(flavor.fraction_denominator)).quantize(Decimal("0.01")), rate.currency
+        exact = (Fraction(units * priced_numerator(flavor.fraction_numerator, flavor.fraction_denominator),
+                          flavor.fraction_denominator) * Fraction(rate.price_per_gpu_hour))
+        return HourlyCost(amount=round_places(exact, 2), currency=rate.currency,
+                          borrowed_amount=round_places(exact * borrowed_factor(rate.borrowed_discount_percent), 2),
+                          borrowed_discount_percent=rate.borrowed_discount_percent)
 
     def periods(self, flavor_id: int, *, start: dt.datetime, end: dt.datetime) -> list[RatePeriod]:
         """The flavor's prices across [start, end): the span before its first price (unpriced), then

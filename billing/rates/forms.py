@@ -16,4 +16,7 @@ class RateForm(forms.Form):
     currency = forms.CharField(max_length=3, initial="USD")
     effective_from = forms.DateTimeField(required=False, label="From (empty: now)",
                                          error_messages={"invalid": "Write the moment as YYYY-MM-DD HH:MM."})
+    borrowed_discount_percent = forms.CharField(
+        max_length=20, required=False, label="Borrowed hours: percent off",
+        help_text="For hours run on quota borrowed from other teams, which a lender's reclaim may preempt. Empty: none.")
     note = forms.CharField(max_length=200, required=False)

@@ -8,13 +8,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from billing.models import IdlePolicy, Rate
-from billing.rates.card import RateCard
+from billing.rates.card import HourlyCost, RateCard
 from tenants.models import Flavor
 
 
@@ -43,7 +42,7 @@ def unpriced_refusal(*, flavors: Sequence[Flavor]) -> str | None:
             f"{'it' if one else 'them'} until finance sets a rate.")
 
 
-def hourly_cost(*, flavor: Flavor, units: int, at: dt.datetime | None = None) -> tuple[Decimal, str] | None:
+def hourly_cost(*, flavor: Flavor, units: int, at: dt.datetime | None = None) -> HourlyCost | None:
     """What `units` of the flavor cost per hour at the rate in force (now by default), or None
     without a rate: the launch form's estimate. One query."""
     return RateCard.read(flavor_ids=[flavor.pk]).hourly_cost(flavor, units, at or timezone.now())

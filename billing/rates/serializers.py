@@ -18,7 +18,8 @@ class RateSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Rate
-        fields = ["id", "flavor", "price_per_gpu_hour", "currency", "effective_from", "note", "created_by", "created_at"]
+        fields = ["id", "flavor", "price_per_gpu_hour", "currency", "borrowed_discount_percent", "effective_from", "note",
+                  "created_by", "created_at"]
         read_only_fields = fields
 
 
@@ -26,6 +27,9 @@ class RateCreateSerializer(StrictInputMixin, serializers.Serializer):
     flavor = serializers.SlugRelatedField(slug_field="slug", queryset=Flavor.objects.all(), help_text="The flavor's slug.")
     price_per_gpu_hour = serializers.CharField(max_length=20, help_text="Per physical GPU-hour, e.g. \"2.75\".")
     currency = serializers.CharField(max_length=3, default="USD")
+    borrowed_discount_percent = serializers.CharField(
+        max_length=20, required=False, default="0",
+        help_text="Percent off the price for hours run on quota borrowed from other teams (preemptible), 0 to 100.")
     effective_from = serializers.DateTimeField(required=False, allow_null=True, help_text="Now when left out.")
     note = serializers.CharField(max_length=200, required=False, default="", allow_blank=True)
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from billing.models import IdlePolicy
+from billing.money import discount_words
 from billing.rates import selectors, services
 from billing.rates.card import RateCard
 from billing.rates.forms import RateForm
@@ -40,12 +41,14 @@ def rate_card(request: HtmxHttpRequest) -> HttpResponse:
         data = form.cleaned_data
         try:
             rate = services.rate_set(actor=request.user, flavor=data["flavor"], price_per_gpu_hour=data["price_per_gpu_hour"],
-                                     currency=data["currency"], effective_from=data["effective_from"], note=data["note"])
+                                     currency=data["currency"], effective_from=data["effective_from"], note=data["note"],
+                                     borrowed_discount_percent=data["borrowed_discount_percent"])
         except DomainError as error:
             add_refusal(form, error)
         else:
             per = "unit-hour" if rate.flavor.is_cpu else "GPU-hour"
-            messages.success(request, f"{rate.flavor.name} costs {rate.price_per_gpu_hour} {rate.currency} per {per} "
+            off = f", borrowed hours {discount_words(rate.borrowed_discount_percent)}," if rate.borrowed_discount_percent else ""
+            messages.success(request, f"{rate.flavor.name} costs {rate.price_per_gpu_hour} {rate.currency} per {per}{off} "
                                       f"from {rate.effective_from:%Y-%m-%d %H:%M}.")
             return redirect("billing:rate-card")
     status = 400 if request.method == "POST" else 200

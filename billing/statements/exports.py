@@ -26,7 +26,7 @@ COLUMNS = [
     "record", "month", "currency", "team", "team_name", "cost_center", "flavor", "flavor_name", "period_start",
     "period_end", "gpu_fraction", "guaranteed_unit_seconds", "borrowed_unit_seconds", "guaranteed_gpu_hours",
     "borrowed_gpu_hours", "price_per_gpu_hour", "amount", "reason", "adjusted_by", "adjusted_at", "kwh", "kg_co2e",
-    "priced_per",
+    "priced_per", "borrowed_discount_percent",
 ]
 # Free text a person typed (a reason, a team's name): a spreadsheet would run a cell that starts
 # like a formula, so such a cell gets a leading apostrophe (OWASP's advice for CSV injection).
@@ -102,7 +102,8 @@ def _line_values(line: StatementLine, zone: ZoneInfo, money: Callable[[Decimal],
             "price_per_gpu_hour": None if line.price_per_gpu_hour is None else line.price_per_gpu_hour.quantize(PRICE),
             "amount": money(line.amount),
             # A CPU-only flavor's line (gpu_fraction 0/1) has no GPU-hours: its price is per unit-hour.
-            "priced_per": "unit_hour" if line.per_unit_hour else "gpu_hour"}
+            "priced_per": "unit_hour" if line.per_unit_hour else "gpu_hour",
+            "borrowed_discount_percent": line.borrowed_discount_percent}
 
 
 def _cell(column: str, value: object) -> str:

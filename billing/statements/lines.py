@@ -1,5 +1,6 @@
 """A month's statement lines before they are written: one per team × flavor × rate period ×
-GPU fraction for the usage (guaranteed and borrowed unit-seconds), and per flavor and price the
+GPU fraction for the usage (guaranteed and borrowed unit-seconds, the borrowed at the rate's
+discount), and per flavor and price the
 capacity nobody used (for flavors whose idle policy says share, each team's share of it first).
 
 Amounts are exact until a line is written, rounded half-even to the currency's minor unit once
@@ -18,7 +19,7 @@ from django.db.models import Q, Sum
 
 from billing import ledger, periods
 from billing.models import Account, CapacityHour, StatementLine, UsageHour
-from billing.money import SECONDS_PER_HOUR, priced_numerator, round_money
+from billing.money import SECONDS_PER_HOUR, borrowed_factor, priced_numerator, round_money
 from billing.rates.card import RateCard, RatePeriod
 from portal.errors import DomainError
 from tenants.models import Flavor
@@ -45,10 +46,12 @@ class Draft:
     def amount(self, currency: str) -> Decimal:
         if self.period.rate is None:
             return round_money(0, currency)
-        price_numerator, price_denominator = self.period.rate.price_per_gpu_hour.as_integer_ratio()
-        units = self.guaranteed + self.borrowed
+        rate = self.period.rate
+        price_numerator, price_denominator = rate.price_per_gpu_hour.as_integer_ratio()
+        # Borrowed unit-seconds at the rate's discount (billing.money.borrowed_factor).
+        units = self.guaranteed + self.borrowed * borrowed_factor(rate.borrowed_discount_percent)
         priced = priced_numerator(self.numerator, self.denominator)  # a CPU-only unit's price is per unit-hour
-        exact = Fraction(units * priced * price_numerator, self.denominator * SECONDS_PER_HOUR * price_denominator)
+        exact = units * Fraction(priced * price_numerator, self.denominator * SECONDS_PER_HOUR * price_denominator)
         return round_money(exact, currency)
 
     def hours(self, unit_seconds: int) -> Decimal:

@@ -58,7 +58,7 @@ class StatementLineSerializer(serializers.ModelSerializer):
         model = StatementLine
         fields = ["kind", "team", "team_name", "cost_center", "flavor", "flavor_name", "period_start", "period_end",
                   "fraction_numerator", "fraction_denominator", "guaranteed_unit_seconds", "borrowed_unit_seconds",
-                  "guaranteed_gpu_hours", "borrowed_gpu_hours", "price_per_gpu_hour", "amount"]
+                  "guaranteed_gpu_hours", "borrowed_gpu_hours", "price_per_gpu_hour", "borrowed_discount_percent", "amount"]
         read_only_fields = fields
 
 

@@ -166,7 +166,7 @@ def _write_energy(statement: Statement, *, start: dt.datetime, end: dt.datetime)
 _LINE_COLUMNS = ["statement_id", "kind", "account_id", "account_slug", "account_name", "cost_center", "flavor_id",
                  "flavor_slug", "flavor_name", "rate_id", "period_start", "period_end", "fraction_numerator",
                  "fraction_denominator", "guaranteed_unit_seconds", "borrowed_unit_seconds", "guaranteed_gpu_hours",
-                 "borrowed_gpu_hours", "price_per_gpu_hour", "amount"]
+                 "borrowed_gpu_hours", "price_per_gpu_hour", "borrowed_discount_percent", "amount"]
 
 
 def _line_row(statement: Statement, draft: Draft, currency: str) -> dict[str, Any]:
@@ -181,7 +181,8 @@ def _line_row(statement: Statement, draft: Draft, currency: str) -> dict[str, An
         "fraction_numerator": draft.numerator, "fraction_denominator": draft.denominator,
         "guaranteed_unit_seconds": draft.guaranteed, "borrowed_unit_seconds": draft.borrowed,
         "guaranteed_gpu_hours": draft.hours(draft.guaranteed), "borrowed_gpu_hours": draft.hours(draft.borrowed),
-        "price_per_gpu_hour": rate.price_per_gpu_hour if rate else None, "amount": draft.amount(currency),
+        "price_per_gpu_hour": rate.price_per_gpu_hour if rate else None,
+        "borrowed_discount_percent": rate.borrowed_discount_percent if rate else 0, "amount": draft.amount(currency),
     }
 
 

@@ -20,7 +20,8 @@ from billing import periods
 from billing.models import Account, Adjustment, Statement
 from billing.money import SECONDS_PER_HOUR, cost, round_money
 from billing.rates.card import RateCard
-from jobs.models import GpuXidEvent, RunInterval
+from billing.usage.workloads import borrowed_pieces
+from jobs.models import GpuXidEvent, RunInterval, RunIntervalSwitch
 from portal.metrics.xid import xid_meaning
 from portal.models import User
 
@@ -44,6 +45,10 @@ def xid_credits(
         first.setdefault((event.workload_id, event.pod_name), event)
         codes[(event.workload_id, event.pod_name)].append(f"XID {event.code} on {event.gpu}")
     intervals = {(i.workload_id, i.pod_name): i for i in RunInterval.objects.filter(pod_name__in={e.pod_name for e in events})}
+    switches: dict[int, list[tuple[dt.datetime, bool]]] = defaultdict(list)
+    for interval_id, at, borrowed in RunIntervalSwitch.objects.filter(
+            interval_id__in=[i.pk for i in intervals.values()]).order_by("at", "pk").values_list("interval_id", "at", "borrowed"):
+        switches[interval_id].append((at, borrowed))
     accounts = {a.team_uid: a for a in Account.objects.filter(team_uid__in={i.team_uid for i in intervals.values()})}
     credits = []
     for key, event in first.items():
@@ -53,25 +58,29 @@ def xid_credits(
         account = accounts[interval.team_uid]
         if account_ids is not None and account.pk not in account_ids:
             continue
-        unit_seconds, exact = _priced_time(interval, card, start=max(event.at, interval.started_at, start),
+        unit_seconds, exact = _priced_time(interval, card, switches.get(interval.pk, []),
+                                           start=max(event.at, interval.started_at, start),
                                            end=min(interval.ended_at or now or end, end))
         if exact > 0:
             credits.append((account, exact, _reason(interval, event, unit_seconds, codes[key])))
     return credits
 
 
-def _priced_time(interval: RunInterval, card: RateCard, *, start: dt.datetime, end: dt.datetime) -> tuple[int, Fraction]:
+def _priced_time(interval: RunInterval, card: RateCard, switches: list[tuple[dt.datetime, bool]], *, start: dt.datetime,
+                 end: dt.datetime) -> tuple[int, Fraction]:
     """The interval's unit-seconds in [start, end), whole seconds per price period, and their exact
-    cost at the prices then."""
+    cost at the prices then (borrowed seconds at the rate's discount, as they were billed)."""
     exact, unit_seconds = Fraction(0), 0
-    for span in card.periods(interval.flavor_id, start=start, end=end):
-        seconds = int((span.end - span.start).total_seconds())
-        if seconds <= 0:
-            continue
-        unit_seconds += seconds * interval.units
-        if span.rate is not None:
-            exact += cost(unit_seconds=seconds * interval.units, numerator=interval.fraction_numerator,
-                          denominator=interval.fraction_denominator, price_per_gpu_hour=span.rate.price_per_gpu_hour)
+    for lower, upper, borrowed in borrowed_pieces(start, end, interval.borrowed, switches):
+        for span in card.periods(interval.flavor_id, start=lower, end=upper):
+            seconds = int((span.end - span.start).total_seconds())
+            if seconds <= 0:
+                continue
+            unit_seconds += seconds * interval.units
+            if span.rate is not None:
+                exact += cost(unit_seconds=seconds * interval.units, numerator=interval.fraction_numerator,
+                              denominator=interval.fraction_denominator, price_per_gpu_hour=span.rate.price_per_gpu_hour,
+                              borrowed=borrowed, discount_percent=span.rate.borrowed_discount_percent)
     return unit_seconds, exact
 
 

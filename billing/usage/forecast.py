@@ -100,10 +100,6 @@ def forecast_window(*, start: dt.datetime, end: dt.datetime, now: dt.datetime) -
     return clipped_now, max(start, periods.hour_floor(clipped_now - FORECAST_WINDOW))
 
 
-def _row_cost(row: dict) -> Fraction:
-    """A grouped rollup row's exact cost (its query keeps priced rows only)."""
-    return money.cost(unit_seconds=row["unit_seconds"], numerator=row["fraction_numerator"],
-                      denominator=row["fraction_denominator"], price_per_gpu_hour=row["rate__price_per_gpu_hour"])
 
 
 @dataclass
@@ -130,9 +126,9 @@ def forecasts(*, accounts: list[Account], month: dt.date, now: dt.datetime, dail
         theirs = folded[row["account_id"]]
         theirs.currencies.add(row["rate__currency"])
         theirs.rows.append(row)
-        theirs.by_day[row["day"]] += _row_cost(row)
+        theirs.by_day[row["day"]] += money.row_cost(row)
     for row in recent_rows:
-        folded[row["account_id"]].recent += _row_cost(row)
+        folded[row["account_id"]].recent += money.row_cost(row)
     window_hours = Fraction(int((clipped_now - window_start).total_seconds()), SECONDS_PER_HOUR)
     remaining_hours = Fraction(int((end - clipped_now).total_seconds()), SECONDS_PER_HOUR)
     if idle_currency is None:

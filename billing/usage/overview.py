@@ -76,7 +76,7 @@ def _rollups_version() -> str:
 
 
 LineKey = tuple[int, int, int | None]  # account id, flavor id, rate id
-LineParts = dict[tuple[int, int], int]  # (fraction numerator, denominator) → unit-seconds
+LineParts = dict[tuple[int, int], dict[bool, int]]  # (fraction numerator, denominator) → borrowed → unit-seconds
 
 
 def _all_accounts_month(*, start: dt.datetime, end: dt.datetime) -> dict[LineKey, LineParts]:
@@ -84,11 +84,11 @@ def _all_accounts_month(*, start: dt.datetime, end: dt.datetime) -> dict[LineKey
     fraction: the monthly rollup of the complete hours plus the UsageHour rows of the hours after
     them (the open hour), in one statement, so it reads about accounts × flavors rows rather than a
     month of hourly ones, and a refresh committing meanwhile cannot count an hour twice or not at all."""
-    lines: dict[LineKey, LineParts] = defaultdict(lambda: defaultdict(int))
+    lines: dict[LineKey, LineParts] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
     for row in rollup_sums(start=start, end=end, fields=(
-            "account_id", "flavor_id", "rate_id", "fraction_numerator", "fraction_denominator")):
+            "account_id", "flavor_id", "rate_id", "fraction_numerator", "fraction_denominator", "borrowed")):
         lines[(row["account_id"], row["flavor_id"], row["rate_id"])][
-            (row["fraction_numerator"], row["fraction_denominator"])] += row["unit_seconds"]
+            (row["fraction_numerator"], row["fraction_denominator"])][row["borrowed"]] += row["unit_seconds"]
     return lines
 
 
@@ -113,16 +113,18 @@ def _rate(card: RateCard, rate_id: int) -> Rate:
     return rate
 
 
-def _line_figures(key: LineKey, fraction: tuple[int, int], unit_seconds: int, card: RateCard,
+def _line_figures(key: LineKey, fraction: tuple[int, int], unit_seconds: dict[bool, int], card: RateCard,
                   currency: str) -> tuple[Decimal, Decimal]:
-    """One statement line's GPU-hours and amount, each rounded once (billing.money's rule); hours
-    metered while the flavor had no price cost nothing."""
+    """One statement line's GPU-hours and amount (its borrowed hours at its rate's discount), each
+    rounded once (billing.money's rule); hours metered while the flavor had no price cost nothing."""
     numerator, denominator = fraction
-    hours = money.round_ratio(unit_seconds * numerator, denominator * SECONDS_PER_HOUR, ROUNDING_HOURS)
+    hours = money.round_ratio(sum(unit_seconds.values()) * numerator, denominator * SECONDS_PER_HOUR, ROUNDING_HOURS)
     if key[2] is None:
         return hours, round_money(0, currency)
-    return hours, money.rounded_cost(parts={fraction: unit_seconds}, price_per_gpu_hour=_rate(card, key[2]).price_per_gpu_hour,
-                                     currency=currency)
+    rate = _rate(card, key[2])
+    return hours, money.rounded_cost(parts={(*fraction, borrowed): seconds for borrowed, seconds in unit_seconds.items()},
+                                     price_per_gpu_hour=rate.price_per_gpu_hour, currency=currency,
+                                     discount_percent=rate.borrowed_discount_percent)
 
 
 def _idle_shared(*, start: dt.datetime, end: dt.datetime) -> dict[int, Fraction]:

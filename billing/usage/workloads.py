@@ -14,12 +14,14 @@ from typing import Any
 from django.db.models import (
     DateTimeField,
     DurationField,
+    Exists,
     ExpressionWrapper,
     F,
     FloatField,
     Func,
     Max,
     Min,
+    OuterRef,
     Q,
     QuerySet,
     Sum,
@@ -29,9 +31,9 @@ from django.db.models.functions import Coalesce, Greatest, Least, TruncSecond
 from django.utils import timezone
 
 from billing.models import Rate
-from billing.money import ROUNDING_HOURS, SECONDS_PER_HOUR, priced_numerator, round_money, round_places
+from billing.money import ROUNDING_HOURS, SECONDS_PER_HOUR, price_factor, priced_numerator, round_money, round_places
 from billing.rates.card import DEFAULT_CURRENCY, RateCard
-from jobs.models import RunInterval, Workload
+from jobs.models import RunInterval, RunIntervalSwitch, Workload
 from tenants.models import Team
 
 TOP_WORKLOADS = 10
@@ -98,7 +100,7 @@ class WorkloadCost:
     cpu_unit_hours: Decimal = Decimal(0)  # on a CPU-only flavor, which adds no GPU-hours
 
 
-_GROUP = ("workload_id", "flavor_id", "units", "fraction_numerator", "fraction_denominator")
+_GROUP = ("workload_id", "flavor_id", "units", "fraction_numerator", "fraction_denominator", "borrowed", "switched")
 # workload id, units × fraction numerator, fraction denominator; where rated, units × the priced
 # numerator (billing.money.priced_numerator: a CPU-only unit is priced whole, and is no GPU-hour)
 Share = tuple[int, int, int]
@@ -112,8 +114,10 @@ def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None,
 
     Seconds are whole seconds, as metering counts them: the database sums them per workload,
     flavor and share, with the first and last second of each group; a group that lies within one
-    rate's period is priced whole, and only a group that spans a price change is read interval
-    by interval. A workload whose hours span rates in two currencies shows GPU-hours and no cost.
+    rate's period is priced whole, and only a group that spans a price change, or whose intervals
+    moved between guaranteed and borrowed quota (their borrowed seconds cost the rate's discount
+    less), is read interval by interval. A workload whose hours span rates in two currencies shows
+    GPU-hours and no cost.
     """
     clamped = _clamped_intervals(workload_ids=workload_ids, start=start, end=end, now=now or timezone.now())
     groups = list(clamped.values(*_GROUP).annotate(
@@ -124,8 +128,8 @@ def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None,
     # Fraction per sum at the end.
     seconds: dict[Share, int] = defaultdict(int)
     cpu_seconds: dict[int, int] = defaultdict(int)  # unit-seconds on CPU-only flavors (fraction 0)
-    rated: dict[tuple[Share, Rate], int] = defaultdict(int)
-    across: list[dict[str, Any]] = []  # groups that ran across a price change (or before the first price)
+    rated: dict[tuple[Share, Rate, bool], int] = defaultdict(int)
+    across: list[dict[str, Any]] = []  # groups that ran across a price change (or before the first price) or a switch
     for group in groups:
         share = (group["workload_id"], group["units"] * group["fraction_numerator"], group["fraction_denominator"])
         total = int(group["total"].total_seconds())
@@ -134,9 +138,9 @@ def workload_costs(*, workload_ids: list[int], start: dt.datetime | None = None,
             cpu_seconds[group["workload_id"]] += group["units"] * total
         spans = card.periods(group["flavor_id"], start=group["first"].replace(microsecond=0),
                              end=group["last"].replace(microsecond=0))
-        if len(spans) == 1 and spans[0].rate is not None:
+        if len(spans) == 1 and spans[0].rate is not None and not group["switched"]:
             rated[_priced(group["workload_id"], group["units"], group["fraction_numerator"], group["fraction_denominator"]),
-                  spans[0].rate] += total
+                  spans[0].rate, group["borrowed"]] += total
         elif any(span.rate is not None for span in spans):
             across.append(group)
     if across:
@@ -157,30 +161,58 @@ def _clamped_intervals(*, workload_ids: list[int], start: dt.datetime | None, en
     if end is not None:
         upper = Least(upper, Value(end, output_field=DateTimeField()))
     lower: Any = F("started_at") if start is None else Greatest("started_at", Value(start, output_field=DateTimeField()))
-    return (intervals.annotate(began=lower, ended=upper, lower=TruncSecond(lower), upper=TruncSecond(upper))
+    return (intervals.annotate(began=lower, ended=upper, lower=TruncSecond(lower), upper=TruncSecond(upper),
+                               switched=Exists(RunIntervalSwitch.objects.filter(interval=OuterRef("pk"))))
             .filter(upper__gt=F("lower")))
 
 
 def _rate_across(clamped: QuerySet[RunInterval], across: list[dict[str, Any]], card: RateCard,
-                 rated: dict[tuple[Share, Rate], int]) -> None:
-    """Adds to `rated` the seconds of each interval of the groups that ran across a price change,
-    at each price in force then (one query)."""
+                 rated: dict[tuple[Share, Rate, bool], int]) -> None:
+    """Adds to `rated` the seconds of each interval of the groups that ran across a price change or
+    a switch between guaranteed and borrowed, at each price in force then, borrowed or not as it
+    was then (two queries)."""
     condition = Q()
     for group in across:
         condition |= Q(**{field: group[field] for field in _GROUP})
-    for workload_id, flavor_id, units, numerator, denominator, began, ended in clamped.filter(condition).values_list(
-            *_GROUP, "lower", "upper"):
-        for span in card.periods(flavor_id, start=began, end=ended):
-            if span.rate is not None:
-                rated[_priced(workload_id, units, numerator, denominator), span.rate] += int(
-                    (span.end - span.start).total_seconds())
+    intervals = list(clamped.filter(condition).values_list("pk", *_GROUP, "lower", "upper"))
+    switches: dict[int, list[tuple[dt.datetime, bool]]] = defaultdict(list)
+    for interval_id, at, borrowed in RunIntervalSwitch.objects.filter(
+            interval_id__in=[row[0] for row in intervals if row[7]]).order_by("at", "pk").values_list(
+            "interval_id", "at", "borrowed"):
+        switches[interval_id].append((at.replace(microsecond=0), borrowed))
+    for interval_id, workload_id, flavor_id, units, numerator, denominator, borrowed, _, began, ended in intervals:
+        for lower, upper, state in borrowed_pieces(began, ended, borrowed, switches.get(interval_id, [])):
+            for span in card.periods(flavor_id, start=lower, end=upper):
+                if span.rate is not None:
+                    rated[_priced(workload_id, units, numerator, denominator), span.rate, state] += int(
+                        (span.end - span.start).total_seconds())
+
+
+def borrowed_pieces(start: dt.datetime, end: dt.datetime, borrowed: bool,
+                    switches: list[tuple[dt.datetime, bool]]) -> list[tuple[dt.datetime, dt.datetime, bool]]:
+    """[start, end) cut where the interval moved between guaranteed and borrowed quota, each piece
+    with its state, as metering counts it (billing.metering.rows: a switch at or before the start
+    sets the state it begins in). `switches` are (whole-second moment, state from then), in order."""
+    state, cuts = borrowed, []
+    for at, value in switches:
+        if at <= start:
+            state = value
+        elif at < end:
+            cuts.append((at, value))
+    pieces, here = [], start
+    for at, value in cuts:
+        if at > here:
+            pieces.append((here, at, state))
+        state, here = value, max(here, at)
+    pieces.append((here, end, state))
+    return [piece for piece in pieces if piece[1] > piece[0]]
 
 
 def _priced(workload_id: int, units: int, numerator: int, denominator: int) -> Share:
     return workload_id, units * priced_numerator(numerator, denominator), denominator
 
 
-def _costs(workload_ids: list[int], seconds: dict[Share, int], rated: dict[tuple[Share, Rate], int],
+def _costs(workload_ids: list[int], seconds: dict[Share, int], rated: dict[tuple[Share, Rate, bool], int],
            cpu_seconds: dict[int, int]) -> dict[int, WorkloadCost]:
     """Each workload's GPU-hours and cost, rounded once (billing.money's rule), from its seconds per
     share and per share and rate."""
@@ -189,9 +221,10 @@ def _costs(workload_ids: list[int], seconds: dict[Share, int], rated: dict[tuple
         unit_seconds[workload_id] += Fraction(share * total, denominator)
     amounts: dict[int, Fraction] = defaultdict(Fraction)
     currencies: dict[int, set[str]] = defaultdict(set)
-    for ((workload_id, share, denominator), rate), total in rated.items():
+    for ((workload_id, share, denominator), rate, borrowed), total in rated.items():
         currencies[workload_id].add(rate.currency)
-        amounts[workload_id] += Fraction(share * total, denominator) / SECONDS_PER_HOUR * Fraction(rate.price_per_gpu_hour)
+        amounts[workload_id] += (Fraction(share * total, denominator) / SECONDS_PER_HOUR * Fraction(rate.price_per_gpu_hour)
+                                 * price_factor(borrowed=borrowed, discount_percent=rate.borrowed_discount_percent))
     result = {}
     for workload_id in workload_ids:
         found = currencies.get(workload_id, set())

@@ -19,10 +19,11 @@ def account(team: Team) -> Account:
     return Account.for_team(team)
 
 
-def rate(flavor: Flavor, price: str | Decimal, *, effective_from: dt.datetime, currency: str = "USD") -> Rate:
+def rate(flavor: Flavor, price: str | Decimal, *, effective_from: dt.datetime, currency: str = "USD",
+         borrowed_discount: str | Decimal = "0") -> Rate:
     own_prices(flavor)
     return Rate.objects.create(flavor=flavor, price_per_gpu_hour=Decimal(price), currency=currency,
-                               effective_from=effective_from)
+                               effective_from=effective_from, borrowed_discount_percent=Decimal(borrowed_discount))
 
 
 def usage(*, account: Account, flavor: Flavor, hour: dt.datetime, gpu_seconds: int | None = None,

@@ -2,8 +2,9 @@
 up to the total shown, and one figure reads the same wherever it is shown.
 
 A month of random intervals, built to make halves of a cent (prices with four decimals, whole
-GPUs, 1/7 slices, several people, guaranteed and borrowed, a price change mid-month, days in the
-billing zone), is metered by the real refresh; then every surface is read and checked against the
+GPUs, 1/7 slices, several people, guaranteed and borrowed, a price change mid-month that brings a
+discount for borrowed hours of a third, another flavor's of an eighth, days in the billing zone), is
+metered by the real refresh; then every surface is read and checked against the
 others and against each line's own rounding (issue 22 §2: the usage API's rows missed its total by
 a cent, the usage page and the budget bar disagreed by one, a statement's page and its CSV by an
 adjustment)."""
@@ -51,8 +52,8 @@ def month(request, settings):
     slice_ = FlavorFactory.create(name="A100 1g", slug="a100-1g", resource_name="nvidia.com/mig-1g.10gb",
                            fraction_denominator=7, capacity_units=56)
     rate(h100, "2.4135", effective_from=dt.datetime(2026, 9, 1, tzinfo=UTC))
-    rate(h100, "3.0715", effective_from=dt.datetime(2026, 10, 14, 9, 17, tzinfo=UTC))
-    rate(slice_, "0.7785", effective_from=dt.datetime(2026, 9, 1, tzinfo=UTC))
+    rate(h100, "3.0715", effective_from=dt.datetime(2026, 10, 14, 9, 17, tzinfo=UTC), borrowed_discount="33.33")
+    rate(slice_, "0.7785", effective_from=dt.datetime(2026, 9, 1, tzinfo=UTC), borrowed_discount="12.5")
     teams = [TeamFactory.create(slug=slug, name=slug.title()) for slug in ("vision", "nlp", "recsys")]
     people = [UserFactory.create(username=name) for name in ("alice", "bob", "carol", "dan")]
     for person in people:
@@ -153,3 +154,50 @@ def test_the_budget_reads_the_page_total_and_its_percent_to_a_tenth(month, finan
     status = budget_status(budget=Budget.objects.get(pk=budget.pk), now=last_second)
     assert status.spent == usage.total.cost
     assert status.percent_shown == f"{int(usage.total.cost * 1000 // amount) / 10:g}"  # 62.7, never 62
+
+
+def test_every_line_and_workload_bills_borrowed_hours_at_the_discount_as_an_independent_sum_of_intervals(month,
+                                                                                                        finance_user):
+    """Price for risk (issue 27 §5): an auditor's sum from the intervals alone (their seconds, borrowed
+    or not, the price in force each second, its discount when borrowed), rounded once per line and
+    per workload, is what the statement and each workload's page bill."""
+    from fractions import Fraction
+
+    from billing import periods
+    from billing.models import Rate
+    from billing.usage.workloads import workload_costs
+    from jobs.models import RunInterval
+
+    start, end = periods.month_bounds(OCTOBER)  # Berlin's October
+    rates = sorted(Rate.objects.all(), key=lambda r: r.effective_from)
+    lines: dict[tuple[str, str, int], Fraction] = {}
+    by_workload: dict[int, Fraction] = {}
+    borrowed_seconds = 0
+    for interval in RunInterval.objects.select_related("workload__team", "flavor"):
+        began, ended, workload = interval.started_at, interval.ended_at, interval.workload
+        assert ended is not None and workload is not None and interval.workload_id is not None
+        ours = [r for r in rates if r.flavor_id == interval.flavor_id]
+        cuts = sorted({began, ended, *(r.effective_from for r in ours if began < r.effective_from < ended)})
+        for lower, upper in zip(cuts, cuts[1:], strict=False):
+            price = [r for r in ours if r.effective_from <= lower][-1]
+            per_second = (Fraction(interval.units * interval.fraction_numerator, interval.fraction_denominator * 3600)
+                          * Fraction(price.price_per_gpu_hour)
+                          * (1 - Fraction(price.borrowed_discount_percent) / 100 if interval.borrowed else 1))
+            seconds = int((upper - lower).total_seconds())
+            by_workload[interval.workload_id] = by_workload.get(interval.workload_id, Fraction(0)) + seconds * per_second
+            in_month = int((min(upper, end) - max(lower, start)).total_seconds())
+            if in_month > 0:
+                key = (workload.team.slug, interval.flavor.slug, price.pk)
+                lines[key] = lines.get(key, Fraction(0)) + in_month * per_second
+                borrowed_seconds += in_month if interval.borrowed and price.borrowed_discount_percent else 0
+    assert borrowed_seconds > 0  # the month has borrowed hours at a discount to bill
+
+    statement = statement_close(actor=finance_user, month=OCTOBER, now=NOW)
+    billed = {(line.account_slug, line.flavor_slug, line.rate_id): line.amount
+              for line in statement.lines.filter(kind="usage")}
+    assert billed == {key: round(value, 2) for key, value in lines.items()} | {
+        key: Decimal("0.00") for key in billed if key not in lines}
+    assert {line.borrowed_discount_percent for line in statement.lines.filter(kind="usage", borrowed_unit_seconds__gt=0)
+            } >= {Decimal("33.33"), Decimal("12.50")}
+    costs = workload_costs(workload_ids=list(by_workload), now=NOW)
+    assert {pk: cost.cost for pk, cost in costs.items()} == {pk: round(value, 2) for pk, value in by_workload.items()}

@@ -104,15 +104,25 @@ def test_a_line_costed_in_integers_rounds_exactly_as_its_exact_sum_does():
     from billing.money import cost, round_money, rounded_cost
 
     draw = random.Random(7)
-    cases = [({(1, 1): 18}, Decimal("1.00"), "USD"), ({(1, 1): 54}, Decimal("1.00"), "USD"),  # 0.005 and 0.015: half-even
-             ({(1, 7): 3600, (1, 1): 1800}, Decimal("2.50"), "JPY")]
-    cases += [({(draw.randint(1, 3), draw.choice([1, 2, 4, 7])): draw.randint(0, 10**7) for _ in range(draw.randint(1, 3))},
-               Decimal(draw.randint(0, 100_000)).scaleb(-draw.randint(0, 4)), draw.choice(["USD", "JPY", "KWD"]))
+    Case = tuple[dict[tuple[int, int, bool], int], Decimal, str, Decimal | int]
+    cases: list[Case] = [({(1, 1, False): 18}, Decimal("1.00"), "USD", 0),  # 0.005: half-even
+                         ({(1, 1, False): 54}, Decimal("1.00"), "USD", 0),  # 0.015
+             ({(1, 7, False): 3600, (1, 1, True): 1800}, Decimal("2.50"), "JPY", 0),
+             ({(1, 1, True): 3600}, Decimal("2.00"), "USD", Decimal("30")),  # 1.40
+             ({(1, 1, False): 3600, (1, 1, True): 3600}, Decimal("2.00"), "USD", Decimal("100"))]  # borrowed free: 2.00
+    cases += [({(draw.randint(1, 3), draw.choice([1, 2, 4, 7]), draw.random() < 0.5): draw.randint(0, 10**7)
+                for _ in range(draw.randint(1, 4))},
+               Decimal(draw.randint(0, 100_000)).scaleb(-draw.randint(0, 4)), draw.choice(["USD", "JPY", "KWD"]),
+               draw.choice([Decimal(0), Decimal("12.5"), Decimal("33.33"), Decimal(draw.randint(0, 10_000)).scaleb(-2)]))
               for _ in range(500)]
-    for parts, price, currency in cases:
-        exact = sum((cost(unit_seconds=seconds, numerator=n, denominator=d, price_per_gpu_hour=price)
-                     for (n, d), seconds in parts.items()), Fraction(0))
-        assert rounded_cost(parts=parts, price_per_gpu_hour=price, currency=currency) == round_money(exact, currency)
+    for parts, price, currency, discount in cases:
+        exact = sum((cost(unit_seconds=seconds, numerator=n, denominator=d, price_per_gpu_hour=price, borrowed=borrowed,
+                          discount_percent=discount)
+                     for (n, d, borrowed), seconds in parts.items()), Fraction(0))
+        assert rounded_cost(parts=parts, price_per_gpu_hour=price, currency=currency,
+                            discount_percent=discount) == round_money(exact, currency), (parts, price, discount)
+    assert rounded_cost(parts={(1, 1, True): 3600}, price_per_gpu_hour=Decimal("2.00"), currency="USD",
+                        discount_percent=Decimal(30)) == Decimal("1.40")
 
 
 def test_an_integer_ratio_rounds_half_even_as_a_fraction_does():

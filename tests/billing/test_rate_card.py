@@ -94,7 +94,9 @@ def test_an_hourly_cost_is_the_price_in_force_times_the_gpus_the_units_are(mig_f
     rate(mig_flavor, "7.00", effective_from=at("2026-10-01 00:00"))
     card = RateCard.read()
 
-    assert card.hourly_cost(mig_flavor, 3, at("2026-10-02 00:00")) == (Decimal("3.00"), "USD")
+    found = card.hourly_cost(mig_flavor, 3, at("2026-10-02 00:00"))
+    assert found is not None
+    assert (found.amount, found.currency, found.borrowed_amount) == (Decimal("3.00"), "USD", Decimal("3.00"))
     assert card.hourly_cost(mig_flavor, 3, at("2026-09-02 00:00")) is None
 
 

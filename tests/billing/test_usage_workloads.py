@@ -269,3 +269,37 @@ def test_summing_in_the_database_prices_exactly_as_reading_each_interval(ready_t
             hours, amount = _one_by_one(RunInterval.objects.filter(workload=workload), prices, now=now, **window)
             assert found[workload.pk].gpu_hours == round_places(hours, 2), (seed, window)
             assert found[workload.pk].cost == (round_money(amount, "USD") if amount else None), (seed, window)
+
+
+def test_a_workload_that_moved_to_borrowed_quota_costs_its_borrowed_seconds_at_the_discount_everywhere(
+        ready_team, member, training, flavor, finance_user):
+    """2 GPUs from 09:45:00.7 to 11:15:30.3 on Oct 5 at 3.00 a GPU-hour, 30 % off borrowed hours;
+    guaranteed until 10:10:20.9 (a second team's launch took the guarantee: mark_borrowed split the
+    interval there), borrowed from then, guaranteed again from 11:00:00: metering counts whole
+    seconds, so 2 × (1,520 + 930) s at 3.00 = 4.0833… and 2 × 2,980 s at 2.10 = 3.4766…; 7.56 in all
+    (exactly), where 10,860 GPU-seconds at the full price would be 9.05: on the workload, the team
+    page, the month's cost and the statement alike."""
+    from jobs.models import RunIntervalSwitch
+
+    rate(flavor, "3.00", effective_from=dt.datetime(2026, 1, 1, tzinfo=UTC), borrowed_discount="30")
+    workload = launch(member, ready_team, training, flavor, "detector", units=2)
+    pod = RunInterval.objects.create(
+        workload=workload, pod_uid="detector-0", pod_name="detector-0", resource_name=flavor.resource_name, units=2,
+        started_at=dt.datetime(2026, 10, 5, 9, 45, 0, 700000, tzinfo=UTC),
+        ended_at=dt.datetime(2026, 10, 5, 11, 15, 30, 300000, tzinfo=UTC))
+    RunIntervalSwitch.objects.create(interval=pod, at=dt.datetime(2026, 10, 5, 10, 10, 20, 900000, tzinfo=UTC), borrowed=True)
+    RunIntervalSwitch.objects.create(interval=pod, at=dt.datetime(2026, 10, 5, 11, 0, tzinfo=UTC), borrowed=False)
+    metering.rollups_refresh(until=dt.datetime(2026, 11, 1, tzinfo=UTC))
+
+    assert workload_costs(workload_ids=[workload.pk])[workload.pk].cost == Decimal("7.56")
+    figures = _page_figures(ready_team, dt.date(2026, 10, 1), now=dt.datetime(2026, 11, 20, tzinfo=UTC))
+    assert figures == dict.fromkeys(figures, (Decimal("3.02"), Decimal("7.56"))), figures
+    account = selectors.account_for_team(team=ready_team)
+    assert account is not None
+    assert selectors.team_month_cost(account=account, month=dt.date(2026, 10, 1)) == (Decimal("7.56"), "USD")
+    from billing.statements.services import statement_close
+
+    statement = statement_close(actor=finance_user, month=dt.date(2026, 10, 1), now=dt.datetime(2026, 11, 20, tzinfo=UTC))
+    (line,) = statement.lines.filter(kind="usage")
+    assert (line.guaranteed_unit_seconds, line.borrowed_unit_seconds, line.amount) == (2 * 2450, 2 * 2980, Decimal("7.56"))
+    assert line.borrowed_discount == "30 % off"

@@ -3,6 +3,7 @@ Job for the team's queue, and launching through the portal's own services."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from jobs import kinds, manifests, sync
@@ -14,6 +15,26 @@ from tenants.queueing.kueue import KUEUE
 
 TEAM_KINDS = [("v1", "Namespace"), ("v1", "ResourceQuota"), ("v1", "LimitRange"), ("networking.k8s.io/v1", "NetworkPolicy"),
               ("rbac.authorization.k8s.io/v1", "RoleBinding"), (KUEUE, "ClusterQueue"), (KUEUE, "LocalQueue")]
+
+def metered(team: Any, *, start: dt.datetime, until: dt.datetime) -> Any:
+    """The team's figures from metering's own rows of [start's hour, until): the intervals and the
+    rate card alone decide them, folded by the one rule every page uses (billing.figures)."""
+    from billing import metering
+    from billing.figures import Lines
+    from billing.models import Account, Rate
+    from billing.periods import hour_floor
+
+    keyed = metering.usage_rows(metering.Window(hour_floor(start), until), until=until)
+    account, rates = Account.for_team(team), {rate.pk: rate for rate in Rate.objects.all()}
+    rows: list[dict[str, Any]] = [
+        {"account_id": account_id, "flavor_id": flavor_id, "rate_id": rate_id, "borrowed": borrowed,
+         "rate__price_per_gpu_hour": rates[rate_id].price_per_gpu_hour if rate_id else None, "rate__currency": "USD",
+         "rate__borrowed_discount_percent": rates[rate_id].borrowed_discount_percent if rate_id else 0,
+         "fraction_numerator": numerator, "fraction_denominator": denominator, "unit_seconds": unit_seconds}
+        for (_, account_id, flavor_id, _, _, borrowed, rate_id, numerator, denominator), unit_seconds in keyed.items()
+        if account_id == account.pk]
+    return Lines(rows, currency="USD"), rows
+
 
 HOLD = {"kwok.gpu-portal.test/outcome": "Running", "gpu-portal.io/simulated-run-seconds": "100000"}
 # The kinds a Kueue site runs (an MPI job needs Volcano: tests/contract/test_mpi_contract.py).

@@ -8,21 +8,16 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
-from typing import Any
 
 import pytest
 
-from billing import metering
-from billing.figures import Lines
-from billing.models import Account, Rate
-from billing.periods import hour_floor
 from jobs import selectors, services
 from jobs.models import RunInterval, Workload
 from portal.errors import DomainError
 from tenants import services as tenant_services
 from tenants.models import Flavor
 from tests.contract.conftest import clusters
-from tests.contract.scenarios import HOLD, launch, pods_of, queue_usage, running
+from tests.contract.scenarios import HOLD, launch, metered, pods_of, queue_usage, running
 from tests.helpers import ensure_priced
 
 pytestmark = pytest.mark.django_db
@@ -83,18 +78,10 @@ def test_a_cpu_notebook_runs_on_the_pool_asks_no_gpu_and_is_billed_per_unit_hour
 
     # Metering's own rows of its first ten minutes (the intervals and the rate card alone decide
     # them), folded into figures by the one rule every page uses.
-    until = interval.started_at + dt.timedelta(minutes=10)
-    keyed = metering.usage_rows(metering.Window(hour_floor(interval.started_at), until), until=until)
-    account, rates = Account.for_team(team), {rate.pk: rate for rate in Rate.objects.filter(flavor=cpu)}
-    rows: list[dict[str, Any]] = [
-        {"account_id": account_id, "flavor_id": flavor_id, "rate_id": rate_id,
-         "rate__price_per_gpu_hour": rates[rate_id].price_per_gpu_hour if rate_id else None, "rate__currency": "USD",
-         "fraction_numerator": numerator, "fraction_denominator": denominator, "unit_seconds": unit_seconds}
-        for (_, account_id, flavor_id, _, _, _, rate_id, numerator, denominator), unit_seconds in keyed.items()
-        if account_id == account.pk]
+    lines, rows = metered(team, start=interval.started_at, until=interval.started_at + dt.timedelta(minutes=10))
     assert sum(row["unit_seconds"] for row in rows) == 2 * 600
     # No GPU-hour at all; 2 units × 600 s at 0.40 a unit-hour is 0.1333….
-    total = Lines(rows, currency="USD").total()
+    total = lines.total()
     assert (total.gpu_hours, total.cost) == (Decimal("0.00"), Decimal("0.13"))
 
     with django_capture_on_commit_callbacks(execute=True):

@@ -5,16 +5,21 @@ every object, and re-reading the cluster never loses or duplicates an interval."
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import time
+from fractions import Fraction
 from typing import Any
 
 import pytest
 
+from billing.models import Rate
+from billing.money import round_money
+from billing.usage.workloads import workload_costs
 from jobs import kinds, manifests, selectors, services, sync
-from jobs.models import RunInterval, Workload
+from jobs.models import RunInterval, RunIntervalSwitch, Workload
 from portal.kube import ObjectRef, gateway, ref_of
-from tests.contract.scenarios import HOLD, KUEUE_KINDS, QUICK, launch, phase_of
+from tests.contract.scenarios import HOLD, KUEUE_KINDS, QUICK, launch, metered, phase_of
 
 pytestmark = pytest.mark.django_db
 
@@ -113,8 +118,11 @@ def test_an_over_quota_launch_waits_and_says_why(cluster, site, templates, setti
     assert [(h.team, h.in_use) for h in answer.holders if h.team == team.name] == [(team.name, 1)]
 
 
-def test_borrowing_and_preemption_show_in_the_portal(cluster, site, templates, settings, django_capture_on_commit_callbacks):
+def test_borrowing_and_preemption_show_in_the_portal_and_borrowed_hours_bill_at_the_discount(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
     settings.PORTAL_POD_ANNOTATIONS = HOLD
+    # Price for risk: the flavor's price takes half off borrowed hours (a test's rate, from the past).
+    Rate.objects.filter(flavor=site.flavor).update(borrowed_discount_percent=50)
     vision = site.team("vision", gpus=2)
     speech = site.team("speech", gpus=2)
     vision_lead, speech_lead = vision.memberships.get().user, speech.memberships.get().user
@@ -131,6 +139,28 @@ def test_borrowing_and_preemption_show_in_the_portal(cluster, site, templates, s
     cluster.wait_for(lambda: phase_of(borrowed) == Workload.Phase.PREEMPTED, what="the borrower to show as preempted")
     assert "Preempted" in borrowed.reason
     assert phase_of(own) == Workload.Phase.RUNNING
+
+    # Billing, from metering's own rows: an auditor's sum of the intervals' whole seconds, each
+    # workload's at the full price or, borrowed, at half of it (1.00 a GPU-hour, 2 GPUs each).
+    cluster.wait_for(lambda: RunInterval.objects.filter(workload=borrowed, ended_at__isnull=False).exists()
+                     and not RunInterval.objects.filter(workload=borrowed, ended_at__isnull=True).exists(),
+                     what="the preempted pod's interval to end")
+    intervals = list(RunInterval.objects.filter(workload__in=[own, borrowed]))
+    # A minute after the preempted pod ended, by the cluster's clock (the simulated one runs ahead).
+    until = max(i.ended_at for i in intervals if i.ended_at).replace(microsecond=0) + dt.timedelta(minutes=1)
+    assert not RunIntervalSwitch.objects.filter(interval__in=intervals).exists()
+    assert {(i.workload_id, i.borrowed) for i in intervals} == {(own.pk, False), (borrowed.pk, True)}
+
+    def seconds(interval: RunInterval) -> int:
+        return int((interval.ended_at or until).timestamp()) - int(interval.started_at.timestamp())
+
+    exact = sum(Fraction(seconds(i) * i.units, 3600) * (Fraction(1, 2) if i.borrowed else 1) for i in intervals)
+    lines, rows = metered(vision, start=min(i.started_at for i in intervals), until=until)
+    assert sum(row["unit_seconds"] for row in rows if row["borrowed"]) == sum(
+        seconds(i) * i.units for i in intervals if i.borrowed) > 0
+    assert lines.total().cost == round_money(exact, "USD")
+    cost = workload_costs(workload_ids=[borrowed.pk])[borrowed.pk]
+    assert cost.cost == round_money(sum(Fraction(seconds(i) * i.units, 7200) for i in intervals if i.borrowed), "USD")
 
 
 def test_stopping_removes_every_object_and_ends_the_interval(cluster, site, templates, settings,

@@ -247,7 +247,8 @@ def test_a_cpu_workload_costs_its_unit_hours_at_the_unit_price_and_no_gpu_hours(
     (figure,) = workload_costs(workload_ids=[notebook.pk]).values()
     # 2 units × 1.5 h = 3 unit-hours × 0.40 = 1.20; no GPU-hour.
     assert (figure.gpu_hours, figure.cpu_unit_hours, figure.cost) == (Decimal("0.00"), Decimal("3.00"), Decimal("1.20"))
-    assert RateCard.read().hourly_cost(cpu, 2, start) == (Decimal("0.80"), "USD")
+    hourly = RateCard.read().hourly_cost(cpu, 2, start)
+    assert hourly is not None and hourly.amount == Decimal("0.80")
     page = login(member).get(reverse("jobs:workload-detail", args=[notebook.pk])).content.decode()
     assert "3.00 CPU unit-h · 1.20 USD" in page
 
