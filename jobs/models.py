@@ -256,6 +256,10 @@ class Workload(models.Model):
     phase = models.CharField(max_length=12, choices=Phase.choices, default=Phase.SUBMITTING, db_index=True)
     reason = models.TextField(blank=True, help_text="Why it is in this phase, in words.")
     on_borrowed = models.BooleanField(default=False, help_text="Admitted on quota borrowed from other teams.")
+    # Queued in the portal, not yet in the cluster: its owner's other work holds the team's GPUs
+    # per person (Team.person_gpu_limit); jobs.services submits it when theirs ends.
+    waits_for_person_limit = models.BooleanField(
+        default=False, db_default=False, help_text="Waits in the portal for its owner's per-person GPU limit.")
     # Only the SHA-256 of a notebook's token: the token itself lives in the workload's Kubernetes
     # Secret (jobs/access.py derives it again for the owner's hand-over).
     notebook_token_sha256 = models.CharField(max_length=64, blank=True)

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery, prefetch_related_objects
 from django.utils import timezone
 
-from jobs import kinds, manifests, policy, pricing
+from jobs import kinds, manifests, person_limits, policy, pricing
 from jobs.models import (
     GitSource,
     GpuXidEvent,
@@ -188,7 +188,9 @@ def claimed_by_waiting(*, team: Team, flavor: Flavor, queues: dict[str, list[Que
     free = {slug: row.free for slug, rows in queues.items() for row in rows if row.flavor == flavor.slug}
     own_before = free.get(team.slug, 0)
     pool = idle
-    waiting = sorted(Workload.objects.filter(flavor=flavor, phase__in=WAITING).select_related("team"),
+    # Work waiting in the portal for a per-person limit is in no queue: it claims nothing there yet.
+    waiting = sorted(Workload.objects.filter(flavor=flavor, phase__in=WAITING, waits_for_person_limit=False)
+                     .select_related("team"),
                      key=lambda w: (PRIORITY_ORDER.get(w.priority, 1), w.created_at, w.pk))
     for other in waiting:
         slug = other.team.slug
@@ -318,9 +320,16 @@ def estimated_start(*, workload: Workload, ahead: list[Workload], usage: QueueUs
 
 def why_waiting(*, workload: Workload) -> WhyWaiting:
     """The reason in words, the team's quota of the flavor, its place in the queue (Kueue's, or
-    the portal's estimate, said which), who uses the flavor now, and an estimated start."""
+    the portal's estimate, said which), who uses the flavor now, and an estimated start. Work
+    waiting in the portal for its owner's per-person limit is in no queue yet: its reason, now."""
+    if workload.waits_for_person_limit and workload.phase == Workload.Phase.QUEUED:
+        queues = _queues()
+        return WhyWaiting(reason=person_limits.waiting_now(workload),
+                          usage=None if queues is None else team_queue_usage(team=workload.team, flavor=workload.flavor,
+                                                                             queues=queues), position=0)
     queued = list(
-        Workload.objects.filter(team_id=workload.team_id, phase__in=WAITING).select_related("owner", "flavor")
+        Workload.objects.filter(team_id=workload.team_id, phase__in=WAITING, waits_for_person_limit=False)
+        .select_related("owner", "flavor")
     )
     queued.sort(key=lambda w: (PRIORITY_ORDER.get(w.priority, 1), w.created_at, w.pk))
     from_queue = _queue_position(workload, queued) if workload.phase in WAITING else None

@@ -317,7 +317,7 @@ class WorkloadSerializer(serializers.ModelSerializer):
     class Meta:
         model = Workload
         fields = ["id", "name", "team", "owner", "template", "template_id", "template_version", "kind",
-                   "phase", "reason", "on_borrowed",
+                   "phase", "reason", "on_borrowed", "waits_for_person_limit",
                   "flavor", "accepted_flavors", "units", "workers", "total_units", "cpu", "memory_gib", "priority", "endpoint",
                   "relaunch_of", "created_at", "submitted_at", "finished_at"]
         read_only_fields = fields

@@ -13,7 +13,19 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from jobs import access, credentials, idle_policy, kinds, manifests, notifications, policy, pricing, rules, selectors
+from jobs import (
+    access,
+    credentials,
+    idle_policy,
+    kinds,
+    manifests,
+    notifications,
+    person_limits,
+    policy,
+    pricing,
+    rules,
+    selectors,
+)
 from jobs.models import (
     GitSource,
     IdleDefaults,
@@ -91,6 +103,8 @@ def record_transition(workload: Workload, phase: str, reason: str = "", *, also_
         workload.finished_at = now
     workload.save(update_fields=["phase", "reason", "finished_at", *also_save])
     WorkloadTransition.objects.create(workload=workload, phase=phase, reason=reason, at=now)
+    if entered and phase in Workload.FINAL_PHASES:
+        person_limits.release_when_freed(workload)  # the owner's work waiting for their limit may go
     if entered and phase in notifications.PHASE_EVENTS:
         detail = reason if phase == Workload.Phase.FAILED else ""
         notifications.workload_event_notify(workload=workload, event=notifications.PHASE_EVENTS[phase], detail=detail)
@@ -239,6 +253,8 @@ def _check_team_room(team: Team, flavors: list[Flavor], *, units: int, workers: 
         _check_cpu_room(team, flavors[0], units=units * workers)
     else:
         _check_ceiling(team, flavors, units=units, workers=workers)
+        if alone_too_big := person_limits.too_big(team=team, flavor=flavors[0], units=units, workers=workers):
+            raise DomainError(alone_too_big, field="units")
     limit = settings.PORTAL_TEAM_MAX_WORKLOADS
     if Workload.objects.filter(team=team).active().count() >= limit:
         raise DomainError(
@@ -485,8 +501,25 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
     audit_record(actor=user, action="workload.launched", obj=workload, team_id=workload.team_id,
                  message=f"{user.username} launched {workload.name} (#{workload.pk}, {version}) on "
                  f"{workload.total_units} {' or '.join(f.name for f in request.flavors)} for {workload.team.slug}")
+    if _waits_for_person_limit(workload):
+        return workload
     send_on_commit("jobs.tasks.workload_submit", workload.pk, unsent=lambda: mark_unsent(workload.pk))
     return workload
+
+
+def _waits_for_person_limit(workload: Workload) -> bool:
+    """Queues the launch in the portal when its owner's workloads hold the team's per-person GPU
+    limit (jobs.person_limits); under the team's lock, so two launches at once count each other."""
+    if workload.team.person_gpu_limit is None or workload.flavor.is_cpu:
+        return False
+    team = Team.objects.select_for_update().get(pk=workload.team_id)
+    words = person_limits.must_wait(team=team, owner=workload.owner, flavor=workload.flavor, units=workload.units,
+                                    workers=workload.workers, launching=workload)
+    if not words:
+        return False
+    workload.waits_for_person_limit = True
+    record_transition(workload, Workload.Phase.QUEUED, words, also_save=("waits_for_person_limit",))
+    return True
 
 
 @transaction.atomic
@@ -561,6 +594,11 @@ def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload
                           f"{locked.team.slug} could get at most {ceiling}.", field="replicas")
     if replicas == locked.workers:
         return locked
+    if alone_too_big := person_limits.too_big(team=locked.team, flavor=locked.flavor, units=locked.units, workers=replicas):
+        raise DomainError(alone_too_big.replace("this launch asks", f"{replicas} replicas ask"), field="replicas")
+    if replicas > locked.workers and not locked.waits_for_person_limit and (
+            refusal := person_limits.scale_refusal(workload=locked, replicas=replicas)):
+        raise DomainError(refusal, field="replicas")
     before = locked.workers
     locked.workers = replicas
     locked.parameters = {**locked.parameters, ("workers" if "workers" in declared else "replicas"): replicas}

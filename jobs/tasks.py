@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
-from jobs import credentials, kinds, manifests, reclaim, services, sync, volumes, xid
+from jobs import credentials, kinds, manifests, person_limits, reclaim, services, sync, volumes, xid
 from jobs.models import Workload
 from portal.audit import audit_record
 from portal.errors import DomainError
@@ -115,8 +115,9 @@ def _submitted_record(workload_id: int) -> None:
 def workload_apply(workload_id: int) -> None:
     """Applies a running workload's objects again after a change (e.g. its replicas)."""
     workload = _load(workload_id, task="apply")
-    if workload is None or not workload.is_active or workload.phase == Workload.Phase.SUBMITTING:
-        return
+    if (workload is None or not workload.is_active or workload.phase == Workload.Phase.SUBMITTING
+            or workload.waits_for_person_limit):
+        return  # not in the cluster yet: its submission applies what it is then
     for obj in kinds.workload_objects(spec=services.workload_spec(workload)):
         gateway().apply(obj)
 
@@ -148,6 +149,21 @@ def unsubmitted_reason(*, minutes: int, attempts: int) -> str:
     tried = f" ({attempts} attempt{'s' if attempts != 1 else ''} so far)" if attempts else ""
     return (f"Not submitted yet: no worker has taken it for {minutes} minute{'s' if minutes != 1 else ''}{tried}; "
             "the portal's worker may be down — it is being retried.")
+
+
+@shared_task(acks_late=True)
+def person_limit_release(team_id: int, owner_id: int | None = None) -> int:
+    """Sends the team's (or one owner's) workloads waiting for the per-person limit that now fit."""
+    return len(person_limits.release(team_id=team_id, owner_id=owner_id))
+
+
+@shared_task(acks_late=True)
+def person_limits_release_all() -> int:
+    """The safety net of the release a workload's end sends (a lost message, a limit changed):
+    every team with work waiting for its per-person limit. One indexed read when none waits."""
+    teams = set(Workload.objects.filter(waits_for_person_limit=True, phase=Workload.Phase.QUEUED)
+                .values_list("team_id", flat=True))
+    return sum(len(person_limits.release(team_id=team_id)) for team_id in sorted(teams))
 
 
 @shared_task(acks_late=True)

@@ -24,6 +24,7 @@ from jobs import (
     endpoint_keys,
     notebooks,
     notifications,
+    person_limits,
     pricing,
     reclaim,
     selectors,
@@ -161,6 +162,9 @@ def launch_hint(request: HtmxHttpRequest) -> HttpResponse:
             units *= pods
         else:
             units, pods = resources["units"] * resources["workers"], resources["workers"]
+            context["person_wait"] = person_limits.must_wait(
+                team=launch.team, owner=request.user, flavor=launch.flavor, units=resources["units"],
+                workers=resources["workers"], would=True)
         context["pods"] = pods
         hint = selectors.launch_hint_among(team=launch.team, flavors=launch.flavors, units=units)
         borrow = max(units - hint.free, 0) if hint.usage else 0

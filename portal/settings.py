@@ -351,6 +351,9 @@ CELERY_BEAT_SCHEDULE = {
     "simulated-cluster-tick": {"task": "portal.tasks.simulated_cluster_tick", "schedule": 5.0},
     "workloads-sync": {"task": "jobs.tasks.workloads_sync", "schedule": 10.0},
     "workloads-resubmit-lost": {"task": "jobs.tasks.workloads_resubmit_lost", "schedule": 30.0},
+    # Work waiting in the portal for its owner's per-person GPU limit, where the release its
+    # owner's ending work sends was lost or the lead changed the limit.
+    "person-limits-release": {"task": "jobs.tasks.person_limits_release_all", "schedule": 30.0},
     "volumes-repair": {"task": "jobs.tasks.volumes_repair", "schedule": 60.0},
     "credentials-repair": {"task": "jobs.tasks.credentials_repair", "schedule": 60.0},
     # Idle GPUs by each template's policy; also the notebooks' own activity where reachable.

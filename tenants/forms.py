@@ -196,7 +196,9 @@ class TeamForm(forms.ModelForm):
             self.fields["slug"].help_text = "The namespace's name; it cannot change."
 
     def changes(self) -> dict[str, Any]:
-        return {name: self.cleaned_data[name] for name in (*services.TEAM_FIELDS, *services.POLICY_FIELDS)}
+        # GPUs per person is set on the team page's members card (a lead's), not here.
+        return {name: self.cleaned_data[name] for name in (*services.TEAM_FIELDS, *services.POLICY_FIELDS)
+                if name in self.fields}
 
 
 class FlavorForm(forms.ModelForm):

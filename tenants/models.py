@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -119,6 +120,13 @@ class Team(models.Model):
     # ResourceQuota per class. A class not named here is one members cannot make volumes of.
     storage_quota = models.JSONField(default=dict, db_default={}, blank=True, validators=[validate_storage_quota],
                                      help_text="GiB the team's data volumes may ask for, per storage class.")
+    # Fairness inside the team (its lead's choice): how many physical GPUs (a slice counts its
+    # fraction) one person's workloads may hold in the cluster at once; more waits in the portal
+    # until that person's own work ends (jobs.services), so one burst cannot take the guarantee.
+    person_gpu_limit = models.DecimalField(
+        "GPUs per person", max_digits=7, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(Decimal("0.01"))],
+        help_text="At most this many GPUs at once for each member (a slice counts its fraction); more of theirs waits "
+                  "until their own work ends. Empty: no limit.")
     # Four eyes on quota: every grant is seen by two people, so a lead cannot grant their own team
     # quota alone. On for new teams unless the site says otherwise; a platform admin may turn it off.
     requires_second_approver = models.BooleanField(

@@ -78,7 +78,7 @@ class TeamSerializer(serializers.ModelSerializer):
         model = Team
         fields = ["id", "uid", "slug", "name", "cost_center", "description", "created_at", "member_count",
                   "pending_requests", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit",
-                  "storage_quota", "requires_second_approver",
+                  "storage_quota", "requires_second_approver", "person_gpu_limit",
                   "sync_state", "synced_at", "sync_error", "members", "guarantees"]
         read_only_fields = fields
         list_serializer_class = TeamListSerializer
@@ -133,6 +133,10 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
     cost_center = serializers.CharField(allow_blank=True, required=False,
                                         help_text="Finance and platform admins only: the monthly statements bill it.")
     description = serializers.CharField(allow_blank=True, required=False)
+    person_gpu_limit = serializers.CharField(
+        allow_blank=True, allow_null=True, required=False,
+        help_text="Leads: GPUs each member's workloads may hold at once (a slice counts its fraction); more of "
+                  "theirs waits in the portal until their own work ends. Empty or null: no limit.")
     may_borrow = serializers.BooleanField(required=False, help_text="Platform admins only.")
     lends_idle = serializers.BooleanField(required=False, help_text="Platform admins only.")
     cpu_limit_cores = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")

@@ -8,6 +8,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -20,6 +21,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from portal.adapters import decimal_number
 from portal.audit import audit_record
 from portal.errors import DomainError, NotAllowed, StateConflict
 from portal.kube import gateway
@@ -42,7 +44,7 @@ from tenants.models import (
 
 log = logging.getLogger(__name__)
 
-TEAM_FIELDS = ("name", "cost_center", "description")
+TEAM_FIELDS = ("name", "cost_center", "description", "person_gpu_limit")
 COST_CENTER_REFUSAL = ("Only finance and platform admins may change a team's cost center: the monthly statements "
                        "bill it. Ask finance to change it.")
 # How the team shares the cluster: only a platform admin changes these.
@@ -85,18 +87,21 @@ def team_create(*, actor: User, slug: str, name: str, cost_center: str = "", des
 
 @transaction.atomic
 def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
-    """Leads change how their team is named and described, finance and platform admins its cost
-    center, platform admins how it shares the cluster; each changed field is asked of its own rule."""
+    """Leads change how their team is named and described and the GPUs each person may hold (its
+    per-person limit), finance and platform admins its cost center, platform admins how it shares
+    the cluster; each changed field is asked of its own rule."""
     _require(actor.has_perm("tenants.manage_members", team) or actor.has_perm("tenants.change_cost_center", team))
     unknown = set(changes) - set(TEAM_FIELDS) - set(POLICY_FIELDS)
     if unknown:
         raise DomainError(f"These team fields cannot be changed here: {', '.join(sorted(unknown))}.")
+    if "person_gpu_limit" in changes:
+        changes = {**changes, "person_gpu_limit": person_gpu_limit_input(changes["person_gpu_limit"])}
     changed = {field: value for field, value in changes.items() if getattr(team, field) != value}
     if not changed:
         return team
     if "cost_center" in changed and not actor.has_perm("tenants.change_cost_center", team):
         raise NotAllowed(COST_CENTER_REFUSAL, field="cost_center")
-    if {"name", "description"} & set(changed):
+    if {"name", "description", "person_gpu_limit"} & set(changed):
         _require(actor.has_perm("tenants.manage_members", team))
     if set(changed) & set(POLICY_FIELDS):
         _require(actor.has_perm("tenants.manage_teams"))
@@ -109,12 +114,37 @@ def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
     audit_record(actor=actor, action="team.updated", obj=team, team_id=team.pk, data={k: str(v) for k, v in changed.items()},
                  message=f"{actor.username} changed {described} of team {team.slug}")
     _on_team_change(team.pk)
+    if "person_gpu_limit" in changed:
+        # Raised or lifted: work waiting for it may go now (jobs.person_limits).
+        send_on_commit("jobs.tasks.person_limit_release", team.pk)
     return team
+
+
+PERSON_GPU_LIMIT_MOST = Decimal("99999.99")
+
+
+def person_gpu_limit_input(value: Any) -> Decimal | None:
+    """GPUs per person as typed ("4", "1.5"; empty for no limit), or a refusal in words."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    text = format(value, "f") if isinstance(value, Decimal) else str(value)
+    number = decimal_number(text)
+    if number is None:
+        raise DomainError(f"“{text.strip()[:20]}” is not a number of GPUs; give one such as 4 or 1.5, or leave it empty "
+                          "for no limit.", field="person_gpu_limit")
+    if not 0 < number <= PERSON_GPU_LIMIT_MOST:
+        raise DomainError(f"GPUs per person is more than 0 and at most {PERSON_GPU_LIMIT_MOST:,}; leave it empty for no "
+                          "limit.", field="person_gpu_limit")
+    if number != number.quantize(Decimal("0.01")):
+        raise DomainError("GPUs per person has at most 2 decimals (a slice of 1/7 is 0.14).", field="person_gpu_limit")
+    return number.quantize(Decimal("0.01"))
 
 
 def _change_described(field: str, before: Any, after: Any) -> str:
     if field == "cost_center":  # what statements billed until now, for whoever reconciles them
         return f"cost_center from {before or '(none)'} to {after or '(none)'}"
+    if field == "person_gpu_limit":
+        return f"GPUs per person to {after if after is not None else 'no limit'}"
     return f"{field} to {after}" if field in POLICY_FIELDS else field
 
 

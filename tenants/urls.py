@@ -13,6 +13,7 @@ urlpatterns: list[URLPattern] = [
     path("teams/<slug:slug>/cluster/", views.team_cluster, name="team-cluster"),
     path("capacity/", views.cluster_capacity, name="capacity"),
     path("teams/<slug:slug>/members/add/", views.membership_add, name="membership-add"),
+    path("teams/<slug:slug>/person-limit/", views.team_person_limit, name="team-person-limit"),
     path("teams/<slug:slug>/members/<int:pk>/role/", views.membership_role, name="membership-role"),
     path("teams/<slug:slug>/members/<int:pk>/remove/", views.membership_remove, name="membership-remove"),
     path("requests/", views.quota_request_list, name="quota-request-list"),

@@ -189,16 +189,31 @@ def cluster_capacity(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def _members_response(request: HtmxHttpRequest, team: Team, *, form: MembershipAddForm | None = None,
-                      error: str | None = None, done: str | None = None) -> HttpResponse:
+                      error: str | None = None, done: str | None = None, limit_typed: str | None = None) -> HttpResponse:
     if request.htmx:
         context = {"team": team, "members": selectors.team_members(team=team), "member_form": form or MembershipAddForm(),
-                   "member_error": error, "member_done": done}
+                   "member_error": error, "member_done": done, "limit_typed": limit_typed}
         return render(request, "tenants/team_detail.html#members", context)
     if error:
         messages.error(request, error)
     if done:
         messages.success(request, done)
     return redirect("tenants:team-detail", team.slug)
+
+
+@login_required
+@require_POST
+def team_person_limit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """A lead's per-person GPU limit, from the members card; tenants.services.team_update reads and audits it."""
+    team = _visible_team(request, slug)
+    require_perm(request.user, "tenants.manage_members", team)
+    try:
+        team = services.team_update(actor=request.user, team=team, person_gpu_limit=request.POST.get("person_gpu_limit", ""))
+    except DomainError as error:
+        return _members_response(request, team, error=error.message, limit_typed=request.POST.get("person_gpu_limit", ""))
+    done = (f"Each person of {team.slug} may now hold at most {team.person_gpu_limit} GPUs at once."
+            if team.person_gpu_limit is not None else f"{team.slug} has no per-person GPU limit now.")
+    return _members_response(request, team, done=done)
 
 
 @login_required

@@ -19,7 +19,10 @@ from billing.usage.workloads import workload_costs
 from jobs import kinds, manifests, selectors, services, sync
 from jobs.models import RunInterval, RunIntervalSwitch, Workload
 from portal.kube import ObjectRef, gateway, ref_of
-from tests.contract.scenarios import HOLD, KUEUE_KINDS, QUICK, launch, metered, phase_of
+from tenants import services as tenant_services
+from tenants.models import Membership
+from tests.contract.scenarios import HOLD, KUEUE_KINDS, QUICK, launch, metered, phase_of, pods_of, running
+from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -161,6 +164,38 @@ def test_borrowing_and_preemption_show_in_the_portal_and_borrowed_hours_bill_at_
     assert lines.total().cost == round_money(exact, "USD")
     cost = workload_costs(workload_ids=[borrowed.pk])[borrowed.pk]
     assert cost.cost == round_money(sum(Fraction(seconds(i) * i.units, 7200) for i in intervals if i.borrowed), "USD")
+
+
+def test_a_person_over_their_limit_waits_in_the_portal_while_a_teammate_under_it_is_admitted(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    # Fairness inside a team (issue 27 §3): 4 GPUs guaranteed, each person at most 2 at once.
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    team = site.team("fair", gpus=4)
+    lead = team.memberships.get().user
+    teammate = UserFactory(username=cluster.unique("fair-member"))
+    MembershipFactory(team=team, user=teammate, role=Membership.Role.MEMBER)
+    with capture(execute=True):
+        team = tenant_services.team_update(actor=lead, team=team, person_gpu_limit="2")
+    training = templates["training"]
+    first = launch(team, lead, training, site.flavor, capture, units=2)
+    cluster.wait_for(lambda: running(first), what="her first workload to run on 2 GPUs")
+
+    over = launch(team, lead, training, site.flavor, capture, units=1)
+    assert over.phase == Workload.Phase.QUEUED and over.waits_for_person_limit, over.reason
+    theirs = launch(team, teammate, training, site.flavor, capture, units=1)
+    cluster.wait_for(lambda: running(theirs), what="the teammate under the limit to be admitted and run")
+    # Her third GPU waits with nothing in the cluster, though the team has one free.
+    assert phase_of(over) == Workload.Phase.QUEUED and over.waits_for_person_limit
+    assert not objects_of(over) and not pods_of(over)
+
+    with capture(execute=True):
+        services.workload_stop(user=lead, workload=first)
+    cluster.wait_for(lambda: running(over), what="her waiting workload to run once her own work ended")
+    over.refresh_from_db()
+    assert not over.waits_for_person_limit
+    assert [phase for phase, _ in over.transitions.values_list("phase", "reason")][:3] == [
+        Workload.Phase.SUBMITTING, Workload.Phase.QUEUED, Workload.Phase.SUBMITTING]
 
 
 def test_stopping_removes_every_object_and_ends_the_interval(cluster, site, templates, settings,

@@ -1,0 +1,152 @@
+"""Fairness inside a team: how many GPUs one person's workloads may hold in the cluster at once
+(`Team.person_gpu_limit`, the lead's choice), so one person's burst cannot take the team's whole
+guarantee while teammates wait behind it.
+
+A launch that would take its owner over the limit is recorded and queued in the portal, not sent
+to the cluster: no queue backend counts per person (Kueue's and Volcano's quotas are per team), so
+the portal keeps that line itself. When the owner's own work ends (a final phase) or the lead
+raises or lifts the limit, `release` sends the owner's waiting workloads, oldest first, as far as
+the limit allows. A teammate under the limit is never held for it.
+
+A person's GPUs are physical GPUs: units × workers × the flavor's fraction (a 1/7 slice counts 1/7);
+CPU-only flavors hold none. What counts is every active workload of theirs in the team that the
+portal sent to the cluster (submitting, queued there, admitted, running, or preempted and queued
+again), not those still waiting here."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+from functools import partial
+
+from django.db import transaction
+
+from jobs.models import Workload
+from portal.models import User
+from portal.tasks import send_on_commit
+from tenants.models import Flavor, Team
+
+RELEASED = "There is room under your per-person limit now: creating its objects in the cluster"
+
+
+def gpus(*, flavor: Flavor, units: int, workers: int = 1) -> Fraction:
+    """Physical GPUs that many units of the flavor hold (none on a CPU-only flavor)."""
+    return Fraction(units * workers * flavor.fraction_numerator, flavor.fraction_denominator)
+
+
+def shown(value: Fraction | Decimal) -> str:
+    """GPUs as the pages say them: 2, 1.5, 0.43."""
+    text = f"{float(value):.2f}".rstrip("0").rstrip(".")
+    return text or "0"
+
+
+def in_cluster(*, team: Team, owner: User, besides: Workload | None = None) -> Fraction:
+    """The GPUs the owner's workloads in the team hold or wait for in the cluster now (but for `besides`)."""
+    active = Workload.objects.filter(team=team, owner=owner, phase__in=Workload.ACTIVE_PHASES, waits_for_person_limit=False)
+    if besides is not None:
+        active = active.exclude(pk=besides.pk)
+    rows = active.values_list("units", "workers", "flavor__fraction_numerator", "flavor__fraction_denominator")
+    return sum((Fraction(units * workers * numerator, denominator) for units, workers, numerator, denominator in rows),
+               Fraction(0))
+
+
+def too_big(*, team: Team, flavor: Flavor, units: int, workers: int) -> str:
+    """Why a launch can never start under the team's per-person limit (it alone asks more), or ""."""
+    if team.person_gpu_limit is None or flavor.is_cpu:
+        return ""
+    asked = gpus(flavor=flavor, units=units, workers=workers)
+    if asked <= Fraction(team.person_gpu_limit):
+        return ""
+    return (f"{team.name} lets each person hold at most {shown(team.person_gpu_limit)} GPUs at once, and this launch "
+            f"asks {shown(asked)}, so it could never start. Launch fewer units, or ask a lead of {team.slug} to raise "
+            "the limit.")
+
+
+def waiting_words(*, team: Team, held: Fraction, earlier: bool, would: bool = False) -> str:
+    """Why a workload waits in the portal (or, for the launch form, would), with the numbers at the time."""
+    assert team.person_gpu_limit is not None
+    first = (f"{'Would wait' if would else 'Waiting'} in the portal for your per-person limit: {team.name} lets each person hold "
+             f"{shown(team.person_gpu_limit)} GPUs at once, and your workloads in the cluster hold {shown(held)}.")
+    then = (" Your earlier workloads waiting for it go first." if earlier else "")
+    return f"{first}{then} It goes to the cluster, oldest first, as your own work there ends."
+
+
+def waiting_now(workload: Workload) -> str:
+    """Why a workload waiting for its owner's limit still waits, with today's numbers."""
+    team = workload.team
+    if team.person_gpu_limit is None:
+        return "Its per-person limit was lifted: it goes to the cluster at the next pass (within a minute)."
+    earlier = Workload.objects.filter(team=team, owner_id=workload.owner_id, waits_for_person_limit=True,
+                                      phase=Workload.Phase.QUEUED, created_at__lt=workload.created_at).exists()
+    return waiting_words(team=team, held=in_cluster(team=team, owner=workload.owner), earlier=earlier)
+
+
+def must_wait(*, team: Team, owner: User, flavor: Flavor, units: int, workers: int,
+              launching: Workload | None = None, would: bool = False) -> str:
+    """For a launch (`launching`, once recorded, the team's row locked by the caller): why it
+    waits in the portal, or "" when it may go to the cluster now. Earlier workloads of the owner
+    that wait for the limit go first."""
+    if team.person_gpu_limit is None or flavor.is_cpu:
+        return ""
+    held = in_cluster(team=team, owner=owner, besides=launching)
+    earlier = Workload.objects.filter(team=team, owner=owner, waits_for_person_limit=True,
+                                      phase=Workload.Phase.QUEUED).exists()
+    if not earlier and held + gpus(flavor=flavor, units=units, workers=workers) <= Fraction(team.person_gpu_limit):
+        return ""
+    return waiting_words(team=team, held=held, earlier=earlier, would=would)
+
+
+def scale_refusal(*, workload: Workload, replicas: int) -> str:
+    """Why growing a server in the cluster to `replicas` would take its owner over the limit, or ""."""
+    team = workload.team
+    if team.person_gpu_limit is None or workload.flavor.is_cpu:
+        return ""
+    others = in_cluster(team=team, owner=workload.owner, besides=workload)
+    wanted = gpus(flavor=workload.flavor, units=workload.units, workers=replicas)
+    if others + wanted <= Fraction(team.person_gpu_limit):
+        return ""
+    return (f"{replicas} replicas would hold {shown(wanted)} GPUs, and your other workloads in the cluster hold "
+            f"{shown(others)}; {team.name} lets each person hold {shown(team.person_gpu_limit)} at once. Scale to fewer "
+            "replicas, or stop other work first.")
+
+
+def release_when_freed(workload: Workload) -> None:
+    """Called when one of the owner's workloads ended: their waiting ones may go now (on commit)."""
+    if Workload.objects.filter(team_id=workload.team_id, owner_id=workload.owner_id, waits_for_person_limit=True,
+                               phase=Workload.Phase.QUEUED).exists():
+        send_on_commit("jobs.tasks.person_limit_release", workload.team_id, workload.owner_id)
+
+
+@transaction.atomic
+def release(*, team_id: int, owner_id: int | None = None) -> list[int]:
+    """Sends the workloads waiting for the per-person limit that now fit (of one owner, or of
+    everyone in the team), each owner's oldest first, stopping at the first that does not fit so
+    none overtakes an older one. Under the team's lock, as launches are recorded."""
+    from jobs import services  # services records launches through this module
+
+    team = Team.objects.select_for_update().filter(pk=team_id).first()
+    if team is None:
+        return []
+    waiting = (Workload.objects.select_for_update(of=("self",)).select_related("flavor", "owner")
+               .filter(team_id=team_id, waits_for_person_limit=True, phase=Workload.Phase.QUEUED).order_by("created_at", "pk"))
+    if owner_id is not None:
+        waiting = waiting.filter(owner_id=owner_id)
+    limit = None if team.person_gpu_limit is None else Fraction(team.person_gpu_limit)
+    held: dict[int, Fraction] = {}
+    blocked: set[int] = set()
+    released: list[int] = []
+    for workload in waiting:
+        if workload.owner_id in blocked:
+            continue
+        if workload.owner_id not in held:
+            held[workload.owner_id] = in_cluster(team=team, owner=workload.owner)
+        asked = gpus(flavor=workload.flavor, units=workload.units, workers=workload.workers)
+        if limit is not None and held[workload.owner_id] + asked > limit:
+            blocked.add(workload.owner_id)
+            continue
+        held[workload.owner_id] += asked
+        workload.waits_for_person_limit = False
+        services.record_transition(workload, Workload.Phase.SUBMITTING, RELEASED, also_save=("waits_for_person_limit",))
+        send_on_commit("jobs.tasks.workload_submit", workload.pk, unsent=partial(services.mark_unsent, workload.pk))
+        released.append(workload.pk)
+    return released
