@@ -20,6 +20,7 @@ from fractions import Fraction
 from functools import partial
 
 from django.db import transaction
+from django.db.models import Count
 
 from jobs.models import Workload
 from portal.models import User
@@ -48,6 +49,20 @@ def in_cluster(*, team: Team, owner: User, besides: Workload | None = None) -> F
     rows = active.values_list("units", "workers", "flavor__fraction_numerator", "flavor__fraction_denominator")
     return sum((Fraction(units * workers * numerator, denominator) for units, workers, numerator, denominator in rows),
                Fraction(0))
+
+
+def by_person(*, team: Team) -> dict[int, tuple[str, int]]:
+    """Per user id: the GPUs their workloads in the team hold in the cluster (as shown), and how
+    many of theirs wait in the portal for the cap. Two queries, whatever the number of members."""
+    held: dict[int, Fraction] = {}
+    for owner_id, units, workers, numerator, denominator in (
+            Workload.objects.filter(team=team, phase__in=Workload.ACTIVE_PHASES, waits_for_person_limit=False)
+            .values_list("owner_id", "units", "workers", "flavor__fraction_numerator", "flavor__fraction_denominator")):
+        held[owner_id] = held.get(owner_id, Fraction(0)) + Fraction(units * workers * numerator, denominator)
+    waiting = dict(Workload.objects.filter(team=team, waits_for_person_limit=True, phase=Workload.Phase.QUEUED)
+                   .values("owner_id").annotate(n=Count("pk")).order_by().values_list("owner_id", "n"))
+    return {owner_id: (shown(held.get(owner_id, Fraction(0))), waiting.get(owner_id, 0))
+            for owner_id in {*held, *waiting}}
 
 
 def too_big(*, team: Team, flavor: Flavor, units: int, workers: int) -> str:

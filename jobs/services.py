@@ -101,6 +101,9 @@ def record_transition(workload: Workload, phase: str, reason: str = "", *, also_
     now = timezone.now()
     if phase in Workload.FINAL_PHASES and workload.finished_at is None:
         workload.finished_at = now
+    if phase in Workload.FINAL_PHASES and workload.waits_for_person_limit:
+        workload.waits_for_person_limit = False  # stopped while it waited in the portal: it waits no more
+        also_save = (*also_save, "waits_for_person_limit")
     workload.save(update_fields=["phase", "reason", "finished_at", *also_save])
     WorkloadTransition.objects.create(workload=workload, phase=phase, reason=reason, at=now)
     if entered and phase in Workload.FINAL_PHASES:

@@ -115,8 +115,21 @@ def teams_for_user(*, user: Any) -> QuerySet[Team]:
     ).order_by("name", "pk")
 
 
-def team_members(*, team: Team) -> QuerySet[Membership]:
-    return team.memberships.select_related("user").order_by("-role", "user__username")
+def team_members(*, team: Team) -> list[Membership]:
+    """The team's members, leads first; where the team caps the GPUs each person holds, each with
+    what their workloads hold in the cluster (`gpus_held`, as shown) and how many of theirs wait
+    in the portal for the cap (`waiting_for_cap`), from jobs (`PERSON_GPUS`, two queries)."""
+    members = list(team.memberships.select_related("user").order_by("-role", "user__username"))
+    if team.person_gpu_limit is not None:
+        use = PERSON_GPUS.call(team=team)
+        for membership in members:
+            membership.gpus_held, membership.waiting_for_cap = use.get(membership.user_id, ("0", 0))  # type: ignore[attr-defined]
+    return members
+
+
+# Per user id of the team: (GPUs their workloads hold in the cluster, as shown; how many wait in
+# the portal for the team's per-person cap). Jobs counts them (jobs.person_limits).
+PERSON_GPUS = Hook[Callable[..., "dict[int, tuple[str, int]]"]]("tenants.selectors.PERSON_GPUS", by="jobs")
 
 
 def team_active_grants(*, team: Team) -> QuerySet[QuotaGrant]:

@@ -119,6 +119,10 @@ def test_a_lead_sets_the_limit_on_the_team_page_and_raising_it_sends_what_waited
         launch(member, limited, training, flavor, units=2)
         waiting = launch(member, limited, training, flavor, units=2)
     client = as_user(lead)
+    # The members card says what each person holds of the cap, and what of theirs waits for it.
+    page = client.get(reverse("tenants:team-detail", args=["vision"])).content.decode()
+    assert 'data-testid="member-gpus">2 of 2 GPUs · 1 waiting for the cap<' in page
+    assert 'data-testid="member-gpus">0 of 2 GPUs<' in page  # lena, the lead, runs nothing
     url = reverse("tenants:team-person-limit", args=["vision"])
     for typed, words in [("lots", "is not a number of GPUs"), ("-1", "more than 0"), ("1.234", "at most 2 decimals"),
                          ("１２", "is not a number of GPUs")]:
@@ -132,6 +136,8 @@ def test_a_lead_sets_the_limit_on_the_team_page_and_raising_it_sends_what_waited
     with django_capture_on_commit_callbacks(execute=True):
         page = client.post(url, {"person_gpu_limit": "4"}, HTTP_HX_REQUEST="true").content.decode()
     assert "Each person of vision may now hold at most 4.00 GPUs at once." in page
+    page = client.get(reverse("tenants:team-detail", args=["vision"])).content.decode()
+    assert 'data-testid="member-gpus">4 of 4 GPUs<' in page  # her waiting work went to the cluster
     waiting.refresh_from_db()
     assert not waiting.waits_for_person_limit and in_cluster(waiting)
     event = AuditEvent.objects.filter(action="team.updated").order_by("-pk").first()
@@ -167,6 +173,7 @@ def test_stopping_work_that_waits_in_the_portal_stops_it_and_frees_nothing(
         waiting = launch(member, limited, training, flavor, units=1)
         stopped = services.workload_stop(user=member, workload=waiting)
     assert stopped.phase == Workload.Phase.STOPPED and not in_cluster(stopped)
+    assert not Workload.objects.get(pk=stopped.pk).waits_for_person_limit  # it waits no more
     assert person_limits.in_cluster(team=limited, owner=member) == 2
 
 

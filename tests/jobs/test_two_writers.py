@@ -37,6 +37,18 @@ def steps(workload: Workload) -> list[tuple[str, str]]:
     return [(t.phase, t.reason) for t in workload.transitions.order_by("at", "pk")]
 
 
+def running_in_a_fresh_view(team, member, training, flavor, simulated, capture) -> tuple[Workload, sync.Snapshot]:
+    """A training launched and recorded running by a first writer, with the snapshot it read."""
+    with capture(execute=True):
+        workload = launch(member, team, training, flavor, units=1)
+    simulated.advance(1)
+    now = sync.Snapshot.read()
+    sync.sync_snapshot(now)
+    workload.refresh_from_db()
+    assert workload.phase == Workload.Phase.RUNNING
+    return workload, now
+
+
 def test_a_writer_with_a_stale_read_does_not_write_again_the_wait_the_other_writer_recorded(
         team, member, training, flavor, simulated, django_capture_on_commit_callbacks):
     team = make_ready(team, flavor, units=1, may_borrow=False)
@@ -62,13 +74,8 @@ def test_a_writer_whose_snapshot_is_older_does_not_put_a_running_workload_back_i
         ready_team, member, training, flavor, simulated, django_capture_on_commit_callbacks):
     # The second watcher's informer still shows the Job suspended, waiting for Kueue, after the
     # first recorded it running (seen in CI as running, queued, running).
-    with django_capture_on_commit_callbacks(execute=True):
-        workload = launch(member, ready_team, training, flavor, units=1)
-    simulated.advance(1)
-    now = sync.Snapshot.read()
-    sync.sync_snapshot(now)
-    workload.refresh_from_db()
-    assert workload.phase == Workload.Phase.RUNNING
+    workload, now = running_in_a_fresh_view(ready_team, member, training, flavor, simulated,
+                                            django_capture_on_commit_callbacks)
     # The same Job as a lagging informer last saw it: suspended, no pods yet.
     (job,) = [copy.deepcopy(obj) for obj in now.owners.values() if obj["kind"] == "Job"]
     job["spec"]["suspend"], job["status"] = True, {}
@@ -120,13 +127,8 @@ def test_a_writer_whose_snapshot_is_older_does_not_take_a_running_workload_back_
         ready_team, member, training, flavor, simulated, django_capture_on_commit_callbacks):
     # The second watcher's informer still shows the Job admitted with its pod not yet started,
     # after the first recorded it running (seen in CI as admitted, running, admitted, running).
-    with django_capture_on_commit_callbacks(execute=True):
-        workload = launch(member, ready_team, training, flavor, units=1)
-    simulated.advance(1)
-    now = sync.Snapshot.read()
-    sync.sync_snapshot(now)
-    workload.refresh_from_db()
-    assert workload.phase == Workload.Phase.RUNNING
+    workload, now = running_in_a_fresh_view(ready_team, member, training, flavor, simulated,
+                                            django_capture_on_commit_callbacks)
     # The same pod as a lagging informer last saw it: bound to no node, not started.
     older = copy.deepcopy(now)
     (pod,) = older.pods[sync.key_of(workload)]
