@@ -1,6 +1,7 @@
 """Fairness inside a team: how many GPUs one person's workloads may hold in the cluster at once
-(`Team.person_gpu_limit`, the lead's choice), so one person's burst cannot take the team's whole
-guarantee while teammates wait behind it.
+(the lead's choice: `Team.person_gpu_limit` GPUs, or `person_share_percent` of the team's guaranteed
+GPUs, the smaller where both; `tenants.selectors.person_gpu_cap`), so one person's burst cannot
+take the team's whole guarantee while teammates wait behind it.
 
 A launch that would take its owner over the limit is recorded and queued in the portal, not sent
 to the cluster: no queue backend counts per person (Kueue's and Volcano's quotas are per team), so
@@ -15,7 +16,6 @@ again), not those still waiting here."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from fractions import Fraction
 from functools import partial
 
@@ -26,6 +26,7 @@ from jobs.models import Workload
 from portal.models import User
 from portal.tasks import send_on_commit
 from tenants.models import Flavor, Team
+from tenants.selectors import PersonCap, gpus_shown, person_gpu_cap
 
 RELEASED = "There is room under your per-person limit now: creating its objects in the cluster"
 
@@ -35,11 +36,7 @@ def gpus(*, flavor: Flavor, units: int, workers: int = 1) -> Fraction:
     return Fraction(units * workers * flavor.fraction_numerator, flavor.fraction_denominator)
 
 
-def shown(value: Fraction | Decimal) -> str:
-    """GPUs as the pages say them: 2, 1.5, 0.43."""
-    text = f"{float(value):.2f}".rstrip("0").rstrip(".")
-    return text or "0"
-
+shown = gpus_shown  # GPUs as the pages say them: 2, 1.5, 0.43
 
 def in_cluster(*, team: Team, owner: User, besides: Workload | None = None) -> Fraction:
     """The GPUs the owner's workloads in the team hold or wait for in the cluster now (but for `besides`)."""
@@ -67,21 +64,20 @@ def by_person(*, team: Team) -> dict[int, tuple[str, int]]:
 
 def too_big(*, team: Team, flavor: Flavor, units: int, workers: int) -> str:
     """Why a launch can never start under the team's per-person limit (it alone asks more), or ""."""
-    if team.person_gpu_limit is None or flavor.is_cpu:
+    cap = None if flavor.is_cpu else person_gpu_cap(team=team)
+    if cap is None:
         return ""
     asked = gpus(flavor=flavor, units=units, workers=workers)
-    if asked <= Fraction(team.person_gpu_limit):
+    if asked <= cap.gpus:
         return ""
-    return (f"{team.name} lets each person hold at most {shown(team.person_gpu_limit)} GPUs at once, and this launch "
-            f"asks {shown(asked)}, so it could never start. Launch fewer units, or ask a lead of {team.slug} to raise "
-            "the limit.")
+    return (f"{team.name} lets each person hold at most {cap.words} at once, and this launch asks {shown(asked)}, so it "
+            f"could never start. Launch fewer units, or ask a lead of {team.slug} to raise the limit.")
 
 
-def waiting_words(*, team: Team, held: Fraction, earlier: bool, would: bool = False) -> str:
+def waiting_words(*, team: Team, cap: PersonCap, held: Fraction, earlier: bool, would: bool = False) -> str:
     """Why a workload waits in the portal (or, for the launch form, would), with the numbers at the time."""
-    assert team.person_gpu_limit is not None
-    first = (f"{'Would wait' if would else 'Waiting'} in the portal for your per-person limit: {team.name} lets each person hold "
-             f"{shown(team.person_gpu_limit)} GPUs at once, and your workloads in the cluster hold {shown(held)}.")
+    first = (f"{'Would wait' if would else 'Waiting'} in the portal for your per-person limit: {team.name} lets each "
+             f"person hold {cap.words} at once, and your workloads in the cluster hold {shown(held)}.")
     then = (" Your earlier workloads waiting for it go first." if earlier else "")
     return f"{first}{then} It goes to the cluster, oldest first, as your own work there ends."
 
@@ -89,11 +85,12 @@ def waiting_words(*, team: Team, held: Fraction, earlier: bool, would: bool = Fa
 def waiting_now(workload: Workload) -> str:
     """Why a workload waiting for its owner's limit still waits, with today's numbers."""
     team = workload.team
-    if team.person_gpu_limit is None:
+    cap = person_gpu_cap(team=team)
+    if cap is None:
         return "Its per-person limit was lifted: it goes to the cluster at the next pass (within a minute)."
     earlier = Workload.objects.filter(team=team, owner_id=workload.owner_id, waits_for_person_limit=True,
                                       phase=Workload.Phase.QUEUED, created_at__lt=workload.created_at).exists()
-    return waiting_words(team=team, held=in_cluster(team=team, owner=workload.owner), earlier=earlier)
+    return waiting_words(team=team, cap=cap, held=in_cluster(team=team, owner=workload.owner), earlier=earlier)
 
 
 def must_wait(*, team: Team, owner: User, flavor: Flavor, units: int, workers: int,
@@ -101,28 +98,30 @@ def must_wait(*, team: Team, owner: User, flavor: Flavor, units: int, workers: i
     """For a launch (`launching`, once recorded, the team's row locked by the caller): why it
     waits in the portal, or "" when it may go to the cluster now. Earlier workloads of the owner
     that wait for the limit go first."""
-    if team.person_gpu_limit is None or flavor.is_cpu:
+    cap = None if flavor.is_cpu else person_gpu_cap(team=team)
+    if cap is None:
         return ""
     held = in_cluster(team=team, owner=owner, besides=launching)
     earlier = Workload.objects.filter(team=team, owner=owner, waits_for_person_limit=True,
                                       phase=Workload.Phase.QUEUED).exists()
-    if not earlier and held + gpus(flavor=flavor, units=units, workers=workers) <= Fraction(team.person_gpu_limit):
+    if not earlier and held + gpus(flavor=flavor, units=units, workers=workers) <= cap.gpus:
         return ""
-    return waiting_words(team=team, held=held, earlier=earlier, would=would)
+    return waiting_words(team=team, cap=cap, held=held, earlier=earlier, would=would)
 
 
 def scale_refusal(*, workload: Workload, replicas: int) -> str:
     """Why growing a server in the cluster to `replicas` would take its owner over the limit, or ""."""
     team = workload.team
-    if team.person_gpu_limit is None or workload.flavor.is_cpu:
+    cap = None if workload.flavor.is_cpu else person_gpu_cap(team=team)
+    if cap is None:
         return ""
     others = in_cluster(team=team, owner=workload.owner, besides=workload)
     wanted = gpus(flavor=workload.flavor, units=workload.units, workers=replicas)
-    if others + wanted <= Fraction(team.person_gpu_limit):
+    if others + wanted <= cap.gpus:
         return ""
     return (f"{replicas} replicas would hold {shown(wanted)} GPUs, and your other workloads in the cluster hold "
-            f"{shown(others)}; {team.name} lets each person hold {shown(team.person_gpu_limit)} at once. Scale to fewer "
-            "replicas, or stop other work first.")
+            f"{shown(others)}; {team.name} lets each person hold {cap.words} at once. Scale to fewer replicas, or stop "
+            "other work first.")
 
 
 def release_when_freed(workload: Workload) -> None:
@@ -146,7 +145,8 @@ def release(*, team_id: int, owner_id: int | None = None) -> list[int]:
                .filter(team_id=team_id, waits_for_person_limit=True, phase=Workload.Phase.QUEUED).order_by("created_at", "pk"))
     if owner_id is not None:
         waiting = waiting.filter(owner_id=owner_id)
-    limit = None if team.person_gpu_limit is None else Fraction(team.person_gpu_limit)
+    cap = person_gpu_cap(team=team)
+    limit = None if cap is None else cap.gpus
     held: dict[int, Fraction] = {}
     blocked: set[int] = set()
     released: list[int] = []

@@ -513,7 +513,7 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
 def _waits_for_person_limit(workload: Workload) -> bool:
     """Queues the launch in the portal when its owner's workloads hold the team's per-person GPU
     limit (jobs.person_limits); under the team's lock, so two launches at once count each other."""
-    if workload.team.person_gpu_limit is None or workload.flavor.is_cpu:
+    if (workload.team.person_gpu_limit is None and workload.team.person_share_percent is None) or workload.flavor.is_cpu:
         return False
     team = Team.objects.select_for_update().get(pk=workload.team_id)
     words = person_limits.must_wait(team=team, owner=workload.owner, flavor=workload.flavor, units=workload.units,

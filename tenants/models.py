@@ -127,6 +127,11 @@ class Team(models.Model):
         "GPUs per person", max_digits=7, decimal_places=2, null=True, blank=True, validators=[MinValueValidator(Decimal("0.01"))],
         help_text="At most this many GPUs at once for each member (a slice counts its fraction); more of theirs waits "
                   "until their own work ends. Empty: no limit.")
+    person_share_percent = models.PositiveSmallIntegerField(
+        "share of the guarantee per person (%)", null=True, blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="At most this percent of the team's guaranteed GPUs at once for each member; with GPUs per person "
+                  "too, the smaller holds. Empty: none.")
     # Four eyes on quota: every grant is seen by two people, so a lead cannot grant their own team
     # quota alone. On for new teams unless the site says otherwise; a platform admin may turn it off.
     requires_second_approver = models.BooleanField(

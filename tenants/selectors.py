@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
@@ -33,6 +35,43 @@ def team_guarantees(*, team: Team, permanent_only: bool = False) -> dict[int, in
         flavor_id: units
         for (_, flavor_id), units in guarantees_by_flavor(team_ids=[team.pk], permanent_only=permanent_only).items()
     }
+
+
+@dataclass(frozen=True)
+class PersonCap:
+    """The most GPUs one member's workloads may hold in the cluster at once, and how it was set."""
+
+    gpus: Fraction
+    words: str  # "2 GPUs", or "2 GPUs (25 % of its 8 guaranteed)"
+
+    @property
+    def gpus_text(self) -> str:
+        return gpus_shown(self.gpus)
+
+
+def person_gpu_cap(*, team: Team) -> PersonCap | None:
+    """The team's per-person cap: its GPUs per person, or its share of the team's guaranteed GPUs
+    (physical GPUs of its GPU flavors' grants), whichever is smaller; None without either. A share
+    of no guarantee caps nothing: such a team runs on borrowed capacity alone."""
+    caps: list[PersonCap] = []
+    if team.person_gpu_limit is not None:
+        caps.append(PersonCap(gpus=Fraction(team.person_gpu_limit), words=f"{gpus_shown(team.person_gpu_limit)} GPUs"))
+    if team.person_share_percent is not None:
+        guarantees = team_guarantees(team=team)
+        fractions = {pk: Fraction(numerator, denominator) for pk, numerator, denominator in Flavor.objects.filter(
+            pk__in=list(guarantees)).values_list("pk", "fraction_numerator", "fraction_denominator")}
+        guaranteed = sum((units * fractions[pk] for pk, units in guarantees.items() if units > 0), Fraction(0))
+        if guaranteed > 0:
+            share = guaranteed * team.person_share_percent / 100
+            caps.append(PersonCap(gpus=share, words=f"{gpus_shown(share)} GPUs ({team.person_share_percent} % of its "
+                                                     f"{gpus_shown(guaranteed)} guaranteed)"))
+    return min(caps, key=lambda cap: cap.gpus, default=None)
+
+
+def gpus_shown(value: Fraction | Decimal) -> str:
+    """GPUs as the pages say them: 2, 1.5, 0.43."""
+    text = f"{float(value):.2f}".rstrip("0").rstrip(".")
+    return text or "0"
 
 
 def team_ceiling(*, team: Team, flavor: Flavor) -> int:
@@ -120,7 +159,7 @@ def team_members(*, team: Team) -> list[Membership]:
     what their workloads hold in the cluster (`gpus_held`, as shown) and how many of theirs wait
     in the portal for the cap (`waiting_for_cap`), from jobs (`PERSON_GPUS`, two queries)."""
     members = list(team.memberships.select_related("user").order_by("-role", "user__username"))
-    if team.person_gpu_limit is not None:
+    if person_gpu_cap(team=team) is not None:
         use = PERSON_GPUS.call(team=team)
         for membership in members:
             membership.gpus_held, membership.waiting_for_cap = use.get(membership.user_id, ("0", 0))  # type: ignore[attr-defined]

@@ -78,7 +78,7 @@ class TeamSerializer(serializers.ModelSerializer):
         model = Team
         fields = ["id", "uid", "slug", "name", "cost_center", "description", "created_at", "member_count",
                   "pending_requests", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit",
-                  "storage_quota", "requires_second_approver", "person_gpu_limit",
+                  "storage_quota", "requires_second_approver", "person_gpu_limit", "person_share_percent",
                   "sync_state", "synced_at", "sync_error", "members", "guarantees"]
         read_only_fields = fields
         list_serializer_class = TeamListSerializer
@@ -137,6 +137,10 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
         allow_blank=True, allow_null=True, required=False,
         help_text="Leads: GPUs each member's workloads may hold at once (a slice counts its fraction); more of "
                   "theirs waits in the portal until their own work ends. Empty or null: no limit.")
+    person_share_percent = serializers.CharField(
+        allow_blank=True, allow_null=True, required=False,
+        help_text="Leads: the percent of the team's guaranteed GPUs each member's workloads may hold at once (with "
+                  "person_gpu_limit too, the smaller holds). Empty or null: none.")
     may_borrow = serializers.BooleanField(required=False, help_text="Platform admins only.")
     lends_idle = serializers.BooleanField(required=False, help_text="Platform admins only.")
     cpu_limit_cores = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")

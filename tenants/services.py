@@ -44,7 +44,8 @@ from tenants.models import (
 
 log = logging.getLogger(__name__)
 
-TEAM_FIELDS = ("name", "cost_center", "description", "person_gpu_limit")
+TEAM_FIELDS = ("name", "cost_center", "description", "person_gpu_limit", "person_share_percent")
+PERSON_CAP_FIELDS = ("person_gpu_limit", "person_share_percent")  # a lead's: fairness inside the team
 COST_CENTER_REFUSAL = ("Only finance and platform admins may change a team's cost center: the monthly statements "
                        "bill it. Ask finance to change it.")
 # How the team shares the cluster: only a platform admin changes these.
@@ -96,12 +97,14 @@ def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
         raise DomainError(f"These team fields cannot be changed here: {', '.join(sorted(unknown))}.")
     if "person_gpu_limit" in changes:
         changes = {**changes, "person_gpu_limit": person_gpu_limit_input(changes["person_gpu_limit"])}
+    if "person_share_percent" in changes:
+        changes = {**changes, "person_share_percent": person_share_input(changes["person_share_percent"])}
     changed = {field: value for field, value in changes.items() if getattr(team, field) != value}
     if not changed:
         return team
     if "cost_center" in changed and not actor.has_perm("tenants.change_cost_center", team):
         raise NotAllowed(COST_CENTER_REFUSAL, field="cost_center")
-    if {"name", "description", "person_gpu_limit"} & set(changed):
+    if {"name", "description", *PERSON_CAP_FIELDS} & set(changed):
         _require(actor.has_perm("tenants.manage_members", team))
     if set(changed) & set(POLICY_FIELDS):
         _require(actor.has_perm("tenants.manage_teams"))
@@ -114,7 +117,7 @@ def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
     audit_record(actor=actor, action="team.updated", obj=team, team_id=team.pk, data={k: str(v) for k, v in changed.items()},
                  message=f"{actor.username} changed {described} of team {team.slug}")
     _on_team_change(team.pk)
-    if "person_gpu_limit" in changed:
+    if set(PERSON_CAP_FIELDS) & set(changed):
         # Raised or lifted: work waiting for it may go now (jobs.person_limits).
         send_on_commit("jobs.tasks.person_limit_release", team.pk)
     return team
@@ -140,11 +143,28 @@ def person_gpu_limit_input(value: Any) -> Decimal | None:
     return number.quantize(Decimal("0.01"))
 
 
+def person_share_input(value: Any) -> int | None:
+    """A share of the team's guarantee per person, in whole percent ("25"; empty for none), or a refusal."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    text = str(value).strip().removesuffix("%").strip()
+    number = decimal_number(text)
+    if number is None or number != number.to_integral_value():
+        raise DomainError(f"“{str(value).strip()[:20]}” is not a whole percent; give one such as 25, or leave it empty "
+                          "for none.", field="person_share_percent")
+    if not 1 <= number <= 100:
+        raise DomainError("A share of the guarantee per person is from 1 to 100 %; leave it empty for none.",
+                          field="person_share_percent")
+    return int(number)
+
+
 def _change_described(field: str, before: Any, after: Any) -> str:
     if field == "cost_center":  # what statements billed until now, for whoever reconciles them
         return f"cost_center from {before or '(none)'} to {after or '(none)'}"
     if field == "person_gpu_limit":
         return f"GPUs per person to {after if after is not None else 'no limit'}"
+    if field == "person_share_percent":
+        return f"the share of the guarantee per person to {f'{after} %' if after is not None else 'none'}"
     return f"{field} to {after}" if field in POLICY_FIELDS else field
 
 

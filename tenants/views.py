@@ -118,6 +118,7 @@ def _team_context(
         "team": team,
         "members": selectors.team_members(team=team),
         "member_form": MembershipAddForm(),
+        "person_cap": selectors.person_gpu_cap(team=team),
         "capacities": selectors.flavor_capacities(team=team),
         "grant_lines": selectors.team_grant_lines(team=team),
         **_team_requests_context(request, team, requests_page),
@@ -189,10 +190,11 @@ def cluster_capacity(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def _members_response(request: HtmxHttpRequest, team: Team, *, form: MembershipAddForm | None = None,
-                      error: str | None = None, done: str | None = None, limit_typed: str | None = None) -> HttpResponse:
+                      error: str | None = None, done: str | None = None, typed: dict[str, str] | None = None) -> HttpResponse:
     if request.htmx:
         context = {"team": team, "members": selectors.team_members(team=team), "member_form": form or MembershipAddForm(),
-                   "member_error": error, "member_done": done, "limit_typed": limit_typed}
+                   "member_error": error, "member_done": done, "cap_typed": typed,
+                   "person_cap": selectors.person_gpu_cap(team=team)}
         return render(request, "tenants/team_detail.html#members", context)
     if error:
         messages.error(request, error)
@@ -207,12 +209,14 @@ def team_person_limit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """A lead's per-person GPU limit, from the members card; tenants.services.team_update reads and audits it."""
     team = _visible_team(request, slug)
     require_perm(request.user, "tenants.manage_members", team)
+    typed = {field: request.POST.get(field, "") for field in services.PERSON_CAP_FIELDS}
     try:
-        team = services.team_update(actor=request.user, team=team, person_gpu_limit=request.POST.get("person_gpu_limit", ""))
+        team = services.team_update(actor=request.user, team=team, **typed)
     except DomainError as error:
-        return _members_response(request, team, error=error.message, limit_typed=request.POST.get("person_gpu_limit", ""))
-    done = (f"Each person of {team.slug} may now hold at most {team.person_gpu_limit} GPUs at once."
-            if team.person_gpu_limit is not None else f"{team.slug} has no per-person GPU limit now.")
+        return _members_response(request, team, error=error.message, typed=typed)
+    cap = selectors.person_gpu_cap(team=team)
+    done = (f"Each person of {team.slug} may now hold at most {cap.words} at once." if cap is not None
+            else f"{team.slug} has no per-person GPU limit now.")
     return _members_response(request, team, done=done)
 
 

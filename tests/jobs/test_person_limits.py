@@ -135,7 +135,7 @@ def test_a_lead_sets_the_limit_on_the_team_page_and_raising_it_sends_what_waited
 
     with django_capture_on_commit_callbacks(execute=True):
         page = client.post(url, {"person_gpu_limit": "4"}, HTTP_HX_REQUEST="true").content.decode()
-    assert "Each person of vision may now hold at most 4.00 GPUs at once." in page
+    assert "Each person of vision may now hold at most 4 GPUs at once." in page
     page = client.get(reverse("tenants:team-detail", args=["vision"])).content.decode()
     assert 'data-testid="member-gpus">4 of 4 GPUs<' in page  # her waiting work went to the cluster
     waiting.refresh_from_db()
@@ -146,6 +146,40 @@ def test_a_lead_sets_the_limit_on_the_team_page_and_raising_it_sends_what_waited
     client.post(url, {"person_gpu_limit": ""}, HTTP_HX_REQUEST="true")
     limited.refresh_from_db()
     assert limited.person_gpu_limit is None
+
+
+def test_a_share_of_the_guarantee_caps_each_person_and_the_smaller_of_two_caps_holds(
+        limited, lead, member, training, flavor, as_user, django_capture_on_commit_callbacks):
+    from tenants.selectors import person_gpu_cap
+
+    client = as_user(lead)
+    url = reverse("tenants:team-person-limit", args=["vision"])
+    for typed, words in [("half", "is not a whole percent"), ("0", "from 1 to 100 %"), ("101", "from 1 to 100 %"),
+                         ("12.5", "is not a whole percent")]:
+        page = client.post(url, {"person_gpu_limit": "", "person_share_percent": typed}, HTTP_HX_REQUEST="true")
+        assert words in page.content.decode(), typed
+    limited.refresh_from_db()
+    assert (limited.person_gpu_limit, limited.person_share_percent) == (Decimal("2.00"), None)  # nothing changed
+
+    # 25 % of the 8 guaranteed GPUs is 2; with 4 GPUs per person too, the smaller (2) holds.
+    page = client.post(url, {"person_gpu_limit": "4", "person_share_percent": "25 %"}, HTTP_HX_REQUEST="true")
+    assert "Each person of vision may now hold at most 2 GPUs (25 % of its 8 guaranteed) at once." in page.content.decode()
+    limited.refresh_from_db()
+    cap = person_gpu_cap(team=limited)
+    assert cap is not None and cap.gpus == 2
+    with django_capture_on_commit_callbacks(execute=True):
+        launch(member, limited, training, flavor, units=2)
+        waiting = launch(member, limited, training, flavor, units=1)
+    waiting.refresh_from_db()
+    assert waiting.waits_for_person_limit
+    assert "Vision lets each person hold 2 GPUs (25 % of its 8 guaranteed) at once" in waiting.reason
+    # Only the share: 50 % of 8 is 4, and what waited goes.
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(url, {"person_gpu_limit": "", "person_share_percent": "50"}, HTTP_HX_REQUEST="true")
+    waiting.refresh_from_db()
+    assert not waiting.waits_for_person_limit and in_cluster(waiting)
+    event = AuditEvent.objects.filter(action="team.updated").order_by("-pk").first()
+    assert event is not None and "the share of the guarantee per person to 50 %" in event.message
 
 
 def test_the_periodic_pass_sends_what_a_lost_release_left_waiting(limited, member, training, flavor,
@@ -184,6 +218,9 @@ def test_the_api_lets_a_lead_set_the_limit_and_shows_it(limited, lead, member):
     refused = api(lead).patch("/api/teams/vision/", {"person_gpu_limit": "0"}, format="json")
     assert refused.status_code == 400 and "more than 0" in refused.json()["message"]
     assert api(member).patch("/api/teams/vision/", {"person_gpu_limit": "9"}, format="json").status_code == 403
+    shared = api(lead).patch("/api/teams/vision/", {"person_share_percent": "25"}, format="json")
+    assert shared.status_code == 200 and shared.json()["person_share_percent"] == 25
+    assert api(lead).patch("/api/teams/vision/", {"person_share_percent": "250"}, format="json").status_code == 400
     with pytest.raises(DomainError):
         tenant_services.team_update(actor=lead, team=limited, person_gpu_limit="x")
 
@@ -205,7 +242,7 @@ def test_a_server_grows_only_within_its_owners_limit_and_one_waiting_in_the_port
     with pytest.raises(DomainError, match="3 replicas ask 3, so it could never start") as too_big:
         services.workload_scale(user=member, workload=first, replicas=3)
     with pytest.raises(DomainError, match="2 replicas would hold 2 GPUs, and your other workloads in the cluster hold 1;"
-                                          " Vision lets each person hold 2 at once") as over:
+                                          " Vision lets each person hold 2 GPUs at once") as over:
         services.workload_scale(user=member, workload=first, replicas=2)
     assert too_big.value.field == over.value.field == "replicas"
     # The one waiting in the portal may change what it will ask for; nothing of it reaches the cluster.

@@ -130,11 +130,11 @@ def test_a_lead_caps_the_gpus_each_person_holds_in_place(browser, live_server, s
     expect(lena.locator("#id_person_gpu_limit")).to_have_value("a lot")  # what was typed stays
     lena.fill("#id_person_gpu_limit", "1.5")
     lena.click("[data-testid=person-limit-form] button:has-text('Save')")
-    expect(lena.locator("#members")).to_contain_text("Each person of vision may now hold at most 1.50 GPUs at once.")
+    expect(lena.locator("#members")).to_contain_text("Each person of vision may now hold at most 1.5 GPUs at once.")
     assert lena.evaluate("window.__noReload") == 1
     assert Team.objects.get(slug="vision").person_gpu_limit == Decimal("1.50")
     # A member reads the cap; there is no form for her.
     alice = log_in(browser, live_server, "alice")
     alice.goto(f"{live_server.url}/teams/vision/")
-    expect(alice.locator("[data-testid=person-limit]")).to_contain_text("Each person may hold at most 1.50 GPUs at once")
+    expect(alice.locator("[data-testid=person-limit]")).to_contain_text("Each person may hold at most 1.5 GPUs at once")
     expect(alice.locator("[data-testid=person-limit-form]")).to_have_count(0)
