@@ -197,6 +197,7 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
             lines=[services.LineInput(flavor=line["flavor"], units=line["units"]) for line in data.get("lines", [])],
             justification=data["justification"],
             ends_on=data["ends_on"],
+            starts_on=data["starts_on"],
             renews=(get_object_or_404(self.get_queryset(), pk=data["renews"]) if data["renews"] is not None else None),
         )
         return self._answer(quota_request, status.HTTP_201_CREATED)

@@ -57,6 +57,13 @@ class QuotaRequestForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "placeholder": "What will the team run, and why now?"}),
         help_text="Your team lead decides on this; say what it is for.",
     )
+    starts_on = forms.DateField(
+        required=False,
+        widget=forms.DateInput(attrs={"type": "date"}),
+        label="Start date (optional)",
+        help_text="Reserve the quota for a later window (a deadline next month): checked against what is already "
+                  "promised for every day of it, and applied on its first day. Leave empty for quota from approval.",
+    )
     ends_on = forms.DateField(
         required=False,
         widget=forms.DateInput(attrs={"type": "date"}),

@@ -513,6 +513,9 @@ class QuotaRequest(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quota_requests")
     requester = models.ForeignKey(User, on_delete=models.PROTECT, related_name="quota_requests")
     justification = models.TextField()
+    # A reservation: quota booked ahead for a window (say, next month's deadline), checked against
+    # what is already promised for every day of it, and applied and removed on time.
+    starts_on = models.DateField(null=True, blank=True, help_text="First day of quota reserved ahead; empty: from approval.")
     ends_on = models.DateField(null=True, blank=True, help_text="Last day of temporary quota; empty for permanent.")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -592,6 +595,9 @@ class QuotaGrant(models.Model):
     valid_from = models.DateTimeField(default=timezone.now)
     valid_until = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True, help_text="When the portal recorded its end.")
+    began_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the portal recorded its start and applied it; empty while it is reserved for a later day.")
     ending_notice_sent_at = models.DateTimeField(null=True, blank=True)
 
     objects = QuotaGrantQuerySet.as_manager()

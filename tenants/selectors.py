@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -79,6 +80,29 @@ def team_ceiling(*, team: Team, flavor: Flavor) -> int:
     rest of the flavor when it may borrow (never a CPU-only flavor's, which no queue lends)."""
     guaranteed = team_guarantees(team=team).get(flavor.pk, 0)
     return max(flavor.capacity_units, guaranteed) if team.may_borrow and not flavor.is_cpu else guaranteed
+
+
+def committed_peak(*, flavor_id: int, start: dt.datetime, end: dt.datetime | None,
+                   excluding: Collection[int] = ()) -> int:
+    """The most units of the flavor promised to teams at any moment of [start, end) (end None: for
+    good): every grant not ended, running or reserved for later, but those `excluding` (grants a
+    renewal ends as it starts). One query; the peak is found by a sweep over the grants' starts
+    and ends inside the window."""
+    grants = QuotaGrant.objects.filter(flavor_id=flavor_id, ended_at__isnull=True).filter(
+        Q(valid_until__isnull=True) | Q(valid_until__gt=start))
+    if end is not None:
+        grants = grants.filter(valid_from__lt=end)
+    changes: list[tuple[dt.datetime, int]] = []
+    rows = grants.exclude(pk__in=list(excluding)).values_list("valid_from", "valid_until", "units")
+    for valid_from, valid_until, units in rows:
+        changes.append((max(valid_from, start), units))
+        if valid_until is not None and (end is None or valid_until < end):
+            changes.append((valid_until, -units))
+    peak = running = 0
+    for _, units in sorted(changes, key=lambda change: (change[0], change[1])):  # ends before starts at one moment
+        running += units
+        peak = max(peak, running)
+    return peak
 
 
 def flavor_guaranteed_totals() -> dict[int, int]:
@@ -195,9 +219,33 @@ class GrantLine:
     since: Any  # the earliest grant's start
 
 
+@dataclass(frozen=True)
+class TeamGrants:
+    """The team page's grants: running ones as lines per flavor, and those reserved for later, soonest first."""
+
+    lines: list[GrantLine]
+    reserved: list[QuotaGrant]
+
+
+def team_grants(*, team: Team) -> TeamGrants:
+    """Running and reserved grants of the team, read in one query."""
+    now = timezone.now()
+    running: list[QuotaGrant] = []
+    reserved: list[QuotaGrant] = []
+    for grant in (team.grants.filter(ended_at__isnull=True).filter(Q(valid_until__isnull=True) | Q(valid_until__gt=now))
+                  .select_related("flavor", "request").order_by("flavor__name", "valid_until")):
+        (running if grant.valid_from <= now else reserved).append(grant)
+    reserved.sort(key=lambda grant: (grant.valid_from, grant.flavor.name))
+    return TeamGrants(lines=_grant_lines(running), reserved=reserved)
+
+
 def team_grant_lines(*, team: Team) -> list[GrantLine]:
+    return _grant_lines(list(team_active_grants(team=team)))
+
+
+def _grant_lines(grants_running: list[QuotaGrant]) -> list[GrantLine]:
     by_flavor: dict[int, list[QuotaGrant]] = defaultdict(list)
-    for grant in team_active_grants(team=team):
+    for grant in grants_running:
         by_flavor[grant.flavor_id].append(grant)
     lines = []
     for grants in by_flavor.values():

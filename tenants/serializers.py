@@ -316,7 +316,7 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = QuotaRequest
-        fields = ["id", "team", "requester", "status", "justification", "ends_on", "renews", "created_at",
+        fields = ["id", "team", "requester", "status", "justification", "starts_on", "ends_on", "renews", "created_at",
                   "decided_by", "decided_at", "decision_note", "lines"]
         read_only_fields = fields
 
@@ -325,6 +325,9 @@ class QuotaRequestCreateSerializer(StrictInputMixin, serializers.Serializer):
     team = VisibleTeamField()
     lines = QuotaLineInputSerializer(many=True, required=False)
     justification = serializers.CharField(allow_blank=True, default="", help_text="Why the team needs it.")
+    starts_on = serializers.DateField(allow_null=True, default=None,
+                                      help_text="First day of quota reserved for a later window; leave out for quota from "
+                                                "approval.")
     ends_on = serializers.DateField(allow_null=True, default=None,
                                     help_text="Last day of temporary quota; leave out for permanent.")
     renews = WholeNumberSerializerField(allow_null=True, default=None, min_value=1,

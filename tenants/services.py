@@ -448,6 +448,15 @@ def _until(ends_on: dt.date | None) -> str:
     return f" through {ends_on.isoformat()}" if ends_on else ""
 
 
+def _from(starts_on: dt.date | None) -> str:
+    return f" from {starts_on.isoformat()}" if starts_on else ""
+
+
+def _start_of_day(day: dt.date) -> dt.datetime:
+    """Reserved quota starts with its first day, in the site's time zone."""
+    return dt.datetime.combine(day, dt.time.min, tzinfo=ZoneInfo(settings.TIME_ZONE))
+
+
 def _end_of_day(day: dt.date) -> dt.datetime:
     """Temporary quota lasts through its last day, in the site's time zone."""
     zone = ZoneInfo(settings.TIME_ZONE)
@@ -508,6 +517,23 @@ def _renewal_check(*, team: Team, renews: QuotaRequest, ends_on: dt.date | None)
     return selectors.units_by_flavor(running)
 
 
+def _check_reservation(*, starts_on: dt.date | None, ends_on: dt.date | None, renews: QuotaRequest | None,
+                       lines: Sequence[LineInput]) -> None:
+    """A reservation starts on a later day, ends on or after it, and adds quota."""
+    if starts_on is None:
+        return
+    if starts_on <= timezone.localdate():
+        raise DomainError("A reservation starts on a later day; leave the start empty for quota from approval.",
+                          field="starts_on")
+    if ends_on is not None and ends_on < starts_on:
+        raise DomainError(f"The last day ({ends_on.isoformat()}) is before the first ({starts_on.isoformat()}).",
+                          field="ends_on")
+    if renews is not None:
+        raise DomainError("A renewal continues quota without a gap, so it has no start of its own.", field="starts_on")
+    if any(line.units < 0 for line in lines):
+        raise DomainError("Units are given back from now; leave the start empty to give them back.", field="starts_on")
+
+
 def _renewing(renews_id: int | None) -> str:
     return f", renewing request #{renews_id}" if renews_id else ""
 
@@ -515,24 +541,26 @@ def _renewing(renews_id: int | None) -> str:
 @transaction.atomic
 def quota_request_create(
     *, requester: User, team: Team, lines: Sequence[LineInput], justification: str, ends_on: dt.date | None = None,
-    renews: QuotaRequest | None = None,
+    renews: QuotaRequest | None = None, starts_on: dt.date | None = None,
 ) -> QuotaRequest:
     """Files a request; with `renews`, a renewal of that request's temporary grants (same team,
-    a later end date), decided like any other request."""
+    a later end date); with `starts_on`, a reservation of quota for a later window. Each is
+    decided like any other request."""
     _require(requester.has_perm("tenants.request_quota", team))
     justification = justification.strip()
     if not justification:
         raise DomainError("Say why the team needs this: the lead decides on it.", field="justification")
     if ends_on is not None and ends_on <= timezone.localdate():
         raise DomainError("The end date must be after today.", field="ends_on")
+    _check_reservation(starts_on=starts_on, ends_on=ends_on, renews=renews, lines=lines)
     replaced = _renewal_check(team=team, renews=renews, ends_on=ends_on) if renews is not None else {}
     _check_lines(team=team, lines=lines, ends_on=ends_on, replaced=replaced)
     quota_request = QuotaRequest.objects.create(team=team, requester=requester, justification=justification, ends_on=ends_on,
-                                                renews=renews)
+                                                renews=renews, starts_on=starts_on)
     QuotaRequestLine.objects.bulk_create(
         [QuotaRequestLine(request=quota_request, flavor=line.flavor, units=line.units) for line in lines]
     )
-    summary = f"{describe_lines(lines)} for {team.slug}{_until(ends_on)}{_renewing(quota_request.renews_id)}"
+    summary = f"{describe_lines(lines)} for {team.slug}{_from(starts_on)}{_until(ends_on)}{_renewing(quota_request.renews_id)}"
     audit_record(actor=requester, action="quota_request.created", obj=quota_request, team_id=team.pk,
                  message=f"{requester.username} requested {summary} (request #{quota_request.pk})")
     leads = selectors.team_leads(team_ids=[team.pk])[team.pk]
@@ -604,15 +632,16 @@ def quota_request_approve(
         raise NotAllowed(locked.second_approver_sentence)
     lines = list(locked.lines.select_related("flavor"))
     _approved_units(lines, units, locked.pk)
-    replaced_grants = _room_checked(locked, lines)
     now = timezone.now()
+    replaced_grants = _room_checked(locked, lines, window=_window(locked, now=now))
     _grants_replace(replaced_grants, renewal=locked, now=now, actor=approver)
     _grants_start(locked, lines, now=now)
     QuotaRequestLine.objects.bulk_update(lines, ["approved_units"])
     locked.status = QuotaRequest.Status.APPROVED
     locked.decided_by, locked.decided_at, locked.decision_note = approver, now, note.strip()
     locked.save(update_fields=["status", "decided_by", "decided_at", "decision_note"])
-    summary = f"{_describe_approved(lines)} for {locked.team.slug}{_until(locked.ends_on)}{_renewing(locked.renews_id)}"
+    summary = (f"{_describe_approved(lines)} for {locked.team.slug}{_from(locked.starts_on)}{_until(locked.ends_on)}"
+               f"{_renewing(locked.renews_id)}")
     cut = {line.flavor.slug: {"asked": line.units, "approved": line.approved_units}
            for line in lines if line.approved_units != line.units}
     audit_record(actor=approver, action="quota_request.approved", obj=locked, team_id=locked.team_id,
@@ -624,33 +653,41 @@ def quota_request_approve(
     return _sync_caller_copy(quota_request, locked)
 
 
-def _room_checked(locked: QuotaRequest, lines: list[QuotaRequestLine]) -> list[QuotaGrant]:
-    """Refuses the approval where a flavor has no room for what it adds, or where giving back
-    would leave the team below no permanent units. Returns the grants a renewal ends as it starts
-    the new ones, which do not count twice."""
+def _window(quota_request: QuotaRequest, *, now: dt.datetime) -> tuple[dt.datetime, dt.datetime | None]:
+    """When the grants of the request would run: from its first day (or now, if that has come),
+    to the end of its last day (or for good)."""
+    start = max(_start_of_day(quota_request.starts_on), now) if quota_request.starts_on else now
+    return start, (_end_of_day(quota_request.ends_on) if quota_request.ends_on else None)
+
+
+def _room_checked(locked: QuotaRequest, lines: list[QuotaRequestLine],
+                  window: tuple[dt.datetime, dt.datetime | None]) -> list[QuotaGrant]:
+    """Refuses the approval where a flavor has no room for what it adds at some moment of the
+    window its grants would run (every grant counts for its own window: running now, reserved for
+    later, or ending before), or where giving back would leave the team below no permanent units.
+    Returns the grants a renewal ends as it starts the new ones, which do not count twice."""
     # Lock the flavors (in id order, so two approvals cannot deadlock) before reading the totals:
     # two leads approving at once must not overcommit a flavor between them.
     flavor_ids = [line.flavor_id for line in lines]
     flavors = {f.pk: f for f in Flavor.objects.select_for_update().filter(pk__in=flavor_ids).order_by("pk")}
-    totals = selectors.flavor_guaranteed_totals()
     permanent = selectors.team_guarantees(team=locked.team, permanent_only=True)
     replaced_grants = (
         list(selectors.renewable_grants(quota_request=locked.renews, lock=True).filter(flavor_id__in=flavor_ids))
         if locked.renews is not None else []
     )
+    replaced_ids = [grant.pk for grant in replaced_grants]
     replaced = selectors.units_by_flavor(replaced_grants)
+    start, end = window
     problems = []
     for line in lines:
         flavor = flavors[line.flavor_id]
         granted = line.approved_units or 0
         if line.units > 0:
-            held = totals.get(flavor.pk, 0) - replaced.get(flavor.pk, 0)
+            held = selectors.committed_peak(flavor_id=flavor.pk, start=start, end=end, excluding=replaced_ids)
             if held + granted > flavor.capacity_units:
                 room = max(flavor.capacity_units - held, 0)
-                problems.append(
-                    f"{flavor.name} has {flavor.capacity_units} units and teams already hold {held}; "
-                    f"+{granted} would make {held + granted}, so at most {room} more can be approved"
-                )
+                problems.append(f"{flavor.name} has {flavor.capacity_units} units and {_promised(locked, flavor, held, replaced)}; "
+                                f"+{granted} would make {held + granted}, so at most {room} more can be approved")
         elif permanent.get(flavor.pk, 0) + line.units < 0:
             problems.append(
                 f"{locked.team.slug} now holds {permanent.get(flavor.pk, 0)} permanent {flavor.name}, "
@@ -661,14 +698,26 @@ def _room_checked(locked: QuotaRequest, lines: list[QuotaRequestLine]) -> list[Q
     return replaced_grants
 
 
+def _promised(locked: QuotaRequest, flavor: Flavor, peak: int, replaced: Mapping[int, int]) -> str:
+    """What teams are promised of the flavor over the request's window, in words: what they hold
+    now when that is the peak, else the peak and when (a reservation to come counts)."""
+    held_now = selectors.flavor_guaranteed_totals().get(flavor.pk, 0) - replaced.get(flavor.pk, 0)
+    if locked.starts_on is None and peak == held_now:
+        return f"teams already hold {peak}"
+    when = (f"from {locked.starts_on.isoformat()}{_until(locked.ends_on)}" if locked.starts_on
+            else f"now{_until(locked.ends_on) or ' and later'}")
+    return f"teams are promised up to {peak} of them {when} (reservations included)"
+
+
 def _grants_start(locked: QuotaRequest, lines: list[QuotaRequestLine], *, now: dt.datetime) -> None:
-    """A grant per line of the approved request, from now until the end of its last day if it has one."""
-    valid_until = _end_of_day(locked.ends_on) if locked.ends_on else None
+    """A grant per line of the approved request, from now (or its first day, reserved until then)
+    until the end of its last day if it has one."""
+    valid_from, valid_until = _window(locked, now=now)
     QuotaGrant.objects.bulk_create(
         [
             QuotaGrant(
                 team=locked.team, flavor=line.flavor, units=line.approved_units or line.units, request=locked,
-                valid_from=now, valid_until=valid_until,
+                valid_from=valid_from, valid_until=valid_until, began_at=now if valid_from <= now else None,
             )
             for line in lines
         ]
@@ -725,16 +774,48 @@ def quota_request_cancel(*, quota_request: QuotaRequest, actor: User) -> QuotaRe
 class ExpiryResult:
     ended: int
     warned: int
+    begun: int = 0
 
 
 @transaction.atomic
 def quota_grants_expire(*, now: dt.datetime | None = None) -> ExpiryResult:
-    """Ends grants whose time is up and warns about those ending within three days.
+    """Begins reserved grants whose first day has come, ends grants whose time is up and warns
+    about those ending within three days.
 
-    Safe to run at any time and more than once: rows are locked and each grant ends once.
+    Safe to run at any time and more than once: rows are locked and each grant begins and ends once.
     """
     now = now or timezone.now()
-    return ExpiryResult(ended=_grants_end(now), warned=_grants_ending_warn(now))
+    begun = _grants_begin(now)
+    return ExpiryResult(ended=_grants_end(now), warned=_grants_ending_warn(now), begun=begun)
+
+
+def _grants_begin(now: dt.datetime) -> int:
+    """Begins the reserved grants whose first day has come: their team's queue gets them at once
+    (the team's configuration moves on), and its leads and the requester are told. Returns how many."""
+    due = list(QuotaGrant.objects.filter(began_at__isnull=True, ended_at__isnull=True, valid_from__lte=now,
+                                         request__starts_on__isnull=False)
+               .select_for_update(skip_locked=True, of=("self",)).select_related("team", "flavor", "request"))
+    for grant in due:
+        grant.began_at = now
+    QuotaGrant.objects.bulk_update(due, ["began_at"])
+    leads = selectors.team_leads(team_ids=[g.team_id for g in due])
+    for grant in due:
+        until = f" through {_last_day(grant.valid_until)}" if grant.valid_until else ""
+        audit_record(actor=None, action="quota_grant.began", obj=grant, team_id=grant.team_id,
+                     message=f"Reserved grant of {grant.units:+d} {grant.flavor.name} for {grant.team.slug} began{until}"
+                     + (f" (request #{grant.request_id})" if grant.request_id else ""))
+        recipients = list(leads[grant.team_id]) + ([grant.request.requester] if grant.request else [])
+        notify(recipients=recipients,
+               message=f"The reserved {grant.units:+d} {grant.flavor.name} for {grant.team.name} has begun{until}.",
+               url=reverse("tenants:team-detail", args=[grant.team.slug]))
+    for team_id in sorted({grant.team_id for grant in due}):
+        _on_team_change(team_id)
+    return len(due)
+
+
+def _last_day(valid_until: dt.datetime) -> str:
+    """The last day of a grant that runs until the start of the next, in the site's time zone."""
+    return (valid_until.astimezone(ZoneInfo(settings.TIME_ZONE)) - dt.timedelta(seconds=1)).date().isoformat()
 
 
 def _grants_end(now: dt.datetime) -> int:
@@ -773,7 +854,7 @@ def _grants_ending_warn(now: dt.datetime) -> int:
     """Warns, once, about the grants that end within GRANT_ENDING_NOTICE. Returns how many."""
     ending = list(
         selectors.grants_ending_between(start=now, end=now + GRANT_ENDING_NOTICE)
-        .filter(ending_notice_sent_at__isnull=True)
+        .filter(ending_notice_sent_at__isnull=True, valid_from__lte=now)  # a reservation is told it began first
         .select_for_update(skip_locked=True, of=("self",))
         .select_related("team", "flavor", "request__requester")
     )

@@ -20,9 +20,9 @@ TEARDOWN_POLLS = 6
 @shared_task(acks_late=True)
 def quota_grants_expire() -> dict[str, int]:
     result = services.quota_grants_expire()
-    if result.ended or result.warned:
-        log.info("quota grants: %d ended, %d warned", result.ended, result.warned)
-    return {"ended": result.ended, "warned": result.warned}
+    if result.ended or result.warned or result.begun:
+        log.info("quota grants: %d begun, %d ended, %d warned", result.begun, result.ended, result.warned)
+    return {"begun": result.begun, "ended": result.ended, "warned": result.warned}
 
 
 @shared_task(acks_late=True)

@@ -120,10 +120,15 @@ def _team_context(
         "member_form": MembershipAddForm(),
         "person_cap": selectors.person_gpu_cap(team=team),
         "capacities": selectors.flavor_capacities(team=team),
-        "grant_lines": selectors.team_grant_lines(team=team),
+        **_grants_context(team),
         **_team_requests_context(request, team, requests_page),
         **_team_audit_context(request, team, audit_page),
     }
+
+
+def _grants_context(team: Team) -> dict[str, Any]:
+    grants = selectors.team_grants(team=team)
+    return {"grant_lines": grants.lines, "reserved_grants": grants.reserved}
 
 
 def _team_requests_context(request: HtmxHttpRequest, team: Team, number: str | None) -> dict[str, Any]:
@@ -290,6 +295,7 @@ def quota_request_create(request: HtmxHttpRequest) -> HttpResponse:
                 justification=form.cleaned_data["justification"],
                 ends_on=form.cleaned_data.get("ends_on"),
                 renews=form.cleaned_data.get("renews"),
+                starts_on=form.cleaned_data.get("starts_on"),
             )
         except DomainError as error:
             add_refusal(form, error)

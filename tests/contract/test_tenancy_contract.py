@@ -84,6 +84,36 @@ def test_approving_shrinking_and_expiring_grants_move_nominal_quota(
     assert quota() == ("1", "0")
 
 
+def test_a_reservation_becomes_quota_at_its_start_and_goes_at_its_end(cluster, site, django_capture_on_commit_callbacks):
+    # Issue 27 §4: +3 reserved for a later window, on top of the team's 2.
+    team = site.team("deadline", gpus=2)
+    lead = team.memberships.get().user
+    starts_on = timezone.localdate() + dt.timedelta(days=10)
+    with django_capture_on_commit_callbacks(execute=True):
+        reservation = services.quota_request_create(
+            requester=lead, team=team, lines=[services.LineInput(flavor=site.flavor, units=3)],
+            justification="the deadline", starts_on=starts_on, ends_on=starts_on + dt.timedelta(days=4))
+        services.quota_request_approve(quota_request=reservation, approver=site.admin)
+        services.quota_grants_expire()
+
+    def quota() -> str:
+        return nominal(existing(ObjectRef(KUEUE, "ClusterQueue", team.slug)), site.flavor.slug)
+
+    assert quota() == "2"  # reserved, not yet begun
+    # Its first day comes (the grant's window moved to now: the cluster's clock is today's).
+    now = timezone.now()
+    QuotaGrant.objects.filter(request=reservation).update(valid_from=now - dt.timedelta(seconds=1),
+                                                          valid_until=now + dt.timedelta(hours=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.quota_grants_expire().begun == 1
+    assert quota() == "5"
+    # And its last day ends.
+    QuotaGrant.objects.filter(request=reservation).update(valid_until=timezone.now() - dt.timedelta(seconds=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.quota_grants_expire().ended == 1
+    assert quota() == "2"
+
+
 def test_a_queued_job_is_admitted_within_quota_borrows_idle_quota_and_otherwise_waits(cluster, site):
     vision = site.team("vision", gpus=2)
     site.team("speech", gpus=2)
