@@ -32,6 +32,7 @@ bench:           ## the benchmarks, against a control plane they start themselve
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_pages.py
 	scripts/with-services.sh .venv/bin/python benchmarks/billing_close.py
 	scripts/with-services.sh .venv/bin/python benchmarks/nodes_page.py
+	scripts/with-services.sh .venv/bin/python benchmarks/capacity_calendar.py
 	PORTAL_FAULT_SCALE=full scripts/with-services.sh .venv/bin/pytest -q -s -p no:cacheprovider tests/portal/test_worker_killed.py tests/portal/test_redis_outage.py
 	scripts/with-services.sh .venv/bin/python benchmarks/load_pages.py
 	.venv/bin/python benchmarks/telemetry.py

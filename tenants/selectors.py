@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
+from zoneinfo import ZoneInfo
 
+from django.conf import settings
 from django.db.models import Count, Prefetch, Q, QuerySet, Sum
 from django.utils import timezone
 
@@ -103,6 +105,67 @@ def committed_peak(*, flavor_id: int, start: dt.datetime, end: dt.datetime | Non
         running += units
         peak = max(peak, running)
     return peak
+
+
+@dataclass(frozen=True)
+class CalendarCell:
+    """One flavor's month: the most units promised to teams at any moment of it, and the units of
+    reservations that begin in it."""
+
+    month: dt.date
+    peak: int
+    reserved: int
+
+
+@dataclass(frozen=True)
+class CalendarRow:
+    flavor: Flavor
+    cells: list[CalendarCell]
+
+    def full(self, cell: CalendarCell) -> bool:
+        return cell.peak >= self.flavor.capacity_units
+
+
+def capacity_calendar(*, months: int = 12, now: dt.datetime | None = None) -> tuple[list[dt.date], list[CalendarRow]]:
+    """What each GPU flavor has promised to teams over this month and the next `months` - 1, in
+    the site's time zone: per month the peak of every grant running then (reservations included),
+    and the reservations that begin in it. Two queries, whatever the number of teams and grants:
+    the months are swept in Python over the grants' starts and ends."""
+    now = now or timezone.now()
+    zone = ZoneInfo(settings.TIME_ZONE)
+    first = timezone.localtime(now, zone).date().replace(day=1)
+    starts = [first]
+    for _ in range(months):
+        starts.append((starts[-1] + dt.timedelta(days=32)).replace(day=1))
+    bounds = [max(now, dt.datetime.combine(day, dt.time.min, tzinfo=zone)) for day in starts]
+    events: dict[int, list[tuple[dt.datetime, int]]] = defaultdict(list)
+    reserved: dict[tuple[int, int], int] = defaultdict(int)
+    for flavor_id, valid_from, valid_until, units, began_at in (
+            QuotaGrant.objects.filter(ended_at__isnull=True, valid_from__lt=bounds[-1])
+            .filter(Q(valid_until__isnull=True) | Q(valid_until__gt=now))
+            .values_list("flavor_id", "valid_from", "valid_until", "units", "began_at")):
+        events[flavor_id].append((max(valid_from, now), units))
+        if valid_until is not None:
+            events[flavor_id].append((valid_until, -units))
+        if began_at is None and valid_from > now:
+            month = next(index for index in range(months) if valid_from < bounds[index + 1])
+            reserved[flavor_id, month] += units
+    rows = []
+    for flavor in Flavor.objects.filter(is_active=True).exclude(sharing_mode=Flavor.SharingMode.CPU).order_by("name"):
+        changes = sorted(events.get(flavor.pk, []), key=lambda change: (change[0], change[1]))
+        running, at, cells = 0, 0, []
+        for index in range(months):
+            while at < len(changes) and changes[at][0] <= bounds[index]:  # what runs as the month begins
+                running += changes[at][1]
+                at += 1
+            peak = running
+            while at < len(changes) and changes[at][0] < bounds[index + 1]:
+                running += changes[at][1]
+                at += 1
+                peak = max(peak, running)
+            cells.append(CalendarCell(month=starts[index], peak=peak, reserved=reserved.get((flavor.pk, index), 0)))
+        rows.append(CalendarRow(flavor=flavor, cells=cells))
+    return starts[:months], rows
 
 
 def flavor_guaranteed_totals() -> dict[int, int]:

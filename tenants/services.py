@@ -686,8 +686,9 @@ def _room_checked(locked: QuotaRequest, lines: list[QuotaRequestLine],
             held = selectors.committed_peak(flavor_id=flavor.pk, start=start, end=end, excluding=replaced_ids)
             if held + granted > flavor.capacity_units:
                 room = max(flavor.capacity_units - held, 0)
-                problems.append(f"{flavor.name} has {flavor.capacity_units} units and {_promised(locked, flavor, held, replaced)}; "
-                                f"+{granted} would make {held + granted}, so at most {room} more can be approved")
+                promised = _promised(locked, flavor, held, replaced)
+                problems.append(f"{flavor.name} has {flavor.capacity_units} units and {promised}; +{granted} would make "
+                                f"{held + granted}, so at most {room} more can be approved")
         elif permanent.get(flavor.pk, 0) + line.units < 0:
             problems.append(
                 f"{locked.team.slug} now holds {permanent.get(flavor.pk, 0)} permanent {flavor.name}, "

@@ -12,6 +12,7 @@ urlpatterns: list[URLPattern] = [
     path("teams/<slug:slug>/audit/", views.team_audit, name="team-audit"),
     path("teams/<slug:slug>/cluster/", views.team_cluster, name="team-cluster"),
     path("capacity/", views.cluster_capacity, name="capacity"),
+    path("capacity/calendar/", views.capacity_calendar, name="capacity-calendar"),
     path("teams/<slug:slug>/members/add/", views.membership_add, name="membership-add"),
     path("teams/<slug:slug>/person-limit/", views.team_person_limit, name="team-person-limit"),
     path("teams/<slug:slug>/members/<int:pk>/role/", views.membership_role, name="membership-role"),

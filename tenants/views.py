@@ -194,6 +194,15 @@ def cluster_capacity(request: HtmxHttpRequest) -> HttpResponse:
                                                      "telemetry": telemetry_selectors.cluster_telemetry()})
 
 
+@login_required
+@require_GET
+def capacity_calendar(request: HtmxHttpRequest) -> HttpResponse:
+    """Each GPU flavor's promises over the coming twelve months: what teams hold and have reserved."""
+    require_perm(request.user, "tenants.manage_flavors")
+    months, rows = selectors.capacity_calendar()
+    return render(request, "tenants/capacity_calendar.html", {"months": months, "rows": rows})
+
+
 def _members_response(request: HtmxHttpRequest, team: Team, *, form: MembershipAddForm | None = None,
                       error: str | None = None, done: str | None = None, typed: dict[str, str] | None = None) -> HttpResponse:
     if request.htmx:

@@ -151,3 +151,26 @@ def test_the_api_files_a_reservation_and_says_its_window(team, member, flavor):
         "team": "vision", "lines": [{"flavor": flavor.pk, "units": 4}], "justification": "deadline",
         "starts_on": timezone.localdate().isoformat()}, format="json")
     assert refused.status_code == 400 and "later day" in refused.json()["message"]
+
+
+def test_the_capacity_calendar_shows_each_months_peak_of_promises_and_what_is_reserved(team, member, lead, flavor,
+                                                                                    admin_user, as_user):
+    from tests.factories import QuotaGrantFactory
+
+    QuotaGrantFactory(team=team, flavor=flavor, units=4)  # running, permanent
+    nlp, nlp_lead = another_team("nlp")
+    # Reserved for 5 days in the month after next: 4 + 10 at its peak.
+    next_month = (timezone.localdate().replace(day=1) + dt.timedelta(days=32)).replace(day=1)
+    first = (next_month + dt.timedelta(days=32)).replace(day=1) + dt.timedelta(days=9)
+    reservation = services.quota_request_create(
+        requester=nlp_lead, team=nlp, lines=[services.LineInput(flavor=flavor, units=10)], justification="deadline",
+        starts_on=first, ends_on=first + dt.timedelta(days=4))
+    services.quota_request_approve(quota_request=reservation, approver=nlp_lead)
+
+    months, rows = selectors.capacity_calendar()
+    assert len(months) == 12 and months[2] == first.replace(day=1)
+    (row,) = [r for r in rows if r.flavor == flavor]
+    assert [(cell.peak, cell.reserved) for cell in row.cells[:4]] == [(4, 0), (4, 0), (14, 10), (4, 0)]
+    page = as_user(admin_user).get(reverse("tenants:capacity-calendar")).content.decode()
+    assert 'data-testid="calendar-h100-80gb"' in page and "+10 reserved" in page
+    assert as_user(member).get(reverse("tenants:capacity-calendar")).status_code == 403
