@@ -6,7 +6,7 @@ take the team's whole guarantee while teammates wait behind it.
 A launch that would take its owner over the limit is recorded and queued in the portal, not sent
 to the cluster: no queue backend counts per person (Kueue's and Volcano's quotas are per team), so
 the portal keeps that line itself. When the owner's own work ends (a final phase) or the lead
-raises or lifts the limit, `release` sends the owner's waiting workloads, oldest first, as far as
+raises or lifts the limit, `jobs.services.person_limit_release` sends the owner's waiting workloads, oldest first, as far as
 the limit allows. A teammate under the limit is never held for it.
 
 A person's GPUs are physical GPUs: units × workers × the flavor's fraction (a 1/7 slice counts 1/7);
@@ -17,9 +17,7 @@ again), not those still waiting here."""
 from __future__ import annotations
 
 from fractions import Fraction
-from functools import partial
 
-from django.db import transaction
 from django.db.models import Count
 
 from jobs.models import Workload
@@ -27,8 +25,6 @@ from portal.models import User
 from portal.tasks import send_on_commit
 from tenants.models import Flavor, Team
 from tenants.selectors import PersonCap, gpus_shown, person_gpu_cap
-
-RELEASED = "There is room under your per-person limit now: creating its objects in the cluster"
 
 
 def gpus(*, flavor: Flavor, units: int, workers: int = 1) -> Fraction:
@@ -129,39 +125,3 @@ def release_when_freed(workload: Workload) -> None:
     if Workload.objects.filter(team_id=workload.team_id, owner_id=workload.owner_id, waits_for_person_limit=True,
                                phase=Workload.Phase.QUEUED).exists():
         send_on_commit("jobs.tasks.person_limit_release", workload.team_id, workload.owner_id)
-
-
-@transaction.atomic
-def release(*, team_id: int, owner_id: int | None = None) -> list[int]:
-    """Sends the workloads waiting for the per-person limit that now fit (of one owner, or of
-    everyone in the team), each owner's oldest first, stopping at the first that does not fit so
-    none overtakes an older one. Under the team's lock, as launches are recorded."""
-    from jobs import services  # services records launches through this module
-
-    team = Team.objects.select_for_update().filter(pk=team_id).first()
-    if team is None:
-        return []
-    waiting = (Workload.objects.select_for_update(of=("self",)).select_related("flavor", "owner")
-               .filter(team_id=team_id, waits_for_person_limit=True, phase=Workload.Phase.QUEUED).order_by("created_at", "pk"))
-    if owner_id is not None:
-        waiting = waiting.filter(owner_id=owner_id)
-    cap = person_gpu_cap(team=team)
-    limit = None if cap is None else cap.gpus
-    held: dict[int, Fraction] = {}
-    blocked: set[int] = set()
-    released: list[int] = []
-    for workload in waiting:
-        if workload.owner_id in blocked:
-            continue
-        if workload.owner_id not in held:
-            held[workload.owner_id] = in_cluster(team=team, owner=workload.owner)
-        asked = gpus(flavor=workload.flavor, units=workload.units, workers=workload.workers)
-        if limit is not None and held[workload.owner_id] + asked > limit:
-            blocked.add(workload.owner_id)
-            continue
-        held[workload.owner_id] += asked
-        workload.waits_for_person_limit = False
-        services.record_transition(workload, Workload.Phase.SUBMITTING, RELEASED, also_save=("waits_for_person_limit",))
-        send_on_commit("jobs.tasks.workload_submit", workload.pk, unsent=partial(services.mark_unsent, workload.pk))
-        released.append(workload.pk)
-    return released

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from fractions import Fraction
+from functools import partial
 from typing import Any, cast
 
 from django.conf import settings
@@ -523,6 +525,43 @@ def _waits_for_person_limit(workload: Workload) -> bool:
     workload.waits_for_person_limit = True
     record_transition(workload, Workload.Phase.QUEUED, words, also_save=("waits_for_person_limit",))
     return True
+
+
+PERSON_LIMIT_RELEASED = "There is room under your per-person limit now: creating its objects in the cluster"
+
+
+@transaction.atomic
+def person_limit_release(*, team_id: int, owner_id: int | None = None) -> list[int] | None:
+    """Sends the workloads waiting for the per-person limit that now fit (of one owner, or of
+    everyone in the team), each owner's oldest first, stopping at the first that does not fit so
+    none overtakes an older one; under the team's lock, as launches are recorded. None when the
+    team is gone."""
+    team = Team.objects.select_for_update().filter(pk=team_id).first()
+    if team is None:
+        return None
+    waiting = (Workload.objects.select_for_update(of=("self",)).select_related("flavor", "owner")
+               .filter(team_id=team_id, waits_for_person_limit=True, phase=Workload.Phase.QUEUED).order_by("created_at", "pk"))
+    if owner_id is not None:
+        waiting = waiting.filter(owner_id=owner_id)
+    cap = tenant_selectors.person_gpu_cap(team=team)
+    held: dict[int, Fraction] = {}
+    blocked: set[int] = set()
+    released: list[int] = []
+    for workload in waiting:
+        if workload.owner_id in blocked:
+            continue
+        if workload.owner_id not in held:
+            held[workload.owner_id] = person_limits.in_cluster(team=team, owner=workload.owner)
+        asked = person_limits.gpus(flavor=workload.flavor, units=workload.units, workers=workload.workers)
+        if cap is not None and held[workload.owner_id] + asked > cap.gpus:
+            blocked.add(workload.owner_id)
+            continue
+        held[workload.owner_id] += asked
+        workload.waits_for_person_limit = False
+        record_transition(workload, Workload.Phase.SUBMITTING, PERSON_LIMIT_RELEASED, also_save=("waits_for_person_limit",))
+        send_on_commit("jobs.tasks.workload_submit", workload.pk, unsent=partial(mark_unsent, workload.pk))
+        released.append(workload.pk)
+    return released
 
 
 @transaction.atomic

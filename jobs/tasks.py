@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Q, prefetch_related_objects
 from django.utils import timezone
 
-from jobs import credentials, kinds, manifests, person_limits, reclaim, services, sync, volumes, xid
+from jobs import credentials, kinds, manifests, reclaim, services, sync, volumes, xid
 from jobs.models import Workload
 from portal.audit import audit_record
 from portal.errors import DomainError
@@ -154,7 +154,11 @@ def unsubmitted_reason(*, minutes: int, attempts: int) -> str:
 @shared_task(acks_late=True)
 def person_limit_release(team_id: int, owner_id: int | None = None) -> int:
     """Sends the team's (or one owner's) workloads waiting for the per-person limit that now fit."""
-    return len(person_limits.release(team_id=team_id, owner_id=owner_id))
+    released = services.person_limit_release(team_id=team_id, owner_id=owner_id)
+    if released is None:
+        log.info("person limits: team %s no longer exists; nothing to release", team_id)
+        return 0
+    return len(released)
 
 
 @shared_task(acks_late=True)
@@ -163,7 +167,7 @@ def person_limits_release_all() -> int:
     every team with work waiting for its per-person limit. One indexed read when none waits."""
     teams = set(Workload.objects.filter(waits_for_person_limit=True, phase=Workload.Phase.QUEUED)
                 .values_list("team_id", flat=True))
-    return sum(len(person_limits.release(team_id=team_id)) for team_id in sorted(teams))
+    return sum(len(services.person_limit_release(team_id=team_id) or []) for team_id in sorted(teams))
 
 
 @shared_task(acks_late=True)

@@ -80,7 +80,7 @@ def test_her_waiting_work_goes_to_the_cluster_oldest_first_when_her_own_work_end
     older.refresh_from_db()
     newer.refresh_from_db()
     assert older.phase == Workload.Phase.QUEUED and not older.waits_for_person_limit and in_cluster(older)
-    assert [t.reason for t in older.transitions.order_by("at", "pk")][-2] == person_limits.RELEASED
+    assert [t.reason for t in older.transitions.order_by("at", "pk")][-2] == services.PERSON_LIMIT_RELEASED
     # 2 of 2 GPUs held again: the newer waits on, never overtaking the older.
     assert newer.waits_for_person_limit and not in_cluster(newer)
 

@@ -32,6 +32,7 @@ POISON: dict[str, tuple[tuple[Any, ...], str]] = {
     "jobs.tasks.workload_apply": ((MISSING,), f"apply: workload {MISSING} no longer exists; nothing to do"),
     "jobs.tasks.workload_teardown": ((MISSING,), f"teardown: workload {MISSING} no longer exists; nothing to do"),
     "tenants.tasks.team_reconcile": ((MISSING,), f"team {MISSING} no longer exists; nothing to reconcile"),
+    "jobs.tasks.person_limit_release": ((MISSING,), f"person limits: team {MISSING} no longer exists; nothing to release"),
     # A deleted team's teardown whose objects are gone too (deleted by hand, or by an earlier run).
     "tenants.tasks.team_teardown": (("gone-team", "00000000-0000-0000-0000-000000000000"),
                                     "team gone-team: nothing of it is left in the cluster"),
