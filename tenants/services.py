@@ -801,7 +801,7 @@ def _grants_begin(now: dt.datetime) -> int:
     QuotaGrant.objects.bulk_update(due, ["began_at"])
     leads = selectors.team_leads(team_ids=[g.team_id for g in due])
     for grant in due:
-        until = f" through {_last_day(grant.valid_until)}" if grant.valid_until else ""
+        until = f" through {grant.last_day.isoformat()}" if grant.last_day else ""
         audit_record(actor=None, action="quota_grant.began", obj=grant, team_id=grant.team_id,
                      message=f"Reserved grant of {grant.units:+d} {grant.flavor.name} for {grant.team.slug} began{until}"
                      + (f" (request #{grant.request_id})" if grant.request_id else ""))
@@ -812,11 +812,6 @@ def _grants_begin(now: dt.datetime) -> int:
     for team_id in sorted({grant.team_id for grant in due}):
         _on_team_change(team_id)
     return len(due)
-
-
-def _last_day(valid_until: dt.datetime) -> str:
-    """The last day of a grant that runs until the start of the next, in the site's time zone."""
-    return (valid_until.astimezone(ZoneInfo(settings.TIME_ZONE)) - dt.timedelta(seconds=1)).date().isoformat()
 
 
 def _grants_end(now: dt.datetime) -> int:
