@@ -6,8 +6,8 @@ take the team's whole guarantee while teammates wait behind it.
 A launch that would take its owner over the limit is recorded and queued in the portal, not sent
 to the cluster: no queue backend counts per person (Kueue's and Volcano's quotas are per team), so
 the portal keeps that line itself. When the owner's own work ends (a final phase) or the lead
-raises or lifts the limit, `jobs.services.person_limit_release` sends the owner's waiting workloads, oldest first, as far as
-the limit allows. A teammate under the limit is never held for it.
+raises or lifts the limit, `jobs.services.person_limit_release` sends the owner's waiting
+workloads, oldest first, as far as the limit allows. A teammate under the limit is never held.
 
 A person's GPUs are physical GPUs: units × workers × the flavor's fraction (a 1/7 slice counts 1/7);
 CPU-only flavors hold none. What counts is every active workload of theirs in the team that the
@@ -33,6 +33,7 @@ def gpus(*, flavor: Flavor, units: int, workers: int = 1) -> Fraction:
 
 
 shown = gpus_shown  # GPUs as the pages say them: 2, 1.5, 0.43
+
 
 def in_cluster(*, team: Team, owner: User, besides: Workload | None = None) -> Fraction:
     """The GPUs the owner's workloads in the team hold or wait for in the cluster now (but for `besides`)."""

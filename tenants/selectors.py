@@ -123,9 +123,6 @@ class CalendarRow:
     flavor: Flavor
     cells: list[CalendarCell]
 
-    def full(self, cell: CalendarCell) -> bool:
-        return cell.peak >= self.flavor.capacity_units
-
 
 class _EpochSeconds(Func):
     """A moment as whole seconds since the epoch, counted by the database: the calendar compares
