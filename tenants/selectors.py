@@ -101,11 +101,27 @@ def committed_peak(*, flavor_id: int, start: dt.datetime, end: dt.datetime | Non
         changes.append((max(valid_from, start), units))
         if valid_until is not None and (end is None or valid_until < end):
             changes.append((valid_until, -units))
-    peak = running = 0
-    for _, units in sorted(changes, key=lambda change: (change[0], change[1])):  # ends before starts at one moment
-        running += units
-        peak = max(peak, running)
-    return peak
+    (peak,) = _peaks(changes, [start, end or dt.datetime.max.replace(tzinfo=dt.UTC)])
+    return max(peak, 0)
+
+
+def _peaks(changes: list[tuple[Any, int]], bounds: list[Any]) -> list[int]:
+    """For each window [bounds[i], bounds[i + 1]), the highest running sum of `changes` (moment,
+    units: + where a grant starts, - where it ends) at any moment of it, counting every change up
+    to the window's start. At one moment, ends come before starts (sorted by units)."""
+    ordered = sorted(changes)
+    running, at, peaks = 0, 0, []
+    for index in range(len(bounds) - 1):
+        while at < len(ordered) and ordered[at][0] <= bounds[index]:  # what runs as the window begins
+            running += ordered[at][1]
+            at += 1
+        peak = running
+        while at < len(ordered) and ordered[at][0] < bounds[index + 1]:
+            running += ordered[at][1]
+            at += 1
+            peak = max(peak, running)
+        peaks.append(peak)
+    return peaks
 
 
 @dataclass(frozen=True)
@@ -166,19 +182,10 @@ def capacity_calendar(*, months: int = 12, now: dt.datetime | None = None) -> tu
             reserved[flavor_id, bisect_right(bounds, begins) - 1] += units
     calendar = []
     for flavor in Flavor.objects.filter(is_active=True).exclude(sharing_mode=Flavor.SharingMode.CPU).order_by("name"):
-        changes = sorted(events.get(flavor.pk, []))  # at one second, ends (negative) before starts
-        running, at, cells = 0, 0, []
-        for index in range(months):
-            while at < len(changes) and changes[at][0] <= bounds[index]:  # what runs as the month begins
-                running += changes[at][1]
-                at += 1
-            peak = running
-            while at < len(changes) and changes[at][0] < bounds[index + 1]:
-                running += changes[at][1]
-                at += 1
-                peak = max(peak, running)
-            cells.append(CalendarCell(month=starts[index], peak=peak, reserved=reserved.get((flavor.pk, index), 0)))
-        calendar.append(CalendarRow(flavor=flavor, cells=cells))
+        peaks = _peaks(events.get(flavor.pk, []), bounds)
+        calendar.append(CalendarRow(flavor=flavor, cells=[
+            CalendarCell(month=starts[index], peak=peak, reserved=reserved.get((flavor.pk, index), 0))
+            for index, peak in enumerate(peaks)]))
     return starts[:months], calendar
 
 
@@ -272,10 +279,6 @@ def team_members(*, team: Team) -> list[Membership]:
 PERSON_GPUS = Hook[Callable[..., "dict[int, tuple[str, int]]"]]("tenants.selectors.PERSON_GPUS", by="jobs")
 
 
-def team_active_grants(*, team: Team) -> QuerySet[QuotaGrant]:
-    return team.grants.active().select_related("flavor", "request").order_by("flavor__name", "valid_until")
-
-
 @dataclass(frozen=True)
 class GrantPart:
     """Grants of one flavor that end together (or never), summed: "+2 through 2026-12-14"."""
@@ -314,10 +317,6 @@ def team_grants(*, team: Team) -> TeamGrants:
         (running if grant.valid_from <= now else reserved).append(grant)
     reserved.sort(key=lambda grant: (grant.valid_from, grant.flavor.name))
     return TeamGrants(lines=_grant_lines(running), reserved=reserved)
-
-
-def team_grant_lines(*, team: Team) -> list[GrantLine]:
-    return _grant_lines(list(team_active_grants(team=team)))
 
 
 def _grant_lines(grants_running: list[QuotaGrant]) -> list[GrantLine]:

@@ -64,7 +64,7 @@ def test_ten_plus_one_grants_read_as_one_line_per_flavor(team, member, flavor):
         QuotaGrantFactory(team=team, flavor=flavor, units=1)
     QuotaGrantFactory(team=team, flavor=flavor, units=1, valid_until=ends)
     QuotaGrantFactory(team=team, flavor=flavor, units=1, valid_until=ends)
-    (line,) = selectors.team_grant_lines(team=team)
+    (line,) = selectors.team_grants(team=team).lines
     assert line.units == 10
     assert [(part.units, part.last_day) for part in line.parts] == [
         (8, None), (2, timezone.localtime(ends - dt.timedelta(microseconds=1)).date())]
