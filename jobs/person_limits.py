@@ -37,29 +37,35 @@ shown = gpus_shown  # GPUs as the pages say them: 2, 1.5, 0.43
 
 def in_cluster(*, team: Team, owner: User, besides: Workload | None = None) -> Fraction:
     """The GPUs the owner's workloads in the team hold or wait for in the cluster now (but for `besides`)."""
-    active = Workload.objects.filter(team=team, owner=owner, phase__in=Workload.ACTIVE_PHASES, waits_for_person_limit=False)
+    return held_by_owner(team=team, owner=owner, besides=besides).get(owner.pk, Fraction(0))
+
+
+def held_by_owner(*, team: Team, owner: User | None = None, besides: Workload | None = None) -> dict[int, Fraction]:
+    """Per owner's user id (of one owner, when given): the GPUs their workloads in the team hold or
+    wait for in the cluster now, but for `besides`. One query, whatever the number of owners."""
+    active = Workload.objects.filter(team=team, phase__in=Workload.ACTIVE_PHASES, waits_for_person_limit=False)
+    if owner is not None:
+        active = active.filter(owner=owner)
     if besides is not None:
         active = active.exclude(pk=besides.pk)
-    rows = active.values_list("units", "workers", "flavor__fraction_numerator", "flavor__fraction_denominator")
-    return sum((Fraction(units * workers * numerator, denominator) for units, workers, numerator, denominator in rows),
-               Fraction(0))
+    held: dict[int, Fraction] = {}
+    for owner_id, units, workers, numerator, denominator in active.values_list(
+            "owner_id", "units", "workers", "flavor__fraction_numerator", "flavor__fraction_denominator"):
+        held[owner_id] = held.get(owner_id, Fraction(0)) + Fraction(units * workers * numerator, denominator)
+    return held
 
 
 def by_person(*, team: Team) -> dict[int, tuple[str, int]]:
     """Per user id: the GPUs their workloads in the team hold in the cluster (as shown), and how
     many of theirs wait in the portal for the cap. Two queries, whatever the number of members."""
-    held: dict[int, Fraction] = {}
-    for owner_id, units, workers, numerator, denominator in (
-            Workload.objects.filter(team=team, phase__in=Workload.ACTIVE_PHASES, waits_for_person_limit=False)
-            .values_list("owner_id", "units", "workers", "flavor__fraction_numerator", "flavor__fraction_denominator")):
-        held[owner_id] = held.get(owner_id, Fraction(0)) + Fraction(units * workers * numerator, denominator)
+    held = held_by_owner(team=team)
     waiting = dict(Workload.objects.filter(team=team, waits_for_person_limit=True, phase=Workload.Phase.QUEUED)
                    .values("owner_id").annotate(n=Count("pk")).order_by().values_list("owner_id", "n"))
     return {owner_id: (shown(held.get(owner_id, Fraction(0))), waiting.get(owner_id, 0))
             for owner_id in {*held, *waiting}}
 
 
-def too_big(*, team: Team, flavor: Flavor, units: int, workers: int) -> str:
+def too_big(*, team: Team, flavor: Flavor, units: int, workers: int, asking: str = "this launch asks") -> str:
     """Why a launch can never start under the team's per-person limit (it alone asks more), or ""."""
     cap = None if flavor.is_cpu else person_gpu_cap(team=team)
     if cap is None:
@@ -67,7 +73,7 @@ def too_big(*, team: Team, flavor: Flavor, units: int, workers: int) -> str:
     asked = gpus(flavor=flavor, units=units, workers=workers)
     if asked <= cap.gpus:
         return ""
-    return (f"{team.name} lets each person hold at most {cap.words} at once, and this launch asks {shown(asked)}, so it "
+    return (f"{team.name} lets each person hold at most {cap.words} at once, and {asking} {shown(asked)}, so it "
             f"could never start. Launch fewer units, or ask a lead of {team.slug} to raise the limit.")
 
 

@@ -539,19 +539,18 @@ def person_limit_release(*, team_id: int, owner_id: int | None = None) -> list[i
     team = Team.objects.select_for_update().filter(pk=team_id).first()
     if team is None:
         return None
-    waiting = (Workload.objects.select_for_update(of=("self",)).select_related("flavor", "owner")
+    waiting = (Workload.objects.select_for_update(of=("self",)).select_related("flavor")
                .filter(team_id=team_id, waits_for_person_limit=True, phase=Workload.Phase.QUEUED).order_by("created_at", "pk"))
     if owner_id is not None:
         waiting = waiting.filter(owner_id=owner_id)
     cap = tenant_selectors.person_gpu_cap(team=team)
-    held: dict[int, Fraction] = {}
+    held = person_limits.held_by_owner(team=team)  # every owner's at once: one query
     blocked: set[int] = set()
     released: list[int] = []
     for workload in waiting:
         if workload.owner_id in blocked:
             continue
-        if workload.owner_id not in held:
-            held[workload.owner_id] = person_limits.in_cluster(team=team, owner=workload.owner)
+        held.setdefault(workload.owner_id, Fraction(0))
         asked = person_limits.gpus(flavor=workload.flavor, units=workload.units, workers=workload.workers)
         if cap is not None and held[workload.owner_id] + asked > cap.gpus:
             blocked.add(workload.owner_id)
@@ -636,8 +635,9 @@ def workload_scale(*, user: User, workload: Workload, replicas: int) -> Workload
                           f"{locked.team.slug} could get at most {ceiling}.", field="replicas")
     if replicas == locked.workers:
         return locked
-    if alone_too_big := person_limits.too_big(team=locked.team, flavor=locked.flavor, units=locked.units, workers=replicas):
-        raise DomainError(alone_too_big.replace("this launch asks", f"{replicas} replicas ask"), field="replicas")
+    if alone_too_big := person_limits.too_big(team=locked.team, flavor=locked.flavor, units=locked.units, workers=replicas,
+                                              asking=f"{replicas} replicas ask"):
+        raise DomainError(alone_too_big, field="replicas")
     if replicas > locked.workers and not locked.waits_for_person_limit and (
             refusal := person_limits.scale_refusal(workload=locked, replicas=replicas)):
         raise DomainError(refusal, field="replicas")
