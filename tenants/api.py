@@ -21,12 +21,15 @@ from rest_framework.routers import BaseRouter
 
 from portal.adapters import parse, signed_in_user
 from portal.models import AuditEvent
+from portal.roles import sees_all_teams
 from tenants import cluster_selectors, selectors, services
 from tenants.filters import AuditEventFilter, FlavorFilter, MembershipFilter, QuotaGrantFilter, QuotaRequestFilter
-from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
+from tenants.models import Department, Flavor, Membership, QuotaGrant, QuotaRequest, Team
 from tenants.serializers import (
     AuditEventSerializer,
     ClusterPictureSerializer,
+    DepartmentSerializer,
+    DepartmentWriteSerializer,
     FlavorSerializer,
     FlavorWriteSerializer,
     MembershipCreateSerializer,
@@ -168,6 +171,49 @@ class FlavorViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, viewsets.R
         return Response(self.get_serializer(selectors.flavor_capacity(flavor=flavor)).data)
 
 
+# --- Departments ---------------------------------------------------------------------------------
+
+
+@extend_schema_view(
+    create=extend_schema(request=DepartmentWriteSerializer, responses={201: DepartmentSerializer},
+                         description="Platform admins only; refused on a queue backend without departments."),
+    partial_update=extend_schema(request=DepartmentWriteSerializer, responses={200: DepartmentSerializer},
+                                 description="Platform admins only. The slug names the department's cohort and cannot "
+                                             "change."),
+    destroy=extend_schema(description="Platform admins only; refused while the department holds teams."),
+)
+class DepartmentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins.DestroyModelMixin,
+                        viewsets.ReadOnlyModelViewSet):
+    """Departments list their teams, so only those who see every team (finance, platform admins) see them."""
+
+    serializer_class = DepartmentSerializer
+    queryset = Department.objects.none()
+    lookup_field = "slug"
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[Department]:
+        if not sees_all_teams(self.request.user):
+            return Department.objects.none()
+        return Department.objects.order_by("name").prefetch_related(Prefetch("teams", queryset=Team.objects.order_by("slug")))
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        department = services.department_save(actor=signed_in_user(request),
+                                              department=Department(**parse(DepartmentWriteSerializer, request)))
+        return Response(self.get_serializer(self.get_queryset().get(pk=department.pk)).data,
+                        status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        department = self.get_object()
+        for field, value in parse(DepartmentWriteSerializer, request, instance=department, partial=True).items():
+            setattr(department, field, value)
+        services.department_save(actor=signed_in_user(request), department=department)
+        return Response(self.get_serializer(self.get_queryset().get(pk=department.pk)).data)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        services.department_delete(actor=signed_in_user(request), department=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 # --- Quota requests ----------------------------------------------------------------------------
 
 
@@ -256,6 +302,7 @@ def register(router: BaseRouter) -> None:
     router.register("teams", TeamViewSet, basename="team")
     router.register("memberships", MembershipViewSet, basename="membership")
     router.register("flavors", FlavorViewSet, basename="flavor")
+    router.register("departments", DepartmentViewSet, basename="department")
     router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
     router.register("grants", QuotaGrantViewSet, basename="grant")
     router.register("audit-events", AuditEventViewSet, basename="audit-event")

@@ -18,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from portal.hooks import Hook
 from portal.metrics import simulated as simulated_metrics
 from tenants import catalog, manifests, selectors
-from tenants.models import Flavor, Membership, QuotaGrant, Team
+from tenants.models import Department, Flavor, Membership, QuotaGrant, Team
 from tenants.nodes import GPU_COUNT_LABEL, REPLICAS_LABEL, SHARING_STRATEGY_LABEL, STRATEGY_OF_MODE
 from tenants.queueing import backend
 
@@ -60,8 +60,8 @@ def network_spec() -> manifests.NetworkSpec:
 
 
 def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, manifests.TeamSpec]]:
-    """The desired state of the given teams (all when None), read in five queries (teams, flavors, grants,
-    members, held queues)."""
+    """The desired state of the given teams (all when None), read in six queries (teams, flavors, grants,
+    members, held queues, departments)."""
     teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=list(team_ids))
     teams_by_id = {team.pk: team for team in teams}
     active = list(Flavor.objects.filter(is_active=True).order_by("pk"))
@@ -70,6 +70,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
     subjects = cluster_subjects(team_ids=list(teams_by_id))
     held = HOLDS.call(list(teams_by_id))
+    cohorts = dict(Department.objects.values_list("pk", "slug"))
     specs = {}
     network = network_spec()
     reader = portal_reader()
@@ -98,7 +99,8 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
                 workloads=settings.PORTAL_TEAM_MAX_WORKLOADS,
                 storage=tuple(sorted((name, int(gib)) for name, gib in team.storage_quota.items())),
             ),
-            cohort=settings.PORTAL_COHORT,
+            cohort=(manifests.department_cohort(root=settings.PORTAL_COHORT, slug=cohorts[team.department_id])
+                    if team.department_id in cohorts else settings.PORTAL_COHORT),
             ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,
             network=network,
             user_prefix=settings.KUBE_OIDC_USERNAME_PREFIX,
@@ -146,9 +148,18 @@ def cluster_subjects(*, team_ids: list[int]) -> dict[int, list[str]]:
     return subjects
 
 
+def department_specs() -> tuple[manifests.DepartmentSpec, ...]:
+    """Every department, as a cohort under the portal's."""
+    return tuple(manifests.DepartmentSpec(slug=d.slug, cohort=d.cohort, parent=settings.PORTAL_COHORT,
+                                          borrowing_limit=d.borrowing_limit, lending_limit=d.lending_limit)
+                 for d in Department.objects.order_by("slug"))
+
+
 def platform_objects() -> list[dict[str, Any]]:
+    queue = backend()
     return manifests.make_platform_objects(
-        flavors=tuple(flavor_spec(f) for f in Flavor.objects.filter(is_active=True).order_by("pk")), queue=backend(),
+        flavors=tuple(flavor_spec(f) for f in Flavor.objects.filter(is_active=True).order_by("pk")), queue=queue,
+        departments=department_specs() if queue.departments else (),
     )
 
 

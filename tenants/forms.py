@@ -14,7 +14,7 @@ from portal.adapters import WholeNumberField
 from portal.errors import DomainError
 from portal.models import User
 from tenants import selectors, services
-from tenants.models import Flavor, Membership, QuotaRequest, Team
+from tenants.models import Department, Flavor, Membership, QuotaRequest, Team
 
 
 class MembershipAddForm(forms.Form):
@@ -206,6 +206,22 @@ class TeamForm(forms.ModelForm):
         # GPUs per person is set on the team page's members card (a lead's), not here.
         return {name: self.cleaned_data[name] for name in (*services.TEAM_FIELDS, *services.POLICY_FIELDS)
                 if name in self.fields}
+
+
+class DepartmentForm(forms.ModelForm):
+    """A department's name and limits; its slug only when new (it names the cohort). Parsing only:
+    tenants.services.department_save decides and audits."""
+
+    class Meta:
+        model = Department
+        fields = ["name", "slug", "borrowing_limit", "lending_limit"]
+        field_classes = {"borrowing_limit": WholeNumberField, "lending_limit": WholeNumberField}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["slug"].disabled = True
+            self.fields["slug"].help_text = "It names the department's cohort; it cannot change."
 
 
 class FlavorForm(forms.ModelForm):

@@ -110,6 +110,23 @@ class TeamPolicy:
     storage: tuple[tuple[str, int], ...] = ()  # (StorageClass, GiB) the team's volumes may ask for
 
 
+def department_cohort(*, root: str, slug: str) -> str:
+    """The name of a department's cohort, under the portal's: the one place it is derived."""
+    return f"{root}-{slug}"
+
+
+@dataclass(frozen=True)
+class DepartmentSpec:
+    """A department as the queue backend makes it: a cohort under the portal's (`parent`), which
+    its teams' queues join. Its limits are units of each GPU flavor (None: no limit)."""
+
+    slug: str
+    cohort: str
+    parent: str
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
 def team_object_name(*, prefix: str, slug: str) -> str:
     """The name of a team's namespace and of its ClusterQueue: the one place it is derived."""
     return f"{prefix}{slug}"
@@ -302,10 +319,12 @@ def make_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
     }
 
 
-def make_platform_objects(*, flavors: tuple[FlavorSpec, ...], queue: QueueBackend) -> list[dict[str, Any]]:
-    """What every team shares: the queue backend's flavors and tiers, then the pods' priority classes."""
+def make_platform_objects(*, flavors: tuple[FlavorSpec, ...], queue: QueueBackend,
+                          departments: tuple[DepartmentSpec, ...] = ()) -> list[dict[str, Any]]:
+    """What every team shares: the queue backend's flavors, tiers and departments, then the pods'
+    priority classes."""
     return [
-        *queue.platform_objects(flavors=flavors, tiers=PRIORITY_TIERS),
+        *queue.platform_objects(flavors=flavors, tiers=PRIORITY_TIERS, departments=departments),
         *(make_priority_class(tier=tier) for tier in PRIORITY_TIERS),
     ]
 

@@ -92,6 +92,33 @@ class TeamQuerySet(models.QuerySet["Team"]):
         return self.filter(pk__in=list(user_team_roles(user)))
 
 
+class Department(models.Model):
+    """An optional level above teams: its teams share their idle guarantees among themselves first,
+    and together lend at most `lending_limit` and borrow at most `borrowing_limit` units of each GPU
+    flavor outside it. On Kueue it is a Cohort under the portal's, which its teams' queues join."""
+
+    slug = models.CharField(max_length=40, unique=True, validators=[validate_dns_label],
+                            help_text="Lowercase letters, digits and hyphens: it names the department's Cohort.")
+    name = models.CharField(max_length=120, unique=True)
+    borrowing_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="At most this many units of each GPU flavor its teams together may use of idle "
+                                         "quota outside the department. Empty: no limit.")
+    lending_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="At most this many units of each GPU flavor of its teams' idle guarantees may "
+                                         "go to teams outside the department. Empty: all of it; 0: none leaves it.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def cohort(self) -> str:
+        return manifests.department_cohort(root=settings.PORTAL_COHORT, slug=self.slug)
+
+
 class Team(models.Model):
     slug = models.CharField(
         max_length=63, unique=True, validators=[validate_dns_label], help_text=DNS_LABEL_HELP
@@ -110,6 +137,9 @@ class Team(models.Model):
     # any uid are still theirs, until the first complete apply annotates them and clears this.
     adopts_unannotated = models.BooleanField(default=False, editable=False)
 
+    # Its department, if the site has them: its queue joins the department's cohort.
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, null=True, blank=True, related_name="teams",
+                                   help_text="Its teams share idle quota among themselves before anyone outside.")
     # Sharing policy: by default a team borrows idle capacity of the cohort and lends its own.
     may_borrow = models.BooleanField(default=True, help_text="May run on other teams' idle quota (preemptible).")
     lends_idle = models.BooleanField(default=True, help_text="Lets other teams use its idle quota until it needs it back.")

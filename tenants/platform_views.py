@@ -18,13 +18,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from portal.adapters import HtmxHttpRequest, add_refusal, require_perm, signed_in_user
-from portal.errors import DomainError
+from portal.errors import DomainError, StateConflict
 from portal.health import NODE_CHECK, heartbeat_at
 from portal.htmx import redirect_page
 from portal.kube import KubeError
 from tenants import catalog, cluster_selectors, desired, nodes, selectors, services, telemetry_selectors
-from tenants.forms import FlavorForm, TeamForm
-from tenants.models import Flavor, GpuNode, Team
+from tenants.forms import DepartmentForm, FlavorForm, TeamForm
+from tenants.models import Department, Flavor, GpuNode, Team
+from tenants.queueing import backend
 
 # --- Teams ---------------------------------------------------------------------------------------
 
@@ -84,6 +85,67 @@ def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     picture = desired.team_deletion_picture(team=team)
     return render(request, "tenants/team_delete.html", {"team": team, "picture": picture, "error": error},
                   status=400 if error else 200)
+
+
+# --- Departments ---------------------------------------------------------------------------------
+
+
+def _departments_page(request: HtmxHttpRequest, form: DepartmentForm, *, department: Department | None,
+                      status: int = 200) -> HttpResponse:
+    queue = backend()
+    refusal = "" if queue.departments else services.DEPARTMENTS_REFUSAL.format(backend=queue.label)
+    rows = selectors.department_rows() if department is None else []
+    return render(request, "tenants/departments.html",
+                  {"form": form, "department": department, "rows": rows, "refusal": refusal}, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def department_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The departments with their teams and guarantees, and a form for a new one."""
+    require_perm(request.user, "tenants.manage_teams")
+    form = DepartmentForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            department = services.department_save(actor=signed_in_user(request), department=form.instance)
+        except DomainError as error:
+            add_refusal(form, error)
+        else:
+            messages.success(request, f"Created department {department.name}; put teams in it from their edit pages.")
+            return redirect_page(request, reverse("tenants:department-list"))
+    return _departments_page(request, form, department=None, status=400 if request.method == "POST" else 200)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def department_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    require_perm(request.user, "tenants.manage_teams")
+    department = get_object_or_404(Department, slug=slug)
+    form = DepartmentForm(request.POST or None, instance=department)
+    if request.method == "POST" and form.is_valid():
+        try:
+            services.department_save(actor=signed_in_user(request), department=form.instance)
+        except DomainError as error:
+            add_refusal(form, error)
+        else:
+            messages.success(request, f"Saved department {department.name}.")
+            return redirect_page(request, reverse("tenants:department-list"))
+    return _departments_page(request, form, department=Department.objects.get(pk=department.pk),
+                             status=400 if request.method == "POST" else 200)
+
+
+@login_required
+@require_POST
+def department_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    require_perm(request.user, "tenants.manage_teams")
+    department = get_object_or_404(Department, slug=slug)
+    try:
+        services.department_delete(actor=signed_in_user(request), department=department)
+    except StateConflict as refusal:
+        messages.error(request, refusal.message)
+        return redirect_page(request, reverse("tenants:department-edit", args=[slug]))
+    messages.success(request, f"Deleted department {department.name}.")
+    return redirect_page(request, reverse("tenants:department-list"))
 
 
 # --- The GPU catalog -----------------------------------------------------------------------------

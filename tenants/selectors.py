@@ -19,7 +19,7 @@ from django.utils import timezone
 from portal.hooks import Event, Hook
 from portal.models import AuditEvent
 from portal.roles import is_platform_admin, sees_all_teams
-from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team, user_team_roles
+from tenants.models import Department, Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team, user_team_roles
 
 
 def guarantees_by_flavor(*, team_ids: list[int] | None = None, permanent_only: bool = False) -> dict[tuple[int, int], int]:
@@ -31,6 +31,28 @@ def guarantees_by_flavor(*, team_ids: list[int] | None = None, permanent_only: b
         grants = grants.filter(valid_until__isnull=True)
     rows = grants.values("team_id", "flavor_id").annotate(units=Sum("units"))
     return {(row["team_id"], row["flavor_id"]): row["units"] for row in rows}
+
+
+@dataclass(frozen=True)
+class DepartmentRow:
+    department: Department
+    teams: list[Team]
+    guaranteed: list[tuple[Flavor, int]]  # its teams' guarantees summed, per flavor
+
+
+def department_rows() -> list[DepartmentRow]:
+    """Every department with its teams and what they are guaranteed together, in three queries."""
+    departments = list(Department.objects.order_by("name").prefetch_related(
+        Prefetch("teams", queryset=Team.objects.order_by("name"))))
+    team_department = {team.pk: department.pk for department in departments for team in department.teams.all()}
+    summed: dict[tuple[int, int], int] = defaultdict(int)
+    for (team_id, flavor_id), units in guarantees_by_flavor(team_ids=list(team_department)).items():
+        summed[team_department[team_id], flavor_id] += units
+    flavors = Flavor.objects.in_bulk({flavor_id for _, flavor_id in summed})
+    return [DepartmentRow(department=department, teams=list(department.teams.all()),
+                          guaranteed=sorted(((flavors[f], units) for (d, f), units in summed.items()
+                                             if d == department.pk and units), key=lambda pair: pair[0].name))
+            for department in departments]
 
 
 def team_guarantees(*, team: Team, permanent_only: bool = False) -> dict[int, int]:

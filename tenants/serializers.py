@@ -15,7 +15,7 @@ from rest_framework import serializers
 from portal.adapters import StrictInputMixin, VisibleSlugField, WholeNumberSerializerField, error_sentences
 from portal.models import AuditEvent, User
 from tenants import selectors
-from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, Team
+from tenants.models import Department, Flavor, Membership, QuotaGrant, QuotaRequest, Team
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -73,12 +73,14 @@ class TeamSerializer(serializers.ModelSerializer):
     guarantees = serializers.SerializerMethodField()
     uid = serializers.UUIDField(read_only=True, help_text="Written on each of the team's cluster objects (annotation "
                                 "gpu-portal.io/team-uid): the proof that the portal created them for this team.")
+    department: serializers.SlugRelatedField[Department] = serializers.SlugRelatedField(slug_field="slug", read_only=True,
+                                              help_text="The department's slug, or null for a team in none.")
 
     class Meta:
         model = Team
         fields = ["id", "uid", "slug", "name", "cost_center", "description", "created_at", "member_count",
-                  "pending_requests", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit",
-                  "storage_quota", "requires_second_approver", "person_gpu_limit", "person_share_percent",
+                  "pending_requests", "department", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib",
+                  "pod_limit", "storage_quota", "requires_second_approver", "person_gpu_limit", "person_share_percent",
                   "sync_state", "synced_at", "sync_error", "members", "guarantees"]
         read_only_fields = fields
         list_serializer_class = TeamListSerializer
@@ -141,6 +143,10 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
         allow_blank=True, allow_null=True, required=False,
         help_text="Leads: the percent of the team's guaranteed GPUs each member's workloads may hold at once (with "
                   "person_gpu_limit too, the smaller holds). Empty or null: none.")
+    department: serializers.SlugRelatedField[Department] = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Department.objects.all(), allow_null=True, required=False,
+        error_messages={"does_not_exist": "There is no department “{value}”; /api/departments/ lists them by slug."},
+        help_text="The slug of the department it belongs to, or null for none. Platform admins only.")
     may_borrow = serializers.BooleanField(required=False, help_text="Platform admins only.")
     lends_idle = serializers.BooleanField(required=False, help_text="Platform admins only.")
     cpu_limit_cores = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")
@@ -251,6 +257,27 @@ class FlavorWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
         fields = ["name", "slug", "resource_name", "sharing_mode", "gpu_model", "fraction_numerator",
                   "fraction_denominator", "capacity_units", "resource_per_unit", "extra_resources", "device_class_name",
                   "node_labels", "tolerations", "runtime_class_name", "is_active"]
+
+
+# --- Departments -------------------------------------------------------------------------------
+
+
+class DepartmentSerializer(serializers.ModelSerializer):
+    teams: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+
+    class Meta:
+        model = Department
+        fields = ["id", "slug", "name", "borrowing_limit", "lending_limit", "teams", "created_at"]
+        read_only_fields = fields
+
+
+class DepartmentWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
+    serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
+                                models.PositiveIntegerField: WholeNumberSerializerField}
+
+    class Meta:
+        model = Department
+        fields = ["name", "slug", "borrowing_limit", "lending_limit"]
 
 
 # --- Quota requests ----------------------------------------------------------------------------

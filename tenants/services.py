@@ -32,6 +32,7 @@ from portal.tokens import api_tokens_revoke_all
 from tenants import catalog, selectors
 from tenants.models import (
     GRANT_ENDING_NOTICE,
+    Department,
     Flavor,
     GpuNode,
     Membership,
@@ -41,6 +42,7 @@ from tenants.models import (
     Team,
     forget_team_roles,
 )
+from tenants.queueing import backend
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +51,8 @@ PERSON_CAP_FIELDS = ("person_gpu_limit", "person_share_percent")  # a lead's: fa
 COST_CENTER_REFUSAL = ("Only finance and platform admins may change a team's cost center: the monthly statements "
                        "bill it. Ask finance to change it.")
 # How the team shares the cluster: only a platform admin changes these.
-POLICY_FIELDS = ("may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit", "storage_quota",
-                 "requires_second_approver")
+POLICY_FIELDS = ("department", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit",
+                 "storage_quota", "requires_second_approver")
 
 
 def _require(allowed: bool) -> None:
@@ -78,6 +80,7 @@ def team_create(*, actor: User, slug: str, name: str, cost_center: str = "", des
     team = Team(slug=slug.strip(), name=name.strip(), cost_center=cost_center.strip(), description=description.strip(),
                 **policy)
     team.full_clean()
+    _check_department(team)
     team.save()
     audit_record(actor=actor, action="team.created", obj=team, team_id=team.pk,
                  data={field: str(getattr(team, field)) for field in POLICY_FIELDS},
@@ -112,6 +115,7 @@ def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
     for field, value in changed.items():
         setattr(team, field, value)
     team.full_clean()
+    _check_department(team)
     team.save(update_fields=list(changed))
     described = ", ".join(_change_described(field, before[field], value) for field, value in sorted(changed.items()))
     audit_record(actor=actor, action="team.updated", obj=team, team_id=team.pk, data={k: str(v) for k, v in changed.items()},
@@ -121,6 +125,61 @@ def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
         # Raised or lifted: work waiting for it may go now (jobs.person_limits).
         send_on_commit("jobs.tasks.person_limit_release", team.pk)
     return team
+
+
+DEPARTMENTS_REFUSAL = ("This site's queue backend, {backend}, has no department level the portal can drive (Kueue's "
+                       "cohorts with parents); teams cannot be put in departments here.")
+
+
+def _check_department(team: Team) -> None:
+    if team.department_id is not None and not (queue := backend()).departments:
+        raise DomainError(DEPARTMENTS_REFUSAL.format(backend=queue.label), field="department")
+
+
+DEPARTMENT_FIELDS = ("name", "slug", "borrowing_limit", "lending_limit")
+
+
+@transaction.atomic
+def department_save(*, actor: User, department: Department) -> Department:
+    """Creates or changes a department; its cohort and its teams' queues follow. Its slug names its
+    cohort, so it is set once."""
+    _require(actor.has_perm("tenants.manage_teams"))
+    if not (queue := backend()).departments:
+        raise DomainError(DEPARTMENTS_REFUSAL.format(backend=queue.label))
+    department.name, department.slug = department.name.strip(), department.slug.strip()
+    department.full_clean()
+    before = Department.objects.filter(pk=department.pk).first() if department.pk else None
+    if before is not None and before.slug != department.slug:
+        raise DomainError(f"A department's slug names its cohort and cannot change ({before.slug}); make a new "
+                          "department and move its teams instead.", field="slug")
+    changes = {name: (getattr(before, name) if before else None, getattr(department, name)) for name in DEPARTMENT_FIELDS
+               if before is None or getattr(before, name) != getattr(department, name)}
+    if before is not None and not changes:
+        return department
+    department.save()
+    audit_record(actor=actor, action="department.created" if before is None else "department.updated", obj=department,
+                 data={name: [str(old), str(new)] for name, (old, new) in changes.items()},
+                 message=f"{actor.username} {'created' if before is None else 'changed'} department {department.slug}: "
+                 + "; ".join(f"{name.replace('_', ' ')} {_limit_words(new)}" for name, (_, new) in changes.items()))
+    send_on_commit("tenants.tasks.platform_reconcile")
+    return department
+
+
+def _limit_words(value: Any) -> str:
+    return "no limit" if value is None else str(value)
+
+
+@transaction.atomic
+def department_delete(*, actor: User, department: Department) -> None:
+    """Removes an empty department; the periodic pass prunes its cohort."""
+    _require(actor.has_perm("tenants.manage_teams"))
+    teams = list(department.teams.values_list("slug", flat=True)[:6])
+    if teams:
+        raise StateConflict(f"Department {department.name} still holds {', '.join(teams[:5])}"
+                            f"{' and more' if len(teams) > 5 else ''}; move its teams out first.")
+    audit_record(actor=actor, action="department.deleted", obj=department,
+                 message=f"{actor.username} deleted department {department.slug}")
+    department.delete()
 
 
 PERSON_GPU_LIMIT_MOST = Decimal("99999.99")
@@ -163,6 +222,8 @@ def _change_described(field: str, before: Any, after: Any) -> str:
         return f"cost_center from {before or '(none)'} to {after or '(none)'}"
     if field == "person_gpu_limit":
         return f"GPUs per person to {after if after is not None else 'no limit'}"
+    if field == "department":
+        return f"the department to {after}" if after is not None else "the department to none"
     if field == "person_share_percent":
         return f"the share of the guarantee per person to {f'{after} %' if after is not None else 'none'}"
     return f"{field} to {after}" if field in POLICY_FIELDS else field

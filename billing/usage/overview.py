@@ -37,6 +37,40 @@ class OverviewRow:
     cost: Decimal
     previous_cost: Decimal
     change: Decimal | None  # percent against last month; None when last month cost nothing
+    department: str | None = None  # its team's department's slug
+    department_name: str = ""
+
+
+@dataclass(frozen=True)
+class DepartmentLine:
+    """The rows of one department's teams summed (slug None: the teams in none, and deleted teams)."""
+
+    slug: str | None
+    name: str
+    teams: int
+    gpu_hours: Decimal
+    cost: Decimal
+    previous_cost: Decimal
+    change: Decimal | None
+
+
+def department_lines(rows: list[OverviewRow], zero: Decimal, no_hours: Decimal) -> list[DepartmentLine]:
+    """Per department, the sum of its rows as shown (so the lines add up to the overview's total);
+    none when no row is in a department."""
+    if not any(row.department for row in rows):
+        return []
+    grouped: dict[str | None, list[OverviewRow]] = {}
+    for row in rows:
+        grouped.setdefault(row.department, []).append(row)
+    lines = []
+    for slug, members in grouped.items():
+        cost, was = sum((r.cost for r in members), zero), sum((r.previous_cost for r in members), zero)
+        lines.append(DepartmentLine(
+            slug=slug, name=members[0].department_name if slug else "No department",
+            teams=sum(1 for r in members if r.team_slug), gpu_hours=sum((r.gpu_hours for r in members), no_hours),
+            cost=cost, previous_cost=was, change=percent_change(was, cost)))
+    lines.sort(key=lambda line: (line.slug is None, line.name.lower()))
+    return lines
 
 
 @dataclass(frozen=True)
@@ -54,6 +88,7 @@ class FinanceOverview:
     month: dt.date
     currency: str
     rows: list[OverviewRow]
+    departments: list[DepartmentLine]
     flavor_totals: list[Line]
     unallocated: list[UnallocatedLine]
     total: Line
@@ -173,7 +208,8 @@ def finance_overview(*, month: dt.date, sort: str = "cost", descending: bool = T
     rows = _overview_rows(this_month=by_account, last_month=last_month, zero=zero, sort=sort, descending=descending)
     flavor_totals, unallocated = _flavor_lines(start=start, end=end, by_flavor=by_flavor, zero=zero)
     return FinanceOverview(
-        month=month, currency=currency, rows=rows, flavor_totals=flavor_totals, unallocated=unallocated,
+        month=month, currency=currency, rows=rows, departments=department_lines(rows, zero, by_account.no_hours),
+        flavor_totals=flavor_totals, unallocated=unallocated,
         total=Line(key="total", label="Total", gpu_hours=sum(by_account.hours.values(), by_account.no_hours),
                    cost=sum(by_account.money.values(), zero)),
         previous_total=sum(last_month.money.values(), zero), sort=sort if sort in OVERVIEW_SORTS else "cost",
@@ -186,14 +222,16 @@ def _overview_rows(*, this_month: _Sums, last_month: _Sums, zero: Decimal, sort:
     column asked (cost when it is none of them), ties by name."""
     wanted = set(this_month.hours) | set(last_month.money)
     rows = []
-    for account_id, name, cost_center, team_slug in Account.objects.values_list("pk", "name", "cost_center", "team__slug"):
+    for account_id, name, cost_center, team_slug, department, department_name in Account.objects.values_list(
+            "pk", "name", "cost_center", "team__slug", "team__department__slug", "team__department__name"):
         if team_slug is None and account_id not in wanted:
             continue  # a deleted team's account with no hours in either month
         cost = this_month.money.get(account_id, zero)
         was = last_month.money.get(account_id, zero)
         rows.append(OverviewRow(account_id=account_id, name=name, cost_center=cost_center, team_slug=team_slug,
                                 gpu_hours=this_month.hours.get(account_id, this_month.no_hours), cost=cost,
-                                previous_cost=was, change=percent_change(was, cost)))
+                                previous_cost=was, change=percent_change(was, cost), department=department,
+                                department_name=department_name or ""))
     rows.sort(key=lambda row: row.name.lower())
     keys = {"team": lambda r: r.name.lower(), "cost_center": lambda r: r.cost_center.lower(),
             "gpu_hours": lambda r: r.gpu_hours, "cost": lambda r: r.cost,

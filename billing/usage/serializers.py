@@ -119,6 +119,18 @@ class OverviewRowSerializer(serializers.Serializer):
     previous_cost = MoneyField(help_text="Last month's, the same way.")
     change_percent = serializers.DecimalField(source="change", max_digits=12, decimal_places=1, allow_null=True,
                                               help_text="Against last month, to a tenth; null when last month cost nothing.")
+    department = serializers.CharField(allow_null=True, help_text="Its team's department's slug; null for none.")
+
+
+class OverviewDepartmentSerializer(serializers.Serializer):
+    department = serializers.CharField(source="slug", allow_null=True,
+                                       help_text="Null for the teams in no department (and deleted teams).")
+    department_name = serializers.CharField(source="name")
+    teams = serializers.IntegerField()
+    gpu_hours = HoursField()
+    cost = MoneyField(help_text="The sum of its teams' costs as the teams list shows them.")
+    previous_cost = MoneyField()
+    change_percent = serializers.DecimalField(source="change", max_digits=12, decimal_places=1, allow_null=True)
 
 
 class OverviewFlavorSerializer(serializers.Serializer):
@@ -139,6 +151,7 @@ class OverviewSerializer(serializers.Serializer):
     time_zone = serializers.CharField(help_text="The billing time zone the month is local to.")
     currency = serializers.CharField()
     teams = OverviewRowSerializer(many=True, source="rows")
+    departments = OverviewDepartmentSerializer(many=True, help_text="Empty where no team is in a department.")
     flavors = OverviewFlavorSerializer(many=True, source="flavor_totals")
     unallocated = OverviewUnallocatedSerializer(many=True)
     total_gpu_hours = HoursField(source="total.gpu_hours")

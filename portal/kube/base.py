@@ -67,6 +67,7 @@ KINDS: dict[tuple[str, str], KindInfo] = {
         KindInfo("apps/v1", "StatefulSet", "statefulsets", True),
         KindInfo("kueue.x-k8s.io/v1beta2", "ResourceFlavor", "resourceflavors", False),
         KindInfo("kueue.x-k8s.io/v1beta2", "WorkloadPriorityClass", "workloadpriorityclasses", False),
+        KindInfo("kueue.x-k8s.io/v1beta2", "Cohort", "cohorts", False),  # a department's
         KindInfo("kueue.x-k8s.io/v1beta2", "ClusterQueue", "clusterqueues", False),
         KindInfo("kueue.x-k8s.io/v1beta2", "LocalQueue", "localqueues", True),
         KindInfo("kueue.x-k8s.io/v1beta2", "Workload", "workloads", True),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from tenants.manifests import FlavorSpec, PriorityTier, TeamSpec, TierName
+    from tenants.manifests import DepartmentSpec, FlavorSpec, PriorityTier, TeamSpec, TierName
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,9 @@ class QueueBackend(Protocol):
     # Whether a launch may accept several flavors, of which the queue admits the first with room:
     # only a backend that charges the flavor it admits on can (Kueue); others run on the one named.
     flavor_alternatives: bool
+    # Whether teams may be grouped in departments the backend shares quota by (Kueue's cohorts
+    # with parents); where it cannot, a department is refused in words rather than ignored.
+    departments: bool
     # How the pods of a workload whose pods are numbered (a distributed training's workers) are
     # named, by the object shape() makes own them: "{name}-{index}" for an Indexed Job.
     indexed_pod_name: str
@@ -131,8 +134,9 @@ class QueueBackend(Protocol):
         builds (jobs.kinds' `owner`): the same, or the queue's own job object shape() makes of it."""
         ...
 
-    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
-        """The flavors' and priority tiers' objects every team shares."""
+    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier],
+                         departments: Sequence[DepartmentSpec] = ()) -> list[dict[str, Any]]:
+        """The flavors', priority tiers' and departments' objects every team shares."""
         ...
 
     def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from tenants.manifests import (
     MANAGED_BY_LABEL,
     MANAGER,
     TEAM_LABEL,
+    DepartmentSpec,
     FlavorQuota,
     FlavorSpec,
     PriorityTier,
@@ -64,6 +65,29 @@ def make_workload_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
         "metadata": {"name": tier.object_name, "labels": platform_labels("priority")},
         "value": tier.value, "description": tier.description,
     }
+
+
+def make_cohort(*, department: DepartmentSpec, flavors: Sequence[FlavorSpec]) -> dict[str, Any]:
+    """A department: a Cohort under the portal's, holding no quota of its own, whose limits bound
+    what its teams' queues together borrow from, and lend to, queues outside it (Kueue keeps what
+    it may not lend for the department's own queues, so they share it among themselves first)."""
+    spec: dict[str, Any] = {"parentName": department.parent}
+    limits = {"borrowingLimit": department.borrowing_limit, "lendingLimit": department.lending_limit}
+    if any(limit is not None for limit in limits.values()):
+        groups = []
+        for covered, quotas in resource_groups(FlavorQuota(flavor=flavor, nominal=0) for flavor in flavors):
+            entries = []
+            for quota in quotas:
+                bounds = {key: quota.flavor.quota(limit) for key, limit in limits.items() if limit is not None}
+                entries.append({"name": quota.flavor.name, "resources": [
+                    {"name": resource, "nominalQuota": "0",
+                     **{key: str(amounts.get(resource, 0)) for key, amounts in bounds.items()}}
+                    for resource in covered]})
+            groups.append({"coveredResources": covered, "flavors": entries})
+        if groups:  # none while the catalog has no GPU flavor
+            spec["resourceGroups"] = groups
+    return {"apiVersion": KUEUE, "kind": "Cohort",
+            "metadata": {"name": department.cohort, "labels": platform_labels("department")}, "spec": spec}
 
 
 # --- A team's queue ------------------------------------------------------------------------------
@@ -261,20 +285,24 @@ class KueueBackend:
     name: str = "kueue"
     label: str = "Kueue"
     position_words: str = "Kueue's visibility API"
-    platform_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "ResourceFlavor"), (KUEUE, "WorkloadPriorityClass"))
+    platform_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "ResourceFlavor"), (KUEUE, "WorkloadPriorityClass"),
+                                                   (KUEUE, "Cohort"))
     team_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "ClusterQueue"), (KUEUE, "LocalQueue"))
     team_queue_kind: tuple[str, str] = (KUEUE, "ClusterQueue")
     workload_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "Workload"),)
     flavor_alternatives: bool = True
+    departments: bool = True
     indexed_pod_name: str = "{name}-{index}"  # an Indexed Job's pods
     unseen: str = UNSEEN
 
     def owner(self, built: tuple[str, str]) -> tuple[str, str]:
         return built  # Kueue queues the kinds' own objects
 
-    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
+    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier],
+                         departments: Sequence[DepartmentSpec] = ()) -> list[dict[str, Any]]:
         return [*(make_resource_flavor(flavor=flavor) for flavor in flavors),
-                *(make_workload_priority_class(tier=tier) for tier in tiers)]
+                *(make_workload_priority_class(tier=tier) for tier in tiers),
+                *(make_cohort(department=department, flavors=flavors) for department in departments)]
 
     def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:
         return [make_cluster_queue(team=team), make_local_queue(team=team)]

@@ -41,6 +41,7 @@ from tenants.manifests import (
     MANAGER,
     PRIORITY_TIERS,
     TEAM_LABEL,
+    DepartmentSpec,
     FlavorQuota,
     FlavorSpec,
     PriorityTier,
@@ -320,13 +321,16 @@ class VolcanoBackend:
     team_queue_kind: tuple[str, str] = (SCHEDULING, "Queue")
     workload_kinds: tuple[tuple[str, str], ...] = ((SCHEDULING, "PodGroup"),)
     flavor_alternatives: bool = False
+    # Volcano's hierarchical queues need its capacity plugin's hierarchy, which the portal does not drive.
+    departments: bool = False
     indexed_pod_name: str = f"{{name}}-{TASK}-{{index}}"  # a Volcano Job's pods
     unseen: str = UNSEEN
 
     def owner(self, built: tuple[str, str]) -> tuple[str, str]:
         return (BATCH, "Job") if built == ("batch/v1", "Job") else built  # make_job's
 
-    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
+    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier],
+                         departments: Sequence[DepartmentSpec] = ()) -> list[dict[str, Any]]:
         return []
 
     def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from billing.statements.selectors import statement_picture
 from billing.statements.services import adjustment_add, statement_close
 from billing.usage import selectors
 from billing.usage.overview import finance_overview
-from tenants.models import Team
+from tenants.models import Department, Team
 from tests.billing.factories import account, rate
 from tests.billing.metering_helpers import make_interval, make_workload
 from tests.factories import FlavorFactory, MembershipFactory, TeamFactory, UserFactory
@@ -55,6 +55,8 @@ def month(request, settings):
     rate(h100, "3.0715", effective_from=dt.datetime(2026, 10, 14, 9, 17, tzinfo=UTC), borrowed_discount="33.33")
     rate(slice_, "0.7785", effective_from=dt.datetime(2026, 9, 1, tzinfo=UTC), borrowed_discount="12.5")
     teams = [TeamFactory.create(slug=slug, name=slug.title()) for slug in ("vision", "nlp", "recsys")]
+    research = Department.objects.create(slug="research", name="Research")  # two of them; recsys in none
+    Team.objects.filter(pk__in=[teams[0].pk, teams[1].pk]).update(department=research)
     people = [UserFactory.create(username=name) for name in ("alice", "bob", "carol", "dan")]
     for person in people:
         for team in chance.sample(teams, 2):
@@ -76,6 +78,15 @@ def test_the_team_page_adds_up_and_agrees_with_the_budget_the_overview_the_api_a
     assert total(row.cost for row in overview.rows) == overview.total.cost
     assert total(line.cost for line in overview.flavor_totals) == overview.total.cost
     assert total(row.gpu_hours for row in overview.rows) == overview.total.gpu_hours
+    # Per department: the sum of its teams' rows as shown, and the lines add up to the total.
+    (research, nowhere) = overview.departments
+    assert (research.slug, research.teams, nowhere.slug, nowhere.teams) == ("research", 2, None, 1)
+    assert research.cost == total(row.cost for row in overview.rows if row.team_slug in ("vision", "nlp"))
+    assert total(line.cost for line in overview.departments) == overview.total.cost
+    assert total(line.gpu_hours for line in overview.departments) == overview.total.gpu_hours
+    by_department = as_user(finance_user).get("/api/billing/overview/", {"month": "2026-10"}).json()["departments"]
+    assert [(d["department"], Decimal(d["cost"])) for d in by_department] == [("research", research.cost),
+                                                                              (None, nowhere.cost)]
     by_team_api = as_user(finance_user).get("/api/billing/usage/", {"month": "2026-10", "by": "team"}).json()
     api_cost = {row["team"]: Decimal(row["cost"]) for row in by_team_api["rows"]}
 

@@ -304,8 +304,48 @@ def _strict(schema: dict) -> dict:
     return schema
 
 
+RESEARCH = m.DepartmentSpec(slug="research", cohort="gpu-portal-research", parent="gpu-portal", borrowing_limit=4,
+                            lending_limit=0)
+
+
+def test_a_department_is_a_cohort_under_the_portals_whose_limits_bound_each_gpu_flavor():
+    assert kueue.make_cohort(department=RESEARCH, flavors=(H100, MIG, A100)) == {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort",
+        "metadata": {"name": "gpu-portal-research",
+                     "labels": {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/role": "department"}},
+        "spec": {"parentName": "gpu-portal", "resourceGroups": [
+            {"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "h100-80gb", "resources": [
+                    {"name": "nvidia.com/gpu", "nominalQuota": "0", "borrowingLimit": "4", "lendingLimit": "0"}]},
+                {"name": "a100-80gb", "resources": [
+                    {"name": "nvidia.com/gpu", "nominalQuota": "0", "borrowingLimit": "4", "lendingLimit": "0"}]},
+            ]},
+            {"coveredResources": ["nvidia.com/mig-1g.10gb"], "flavors": [
+                {"name": "a100-1g-10gb", "resources": [
+                    {"name": "nvidia.com/mig-1g.10gb", "nominalQuota": "0", "borrowingLimit": "4", "lendingLimit": "0"}]},
+            ]},
+        ]},
+    }
+    # Without limits it only groups its teams: no quota of its own to write.
+    free = replace(RESEARCH, borrowing_limit=None, lending_limit=None)
+    assert kueue.make_cohort(department=free, flavors=(H100,))["spec"] == {"parentName": "gpu-portal"}
+    # Only the limit set is written.
+    lends_only = kueue.make_cohort(department=replace(RESEARCH, borrowing_limit=None), flavors=(H100,))
+    assert lends_only["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
+        {"name": "nvidia.com/gpu", "nominalQuota": "0", "lendingLimit": "0"}]
+
+
+def test_departments_come_after_the_flavors_and_a_team_in_one_joins_its_cohort():
+    objects = m.make_platform_objects(flavors=(H100,), queue=QUEUE, departments=(RESEARCH,))
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects][-4:] == [
+        ("Cohort", "gpu-portal-research"), ("PriorityClass", "gpu-portal-low"), ("PriorityClass", "gpu-portal-normal"),
+        ("PriorityClass", "gpu-portal-high")]
+    in_research = replace(TEAM, cohort=RESEARCH.cohort)
+    assert kueue.make_cluster_queue(team=in_research)["spec"]["cohortName"] == "gpu-portal-research"
+
+
 ALL_OBJECTS = [*m.make_team_objects(team=replace(TEAM, portal_reader=READER), queue=QUEUE),
-               *m.make_platform_objects(flavors=(H100, MIG, A100), queue=QUEUE)]
+               *m.make_platform_objects(flavors=(H100, MIG, A100), queue=QUEUE, departments=(RESEARCH,))]
 
 
 @pytest.mark.parametrize("obj", ALL_OBJECTS, ids=lambda o: f"{o['kind']}-{o['metadata']['name']}")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,11 +150,10 @@ class Kueue:
         return result
 
     # Quota arithmetic, per (flavor, resource).
-    def _quota(self, cq: str, flavor: str, resource: str) -> tuple[float, float | None, float | None] | None:
-        row = self.state.cluster_queues.get(cq)
-        if row is None:
-            return None
-        for group in row.body["spec"].get("resourceGroups", []):
+    @staticmethod
+    def _limits(spec: dict[str, Any], flavor: str, resource: str) -> tuple[float, float | None, float | None] | None:
+        """A ClusterQueue's or Cohort's (nominal, borrowing limit, lending limit) of one resource of a flavor."""
+        for group in spec.get("resourceGroups", []) or []:
             if resource not in group.get("coveredResources", []):
                 continue
             for fq in group["flavors"]:
@@ -167,6 +165,10 @@ class Kueue:
                         lend = to_units(r["lendingLimit"]) if "lendingLimit" in r else None
                         return to_units(r["nominalQuota"]), borrow, lend
         return None
+
+    def _quota(self, cq: str, flavor: str, resource: str) -> tuple[float, float | None, float | None] | None:
+        row = self.state.cluster_queues.get(cq)
+        return None if row is None else self._limits(row.body["spec"], flavor, resource)
 
     def _flavor_order(self, cq: str, resource: str, workload: Workload | None = None) -> list[str]:
         """The flavors of the resource's group in the queue's order; with a workload, only those
@@ -189,11 +191,75 @@ class Kueue:
         row = self.state.flavors.get(flavor)
         return dict(row.body["spec"].get("nodeLabels") or {}) if row is not None else {}
 
+    def _parent(self, node: tuple[str, str]) -> tuple[str, str] | None:
+        """A ClusterQueue's cohort, or a Cohort's parent (a cohort named but not made is a root with no quota)."""
+        kind, name = node
+        if kind == "cq":
+            cohort = self.state.cluster_queues[name].body["spec"].get("cohortName")
+        else:
+            row = self.state.cohorts.get(name)
+            cohort = (row.body.get("spec") or {}).get("parentName") if row is not None else None
+        return ("cohort", cohort) if cohort else None
+
+    def _root(self, node: tuple[str, str]) -> tuple[str, str]:
+        seen = {node}
+        while (parent := self._parent(node)) is not None and parent not in seen:  # a cycle admits nothing new anyway
+            seen.add(parent)
+            node = parent
+        return node
+
     def _cohort(self, cq: str) -> list[str]:
-        cohort = self.state.cluster_queues[cq].body["spec"].get("cohortName")
-        if not cohort:
-            return [cq]
-        return [name for name, row in self.state.cluster_queues.items() if row.body["spec"].get("cohortName") == cohort]
+        """The ClusterQueues of the cohort tree `cq` is in, itself included."""
+        root = self._root(("cq", cq))
+        return [name for name in self.state.cluster_queues if self._root(("cq", name)) == root]
+
+    def available(self, workloads: list[Workload], cq: str, flavor: str, resource: str) -> float:
+        """What the queue may still admit of one resource of a flavor, as Kueue's resource nodes
+        compute it: its own unused guarantee kept from lending, plus what its cohort tree has free,
+        each level bounded by its borrowing limit and keeping what it may not lend for itself."""
+        children: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+        for name in self._cohort(cq):
+            node: tuple[str, str] | None = ("cq", name)
+            while node is not None and (parent := self._parent(node)) is not None and node not in children[parent]:
+                children[parent].append(node)
+                node = parent
+        memo: dict[tuple[str, str], tuple[float, float, float]] = {}
+
+        def quota(node: tuple[str, str]) -> tuple[float, float | None, float | None]:
+            kind, name = node
+            spec = (self.state.cluster_queues[name] if kind == "cq" else self.state.cohorts.get(name))
+            found = self._limits(spec.body.get("spec") or {}, flavor, resource) if spec is not None else None
+            return found or (0.0, None, None)
+
+        def node_state(node: tuple[str, str]) -> tuple[float, float, float]:
+            """(subtree quota, quota kept from the parent, usage) of a node."""
+            if node not in memo:
+                nominal, _, lend = quota(node)
+                subtree, used = nominal, 0.0
+                if node[0] == "cq":
+                    used = self.usage(workloads, node[1], flavor, resource)
+                for child in children.get(node, []):
+                    c_subtree, c_local, c_used = node_state(child)
+                    subtree += c_subtree - c_local
+                    used += max(c_used - c_local, 0)
+                local = max(subtree - lend, 0) if lend is not None else 0.0
+                memo[node] = (subtree, local, used)
+            return memo[node]
+
+        chain: list[tuple[str, str]] = [("cq", cq)]  # the queue, its cohort, ... up to the root
+        while (parent := self._parent(chain[-1])) is not None:
+            if parent in chain:
+                return 0.0  # Kueue admits nothing in a cohort tree with a cycle
+            chain.append(parent)
+        subtree, _, used = node_state(chain[-1])
+        free = subtree - used
+        for node in reversed(chain[:-1]):
+            subtree, local, used = node_state(node)
+            borrowing_limit = quota(node)[1]
+            if borrowing_limit is not None:
+                free = min(subtree - local - max(used - local, 0) + borrowing_limit, free)
+            free = max(local - used, 0) + free
+        return free
 
     def usage(self, workloads: list[Workload], cq: str, flavor: str, resource: str) -> float:
         # A finished workload keeps its admission in its status, but Kueue gives its quota back.
@@ -202,26 +268,9 @@ class Kueue:
 
     def _fits(self, workloads: list[Workload], cq: str, flavor: str, resource: str, amount: float) -> tuple[bool, float]:
         """Whether `amount` more fits, and how much is missing when it does not."""
-        quota = self._quota(cq, flavor, resource)
-        if quota is None:
+        if self._quota(cq, flavor, resource) is None:
             return False, amount
-        nominal, borrowing_limit, _ = quota
-        used = self.usage(workloads, cq, flavor, resource)
-        own_ceiling = nominal + (borrowing_limit if borrowing_limit is not None else math.inf)
-        missing = max(used + amount - own_ceiling, 0)
-        # The cohort lends what its queues do not use of their lendable quota.
-        pool, borrowed = 0.0, 0.0
-        for member in self._cohort(cq):
-            member_quota = self._quota(member, flavor, resource)
-            if member_quota is None:
-                continue
-            m_nominal, _, m_lend = member_quota
-            lendable = m_nominal if m_lend is None else min(m_lend, m_nominal)
-            guaranteed = m_nominal - lendable
-            m_used = self.usage(workloads, member, flavor, resource) + (amount if member == cq else 0)
-            pool += lendable
-            borrowed += max(m_used - guaranteed, 0)
-        missing = max(missing, borrowed - pool)
+        missing = max(amount - self.available(workloads, cq, flavor, resource), 0)
         return missing <= 0, missing
 
     def stop_policy(self, workload: Workload) -> str:

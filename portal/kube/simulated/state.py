@@ -24,7 +24,7 @@ OWNER_LABEL = "simulated.gpu-portal.io/owner"
 # Kinds Kueue queues: a Job is suspended until admitted; servers' pods wait, ungated, until then.
 QUEUED_KINDS = {"Job": "batch/v1", "Deployment": "apps/v1", "StatefulSet": "apps/v1"}
 CONTROLLED_KINDS = (
-    "ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", *QUEUED_KINDS, "Workload", "Pod", "Node",
+    "Cohort", "ClusterQueue", "LocalQueue", "ResourceFlavor", "WorkloadPriorityClass", *QUEUED_KINDS, "Workload", "Pod", "Node",
     "RuntimeClass", "Queue", "PodGroup", "PriorityClass",
 )
 
@@ -68,6 +68,7 @@ class ClusterState:
     pods: list[SimulatedObject]
     nodes: list[SimulatedObject]
     runtime_classes: frozenset[str] = frozenset()
+    cohorts: dict[str, SimulatedObject] = field(default_factory=dict)  # Kueue's Cohort objects by name
     # Volcano's: its Queues by name, the PodGroups, and the pods' PriorityClasses' values.
     volcano_queues: dict[str, SimulatedObject] = field(default_factory=dict)
     pod_groups: list[SimulatedObject] = field(default_factory=list)
@@ -88,6 +89,7 @@ class ClusterState:
             pods=rows["Pod"],
             nodes=rows["Node"],
             runtime_classes=frozenset(r.name for r in rows["RuntimeClass"]),
+            cohorts={r.name: r for r in rows["Cohort"]},
             volcano_queues={r.name: r for r in rows["Queue"]},
             pod_groups=rows["PodGroup"],
             pod_priorities={r.name: int(r.body.get("value", 0)) for r in rows["PriorityClass"]},

@@ -1,0 +1,53 @@
+"""Departments on the real Kueue and the simulated one (issue 27 §1): a department's teams share
+their idle guarantees among themselves first, lend nothing outside when it says so, and borrow from
+outside only up to its limit. Asserted as a member sees it: how many of a team's workloads run, and
+that the rest wait for quota."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs import services as job_services
+from jobs.models import Workload
+from tenants import services as tenant_services
+from tenants.models import Department
+from tests.contract.conftest import clusters
+from tests.contract.scenarios import HOLD, launch, phase_of, running
+
+pytestmark = pytest.mark.django_db
+
+cluster = clusters("simulated", "real")
+
+
+def waits_for_quota(workload: Workload) -> bool:
+    """Queued, and the queue has tried it and said it lacks quota (not merely not seen it yet)."""
+    return phase_of(workload) == Workload.Phase.QUEUED and workload.reason.startswith("Waiting for quota")
+
+
+def test_a_departments_teams_borrow_from_each_other_first_and_its_limits_hold(cluster, site, templates, settings,
+                                                                                django_capture_on_commit_callbacks):
+    """Research (A and B, 2 GPUs each) lends nothing outside and borrows at most 1 GPU from outside;
+    C, outside, has 2. C cannot take Research's 4 idle GPUs; A runs on its own 2, B's 2 and 1 of C's,
+    and its sixth waits though C leaves one more idle."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    a, b, c = site.team("dept-a", gpus=2), site.team("dept-b", gpus=2), site.team("outside", gpus=2)
+    with capture(execute=True):
+        research = tenant_services.department_save(actor=site.admin, department=Department(
+            name=cluster.unique("Research"), slug=cluster.unique("research"), borrowing_limit=1, lending_limit=0))
+        for team in (a, b):
+            tenant_services.team_update(actor=site.admin, team=team, department=research)
+    training = templates["training"]
+
+    outsiders = [launch(c, c.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(3)]
+    cluster.wait_for(lambda: all(running(w) for w in outsiders[:2]) and waits_for_quota(outsiders[2]),
+                     what="the outside team to run on its own 2 GPUs and its third to wait: Research lends nothing")
+    for workload in outsiders:
+        with capture(execute=True):
+            job_services.workload_stop(user=workload.owner, workload=workload)
+
+    lead = a.memberships.get().user
+    inside = [launch(a, lead, training, site.flavor, capture, units=1) for _ in range(6)]
+    cluster.wait_for(lambda: sum(running(w) for w in inside) == 5 and sum(waits_for_quota(w) for w in inside) == 1,
+                     what="A to run 5 (its 2, B's idle 2, 1 from outside) and its sixth to wait at the borrowing limit",
+                     timeout=120)
