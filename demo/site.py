@@ -19,7 +19,8 @@ from portal.errors import DomainError
 from portal.kube import KubeError, gateway
 from portal.models import User
 from tenants import catalog, reconcile, services
-from tenants.models import Flavor, Membership, QuotaRequest, Team
+from tenants.models import Department, Flavor, Membership, QuotaRequest, Team
+from tenants.queueing import backend
 
 PASSWORD = "gpu-portal-demo"
 
@@ -89,12 +90,28 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
     for username, *_rest, roles in PEOPLE:
         for team_slug, role in roles:
             Membership.objects.create(team=teams[team_slug], user=users[username], role=role)
+    departments_seed(admin=admin, teams=teams)
     asks = QuotaAsks(users=users, teams=teams, flavors=flavors, today=now.astimezone(ZoneInfo(settings.TIME_ZONE)).date())
     quota_history_seed(asks, since=since, now=now)
     asks.ask("vision", "alice", [("a100-1g-10gb", 14)], "Notebooks for the new interns.", ends_in_days=30)
     asks.ask("nlp", "bob", [("t4-shared", 4), ("a100-1g-10gb", 7)], "Serving the small model for the demo.")
     templates_seed(admin=admin, flavors=flavors)
     asks.ask("recsys", "carol", [("h100-80gb", 4)], "Trying a transformer ranker.")
+
+
+# A department and its teams; the other teams are in none. Its teams lend recsys at most 4 units of
+# each flavor of their idle guarantees, keeping the rest for each other.
+DEPARTMENT = ("research", "AI Research", ("vision", "nlp"), 4)
+
+
+def departments_seed(*, admin: User, teams: dict[str, Team]) -> None:
+    """The demo's department, where the queue backend has departments (Kueue's cohorts)."""
+    if not backend().departments:
+        return
+    slug, name, members, lends = DEPARTMENT
+    research = services.department_save(actor=admin, department=Department(slug=slug, name=name, lending_limit=lends))
+    for team_slug in members:
+        teams[team_slug] = services.team_update(actor=admin, team=teams[team_slug], department=research)
 
 
 def people_seed() -> dict[str, User]:

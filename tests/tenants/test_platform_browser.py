@@ -98,3 +98,32 @@ def test_an_admin_sets_up_a_team_a_flavor_and_a_template_and_a_member_launches_f
     workload = Workload.objects.get()
     assert (workload.team, workload.template_version.template, workload.parameters["epochs"]) == (
         Team.objects.get(slug="nlp"), template, 5)
+
+
+def test_an_admin_makes_a_department_and_puts_a_team_in_it(browser, live_server, people):
+    expect = sync_api.expect
+    root_user = UserFactory.create(username="ada", is_platform_admin=True)
+    Team.objects.create(slug="vision", name="Computer Vision")
+    root = log_in(browser, live_server, root_user.username)
+
+    root.click("nav >> text=Capacity")
+    root.click("a:has-text('Departments')")
+    expect(root.locator("[data-testid=departments]")).to_contain_text("No departments")
+    root.fill("#id_name", "AI Research")
+    root.fill("#id_slug", "Research!")  # not a name a cohort may take: said on its field, nothing saved
+    root.fill("#id_lending_limit", "0")
+    root.click("button:has-text('Create department')")
+    expect(root.locator("[data-testid=error-slug]")).to_contain_text("is not a valid name")
+    expect(root.locator("#id_name")).to_have_value("AI Research")
+    root.fill("#id_slug", "research")
+    root.click("button:has-text('Create department')")
+    expect(root.locator(".flash.success")).to_contain_text("Created department AI Research")
+    expect(root.locator("[data-testid=department-research]")).to_contain_text("nothing")  # lends nothing outside
+
+    root.goto(f"{live_server.url}/platform/teams/vision/edit/")
+    root.select_option("#id_department", label="AI Research")
+    root.click("button:has-text('Save')")
+    expect(root.locator("[data-testid=team-department]")).to_contain_text("department AI Research")
+    root.goto(f"{live_server.url}/platform/departments/")
+    expect(root.locator("[data-testid=department-research]")).to_contain_text("Computer Vision")
+    assert Team.objects.filter(slug="vision", department__slug="research").exists()

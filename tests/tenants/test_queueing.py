@@ -48,13 +48,15 @@ class OtherQueue:
     team_queue_kind: tuple[str, str] = ("other.example.com/v1", "Queue")
     workload_kinds: tuple[tuple[str, str], ...] = (("other.example.com/v1", "Group"),)
     flavor_alternatives = False
+    departments = False
     indexed_pod_name = "{name}-{index}"
     unseen = "Waiting for the other queue"
 
     def owner(self, built: tuple[str, str]) -> tuple[str, str]:
         return built
 
-    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier]) -> list[dict[str, Any]]:
+    def platform_objects(self, *, flavors: Sequence[FlavorSpec], tiers: Sequence[PriorityTier],
+                         departments: Sequence[Any] = ()) -> list[dict[str, Any]]:
         return [{"apiVersion": "other.example.com/v1", "kind": "Tier", "metadata": {"name": tier.object_name}} for tier in tiers]
 
     def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:
