@@ -99,39 +99,36 @@ def _departments_page(request: HtmxHttpRequest, form: DepartmentForm, *, departm
                   {"form": form, "department": department, "rows": rows, "refusal": refusal}, status=status)
 
 
+def _department_form(request: HtmxHttpRequest, department: Department | None) -> HttpResponse:
+    """The form of a new department (None) or of one to change: saved through the service, or
+    shown again with the refusal on its field."""
+    form = DepartmentForm(request.POST or None, instance=department)
+    if request.method == "POST" and form.is_valid():
+        try:
+            saved = services.department_save(actor=signed_in_user(request), department=form.instance)
+        except DomainError as error:
+            add_refusal(form, error)
+        else:
+            messages.success(request, f"Saved department {saved.name}." if department else
+                             f"Created department {saved.name}; put teams in it from their edit pages.")
+            return redirect_page(request, reverse("tenants:department-list"))
+    stored = Department.objects.get(pk=department.pk) if department else None  # not what the form just typed
+    return _departments_page(request, form, department=stored, status=400 if request.method == "POST" else 200)
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def department_list(request: HtmxHttpRequest) -> HttpResponse:
     """The departments with their teams and guarantees, and a form for a new one."""
     require_perm(request.user, "tenants.manage_teams")
-    form = DepartmentForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            department = services.department_save(actor=signed_in_user(request), department=form.instance)
-        except DomainError as error:
-            add_refusal(form, error)
-        else:
-            messages.success(request, f"Created department {department.name}; put teams in it from their edit pages.")
-            return redirect_page(request, reverse("tenants:department-list"))
-    return _departments_page(request, form, department=None, status=400 if request.method == "POST" else 200)
+    return _department_form(request, None)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def department_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     require_perm(request.user, "tenants.manage_teams")
-    department = get_object_or_404(Department, slug=slug)
-    form = DepartmentForm(request.POST or None, instance=department)
-    if request.method == "POST" and form.is_valid():
-        try:
-            services.department_save(actor=signed_in_user(request), department=form.instance)
-        except DomainError as error:
-            add_refusal(form, error)
-        else:
-            messages.success(request, f"Saved department {department.name}.")
-            return redirect_page(request, reverse("tenants:department-list"))
-    return _departments_page(request, form, department=Department.objects.get(pk=department.pk),
-                             status=400 if request.method == "POST" else 200)
+    return _department_form(request, get_object_or_404(Department, slug=slug))
 
 
 @login_required
