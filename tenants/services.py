@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, ProtectedError
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -179,7 +179,10 @@ def department_delete(*, actor: User, department: Department) -> None:
                             f"{' and more' if len(teams) > 5 else ''}; move its teams out first.")
     audit_record(actor=actor, action="department.deleted", obj=department,
                  message=f"{actor.username} deleted department {department.slug}")
-    department.delete()
+    try:
+        department.delete()
+    except ProtectedError:  # a team was put in it since it was read
+        raise StateConflict(f"Department {department.name} was just given a team; move its teams out first.") from None
 
 
 PERSON_GPU_LIMIT_MOST = Decimal("99999.99")
