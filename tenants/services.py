@@ -173,16 +173,14 @@ def _limit_words(value: Any) -> str:
 def department_delete(*, actor: User, department: Department) -> None:
     """Removes an empty department; the periodic pass prunes its cohort."""
     _require(actor.has_perm("tenants.manage_teams"))
-    teams = list(department.teams.values_list("slug", flat=True)[:6])
-    if teams:
-        raise StateConflict(f"Department {department.name} still holds {', '.join(teams[:5])}"
-                            f"{' and more' if len(teams) > 5 else ''}; move its teams out first.")
     audit_record(actor=actor, action="department.deleted", obj=department,
                  message=f"{actor.username} deleted department {department.slug}")
     try:
-        department.delete()
-    except ProtectedError:  # a team was put in it since it was read
-        raise StateConflict(f"Department {department.name} was just given a team; move its teams out first.") from None
+        department.delete()  # PROTECT: refused while a team is in it, whenever it was put there
+    except ProtectedError as refusal:  # the audit event goes with the transaction
+        teams = sorted(team.slug for team in refusal.protected_objects)
+        raise StateConflict(f"Department {department.name} still holds {', '.join(teams[:5])}"
+                            f"{' and more' if len(teams) > 5 else ''}; move its teams out first.") from None
 
 
 PERSON_GPU_LIMIT_MOST = Decimal("99999.99")

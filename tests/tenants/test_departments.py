@@ -66,6 +66,7 @@ def test_a_department_with_teams_cannot_go_and_its_slug_cannot_change(research, 
     services.team_update(actor=admin_user, team=team, department=research)
     with pytest.raises(StateConflict, match=f"still holds {team.slug}; move its teams out first"):
         services.department_delete(actor=admin_user, department=research)
+    assert not AuditEvent.objects.filter(action="department.deleted").exists()
     research.slug = "science"
     with pytest.raises(DomainError, match="names its cohort and cannot change"):
         services.department_save(actor=admin_user, department=research)
