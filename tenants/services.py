@@ -178,7 +178,7 @@ def department_delete(*, actor: User, department: Department) -> None:
     try:
         department.delete()  # PROTECT: refused while a team is in it, whenever it was put there
     except ProtectedError as refusal:  # the audit event goes with the transaction
-        teams = sorted(team.slug for team in refusal.protected_objects)
+        teams = sorted(str(getattr(team, "slug", team)) for team in refusal.protected_objects)
         raise StateConflict(f"Department {department.name} still holds {', '.join(teams[:5])}"
                             f"{' and more' if len(teams) > 5 else ''}; move its teams out first.") from None
 
