@@ -177,8 +177,8 @@ def department_delete(*, actor: User, department: Department) -> None:
                  message=f"{actor.username} deleted department {department.slug}")
     try:
         department.delete()  # PROTECT: refused while a team is in it, whenever it was put there
-    except ProtectedError as refusal:  # the audit event goes with the transaction
-        teams = sorted(str(getattr(team, "slug", team)) for team in refusal.protected_objects)
+    except ProtectedError:  # the audit event goes with the transaction
+        teams = list(department.teams.order_by("slug").values_list("slug", flat=True)[:6])
         raise StateConflict(f"Department {department.name} still holds {', '.join(teams[:5])}"
                             f"{' and more' if len(teams) > 5 else ''}; move its teams out first.") from None
 
