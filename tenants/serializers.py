@@ -73,8 +73,8 @@ class TeamSerializer(serializers.ModelSerializer):
     guarantees = serializers.SerializerMethodField()
     uid = serializers.UUIDField(read_only=True, help_text="Written on each of the team's cluster objects (annotation "
                                 "gpu-portal.io/team-uid): the proof that the portal created them for this team.")
-    department: serializers.SlugRelatedField[Department] = serializers.SlugRelatedField(slug_field="slug", read_only=True,
-                                              help_text="The department's slug, or null for a team in none.")
+    department: serializers.SlugRelatedField[Department] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True, help_text="The department's slug, or null for a team in none.")
 
     class Meta:
         model = Team

@@ -88,7 +88,7 @@ NOT_PAGES: dict[str, str] = {
     "jobs:workload-gateway-gate": "a Gateway's external authorization check",
     "jobs:workload-try": "a POST (the Try it box's question)",
     "tenants:membership-add": "a POST", "tenants:membership-role": "a POST", "tenants:membership-remove": "a POST",
-    "tenants:team-person-limit": "a POST",
+    "tenants:team-person-limit": "a POST", "tenants:department-delete": "a POST",
     "tenants:quota-preview": "the request form's preview, a fragment",
     "tenants:quota-request-approve": "a POST", "tenants:quota-request-reject": "a POST",
     "tenants:quota-request-cancel": "a POST",
@@ -199,6 +199,8 @@ INSTANCES: dict[str, Instances] = {
     "tenants:team-edit": _teams("vision"),
     "tenants:team-delete": _teams("vision"),
     "tenants:flavor-edit": lambda site: [{"slug": slug} for slug in site.flavors],
+    "tenants:department-edit": lambda site: [{"slug": "research"}],  # the demo's (demo.site.DEPARTMENT)
+    "tenants:department-delete": lambda site: [{"slug": "research"}],
     "billing:team-usage": _teams("vision", "nlp", "recsys"),
     "billing:team-efficiency": _teams("vision"),
     "billing:idle-policy-set": lambda site: [{"slug": "h100-80gb"}],
