@@ -70,7 +70,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
     subjects = cluster_subjects(team_ids=list(teams_by_id))
     held = HOLDS.call(list(teams_by_id))
-    cohorts = dict(Department.objects.values_list("pk", "slug"))
+    cohorts = {department.pk: department.cohort for department in Department.objects.all()}
     specs = {}
     network = network_spec()
     reader = portal_reader()
@@ -99,8 +99,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
                 workloads=settings.PORTAL_TEAM_MAX_WORKLOADS,
                 storage=tuple(sorted((name, int(gib)) for name, gib in team.storage_quota.items())),
             ),
-            cohort=(manifests.department_cohort(root=settings.PORTAL_COHORT, slug=cohorts[team.department_id])
-                    if team.department_id in cohorts else settings.PORTAL_COHORT),
+            cohort=cohorts.get(team.department_id, settings.PORTAL_COHORT),
             ingress_namespace=settings.PORTAL_INGRESS_NAMESPACE,
             network=network,
             user_prefix=settings.KUBE_OIDC_USERNAME_PREFIX,
@@ -150,7 +149,7 @@ def cluster_subjects(*, team_ids: list[int]) -> dict[int, list[str]]:
 
 def department_specs() -> tuple[manifests.DepartmentSpec, ...]:
     """Every department, as a cohort under the portal's."""
-    return tuple(manifests.DepartmentSpec(slug=d.slug, cohort=d.cohort, parent=settings.PORTAL_COHORT,
+    return tuple(manifests.DepartmentSpec(cohort=d.cohort, parent=settings.PORTAL_COHORT,
                                           borrowing_limit=d.borrowing_limit, lending_limit=d.lending_limit)
                  for d in Department.objects.order_by("slug"))
 

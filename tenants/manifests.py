@@ -120,7 +120,6 @@ class DepartmentSpec:
     """A department as the queue backend makes it: a cohort under the portal's (`parent`), which
     its teams' queues join. Its limits are units of each GPU flavor (None: no limit)."""
 
-    slug: str
     cohort: str
     parent: str
     borrowing_limit: int | None = None

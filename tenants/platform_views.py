@@ -25,7 +25,6 @@ from portal.kube import KubeError
 from tenants import catalog, cluster_selectors, desired, nodes, selectors, services, telemetry_selectors
 from tenants.forms import DepartmentForm, FlavorForm, TeamForm
 from tenants.models import Department, Flavor, GpuNode, Team
-from tenants.queueing import backend
 
 # --- Teams ---------------------------------------------------------------------------------------
 
@@ -92,8 +91,7 @@ def team_delete(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 
 def _departments_page(request: HtmxHttpRequest, form: DepartmentForm, *, department: Department | None,
                       status: int = 200) -> HttpResponse:
-    queue = backend()
-    refusal = "" if queue.departments else services.DEPARTMENTS_REFUSAL.format(backend=queue.label)
+    refusal = services.departments_refused()
     rows = selectors.department_rows() if department is None else []
     return render(request, "tenants/departments.html",
                   {"form": form, "department": department, "rows": rows, "refusal": refusal}, status=status)

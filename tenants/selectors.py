@@ -41,7 +41,7 @@ class DepartmentRow:
 
 
 def department_rows() -> list[DepartmentRow]:
-    """Every department with its teams and what they are guaranteed together, in three queries."""
+    """Every department with its teams and what they are guaranteed together, in four queries."""
     departments = list(Department.objects.order_by("name").prefetch_related(
         Prefetch("teams", queryset=Team.objects.order_by("name"))))
     team_department = {team.pk: department.pk for department in departments for team in department.teams.all()}

@@ -127,13 +127,17 @@ def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
     return team
 
 
-DEPARTMENTS_REFUSAL = ("This site's queue backend, {backend}, has no department level the portal can drive (Kueue's "
-                       "cohorts with parents); teams cannot be put in departments here.")
+def departments_refused() -> str:
+    """Why teams cannot be put in departments on this site's queue backend, or "" where they can."""
+    if (queue := backend()).departments:
+        return ""
+    return (f"This site's queue backend, {queue.label}, has no department level the portal can drive (Kueue's "
+            "cohorts with parents); teams cannot be put in departments here.")
 
 
 def _check_department(team: Team) -> None:
-    if team.department_id is not None and not (queue := backend()).departments:
-        raise DomainError(DEPARTMENTS_REFUSAL.format(backend=queue.label), field="department")
+    if team.department_id is not None and (refusal := departments_refused()):
+        raise DomainError(refusal, field="department")
 
 
 DEPARTMENT_FIELDS = ("name", "slug", "borrowing_limit", "lending_limit")
@@ -144,8 +148,8 @@ def department_save(*, actor: User, department: Department) -> Department:
     """Creates or changes a department; its cohort and its teams' queues follow. Its slug names its
     cohort, so it is set once."""
     _require(actor.has_perm("tenants.manage_teams"))
-    if not (queue := backend()).departments:
-        raise DomainError(DEPARTMENTS_REFUSAL.format(backend=queue.label))
+    if refusal := departments_refused():
+        raise DomainError(refusal)
     department.name, department.slug = department.name.strip(), department.slug.strip()
     department.full_clean()
     before = Department.objects.filter(pk=department.pk).first() if department.pk else None

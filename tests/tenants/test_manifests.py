@@ -304,8 +304,7 @@ def _strict(schema: dict) -> dict:
     return schema
 
 
-RESEARCH = m.DepartmentSpec(slug="research", cohort="gpu-portal-research", parent="gpu-portal", borrowing_limit=4,
-                            lending_limit=0)
+RESEARCH = m.DepartmentSpec(cohort="gpu-portal-research", parent="gpu-portal", borrowing_limit=4, lending_limit=0)
 
 
 def test_a_department_is_a_cohort_under_the_portals_whose_limits_bound_each_gpu_flavor():
