@@ -70,7 +70,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     guarantees = selectors.guarantees_by_flavor(team_ids=list(teams_by_id))
     subjects = cluster_subjects(team_ids=list(teams_by_id))
     held = HOLDS.call(list(teams_by_id))
-    cohorts = {department.pk: department.cohort for department in Department.objects.all()}
+    cohorts: dict[int | None, str] = {department.pk: department.cohort for department in Department.objects.all()}
     specs = {}
     network = network_spec()
     reader = portal_reader()
