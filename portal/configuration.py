@@ -206,7 +206,8 @@ SETTINGS: tuple[Setting, ...] = (
             "workloads: `kueue` or `volcano` (docs/queue-backends.md); another value stops the start, and a switch "
             "while workloads still run on the other is refused.", CLUSTER),
     Setting("PORTAL_COHORT", "text", "gpu-portal", "The Kueue cohort every team's ClusterQueue joins, so idle quota "
-            "can be borrowed across teams (Kueue only: on Volcano every Queue shares the cluster).", CLUSTER),
+            "can be borrowed across teams; a team in a department joins the department's cohort under it, "
+            "`<PORTAL_COHORT>-<department>` (Kueue only: on Volcano every Queue shares the cluster).", CLUSTER),
     Setting("PORTAL_NAMESPACE_PREFIX", "text", "", "Put before every team's namespace and ClusterQueue name (up to 31 "
             "lowercase letters, digits and hyphens); set it before the first team.", CLUSTER),
     Setting("KUBE_OIDC_USERNAME_CLAIM", "text", "sub", "The claim the API server names OIDC users by (`sub` or "

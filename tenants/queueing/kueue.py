@@ -241,9 +241,13 @@ def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list
     items, _ = gateway().list(KUEUE, "ClusterQueue", labels=MANAGED)
     teams: list[str] = []
     rows: list[QueueUsage] = []
+    departments: set[str] | None = None
     for cq in items:
-        if cq["spec"].get("cohortName") != settings.PORTAL_COHORT:
-            continue  # borrowing and lending happen within the portal's cohort only
+        cohort = cq["spec"].get("cohortName")
+        if cohort != settings.PORTAL_COHORT:
+            departments = _department_cohorts() if departments is None else departments
+            if cohort not in departments:
+                continue  # borrowing and lending happen within the portal's cohort (and its departments') only
         # Keyed by the team's slug, whatever PORTAL_NAMESPACE_PREFIX made of the queue's name.
         name = (cq["metadata"].get("labels") or {}).get(TEAM_LABEL, cq["metadata"]["name"])
         usage = {
@@ -262,6 +266,13 @@ def cluster_queue_usage(*, slugs: Iterable[str] | None = None) -> dict[str, list
                                            idle=max(min(lendable, nominal - in_use), 0)))
     wanted = set(slugs) if slugs is not None else None
     return {team: found for team, found in lent_shared(rows, teams).items() if wanted is None or team in wanted}
+
+
+def _department_cohorts() -> set[str]:
+    """The departments' cohorts under the portal's, as the cluster has them (listed only where a
+    team queue is in a cohort other than the portal's)."""
+    cohorts, _ = gateway().list(KUEUE, "Cohort", labels=MANAGED)
+    return {c["metadata"]["name"] for c in cohorts if (c.get("spec") or {}).get("parentName") == settings.PORTAL_COHORT}
 
 
 def pending_workloads(*, cluster_queue: str) -> list[PendingEntry] | None:

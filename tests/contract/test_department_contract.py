@@ -12,7 +12,7 @@ from jobs.models import Workload
 from tenants import services as tenant_services
 from tenants.models import Department
 from tests.contract.conftest import clusters
-from tests.contract.scenarios import HOLD, launch, phase_of, running
+from tests.contract.scenarios import HOLD, launch, phase_of, queue_usage, running
 
 pytestmark = pytest.mark.django_db
 
@@ -51,3 +51,6 @@ def test_a_departments_teams_borrow_from_each_other_first_and_its_limits_hold(cl
     cluster.wait_for(lambda: sum(running(w) for w in inside) == 5 and sum(waits_for_quota(w) for w in inside) == 1,
                      what="A to run 5 (its 2, B's idle 2, 1 from outside) and its sixth to wait at the borrowing limit",
                      timeout=120)
+    # The team's page reads it from its queue, as for a team in no department: 5 in use, 3 borrowed.
+    cluster.wait_for(lambda: queue_usage(a.slug, site.flavor.slug) == (5, 3),
+                     what="A's queue to report 5 GPUs in use, 3 of them borrowed")

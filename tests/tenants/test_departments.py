@@ -14,7 +14,7 @@ from django.urls import reverse
 from portal.errors import DomainError, StateConflict
 from portal.kube import ObjectRef, gateway
 from portal.models import AuditEvent
-from tenants import desired, reconcile, services
+from tenants import cluster_selectors, desired, reconcile, services
 from tenants.models import Department, Team
 from tests.conftest import login
 from tests.factories import QuotaGrantFactory
@@ -44,6 +44,20 @@ def test_a_team_in_a_department_joins_its_cohort_which_sits_under_the_portals(re
     services.team_update(actor=admin_user, team=team, department=None)
     assert desired.team_specs([team.pk])[team.pk][1].cohort == settings.PORTAL_COHORT
     assert AuditEvent.objects.filter(action="team.updated", team_id=team.pk).count() == 2
+
+
+def test_a_team_in_a_department_still_reads_its_queue_use_and_another_cohorts_queue_does_not(
+        research, team, other_team, flavor, admin_user, simulated, settings):
+    QuotaGrantFactory(team=team, flavor=flavor, units=3)
+    services.team_update(actor=admin_user, team=team, department=research)
+    reconcile.platform_reconcile()
+    reconcile.cluster_reconcile()
+    (row,) = [r for r in cluster_selectors.cluster_queue_usage(slugs=[team.slug])[team.slug] if r.flavor == flavor.slug]
+    assert (row.guaranteed, row.in_use) == (3, 0)
+    # A queue in a cohort that is neither the portal's nor one of its departments' is not the portal's to count.
+    settings.PORTAL_COHORT = "elsewhere"
+    read = cluster_selectors.cluster_queue_usage()
+    assert team.slug not in read and other_team.slug not in read
 
 
 def test_the_cohort_is_applied_changed_and_pruned_once_the_department_goes(research, team, flavor, admin_user, simulated):
