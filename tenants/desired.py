@@ -94,7 +94,8 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             ),
             subjects=tuple(sorted(subjects[team.pk])),
             policy=manifests.TeamPolicy(
-                may_borrow=team.may_borrow, lends_idle=team.lends_idle, cpu=str(cores), memory=f"{memory_gib}Gi",
+                may_borrow=team.may_borrow, lends_idle=team.lends_idle,
+                weight=manifests.weight_quantity(team.fair_share_weight), cpu=str(cores), memory=f"{memory_gib}Gi",
                 pods=team.pod_limit,
                 workloads=settings.PORTAL_TEAM_MAX_WORKLOADS,
                 storage=tuple(sorted((name, int(gib)) for name, gib in team.storage_quota.items())),
@@ -150,7 +151,8 @@ def cluster_subjects(*, team_ids: list[int]) -> dict[int, list[str]]:
 def department_specs() -> tuple[manifests.DepartmentSpec, ...]:
     """Every department, as a cohort under the portal's."""
     return tuple(manifests.DepartmentSpec(cohort=d.cohort, parent=settings.PORTAL_COHORT,
-                                          borrowing_limit=d.borrowing_limit, lending_limit=d.lending_limit)
+                                          borrowing_limit=d.borrowing_limit, lending_limit=d.lending_limit,
+                                          weight=manifests.weight_quantity(d.fair_share_weight))
                  for d in Department.objects.order_by("slug"))
 
 

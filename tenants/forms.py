@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -14,7 +15,7 @@ from portal.adapters import WholeNumberField
 from portal.errors import DomainError
 from portal.models import User
 from tenants import selectors, services
-from tenants.models import Department, Flavor, Membership, QuotaRequest, Team
+from tenants.models import WEIGHT_INVALID, WEIGHT_LIMIT, Department, Flavor, Membership, QuotaRequest, Team
 
 
 class MembershipAddForm(forms.Form):
@@ -179,6 +180,22 @@ class StorageQuotaField(forms.Field):
         return quota
 
 
+class WeightField(forms.DecimalField):
+    """A fair-share weight, refused in one sentence whatever is wrong with it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.update(max_digits=5, decimal_places=2, min_value=Decimal(0), max_value=WEIGHT_LIMIT)
+        super().__init__(**kwargs)
+
+    def clean(self, value: Any) -> Any:
+        try:
+            return super().clean(value)
+        except forms.ValidationError as error:
+            if value in self.empty_values:
+                raise
+            raise forms.ValidationError(f"“{value}” is not a weight: {WEIGHT_INVALID}", code="invalid") from error
+
+
 class TeamForm(forms.ModelForm):
     """A team's name, cost center and sharing policy; the slug only when the team is new (it names
     the namespace). Parsing only: tenants.services.team_create/team_update decide and audit."""
@@ -194,7 +211,7 @@ class TeamForm(forms.ModelForm):
         widgets = {"description": forms.Textarea(attrs={"rows": 3})}
         # ASCII digits only: Django's IntegerField reads "１２" as 12.
         field_classes = {"cpu_limit_cores": WholeNumberField, "memory_limit_gib": WholeNumberField,
-                         "pod_limit": WholeNumberField}
+                         "pod_limit": WholeNumberField, "fair_share_weight": WeightField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -214,8 +231,9 @@ class DepartmentForm(forms.ModelForm):
 
     class Meta:
         model = Department
-        fields = ["name", "slug", "borrowing_limit", "lending_limit"]
-        field_classes = {"borrowing_limit": WholeNumberField, "lending_limit": WholeNumberField}
+        fields = ["name", "slug", "borrowing_limit", "lending_limit", "fair_share_weight"]
+        field_classes = {"borrowing_limit": WholeNumberField, "lending_limit": WholeNumberField,
+                         "fair_share_weight": WeightField}
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -9,6 +9,7 @@ import base64
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from tenants.catalog import UnitResource, quota_amounts
@@ -99,10 +100,16 @@ class FlavorQuota:
     nominal: int
 
 
+def weight_quantity(weight: Decimal | int | str) -> str:
+    """A fair-share weight as a Kubernetes quantity: Decimal("3.00") is "3", Decimal("0.50") "0.5"."""
+    return format(Decimal(weight).normalize(), "f")
+
+
 @dataclass(frozen=True)
 class TeamPolicy:
     may_borrow: bool = True
     lends_idle: bool = True
+    weight: str = "1"  # its fair-share weight, as a quantity (weight_quantity)
     cpu: str = "64"
     memory: str = "512Gi"
     pods: int = 100
@@ -124,6 +131,7 @@ class DepartmentSpec:
     parent: str
     borrowing_limit: int | None = None
     lending_limit: int | None = None
+    weight: str = "1"  # against its sibling teams and departments (weight_quantity)
 
 
 def team_object_name(*, prefix: str, slug: str) -> str:

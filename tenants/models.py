@@ -92,6 +92,19 @@ class TeamQuerySet(models.QuerySet["Team"]):
         return self.filter(pk__in=list(user_team_roles(user)))
 
 
+WEIGHT_LIMIT = Decimal(100)
+WEIGHT_INVALID = "give a number from 0 to 100, with at most two decimals, such as 1 or 2.5."
+
+
+def fair_share_weight_field(help_text: str) -> models.DecimalField:
+    """How much of the idle quota it competes for a team (or department) gets against the others
+    (Kueue's fair sharing weight): shares converge to the weights' ratio. 0 borrows only what
+    nobody else wants, and its borrowed work is the first reclaimed."""
+    return models.DecimalField(
+        "fair-share weight", max_digits=5, decimal_places=2, default=Decimal(1),
+        validators=[MinValueValidator(Decimal(0)), MaxValueValidator(WEIGHT_LIMIT)], help_text=help_text)
+
+
 class Department(models.Model):
     """An optional level above teams: its teams share their idle guarantees among themselves first,
     and together lend at most `lending_limit` and borrow at most `borrowing_limit` units of each GPU
@@ -106,6 +119,9 @@ class Department(models.Model):
     lending_limit = models.PositiveIntegerField(
         null=True, blank=True, help_text="At most this many units of each GPU flavor of its teams' idle guarantees may "
                                          "go to teams outside the department. Empty: all of it; 0: none leaves it.")
+    fair_share_weight = fair_share_weight_field(
+        "Against other departments and teams under the portal: a department of weight 2 gets twice the idle quota "
+        "outside it that one of weight 1 gets, and its borrowed work is reclaimed later.")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -117,6 +133,10 @@ class Department(models.Model):
     @property
     def cohort(self) -> str:
         return manifests.department_cohort(root=settings.PORTAL_COHORT, slug=self.slug)
+
+    @property
+    def weight_text(self) -> str:
+        return manifests.weight_quantity(self.fair_share_weight)
 
 
 class Team(models.Model):
@@ -143,6 +163,9 @@ class Team(models.Model):
     # Sharing policy: by default a team borrows idle capacity of the cohort and lends its own.
     may_borrow = models.BooleanField(default=True, help_text="May run on other teams' idle quota (preemptible).")
     lends_idle = models.BooleanField(default=True, help_text="Lets other teams use its idle quota until it needs it back.")
+    fair_share_weight = fair_share_weight_field(
+        "When teams compete for idle quota, a team of weight 3 gets three times what one of weight 1 gets, and its "
+        "borrowed work is reclaimed later; 0 borrows only what nobody else wants. 0 to 100.")
     cpu_limit_cores = models.PositiveIntegerField(default=64, help_text="Backstop: CPU cores all pods may request.")
     memory_limit_gib = models.PositiveIntegerField(default=512, help_text="Backstop: memory (GiB) all pods may request.")
     pod_limit = models.PositiveIntegerField(default=100, help_text="Backstop: pods at once.")
@@ -187,6 +210,11 @@ class Team(models.Model):
     @property
     def namespace(self) -> str:
         return manifests.team_object_name(prefix=settings.PORTAL_NAMESPACE_PREFIX, slug=self.slug)
+
+    @property
+    def weight_text(self) -> str:
+        """Its fair-share weight as written: "3", "0.5"."""
+        return manifests.weight_quantity(self.fair_share_weight)
 
     @property
     def cluster_queue(self) -> str:

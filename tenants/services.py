@@ -30,6 +30,7 @@ from portal.notifications import notifications_resolve, notify
 from portal.tasks import send_on_commit
 from portal.tokens import api_tokens_revoke_all
 from tenants import catalog, selectors
+from tenants.manifests import weight_quantity
 from tenants.models import (
     GRANT_ENDING_NOTICE,
     Department,
@@ -51,8 +52,8 @@ PERSON_CAP_FIELDS = ("person_gpu_limit", "person_share_percent")  # a lead's: fa
 COST_CENTER_REFUSAL = ("Only finance and platform admins may change a team's cost center: the monthly statements "
                        "bill it. Ask finance to change it.")
 # How the team shares the cluster: only a platform admin changes these.
-POLICY_FIELDS = ("department", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib", "pod_limit",
-                 "storage_quota", "requires_second_approver")
+POLICY_FIELDS = ("department", "may_borrow", "lends_idle", "fair_share_weight", "cpu_limit_cores", "memory_limit_gib",
+                 "pod_limit", "storage_quota", "requires_second_approver")
 
 
 def _require(allowed: bool) -> None:
@@ -80,7 +81,7 @@ def team_create(*, actor: User, slug: str, name: str, cost_center: str = "", des
     team = Team(slug=slug.strip(), name=name.strip(), cost_center=cost_center.strip(), description=description.strip(),
                 **policy)
     team.full_clean()
-    _check_department(team)
+    _check_backend(team)
     team.save()
     audit_record(actor=actor, action="team.created", obj=team, team_id=team.pk,
                  data={field: str(getattr(team, field)) for field in POLICY_FIELDS},
@@ -115,7 +116,7 @@ def team_update(*, actor: User, team: Team, **changes: Any) -> Team:
     for field, value in changed.items():
         setattr(team, field, value)
     team.full_clean()
-    _check_department(team)
+    _check_backend(team)
     team.save(update_fields=list(changed))
     described = ", ".join(_change_described(field, before[field], value) for field, value in sorted(changed.items()))
     audit_record(actor=actor, action="team.updated", obj=team, team_id=team.pk, data={k: str(v) for k, v in changed.items()},
@@ -135,12 +136,23 @@ def departments_refused() -> str:
             "cohorts with parents); teams cannot be put in departments here.")
 
 
-def _check_department(team: Team) -> None:
+def weights_refused() -> str:
+    """Why fair-share weights other than 1 cannot be set on this site's queue backend, or "" where they can."""
+    if (queue := backend()).fair_sharing:
+        return ""
+    return (f"This site's queue backend, {queue.label}, does not share idle quota by the portal's fair-share "
+            "weights (Kueue's fair sharing); leave the weight at 1 here.")
+
+
+def _check_backend(team: Team) -> None:
+    """What the site's queue backend cannot do for the team is refused in words, not ignored."""
     if team.department_id is not None and (refusal := departments_refused()):
         raise DomainError(refusal, field="department")
+    if team.fair_share_weight != 1 and (refusal := weights_refused()):
+        raise DomainError(refusal, field="fair_share_weight")
 
 
-DEPARTMENT_FIELDS = ("name", "slug", "borrowing_limit", "lending_limit")
+DEPARTMENT_FIELDS = ("name", "slug", "borrowing_limit", "lending_limit", "fair_share_weight")
 
 
 @transaction.atomic
@@ -231,6 +243,8 @@ def _change_described(field: str, before: Any, after: Any) -> str:
         return f"the department to {after}" if after is not None else "the department to none"
     if field == "person_share_percent":
         return f"the share of the guarantee per person to {f'{after} %' if after is not None else 'none'}"
+    if field == "fair_share_weight":
+        return f"the fair-share weight from {weight_quantity(before)} to {weight_quantity(after)}"
     return f"{field} to {after}" if field in POLICY_FIELDS else field
 
 

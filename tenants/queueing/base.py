@@ -121,6 +121,9 @@ class QueueBackend(Protocol):
     # Whether teams may be grouped in departments the backend shares quota by (Kueue's cohorts
     # with parents); where it cannot, a department is refused in words rather than ignored.
     departments: bool
+    # Whether idle quota goes to competing teams by their fair-share weights (Kueue's fair
+    # sharing); where it does not, a weight other than 1 is refused in words rather than ignored.
+    fair_sharing: bool
     # How the pods of a workload whose pods are numbered (a distributed training's workers) are
     # named, by the object shape() makes own them: "{name}-{index}" for an Indexed Job.
     indexed_pod_name: str

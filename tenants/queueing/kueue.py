@@ -71,7 +71,7 @@ def make_cohort(*, department: DepartmentSpec, flavors: Sequence[FlavorSpec]) ->
     """A department: a Cohort under the portal's, holding no quota of its own, whose limits bound
     what its teams' queues together borrow from, and lend to, queues outside it (Kueue keeps what
     it may not lend for the department's own queues, so they share it among themselves first)."""
-    spec: dict[str, Any] = {"parentName": department.parent}
+    spec: dict[str, Any] = {"parentName": department.parent, "fairSharing": {"weight": department.weight}}
     limits = {"borrowingLimit": department.borrowing_limit, "lendingLimit": department.lending_limit}
     if any(limit is not None for limit in limits.values()):
         groups = []
@@ -139,6 +139,9 @@ def make_cluster_queue(*, team: TeamSpec) -> dict[str, Any]:
             "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": team.namespace}},
             "queueingStrategy": "BestEffortFIFO",
             "resourceGroups": resource_groups_,
+            # Kueue's fair sharing (deploy/kueue): who borrows idle quota first, and whose borrowed
+            # work is reclaimed first, goes by the share borrowed over this weight.
+            "fairSharing": {"weight": team.policy.weight},
             "preemption": {
                 "reclaimWithinCohort": "Any",
                 "borrowWithinCohort": {"policy": "Never"},
@@ -303,6 +306,7 @@ class KueueBackend:
     workload_kinds: tuple[tuple[str, str], ...] = ((KUEUE, "Workload"),)
     flavor_alternatives: bool = True
     departments: bool = True
+    fair_sharing: bool = True
     indexed_pod_name: str = "{name}-{index}"  # an Indexed Job's pods
     unseen: str = UNSEEN
 

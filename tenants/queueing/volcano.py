@@ -323,6 +323,7 @@ class VolcanoBackend:
     flavor_alternatives: bool = False
     # Volcano's hierarchical queues need its capacity plugin's hierarchy, which the portal does not drive.
     departments: bool = False
+    fair_sharing: bool = False
     indexed_pod_name: str = f"{{name}}-{TASK}-{{index}}"  # a Volcano Job's pods
     unseen: str = UNSEEN
 

@@ -5,6 +5,7 @@ cohort once it is gone."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ COHORT = ("kueue.x-k8s.io/v1beta2", "Cohort")
 
 
 def department_form(**changes: Any) -> dict[str, Any]:
-    data = {"name": "Research", "slug": "research", "borrowing_limit": "4", "lending_limit": "0"}
+    data = {"name": "Research", "slug": "research", "borrowing_limit": "4", "lending_limit": "0", "fair_share_weight": "1"}
     data.update(changes)
     return {key: value for key, value in data.items() if value is not None}
 
@@ -64,10 +65,11 @@ def test_the_cohort_is_applied_changed_and_pruned_once_the_department_goes(resea
     reconcile.platform_reconcile()
     ref = ObjectRef(*COHORT, research.cohort)
     assert (gateway().get(ref) or {})["spec"]["resourceGroups"]
-    research.borrowing_limit, research.lending_limit = None, None
+    research.borrowing_limit, research.lending_limit, research.fair_share_weight = None, None, Decimal(2)
     services.department_save(actor=admin_user, department=research)
     reconcile.platform_reconcile()
-    assert (gateway().get(ref) or {})["spec"] == {"parentName": research.cohort.removesuffix("-research")}
+    assert (gateway().get(ref) or {})["spec"] == {"parentName": research.cohort.removesuffix("-research"),
+                                                  "fairSharing": {"weight": "2"}}
     # Another's Cohort, without the portal's label, is never touched.
     gateway().apply({"apiVersion": COHORT[0], "kind": COHORT[1], "metadata": {"name": "site-own"}, "spec": {}})
     services.department_delete(actor=admin_user, department=research)

@@ -4,6 +4,7 @@ pinned Kubernetes (kubernetes-validate) and Kueue (the CRDs in deploy/kueue/crds
 from __future__ import annotations
 
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 
 import jsonschema
@@ -77,11 +78,19 @@ def test_the_cluster_queue_guarantees_the_grants_and_groups_flavors_by_resource(
                     {"name": "a100-1g-10gb", "resources": [{"name": "nvidia.com/mig-1g.10gb", "nominalQuota": "0"}]},
                 ]},
             ],
+            "fairSharing": {"weight": "1"},
             "preemption": {
                 "reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"}, "withinClusterQueue": "LowerPriority",
             },
         },
     }
+
+
+def test_a_fair_share_weight_is_written_as_the_quantity_kueue_reads():
+    assert [m.weight_quantity(Decimal(text)) for text in ("1.00", "3.00", "0.50", "0.00", "100.00", "2.25")] == [
+        "1", "3", "0.5", "0", "100", "2.25"]
+    team = replace(TEAM, policy=m.TeamPolicy(weight=m.weight_quantity(Decimal("0.50"))))
+    assert kueue.make_cluster_queue(team=team)["spec"]["fairSharing"] == {"weight": "0.5"}
 
 
 def test_a_team_that_may_not_borrow_or_lend_gets_zero_limits():
@@ -304,7 +313,8 @@ def _strict(schema: dict) -> dict:
     return schema
 
 
-RESEARCH = m.DepartmentSpec(cohort="gpu-portal-research", parent="gpu-portal", borrowing_limit=4, lending_limit=0)
+RESEARCH = m.DepartmentSpec(cohort="gpu-portal-research", parent="gpu-portal", borrowing_limit=4, lending_limit=0,
+                            weight="2.5")
 
 
 def test_a_department_is_a_cohort_under_the_portals_whose_limits_bound_each_gpu_flavor():
@@ -312,7 +322,7 @@ def test_a_department_is_a_cohort_under_the_portals_whose_limits_bound_each_gpu_
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort",
         "metadata": {"name": "gpu-portal-research",
                      "labels": {"app.kubernetes.io/managed-by": "gpu-portal", "gpu-portal.io/role": "department"}},
-        "spec": {"parentName": "gpu-portal", "resourceGroups": [
+        "spec": {"parentName": "gpu-portal", "fairSharing": {"weight": "2.5"}, "resourceGroups": [
             {"coveredResources": ["nvidia.com/gpu"], "flavors": [
                 {"name": "h100-80gb", "resources": [
                     {"name": "nvidia.com/gpu", "nominalQuota": "0", "borrowingLimit": "4", "lendingLimit": "0"}]},
@@ -327,7 +337,8 @@ def test_a_department_is_a_cohort_under_the_portals_whose_limits_bound_each_gpu_
     }
     # Without limits it only groups its teams: no quota of its own to write.
     free = replace(RESEARCH, borrowing_limit=None, lending_limit=None)
-    assert kueue.make_cohort(department=free, flavors=(H100,))["spec"] == {"parentName": "gpu-portal"}
+    assert kueue.make_cohort(department=free, flavors=(H100,))["spec"] == {"parentName": "gpu-portal",
+                                                                          "fairSharing": {"weight": "2.5"}}
     # Only the limit set is written.
     lends_only = kueue.make_cohort(department=replace(RESEARCH, borrowing_limit=None), flavors=(H100,))
     assert lends_only["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [

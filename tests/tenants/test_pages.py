@@ -658,7 +658,8 @@ def test_admin_member_changes_go_through_the_services(team, lead, admin_user, as
     url = reverse("admin:tenants_team_change", args=[team.pk])
     data = {
         "name": "Vision", "cost_center": "CC-100", "description": "",
-        "may_borrow": "on", "lends_idle": "on", "cpu_limit_cores": "64", "memory_limit_gib": "512", "pod_limit": "100",
+        "may_borrow": "on", "lends_idle": "on", "fair_share_weight": "1", "cpu_limit_cores": "64", "memory_limit_gib": "512",
+        "pod_limit": "100",
         "memberships-TOTAL_FORMS": "2", "memberships-INITIAL_FORMS": "1",
         "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000",
         "memberships-0-id": str(lead_membership.pk), "memberships-0-team": str(team.pk),

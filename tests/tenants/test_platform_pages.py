@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 def team_form(**changes: Any) -> dict[str, Any]:
     data = {"slug": "nlp", "name": "NLP", "cost_center": "CC-7", "description": "Language models", "may_borrow": "on",
-            "lends_idle": "", "cpu_limit_cores": "32", "memory_limit_gib": "256", "pod_limit": "40"}
+            "lends_idle": "", "fair_share_weight": "1", "cpu_limit_cores": "32", "memory_limit_gib": "256", "pod_limit": "40"}
     data.update(changes)
     return {key: value for key, value in data.items() if value != ""}
 

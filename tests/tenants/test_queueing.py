@@ -49,6 +49,7 @@ class OtherQueue:
     workload_kinds: tuple[tuple[str, str], ...] = (("other.example.com/v1", "Group"),)
     flavor_alternatives = False
     departments = False
+    fair_sharing = False
     indexed_pod_name = "{name}-{index}"
     unseen = "Waiting for the other queue"
 
