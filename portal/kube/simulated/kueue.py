@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from portal.kube.base import ObjectRef
@@ -30,6 +30,13 @@ from portal.kube.simulated.store import now_iso
 
 # Kueue's on-demand visibility API, which its visibility server serves through an APIService.
 VISIBILITY = "visibility.kueue.x-k8s.io/v1beta2"
+
+# Why a workload was preempted, as Kueue's preemption messages say it (preemption.go).
+PREEMPTED = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+    "InCohortFairSharing": "Fair Sharing within the cohort",
+}
 
 
 @dataclass
@@ -63,6 +70,134 @@ class Workload:
     def finished(self) -> bool:
         conditions = self.row.body.get("status", {}).get("conditions", [])
         return any(c["type"] == "Finished" and c["status"] == "True" for c in conditions)
+
+
+Node = tuple[str, str]  # ("cq", a ClusterQueue's name) or ("cohort", a Cohort's name)
+FlavorResource = tuple[str, str]  # (flavor, resource)
+
+
+@dataclass(frozen=True, order=True)
+class Share:
+    """A queue's or cohort's dominant resource share as Kueue's fair sharing compares them: the
+    lower is admitted first, the higher preempted first. A zero weight that borrows ranks above
+    every other (its share is infinite); two such compare by their unweighted ratio."""
+
+    zero_weight_borrows: bool = False
+    value: float = 0.0  # borrowed over lendable ×1000 over the weight (unweighted for a zero weight)
+
+
+class Tree:
+    """One cohort tree's quota and usage per flavor and resource, as Kueue's resource nodes hold
+    them (pkg/cache/scheduler/resource_node.go and fair_sharing.go, v0.19.2): each node's subtree
+    quota, the part it keeps from its parent (subtree minus lending limit), and the usage passed up
+    past that kept part; each level's borrowing limit bounds what it takes from its parent."""
+
+    def __init__(self, kueue: Kueue, workloads: list[Workload], cq: str) -> None:
+        self.kueue = kueue
+        self.queues = kueue._cohort(cq)
+        self.children: dict[Node, list[Node]] = defaultdict(list)
+        nodes: list[Node] = []
+        for name in self.queues:
+            node: Node | None = ("cq", name)
+            nodes.append(("cq", name))
+            while node is not None and (parent := kueue._parent(node)) is not None and node not in self.children[parent]:
+                self.children[parent].append(node)
+                nodes.append(parent)
+                node = parent
+        self.specs = {node: self._spec(node) for node in nodes}
+        # Every flavor and resource any node of the tree has quota entries for (Kueue's root keeps them all).
+        self.frs = sorted({(fq["name"], r["name"]) for spec in self.specs.values()
+                           for group in spec.get("resourceGroups", []) or [] for fq in group.get("flavors", [])
+                           for r in fq.get("resources", [])})
+        queues = set(self.queues)
+        self.used: dict[tuple[str, FlavorResource], float] = defaultdict(float)
+        for w in workloads:
+            if w.admitted and not w.finished and w.cluster_queue in queues:
+                for resource, flavor in (w.admitted_flavor or {}).items():
+                    self.used[(w.cluster_queue, (flavor, resource))] += w.requests.get(resource, 0)
+        self.memo: dict[tuple[Node, FlavorResource], tuple[float, float, float]] = {}
+
+    def _spec(self, node: Node) -> dict[str, Any]:
+        kind, name = node
+        row = self.kueue.state.cluster_queues.get(name) if kind == "cq" else self.kueue.state.cohorts.get(name)
+        return (row.body.get("spec") or {}) if row is not None else {}
+
+    def quota(self, node: Node, fr: FlavorResource) -> tuple[float, float | None, float | None]:
+        """(nominal, borrowing limit, lending limit); a node with no entry holds nothing of it."""
+        return self.kueue._limits(self.specs.get(node) or self._spec(node), *fr) or (0.0, None, None)
+
+    def state(self, node: Node, fr: FlavorResource) -> tuple[float, float, float]:
+        """(subtree quota, quota kept from the parent, usage) of a node."""
+        if (node, fr) not in self.memo:
+            nominal, _, lend = self.quota(node, fr)
+            subtree, used = nominal, 0.0
+            if node[0] == "cq":
+                used = self.used[(node[1], fr)]
+            for child in self.children.get(node, []):
+                c_subtree, c_local, c_used = self.state(child, fr)
+                subtree += c_subtree - c_local
+                used += max(c_used - c_local, 0)
+            local = max(subtree - lend, 0) if lend is not None else 0.0
+            self.memo[(node, fr)] = (subtree, local, used)
+        return self.memo[(node, fr)]
+
+    def chain(self, node: Node) -> list[Node] | None:
+        """The node, its parent, ... up to the root; None in a cohort tree with a cycle."""
+        chain = [node]
+        while (parent := self.kueue._parent(chain[-1])) is not None:
+            if parent in chain:
+                return None
+            chain.append(parent)
+        return chain
+
+    def available(self, cq: str, fr: FlavorResource) -> float:
+        """What the queue may still admit: its own unused quota kept from lending, plus what its
+        cohort tree has free, each level bounded by its borrowing limit."""
+        chain = self.chain(("cq", cq))
+        if chain is None:
+            return 0.0  # Kueue admits nothing in a cohort tree with a cycle
+        subtree, _, used = self.state(chain[-1], fr)
+        free = subtree - used
+        for node in reversed(chain[:-1]):
+            subtree, local, used = self.state(node, fr)
+            borrowing_limit = self.quota(node, fr)[1]
+            if borrowing_limit is not None:
+                free = min(subtree - local - max(used - local, 0) + borrowing_limit, free)
+            free = max(local - used, 0) + free
+        return free
+
+    def potential(self, chain: list[Node], fr: FlavorResource) -> float:
+        """What the first node of the chain could use of the resource were the whole tree idle."""
+        subtree, local, _ = self.state(chain[0], fr)
+        if len(chain) == 1:
+            return subtree
+        avail = local + self.potential(chain[1:], fr)
+        borrowing_limit = self.quota(chain[0], fr)[1]
+        return min(subtree + borrowing_limit, avail) if borrowing_limit is not None else avail
+
+    def share(self, node: Node) -> tuple[Share, set[FlavorResource]]:
+        """The node's dominant resource share, and the flavors and resources it borrows: of each
+        resource, what it uses above its subtree quota over what its parent could lend it, ×1000,
+        the largest over its weight."""
+        chain = self.chain(node)
+        if chain is None or len(chain) == 1:
+            return Share(), set()
+        borrowing: dict[str, float] = defaultdict(float)
+        borrowed: set[FlavorResource] = set()
+        for fr in self.frs:
+            subtree, _, used = self.state(node, fr)
+            if used - subtree > 1e-9:
+                borrowing[fr[1]] += used - subtree
+                borrowed.add(fr)
+        if not borrowing:
+            return Share(), set()
+        lendable: dict[str, float] = defaultdict(float)
+        for fr in self.frs:
+            lendable[fr[1]] += self.potential(chain[1:], fr)
+        ratio = max((amount * 1000 / lendable[resource] for resource, amount in borrowing.items() if lendable[resource] > 0),
+                    default=0.0)
+        weight = self.kueue.weight(node)
+        return (Share(True, ratio) if weight == 0 else Share(False, ratio / weight)), borrowed
 
 
 class Kueue:
@@ -213,53 +348,19 @@ class Kueue:
         root = self._root(("cq", cq))
         return [name for name in self.state.cluster_queues if self._root(("cq", name)) == root]
 
+    def _tree(self, workloads: list[Workload], cq: str) -> Tree:
+        return Tree(self, workloads, cq)
+
     def available(self, workloads: list[Workload], cq: str, flavor: str, resource: str) -> float:
-        """What the queue may still admit of one resource of a flavor, as Kueue's resource nodes
-        compute it: its own unused guarantee kept from lending, plus what its cohort tree has free,
-        each level bounded by its borrowing limit and keeping what it may not lend for itself."""
-        children: dict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
-        for name in self._cohort(cq):
-            node: tuple[str, str] | None = ("cq", name)
-            while node is not None and (parent := self._parent(node)) is not None and node not in children[parent]:
-                children[parent].append(node)
-                node = parent
-        memo: dict[tuple[str, str], tuple[float, float, float]] = {}
+        """What the queue may still admit of one resource of a flavor (Tree.available)."""
+        return self._tree(workloads, cq).available(cq, (flavor, resource))
 
-        def quota(node: tuple[str, str]) -> tuple[float, float | None, float | None]:
-            kind, name = node
-            spec = (self.state.cluster_queues[name] if kind == "cq" else self.state.cohorts.get(name))
-            found = self._limits(spec.body.get("spec") or {}, flavor, resource) if spec is not None else None
-            return found or (0.0, None, None)
-
-        def node_state(node: tuple[str, str]) -> tuple[float, float, float]:
-            """(subtree quota, quota kept from the parent, usage) of a node."""
-            if node not in memo:
-                nominal, _, lend = quota(node)
-                subtree, used = nominal, 0.0
-                if node[0] == "cq":
-                    used = self.usage(workloads, node[1], flavor, resource)
-                for child in children.get(node, []):
-                    c_subtree, c_local, c_used = node_state(child)
-                    subtree += c_subtree - c_local
-                    used += max(c_used - c_local, 0)
-                local = max(subtree - lend, 0) if lend is not None else 0.0
-                memo[node] = (subtree, local, used)
-            return memo[node]
-
-        chain: list[tuple[str, str]] = [("cq", cq)]  # the queue, its cohort, ... up to the root
-        while (parent := self._parent(chain[-1])) is not None:
-            if parent in chain:
-                return 0.0  # Kueue admits nothing in a cohort tree with a cycle
-            chain.append(parent)
-        subtree, _, used = node_state(chain[-1])
-        free = subtree - used
-        for node in reversed(chain[:-1]):
-            subtree, local, used = node_state(node)
-            borrowing_limit = quota(node)[1]
-            if borrowing_limit is not None:
-                free = min(subtree - local - max(used - local, 0) + borrowing_limit, free)
-            free = max(local - used, 0) + free
-        return free
+    def weight(self, node: tuple[str, str]) -> float:
+        """A ClusterQueue's or Cohort's fair-sharing weight (1 where it names none)."""
+        kind, name = node
+        row = self.state.cluster_queues.get(name) if kind == "cq" else self.state.cohorts.get(name)
+        fair = ((row.body.get("spec") or {}).get("fairSharing") or {}) if row is not None else {}
+        return to_units(fair["weight"]) if fair.get("weight") is not None else 1.0
 
     def usage(self, workloads: list[Workload], cq: str, flavor: str, resource: str) -> float:
         # A finished workload keeps its admission in its status, but Kueue gives its quota back.
@@ -309,6 +410,7 @@ class Kueue:
             if workload.admitted and not workload.finished and self.stop_policy(workload) == "HoldAndDrain":
                 workload.admitted_flavor = None
                 self._evict(workload, "LocalQueueStopped", "The LocalQueue is stopped")
+        queues: dict[str, list[Workload]] = defaultdict(list)
         for workload in self.pending_order(workloads):
             if self.stop_policy(workload) != "None":
                 # As Kueue's workload controller says of a workload in a stopped LocalQueue.
@@ -316,14 +418,60 @@ class Kueue:
                                    f"LocalQueue {workload.queue} is inactive")
                 self.state.save(workload.row, workload.row.body)
                 continue
-            assignment, message = self._assign(workloads, workload)
+            queues[workload.cluster_queue or ""].append(workload)
+        while (head := self._next(workloads, queues)) is not None:
+            queues[head.cluster_queue or ""].remove(head)
+            assignment, message = self._assign(workloads, head)
             if assignment is None:
-                assignment = self._preempt_for(workloads, workload)
+                assignment = self._preempt_for(workloads, head)
             if assignment is None:
-                self._set_pending(workload, message)
+                self._set_pending(head, message)
                 continue
-            workload.admitted_flavor = assignment
-            self._set_admitted(workload)
+            head.admitted_flavor = assignment
+            self._set_admitted(head)
+
+    # Fair sharing, on as deploy/kueue/controller_manager_config.yaml configures Kueue.
+    def _next(self, workloads: list[Workload], queues: dict[str, list[Workload]]) -> Workload | None:
+        """The next workload to try: of each queue its first (priority, then age), and among the
+        queues of a cohort tree the one a tournament picks, as Kueue's fair sharing iterator does:
+        at each level the child whose share, with the workload admitted, is lowest (one that would
+        not borrow first), then priority and age."""
+        heads = {cq: waiting[0] for cq, waiting in sorted(queues.items()) if waiting}
+        if not heads:
+            return None
+        first = next(iter(heads))
+        root = self._root(("cq", first))
+        if root[0] == "cq":
+            return heads[first]
+        tree = self._tree(workloads, first)
+        return self._tournament(workloads, tree, root, heads) or heads[first]
+
+    def _tournament(self, workloads: list[Workload], tree: Tree, node: Node, heads: dict[str, Workload]) -> Workload | None:
+        best: tuple[tuple[Any, ...], Workload] | None = None
+        for child in tree.children.get(node, []):
+            candidate = heads.get(child[1]) if child[0] == "cq" else self._tournament(workloads, tree, child, heads)
+            if candidate is None:
+                continue
+            assignment = self._would_assign(workloads, candidate)
+            share, borrowed = self._tree(workloads + [replace(candidate, admitted_flavor=assignment)],
+                                         candidate.cluster_queue or "").share(child)
+            asked = {(flavor, resource) for resource, flavor in assignment.items()}
+            key = (bool(borrowed & asked), share, -candidate.priority, candidate.created, candidate.name)
+            if best is None or key < best[0]:
+                best = (key, candidate)
+        return best[1] if best else None
+
+    def _would_assign(self, workloads: list[Workload], workload: Workload) -> dict[str, str]:
+        """The flavors the workload would be admitted on: where it fits, else each group's first."""
+        assignment, _ = self._assign(workloads, workload)
+        if assignment is not None:
+            return assignment
+        would: dict[str, str] = {}
+        for asked in self._asked(workload):
+            flavors = self._flavor_order(workload.cluster_queue or "", next(iter(asked)), workload)
+            if flavors:
+                would.update(dict.fromkeys(asked, flavors[0]))
+        return would
 
     def _asked(self, workload: Workload) -> list[dict[str, float]]:
         """The workload's GPU requests, split by its queue's resource groups: each group's are
@@ -375,55 +523,86 @@ class Kueue:
         return assignment, ""
 
     def _preempt_for(self, workloads: list[Workload], workload: Workload) -> dict[str, str] | None:
-        """Reclaims lent quota from borrowers, or makes room inside the team by lower priority."""
+        """Makes room by preemption where Kueue's fair sharing would: inside the team by lower
+        priority, and in the cohort tree from queues that borrow, reclaiming freely while the team
+        stays within its guarantee and, beyond it, only where the team's share stays no higher
+        than the other's (then only lower than the other's was)."""
         cq = workload.cluster_queue or ""
         for asked in self._asked(workload):
             for flavor in self._flavor_order(cq, next(iter(asked)), workload):
-                quotas = {resource: self._quota(cq, flavor, resource) for resource in asked}
-                if any(quota is None for quota in quotas.values()):
+                if any(self._quota(cq, flavor, resource) is None for resource in asked):
                     continue
-                reclaiming = all(self.usage(workloads, cq, flavor, resource) + amount <= (quotas[resource] or (0,))[0]
-                                 for resource, amount in asked.items())
-                candidates = []
-                for other in workloads:
-                    if not other.admitted or other.finished or \
-                            not any((other.admitted_flavor or {}).get(resource) == flavor for resource in asked):
-                        continue
-                    if other.cluster_queue == cq:
-                        if other.priority < workload.priority:
-                            candidates.append(other)
-                    elif reclaiming and other.cluster_queue in self._cohort(cq) and self._over(workloads, other, flavor, asked):
-                        candidates.append(other)
-                # Lowest priority first, and among equals the newest, as Kueue does.
-                candidates.sort(key=lambda w: w.created, reverse=True)
-                candidates.sort(key=lambda w: w.priority)
-                chosen: list[Workload] = []
-                fits = False
-                for victim in candidates:
-                    chosen.append(victim)
-                    victim.admitted_flavor = None
-                    fits = not self._fits_all(workloads, cq, flavor, asked)
-                    if fits:
-                        break
-                if fits:
-                    for victim in chosen:
-                        in_cohort = victim.cluster_queue != cq
-                        self._evict(victim, "InCohortReclamation" if in_cohort else "InClusterQueue",
-                                    f"Preempted to accommodate a workload (UID: {workload.row.body['metadata']['uid']}) due to "
-                                    + ("reclamation within the cohort" if in_cohort else "prioritization in the ClusterQueue"))
-                    return self._assign(workloads, workload)[0]
-                for victim in chosen:
-                    victim.admitted_flavor = self._restore(victim)
+                victims = self._fair_victims(workloads, workload, flavor, asked)
+                if victims is None:
+                    continue
+                uid = workload.row.body["metadata"]["uid"]
+                for victim, reason in victims:
+                    self._evict(victim, reason, f"Preempted to accommodate a workload (UID: {uid}) due to {PREEMPTED[reason]}")
+                return self._assign(workloads, workload)[0]
         return None
 
-    def _over(self, workloads: list[Workload], lender: Workload, flavor: str, asked: dict[str, float]) -> bool:
-        """Whether the other queue uses more of the flavor than its guarantee (it borrows)."""
-        queue = lender.cluster_queue or ""
-        for resource in asked:
-            quota = self._quota(queue, flavor, resource)
-            if quota and self.usage(workloads, queue, flavor, resource) > quota[0]:
-                return True
-        return False
+    def _fair_victims(self, workloads: list[Workload], workload: Workload, flavor: str,
+                      asked: dict[str, float]) -> list[tuple[Workload, str]] | None:
+        """The workloads whose preemption lets `asked` fit on the flavor, each with its reason, or
+        None (and nothing changed) when none would. The highest share's queue gives first; its
+        lowest priority, then newest, workload first."""
+        cq = workload.cluster_queue or ""
+        incoming = replace(workload, admitted_flavor=dict.fromkeys(asked, flavor))
+        contested = {(flavor, resource) for resource in asked}
+        queues = set(self._cohort(cq))
+        candidates = [other for other in workloads
+                      if other.admitted and not other.finished and other.cluster_queue in queues
+                      and any((other.admitted_flavor or {}).get(resource) == flavor for resource in asked)
+                      and (other.cluster_queue != cq or other.priority < workload.priority)]
+        chosen: list[tuple[Workload, str]] = []
+        retry: list[Workload] = []
+
+        def take(victim: Workload, reason: str) -> bool:
+            chosen.append((victim, reason))
+            victim.admitted_flavor = None
+            return not self._fits_all(workloads, cq, flavor, asked)
+
+        def targets(pool: list[Workload]) -> list[tuple[Share, str, list[Workload]]]:
+            """The queues with candidates left that may give (borrowing, or the team's own), highest share first."""
+            tree = self._tree(workloads + [incoming], cq)
+            by_queue: dict[str, list[Workload]] = defaultdict(list)
+            for other in pool:
+                if other.admitted_flavor is not None:
+                    by_queue[other.cluster_queue or ""].append(other)
+            found = []
+            for name, pending in by_queue.items():
+                share, borrowed = tree.share(("cq", name))
+                if name == cq or borrowed & contested:
+                    newest_first = sorted(pending, key=lambda w: w.created, reverse=True)
+                    found.append((share, name, sorted(newest_first, key=lambda w: w.priority)))
+            return sorted(found, key=lambda t: (t[0], t[1]), reverse=True)
+
+        while found := targets([c for c in candidates if c not in retry]):
+            _, target, pending = found[0]
+            within = all(self.usage(workloads, cq, flavor, resource) + amount <= (self._quota(cq, flavor, resource) or (0,))[0]
+                         for resource, amount in asked.items())
+            if target == cq or within:
+                if take(pending[0], "InClusterQueue" if target == cq else "InCohortReclamation"):
+                    return chosen
+                continue
+            mine = self._tree(workloads + [incoming], cq).share(("cq", cq))[0]
+            for other in pending:
+                saved, other.admitted_flavor = other.admitted_flavor, None
+                after = self._tree(workloads + [incoming], cq).share(("cq", target))[0]
+                other.admitted_flavor = saved
+                if mine <= after:  # LessThanOrEqualToFinalShare
+                    if take(other, "InCohortFairSharing"):
+                        return chosen
+                    break
+                retry.append(other)
+        # LessThanInitialShare, once per queue, for what the first strategy passed over.
+        for _, target, pending in targets(retry):
+            tree = self._tree(workloads + [incoming], cq)
+            if tree.share(("cq", cq))[0] < tree.share(("cq", target))[0] and take(pending[0], "InCohortFairSharing"):
+                return chosen
+        for victim, _ in chosen:
+            victim.admitted_flavor = self._restore(victim)
+        return None
 
     @staticmethod
     def _restore(workload: Workload) -> dict[str, str] | None:

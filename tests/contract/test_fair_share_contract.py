@@ -1,0 +1,67 @@
+"""Weights between teams on the real Kueue and the simulated one (issue 27 §2): two teams that
+borrow a third team's idle GPUs share them by their fair-share weights. Asserted as the members
+see it: how many of each team's workloads run, and that the rest wait for quota."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from jobs import selectors as job_selectors
+from jobs.models import Workload
+from tenants import cluster_selectors
+from tenants import services as tenant_services
+from tests.contract.conftest import clusters
+from tests.contract.scenarios import HOLD, launch, phase_of, running
+
+pytestmark = pytest.mark.django_db
+
+cluster = clusters("simulated", "real")
+
+
+def waits(workload: Workload) -> bool:
+    """Waiting for quota, or preempted and queued again (and said to be)."""
+    phase = phase_of(workload)
+    return ((phase == Workload.Phase.QUEUED and workload.reason.startswith("Waiting"))
+            or (phase == Workload.Phase.PREEMPTED and workload.reason.startswith("Preempted and queued again")))
+
+
+def test_two_teams_borrowing_idle_gpus_converge_to_the_ratio_of_their_weights(cluster, site, templates, settings,
+                                                                              django_capture_on_commit_callbacks):
+    """C leaves its 8 GPUs idle. A (weight 1) borrows all 8 first; then B (weight 3) launches 8
+    too. B takes GPUs back from A, as Kueue's fair sharing preempts the team holding more than its
+    share, until they hold 2 and 6: the weights' 1:3. Each team's other workloads wait."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    a, b = site.team("light", gpus=0), site.team("heavy", gpus=0)
+    site.team("lender", gpus=8)
+    with capture(execute=True):
+        tenant_services.team_update(actor=site.admin, team=b, fair_share_weight=Decimal(3))
+    training = templates["training"]
+
+    first = [launch(a, a.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(8)]
+    cluster.wait_for(lambda: all(running(w) for w in first), what="A to borrow all 8 idle GPUs while B wants none",
+                     timeout=120)
+
+    second = [launch(b, b.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(8)]
+
+    def shares() -> tuple[int, int, int, int]:
+        return (sum(running(w) for w in first), sum(waits(w) for w in first),
+                sum(running(w) for w in second), sum(waits(w) for w in second))
+
+    cluster.wait_for(lambda: shares() == (2, 6, 6, 2),
+                     what="A to run 2 and B 6 (weights 1:3), the other 6 of A's and 2 of B's waiting", timeout=180)
+
+    # The team page reads the same from the queues: each holds its fair share of the 8 borrowed.
+    def fair(team) -> tuple[int, int, str, bool]:
+        (share,) = cluster_selectors.team_cluster_picture(team=team).fair_shares
+        return share.pool, share.borrowed, share.fair_text, share.above
+
+    cluster.wait_for(lambda: fair(a) == (8, 2, "2", False) and fair(b) == (8, 6, "6", False),
+                     what="the team pages to show 2 of 8 and 6 of 8 borrowed, each its fair share")
+    # Why one of A's waits: a third would put A above its fair share.
+    waiting = next(w for w in first if waits(w))
+    said = job_selectors.why_waiting(workload=waiting).fairness
+    assert f"{a.name} borrows 2 (weight 1; its fair share 2)" in said, said
+    assert f"{b.name} 6 (weight 3)" in said and "above its fair share" in said, said
