@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -100,8 +101,10 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
 
 
 # A department and its teams; the other teams are in none. Its teams lend recsys at most 4 units of
-# each flavor of their idle guarantees, keeping the rest for each other.
+# each flavor of their idle guarantees, keeping the rest for each other, and share what they borrow
+# 2:1 (vision's fair-share weight is 2).
 DEPARTMENT = ("research", "AI Research", ("vision", "nlp"), 4)
+WEIGHTS = {"vision": Decimal(2)}
 
 
 def departments_seed(*, admin: User, teams: dict[str, Team]) -> None:
@@ -111,7 +114,8 @@ def departments_seed(*, admin: User, teams: dict[str, Team]) -> None:
     slug, name, members, lends = DEPARTMENT
     research = services.department_save(actor=admin, department=Department(slug=slug, name=name, lending_limit=lends))
     for team_slug in members:
-        teams[team_slug] = services.team_update(actor=admin, team=teams[team_slug], department=research)
+        teams[team_slug] = services.team_update(actor=admin, team=teams[team_slug], department=research,
+                                                fair_share_weight=WEIGHTS.get(team_slug, Decimal(1)))
 
 
 def people_seed() -> dict[str, User]:

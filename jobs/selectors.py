@@ -247,6 +247,7 @@ class WhyWaiting:
     holders: list[Holder] = field(default_factory=list)
     estimated_start: dt.datetime | None = None
     estimate_basis: str = ""
+    fairness: str = ""  # where fair sharing between teams is why it waits (fairness_reason)
 
 
 def _owned_by(entry: PendingEntry, workload_name: str) -> bool:
@@ -318,6 +319,31 @@ def estimated_start(*, workload: Workload, ahead: list[Workload], usage: QueueUs
                   "with a maximum run time do not free that many: servers and notebooks run until stopped.")
 
 
+def fairness_reason(*, workload: Workload, usage: QueueUsage | None, queues: dict[str, list[QueueUsage]] | None) -> str:
+    """Where it waits for idle quota other teams of its cohort borrow: how those units are split by
+    weight, and whether the team would be above its fair share with it (then it waits for units to
+    free up) or not (then Kueue reclaims for it from a team above its own); "" where fairness is
+    not the reason (it fits the team's guarantee, the team may not borrow, nobody else borrows)."""
+    if (queues is None or usage is None or workload.phase not in WAITING or not workload.team.may_borrow
+            or usage.free >= workload.total_units or not queueing.backend().fair_sharing
+            or not workload.reason.startswith(("Waiting for quota", "Preempted and queued again"))):
+        return ""
+    share = next((fs for fs in cluster_selectors.fair_shares(team=workload.team, queues=queues)
+                  if fs.flavor == workload.flavor.name), None)
+    if share is None or not share.borrowers:
+        return ""
+    team, units = workload.team.name, workload.total_units
+    others = ", ".join(f"{b.team} {b.borrowed} (weight {b.weight_text})" for b in share.borrowers)
+    said = (f"Fair sharing: the {share.pool} units of {share.flavor} the teams of its cohort borrow go to them by weight. "
+            f"{team} borrows {share.borrowed} (weight {share.weight_text}; its fair share {share.fair_text}); also borrowing: "
+            f"{others}. ")
+    if share.borrowed + units > share.fair:
+        return said + (f"With this workload {team} would hold {share.borrowed + units}, above its fair share, so it waits "
+                       "until units free up or the others borrow less.")
+    return said + (f"With this workload {team} would still be within its fair share, so Kueue takes units back for it "
+                   "from a team above its own.")
+
+
 def why_waiting(*, workload: Workload) -> WhyWaiting:
     """The reason in words, the team's quota of the flavor, its place in the queue (Kueue's, or
     the portal's estimate, said which), who uses the flavor now, and an estimated start. Work
@@ -349,7 +375,8 @@ def why_waiting(*, workload: Workload) -> WhyWaiting:
     reason = HELD_WAITING if usage is not None and usage.held and workload.phase in WAITING else workload.reason
     return WhyWaiting(reason=reason, usage=usage, position=position, ahead=ahead, position_source=source,
                       position_by=position_by,
-                      holders=_holders(workload.flavor, queues), estimated_start=start, estimate_basis=basis)
+                      holders=_holders(workload.flavor, queues), estimated_start=start, estimate_basis=basis,
+                      fairness=fairness_reason(workload=workload, usage=usage, queues=queues))
 
 
 @dataclass(frozen=True)

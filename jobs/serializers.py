@@ -495,6 +495,9 @@ class WhyWaitingSerializer(serializers.Serializer):
         allow_null=True, help_text="An estimate: when running jobs' maximum run times free enough units; null when "
                                    "none can be made.")
     estimate_basis = serializers.CharField(help_text="What the estimate rests on, in words.")
+    fairness = serializers.CharField(
+        help_text="Where fair sharing between teams is why it waits: how the borrowed units are split by weight and "
+                  "what that means for it, in words; empty otherwise.")
 
 
 class ScaleSerializer(StrictInputMixin, serializers.Serializer):

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from portal.health import TEAM_PASS, heartbeat_at
 from portal.hooks import Hook
 from portal.kube import KubeError, gateway
 from tenants import selectors
+from tenants.manifests import weight_quantity
 from tenants.models import Flavor, Team
 from tenants.queueing import backend
 from tenants.queueing.base import QueueUsage
@@ -48,6 +50,91 @@ def in_units(rows: Iterable[QueueUsage], flavors: dict[str, Flavor]) -> list[Que
 
 
 @dataclass(frozen=True)
+class Borrower:
+    team: str  # its name
+    borrowed: int
+    weight: Decimal
+
+    @property
+    def weight_text(self) -> str:
+        return weight_quantity(self.weight)
+
+
+@dataclass(frozen=True)
+class FairShare:
+    """A team's part of what the teams of its cohort (its department's, or those in none) borrow
+    of one flavor now, against its fair share of it: the borrowed units split by weight among the
+    teams borrowing them, itself counted too. When they all want more, Kueue's fair sharing moves
+    the units toward these shares (it admits, and reclaims, by borrowed share over weight)."""
+
+    flavor: str  # its name
+    weight: Decimal
+    borrowed: int
+    pool: int  # units the cohort's teams borrow of the flavor
+    weights: Decimal  # the borrowing teams' weights, the team's own included
+    borrowers: tuple[Borrower, ...] = ()  # the other teams borrowing it, most first
+
+    @property
+    def weight_text(self) -> str:
+        return weight_quantity(self.weight)
+
+    @property
+    def weights_text(self) -> str:
+        return weight_quantity(self.weights)
+
+    @property
+    def fair(self) -> Decimal:
+        """Its fair share of the pool, in units to one decimal."""
+        if not self.weights:
+            return Decimal(0)
+        return (self.pool * self.weight / self.weights).quantize(Decimal("0.1"), ROUND_HALF_UP)
+
+    @property
+    def fair_text(self) -> str:
+        return weight_quantity(self.fair)
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.borrowed / self.pool) if self.pool else 0
+
+    @property
+    def fair_percent(self) -> int:
+        return round(100 * self.weight / self.weights) if self.weights else 0
+
+    @property
+    def above(self) -> bool:
+        """It holds more than its fair share: its borrowed work is the first reclaimed."""
+        return self.borrowed > self.fair
+
+
+def fair_shares(*, team: Team, queues: dict[str, list[QueueUsage]]) -> list[FairShare]:
+    """The team's fair share of each GPU flavor the teams of its cohort borrow now (none where
+    nobody borrows), from every team queue's usage as cluster_queue_usage reads it."""
+    cohort = Team.objects.filter(slug__in=list(queues))
+    cohort = (cohort.filter(department_id=team.department_id) if team.department_id is not None
+              else cohort.filter(department__isnull=True))
+    siblings = {slug: (name, weight) for slug, name, weight in cohort.values_list("slug", "name", "fair_share_weight")}
+    siblings.setdefault(team.slug, (team.name, team.fair_share_weight))
+    names = dict(Flavor.objects.filter(slug__in={row.flavor for rows in queues.values() for row in rows})
+                 .values_list("slug", "name"))
+    borrowed: dict[str, dict[str, int]] = defaultdict(dict)
+    for slug, rows in queues.items():
+        if slug in siblings:
+            for row in rows:
+                if row.borrowed:
+                    borrowed[row.flavor][slug] = borrowed[row.flavor].get(slug, 0) + row.borrowed
+    shares = []
+    for flavor, by_team in sorted(borrowed.items()):
+        weight = siblings[team.slug][1]
+        others = sorted((Borrower(team=siblings[slug][0], borrowed=units, weight=siblings[slug][1])
+                         for slug, units in by_team.items() if slug != team.slug), key=lambda b: (-b.borrowed, b.team))
+        shares.append(FairShare(flavor=names.get(flavor, flavor), weight=weight, borrowed=by_team.get(team.slug, 0),
+                                pool=sum(by_team.values()), weights=weight + sum(b.weight for b in others),
+                                borrowers=tuple(others)))
+    return shares
+
+
+@dataclass(frozen=True)
 class ClusterPicture:
     """What the team page and API say about a team in the cluster."""
 
@@ -58,6 +145,7 @@ class ClusterPicture:
     usage: list[QueueUsage]
     unreachable: str = ""
     checked_at: Any = None  # the last team pass, which compared every team's objects with the cluster
+    fair_shares: list[FairShare] = field(default_factory=list)
 
 
 # The units of a CPU-only flavor a team's active workloads hold: no queue counts them (jobs does).
@@ -66,9 +154,11 @@ CPU_UNITS_IN_USE = Hook[Callable[..., int]]("tenants.cluster_selectors.CPU_UNITS
 
 def team_cluster_picture(*, team: Team) -> ClusterPicture:
     names = dict(Flavor.objects.values_list("slug", "name"))
+    shares: list[FairShare] = []
     try:
-        usage = cluster_queue_usage(slugs=[team.slug]).get(team.slug, [])
-        unreachable = ""
+        queues = cluster_queue_usage()
+        usage, unreachable = queues.get(team.slug, []), ""
+        shares = fair_shares(team=team, queues=queues) if backend().fair_sharing else []
     except KubeError as error:
         usage, unreachable = [], f"The cluster did not answer: {error}"
     usage = [replace(row, flavor=names.get(row.flavor, row.flavor)) for row in usage]
@@ -79,7 +169,8 @@ def team_cluster_picture(*, team: Team) -> ClusterPicture:
                                 in_use=CPU_UNITS_IN_USE.call(team=team, flavor=flavor), borrowed=0, lent=0,
                                 counted_by_portal=True))
     return ClusterPicture(state=team.sync_state, state_display=team.sync_state_display, error=team.sync_error,
-                          synced_at=team.synced_at, usage=usage, unreachable=unreachable, checked_at=heartbeat_at(TEAM_PASS))
+                          synced_at=team.synced_at, usage=usage, unreachable=unreachable, checked_at=heartbeat_at(TEAM_PASS),
+                          fair_shares=shares)
 
 
 @dataclass(frozen=True)

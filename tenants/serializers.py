@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import models
@@ -15,7 +16,7 @@ from rest_framework import serializers
 from portal.adapters import StrictInputMixin, VisibleSlugField, WholeNumberSerializerField, error_sentences
 from portal.models import AuditEvent, User
 from tenants import selectors
-from tenants.models import Department, Flavor, Membership, QuotaGrant, QuotaRequest, Team
+from tenants.models import WEIGHT_INVALID, WEIGHT_LIMIT, Department, Flavor, Membership, QuotaGrant, QuotaRequest, Team
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -79,9 +80,9 @@ class TeamSerializer(serializers.ModelSerializer):
     class Meta:
         model = Team
         fields = ["id", "uid", "slug", "name", "cost_center", "description", "created_at", "member_count",
-                  "pending_requests", "department", "may_borrow", "lends_idle", "cpu_limit_cores", "memory_limit_gib",
-                  "pod_limit", "storage_quota", "requires_second_approver", "person_gpu_limit", "person_share_percent",
-                  "sync_state", "synced_at", "sync_error", "members", "guarantees"]
+                  "pending_requests", "department", "may_borrow", "lends_idle", "fair_share_weight", "cpu_limit_cores",
+                  "memory_limit_gib", "pod_limit", "storage_quota", "requires_second_approver", "person_gpu_limit",
+                  "person_share_percent", "sync_state", "synced_at", "sync_error", "members", "guarantees"]
         read_only_fields = fields
         list_serializer_class = TeamListSerializer
 
@@ -107,6 +108,26 @@ class QueueUsageSerializer(serializers.Serializer):
         help_text="A CPU-only flavor, in no queue: in_use is the portal's count of the team's active workloads on it.")
 
 
+class BorrowerSerializer(serializers.Serializer):
+    team = serializers.CharField(help_text="The team's name.")
+    borrowed = serializers.IntegerField()
+    weight = serializers.DecimalField(max_digits=5, decimal_places=2)
+
+
+class FairShareSerializer(serializers.Serializer):
+    flavor = serializers.CharField(help_text="The flavor's name.")
+    weight = serializers.DecimalField(max_digits=5, decimal_places=2, help_text="The team's fair-share weight.")
+    borrowed = serializers.IntegerField(help_text="Units the team borrows of it now.")
+    pool = serializers.IntegerField(help_text="Units the teams of its cohort (its department's, or those in none) "
+                                              "borrow of it now.")
+    weights = serializers.DecimalField(max_digits=8, decimal_places=2,
+                                       help_text="The borrowing teams' weights summed, the team's own included.")
+    fair = serializers.DecimalField(max_digits=8, decimal_places=1,
+                                    help_text="Its fair share of the pool: pool × weight / weights, to one decimal.")
+    above = serializers.BooleanField(help_text="It borrows more than its fair share: its borrowed work is reclaimed first.")
+    borrowers = BorrowerSerializer(many=True, help_text="The other teams of its cohort borrowing it.")
+
+
 class ClusterPictureSerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=Team.SyncState.choices)
     error = serializers.CharField(help_text="Why the last apply failed, or why the team cannot be provisioned (its namespace "
@@ -117,6 +138,9 @@ class ClusterPictureSerializer(serializers.Serializer):
                                    "(and repaired any drift); null until it has run once.")
     unreachable = serializers.CharField(help_text="Set when the cluster did not answer for the live usage.")
     usage = QueueUsageSerializer(many=True)
+    fair_shares = FairShareSerializer(
+        many=True, help_text="Per GPU flavor its cohort's teams borrow now: the team's part against its fair share by "
+                             "weight (empty where the queue backend has no fair sharing).")
 
 
 class TeamCreateSerializer(StrictInputMixin, serializers.Serializer):
@@ -124,6 +148,24 @@ class TeamCreateSerializer(StrictInputMixin, serializers.Serializer):
     name = serializers.CharField()
     cost_center = serializers.CharField(allow_blank=True, default="")
     description = serializers.CharField(allow_blank=True, default="")
+
+
+class WeightField(serializers.DecimalField):
+    """A fair-share weight: a number from 0 to 100 with at most two decimals, refused in words."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        for key in ("max_digits", "decimal_places", "min_value", "max_value", "validators"):
+            kwargs.pop(key, None)
+        super().__init__(max_digits=5, decimal_places=2, **kwargs)
+
+    def to_internal_value(self, data: Any) -> Decimal:
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError:
+            value = None
+        if value is None or not Decimal(0) <= value <= WEIGHT_LIMIT:
+            raise serializers.ValidationError(f"“{data}” is not a weight: {WEIGHT_INVALID}")
+        return value
 
 
 class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
@@ -149,6 +191,9 @@ class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):
         help_text="The slug of the department it belongs to, or null for none. Platform admins only.")
     may_borrow = serializers.BooleanField(required=False, help_text="Platform admins only.")
     lends_idle = serializers.BooleanField(required=False, help_text="Platform admins only.")
+    fair_share_weight = WeightField(
+        required=False, help_text="Against the other teams of its cohort when they compete for idle quota: shares "
+                                  "converge to the weights' ratio; 0 borrows only what nobody else wants. Platform admins only.")
     cpu_limit_cores = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")
     memory_limit_gib = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")
     pod_limit = WholeNumberSerializerField(required=False, min_value=1, help_text="Platform admins only.")
@@ -267,17 +312,17 @@ class DepartmentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Department
-        fields = ["id", "slug", "name", "borrowing_limit", "lending_limit", "teams", "created_at"]
+        fields = ["id", "slug", "name", "borrowing_limit", "lending_limit", "fair_share_weight", "teams", "created_at"]
         read_only_fields = fields
 
 
 class DepartmentWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
-                                models.PositiveIntegerField: WholeNumberSerializerField}
+                                models.PositiveIntegerField: WholeNumberSerializerField, models.DecimalField: WeightField}
 
     class Meta:
         model = Department
-        fields = ["name", "slug", "borrowing_limit", "lending_limit"]
+        fields = ["name", "slug", "borrowing_limit", "lending_limit", "fair_share_weight"]
 
 
 # --- Quota requests ----------------------------------------------------------------------------
