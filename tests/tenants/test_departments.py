@@ -115,7 +115,7 @@ def test_on_volcano_departments_are_refused_in_words(research, team, admin_user,
 
 def test_the_page_lists_departments_with_their_teams_and_guarantees_and_makes_one(research, team, other_team,
                                                                                   flavor, admin_user):
-    services.team_update(actor=admin_user, team=team, department=research)
+    services.team_update(actor=admin_user, team=team, department=research, fair_share_weight=Decimal(2))
     services.team_update(actor=admin_user, team=other_team, department=research)
     QuotaGrantFactory(team=team, flavor=flavor, units=3)
     QuotaGrantFactory(team=other_team, flavor=flavor, units=2)
@@ -123,11 +123,13 @@ def test_the_page_lists_departments_with_their_teams_and_guarantees_and_makes_on
     page = client.get(reverse("tenants:department-list")).content.decode()
     assert f"5 × {flavor.name}" in page and team.name in page and other_team.name in page
     assert "at most 4 units a flavor" in page and "nothing" in page  # lends nothing outside
+    assert f"{team.name}</a> <span class=\"muted small\">weight 2</span>" in page
+    assert '<td class="num" data-testid="department-weight">1</td>' in page
     made = client.post(reverse("tenants:department-list"), department_form(name="Ops", slug="ops", borrowing_limit="",
-                                                                            lending_limit=""))
+                                                                            lending_limit="", fair_share_weight="1.5"))
     assert made.status_code == 302
     ops = Department.objects.get(slug="ops")
-    assert (ops.borrowing_limit, ops.lending_limit) == (None, None)
+    assert (ops.borrowing_limit, ops.lending_limit, ops.fair_share_weight) == (None, None, Decimal("1.5"))
     assert AuditEvent.objects.get(action="department.created", object_id=str(ops.pk)).message.startswith(
         f"{admin_user.username} created department ops")
 
