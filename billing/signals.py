@@ -1,5 +1,5 @@
 """What billing follows in the apps to its left, through their events (portal.hooks): an account
-is made with its team, follows its name and cost center, and outlives it; a deleted workload's
+is made with its team, follows its name, cost center and department, and outlives it; a deleted workload's
 open run intervals end; closed intervals are metered soon after. Subscribed in BillingConfig.ready."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tenants.models import Team
 
 def _team_saved(team: Team, created: bool, update_fields: frozenset[str] | None) -> None:
     # The reconcile saves a team often, for its sync state only: those saves change nothing here.
-    if created or update_fields is None or {"slug", "name", "cost_center"} & set(update_fields):
+    if created or update_fields is None or {"slug", "name", "cost_center", "department"} & set(update_fields):
         Account.for_team(team)
 
 

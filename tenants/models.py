@@ -101,7 +101,7 @@ def fair_share_weight_field(help_text: str) -> models.DecimalField:
     (Kueue's fair sharing weight): shares converge to the weights' ratio. 0 borrows only what
     nobody else wants, and its borrowed work is the first reclaimed."""
     return models.DecimalField(
-        "fair-share weight", max_digits=5, decimal_places=2, default=Decimal(1),
+        "fair-share weight", max_digits=5, decimal_places=2, default=Decimal(1), db_default=Decimal(1),
         validators=[MinValueValidator(Decimal(0)), MaxValueValidator(WEIGHT_LIMIT)], help_text=help_text)
 
 

@@ -98,6 +98,9 @@ class StatementLine(models.Model):
     account_slug = models.CharField(max_length=63, blank=True)
     account_name = models.CharField(max_length=120, blank=True)
     cost_center = models.CharField(max_length=60, blank=True)
+    # db_default: SQLite adds the column in place, keeping the sealed-statement triggers (0006).
+    department = models.CharField(max_length=120, blank=True, default="", db_default="",
+                                  help_text="The team's department at close; \"\" for none.")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="+")
     flavor_slug = models.CharField(max_length=63)
     flavor_name = models.CharField(max_length=100)
@@ -174,6 +177,9 @@ class Adjustment(models.Model):
     account_slug = models.CharField(max_length=63, blank=True)
     account_name = models.CharField(max_length=120, blank=True)
     cost_center = models.CharField(max_length=60, blank=True)
+    # db_default: SQLite adds the column in place, keeping the sealed-statement triggers (0006).
+    department = models.CharField(max_length=120, blank=True, default="", db_default="",
+                                  help_text="The team's department at close; \"\" for none.")
     amount = models.DecimalField(max_digits=20, decimal_places=3, help_text="Negative for a credit.")
     reason = models.TextField()
     created_at = models.DateTimeField(default=timezone.now)

@@ -13,10 +13,11 @@ the days the clocks change.
 from __future__ import annotations
 
 from django.db import models
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing.models.rates import Rate
-from tenants.models import Flavor, Team
+from tenants.models import Department, Flavor, Team
 
 
 class Account(models.Model):
@@ -30,6 +31,8 @@ class Account(models.Model):
     slug = models.CharField(max_length=63)
     name = models.CharField(max_length=120)
     cost_center = models.CharField(max_length=60, blank=True)
+    # The name of the team's department ("" for none): statements group by it, as they were at close.
+    department = models.CharField(max_length=120, blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
     team_deleted_at = models.DateTimeField(null=True, blank=True)
 
@@ -41,13 +44,16 @@ class Account(models.Model):
 
     @classmethod
     def for_team(cls, team: Team) -> Account:
-        """The team's account, made on first use; its name and cost center follow the team."""
+        """The team's account, made on first use; its name, cost center and department follow the team."""
         account = cls.objects.filter(models.Q(team_uid=team.uid) | models.Q(team=team)).order_by("pk").first()
+        department = team.department.name if team.department is not None else ""
         if account is None:
             account, _ = cls.objects.get_or_create(team_uid=team.uid, defaults={
-                "team": team, "slug": team.slug, "name": team.name, "cost_center": team.cost_center})
+                "team": team, "slug": team.slug, "name": team.name, "cost_center": team.cost_center,
+                "department": department})
             return account
         wanted: dict[str, object] = {"slug": team.slug, "name": team.name, "cost_center": team.cost_center,
+                                     "department": department,
                                      "team_uid": team.uid}
         if team.pk is not None and account.team_id != team.pk:
             wanted["team"] = team
@@ -57,6 +63,15 @@ class Account(models.Model):
                 setattr(account, field, wanted[field])
             account.save(update_fields=changed)
         return account
+
+
+    @classmethod
+    def follow_departments(cls) -> None:
+        """Every existing team's account takes its department's name as it is now (a department
+        renamed since a team was last saved); a deleted team's account keeps its last."""
+        name = Department.objects.filter(teams=models.OuterRef("team_id")).values("name")[:1]
+        cls.objects.filter(team__isnull=False).update(
+            department=Coalesce(models.Subquery(name), models.Value(""), output_field=models.CharField()))
 
 
 class UsageHour(models.Model):

@@ -24,7 +24,7 @@ from billing import periods
 from billing.models import Statement
 from billing.statements import exports, selectors, services
 from billing.statements.exports import download
-from billing.statements.selectors import StatementPicture
+from billing.statements.selectors import StatementPicture, department_totals
 from billing.statements.serializers import (
     MONTH_PATTERN,
     AdjustmentCreateSerializer,
@@ -47,7 +47,8 @@ def _money(picture: StatementPicture) -> dict[str, Any]:
 
 
 def _detail(picture: StatementPicture) -> dict[str, Any]:
-    return {"statement": picture.statement, "teams": picture.teams, "charged": picture.charged,
+    return {"statement": picture.statement, "teams": picture.teams, "departments": department_totals(picture),
+            "charged": picture.charged,
             "adjusted": picture.adjusted, "total": picture.total,
             "unallocated_total": picture.unallocated_total if picture.whole else None,
             "kwh": picture.kwh, "kg_co2e": picture.kg_co2e}

@@ -20,17 +20,17 @@ from django.http import HttpResponse
 from django.template.loader import render_to_string
 
 from billing.models import StatementLine
-from billing.statements.selectors import StatementPicture, flavor_totals
+from billing.statements.selectors import StatementPicture, department_totals, flavor_totals
 
 COLUMNS = [
     "record", "month", "currency", "team", "team_name", "cost_center", "flavor", "flavor_name", "period_start",
     "period_end", "gpu_fraction", "guaranteed_unit_seconds", "borrowed_unit_seconds", "guaranteed_gpu_hours",
     "borrowed_gpu_hours", "price_per_gpu_hour", "amount", "reason", "adjusted_by", "adjusted_at", "kwh", "kg_co2e",
-    "priced_per", "borrowed_discount_percent",
+    "priced_per", "borrowed_discount_percent", "department",
 ]
 # Free text a person typed (a reason, a team's name): a spreadsheet would run a cell that starts
 # like a formula, so such a cell gets a leading apostrophe (OWASP's advice for CSV injection).
-TEXT_COLUMNS = {"team", "team_name", "cost_center", "flavor", "flavor_name", "reason", "adjusted_by"}
+TEXT_COLUMNS = {"team", "team_name", "cost_center", "flavor", "flavor_name", "reason", "adjusted_by", "department"}
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 PRICE = Decimal("0.0001")
 # The PDF's layout lives beside this module, not in a <style> element: no page template carries one.
@@ -55,7 +55,8 @@ def _instant(value: dt.datetime, zone: ZoneInfo) -> str:
 
 
 def statement_csv(picture: StatementPicture) -> bytes:
-    """One row per line, then per adjustment, then the totals."""
+    """One row per line, then per adjustment, then the totals (per team, per department where any
+    team was in one, then the whole)."""
     statement = picture.statement
     zone = ZoneInfo(statement.time_zone)
     money = picture.money
@@ -72,15 +73,18 @@ def statement_csv(picture: StatementPicture) -> bytes:
     for team in picture.teams:
         for adjustment in team.adjustments:
             row(**head, record="adjustment", team=adjustment.account_slug, team_name=adjustment.account_name,
-                cost_center=adjustment.cost_center, amount=money(adjustment.amount), reason=adjustment.reason,
+                cost_center=adjustment.cost_center, department=adjustment.department, amount=money(adjustment.amount),
+                reason=adjustment.reason,
                 adjusted_by=adjustment.created_by_name, adjusted_at=_instant(adjustment.created_at, zone))
     for team in picture.teams:
         if team.energy is not None:
             row(**head, record="energy", team=team.slug, team_name=team.name, cost_center=team.cost_center,
-                kwh=team.energy.kwh, kg_co2e=team.energy.kg_co2e)
+                department=team.department, kwh=team.energy.kwh, kg_co2e=team.energy.kg_co2e)
     for team in picture.teams:
         row(**head, record="team_total", team=team.slug, team_name=team.name, cost_center=team.cost_center,
-            amount=money(team.total))
+            department=team.department, amount=money(team.total))
+    for department in department_totals(picture):  # the teams in none on a line with an empty department
+        row(**head, record="department_total", department=department.department, amount=money(department.total))
     row(**head, record="total_lines", amount=money(picture.charged))
     row(**head, record="total_adjustments", amount=money(picture.adjusted))
     row(**head, record="total_charged", amount=money(picture.total))
@@ -93,6 +97,7 @@ def statement_csv(picture: StatementPicture) -> bytes:
 
 def _line_values(line: StatementLine, zone: ZoneInfo, money: Callable[[Decimal], Decimal]) -> dict[str, object]:
     return {"record": line.kind, "team": line.account_slug, "team_name": line.account_name, "cost_center": line.cost_center,
+            "department": line.department,
             "flavor": line.flavor_slug, "flavor_name": line.flavor_name, "period_start": _instant(line.period_start, zone),
             "period_end": _instant(line.period_end, zone),
             "gpu_fraction": f"{line.fraction_numerator}/{line.fraction_denominator}",
@@ -116,7 +121,8 @@ def statement_pdf(picture: StatementPicture) -> bytes:
     from weasyprint import CSS, HTML  # imported here: loading Pango costs a second the other requests never need
 
     html = render_to_string("billing/statement_pdf.html", {"picture": picture, "chart": team_chart(picture),
-                                                           "flavors": flavor_totals(picture)})
+                                                           "flavors": flavor_totals(picture),
+                                                           "departments": department_totals(picture)})
     return HTML(string=html).write_pdf(stylesheets=[CSS(filename=str(PDF_STYLE))])
 
 

@@ -36,6 +36,7 @@ class TeamSection:
     slug: str
     name: str
     cost_center: str
+    department: str = ""  # its department's name at close; "" for none
     lines: list[StatementLine] = field(default_factory=list)
     adjustments: list[Adjustment] = field(default_factory=list)
     energy: StatementEnergy | None = None  # its GPUs' energy in the month, when any was metered
@@ -177,10 +178,11 @@ def statement_picture(*, user: User | AnonymousUser, statement: Statement, team:
         if line.account_id is None:
             unallocated.append(line)
             continue
-        _section(sections, line.account_id, line.account_slug, line.account_name, line.cost_center).lines.append(line)
+        _section(sections, line.account_id, line.account_slug, line.account_name, line.cost_center,
+                 line.department).lines.append(line)
     for adjustment in adjustments.order_by("created_at", "id"):
         _section(sections, adjustment.account_id, adjustment.account_slug, adjustment.account_name,
-                 adjustment.cost_center).adjustments.append(adjustment)
+                 adjustment.cost_center, adjustment.department).adjustments.append(adjustment)
     for row in energy:
         if row.account_id in sections:  # a team the statement bills nothing has no section to show it in
             sections[row.account_id].energy = row
@@ -189,9 +191,11 @@ def statement_picture(*, user: User | AnonymousUser, statement: Statement, team:
     return StatementPicture(statement=statement, teams=teams, unallocated=unallocated if whole else [], whole=whole)
 
 
-def _section(sections: dict[int, TeamSection], account_id: int, slug: str, name: str, cost_center: str) -> TeamSection:
+def _section(sections: dict[int, TeamSection], account_id: int, slug: str, name: str, cost_center: str,
+             department: str) -> TeamSection:
     if account_id not in sections:
-        sections[account_id] = TeamSection(account_id=account_id, slug=slug, name=name, cost_center=cost_center)
+        sections[account_id] = TeamSection(account_id=account_id, slug=slug, name=name, cost_center=cost_center,
+                                           department=department)
     return sections[account_id]
 
 
@@ -199,6 +203,41 @@ def _line_order(line: StatementLine) -> tuple[int, str, dt.datetime, int, int]:
     """Kind, flavor, period, GPU fraction: no database id, so the same data always reads in the same order."""
     return (KIND_ORDER.get(StatementLine.Kind(line.kind), 9), line.flavor_slug, line.period_start, line.fraction_denominator,
             line.fraction_numerator)
+
+
+NO_DEPARTMENT = "No department"
+
+
+@dataclass(frozen=True)
+class DepartmentTotal:
+    """A department's part of a statement: the sums of its teams' sections, as closed."""
+
+    name: str  # NO_DEPARTMENT for the teams in none
+    department: str  # "" for the teams in none
+    teams: int
+    gpu_hours: Decimal
+    charged: Decimal
+    adjusted: Decimal
+
+    @property
+    def total(self) -> Decimal:
+        return self.charged + self.adjusted
+
+
+def department_totals(picture: StatementPicture) -> list[DepartmentTotal]:
+    """Per department its teams were in at close, the sums of their sections (lines, adjustments,
+    total), the teams in none on a line of their own last, so the lines add up to the picture's
+    totals; none where no team on it was in a department."""
+    if not any(section.department for section in picture.teams):
+        return []
+    grouped: dict[str, list[TeamSection]] = defaultdict(list)
+    for section in picture.teams:
+        grouped[section.department].append(section)
+    return [DepartmentTotal(name=name or NO_DEPARTMENT, department=name, teams=len(sections),
+                            gpu_hours=sum((s.gpu_hours for s in sections), Decimal(0)),
+                            charged=sum((s.charged for s in sections), Decimal(0)),
+                            adjusted=sum((s.adjusted for s in sections), Decimal(0)))
+            for name, sections in sorted(grouped.items(), key=lambda item: (not item[0], item[0]))]
 
 
 def flavor_totals(picture: StatementPicture) -> list[tuple[str, Decimal, Decimal]]:

@@ -25,6 +25,7 @@ class TeamPartSerializer(serializers.Serializer):
     team = serializers.CharField(source="slug")
     name = serializers.CharField()
     cost_center = serializers.CharField()
+    department = serializers.CharField(help_text="Its department's name when the month closed; empty for none.")
     gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
     charged = MoneyField(help_text="The sum of the team's rounded lines.")
     adjusted = MoneyField(help_text="The sum of its adjustments (credits are negative).")
@@ -36,9 +37,21 @@ class TeamPartSerializer(serializers.Serializer):
                                                                "null without one.")
 
 
+class DepartmentPartSerializer(serializers.Serializer):
+    department = serializers.CharField(help_text="Its name as the month closed; empty for the teams in none.")
+    teams = serializers.IntegerField(help_text="How many teams on the statement were in it.")
+    gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    charged = MoneyField(help_text="The sum of its teams' rounded lines.")
+    adjusted = MoneyField(help_text="The sum of its teams' adjustments.")
+    total = MoneyField(help_text="The sum of its teams' totals.")
+
+
 class StatementDetailSerializer(serializers.Serializer):
     statement = StatementSerializer()
     teams = TeamPartSerializer(many=True)
+    departments = DepartmentPartSerializer(
+        many=True, help_text="Per department its teams were in at close, the teams in none last (department empty); "
+                             "they add up to the total. Empty where no team was in a department.")
     charged = MoneyField(help_text="Lines charged to the teams shown.")
     adjusted = MoneyField()
     total = MoneyField(help_text="The sum of the teams' totals.")
@@ -56,7 +69,7 @@ class StatementLineSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = StatementLine
-        fields = ["kind", "team", "team_name", "cost_center", "flavor", "flavor_name", "period_start", "period_end",
+        fields = ["kind", "team", "team_name", "cost_center", "department", "flavor", "flavor_name", "period_start", "period_end",
                   "fraction_numerator", "fraction_denominator", "guaranteed_unit_seconds", "borrowed_unit_seconds",
                   "guaranteed_gpu_hours", "borrowed_gpu_hours", "price_per_gpu_hour", "borrowed_discount_percent", "amount"]
         read_only_fields = fields
@@ -68,7 +81,7 @@ class AdjustmentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Adjustment
-        fields = ["id", "team", "cost_center", "amount", "reason", "created_at", "created_by_name"]
+        fields = ["id", "team", "cost_center", "department", "amount", "reason", "created_at", "created_by_name"]
         read_only_fields = fields
 
 

@@ -126,6 +126,7 @@ def _close(*, actor: User, first: dt.date, start: dt.datetime, end: dt.datetime,
         month=first, period_start=start, period_end=end, currency=DEFAULT_CURRENCY,
         time_zone=periods.billing_zone().key, closed_at=now, closed_by=actor, closed_by_name=actor.username)
     card = RateCard.read()  # the month's prices, for its lines and its credits alike
+    Account.follow_departments()  # the lines keep each team's department as it is at close
     drafts, currency = month_drafts(start=start, end=end, card=card)
     rows = [_line_row(statement, draft, currency) for draft in drafts]
     _write_lines(rows)
@@ -163,7 +164,8 @@ def _write_energy(statement: Statement, *, start: dt.datetime, end: dt.datetime)
     return power
 
 
-_LINE_COLUMNS = ["statement_id", "kind", "account_id", "account_slug", "account_name", "cost_center", "flavor_id",
+_LINE_COLUMNS = ["statement_id", "kind", "account_id", "account_slug", "account_name", "cost_center", "department",
+                 "flavor_id",
                  "flavor_slug", "flavor_name", "rate_id", "period_start", "period_end", "fraction_numerator",
                  "fraction_denominator", "guaranteed_unit_seconds", "borrowed_unit_seconds", "guaranteed_gpu_hours",
                  "borrowed_gpu_hours", "price_per_gpu_hour", "borrowed_discount_percent", "amount"]
@@ -175,7 +177,7 @@ def _line_row(statement: Statement, draft: Draft, currency: str) -> dict[str, An
     return {
         "statement_id": statement.pk, "kind": str(draft.kind), "account_id": account.pk if account else None,
         "account_slug": account.slug if account else "", "account_name": account.name if account else "",
-        "cost_center": account.cost_center if account else "",
+        "cost_center": account.cost_center if account else "", "department": account.department if account else "",
         "flavor_id": draft.flavor.pk, "flavor_slug": draft.flavor.slug, "flavor_name": draft.flavor.name,
         "rate_id": rate.pk if rate else None, "period_start": draft.period.start, "period_end": draft.period.end,
         "fraction_numerator": draft.numerator, "fraction_denominator": draft.denominator,
@@ -215,9 +217,12 @@ def adjustment_add(*, actor: User, statement: Statement, account: Account, amoun
         raise DomainError("An adjustment needs a reason: say what it corrects, e.g. “GPU node 7 was broken on the 12th”.",
                           field="reason")
     value = parse_amount(amount, currency=statement.currency)
+    # It sits with the team's lines: under the department they were closed in, not one made since.
+    closed_in = StatementLine.objects.filter(statement=statement, account=account).values_list("department", flat=True).first()
     adjustment = Adjustment.objects.create(
         statement=statement, account=account, account_slug=account.slug, account_name=account.name,
-        cost_center=account.cost_center, amount=value, reason=reason, created_by=actor, created_by_name=actor.username)
+        cost_center=account.cost_center, department=account.department if closed_in is None else closed_in, amount=value,
+        reason=reason, created_by=actor, created_by_name=actor.username)
     kind = "credit" if value < 0 else "charge"
     audit_record(actor=actor, action="statement.adjusted", obj=adjustment, team_id=account.team_id,
                  message=f"{actor.username} added a {kind} of {value} {statement.currency} for {account.slug} to "

@@ -78,7 +78,8 @@ def _detail_context(request: HtmxHttpRequest, picture: selectors.StatementPictur
     return {"picture": picture, "statement": picture.statement, "currency": picture.statement.currency,
             "can_close": _can_close(request),
             "adjustable": selectors.adjustable_teams(statement=picture.statement) if _can_close(request) else [],
-            "flavors": selectors.flavor_totals(picture), "form": form or AdjustmentForm(), "done": done,
+            "flavors": selectors.flavor_totals(picture), "departments": selectors.department_totals(picture),
+            "form": form or AdjustmentForm(), "done": done,
             "team": request.GET.get("team", "")}
 
 

@@ -118,8 +118,8 @@ def xid_credits_add(*, statement: Statement, actor: User, card: RateCard,
     credits = xid_credits(start=statement.period_start, end=statement.period_end, card=card)
     for account, amount, reason in capped(credits, billed=billed, currency=statement.currency):
         rows.append(Adjustment(statement=statement, account=account, account_slug=account.slug, account_name=account.name,
-                               cost_center=account.cost_center, amount=amount, reason=reason, created_by=actor,
-                               created_by_name=actor.username))
+                               cost_center=account.cost_center, department=account.department, amount=amount,
+                               reason=reason, created_by=actor, created_by_name=actor.username))
     return Adjustment.objects.bulk_create(rows)
 
 

@@ -165,8 +165,8 @@ def test_a_closed_month_keeps_each_teams_energy_sealed_on_its_page_csv_pdf_and_a
     assert "GPU energy: 0.73 kWh, 0.29 kg CO₂e at 0.4 kg per kWh" in page
     assert "metered through 2026-10-20 12:00 when the month closed" in page
     csv = login(finance_user).get("/billing/statements/2026-10/csv/").content.decode().splitlines()
-    assert "energy,2026-10,USD,vision,Vision,,,,,,,,,,,,,,,,0.73,0.29,," in [line.replace("CC-100", "") for line in csv]
-    assert csv[-1].startswith("total_energy,2026-10,USD,") and csv[-1].endswith(",0.73,0.29,,")
+    assert "energy,2026-10,USD,vision,Vision,,,,,,,,,,,,,,,,0.73,0.29,,," in [line.replace("CC-100", "") for line in csv]
+    assert csv[-1].startswith("total_energy,2026-10,USD,") and csv[-1].endswith(",0.73,0.29,,,")
     body = api(lead).get("/api/billing/statements/2026-10/").json()
     assert (body["kwh"], body["kg_co2e"]) == ("0.73", "0.29")
     assert [(t["team"], t["kwh"]) for t in body["teams"]] == [("vision", "0.73")]

@@ -24,6 +24,7 @@ from billing import metering
 from billing.budgets.selectors import budget_status
 from billing.budgets.services import budget_set
 from billing.models import Budget
+from billing.statements import selectors as selectors_statements
 from billing.statements.selectors import statement_picture
 from billing.statements.services import adjustment_add, statement_close
 from billing.usage import selectors
@@ -153,6 +154,31 @@ def test_a_statement_adds_up_on_its_page_its_csv_its_api_and_the_list_after_adju
     api = client.get("/api/billing/statements/2026-10/").json()
     assert Decimal(api["total"]) == picture.total and api["total"] == f"{picture.total:.2f}"
     assert {team["team"]: team["total"] for team in api["teams"]} == {s.slug: f"{s.total:.2f}" for s in picture.teams}
+
+    # By department, as the teams were at close: each the sum of its teams' sections, adding up to the total,
+    # the same on the page, in the CSV and the API, and kept when the department is renamed and a team moves.
+    Department.objects.filter(slug="research").update(name="Applied Research")
+    Team.objects.filter(pk=teams[1].pk).update(department=None)
+    teams[1].refresh_from_db()
+    late = adjustment_add(actor=finance_user, statement=statement, account=account(teams[1]), amount="1.00",
+                          reason="Late fix")
+    assert late.department == "Research"  # with the team's lines, not where the team is now
+    picture = statement_picture(user=finance_user, statement=statement)
+    research, nowhere = selectors_statements.department_totals(picture)
+    in_research = [section for section in picture.teams if section.slug in ("vision", "nlp")]
+    assert (research.name, research.teams, nowhere.name, nowhere.teams) == ("Research", 2, "No department", 1)
+    assert research.total == total(section.total for section in in_research)
+    assert research.gpu_hours == total(section.gpu_hours for section in in_research)
+    assert research.total + nowhere.total == picture.total
+    rows = list(csv.DictReader(io.StringIO(client.get(reverse("billing:statement-csv", args=["2026-10"])).content.decode())))
+    assert {row["department"]: Decimal(row["amount"]) for row in rows if row["record"] == "department_total"} == {
+        "Research": research.total, "": nowhere.total}
+    assert {row["department"] for row in rows if row["record"] == "usage" and row["team"] == "nlp"} == {"Research"}
+    page = client.get(reverse("billing:statement-detail", args=["2026-10"])).content.decode()
+    assert "<td>Research</td><td class=\"num\">2</td>" in page and f"<strong>{research.total:,.2f}</strong>" in page
+    api = client.get("/api/billing/statements/2026-10/").json()
+    assert [(d["department"], d["teams"], d["total"]) for d in api["departments"]] == [
+        ("Research", 2, f"{research.total:.2f}"), ("", 1, f"{nowhere.total:.2f}")]
 
 
 def test_the_budget_reads_the_page_total_and_its_percent_to_a_tenth(month, finance_user, as_user):

@@ -126,13 +126,13 @@ def test_the_csv_is_the_same_bytes_on_every_download_and_named_by_month_and_team
     rows = first.content.decode().splitlines()
     assert rows[0] == ("record,month,currency,team,team_name,cost_center,flavor,flavor_name,period_start,period_end,"
                        "gpu_fraction,guaranteed_unit_seconds,borrowed_unit_seconds,guaranteed_gpu_hours,borrowed_gpu_hours,"
-                       "price_per_gpu_hour,amount,reason,adjusted_by,adjusted_at,kwh,kg_co2e,priced_per,borrowed_discount_percent")
+                       "price_per_gpu_hour,amount,reason,adjusted_by,adjusted_at,kwh,kg_co2e,priced_per,borrowed_discount_percent,department")
     assert rows[1] == ("usage,2026-10,USD,speech,Speech,CC-100,h100-80gb,H100 80GB,2026-10-01T00:00:00+00:00,"
-                       "2026-11-01T00:00:00+00:00,1/1,0,7200,0.000000,2.000000,2.0000,4.00,,,,,,gpu_hour,0.00")
+                       "2026-11-01T00:00:00+00:00,1/1,0,7200,0.000000,2.000000,2.0000,4.00,,,,,,gpu_hour,0.00,")
     assert rows[2].startswith("usage,2026-10,USD,vision,Vision,CC-100,h100-80gb,H100 80GB,") and rows[2].endswith(
-        ",1/1,36000,0,10.000000,0.000000,2.0000,20.00,,,,,,gpu_hour,0.00")
-    assert rows[-1] == "total_unallocated,2026-10,USD,,,,,,,,,,,,,,0.00,,,,,,,"
-    assert "total_charged,2026-10,USD,,,,,,,,,,,,,,24.00,,,,,,," in rows
+        ",1/1,36000,0,10.000000,0.000000,2.0000,20.00,,,,,,gpu_hour,0.00,")
+    assert rows[-1] == "total_unallocated,2026-10,USD,,,,,,,,,,,,,,0.00,,,,,,,,"
+    assert "total_charged,2026-10,USD,,,,,,,,,,,,,,24.00,,,,,,,," in rows
 
     own = as_user(lead).get(url("statement-csv", team="vision"))
     assert own["Content-Disposition"] == 'attachment; filename="statement-2026-10-vision.csv"'
@@ -158,7 +158,7 @@ def test_a_team_with_no_usage_in_the_month_gets_a_fee_and_is_then_on_the_stateme
     listed = client.get(reverse("billing:statement-list")).content.decode()
     assert 'data-testid="statement-total">174.00</span> USD' in listed
     csv_rows = client.get(url("statement-csv")).content.decode().splitlines()
-    assert "team_total,2026-10,USD,robotics,Robotics,CC-100,,,,,,,,,,,150.00,,,,,,," in csv_rows
+    assert "team_total,2026-10,USD,robotics,Robotics,CC-100,,,,,,,,,,,150.00,,,,,,,," in csv_rows
 
 
 def test_an_adjustment_added_through_the_page_shows_and_refusals_come_back_in_words(october, finance_user, as_user):
