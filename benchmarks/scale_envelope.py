@@ -212,6 +212,7 @@ def report(figures: dict[str, Any]) -> int:
          lag.get("samples", 0) > 0 and lag["p95"] < LAG_P95_TARGET_S),
         ("status sync kept up (all recorded, no backlog)", str(figures["status_sync"]["events"]["kept_up"]), "True",
          figures["status_sync"]["events"]["kept_up"]),
+        ("a team's cluster card with its fair shares: p95", f"{figures['fairness_views']['wall_s']['p95']} s", "—", True),
     ]
     print(f"\nsizes: {json.dumps(figures['sizes'])}")
     print(f"{'figure':52} {'measured':>12} {'target':>9}  met")
@@ -431,7 +432,8 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
     team_pass["listing"] = measure_team_pass(cp, cluster, args.passes)
     team_pass["listing"].pop("walls")
     store.stop()
-    progress(f"team pass: {json.dumps(team_pass)}; the status sync")
+    fairness = measure_fairness_views(teams, samples=args.passes * 4)
+    progress(f"team pass: {json.dumps(team_pass)}; fairness views: {json.dumps(fairness)}; the status sync")
     phases["team_pass"] = round(sum(team_pass.pop("walls")), 1)
 
     sync, sync_phases, sync_memory = measure_status_sync(cp, cluster, args, running=settled)
@@ -443,7 +445,7 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
                   "event_seconds": args.event_seconds, "gpus_per_node": args.gpus_per_node,
                   "shared_per_node": args.shared_per_node, "pods_ready_timeout_s": args.pods_ready_timeout},
         "phases_s": phases, "provisioning": provisioning, "launching": launching, "team_pass": team_pass,
-        "status_sync": sync, "memory": memory,
+        "fairness_views": fairness, "status_sync": sync, "memory": memory,
     }
 
 
@@ -621,6 +623,27 @@ def measure_team_pass(cp: ControlPlane, cluster: Any, passes: int, *, store: Any
             "writes": writes, "writes_max": max(writes), "confirmed": result.confirmed, "db_queries": queries,
             "errors": dict(list(errors.items())[:3]),
             "applied_sample": result.applied[:5]}
+
+
+def measure_fairness_views(teams: list[Any], *, samples: int) -> dict[str, Any]:
+    """A team page's cluster card as its fragment reads it (tenants.cluster_selectors.team_cluster_picture):
+    every team queue listed from the cluster, and the team's fair share of what its cohort borrows
+    worked out against its department's teams' weights; for `samples` teams spread over the departments."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tenants import cluster_selectors
+
+    walls: list[float] = []
+    queries: list[int] = []
+    for team in teams[:: max(len(teams) // samples, 1)][:samples]:
+        with CaptureQueriesContext(connection) as captured:
+            begun = time.perf_counter()
+            cluster_selectors.team_cluster_picture(team=team)
+            walls.append(time.perf_counter() - begun)
+        queries.append(len(captured.captured_queries))
+    return {"samples": len(walls), "wall_s": spread(walls), "db_queries_max": max(queries),
+            "load_average_1m": round(os.getloadavg()[0], 2)}
 
 
 def measure_status_sync(cp: ControlPlane, cluster: Any, args: argparse.Namespace,

@@ -65,3 +65,21 @@ def test_two_teams_borrowing_idle_gpus_converge_to_the_ratio_of_their_weights(cl
     said = job_selectors.why_waiting(workload=waiting).fairness
     assert f"{a.name} borrows 2 (weight 1; its fair share 2)" in said, said
     assert f"{b.name} 6 (weight 3)" in said and "above its fair share" in said, said
+
+
+def test_a_team_of_weight_zero_borrows_only_what_nobody_else_wants(cluster, site, templates, settings,
+                                                                   django_capture_on_commit_callbacks):
+    """A weight of 0 makes a team's share infinite as soon as it borrows: Z runs on the lender's idle
+    GPUs while nobody else wants them, and gives every one of them back to W when W wants them."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    zero, wants = site.team("zero", gpus=0), site.team("wants", gpus=0)
+    site.team("lender", gpus=4)
+    with capture(execute=True):
+        tenant_services.team_update(actor=site.admin, team=zero, fair_share_weight=Decimal(0))
+    training = templates["training"]
+    idle = [launch(zero, zero.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(4)]
+    cluster.wait_for(lambda: all(running(w) for w in idle), what="Z to borrow the 4 idle GPUs nobody else wants")
+    wanted = [launch(wants, wants.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(4)]
+    cluster.wait_for(lambda: all(running(w) for w in wanted) and all(waits(w) for w in idle),
+                     what="W to take all 4 back from Z, whose weight is 0", timeout=120)

@@ -310,7 +310,8 @@ def test_a_platform_admin_sets_a_teams_storage_quota_in_words_and_the_namespace_
     form = client.get(reverse("tenants:team-edit", args=[storage_team.slug]))
     assert "fast-ssd: 20, standard: 100" in form.content.decode()
     data = {"slug": storage_team.slug, "name": storage_team.name, "cost_center": "", "description": "",
-            "may_borrow": "on", "lends_idle": "on", "cpu_limit_cores": "64", "memory_limit_gib": "512", "pod_limit": "100",
+            "may_borrow": "on", "lends_idle": "on", "fair_share_weight": "1", "cpu_limit_cores": "64", "memory_limit_gib": "512",
+            "pod_limit": "100",
             "requires_second_approver": "on"}
     bad = client.post(reverse("tenants:team-edit", args=[storage_team.slug]), {**data, "storage_quota": "standard 500"})
     assert bad.status_code == 400 and "Write “standard 500” as a storage class and its GiB" in bad.content.decode()

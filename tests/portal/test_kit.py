@@ -104,7 +104,7 @@ def test_a_refusal_while_saving_in_the_admin_is_an_error_on_the_form_and_nothing
 
     monkeypatch.setattr(tenant_services, "team_update", refuse)
     data = {"name": "Renamed", "cost_center": "cc-1", "description": "", "may_borrow": "on", "lends_idle": "on",
-            "cpu_limit_cores": "64", "memory_limit_gib": "512", "pod_limit": "100",
+            "fair_share_weight": "1", "cpu_limit_cores": "64", "memory_limit_gib": "512", "pod_limit": "100",
             "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"}
 
     response = login(admin_user).post(reverse("admin:tenants_team_change", args=[team.pk]), data)

@@ -155,7 +155,8 @@ def test_a_platform_admin_turns_four_eyes_on_in_the_admin_through_the_service(wi
     lead_membership = Membership.objects.get(team=team, user=lead)
     data = {
         "name": "Vision", "cost_center": team.cost_center, "description": "",
-        "may_borrow": "on", "lends_idle": "on", "cpu_limit_cores": "64", "memory_limit_gib": "512", "pod_limit": "100",
+        "may_borrow": "on", "lends_idle": "on", "fair_share_weight": "1", "cpu_limit_cores": "64", "memory_limit_gib": "512",
+        "pod_limit": "100",
         "requires_second_approver": "on",
         "memberships-TOTAL_FORMS": "1", "memberships-INITIAL_FORMS": "1",
         "memberships-MIN_NUM_FORMS": "0", "memberships-MAX_NUM_FORMS": "1000",

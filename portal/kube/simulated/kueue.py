@@ -544,8 +544,7 @@ class Kueue:
     def _fair_victims(self, workloads: list[Workload], workload: Workload, flavor: str,
                       asked: dict[str, float]) -> list[tuple[Workload, str]] | None:
         """The workloads whose preemption lets `asked` fit on the flavor, each with its reason, or
-        None (and nothing changed) when none would. The highest share's queue gives first; its
-        lowest priority, then newest, workload first."""
+        None (and nothing changed) when none would, in the order _givers says."""
         cq = workload.cluster_queue or ""
         incoming = replace(workload, admitted_flavor=dict.fromkeys(asked, flavor))
         contested = {(flavor, resource) for resource in asked}
@@ -563,19 +562,7 @@ class Kueue:
             return not self._fits_all(workloads, cq, flavor, asked)
 
         def targets(pool: list[Workload]) -> list[tuple[Share, str, list[Workload]]]:
-            """The queues with candidates left that may give (borrowing, or the team's own), highest share first."""
-            tree = self._tree(workloads + [incoming], cq)
-            by_queue: dict[str, list[Workload]] = defaultdict(list)
-            for other in pool:
-                if other.admitted_flavor is not None:
-                    by_queue[other.cluster_queue or ""].append(other)
-            found = []
-            for name, pending in by_queue.items():
-                share, borrowed = tree.share(("cq", name))
-                if name == cq or borrowed & contested:
-                    newest_first = sorted(pending, key=lambda w: w.created, reverse=True)
-                    found.append((share, name, sorted(newest_first, key=lambda w: w.priority)))
-            return sorted(found, key=lambda t: (t[0], t[1]), reverse=True)
+            return self._givers(self._tree(workloads + [incoming], cq), pool, cq=cq, contested=contested)
 
         while found := targets([c for c in candidates if c not in retry]):
             _, target, pending = found[0]
@@ -603,6 +590,24 @@ class Kueue:
         for victim, _ in chosen:
             victim.admitted_flavor = self._restore(victim)
         return None
+
+    @staticmethod
+    def _givers(tree: Tree, pool: list[Workload], *, cq: str,
+                contested: set[FlavorResource]) -> list[tuple[Share, str, list[Workload]]]:
+        """The queues with candidates of `pool` still admitted that may give (borrowing what is
+        contested, or the preemptor's own), highest share first; each one's lowest priority, then
+        newest, workload first."""
+        by_queue: dict[str, list[Workload]] = defaultdict(list)
+        for other in pool:
+            if other.admitted_flavor is not None:
+                by_queue[other.cluster_queue or ""].append(other)
+        found = []
+        for name, pending in by_queue.items():
+            share, borrowed = tree.share(("cq", name))
+            if name == cq or borrowed & contested:
+                newest_first = sorted(pending, key=lambda w: w.created, reverse=True)
+                found.append((share, name, sorted(newest_first, key=lambda w: w.priority)))
+        return sorted(found, key=lambda t: (t[0], t[1]), reverse=True)
 
     @staticmethod
     def _restore(workload: Workload) -> dict[str, str] | None:
