@@ -5,6 +5,7 @@ see it: how many of each team's workloads run, and that the rest wait for quota.
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -27,24 +28,35 @@ def waits(workload: Workload) -> bool:
             or (phase == Workload.Phase.PREEMPTED and workload.reason.startswith("Preempted and queued again")))
 
 
+def borrowers(site, settings, capture, *, lends: int, weights: dict[str, int]) -> list[Any]:
+    """Teams with no guarantee of their own and the given weights, beside a lender whose `lends`
+    GPUs stay idle; their pods keep running until stopped."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    teams = [site.team(name, gpus=0) for name in weights]
+    site.team("lender", gpus=lends)
+    with capture(execute=True):
+        for team, weight in zip(teams, weights.values(), strict=True):
+            tenant_services.team_update(actor=site.admin, team=team, fair_share_weight=Decimal(weight))
+    return teams
+
+
+def trainings(team, site, templates, capture, count: int) -> list[Workload]:
+    return [launch(team, team.memberships.get().user, templates["training"], site.flavor, capture, units=1)
+            for _ in range(count)]
+
+
 def test_two_teams_borrowing_idle_gpus_converge_to_the_ratio_of_their_weights(cluster, site, templates, settings,
                                                                               django_capture_on_commit_callbacks):
     """C leaves its 8 GPUs idle. A (weight 1) borrows all 8 first; then B (weight 3) launches 8
     too. B takes GPUs back from A, as Kueue's fair sharing preempts the team holding more than its
     share, until they hold 2 and 6: the weights' 1:3. Each team's other workloads wait."""
-    settings.PORTAL_POD_ANNOTATIONS = HOLD
     capture = django_capture_on_commit_callbacks
-    a, b = site.team("light", gpus=0), site.team("heavy", gpus=0)
-    site.team("lender", gpus=8)
-    with capture(execute=True):
-        tenant_services.team_update(actor=site.admin, team=b, fair_share_weight=Decimal(3))
-    training = templates["training"]
-
-    first = [launch(a, a.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(8)]
+    a, b = borrowers(site, settings, capture, lends=8, weights={"light": 1, "heavy": 3})
+    first = trainings(a, site, templates, capture, 8)
     cluster.wait_for(lambda: all(running(w) for w in first), what="A to borrow all 8 idle GPUs while B wants none",
                      timeout=120)
 
-    second = [launch(b, b.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(8)]
+    second = trainings(b, site, templates, capture, 8)
 
     def shares() -> tuple[int, int, int, int]:
         return (sum(running(w) for w in first), sum(waits(w) for w in first),
@@ -71,15 +83,10 @@ def test_a_team_of_weight_zero_borrows_only_what_nobody_else_wants(cluster, site
                                                                    django_capture_on_commit_callbacks):
     """A weight of 0 makes a team's share infinite as soon as it borrows: Z runs on the lender's idle
     GPUs while nobody else wants them, and gives every one of them back to W when W wants them."""
-    settings.PORTAL_POD_ANNOTATIONS = HOLD
     capture = django_capture_on_commit_callbacks
-    zero, wants = site.team("zero", gpus=0), site.team("wants", gpus=0)
-    site.team("lender", gpus=4)
-    with capture(execute=True):
-        tenant_services.team_update(actor=site.admin, team=zero, fair_share_weight=Decimal(0))
-    training = templates["training"]
-    idle = [launch(zero, zero.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(4)]
+    zero, wants = borrowers(site, settings, capture, lends=4, weights={"zero": 0, "wants": 1})
+    idle = trainings(zero, site, templates, capture, 4)
     cluster.wait_for(lambda: all(running(w) for w in idle), what="Z to borrow the 4 idle GPUs nobody else wants")
-    wanted = [launch(wants, wants.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(4)]
+    wanted = trainings(wants, site, templates, capture, 4)
     cluster.wait_for(lambda: all(running(w) for w in wanted) and all(waits(w) for w in idle),
                      what="W to take all 4 back from Z, whose weight is 0", timeout=120)
