@@ -95,16 +95,21 @@ class FairShare:
 
     @property
     def percent(self) -> int:
-        return round(100 * self.borrowed / self.pool) if self.pool else 0
+        return _whole_percent(Decimal(self.borrowed), Decimal(self.pool))
 
     @property
     def fair_percent(self) -> int:
-        return round(100 * self.weight / self.weights) if self.weights else 0
+        return _whole_percent(self.weight, self.weights)
 
     @property
     def above(self) -> bool:
         """It holds more than its fair share: its borrowed work is the first reclaimed."""
         return self.borrowed > self.fair
+
+
+def _whole_percent(part: Decimal, whole: Decimal) -> int:
+    """A share in whole percent, half up as the fair share's units are."""
+    return int((100 * part / whole).quantize(Decimal(1), ROUND_HALF_UP)) if whole else 0
 
 
 def fair_shares(*, team: Team, queues: dict[str, list[QueueUsage]]) -> list[FairShare]:

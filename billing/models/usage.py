@@ -64,7 +64,6 @@ class Account(models.Model):
             account.save(update_fields=changed)
         return account
 
-
     @classmethod
     def follow_departments(cls) -> None:
         """Every existing team's account takes its department's name as it is now (a department

@@ -82,7 +82,7 @@ def test_a_teams_fair_share_is_the_borrowed_units_split_by_the_borrowing_teams_w
                                            "apart": borrowing(8)}
     (share,) = cluster_selectors.fair_shares(team=team, queues=queues)
     assert (share.flavor, share.pool, share.borrowed, share.weights, share.fair_text, share.percent, share.above) == (
-        "H100 80GB", 8, 5, Decimal(4), "2", 62, True)
+        "H100 80GB", 8, 5, Decimal(4), "2", 63, True)  # 62.5 % half up, as the units are
     assert [(b.team, b.borrowed, b.weight_text) for b in share.borrowers] == [("Heavy", 3, "3")]
     (theirs,) = cluster_selectors.fair_shares(team=heavy, queues=queues)
     assert (theirs.fair_text, theirs.fair_percent, theirs.above) == ("6", 75, False)
