@@ -16,7 +16,7 @@ from portal.adapters import signed_in_user
 from portal.admin_kit import PermissionAdmin, ReadOnlyAdmin, RefusalAsFormError
 from portal.errors import DomainError
 from tenants import services
-from tenants.forms import StorageQuotaField, TeamForm
+from tenants.forms import StorageQuotaField, TeamForm, WeightField
 from tenants.models import Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team
 
 
@@ -53,6 +53,7 @@ class MembershipInline(admin.TabularInline):
 
 class TeamAdminForm(ModelForm):
     storage_quota = StorageQuotaField(required=False, help_text=TeamForm.base_fields["storage_quota"].help_text)
+    fair_share_weight = WeightField(label="Fair-share weight", help_text=TeamForm.base_fields["fair_share_weight"].help_text)
 
 
 @admin.register(Team)

@@ -15,7 +15,7 @@ from portal.adapters import WholeNumberField
 from portal.errors import DomainError
 from portal.models import User
 from tenants import selectors, services
-from tenants.models import WEIGHT_INVALID, WEIGHT_LIMIT, Department, Flavor, Membership, QuotaRequest, Team
+from tenants.models import WEIGHT_LIMIT, Department, Flavor, Membership, QuotaRequest, Team
 
 
 class MembershipAddForm(forms.Form):
@@ -181,19 +181,20 @@ class StorageQuotaField(forms.Field):
 
 
 class WeightField(forms.DecimalField):
-    """A fair-share weight, refused in one sentence whatever is wrong with it."""
+    """A fair-share weight, read by services.fair_share_weight_input (ASCII digits, one sentence
+    whatever is wrong with it); shown as a number input from 0 to 100."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.update(max_digits=5, decimal_places=2, min_value=Decimal(0), max_value=WEIGHT_LIMIT)
         super().__init__(**kwargs)
 
     def clean(self, value: Any) -> Any:
+        if value in self.empty_values:
+            return super().clean(value)  # required, as Django says it
         try:
-            return super().clean(value)
-        except forms.ValidationError as error:
-            if value in self.empty_values:
-                raise
-            raise forms.ValidationError(f"“{value}” is not a weight: {WEIGHT_INVALID}", code="invalid") from error
+            return services.fair_share_weight_input(value)
+        except DomainError as refusal:
+            raise forms.ValidationError(refusal.message, code="invalid") from None
 
 
 class TeamForm(forms.ModelForm):

@@ -14,9 +14,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.adapters import StrictInputMixin, VisibleSlugField, WholeNumberSerializerField, error_sentences
+from portal.errors import DomainError
 from portal.models import AuditEvent, User
-from tenants import selectors
-from tenants.models import WEIGHT_INVALID, WEIGHT_LIMIT, Department, Flavor, Membership, QuotaGrant, QuotaRequest, Team
+from tenants import selectors, services
+from tenants.models import Department, Flavor, Membership, QuotaGrant, QuotaRequest, Team
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -151,7 +152,7 @@ class TeamCreateSerializer(StrictInputMixin, serializers.Serializer):
 
 
 class WeightField(serializers.DecimalField):
-    """A fair-share weight: a number from 0 to 100 with at most two decimals, refused in words."""
+    """A fair-share weight, read by services.fair_share_weight_input (ASCII digits, refused in words)."""
 
     def __init__(self, **kwargs: Any) -> None:
         for key in ("max_digits", "decimal_places", "min_value", "max_value", "validators"):
@@ -160,12 +161,9 @@ class WeightField(serializers.DecimalField):
 
     def to_internal_value(self, data: Any) -> Decimal:
         try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError:
-            value = None
-        if value is None or not Decimal(0) <= value <= WEIGHT_LIMIT:
-            raise serializers.ValidationError(f"“{data}” is not a weight: {WEIGHT_INVALID}")
-        return value
+            return services.fair_share_weight_input(data)
+        except DomainError as refusal:
+            raise serializers.ValidationError(refusal.message) from None
 
 
 class TeamUpdateSerializer(StrictInputMixin, serializers.Serializer):

@@ -33,6 +33,8 @@ from tenants import catalog, selectors
 from tenants.manifests import weight_quantity
 from tenants.models import (
     GRANT_ENDING_NOTICE,
+    WEIGHT_INVALID,
+    WEIGHT_LIMIT,
     Department,
     Flavor,
     GpuNode,
@@ -216,6 +218,16 @@ def person_gpu_limit_input(value: Any) -> Decimal | None:
                           "limit.", field="person_gpu_limit")
     if number != number.quantize(Decimal("0.01")):
         raise DomainError("GPUs per person has at most 2 decimals (a slice of 1/7 is 0.14).", field="person_gpu_limit")
+    return number.quantize(Decimal("0.01"))
+
+
+def fair_share_weight_input(value: Any) -> Decimal:
+    """A fair-share weight as typed or sent ("3", "0.5"), read in ASCII digits as every number typed
+    here is, or a refusal in words: the one rule behind the pages, the API and the Django admin."""
+    text = format(value, "f") if isinstance(value, Decimal) else str(value).strip()
+    number = decimal_number(text) if not isinstance(value, bool) else None
+    if number is None or not 0 <= number <= WEIGHT_LIMIT or number != number.quantize(Decimal("0.01")):
+        raise DomainError(f"“{text[:20]}” is not a weight: {WEIGHT_INVALID}", field="fair_share_weight")
     return number.quantize(Decimal("0.01"))
 
 

@@ -38,7 +38,7 @@ def test_a_platform_admin_sets_a_weight_and_the_teams_queue_and_the_departments_
     assert cohort["spec"]["fairSharing"] == {"weight": "0.5"}
 
 
-@pytest.mark.parametrize("typed", ["-1", "100.01", "lots", "1.234", ""])
+@pytest.mark.parametrize("typed", ["-1", "100.01", "lots", "1.234", "２", ""])  # "２": ASCII digits only
 def test_a_bad_weight_is_refused_on_its_field_and_nothing_is_saved(team, admin_user, typed):
     client = login(admin_user)
     page = client.post(reverse("tenants:team-edit", args=[team.slug]), team_form(slug=team.slug, fair_share_weight=typed))
