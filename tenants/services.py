@@ -184,6 +184,8 @@ def department_save(*, actor: User, department: Department) -> Department:
 
 
 def _limit_words(value: Any) -> str:
+    if isinstance(value, Decimal):  # a weight, written as everywhere else: "0.5", not "0.50"
+        return weight_quantity(value)
     return "no limit" if value is None else str(value)
 
 

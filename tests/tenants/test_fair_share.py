@@ -36,6 +36,7 @@ def test_a_platform_admin_sets_a_weight_and_the_teams_queue_and_the_departments_
                                                                      fair_share_weight=Decimal("0.5")))
     (cohort,) = [o for o in desired.platform_objects() if o["kind"] == "Cohort"]
     assert cohort["spec"]["fairSharing"] == {"weight": "0.5"}
+    assert "fair share weight 0.5" in AuditEvent.objects.get(action="department.created").message
 
 
 @pytest.mark.parametrize("typed", ["-1", "100.01", "lots", "1.234", "２", ""])  # "２": ASCII digits only
