@@ -7,6 +7,8 @@ as an error on the form, what was typed kept, and nothing is saved.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.db.models import Model
 from django.forms import BaseInlineFormSet, ModelForm
@@ -53,7 +55,6 @@ class MembershipInline(admin.TabularInline):
 
 class TeamAdminForm(ModelForm):
     storage_quota = StorageQuotaField(required=False, help_text=TeamForm.base_fields["storage_quota"].help_text)
-    fair_share_weight = WeightField(label="Fair-share weight", help_text=TeamForm.base_fields["fair_share_weight"].help_text)
 
 
 @admin.register(Team)
@@ -67,6 +68,13 @@ class TeamAdmin(PermissionAdmin, RefusalAsFormError):
     editable_fields = ("slug", "name", "cost_center", "description")
     policy_fields = services.POLICY_FIELDS
     sync_fields = ("config_version", "applied_version", "synced_at", "sync_error")
+
+    def formfield_for_dbfield(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        # The weight is read as the team's pages and the API read it (services.fair_share_weight_input);
+        # only the change form has it, with the other sharing policy.
+        if db_field.name == "fair_share_weight":
+            return db_field.formfield(form_class=WeightField, **kwargs)
+        return super().formfield_for_dbfield(db_field, request, **kwargs)
 
     def get_fields(self, request: HttpRequest, obj: Team | None = None) -> tuple[str, ...]:
         if obj is None:

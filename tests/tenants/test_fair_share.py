@@ -99,3 +99,16 @@ def test_the_team_page_shows_its_share_against_its_fair_share(team, flavor, memb
     text = page.content.decode()
     assert 'data-testid="fair-shares"' in text and 'data-testid="above-fair"' in text
     assert "2 <span" in text and "weight 1 of 4" in text and "Heavy 3 (weight 3)" in text
+
+
+def test_the_django_admin_reads_the_weight_by_the_same_rule(team, admin_user):
+    """The admin's team form refuses what the pages and the API refuse (“２” is not ASCII), and saves a weight."""
+    client = login(admin_user)
+    data = {"name": "Vision", "cost_center": "", "description": "", "may_borrow": "on", "lends_idle": "on",
+            "fair_share_weight": "２", "cpu_limit_cores": "64", "memory_limit_gib": "512", "pod_limit": "100",
+            "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"}
+    refused = client.post(reverse("admin:tenants_team_change", args=[team.pk]), data)
+    assert refused.status_code == 200 and "“２” is not a weight" in refused.content.decode()
+    assert Team.objects.get(pk=team.pk).fair_share_weight == 1
+    saved = client.post(reverse("admin:tenants_team_change", args=[team.pk]), {**data, "fair_share_weight": "2.5"})
+    assert saved.status_code == 302 and Team.objects.get(pk=team.pk).fair_share_weight == Decimal("2.5")
