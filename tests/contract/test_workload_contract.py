@@ -136,6 +136,9 @@ def test_borrowing_and_preemption_show_in_the_portal_and_borrowed_hours_bill_at_
     cluster.wait_for(lambda: phase_of(borrowed) == Workload.Phase.RUNNING, what="vision's second job to borrow")
     own.refresh_from_db()
     assert (own.on_borrowed, borrowed.on_borrowed) == (False, True)
+    # The borrowed pod runs whole seconds before speech reclaims (CI once preempted it within the
+    # second it started, so its whole seconds, and the sum below, were 0).
+    cluster.wait_for(lambda: borrowed_for(borrowed) >= 2, what="the borrowed pod to run two seconds")
 
     reclaim = launch(speech, speech_lead, templates["training"], site.flavor, django_capture_on_commit_callbacks, units=2)
     cluster.wait_for(lambda: phase_of(reclaim) == Workload.Phase.RUNNING, what="speech to take its quota back")
@@ -164,6 +167,15 @@ def test_borrowing_and_preemption_show_in_the_portal_and_borrowed_hours_bill_at_
     assert lines.total().cost == round_money(exact, "USD")
     cost = workload_costs(workload_ids=[borrowed.pk])[borrowed.pk]
     assert cost.cost == round_money(sum(Fraction(seconds(i) * i.units, 7200) for i in intervals if i.borrowed), "USD")
+
+
+def borrowed_for(workload: Workload) -> int:
+    """Whole seconds the workload's open interval has run, by the cluster's clock (0 before it opens)."""
+    sync.sync_all()
+    interval = RunInterval.objects.filter(workload=workload, ended_at__isnull=True).first()
+    if interval is None:
+        return 0
+    return int(gateway().cluster_now().timestamp()) - int(interval.started_at.timestamp())
 
 
 def test_a_person_over_their_limit_waits_in_the_portal_while_a_teammate_under_it_is_admitted(
