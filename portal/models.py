@@ -18,9 +18,9 @@ class User(AbstractUser):
     )
     is_finance = models.BooleanField(default=False, help_text="Reads all usage and cost.")
 
-    # The user's teams and role in each (team id -> role), cached per request by
-    # tenants.models.user_team_roles; not a column.
-    _team_roles: dict[int, str]
+    # The user's teams and role in each (team id -> role), and the teams of the departments they
+    # head, cached per request by tenants.models._team_access; not a column.
+    _team_access: tuple[dict[int, str], frozenset[int]]
 
     class Meta:
         ordering = ["username"]

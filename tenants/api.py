@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.routers import BaseRouter
 
 from portal.adapters import parse, signed_in_user
-from portal.models import AuditEvent
+from portal.models import AuditEvent, User
 from portal.roles import sees_all_teams
 from tenants import cluster_selectors, selectors, services
 from tenants.filters import AuditEventFilter, FlavorFilter, MembershipFilter, QuotaGrantFilter, QuotaRequestFilter
@@ -194,19 +194,24 @@ class DepartmentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
     def get_queryset(self) -> QuerySet[Department]:
         if not sees_all_teams(self.request.user):
             return Department.objects.none()
-        return Department.objects.order_by("name").prefetch_related(Prefetch("teams", queryset=Team.objects.order_by("slug")))
+        return Department.objects.order_by("name").prefetch_related(
+            Prefetch("teams", queryset=Team.objects.order_by("slug")),
+            Prefetch("heads", queryset=User.objects.order_by("username")))
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        department = services.department_save(actor=signed_in_user(request),
-                                              department=Department(**parse(DepartmentWriteSerializer, request)))
+        data = parse(DepartmentWriteSerializer, request)
+        heads = data.pop("heads", [])
+        department = services.department_save(actor=signed_in_user(request), department=Department(**data), heads=heads)
         return Response(self.get_serializer(self.get_queryset().get(pk=department.pk)).data,
                         status=status.HTTP_201_CREATED)
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         department = self.get_object()
-        for field, value in parse(DepartmentWriteSerializer, request, instance=department, partial=True).items():
+        data = parse(DepartmentWriteSerializer, request, instance=department, partial=True)
+        heads = data.pop("heads", None)
+        for field, value in data.items():
             setattr(department, field, value)
-        services.department_save(actor=signed_in_user(request), department=department)
+        services.department_save(actor=signed_in_user(request), department=department, heads=heads)
         return Response(self.get_serializer(self.get_queryset().get(pk=department.pk)).data)
 
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -249,7 +254,10 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         return self._answer(quota_request, status.HTTP_201_CREATED)
 
     @extend_schema(request=QuotaApprovalSerializer, responses={200: QuotaRequestSerializer},
-                   description="Team leads within capacity; platform admins. `lines` may grant fewer units than asked.")
+                   description="Team leads within capacity; heads of the team's department; platform admins. `lines` may "
+                               "grant fewer units than asked. Where the department has two approval levels a lead's "
+                               "approval passes the request to its heads: it stays pending, `waits_for` “department "
+                               "head”, and a head may grant at most what the lead did.")
     @action(detail=True, methods=["post"])
     def approve(self, request: Request, pk: str | None = None) -> Response:
         quota_request = self.get_object()
@@ -260,7 +268,8 @@ class QuotaRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
                                                            note=data["note"], units=units or None))
 
     @extend_schema(request=QuotaDecisionSerializer, responses={200: QuotaRequestSerializer},
-                   description="Team leads and platform admins.")
+                   description="Team leads (until a lead has passed it to the department's heads), those heads and "
+                               "platform admins.")
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str | None = None) -> Response:
         quota_request = self.get_object()

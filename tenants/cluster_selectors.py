@@ -267,7 +267,7 @@ def approval_fits(*, requests: Iterable[Any]) -> dict[int, list[LineFit]]:
     for qr in requests:
         in_use = None if queues is None else {row.flavor: row.in_use for row in queues.get(qr.team.slug, [])}
         fits[qr.pk] = [
-            LineFit(flavor=line.flavor, asked=line.units, team_guaranteed=guarantees.get((qr.team_id, line.flavor_id), 0),
+            LineFit(flavor=line.flavor, asked=line.grantable, team_guaranteed=guarantees.get((qr.team_id, line.flavor_id), 0),
                     team_in_use=None if in_use is None else in_use.get(line.flavor.slug, 0),
                     capacity=line.flavor.capacity_units, held_by_all=totals.get(line.flavor_id, 0),
                     renews=renewed.get((qr.renews_id, line.flavor_id), 0))

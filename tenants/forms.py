@@ -227,12 +227,16 @@ class TeamForm(forms.ModelForm):
 
 
 class DepartmentForm(forms.ModelForm):
-    """A department's name and limits; its slug only when new (it names the cohort). Parsing only:
-    tenants.services.department_save decides and audits."""
+    """A department's name, limits and heads; its slug only when new (it names the cohort).
+    Parsing only: tenants.services.department_save decides and audits."""
+
+    heads = forms.CharField(
+        required=False, label="Heads",
+        help_text="Usernames, separated by commas: they decide its teams' quota requests above the leads.")
 
     class Meta:
         model = Department
-        fields = ["name", "slug", "borrowing_limit", "lending_limit", "fair_share_weight"]
+        fields = ["name", "slug", "borrowing_limit", "lending_limit", "fair_share_weight", "heads", "head_approves"]
         field_classes = {"borrowing_limit": WholeNumberField, "lending_limit": WholeNumberField,
                          "fair_share_weight": WeightField}
 
@@ -241,6 +245,13 @@ class DepartmentForm(forms.ModelForm):
         if self.instance.pk:
             self.fields["slug"].disabled = True
             self.fields["slug"].help_text = "It names the department's cohort; it cannot change."
+            self.initial["heads"] = ", ".join(self.instance.heads.order_by("username").values_list("username", flat=True))
+
+    def clean_heads(self) -> list[Any]:
+        try:
+            return services.department_heads_input(self.cleaned_data["heads"].split(","))
+        except DomainError as refusal:
+            raise forms.ValidationError(refusal.message) from None
 
 
 class FlavorForm(forms.ModelForm):

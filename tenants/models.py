@@ -52,19 +52,46 @@ def four_eyes_default() -> bool:
     return bool(settings.PORTAL_QUOTA_FOUR_EYES_DEFAULT)
 
 
+HEAD = "head"  # in `_team_access`: the team is in a department the user heads
+
+
+def _team_access(user: User) -> tuple[dict[int, str], frozenset[int]]:
+    """The user's teams with their role in each, and the teams of the departments they head: one
+    query per request, cached on the user."""
+    cached: tuple[dict[int, str], frozenset[int]] | None = getattr(user, "_team_access", None)
+    if cached is None:
+        rows = Membership.objects.filter(user=user).order_by().values_list("team_id", "role").union(
+            Team.objects.filter(department__heads=user).order_by()
+            .values_list("pk", models.Value(HEAD, output_field=models.CharField())), all=True)
+        roles, headed = {}, set()
+        for team_id, role in rows:
+            if role == HEAD:
+                headed.add(team_id)
+            else:
+                roles[team_id] = role
+        cached = roles, frozenset(headed)
+        user._team_access = cached
+    return cached
+
+
 def user_team_roles(user: User | AnonymousUser) -> dict[int, str]:
     """The user's teams and role in each, read once per request and cached on the user."""
     if not user.is_authenticated:
         return {}
-    cached: dict[int, str] | None = getattr(user, "_team_roles", None)
-    if cached is None:
-        cached = dict(Membership.objects.filter(user=user).values_list("team_id", "role"))
-        user._team_roles = cached
-    return cached
+    return _team_access(user)[0]
+
+
+def headed_team_ids(user: User | AnonymousUser) -> frozenset[int]:
+    """The teams in the departments the user heads (whose quota requests they may decide), read
+    with their teams once per request. Heading a department is not membership: it shows its teams'
+    requests, not their workloads."""
+    if not user.is_authenticated:
+        return frozenset()
+    return _team_access(user)[1]
 
 
 def forget_team_roles(user: User) -> None:
-    user.__dict__.pop("_team_roles", None)
+    user.__dict__.pop("_team_access", None)
 
 
 # A StorageClass's name: a DNS subdomain, as the API server checks it.
@@ -122,6 +149,12 @@ class Department(models.Model):
     fair_share_weight = fair_share_weight_field(
         "Against other departments and teams under the portal: a department of weight 2 gets twice the idle quota "
         "outside it that one of weight 1 gets, and its borrowed work is reclaimed later.")
+    heads = models.ManyToManyField(User, blank=True, related_name="headed_departments",
+                                   help_text="Who decides its teams' quota requests above their leads.")
+    head_approves = models.BooleanField(
+        default=False, db_default=False, verbose_name="Two approval levels",
+        help_text="A lead's approval of a quota request from its teams passes it to a head of the department, "
+                  "who decides it.")
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -557,7 +590,7 @@ class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
             return self.none()
         if sees_all_teams(user):
             return self
-        return self.filter(team_id__in=list(user_team_roles(user)))
+        return self.filter(team_id__in=sorted({*user_team_roles(user), *headed_team_ids(user)}))
 
 
 class QuotaRequest(models.Model):
@@ -580,6 +613,11 @@ class QuotaRequest(models.Model):
     decided_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_note = models.TextField(blank=True)
+    # The team's level of two (a department with `head_approves`): a lead approved, or filed it,
+    # and it waits for a head of the department.
+    endorsed_by = models.ForeignKey(User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    endorsed_at = models.DateTimeField(null=True, blank=True)
+    endorsement_note = models.TextField(blank=True, default="", db_default="")
     # A renewal continues the temporary grants of an earlier request: approving it ends those
     # grants at that moment and starts the new ones, so the guarantee never lapses or doubles.
     renews = models.ForeignKey(
@@ -601,6 +639,22 @@ class QuotaRequest(models.Model):
         return self.status == self.Status.PENDING
 
     @property
+    def head_department(self) -> Department | None:
+        """Its team's department where that wants a head's approval after a lead's, else None."""
+        department = self.team.department
+        return department if department is not None and department.head_approves else None
+
+    @property
+    def needs_head(self) -> bool:
+        return self.head_department is not None
+
+    @property
+    def waits_for_head(self) -> bool:
+        """Pending, with the team's level done: only a head of the department (or a platform
+        admin) decides it now."""
+        return self.is_pending and self.endorsed_at is not None and self.needs_head
+
+    @property
     def second_approver_sentence(self) -> str:
         """Why the person who filed this request cannot approve it, when the team asks for four eyes."""
         return (f"{self.team.name} asks for a second person to approve quota: someone other than "
@@ -616,6 +670,8 @@ class QuotaRequestLine(models.Model):
     approved_units = models.IntegerField(
         null=True, blank=True, help_text="What the approver granted: the units asked, or fewer. Empty until approved."
     )
+    endorsed_units = models.IntegerField(
+        null=True, blank=True, help_text="What a lead passed on to the department's head: the units asked, or fewer.")
 
     class Meta:
         ordering = ["flavor__name"]
@@ -626,6 +682,11 @@ class QuotaRequestLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.units:+d} {self.flavor}"
+
+    @property
+    def grantable(self) -> int:
+        """The most that may be granted: what was asked, or what a lead passed on to the head."""
+        return self.units if self.endorsed_units is None else self.endorsed_units
 
 
 class QuotaGrantQuerySet(models.QuerySet["QuotaGrant"]):

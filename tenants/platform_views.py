@@ -103,7 +103,8 @@ def _department_form(request: HtmxHttpRequest, department: Department | None) ->
     form = DepartmentForm(request.POST or None, instance=department)
     if request.method == "POST" and form.is_valid():
         try:
-            saved = services.department_save(actor=signed_in_user(request), department=form.instance)
+            saved = services.department_save(actor=signed_in_user(request), department=form.instance,
+                                             heads=form.cleaned_data["heads"])
         except DomainError as error:
             add_refusal(form, error)
         else:

@@ -17,9 +17,19 @@ from django.db.models import BigIntegerField, BooleanField, Count, ExpressionWra
 from django.utils import timezone
 
 from portal.hooks import Event, Hook
-from portal.models import AuditEvent
+from portal.models import AuditEvent, User
 from portal.roles import is_platform_admin, sees_all_teams
-from tenants.models import Department, Flavor, Membership, QuotaGrant, QuotaRequest, QuotaRequestLine, Team, user_team_roles
+from tenants.models import (
+    Department,
+    Flavor,
+    Membership,
+    QuotaGrant,
+    QuotaRequest,
+    QuotaRequestLine,
+    Team,
+    headed_team_ids,
+    user_team_roles,
+)
 
 
 def guarantees_by_flavor(*, team_ids: list[int] | None = None, permanent_only: bool = False) -> dict[tuple[int, int], int]:
@@ -41,9 +51,11 @@ class DepartmentRow:
 
 
 def department_rows() -> list[DepartmentRow]:
-    """Every department with its teams and what they are guaranteed together, in four queries."""
+    """Every department with its teams, its heads and what its teams are guaranteed together, in
+    five queries."""
     departments = list(Department.objects.order_by("name").prefetch_related(
-        Prefetch("teams", queryset=Team.objects.order_by("name"))))
+        Prefetch("teams", queryset=Team.objects.order_by("name")),
+        Prefetch("heads", queryset=User.objects.order_by("username"))))
     team_department = {team.pk: department.pk for department in departments for team in department.teams.all()}
     summed: dict[tuple[int, int], int] = defaultdict(int)
     for (team_id, flavor_id), units in guarantees_by_flavor(team_ids=list(team_department)).items():
@@ -254,7 +266,7 @@ def flavor_capacities(*, team: Team | None = None) -> list[FlavorCapacity]:
 
 
 def quota_requests_with_lines(queryset: QuerySet[QuotaRequest]) -> QuerySet[QuotaRequest]:
-    return queryset.select_related("team", "requester", "decided_by").prefetch_related(
+    return queryset.select_related("team__department", "requester", "decided_by", "endorsed_by").prefetch_related(
         Prefetch("lines", queryset=QuotaRequestLine.objects.select_related("flavor"))
     )
 
@@ -269,11 +281,13 @@ def quota_requests_for_user(*, user: Any, status: str | None = None, team: Team 
 
 
 def approvals_inbox(*, user: Any) -> QuerySet[QuotaRequest]:
-    """Pending requests this user may decide: their led teams, or every team for an admin."""
+    """Pending requests this user may decide: their led teams' until a lead passes one to the
+    department's head, those passed to them as a head, or every team's for an admin."""
     pending = QuotaRequest.objects.filter(status=QuotaRequest.Status.PENDING)
     if not is_platform_admin(user):
         led = [team_id for team_id, role in user_team_roles(user).items() if role == Membership.Role.LEAD]
-        pending = pending.filter(team_id__in=led)
+        with_head = Q(endorsed_at__isnull=False, team__department__head_approves=True)
+        pending = pending.filter((Q(team_id__in=led) & ~with_head) | (Q(team_id__in=sorted(headed_team_ids(user))) & with_head))
     return quota_requests_with_lines(pending).order_by("created_at", "id")
 
 
@@ -452,6 +466,13 @@ def team_leads(*, team_ids: list[int]) -> dict[int, list[Any]]:
     for membership in Membership.objects.filter(team_id__in=team_ids, role=Membership.Role.LEAD).select_related("user"):
         leads[membership.team_id].append(membership.user)
     return leads
+
+
+def department_heads(*, team: Team) -> list[Any]:
+    """The heads of the team's department (none where it is in none), by name."""
+    if team.department_id is None:
+        return []
+    return list(User.objects.filter(headed_departments=team.department_id).order_by("username"))
 
 
 # --- Reads for the REST API (tenants/api.py) -------------------------------------------------

@@ -307,20 +307,33 @@ class FlavorWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
 
 class DepartmentSerializer(serializers.ModelSerializer):
     teams: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", many=True, read_only=True)
+    heads: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", many=True, read_only=True, help_text="Usernames of those who decide its teams' quota "
+                                                                    "requests above their leads.")
 
     class Meta:
         model = Department
-        fields = ["id", "slug", "name", "borrowing_limit", "lending_limit", "fair_share_weight", "teams", "created_at"]
+        fields = ["id", "slug", "name", "borrowing_limit", "lending_limit", "fair_share_weight", "heads",
+                  "head_approves", "teams", "created_at"]
         read_only_fields = fields
 
 
 class DepartmentWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
                                 models.PositiveIntegerField: WholeNumberSerializerField, models.DecimalField: WeightField}
+    heads = serializers.ListField(
+        child=serializers.CharField(max_length=150), required=False, max_length=100,
+        help_text="Usernames of its heads, replacing those it has; leave out to keep them.")
 
     class Meta:
         model = Department
-        fields = ["name", "slug", "borrowing_limit", "lending_limit", "fair_share_weight"]
+        fields = ["name", "slug", "borrowing_limit", "lending_limit", "fair_share_weight", "heads", "head_approves"]
+
+    def validate_heads(self, names: list[str]) -> list[Any]:
+        try:
+            return services.department_heads_input(names)
+        except DomainError as refusal:
+            raise serializers.ValidationError(refusal.message) from None
 
 
 # --- Quota requests ----------------------------------------------------------------------------
@@ -333,6 +346,9 @@ class QuotaLineSerializer(serializers.Serializer):
     units = serializers.IntegerField()
     approved_units = serializers.IntegerField(
         allow_null=True, help_text="What was granted: the units asked or fewer; null until approved.")
+    endorsed_units = serializers.IntegerField(
+        allow_null=True, help_text="What a lead passed on to the department's head: the units asked or fewer; null "
+                                   "where no lead has.")
 
 
 class UnitsField(WholeNumberSerializerField):
@@ -382,13 +398,25 @@ class QuotaRequestSerializer(serializers.ModelSerializer):
     decided_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True,
     )
+    endorsed_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True,
+        help_text="Where the team's department has two approval levels: the lead who approved it for the team (or "
+                  "filed it); a head of the department decides it then.")
+    waits_for = serializers.SerializerMethodField(
+        help_text="Who decides it now, while pending: “lead” or “department head”; null once decided.")
     lines = QuotaLineSerializer(many=True, read_only=True)
 
     class Meta:
         model = QuotaRequest
-        fields = ["id", "team", "requester", "status", "justification", "starts_on", "ends_on", "renews", "created_at",
-                  "decided_by", "decided_at", "decision_note", "lines"]
+        fields = ["id", "team", "requester", "status", "waits_for", "justification", "starts_on", "ends_on", "renews",
+                  "created_at", "endorsed_by", "endorsed_at", "endorsement_note", "decided_by", "decided_at",
+                  "decision_note", "lines"]
         read_only_fields = fields
+
+    def get_waits_for(self, quota_request: QuotaRequest) -> str | None:
+        if not quota_request.is_pending:
+            return None
+        return "department head" if quota_request.waits_for_head else "lead"
 
 
 class QuotaRequestCreateSerializer(StrictInputMixin, serializers.Serializer):

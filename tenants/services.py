@@ -154,13 +154,13 @@ def _check_backend(team: Team) -> None:
         raise DomainError(refusal, field="fair_share_weight")
 
 
-DEPARTMENT_FIELDS = ("name", "slug", "borrowing_limit", "lending_limit", "fair_share_weight")
+DEPARTMENT_FIELDS = ("name", "slug", "borrowing_limit", "lending_limit", "fair_share_weight", "head_approves")
 
 
 @transaction.atomic
-def department_save(*, actor: User, department: Department) -> Department:
-    """Creates or changes a department; its cohort and its teams' queues follow. Its slug names its
-    cohort, so it is set once."""
+def department_save(*, actor: User, department: Department, heads: Iterable[User] | None = None) -> Department:
+    """Creates or changes a department (with `heads`, who heads it now); its cohort and its teams'
+    queues follow. Its slug names its cohort, so it is set once."""
     _require(actor.has_perm("tenants.manage_teams"))
     if refusal := departments_refused():
         raise DomainError(refusal)
@@ -170,11 +170,20 @@ def department_save(*, actor: User, department: Department) -> Department:
     if before is not None and before.slug != department.slug:
         raise DomainError(f"A department's slug names its cohort and cannot change ({before.slug}); make a new "
                           "department and move its teams instead.", field="slug")
+    had = sorted(before.heads.values_list("username", flat=True)) if before else []
+    people = sorted({user.username: user for user in heads}.values(), key=lambda u: u.username) if heads is not None else None
+    now_heads = [user.username for user in people] if people is not None else had
+    if department.head_approves and not now_heads:
+        raise DomainError("Two approval levels need a head to decide after the lead: name at least one.", field="heads")
     changes = {name: (getattr(before, name) if before else None, getattr(department, name)) for name in DEPARTMENT_FIELDS
                if before is None or getattr(before, name) != getattr(department, name)}
+    if now_heads != had:
+        changes["heads"] = (", ".join(had), ", ".join(now_heads) or "nobody")
     if before is not None and not changes:
         return department
     department.save()
+    if people is not None:
+        department.heads.set(people)
     audit_record(actor=actor, action="department.created" if before is None else "department.updated", obj=department,
                  data={name: [str(old), str(new)] for name, (old, new) in changes.items()},
                  message=f"{actor.username} {'created' if before is None else 'changed'} department {department.slug}: "
@@ -183,9 +192,22 @@ def department_save(*, actor: User, department: Department) -> Department:
     return department
 
 
+def department_heads_input(names: Iterable[str]) -> list[User]:
+    """The people named (usernames, as the department form and the API give them) to head a
+    department, or a refusal naming those who are not active users of the portal."""
+    wanted = {name.strip() for name in names if name.strip()}
+    found = {user.username: user for user in User.objects.filter(username__in=wanted, is_active=True)}
+    if missing := sorted(wanted - found.keys()):
+        raise DomainError(f"No active user is called {', '.join(f'“{name}”' for name in missing)}: name heads by their "
+                          "usernames.", field="heads")
+    return sorted(found.values(), key=lambda user: user.username)
+
+
 def _limit_words(value: Any) -> str:
     if isinstance(value, Decimal):  # a weight, written as everywhere else: "0.5", not "0.50"
         return weight_quantity(value)
+    if isinstance(value, bool):  # two approval levels
+        return "on" if value else "off"
     return "no limit" if value is None else str(value)
 
 
@@ -651,15 +673,23 @@ def quota_request_create(
     _check_lines(team=team, lines=lines, ends_on=ends_on, replaced=replaced)
     quota_request = QuotaRequest.objects.create(team=team, requester=requester, justification=justification, ends_on=ends_on,
                                                 renews=renews, starts_on=starts_on)
+    # In a department with two levels a lead's own request has the team's level done: it goes to a head.
+    department = quota_request.head_department
+    lead_files = department is not None and requester.has_perm("tenants.manage_members", team)
+    if lead_files:
+        quota_request.endorsed_by, quota_request.endorsed_at = requester, quota_request.created_at
+        quota_request.save(update_fields=["endorsed_by", "endorsed_at"])
     QuotaRequestLine.objects.bulk_create(
-        [QuotaRequestLine(request=quota_request, flavor=line.flavor, units=line.units) for line in lines]
+        [QuotaRequestLine(request=quota_request, flavor=line.flavor, units=line.units,
+                          endorsed_units=line.units if lead_files else None) for line in lines]
     )
     summary = f"{describe_lines(lines)} for {team.slug}{_from(starts_on)}{_until(ends_on)}{_renewing(quota_request.renews_id)}"
     audit_record(actor=requester, action="quota_request.created", obj=quota_request, team_id=team.pk,
                  message=f"{requester.username} requested {summary} (request #{quota_request.pk})")
-    leads = selectors.team_leads(team_ids=[team.pk])[team.pk]
-    notify(recipients=[lead for lead in leads if lead.pk != requester.pk],
-           message=f"{requester.username} asks for {summary} (request #{quota_request.pk}).",
+    deciders = (selectors.department_heads(team=team) if lead_files else selectors.team_leads(team_ids=[team.pk])[team.pk])
+    notify(recipients=[person for person in deciders if person.pk != requester.pk],
+           message=f"{requester.username} asks for {summary} (request #{quota_request.pk})"
+                   + (f"; as head of {department.name}, you decide." if department and lead_files else "."),
            url=_asks_url(quota_request))
     return quota_request
 
@@ -689,27 +719,30 @@ def _locked_pending(quota_request: QuotaRequest, verb: str) -> QuotaRequest:
 
 
 def _sync_caller_copy(original: QuotaRequest, locked: QuotaRequest) -> QuotaRequest:
-    for field in ("status", "decided_by_id", "decided_at", "decision_note"):
+    for field in ("status", "decided_by_id", "decided_at", "decision_note", "endorsed_by_id", "endorsed_at",
+                  "endorsement_note"):
         setattr(original, field, getattr(locked, field))
     return locked
 
 
 def _approved_units(lines: Sequence[QuotaRequestLine], units: Mapping[int, int] | None, pk: int) -> None:
-    """Sets each line's `approved_units`: as asked, or fewer where the approver said so (keyed by
-    flavor id). Only an addition may be cut, to at least one unit; giving back is taken as asked."""
+    """Sets each line's `approved_units`: as asked (or as a lead passed it on to the head), or
+    fewer where the approver said so (keyed by flavor id). Only an addition may be cut, to at
+    least one unit; giving back is taken as asked."""
     asked = {line.flavor_id: line for line in lines}
     for flavor_id in (units or {}):
         if flavor_id not in asked:
             raise DomainError(f"Request #{pk} has no line for flavor {flavor_id}; approve only the flavors it asks for.",
                               field="units")
     for line in lines:
-        given = (units or {}).get(line.flavor_id, line.units)
+        given = (units or {}).get(line.flavor_id, line.grantable)
         if given != line.units and line.units < 0:
             raise DomainError(f"{line.flavor.name}: giving back {-line.units} units is approved as asked or rejected.",
                               field="units")
-        if line.units > 0 and not 1 <= given <= line.units:
-            raise DomainError(f"{line.flavor.name}: approve between 1 and the {line.units} units asked, or reject.",
-                              field="units")
+        if line.units > 0 and not 1 <= given <= line.grantable:
+            most = (f"the {line.units} units asked" if line.grantable == line.units
+                    else f"the {line.grantable} of {line.units} units a lead approved")
+            raise DomainError(f"{line.flavor.name}: approve between 1 and {most}, or reject.", field="units")
         line.approved_units = given
 
 
@@ -719,7 +752,7 @@ def quota_request_approve(
 ) -> QuotaRequest:
     """Approves the request, each line in full or, where `units` (flavor id to units) says so,
     fewer than asked: a lead may grant part of what fits rather than refuse it all."""
-    _require(approver.has_perm("tenants.decide_quotarequest", quota_request))
+    _may_decide(approver, quota_request)
     locked = _locked_pending(quota_request, "approved")
     # Asked of the locked row: its team's policy as it stands now, not as the caller loaded it.
     if not approver.has_perm("tenants.approve_quotarequest", locked):
@@ -728,6 +761,9 @@ def quota_request_approve(
     _approved_units(lines, units, locked.pk)
     now = timezone.now()
     replaced_grants = _room_checked(locked, lines, window=_window(locked, now=now))
+    if (department := locked.head_department) and _passes_to_head(locked, approver):
+        _endorse(locked, lines, department, by=approver, note=note, now=now)
+        return _sync_caller_copy(quota_request, locked)
     _grants_replace(replaced_grants, renewal=locked, now=now, actor=approver)
     _grants_start(locked, lines, now=now)
     QuotaRequestLine.objects.bulk_update(lines, ["approved_units"])
@@ -745,6 +781,48 @@ def quota_request_approve(
              + (f" Note: {locked.decision_note}" if locked.decision_note else ""))
     _on_team_change(locked.team_id)
     return _sync_caller_copy(quota_request, locked)
+
+
+def _may_decide(user: User, quota_request: QuotaRequest) -> None:
+    """Refuses whoever may not decide the request; a lead of its team, once a lead passed it to
+    the department's heads, in words."""
+    if user.has_perm("tenants.decide_quotarequest", quota_request):
+        return
+    department = quota_request.head_department
+    if department and quota_request.waits_for_head and user.has_perm("tenants.manage_members", quota_request.team):
+        raise NotAllowed(f"A lead approved request #{quota_request.pk} for the team; a head of {department.name} "
+                         "decides it now.")
+    raise PermissionDenied
+
+
+def _passes_to_head(locked: QuotaRequest, approver: User) -> bool:
+    """A lead's approval in a department with two levels is the team's level: a head decides."""
+    return approver.has_perm("tenants.pass_quotarequest_to_head", locked)
+
+
+def _endorse(locked: QuotaRequest, lines: list[QuotaRequestLine], department: Department, *, by: User, note: str,
+             now: dt.datetime) -> None:
+    """Records a lead's approval (of the units that fit now) and passes the request to the heads of
+    its team's department: the leads' notices of it are read, the heads and the requester told."""
+    summary = f"{_describe_approved(lines)} for {locked.team.slug}"
+    for line in lines:
+        line.endorsed_units, line.approved_units = line.approved_units, None
+    QuotaRequestLine.objects.bulk_update(lines, ["endorsed_units", "approved_units"])
+    locked.endorsed_by, locked.endorsed_at, locked.endorsement_note = by, now, note.strip()
+    locked.save(update_fields=["endorsed_by", "endorsed_at", "endorsement_note"])
+    audit_record(actor=by, action="quota_request.endorsed", obj=locked, team_id=locked.team_id,
+                 data={"note": locked.endorsement_note, "department": department.slug},
+                 message=f"{by.username} approved request #{locked.pk} for the team ({summary}); it goes to the head "
+                         f"of {department.name}")
+    notifications_resolve(url=_asks_url(locked))
+    notify(recipients=[head for head in selectors.department_heads(team=locked.team) if head.pk != by.pk],
+           message=f"{by.username}, a lead of {locked.team.slug}, approved {summary} (request #{locked.pk}); as head of "
+                   f"{department.name}, you decide." + (f" Note: {locked.endorsement_note}" if locked.endorsement_note else ""),
+           url=_asks_url(locked))
+    if locked.requester_id != by.pk:
+        notify(recipients=[locked.requester],
+               message=f"{by.username} approved your request #{locked.pk} for the team; a head of {department.name} "
+                       "decides it now.", url=reverse("tenants:quota-request-detail", args=[locked.pk]))
 
 
 def _window(quota_request: QuotaRequest, *, now: dt.datetime) -> tuple[dt.datetime, dt.datetime | None]:
@@ -836,7 +914,7 @@ def _grants_replace(grants: list[QuotaGrant], *, renewal: QuotaRequest, now: dt.
 
 @transaction.atomic
 def quota_request_reject(*, quota_request: QuotaRequest, approver: User, note: str = "") -> QuotaRequest:
-    _require(approver.has_perm("tenants.decide_quotarequest", quota_request))
+    _may_decide(approver, quota_request)
     locked = _locked_pending(quota_request, "rejected")
     locked.status = QuotaRequest.Status.REJECTED
     locked.decided_by, locked.decided_at, locked.decision_note = approver, timezone.now(), note.strip()

@@ -84,7 +84,8 @@ def test_a_request_filed_by_a_member_is_approved_by_the_lead_and_becomes_a_grant
     assert created.json()["status"] == "pending"
     assert created.json()["requester"] == "alice"
     assert created.json()["lines"] == [
-        {"flavor": flavor.pk, "flavor_slug": "h100-80gb", "flavor_name": "H100 80GB", "units": 4, "approved_units": None}
+        {"flavor": flavor.pk, "flavor_slug": "h100-80gb", "flavor_name": "H100 80GB", "units": 4, "approved_units": None,
+         "endorsed_units": None}
     ]
 
     pending = api(lead).get("/api/quota-requests/", {"status": "pending"})
