@@ -56,6 +56,7 @@ PEOPLE = [
     ("bob", "Bob", "Scientist", False, False, [("nlp", "member"), ("vision", "member")]),
     ("rita", "Rita", "Lead", False, False, [("recsys", "lead")]),
     ("carol", "Carol", "Scientist", False, False, [("recsys", "member")]),
+    ("hana", "Hana", "Head", False, False, []),  # heads AI Research (DEPARTMENT_HEAD)
 ]
 
 # Where the demo's template fetches code from: all of GitHub, so whoever tries the demo can run a
@@ -94,6 +95,7 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
     departments_seed(admin=admin, teams=teams)
     asks = QuotaAsks(users=users, teams=teams, flavors=flavors, today=now.astimezone(ZoneInfo(settings.TIME_ZONE)).date())
     quota_history_seed(asks, since=since, now=now)
+    two_levels_seed(admin=admin, head=users[DEPARTMENT_HEAD])  # from now on: the history was approved by the leads
     asks.ask("vision", "alice", [("a100-1g-10gb", 14)], "Notebooks for the new interns.", ends_in_days=30)
     asks.ask("nlp", "bob", [("t4-shared", 4), ("a100-1g-10gb", 7)], "Serving the small model for the demo.")
     templates_seed(admin=admin, flavors=flavors)
@@ -105,6 +107,8 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
 # 2:1 (vision's fair-share weight is 2).
 DEPARTMENT = ("research", "AI Research", ("vision", "nlp"), 4)
 WEIGHTS = {"vision": Decimal(2)}
+# Its head decides its teams' quota requests after their leads (two approval levels).
+DEPARTMENT_HEAD = "hana"
 
 
 def departments_seed(*, admin: User, teams: dict[str, Team]) -> None:
@@ -116,6 +120,15 @@ def departments_seed(*, admin: User, teams: dict[str, Team]) -> None:
     for team_slug in members:
         teams[team_slug] = services.team_update(actor=admin, team=teams[team_slug], department=research,
                                                 fair_share_weight=WEIGHTS.get(team_slug, Decimal(1)))
+
+
+def two_levels_seed(*, admin: User, head: User) -> None:
+    """The department's head, who decides its teams' requests once a lead has approved them."""
+    research = Department.objects.filter(slug=DEPARTMENT[0]).first()
+    if research is None:
+        return  # a queue backend without departments
+    research.head_approves = True
+    services.department_save(actor=admin, department=research, heads=[head])
 
 
 def people_seed() -> dict[str, User]:

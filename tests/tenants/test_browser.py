@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from tenants.models import Membership, QuotaRequest
+from tenants import services
+from tenants.models import Department, Membership, QuotaRequest
 from tests.browsing import PASSWORD, SHOTS, htmx_settled, log_in, sync_api  # noqa: F401
 from tests.factories import (
     FlavorFactory,
@@ -138,3 +139,42 @@ def test_a_lead_caps_the_gpus_each_person_holds_in_place(browser, live_server, s
     alice.goto(f"{live_server.url}/teams/vision/")
     expect(alice.locator("[data-testid=person-limit]")).to_contain_text("Each person may hold at most 1.5 GPUs at once")
     expect(alice.locator("[data-testid=person-limit-form]")).to_have_count(0)
+
+
+def test_two_approval_levels_in_a_browser(browser, live_server, site):
+    """The lead approves part of a request for the team, and the department's head, who is in no
+    team, finds it in her inbox with what the lead approved and grants it in place."""
+    admin = UserFactory(username="root", is_platform_admin=True)
+    hana = UserFactory(username="hana")
+    research = services.department_save(actor=admin, department=Department(name="AI Research", slug="research",
+                                                                            head_approves=True), heads=[hana])
+    services.team_update(actor=admin, team=site["team"], department=research)
+    alice = site["team"].memberships.get(role=Membership.Role.MEMBER).user
+    qr = services.quota_request_create(requester=alice, team=site["team"],
+                                       lines=[services.LineInput(flavor=site["flavor"], units=4)],
+                                       justification="The spring data set.")
+    expect = sync_api.expect
+
+    lena = log_in(browser, live_server, "lena")
+    lena.click("nav >> text=Approvals")
+    row = lena.locator(f"#approval-{qr.pk}")
+    expect(row.locator("[data-testid=passes-to-head]")).to_contain_text("a head of AI Research then decides")
+    row.locator(f"input[name=units-{site['flavor'].pk}]").fill("3")
+    row.locator("button:has-text('Approve')").click()
+    expect(lena.locator(f"#approval-{qr.pk} [data-testid=row-status]")).to_have_text("Waits for the department head")
+    expect(lena.locator(f"#approval-{qr.pk} [data-testid=endorsement]")).to_contain_text("+3 of +4 H100 80GB")
+
+    head = log_in(browser, live_server, "hana")
+    expect(head.locator("[data-testid=inbox-count]")).to_contain_text("1")
+    head.click("nav >> text=Approvals")
+    row = head.locator(f"#approval-{qr.pk}")
+    expect(row.locator("[data-testid=endorsement]")).to_contain_text("lena approved it for the team")
+    expect(row.locator(f"input[name=units-{site['flavor'].pk}]")).to_have_value("3")
+    head.screenshot(path=str(SHOTS / "approvals_head.png"), full_page=True)
+    row.locator("button:has-text('Approve')").click()
+    expect(head.locator(f"#approval-{qr.pk} [data-testid=row-status]")).to_have_text("Approved")
+    assert list(QuotaRequest.objects.get(pk=qr.pk).grants.values_list("units", flat=True)) == [3]
+
+    alice_page = log_in(browser, live_server, "alice")
+    alice_page.click(".bell")
+    expect(alice_page.locator("#notification-list")).to_contain_text(f"hana approved your request #{qr.pk}")
