@@ -144,8 +144,8 @@ def test_a_lead_caps_the_gpus_each_person_holds_in_place(browser, live_server, s
 def test_two_approval_levels_in_a_browser(browser, live_server, site):
     """The lead approves part of a request for the team, and the department's head, who is in no
     team, finds it in her inbox with what the lead approved and grants it in place."""
-    admin = UserFactory(username="root", is_platform_admin=True)
-    hana = UserFactory(username="hana")
+    admin = UserFactory.create(username="root", is_platform_admin=True)
+    hana = UserFactory.create(username="hana")
     research = services.department_save(actor=admin, department=Department(name="AI Research", slug="research",
                                                                             head_approves=True), heads=[hana])
     services.team_update(actor=admin, team=site["team"], department=research)
