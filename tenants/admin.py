@@ -120,7 +120,7 @@ class TeamAdmin(PermissionAdmin, RefusalAsFormError):
 class QuotaRequestLineInline(ReadOnlyAdmin, admin.TabularInline):
     manage_perm = "tenants.manage_teams"
     model = QuotaRequestLine
-    fields = ("flavor", "units")
+    fields = ("flavor", "units", "endorsed_units", "approved_units")
     readonly_fields = fields
     extra = 0
     can_delete = False

@@ -84,7 +84,7 @@ can_decide_quota_request = is_platform_admin | (is_team_lead & ~passed_to_the_he
 # Rejecting one's own request is withdrawing it, so four eyes only stand between the filer and approval.
 can_approve_quota_request = can_decide_quota_request & ~filed_it_and_team_wants_four_eyes
 # Who approves only the team's level: a lead's approval then passes the request to a head.
-passes_quota_request_to_head = at_the_teams_level & ~is_platform_admin & ~heads_its_department
+passes_quota_request_to_head = is_team_lead & at_the_teams_level & ~is_platform_admin & ~heads_its_department
 can_cancel_quota_request = is_platform_admin | is_requester
 # "Is a decider": someone quota requests come to (a lead of some team, a department's head, or a platform admin).
 receives_quota_requests = is_platform_admin | leads_a_team | heads_a_department

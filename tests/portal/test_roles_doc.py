@@ -18,13 +18,14 @@ from jobs import kinds
 from jobs import services as job_services
 from jobs.models import Workload, WorkloadKind, WorkloadTemplate
 from portal import tokens
-from tenants.models import Membership, Team
+from tenants import services as tenant_services
+from tenants.models import Department, Membership, Team
 from tests.factories import MembershipFactory, QuotaRequestFactory, TeamFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "roles.md"
-ROLES = ("member", "lead", "finance", "platform admin")
+ROLES = ("member", "lead", "finance", "platform admin", "department head")
 WHERE = {"own": "their own", "team": "their team's", "other": "another team's"}
 REACH = {"all": {"own", "team", "other"}, "team": {"own", "team"}, "own": {"own"}, "—": set()}
 
@@ -68,7 +69,8 @@ class Site:
     flavor: Any
 
     def team_of(self, role: str) -> Team | None:
-        return self.vision if role in ("member", "lead") else None
+        # A department head's "team" is a team of the department they head, vision here.
+        return self.vision if role in ("member", "lead", "department head") else None
 
     def make(self, on: str, *, owner: Any, team: Team) -> Any:
         """One object of the kind a row is about, in `team`, owned (launched, filed) by `owner`."""
@@ -111,6 +113,7 @@ def site(flavor: Any) -> Site:
         "member": UserFactory.create(username="alice"), "lead": UserFactory.create(username="lena"),
         "finance": UserFactory.create(username="fiona", is_finance=True),
         "platform admin": UserFactory.create(username="root", is_platform_admin=True, is_staff=True),
+        "department head": UserFactory.create(username="hedda"),
     }
     MembershipFactory(team=vision, user=people["member"])
     MembershipFactory(team=vision, user=people["lead"], role=Membership.Role.LEAD)
@@ -118,6 +121,11 @@ def site(flavor: Any) -> Site:
     MembershipFactory(team=vision, user=teammate)
     MembershipFactory(team=nlp, user=stranger, role=Membership.Role.LEAD)
     admin = people["platform admin"]
+    # Vision is in a department with two approval levels, which the head heads.
+    research = tenant_services.department_save(actor=admin, department=Department(name="Research", slug="research",
+                                                                                  head_approves=True),
+                                               heads=[people["department head"]])
+    vision = tenant_services.team_update(actor=admin, team=vision, department=research)
     templates = {kind: job_services.template_create(user=admin, slug=kind, name=kind, kind=kind, flavors=[flavor],
                                                     image="x/y:1", port=8080)
                  for kind in kinds.runnable()}
