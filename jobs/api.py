@@ -318,7 +318,8 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                    description="Why it has not started: Kueue's reason in words, the team's quota of the flavor, its "
                                "place in the queue (from Kueue's visibility API where the cluster serves it, else the "
                                "portal's estimate, and which), who uses the flavor now, an estimated start, and where "
-                               "fair sharing between teams keeps it waiting, why.")
+                               "fair sharing between teams keeps it waiting, why, and where its owner's recent use orders it, "
+                               "how.")
     @action(detail=True, methods=["get"], url_path="why-waiting")
     def why_waiting(self, request: Request, pk: str | None = None) -> Response:
         workload = self.get_object()
@@ -327,7 +328,7 @@ class WorkloadViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             "phase": workload.phase, "reason": answer.reason, "position": answer.position,
             "position_source": answer.position_source, "ahead": [ahead.pk for ahead in answer.ahead],
             "usage": answer.usage, "holders": answer.holders, "estimated_start": answer.estimated_start,
-            "estimate_basis": answer.estimate_basis, "fairness": answer.fairness,
+            "estimate_basis": answer.estimate_basis, "fairness": answer.fairness, "order": answer.order,
         }).data)
 
 

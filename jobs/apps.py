@@ -8,11 +8,11 @@ class JobsConfig(AppConfig):
         from jobs import checks, kinds, selectors, signals  # noqa: F401 - connects the receivers, registers the check
         from jobs.observability import WorkloadCollector
         from jobs.person_limits import by_person
-        from jobs.selectors import flavor_of_pods, team_contents, workloads_on_nodes, xids_on_node
+        from jobs.selectors import flavor_of_pods, queues_in_use, team_contents, workloads_on_nodes, xids_on_node
         from portal.metrics.simulated import KIND_PROFILES
         from portal.observability import scrape_collector_register
         from tenants.cluster_selectors import CPU_UNITS_IN_USE
-        from tenants.desired import WORKLOAD_KINDS
+        from tenants.desired import QUEUES_IN_USE, WORKLOAD_KINDS
         from tenants.nodes import WORKLOADS_ON_NODES, XIDS_ON_NODE
         from tenants.selectors import PERSON_GPUS, TEAM_RECORDS_GOING
         from tenants.telemetry_selectors import FLAVOR_OF_PODS
@@ -21,6 +21,7 @@ class JobsConfig(AppConfig):
         FLAVOR_OF_PODS.fill(flavor_of_pods)
         KIND_PROFILES.fill(kinds.telemetry)
         WORKLOAD_KINDS.fill(kinds.network_reach)
+        QUEUES_IN_USE.fill(queues_in_use)
         CPU_UNITS_IN_USE.fill(selectors.cpu_units_in_use)
         PERSON_GPUS.fill(by_person)
         WORKLOADS_ON_NODES.fill(workloads_on_nodes)

@@ -264,6 +264,11 @@ class Workload(models.Model):
     # Secret (jobs/access.py derives it again for the owner's hand-over).
     notebook_token_sha256 = models.CharField(max_length=64, blank=True)
     relaunch_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The queue it waits in, fixed at launch so a change of membership never moves it: on Kueue its
+    # owner's LocalQueue in the team (admission fair sharing orders the team's work by each one's
+    # recent use); empty for the team's one queue (Volcano, and work launched before).
+    queue_name = models.CharField(max_length=63, blank=True, default="", db_default="", editable=False,
+                                  help_text="The team queue it waits in: its owner's, on Kueue.")
     # The site's PORTAL_QUEUE_BACKEND when it was made: the site cannot switch while any still runs on another.
     queue_backend = models.CharField(max_length=20, default=site_queue_backend, editable=False,
                                      help_text="The queue backend it was launched on (kueue or volcano).")

@@ -123,6 +123,15 @@ def cpu_units_in_use(*, team: Team, flavor: Flavor) -> int:
     return sum(units * workers for units, workers in rows)
 
 
+def queues_in_use(team_ids: list[int]) -> dict[int, set[str]]:
+    """Per team, the queues its active workloads were launched into (tenants.desired.QUEUES_IN_USE)."""
+    found: dict[int, set[str]] = {}
+    rows = Workload.objects.filter(team_id__in=team_ids).active().exclude(queue_name="")
+    for team_id, name in rows.values_list("team_id", "queue_name").distinct():
+        found.setdefault(team_id, set()).add(name)
+    return found
+
+
 @dataclass(frozen=True)
 class LaunchHint:
     flavor: Flavor
@@ -248,6 +257,7 @@ class WhyWaiting:
     estimated_start: dt.datetime | None = None
     estimate_basis: str = ""
     fairness: str = ""  # where fair sharing between teams is why it waits (fairness_reason)
+    order: str = ""  # where the team's waiting work goes by its people's recent use (person_order_reason)
 
 
 def _owned_by(entry: PendingEntry, workload_name: str) -> bool:
@@ -344,6 +354,33 @@ def fairness_reason(*, workload: Workload, usage: QueueUsage | None, queues: dic
                    "from a team above its own.")
 
 
+def _recent(use: float) -> str:
+    return f"{use:.1f}" if use >= 0.05 or use == 0 else "under 0.1"
+
+
+def person_order_reason(*, workload: Workload, ahead: list[Workload]) -> str:
+    """Where the queue admits the team's waiting work by its people's recent use (Kueue's
+    admission fair sharing): the owner's recent use and that of whose work is ahead of it; "" on a
+    backend without it, for work launched before people had their own queue, or when the
+    cluster does not say."""
+    backend = queueing.backend()
+    if not backend.people_ordered or not workload.queue_name or workload.phase not in WAITING:
+        return ""
+    use = backend.people_use(namespace=workload.team.namespace)
+    if use is None:
+        return ""
+    mine = use.get(workload.queue_name, 0.0)
+    said = (f"{backend.label} admits the team's waiting work by each person's recent use, least first, then by priority "
+            f"and age. {workload.owner.username}'s recent use: {_recent(mine)}.")
+    others: dict[str, float] = {}
+    for other in ahead:
+        if other.owner_id != workload.owner_id and other.queue_name:
+            others.setdefault(other.owner.username, use.get(other.queue_name, 0.0))
+    if others:
+        said += " Ahead of it: " + ", ".join(f"{name}'s ({_recent(value)})" for name, value in others.items()) + "."
+    return said
+
+
 def why_waiting(*, workload: Workload) -> WhyWaiting:
     """The reason in words, the team's quota of the flavor, its place in the queue (Kueue's, or
     the portal's estimate, said which), who uses the flavor now, and an estimated start. Work
@@ -376,7 +413,8 @@ def why_waiting(*, workload: Workload) -> WhyWaiting:
     return WhyWaiting(reason=reason, usage=usage, position=position, ahead=ahead, position_source=source,
                       position_by=position_by,
                       holders=_holders(workload.flavor, queues), estimated_start=start, estimate_basis=basis,
-                      fairness=fairness_reason(workload=workload, usage=usage, queues=queues))
+                      fairness=fairness_reason(workload=workload, usage=usage, queues=queues),
+                      order=person_order_reason(workload=workload, ahead=ahead) if from_queue is not None else "")
 
 
 @dataclass(frozen=True)

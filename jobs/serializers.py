@@ -498,6 +498,10 @@ class WhyWaitingSerializer(serializers.Serializer):
     fairness = serializers.CharField(
         help_text="Where fair sharing between teams is why it waits: how the borrowed units are split by weight and "
                   "what that means for it, in words; empty otherwise.")
+    order = serializers.CharField(
+        help_text="Where the team's waiting work is admitted by its people's recent use (Kueue's admission fair "
+                  "sharing): the owner's recent use and that of the people whose work is ahead, in words; empty "
+                  "otherwise.")
 
 
 class ScaleSerializer(StrictInputMixin, serializers.Serializer):

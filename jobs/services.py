@@ -491,7 +491,7 @@ def workload_launch(*, user: User, request: LaunchRequest, relaunch_of: Workload
     name = (request.name or f"{request.template.slug}").strip()[:60]
     workload = Workload.objects.create(
         team=request.team, owner=user, template_version=version, name=name, parameters=values, flavor=request.flavor,
-        relaunch_of=relaunch_of, **resources,
+        relaunch_of=relaunch_of, queue_name=queueing.backend().person_queue(user.pk), **resources,
     )
     if len(request.flavors) > 1:
         workload.accepted_flavors.set(request.flavors)
@@ -759,7 +759,8 @@ def workload_spec(workload: Workload) -> manifests.WorkloadSpec:
         credentials=_credential_mounts(workload.team, sources.credentials),
         git_image=settings.PORTAL_GIT_IMAGE if sources.repositories else "",
         placements=tuple(placement(flavor) for flavor in workload_flavors(workload)),
-        queue=tuple(queueing.backend().workload_labels(priority=tier_name(workload.priority)).items()),
+        queue=tuple(queueing.backend().workload_labels(priority=tier_name(workload.priority),
+                                                       queue=workload.queue_name).items()),
         team_queue=workload.team.cluster_queue, flavor=workload.flavor.slug,
         indexed_pod_name=queueing.backend().indexed_pod_name,
     )

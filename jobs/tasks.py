@@ -18,6 +18,7 @@ from portal.errors import DomainError
 from portal.kube import KubeError, gateway, ref_of
 from portal.tasks import GaveUp, cluster_task, send_on_commit
 from tenants import queueing
+from tenants import reconcile as tenant_reconcile
 
 log = logging.getLogger(__name__)
 # The resubmit pass runs every 30 s (CELERY_BEAT_SCHEDULE): a launch recorded while Redis was down
@@ -76,6 +77,8 @@ def workload_submit(workload_id: int) -> str:
             services.record_transition(workload, Workload.Phase.FAILED, f"Not created in the cluster: {refusal}")
             return "failed"
         objects = kinds.workload_objects(spec=services.workload_spec(workload))
+        if workload.queue_name:
+            tenant_reconcile.person_queue_ensure(team=workload.team, name=workload.queue_name)
         for obj in objects:
             gateway().apply(obj)
     except DomainError as error:

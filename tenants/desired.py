@@ -28,6 +28,9 @@ HoldProvider = Callable[[list[int]], set[int]]
 HOLDS = Hook[HoldProvider]("tenants.desired.HOLDS", by="billing")
 # Which workload kinds serve HTTP and are reached by the portal: jobs' kinds say (portal.hooks).
 WORKLOAD_KINDS = Hook[Callable[[], manifests.KindReach]]("tenants.desired.WORKLOAD_KINDS", by="jobs")
+# Per team id, the queues its unfinished work waits or runs in (jobs' `Workload.queue_name`): a
+# person's queue stays while their work is in it, member or not.
+QUEUES_IN_USE = Hook[Callable[[list[int]], "dict[int, set[str]]"]]("tenants.desired.QUEUES_IN_USE", by="jobs")
 
 
 def flavor_spec(flavor: Flavor) -> manifests.FlavorSpec:
@@ -60,8 +63,8 @@ def network_spec() -> manifests.NetworkSpec:
 
 
 def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, manifests.TeamSpec]]:
-    """The desired state of the given teams (all when None), read in six queries (teams, flavors, grants,
-    members, held queues, departments)."""
+    """The desired state of the given teams (all when None), read in eight queries (teams, flavors,
+    grants, members with cluster identities, held queues, departments, people, queues in use)."""
     teams = Team.objects.all() if team_ids is None else Team.objects.filter(pk__in=list(team_ids))
     teams_by_id = {team.pk: team for team in teams}
     active = list(Flavor.objects.filter(is_active=True).order_by("pk"))
@@ -77,6 +80,7 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
     gate = gate_service()
     reach = WORKLOAD_KINDS.call()
     cpu_pools = [f for f in active if f.is_cpu]
+    people = team_people(team_ids=list(teams_by_id))
     for team in teams_by_id.values():
         # The namespace's CPU and memory backstops cover the GPU workloads' pods; a CPU-only
         # guarantee comes on top (no queue bounds it), so its units are never refused there.
@@ -106,11 +110,27 @@ def team_specs(team_ids: Iterable[int] | None = None) -> dict[int, tuple[Team, m
             user_prefix=settings.KUBE_OIDC_USERNAME_PREFIX,
             member_role=settings.PORTAL_MEMBER_CLUSTER_ROLE,
             held=team.pk in held,
+            people=people.get(team.pk, ()),
             portal_reader=reader,
             kinds=reach,
             gate_service=gate,
         ))
     return specs
+
+
+def team_people(*, team_ids: list[int]) -> dict[int, tuple[str, ...]]:
+    """Per team, the queues of its people where the backend gives each person one (Kueue): every
+    member's, and those still holding someone's unfinished work (a member since removed, a platform
+    admin who launched into the team), in name order."""
+    queue = backend()
+    if not queue.people_ordered:
+        return {}
+    names: dict[int, set[str]] = defaultdict(set)
+    for team_id, user_id in Membership.objects.filter(team_id__in=team_ids).values_list("team_id", "user_id"):
+        names[team_id].add(queue.person_queue(user_id))
+    for team_id, in_use in QUEUES_IN_USE.call(team_ids).items():
+        names[team_id].update(name for name in in_use if name)
+    return {team_id: tuple(sorted(found)) for team_id, found in names.items()}
 
 
 def gate_service() -> tuple[str, str] | None:

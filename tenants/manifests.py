@@ -253,6 +253,9 @@ class TeamSpec:
     adopts_unannotated: bool = False
     # Held by a hard-stopped budget: the team's queue admits nothing new; what runs continues.
     held: bool = False
+    # The queues of the team's people (its members', and anyone's with work still in it), as the
+    # backend names them (`QueueBackend.person_queue`): on Kueue each is a LocalQueue of its own.
+    people: tuple[str, ...] = ()
     kinds: KindReach = KindReach()
     # Where the portal reads pods, logs, events and data volumes only in namespaces it made (the
     # chart's rbac.namespacedReads): its own ServiceAccount, bound in the team's namespace.

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -134,6 +134,25 @@ def team_reconcile(*, team_id: int) -> bool:
         raise
     _mark_applied(team_id, team.config_version)
     return True
+
+
+def person_queue_ensure(*, team: Team, name: str) -> None:
+    """Makes a person's queue in the team (on Kueue their LocalQueue) where the cluster lacks it,
+    before their work is submitted to it: a member added a moment ago whose team pass has not run
+    yet, or a platform admin launching into a team not theirs. One read when it is there; else
+    built as the team's pass builds it (held with the team), which keeps it while their work is in
+    the team."""
+    def queue_of(spec: manifests.TeamSpec) -> dict[str, Any] | None:
+        return next((obj for obj in backend().team_objects(team=replace(spec, people=(name,)))
+                     if obj["metadata"]["name"] == name and obj["metadata"].get("namespace") == spec.namespace), None)
+
+    where = queue_of(manifests.TeamSpec(slug=team.slug, uid=str(team.uid), quotas=(),
+                                        name_prefix=settings.PORTAL_NAMESPACE_PREFIX))
+    if where is None or gateway().get(ref_of(where)) is not None:
+        return
+    specs = team_specs([team.pk])
+    if team.pk in specs and (made := queue_of(specs[team.pk][1])) is not None:
+        gateway().apply(made)
 
 
 # Fields the API server never lets an update change: when the wish differs, the object is

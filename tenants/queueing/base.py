@@ -124,6 +124,9 @@ class QueueBackend(Protocol):
     # Whether idle quota goes to competing teams by their fair-share weights (Kueue's fair
     # sharing); where it does not, a weight other than 1 is refused in words rather than ignored.
     fair_sharing: bool
+    # Whether a team's waiting work is admitted in the order of its people's recent use (Kueue's
+    # admission fair sharing, through a queue per person); where not, by priority and age alone.
+    people_ordered: bool
     # How the pods of a workload whose pods are numbered (a distributed training's workers) are
     # named, by the object shape() makes own them: "{name}-{index}" for an Indexed Job.
     indexed_pod_name: str
@@ -146,8 +149,14 @@ class QueueBackend(Protocol):
         """The team's queue with its quota (nominal, borrowing, lending per flavor), held when `team.held`."""
         ...
 
-    def workload_labels(self, *, priority: TierName) -> dict[str, str]:
-        """The labels a workload's queued object carries: its team queue and priority tier."""
+    def person_queue(self, user_id: int) -> str:
+        """The queue a person's work in a team goes through ("" where the team has one queue):
+        recorded on each workload at launch (`Workload.queue_name`), so it never changes under it."""
+        ...
+
+    def workload_labels(self, *, priority: TierName, queue: str = "") -> dict[str, str]:
+        """The labels a workload's queued object carries: its queue (`queue`, the one recorded at
+        its launch, or the team's) and its priority tier."""
         ...
 
     def shape(self, objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
@@ -167,4 +176,9 @@ class QueueBackend(Protocol):
     def pending(self, *, team_queue: str) -> list[PendingEntry] | None:
         """The team queue's waiting entries in the order they will be tried; None when the
         cluster does not say."""
+        ...
+
+    def people_use(self, *, namespace: str) -> dict[str, float] | None:
+        """Per person queue of the team's namespace (`person_queue`), the recent use its waiting
+        work is ordered by ({} where people share one queue); None when the cluster does not say."""
         ...

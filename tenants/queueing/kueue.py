@@ -3,8 +3,9 @@
 A team is a ClusterQueue in the portal's cohort with one resource group per set of GPU resources
 its flavors' units ask for together (flavors sharing a resource are alternatives Kueue tries in
 order; a cGPU unit asks for memory and compute, each with its quota), nominal quota from the
-team's grants, borrowing and lending limits from its policy, and a LocalQueue `default` in its
-namespace, held (`stopPolicy: Hold`) while billing's hard stop holds the team. Flavors are
+team's grants, borrowing and lending limits from its policy, and LocalQueues in its namespace (one
+per person, `person-<user id>`, whose recent use orders the team's waiting work, and `default`
+for work launched before), held (`stopPolicy: Hold`) while billing's hard stop holds the team. Flavors are
 ResourceFlavors and priority tiers WorkloadPriorityClasses. A workload's queued object carries
 the LocalQueue's and the tier's labels; Kueue makes a Workload for it, whose conditions say
 whether it is admitted, evicted or why it waits, and whose admission names the flavor. What a
@@ -21,6 +22,7 @@ from typing import Any
 from django.conf import settings
 
 from portal.kube import KubeError, ObjectRef, gateway
+from portal.kube.base import quantity
 from tenants.manifests import (
     MANAGED_BY_LABEL,
     MANAGER,
@@ -39,7 +41,7 @@ from tenants.queueing.base import HELD_WAITING, Admission, PendingEntry, QueuedW
 KUEUE = "kueue.x-k8s.io/v1beta2"
 # Kueue's on-demand visibility API: served by Kueue's visibility server through an APIService.
 VISIBILITY = "visibility.kueue.x-k8s.io/v1beta2"
-QUEUE_NAME = "default"  # each team's LocalQueue
+QUEUE_NAME = "default"  # each team's LocalQueue of work launched before people had their own
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # Team queues are the portal's own: other ClusterQueues in the cluster are not a team's.
@@ -147,14 +149,22 @@ def make_cluster_queue(*, team: TeamSpec) -> dict[str, Any]:
                 "borrowWithinCohort": {"policy": "Never"},
                 "withinClusterQueue": "LowerPriority",
             },
+            # Admission fair sharing (deploy/kueue): the team's waiting work goes in the order of its
+            # people's recent use (each person's LocalQueue's), then by priority and age.
+            "admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"},
         },
     }
 
 
-def make_local_queue(*, team: TeamSpec) -> dict[str, Any]:
+def person_queue(user_id: int) -> str:
+    """The LocalQueue a person's work in a team queues through."""
+    return f"person-{user_id}"
+
+
+def make_local_queue(*, team: TeamSpec, name: str = QUEUE_NAME) -> dict[str, Any]:
     return {
         "apiVersion": KUEUE, "kind": "LocalQueue",
-        "metadata": team_meta(QUEUE_NAME, team),
+        "metadata": team_meta(name, team),
         # Always written, so lifting a hold is a change the periodic pass sees and applies.
         "spec": {"clusterQueue": team.cluster_queue, "stopPolicy": "Hold" if team.held else "None"},
     }
@@ -295,6 +305,19 @@ def pending_workloads(*, cluster_queue: str) -> list[PendingEntry] | None:
     return entries
 
 
+def people_use(*, namespace: str) -> dict[str, float]:
+    """Each LocalQueue of the namespace's recent use, as admission fair sharing orders by it: the
+    sum of its status's consumed resources (the units its admitted work held, averaged so that each
+    day counts half as much as the day after, deploy/kueue's usageHalfLifeTime)."""
+    queues, _ = gateway().list(KUEUE, "LocalQueue", namespace=namespace, labels=MANAGED)
+    use = {}
+    for local_queue in queues:
+        status = ((local_queue.get("status") or {}).get("fairSharing") or {}).get("admissionFairSharingStatus") or {}
+        consumed = [quantity(value) for value in (status.get("consumedResources") or {}).values()]
+        use[local_queue["metadata"]["name"]] = float(sum(value for value in consumed if value is not None))
+    return use
+
+
 class KueueBackend:
     name: str = "kueue"
     label: str = "Kueue"
@@ -307,6 +330,7 @@ class KueueBackend:
     flavor_alternatives: bool = True
     departments: bool = True
     fair_sharing: bool = True
+    people_ordered: bool = True
     indexed_pod_name: str = "{name}-{index}"  # an Indexed Job's pods
     unseen: str = UNSEEN
 
@@ -320,10 +344,14 @@ class KueueBackend:
                 *(make_cohort(department=department, flavors=flavors) for department in departments)]
 
     def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:
-        return [make_cluster_queue(team=team), make_local_queue(team=team)]
+        return [make_cluster_queue(team=team), make_local_queue(team=team),
+                *(make_local_queue(team=team, name=name) for name in team.people)]
 
-    def workload_labels(self, *, priority: TierName) -> dict[str, str]:
-        return {QUEUE_LABEL: QUEUE_NAME, PRIORITY_LABEL: f"gpu-portal-{priority}"}
+    def person_queue(self, user_id: int) -> str:
+        return person_queue(user_id)
+
+    def workload_labels(self, *, priority: TierName, queue: str = "") -> dict[str, str]:
+        return {QUEUE_LABEL: queue or QUEUE_NAME, PRIORITY_LABEL: f"gpu-portal-{priority}"}
 
     def shape(self, objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
         return list(objects)  # the kinds build suspended Jobs and gated pods carrying workload_labels: Kueue's own
@@ -337,5 +365,11 @@ class KueueBackend:
     def pending(self, *, team_queue: str) -> list[PendingEntry] | None:
         try:
             return pending_workloads(cluster_queue=team_queue)
+        except KubeError:
+            return None
+
+    def people_use(self, *, namespace: str) -> dict[str, float] | None:
+        try:
+            return people_use(namespace=namespace)
         except KubeError:
             return None

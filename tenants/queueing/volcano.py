@@ -324,6 +324,8 @@ class VolcanoBackend:
     # Volcano's hierarchical queues need its capacity plugin's hierarchy, which the portal does not drive.
     departments: bool = False
     fair_sharing: bool = False
+    # A team's work waits in one queue, in the order of priority and age: Volcano has no queue per person.
+    people_ordered: bool = False
     indexed_pod_name: str = f"{{name}}-{TASK}-{{index}}"  # a Volcano Job's pods
     unseen: str = UNSEEN
 
@@ -337,7 +339,10 @@ class VolcanoBackend:
     def team_objects(self, *, team: TeamSpec) -> list[dict[str, Any]]:
         return [make_queue(team=team, quota=quota) for quota in team.quotas]
 
-    def workload_labels(self, *, priority: TierName) -> dict[str, str]:
+    def person_queue(self, user_id: int) -> str:
+        return ""  # the team's one queue
+
+    def workload_labels(self, *, priority: TierName, queue: str = "") -> dict[str, str]:
         return {}  # the PodGroup names the queue and the tier
 
     def shape(self, objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
@@ -349,6 +354,9 @@ class VolcanoBackend:
     def usage(self, *, slugs: Iterable[str] | None = None) -> dict[str, list[QueueUsage]]:
         items, _ = gateway().list(SCHEDULING, "Queue", labels=MANAGED)
         return queue_usage(items, slugs=slugs)
+
+    def people_use(self, *, namespace: str) -> dict[str, float] | None:
+        return {}  # no queue per person
 
     def pending(self, *, team_queue: str) -> list[PendingEntry] | None:
         """The waiting groups of the team's namespace (named as its queues are)."""

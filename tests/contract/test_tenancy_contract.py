@@ -36,6 +36,7 @@ pytestmark = pytest.mark.django_db
 
 def test_provisioning_a_team_creates_exactly_its_objects_and_kueue_accepts_them(cluster, site):
     team = site.team("vision", gpus=4)
+    lead = team.memberships.get().user
 
     assert team_objects(team.slug) == {
         ("Namespace", team.slug, None), ("ResourceQuota", "gpu-portal", team.slug), ("LimitRange", "gpu-portal", team.slug),
@@ -43,8 +44,10 @@ def test_provisioning_a_team_creates_exactly_its_objects_and_kueue_accepts_them(
         ("NetworkPolicy", "gpu-portal-default-deny-egress", team.slug), ("NetworkPolicy", "gpu-portal-allow-portal", team.slug),
         ("NetworkPolicy", "gpu-portal-allow-ingress-controller", team.slug), ("RoleBinding", "gpu-portal-members", team.slug),
         ("ClusterQueue", team.slug, None), ("LocalQueue", "default", team.slug),
+        ("LocalQueue", f"person-{lead.pk}", team.slug),  # each member's own (admission fair sharing)
     }
     cq = existing(ObjectRef(KUEUE, "ClusterQueue", team.slug))
+    assert cq["spec"]["admissionScope"] == {"admissionMode": "UsageBasedAdmissionFairSharing"}
     assert nominal(cq, site.flavor.slug) == "4"
     cluster.wait_for(
         lambda: condition(gateway().get(ObjectRef(KUEUE, "ClusterQueue", team.slug)), "Active").get("status") == "True",

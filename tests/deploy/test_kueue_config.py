@@ -28,6 +28,8 @@ def test_the_harness_runs_kueue_with_every_shipped_setting_and_only_the_timings_
     assert cfg["resources"]["quotaCheckStrategy"] == "IgnoreUndeclared"
     # Fair sharing, by the teams' weights (tests/contract/test_fair_share_contract.py fails without it).
     assert cfg["fairSharing"] == {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]}
+    # Admission by recent use inside a team (tests/contract/test_person_fairness_contract.py fails without it).
+    assert cfg["admissionFairSharing"] == {"usageHalfLifeTime": "24h", "usageSamplingInterval": "5m"}
     # NVIDIA's DRA classes, under the names the DRA flavors give as their resource.
     assert cfg["resources"]["deviceClassMappings"] == [
         {"name": "dra.nvidia.com/gpu", "deviceClassNames": ["gpu.nvidia.com"]},

@@ -228,7 +228,7 @@ def test_a_hostile_workload_name_is_neutralised_the_pods_stay_restricted_in_the_
     job = simulated.get(ObjectRef("batch/v1", "Job", workload.k8s_name, ready_team.namespace))
     assert job is not None
     assert job["metadata"]["namespace"] == ready_team.namespace
-    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "default"
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == f"person-{member.pk}"
     pod = job["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert not {"hostNetwork", "hostPID", "hostIPC", "nodeName", "volumes"} & set(pod)

@@ -82,6 +82,7 @@ def test_the_cluster_queue_guarantees_the_grants_and_groups_flavors_by_resource(
             "preemption": {
                 "reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"}, "withinClusterQueue": "LowerPriority",
             },
+            "admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"},
         },
     }
 
@@ -381,3 +382,14 @@ def test_schema_validation_can_fail():
 def test_a_held_team_s_local_queue_admits_nothing_new():
     held = replace(TEAM, held=True)
     assert kueue.make_local_queue(team=held)["spec"] == {"clusterQueue": "vision", "stopPolicy": "Hold"}
+
+
+def test_each_person_queues_through_a_local_queue_of_their_own_held_with_the_team():
+    people = replace(TEAM, people=("person-3", "person-7"), held=True)
+    queues = [o for o in kueue.KueueBackend().team_objects(team=people) if o["kind"] == "LocalQueue"]
+    assert [(q["metadata"]["name"], q["spec"]) for q in queues] == [
+        (name, {"clusterQueue": "vision", "stopPolicy": "Hold"}) for name in ("default", "person-3", "person-7")]
+    assert all(q["metadata"]["annotations"] == PROOF for q in queues)
+    assert kueue.KueueBackend().person_queue(7) == "person-7"
+    assert kueue.KueueBackend().workload_labels(priority="normal", queue="person-7")["kueue.x-k8s.io/queue-name"] == "person-7"
+    assert kueue.KueueBackend().workload_labels(priority="normal")["kueue.x-k8s.io/queue-name"] == "default"

@@ -50,6 +50,7 @@ class OtherQueue:
     flavor_alternatives = False
     departments = False
     fair_sharing = False
+    people_ordered = False
     indexed_pod_name = "{name}-{index}"
     unseen = "Waiting for the other queue"
 
@@ -64,7 +65,10 @@ class OtherQueue:
         return [{"apiVersion": "other.example.com/v1", "kind": "Queue", "metadata": {"name": team.slug},
                  "spec": {"closed": team.held}}]
 
-    def workload_labels(self, *, priority: TierName) -> dict[str, str]:
+    def person_queue(self, user_id: int) -> str:
+        return ""
+
+    def workload_labels(self, *, priority: TierName, queue: str = "") -> dict[str, str]:
         return {"other.example.com/queue": "team", "other.example.com/tier": priority}
 
     def shape(self, objects: Sequence[dict[str, Any]], *, workload: QueuedWorkload) -> list[dict[str, Any]]:
@@ -78,6 +82,9 @@ class OtherQueue:
 
     def pending(self, *, team_queue: str) -> list[PendingEntry] | None:
         return None
+
+    def people_use(self, *, namespace: str) -> dict[str, float] | None:
+        return {}
 
 
 def _implements_the_interface(backend: OtherQueue) -> QueueBackend:
@@ -104,7 +111,8 @@ def test_a_teams_queue_and_the_shared_objects_are_the_chosen_backends(other_queu
 def test_a_workloads_queued_object_carries_the_chosen_backends_labels(member, team, flavor, training, monkeypatch):
     make_ready(team, flavor)
     workload = launch(member, team, training, flavor)
-    assert services.workload_spec(workload).queue_labels["kueue.x-k8s.io/queue-name"] == "default"
+    # Each person queues through their own LocalQueue in the team (admission fair sharing).
+    assert services.workload_spec(workload).queue_labels["kueue.x-k8s.io/queue-name"] == f"person-{member.pk}"
     monkeypatch.setitem(queueing.BACKENDS, "other", OtherQueue)
     with override_settings(PORTAL_QUEUE_BACKEND="other"):
         labels = services.workload_spec(workload).queue_labels

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from portal.kube.base import ObjectRef
@@ -30,6 +32,24 @@ from portal.kube.simulated.store import now_iso
 
 # Kueue's on-demand visibility API, which its visibility server serves through an APIService.
 VISIBILITY = "visibility.kueue.x-k8s.io/v1beta2"
+
+# Admission fair sharing, as deploy/kueue/controller_manager_config.yaml configures Kueue (its
+# test holds the two equal): a LocalQueue's consumed resources are the decayed average of what its
+# admitted work holds, each sample weighing alpha(interval), and each admission adds its requests
+# times alpha(sampling interval) at once (Kueue's entry penalty, settled as the workload is admitted).
+AFS_MODE = "UsageBasedAdmissionFairSharing"
+AFS_HALF_LIFE_SECONDS = 24 * 3600.0
+AFS_SAMPLING_SECONDS = 300.0
+
+
+def afs_alpha(elapsed: float) -> float:
+    """admissionfairsharing.calculateAlphaRate: the weight `elapsed` seconds of new use get."""
+    return 1.0 - math.pow(0.5, elapsed / AFS_HALF_LIFE_SECONDS)
+
+
+def _quantity(value: float) -> str:
+    return format(value, ".9f").rstrip("0").rstrip(".") or "0"
+
 
 # Why a workload was preempted, as Kueue's preemption messages say it (preemption.go).
 PREEMPTED = {
@@ -380,11 +400,83 @@ class Kueue:
         return str(local_queue.body["spec"].get("stopPolicy") or "None") if local_queue else "None"
 
     def pending_order(self, workloads: list[Workload]) -> list[Workload]:
-        """Workloads waiting for quota, in the order admit() tries them: priority, then age."""
+        """Workloads waiting for quota, in the order admit() tries them: in a ClusterQueue with
+        admission fair sharing, by their LocalQueue's recent use first (cluster_queue.go's
+        queueOrderingFunc); then priority, then age."""
+        usage: dict[tuple[str, str], float] = {}
+
+        def used(workload: Workload) -> float:
+            if not self._uses_afs(workload.cluster_queue):
+                return 0.0
+            key = (workload.namespace, workload.queue)
+            if key not in usage:
+                usage[key] = self.local_queue_usage(*key)
+            return usage[key]
+
         return sorted(
             (w for w in workloads if not w.admitted and not w.finished and w.cluster_queue in self.state.cluster_queues),
-            key=lambda w: (-w.priority, w.created, w.name),
+            key=lambda w: (used(w), -w.priority, w.created, w.name),
         )
+
+    # Admission fair sharing: the ledger lives in each LocalQueue's status, as Kueue persists it.
+    def _uses_afs(self, cluster_queue: str | None) -> bool:
+        row = self.state.cluster_queues.get(cluster_queue or "")
+        return row is not None and (row.body["spec"].get("admissionScope") or {}).get("admissionMode") == AFS_MODE
+
+    @staticmethod
+    def _afs_status(local_queue: SimulatedObject) -> dict[str, Any]:
+        return ((local_queue.body.get("status") or {}).get("fairSharing") or {}).get("admissionFairSharingStatus") or {}
+
+    def local_queue_usage(self, namespace: str, name: str) -> float:
+        """admissionfairsharing.CalculateUsage: the LocalQueue's consumed resources (each weighing
+        1) over its fair-sharing weight; a missing LocalQueue counts none."""
+        local_queue = self.state.local_queues.get((namespace, name))
+        if local_queue is None:
+            return 0.0
+        consumed = sum(to_units(v) for v in (self._afs_status(local_queue).get("consumedResources") or {}).values())
+        weight = to_units(((local_queue.body["spec"].get("fairSharing") or {}).get("weight")) or 1)
+        return consumed / weight if weight > 0 else math.inf
+
+    @staticmethod
+    def _holds(workload: Workload) -> dict[str, float]:
+        """What an admitted workload holds of its ClusterQueue's resources (its resourceUsage)."""
+        return {r: v for r, v in workload.requests.items() if r in (workload.admitted_flavor or {})}
+
+    def _afs_consume(self, workloads: list[Workload], namespace: str, name: str, penalty: dict[str, float]) -> None:
+        """Folds the LocalQueue's admitted use into its consumed resources for the time since the
+        last fold, adds `penalty` (an admission's entry penalty) and stamps now."""
+        local_queue = self.state.local_queues.get((namespace, name))
+        if local_queue is None:
+            return
+        status = self._afs_status(local_queue)
+        now = self.state.now
+        last = status.get("lastUpdate")
+        elapsed = max(now - datetime.fromisoformat(last.replace("Z", "+00:00")).timestamp(), 0.0) if last else 0.0
+        alpha = afs_alpha(elapsed)
+        held: dict[str, float] = defaultdict(float)
+        for workload in workloads:
+            if workload.admitted and not workload.finished and (workload.namespace, workload.queue) == (namespace, name):
+                for resource, units in self._holds(workload).items():
+                    held[resource] += units
+        consumed = {r: to_units(v) * (1 - alpha) for r, v in (status.get("consumedResources") or {}).items()}
+        for resource, units in held.items():
+            consumed[resource] = consumed.get(resource, 0.0) + units * alpha
+        for resource, units in penalty.items():
+            consumed[resource] = consumed.get(resource, 0.0) + units
+        local_queue.body.setdefault("status", {}).setdefault("fairSharing", {})["admissionFairSharingStatus"] = {
+            "consumedResources": {r: _quantity(v) for r, v in sorted(consumed.items())}, "lastUpdate": now_iso(now)}
+        self.state.save(local_queue, local_queue.body)
+
+    def _afs_sample(self, workloads: list[Workload]) -> None:
+        """The LocalQueue controller's sampling: every interval, each fair-shared LocalQueue folds its use."""
+        now = self.state.now
+        for (namespace, name), local_queue in list(self.state.local_queues.items()):
+            if not self._uses_afs(local_queue.body["spec"].get("clusterQueue")):
+                continue
+            last = self._afs_status(local_queue).get("lastUpdate")
+            if last and now - datetime.fromisoformat(last.replace("Z", "+00:00")).timestamp() < AFS_SAMPLING_SECONDS:
+                continue
+            self._afs_consume(workloads, namespace, name, {})
 
     def pending_workloads(self, cluster_queue: str) -> list[dict[str, Any]]:
         """What Kueue's visibility API answers for one ClusterQueue."""
@@ -406,6 +498,7 @@ class Kueue:
 
     def admit(self) -> None:
         workloads = self.workloads()
+        self._afs_sample(workloads)
         for workload in workloads:
             if workload.admitted and not workload.finished and self.stop_policy(workload) == "HoldAndDrain":
                 workload.admitted_flavor = None
@@ -429,6 +522,11 @@ class Kueue:
                 continue
             head.admitted_flavor = assignment
             self._set_admitted(head)
+            if self._uses_afs(head.cluster_queue):
+                # The entry penalty: its owner's queue goes behind the others' at once.
+                penalty = {r: v * afs_alpha(AFS_SAMPLING_SECONDS) for r, v in self._holds(head).items()}
+                self._afs_consume(workloads, head.namespace, head.queue, penalty)
+                queues[head.cluster_queue or ""] = self.pending_order(queues[head.cluster_queue or ""])
 
     # Fair sharing, on as deploy/kueue/controller_manager_config.yaml configures Kueue.
     def _next(self, workloads: list[Workload], queues: dict[str, list[Workload]]) -> Workload | None:
