@@ -44,6 +44,7 @@ from tenants.models import (
     QuotaRequestLine,
     Team,
     forget_team_roles,
+    user_team_roles,
 )
 from tenants.queueing import backend
 
@@ -675,7 +676,7 @@ def quota_request_create(
                                                 renews=renews, starts_on=starts_on)
     # In a department with two levels a lead's own request has the team's level done: it goes to a head.
     department = quota_request.head_department
-    lead_files = department is not None and requester.has_perm("tenants.manage_members", team)
+    lead_files = department is not None and user_team_roles(requester).get(team.pk) == Membership.Role.LEAD
     if lead_files:
         quota_request.endorsed_by, quota_request.endorsed_at = requester, quota_request.created_at
         quota_request.save(update_fields=["endorsed_by", "endorsed_at"])

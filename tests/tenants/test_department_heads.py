@@ -101,6 +101,12 @@ def test_a_leads_own_request_goes_straight_to_the_heads_and_they_may_grant_fewer
     assert granted(vision) == [(flavor.slug, 2)]
 
 
+def test_a_platform_admins_request_is_not_a_leads_approval(vision, admin_user, lead, head, flavor):
+    qr = file_request(vision, admin_user, flavor)
+    assert qr.endorsed_by is None and not qr.waits_for_head
+    assert inbox(lead) == [qr.pk] and inbox(head) == []
+
+
 def test_a_head_rejects_and_the_requester_hears_it(vision, lead, member, head, flavor):
     qr = file_request(vision, member, flavor, units=4)
     services.quota_request_approve(quota_request=qr, approver=lead)
