@@ -45,3 +45,14 @@ def test_the_harness_leaves_the_shipped_file_as_it_read_it():
     read = shipped()
     kueue_configuration(read, pods_ready_timeout=15, local=LOCAL)
     assert read == shipped()
+
+
+def test_the_simulated_kueue_decays_recent_use_as_the_shipped_file_configures_kueue():
+    from portal.kube.simulated import kueue as simulated
+
+    afs = shipped()["admissionFairSharing"]
+    hours = int(afs["usageHalfLifeTime"].removesuffix("h"))
+    minutes = int(afs["usageSamplingInterval"].removesuffix("m"))
+    assert (simulated.AFS_HALF_LIFE_SECONDS, simulated.AFS_SAMPLING_SECONDS) == (hours * 3600, minutes * 60)
+    # A day's use counts half as much a day later: Kueue's calculateAlphaRate.
+    assert abs(simulated.afs_alpha(hours * 3600) - 0.5) < 1e-12
