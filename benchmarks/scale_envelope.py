@@ -144,6 +144,8 @@ def main() -> None:
     parser.add_argument("--departments", type=int, default=50,
                         help="departments the teams are spread over (each a Kueue Cohort their queues join); 0 for none")
     parser.add_argument("--passes", type=int, default=5, help="repetitions of the no-change team pass")
+    parser.add_argument("--members", type=int, default=5,
+                        help="members of each team: on Kueue each has a LocalQueue the team pass keeps")
     parser.add_argument("--name", default="scale_envelope",
                         help="the section of benchmarks/RESULTS.md the figures replace (a smaller run names its own)")
     parser.add_argument("--launch-threads", type=int, default=4)
@@ -300,7 +302,7 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
     from portal.kube.kubernetes import KubernetesGateway
     from portal.models import User
     from tenants import services as team_services
-    from tenants.models import Department, Flavor, Team
+    from tenants.models import Department, Flavor, Membership, Team
     from tests.contract.scenarios import HOLD
 
     real = gateway()
@@ -337,7 +339,10 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
         name=f"Department {index}", slug=f"dept-{index:02d}", borrowing_limit=args.gpus_per_node,
         lending_limit=args.gpus_per_node)) for index in range(args.departments)]
 
-    progress(f"nodes ready; provisioning {args.teams} teams in {args.departments} departments")
+    people = User.objects.bulk_create([User(username=f"bench-{index:04d}-{member}") for index in range(args.teams)
+                                       for member in range(args.members)], batch_size=1000)
+    progress(f"nodes ready; provisioning {args.teams} teams in {args.departments} departments, "
+             f"{args.members} members each")
     calls = cluster.total
     started = time.monotonic()
     for index in range(args.teams):
@@ -345,6 +350,9 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
         team = team_services.team_create(actor=admin, slug=f"bench-{index:04d}", name=f"Bench {index}",
                                          department=departments[index % len(departments)] if departments else None,
                                          requires_second_approver=False)
+        # Members before the grant, whose approval's team pass makes each one's queue.
+        Membership.objects.bulk_create([Membership(team=team, user=person)
+                                        for person in people[index * args.members:(index + 1) * args.members]])
         request = team_services.quota_request_create(requester=admin, team=team, lines=grants, justification="scale bench")
         team_services.quota_request_approve(quota_request=request, approver=admin)
         if index % 100 == 99:
@@ -440,7 +448,8 @@ def run(cp: ControlPlane, args: argparse.Namespace) -> dict[str, Any]:
     phases.update(sync_phases)
     memory.update(sync_memory)
     return {
-        "sizes": {"teams": args.teams, "departments": args.departments, "nodes": args.nodes, "workloads": args.workloads,
+        "sizes": {"teams": args.teams, "departments": args.departments, "members": args.members, "nodes": args.nodes,
+                  "workloads": args.workloads,
                   "event_rate": args.event_rate,
                   "event_seconds": args.event_seconds, "gpus_per_node": args.gpus_per_node,
                   "shared_per_node": args.shared_per_node, "pods_ready_timeout_s": args.pods_ready_timeout},

@@ -156,6 +156,11 @@ def phase_of(workload: Workload) -> str:
     return workload.phase
 
 
+def queued_for_quota(workload: Workload) -> bool:
+    """Queued, and the queue has tried it and said it lacks quota (not merely not seen it yet)."""
+    return phase_of(workload) == Workload.Phase.QUEUED and workload.reason.startswith("Waiting for quota")
+
+
 def running(workload: Workload) -> bool:
     """The workload reads running and every one of its pods is bound to a node."""
     sync.sync_all()

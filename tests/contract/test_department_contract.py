@@ -8,20 +8,14 @@ from __future__ import annotations
 import pytest
 
 from jobs import services as job_services
-from jobs.models import Workload
 from tenants import services as tenant_services
 from tenants.models import Department
 from tests.contract.conftest import clusters
-from tests.contract.scenarios import HOLD, launch, phase_of, queue_usage, running
+from tests.contract.scenarios import HOLD, launch, queue_usage, queued_for_quota, running
 
 pytestmark = pytest.mark.django_db
 
 cluster = clusters("simulated", "real")
-
-
-def waits_for_quota(workload: Workload) -> bool:
-    """Queued, and the queue has tried it and said it lacks quota (not merely not seen it yet)."""
-    return phase_of(workload) == Workload.Phase.QUEUED and workload.reason.startswith("Waiting for quota")
 
 
 def test_a_departments_teams_borrow_from_each_other_first_and_its_limits_hold(cluster, site, templates, settings,
@@ -40,7 +34,7 @@ def test_a_departments_teams_borrow_from_each_other_first_and_its_limits_hold(cl
     training = templates["training"]
 
     outsiders = [launch(c, c.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(3)]
-    cluster.wait_for(lambda: all(running(w) for w in outsiders[:2]) and waits_for_quota(outsiders[2]),
+    cluster.wait_for(lambda: all(running(w) for w in outsiders[:2]) and queued_for_quota(outsiders[2]),
                      what="the outside team to run on its own 2 GPUs and its third to wait: Research lends nothing")
     for workload in outsiders:
         with capture(execute=True):
@@ -48,7 +42,7 @@ def test_a_departments_teams_borrow_from_each_other_first_and_its_limits_hold(cl
 
     lead = a.memberships.get().user
     inside = [launch(a, lead, training, site.flavor, capture, units=1) for _ in range(6)]
-    cluster.wait_for(lambda: sum(running(w) for w in inside) == 5 and sum(waits_for_quota(w) for w in inside) == 1,
+    cluster.wait_for(lambda: sum(running(w) for w in inside) == 5 and sum(queued_for_quota(w) for w in inside) == 1,
                      what="A to run 5 (its 2, B's idle 2, 1 from outside) and its sixth to wait at the borrowing limit",
                      timeout=120)
     # The team's page reads it from its queue, as for a team in no department: 5 in use, 3 borrowed.

@@ -53,6 +53,6 @@ def test_the_simulated_kueue_decays_recent_use_as_the_shipped_file_configures_ku
     afs = shipped()["admissionFairSharing"]
     hours = int(afs["usageHalfLifeTime"].removesuffix("h"))
     minutes = int(afs["usageSamplingInterval"].removesuffix("m"))
-    assert (simulated.AFS_HALF_LIFE_SECONDS, simulated.AFS_SAMPLING_SECONDS) == (hours * 3600, minutes * 60)
+    assert (hours * 3600, minutes * 60) == (simulated.AFS_HALF_LIFE_SECONDS, simulated.AFS_SAMPLING_SECONDS)
     # A day's use counts half as much a day later: Kueue's calculateAlphaRate.
     assert abs(simulated.afs_alpha(hours * 3600) - 0.5) < 1e-12
