@@ -93,7 +93,10 @@ rules.add_perm("tenants.manage_members", can_manage_team)
 rules.add_perm("tenants.request_quota", can_request_quota)
 rules.add_perm("tenants.decide_quotarequest", can_decide_quota_request)
 rules.add_perm("tenants.approve_quotarequest", can_approve_quota_request)
+# Asked as a rule, never through user.has_perm: Django grants an active superuser every permission,
+# and this one narrows what an approval does rather than allowing something.
 rules.add_perm("tenants.pass_quotarequest_to_head", passes_quota_request_to_head)
+rules.add_rule("tenants.pass_quotarequest_to_head", passes_quota_request_to_head)
 rules.add_perm("tenants.cancel_quotarequest", can_cancel_quota_request)
 rules.add_perm("tenants.receive_quotarequests", receives_quota_requests)
 rules.add_perm("tenants.manage_flavors", is_platform_admin)

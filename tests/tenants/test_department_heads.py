@@ -101,6 +101,15 @@ def test_a_leads_own_request_goes_straight_to_the_heads_and_they_may_grant_fewer
     assert granted(vision) == [(flavor.slug, 2)]
 
 
+def test_a_superusers_approval_decides_though_django_grants_them_every_permission(vision, lead, member, head, flavor):
+    root = UserFactory.create(username="su", is_superuser=True)
+    qr = file_request(vision, member, flavor, units=2)
+    assert not login(root).get(reverse("tenants:approvals")).content.decode().count("Your approval is the team's")
+    approved = services.quota_request_approve(quota_request=qr, approver=root)
+    assert approved.status == QuotaRequest.Status.APPROVED and approved.endorsed_by is None
+    assert granted(vision) == [(flavor.slug, 2)]
+
+
 def test_a_platform_admins_request_is_not_a_leads_approval(vision, admin_user, lead, head, flavor):
     qr = file_request(vision, admin_user, flavor)
     assert qr.endorsed_by is None and not qr.waits_for_head
