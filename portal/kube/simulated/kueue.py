@@ -427,6 +427,13 @@ class Kueue:
     def _afs_status(local_queue: SimulatedObject) -> dict[str, Any]:
         return ((local_queue.body.get("status") or {}).get("fairSharing") or {}).get("admissionFairSharingStatus") or {}
 
+    def _afs_elapsed(self, local_queue: SimulatedObject) -> float | None:
+        """Seconds since the LocalQueue's use was last folded; None before its first fold."""
+        last = self._afs_status(local_queue).get("lastUpdate")
+        if not last:
+            return None
+        return max(self.state.now - datetime.fromisoformat(last.replace("Z", "+00:00")).timestamp(), 0.0)
+
     def local_queue_usage(self, namespace: str, name: str) -> float:
         """admissionfairsharing.CalculateUsage: the LocalQueue's consumed resources (each weighing
         1) over its fair-sharing weight; a missing LocalQueue counts none."""
@@ -449,10 +456,7 @@ class Kueue:
         if local_queue is None:
             return
         status = self._afs_status(local_queue)
-        now = self.state.now
-        last = status.get("lastUpdate")
-        elapsed = max(now - datetime.fromisoformat(last.replace("Z", "+00:00")).timestamp(), 0.0) if last else 0.0
-        alpha = afs_alpha(elapsed)
+        alpha = afs_alpha(self._afs_elapsed(local_queue) or 0.0)
         held: dict[str, float] = defaultdict(float)
         for workload in workloads:
             if workload.admitted and not workload.finished and (workload.namespace, workload.queue) == (namespace, name):
@@ -464,19 +468,17 @@ class Kueue:
         for resource, units in penalty.items():
             consumed[resource] = consumed.get(resource, 0.0) + units
         local_queue.body.setdefault("status", {}).setdefault("fairSharing", {})["admissionFairSharingStatus"] = {
-            "consumedResources": {r: _quantity(v) for r, v in sorted(consumed.items())}, "lastUpdate": now_iso(now)}
+            "consumedResources": {r: _quantity(v) for r, v in sorted(consumed.items())}, "lastUpdate": now_iso(self.state.now)}
         self.state.save(local_queue, local_queue.body)
 
     def _afs_sample(self, workloads: list[Workload]) -> None:
         """The LocalQueue controller's sampling: every interval, each fair-shared LocalQueue folds its use."""
-        now = self.state.now
         for (namespace, name), local_queue in list(self.state.local_queues.items()):
             if not self._uses_afs(local_queue.body["spec"].get("clusterQueue")):
                 continue
-            last = self._afs_status(local_queue).get("lastUpdate")
-            if last and now - datetime.fromisoformat(last.replace("Z", "+00:00")).timestamp() < AFS_SAMPLING_SECONDS:
-                continue
-            self._afs_consume(workloads, namespace, name, {})
+            elapsed = self._afs_elapsed(local_queue)
+            if elapsed is None or elapsed >= AFS_SAMPLING_SECONDS:
+                self._afs_consume(workloads, namespace, name, {})
 
     def pending_workloads(self, cluster_queue: str) -> list[dict[str, Any]]:
         """What Kueue's visibility API answers for one ClusterQueue."""
