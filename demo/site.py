@@ -104,8 +104,9 @@ def site_seed(*, now: dt.datetime, since: dt.datetime) -> None:
 
 # A department and its teams; the other teams are in none. Its teams lend recsys at most 4 units of
 # each flavor of their idle guarantees, keeping the rest for each other, and share what they borrow
-# 2:1 (vision's fair-share weight is 2).
+# 2:1 (vision's fair-share weight is 2). It pools 8 T4 units of its own for its teams together.
 DEPARTMENT = ("research", "AI Research", ("vision", "nlp"), 4)
+DEPARTMENT_POOL = (("t4-shared", 8),)
 WEIGHTS = {"vision": Decimal(2)}
 # Its head decides its teams' quota requests after their leads (two approval levels).
 DEPARTMENT_HEAD = "hana"
@@ -116,7 +117,9 @@ def departments_seed(*, admin: User, teams: dict[str, Team]) -> None:
     if not backend().departments:
         return
     slug, name, members, lends = DEPARTMENT
-    research = services.department_save(actor=admin, department=Department(slug=slug, name=name, lending_limit=lends))
+    pool = {Flavor.objects.get(slug=flavor): units for flavor, units in DEPARTMENT_POOL}
+    research = services.department_save(actor=admin, department=Department(slug=slug, name=name, lending_limit=lends),
+                                        pool=pool)
     for team_slug in members:
         teams[team_slug] = services.team_update(actor=admin, team=teams[team_slug], department=research,
                                                 fair_share_weight=WEIGHTS.get(team_slug, Decimal(1)))

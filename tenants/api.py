@@ -24,7 +24,7 @@ from portal.models import AuditEvent, User
 from portal.roles import sees_all_teams
 from tenants import cluster_selectors, selectors, services
 from tenants.filters import AuditEventFilter, FlavorFilter, MembershipFilter, QuotaGrantFilter, QuotaRequestFilter
-from tenants.models import Department, Flavor, Membership, QuotaGrant, QuotaRequest, Team
+from tenants.models import Department, DepartmentPool, Flavor, Membership, QuotaGrant, QuotaRequest, Team
 from tenants.serializers import (
     AuditEventSerializer,
     ClusterPictureSerializer,
@@ -196,22 +196,24 @@ class DepartmentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
             return Department.objects.none()
         return Department.objects.order_by("name").prefetch_related(
             Prefetch("teams", queryset=Team.objects.order_by("slug")),
-            Prefetch("heads", queryset=User.objects.order_by("username")))
+            Prefetch("heads", queryset=User.objects.order_by("username")),
+            Prefetch("pool", queryset=DepartmentPool.objects.select_related("flavor")))
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(DepartmentWriteSerializer, request)
-        heads = data.pop("heads", [])
-        department = services.department_save(actor=signed_in_user(request), department=Department(**data), heads=heads)
+        heads, pool = data.pop("heads", []), data.pop("pool", {})
+        department = services.department_save(actor=signed_in_user(request), department=Department(**data), heads=heads,
+                                              pool=pool)
         return Response(self.get_serializer(self.get_queryset().get(pk=department.pk)).data,
                         status=status.HTTP_201_CREATED)
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         department = self.get_object()
         data = parse(DepartmentWriteSerializer, request, instance=department, partial=True)
-        heads = data.pop("heads", None)
+        heads, pool = data.pop("heads", None), data.pop("pool", None)
         for field, value in data.items():
             setattr(department, field, value)
-        services.department_save(actor=signed_in_user(request), department=department, heads=heads)
+        services.department_save(actor=signed_in_user(request), department=department, heads=heads, pool=pool)
         return Response(self.get_serializer(self.get_queryset().get(pk=department.pk)).data)
 
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:

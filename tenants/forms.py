@@ -9,6 +9,7 @@ from typing import Any
 
 from django import forms
 from django.contrib.auth.models import AnonymousUser
+from django.db.models import Q
 from django.http import QueryDict
 
 from portal.adapters import WholeNumberField
@@ -242,10 +243,25 @@ class DepartmentForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        pooled = {}
         if self.instance.pk:
             self.fields["slug"].disabled = True
             self.fields["slug"].help_text = "It names the department's cohort; it cannot change."
             self.initial["heads"] = ", ".join(self.instance.heads.order_by("username").values_list("username", flat=True))
+            pooled = dict(self.instance.pool.values_list("flavor_id", "units"))
+        # A field per GPU flavor it may pool, and per retired one it still pools (to lower or clear).
+        self.pool_flavors = list(Flavor.objects.filter(Q(is_active=True) | Q(pk__in=list(pooled)))
+                                 .exclude(sharing_mode=Flavor.SharingMode.CPU).order_by("name"))
+        for flavor in self.pool_flavors:
+            name = f"pool_{flavor.slug}"
+            self.fields[name] = WholeNumberField(
+                required=False, min_value=0, label=f"Pool of {flavor.name}",
+                help_text=f"Units of {flavor.name} it guarantees its teams together, beyond their own. Empty: none.")
+            self.initial[name] = pooled.get(flavor.pk)
+
+    def pool(self) -> dict[Flavor, int]:
+        """The pool the form asks for: units per flavor, 0 where left empty."""
+        return {flavor: self.cleaned_data.get(f"pool_{flavor.slug}") or 0 for flavor in self.pool_flavors}
 
     def clean_heads(self) -> list[Any]:
         try:

@@ -125,13 +125,15 @@ def department_cohort(*, root: str, slug: str) -> str:
 @dataclass(frozen=True)
 class DepartmentSpec:
     """A department as the queue backend makes it: a cohort under the portal's (`parent`), which
-    its teams' queues join. Its limits are units of each GPU flavor (None: no limit)."""
+    its teams' queues join. Its limits are units of each GPU flavor (None: no limit); its pool, the
+    units of flavors (by name) it guarantees its teams together beyond their own quotas."""
 
     cohort: str
     parent: str
     borrowing_limit: int | None = None
     lending_limit: int | None = None
     weight: str = "1"  # against its sibling teams and departments (weight_quantity)
+    pool: tuple[tuple[str, int], ...] = ()
 
 
 def team_object_name(*, prefix: str, slug: str) -> str:

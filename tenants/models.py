@@ -584,6 +584,24 @@ class GpuNode(models.Model):
         return sum(max(capacity - allocatable, 0) for capacity, allocatable in self.gpus.values())
 
 
+class DepartmentPool(models.Model):
+    """A department's own guarantee of a GPU flavor, on top of its teams': their work runs on it
+    beyond their own guarantees (borrowed, for the team), and no team outside the department may
+    use it but what the department lends. Promised like a grant: capacity counts it for good."""
+
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="pool")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="department_pools")
+    units = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["flavor__name"]
+        constraints = [models.UniqueConstraint(fields=["department", "flavor"], name="one_pool_per_department_flavor"),
+                       models.CheckConstraint(condition=Q(units__gt=0), name="department_pool_units_positive")]
+
+    def __str__(self) -> str:
+        return f"{self.units} × {self.flavor} pooled by {self.department}"
+
+
 class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):
     def for_user(self, user: User | AnonymousUser) -> QuotaRequestQuerySet:
         if not user.is_authenticated:

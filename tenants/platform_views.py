@@ -104,7 +104,7 @@ def _department_form(request: HtmxHttpRequest, department: Department | None) ->
     if request.method == "POST" and form.is_valid():
         try:
             saved = services.department_save(actor=signed_in_user(request), department=form.instance,
-                                             heads=form.cleaned_data["heads"])
+                                             heads=form.cleaned_data["heads"], pool=form.pool())
         except DomainError as error:
             add_refusal(form, error)
         else:

@@ -21,6 +21,7 @@ from portal.models import AuditEvent, User
 from portal.roles import is_platform_admin, sees_all_teams
 from tenants.models import (
     Department,
+    DepartmentPool,
     Flavor,
     Membership,
     QuotaGrant,
@@ -48,14 +49,16 @@ class DepartmentRow:
     department: Department
     teams: list[Team]
     guaranteed: list[tuple[Flavor, int]]  # its teams' guarantees summed, per flavor
+    pool: list[tuple[Flavor, int]]  # its own guarantee, per flavor
 
 
 def department_rows() -> list[DepartmentRow]:
-    """Every department with its teams, its heads and what its teams are guaranteed together, in
-    five queries."""
+    """Every department with its teams, its heads, what its teams are guaranteed together and its
+    own pool, in six queries."""
     departments = list(Department.objects.order_by("name").prefetch_related(
         Prefetch("teams", queryset=Team.objects.order_by("name")),
-        Prefetch("heads", queryset=User.objects.order_by("username"))))
+        Prefetch("heads", queryset=User.objects.order_by("username")),
+        Prefetch("pool", queryset=DepartmentPool.objects.select_related("flavor"))))
     team_department = {team.pk: department.pk for department in departments for team in department.teams.all()}
     summed: dict[tuple[int, int], int] = defaultdict(int)
     for (team_id, flavor_id), units in guarantees_by_flavor(team_ids=list(team_department)).items():
@@ -63,7 +66,8 @@ def department_rows() -> list[DepartmentRow]:
     flavors = Flavor.objects.in_bulk({flavor_id for _, flavor_id in summed})
     return [DepartmentRow(department=department, teams=list(department.teams.all()),
                           guaranteed=sorted(((flavors[f], units) for (d, f), units in summed.items()
-                                             if d == department.pk and units), key=lambda pair: pair[0].name))
+                                             if d == department.pk and units), key=lambda pair: pair[0].name),
+                          pool=[(row.flavor, row.units) for row in department.pool.all()])
             for department in departments]
 
 
@@ -120,11 +124,12 @@ def team_ceiling(*, team: Team, flavor: Flavor) -> int:
 
 
 def committed_peak(*, flavor_id: int, start: dt.datetime, end: dt.datetime | None,
-                   excluding: Collection[int] = ()) -> int:
-    """The most units of the flavor promised to teams at any moment of [start, end) (end None: for
-    good): every grant not ended, running or reserved for later, but those `excluding` (grants a
-    renewal ends as it starts). One query; the peak is found by a sweep over the grants' starts
-    and ends inside the window."""
+                   excluding: Collection[int] = (), pools_excluding: int | None = None) -> int:
+    """The most units of the flavor promised at any moment of [start, end) (end None: for good):
+    every grant not ended, running or reserved for later, but those `excluding` (grants a renewal
+    ends as it starts), and every department's pool, which holds for good (but the pool of the
+    department `pools_excluding`, which is being set). Two queries; the peak is found by a sweep
+    over the grants' starts and ends inside the window."""
     grants = QuotaGrant.objects.filter(flavor_id=flavor_id, ended_at__isnull=True).filter(
         Q(valid_until__isnull=True) | Q(valid_until__gt=start))
     if end is not None:
@@ -136,7 +141,10 @@ def committed_peak(*, flavor_id: int, start: dt.datetime, end: dt.datetime | Non
         if valid_until is not None and (end is None or valid_until < end):
             changes.append((valid_until, -units))
     (peak,) = _peaks(changes, [start, end or dt.datetime.max.replace(tzinfo=dt.UTC)])
-    return max(peak, 0)
+    pools = DepartmentPool.objects.filter(flavor_id=flavor_id)
+    if pools_excluding is not None:
+        pools = pools.exclude(department_id=pools_excluding)
+    return max(peak, 0) + (pools.aggregate(units=Sum("units"))["units"] or 0)
 
 
 def _peaks(changes: list[tuple[Any, int]], bounds: list[Any]) -> list[int]:
@@ -160,8 +168,8 @@ def _peaks(changes: list[tuple[Any, int]], bounds: list[Any]) -> list[int]:
 
 @dataclass(frozen=True)
 class CalendarCell:
-    """One flavor's month: the most units promised to teams at any moment of it, and the units of
-    reservations that begin in it."""
+    """One flavor's month: the most units promised at any moment of it (teams' grants and
+    departments' pools), and the units of reservations that begin in it."""
 
     month: dt.date
     peak: int
@@ -189,9 +197,10 @@ class _EpochSeconds(Func):
 
 
 def capacity_calendar(*, months: int = 12, now: dt.datetime | None = None) -> tuple[list[dt.date], list[CalendarRow]]:
-    """What each GPU flavor has promised to teams over this month and the next `months` - 1, in
-    the site's time zone: per month the peak of every grant running then (reservations included),
-    and the reservations that begin in it. Two queries, whatever the number of teams and grants:
+    """What each GPU flavor has promised over this month and the next `months` - 1, in the site's
+    time zone: per month the peak of every grant running then (reservations included) with the
+    departments' pools, and the reservations that begin in it. Three queries, whatever the number
+    of teams and grants:
     the months are swept in Python over the grants' starts and ends (in epoch seconds)."""
     now = now or timezone.now()
     zone = ZoneInfo(settings.TIME_ZONE)
@@ -214,19 +223,31 @@ def capacity_calendar(*, months: int = 12, now: dt.datetime | None = None) -> tu
             events[flavor_id].append((ends, -units))
         if pending and begins > at_now:
             reserved[flavor_id, bisect_right(bounds, begins) - 1] += units
+    pools = department_pool_totals()
     calendar = []
     for flavor in Flavor.objects.filter(is_active=True).exclude(sharing_mode=Flavor.SharingMode.CPU).order_by("name"):
         peaks = _peaks(events.get(flavor.pk, []), bounds)
         calendar.append(CalendarRow(flavor=flavor, cells=[
-            CalendarCell(month=starts[index], peak=peak, reserved=reserved.get((flavor.pk, index), 0))
+            CalendarCell(month=starts[index], peak=peak + pools.get(flavor.pk, 0), reserved=reserved.get((flavor.pk, index), 0))
             for index, peak in enumerate(peaks)]))
     return starts[:months], calendar
 
 
 def flavor_guaranteed_totals() -> dict[int, int]:
-    """Guaranteed units per flavor id, summed over every team."""
-    rows = QuotaGrant.objects.active().values("flavor_id").annotate(units=Sum("units"))
-    return {row["flavor_id"]: row["units"] or 0 for row in rows}
+    """Guaranteed units per flavor id now: every team's active grants and every department's pool,
+    which capacity must hold alike."""
+    grants = QuotaGrant.objects.active().order_by().values("flavor_id").annotate(units=Sum("units"))
+    pools = DepartmentPool.objects.order_by().values("flavor_id").annotate(units=Sum("units"))
+    totals: dict[int, int] = defaultdict(int)
+    for flavor_id, units in grants.values_list("flavor_id", "units").union(pools.values_list("flavor_id", "units"), all=True):
+        totals[flavor_id] += units or 0
+    return dict(totals)
+
+
+def department_pool_totals() -> dict[int, int]:
+    """Units per flavor id that departments pool for their teams, summed over every department."""
+    rows = DepartmentPool.objects.values("flavor_id").annotate(units=Sum("units"))
+    return {row["flavor_id"]: row["units"] for row in rows}
 
 
 @dataclass(frozen=True)

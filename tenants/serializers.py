@@ -310,12 +310,19 @@ class DepartmentSerializer(serializers.ModelSerializer):
     heads: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
         slug_field="username", many=True, read_only=True, help_text="Usernames of those who decide its teams' quota "
                                                                     "requests above their leads.")
+    pool = serializers.SerializerMethodField(
+        help_text="Units per flavor slug it guarantees its teams together beyond their own guarantees ({} for none): "
+                  "their work runs on it as borrowed, and no team outside it uses it but what it lends.")
 
     class Meta:
         model = Department
-        fields = ["id", "slug", "name", "borrowing_limit", "lending_limit", "fair_share_weight", "heads",
+        fields = ["id", "slug", "name", "pool", "borrowing_limit", "lending_limit", "fair_share_weight", "heads",
                   "head_approves", "teams", "created_at"]
         read_only_fields = fields
+
+    @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
+    def get_pool(self, department: Department) -> dict[str, int]:
+        return {row.flavor.slug: row.units for row in department.pool.all()}
 
 
 class DepartmentWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
@@ -324,14 +331,25 @@ class DepartmentWriteSerializer(StrictInputMixin, serializers.ModelSerializer):
     heads = serializers.ListField(
         child=serializers.CharField(max_length=150), required=False, max_length=100,
         help_text="Usernames of its heads, replacing those it has; leave out to keep them.")
+    pool = serializers.DictField(
+        child=WholeNumberSerializerField(min_value=0), required=False, allow_empty=True,
+        help_text="Units per flavor slug it guarantees its teams together, replacing its pool (a flavor left out or "
+                  "at 0 has none); leave out to keep it.")
 
     class Meta:
         model = Department
-        fields = ["name", "slug", "borrowing_limit", "lending_limit", "fair_share_weight", "heads", "head_approves"]
+        fields = ["name", "slug", "pool", "borrowing_limit", "lending_limit", "fair_share_weight", "heads",
+                  "head_approves"]
 
     def validate_heads(self, names: list[str]) -> list[Any]:
         try:
             return services.department_heads_input(names)
+        except DomainError as refusal:
+            raise serializers.ValidationError(refusal.message) from None
+
+    def validate_pool(self, entries: dict[str, int]) -> dict[Flavor, int]:
+        try:
+            return services.department_pool_input(entries)
         except DomainError as refusal:
             raise serializers.ValidationError(refusal.message) from None
 

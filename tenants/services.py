@@ -37,6 +37,7 @@ from tenants.models import (
     WEIGHT_INVALID,
     WEIGHT_LIMIT,
     Department,
+    DepartmentPool,
     Flavor,
     GpuNode,
     Membership,
@@ -160,9 +161,11 @@ DEPARTMENT_FIELDS = ("name", "slug", "borrowing_limit", "lending_limit", "fair_s
 
 
 @transaction.atomic
-def department_save(*, actor: User, department: Department, heads: Iterable[User] | None = None) -> Department:
-    """Creates or changes a department (with `heads`, who heads it now); its cohort and its teams'
-    queues follow. Its slug names its cohort, so it is set once."""
+def department_save(*, actor: User, department: Department, heads: Iterable[User] | None = None,
+                    pool: Mapping[Flavor, int] | None = None) -> Department:
+    """Creates or changes a department (with `heads`, who heads it now, and `pool`, the units of
+    each GPU flavor it guarantees its teams together beyond their own: a flavor left out or at 0
+    has none); its cohort and its teams' queues follow. Its slug names its cohort, so it is set once."""
     _require(actor.has_perm("tenants.manage_teams"))
     if refusal := departments_refused():
         raise DomainError(refusal)
@@ -177,15 +180,24 @@ def department_save(*, actor: User, department: Department, heads: Iterable[User
     now_heads = [user.username for user in people] if people is not None else had
     if department.head_approves and not now_heads:
         raise DomainError("Two approval levels need a head to decide after the lead: name at least one.", field="heads")
+    pooled = {row.flavor: row.units for row in before.pool.select_related("flavor")} if before else {}
+    wanted = {flavor: units for flavor, units in pool.items() if units} if pool is not None else pooled
     changes = {name: (getattr(before, name) if before else None, getattr(department, name)) for name in DEPARTMENT_FIELDS
                if before is None or getattr(before, name) != getattr(department, name)}
     if now_heads != had:
         changes["heads"] = (", ".join(had), ", ".join(now_heads) or "nobody")
+    if wanted != pooled:
+        _check_pool(department, wanted, pooled)
+        changes["pool"] = (_pool_words(pooled), _pool_words(wanted))
     if before is not None and not changes:
         return department
     department.save()
     if people is not None:
         department.heads.set(people)
+    if wanted != pooled:
+        DepartmentPool.objects.filter(department=department).exclude(flavor__in=list(wanted)).delete()
+        for flavor, units in wanted.items():
+            DepartmentPool.objects.update_or_create(department=department, flavor=flavor, defaults={"units": units})
     audit_record(actor=actor, action="department.created" if before is None else "department.updated", obj=department,
                  data={name: [str(old), str(new)] for name, (old, new) in changes.items()},
                  message=f"{actor.username} {'created' if before is None else 'changed'} department {department.slug}: "
@@ -203,6 +215,47 @@ def department_heads_input(names: Iterable[str]) -> list[User]:
         raise DomainError(f"No active user is called {', '.join(f'“{name}”' for name in missing)}: name heads by their "
                           "usernames.", field="heads")
     return sorted(found.values(), key=lambda user: user.username)
+
+
+def _check_pool(department: Department, wanted: Mapping[Flavor, int], pooled: Mapping[Flavor, int]) -> None:
+    """A pool is a guarantee: only of an active GPU flavor, and only what the flavor's capacity
+    holds beside everything else promised of it for good (teams' grants, reservations to come and
+    the other departments' pools). Flavors locked, as an approval locks them, so the two cannot
+    overcommit a flavor between them."""
+    for flavor, units in wanted.items():
+        if units < 0:
+            raise DomainError(f"A pool of {flavor.name} is a whole number of units, 0 or more; not {units}.", field="pool")
+        if units > pooled.get(flavor, 0) and (not flavor.is_active or flavor.is_cpu):
+            raise DomainError(f"{flavor.name} is {'retired' if not flavor.is_active else 'CPU only, which no queue lends'};"
+                              " a department pools active GPU flavors only.", field="pool")
+    grown = {flavor.pk: units for flavor, units in wanted.items() if units > pooled.get(flavor, 0)}
+    now = timezone.now()
+    for flavor in Flavor.objects.select_for_update().filter(pk__in=list(grown)).order_by("pk"):
+        flavor_id, units = flavor.pk, grown[flavor.pk]
+        held = selectors.committed_peak(flavor_id=flavor_id, start=now, end=None, pools_excluding=department.pk)
+        if held + units > flavor.capacity_units:
+            raise DomainError(
+                f"{flavor.name} has {flavor.capacity_units} units and teams and departments are promised up to {held} of "
+                f"them (reservations included); a pool of {units} would make {held + units}, so it can be at most "
+                f"{max(flavor.capacity_units - held, 0)}.", field="pool")
+
+
+def _pool_words(pool: Mapping[Flavor, int]) -> str:
+    return " · ".join(f"{units} × {flavor.name}" for flavor, units in sorted(pool.items(), key=lambda p: p[0].name)) or "none"
+
+
+def department_pool_input(entries: Mapping[str, Any]) -> dict[Flavor, int]:
+    """A pool as the API gives it ({flavor slug: units}), or a refusal naming what is wrong."""
+    flavors = {flavor.slug: flavor for flavor in Flavor.objects.filter(slug__in=list(entries))}
+    if missing := sorted(set(entries) - flavors.keys()):
+        raise DomainError(f"No flavor is called {', '.join(f'“{slug}”' for slug in missing)}: name flavors by their "
+                          "slugs.", field="pool")
+    pool = {}
+    for slug, units in entries.items():
+        if isinstance(units, bool) or not isinstance(units, int) or units < 0:
+            raise DomainError(f"{slug}: the units are a whole number, 0 or more, e.g. 4; not “{units}”.", field="pool")
+        pool[flavors[slug]] = units
+    return pool
 
 
 def _limit_words(value: Any) -> str:
@@ -438,9 +491,11 @@ def _flavor_store(flavor: Flavor, *, actor: User | None) -> Flavor:
             )
         guaranteed = selectors.flavor_guaranteed_totals().get(flavor.pk, 0)
         if flavor.capacity_units < guaranteed:
+            pooled = selectors.department_pool_totals().get(flavor.pk, 0)
             raise DomainError(
-                f"{flavor.name}: teams are guaranteed {guaranteed} units, so capacity cannot drop to "
-                f"{flavor.capacity_units}. Lower their grants first.",
+                f"{flavor.name}: teams are guaranteed {guaranteed - pooled} units"
+                f"{f' and departments pool {pooled}' if pooled else ''}, so capacity cannot drop to "
+                f"{flavor.capacity_units}. Lower their {'grants and pools' if pooled else 'grants'} first.",
                 field="capacity_units",
             )
         before = Flavor.objects.get(pk=flavor.pk)
@@ -878,11 +933,13 @@ def _promised(locked: QuotaRequest, flavor: Flavor, peak: int, replaced: Mapping
     """What teams are promised of the flavor over the request's window, in words: what they hold
     now when that is the peak, else the peak and when (a reservation to come counts)."""
     held_now = selectors.flavor_guaranteed_totals().get(flavor.pk, 0) - replaced.get(flavor.pk, 0)
+    pooled = selectors.department_pool_totals().get(flavor.pk, 0)
     if locked.starts_on is None and peak == held_now:
-        return f"teams already hold {peak}"
+        return f"teams already hold {peak - pooled}{f' and departments pool {pooled}' if pooled else ''}"
     when = (f"from {locked.starts_on.isoformat()}{_until(locked.ends_on)}" if locked.starts_on
             else f"now{_until(locked.ends_on) or ' and later'}")
-    return f"teams are promised up to {peak} of them {when} (reservations included)"
+    return (f"teams are promised up to {peak} of them {when} (reservations{' and department pools' if pooled else ''} "
+            "included)")
 
 
 def _grants_start(locked: QuotaRequest, lines: list[QuotaRequestLine], *, now: dt.datetime) -> None:

@@ -70,19 +70,23 @@ def make_workload_priority_class(*, tier: PriorityTier) -> dict[str, Any]:
 
 
 def make_cohort(*, department: DepartmentSpec, flavors: Sequence[FlavorSpec]) -> dict[str, Any]:
-    """A department: a Cohort under the portal's, holding no quota of its own, whose limits bound
-    what its teams' queues together borrow from, and lend to, queues outside it (Kueue keeps what
-    it may not lend for the department's own queues, so they share it among themselves first)."""
+    """A department: a Cohort under the portal's, whose nominal quota is its pool (shared by its
+    teams' queues beyond their own quotas, as borrowing) and whose limits bound what its teams'
+    queues together borrow from, and lend to, queues outside it (Kueue keeps what it may not lend
+    for the department's own queues, so they share it among themselves first)."""
     spec: dict[str, Any] = {"parentName": department.parent, "fairSharing": {"weight": department.weight}}
     limits = {"borrowingLimit": department.borrowing_limit, "lendingLimit": department.lending_limit}
-    if any(limit is not None for limit in limits.values()):
+    pool = dict(department.pool)
+    if pool or any(limit is not None for limit in limits.values()):
         groups = []
-        for covered, quotas in resource_groups(FlavorQuota(flavor=flavor, nominal=0) for flavor in flavors):
+        for covered, quotas in resource_groups(FlavorQuota(flavor=flavor, nominal=pool.get(flavor.name, 0))
+                                               for flavor in flavors):
             entries = []
             for quota in quotas:
+                nominal = quota.flavor.quota(quota.nominal)
                 bounds = {key: quota.flavor.quota(limit) for key, limit in limits.items() if limit is not None}
                 entries.append({"name": quota.flavor.name, "resources": [
-                    {"name": resource, "nominalQuota": "0",
+                    {"name": resource, "nominalQuota": str(nominal.get(resource, 0)),
                      **{key: str(amounts.get(resource, 0)) for key, amounts in bounds.items()}}
                     for resource in covered]})
             groups.append({"coveredResources": covered, "flavors": entries})

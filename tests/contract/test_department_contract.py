@@ -48,3 +48,36 @@ def test_a_departments_teams_borrow_from_each_other_first_and_its_limits_hold(cl
     # The team's page reads it from its queue, as for a team in no department: 5 in use, 3 borrowed.
     cluster.wait_for(lambda: queue_usage(a.slug, site.flavor.slug) == (5, 3),
                      what="A's queue to report 5 GPUs in use, 3 of them borrowed")
+
+
+def test_a_departments_pool_runs_its_teams_work_as_borrowed_and_no_one_outside_uses_it(
+        cluster, site, templates, settings, django_capture_on_commit_callbacks):
+    """Research pools 2 GPUs, lends nothing outside and borrows nothing from outside; its team A has
+    no guarantee of its own, C outside has 1. C's second waits though the pool is idle; A runs 2 on
+    the pool (borrowed, for A: billed at the borrowed price) and its third waits."""
+    settings.PORTAL_POD_ANNOTATIONS = HOLD
+    capture = django_capture_on_commit_callbacks
+    a, c = site.team("pool-a"), site.team("pool-outside", gpus=1)
+    with capture(execute=True):
+        research = tenant_services.department_save(
+            actor=site.admin, department=Department(name=cluster.unique("Pooled"), slug=cluster.unique("pooled"),
+                                                    borrowing_limit=0, lending_limit=0), pool={site.flavor: 2})
+        tenant_services.team_update(actor=site.admin, team=a, department=research)
+    training = templates["training"]
+
+    outsiders = [launch(c, c.memberships.get().user, training, site.flavor, capture, units=1) for _ in range(2)]
+    cluster.wait_for(lambda: running(outsiders[0]) and queued_for_quota(outsiders[1]),
+                     what="the outside team to run on its own GPU and its second to wait: the pool is Research's")
+    for workload in outsiders:
+        with capture(execute=True):
+            job_services.workload_stop(user=workload.owner, workload=workload)
+
+    lead = a.memberships.get().user
+    inside = [launch(a, lead, training, site.flavor, capture, units=1) for _ in range(3)]
+    cluster.wait_for(lambda: all(running(w) for w in inside[:2]) and queued_for_quota(inside[2]),
+                     what="A to run 2 on Research's pool and its third to wait: the pool holds 2", timeout=120)
+    for workload in inside[:2]:
+        workload.refresh_from_db()
+        assert workload.on_borrowed, "work on the department's pool is beyond the team's own guarantee: borrowed"
+    cluster.wait_for(lambda: queue_usage(a.slug, site.flavor.slug) == (2, 2),
+                     what="A's queue to report 2 GPUs in use, both borrowed from the pool")

@@ -54,7 +54,7 @@ def test_the_quota_story_in_a_browser(browser, live_server, site):
     preview = first_line.locator("[data-testid=quota-preview]")
 
     units.press_sequentially("9", delay=50)
-    expect(preview).to_contain_text("16 units in the cluster, 10 guaranteed to teams, 6 free.")
+    expect(preview).to_contain_text("16 units in the cluster, 10 guaranteed, 6 free.")
     expect(preview).to_have_class(re.compile(r"\bbad\b"))
     units.fill("")
     units.press_sequentially("4", delay=50)

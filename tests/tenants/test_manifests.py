@@ -344,6 +344,14 @@ def test_a_department_is_a_cohort_under_the_portals_whose_limits_bound_each_gpu_
     lends_only = kueue.make_cohort(department=replace(RESEARCH, borrowing_limit=None), flavors=(H100,))
     assert lends_only["spec"]["resourceGroups"][0]["flavors"][0]["resources"] == [
         {"name": "nvidia.com/gpu", "nominalQuota": "0", "lendingLimit": "0"}]
+    # A pool is the cohort's nominal quota of the flavor, per resource its unit asks for; with no limits
+    # only the pool is written, and a flavor it does not pool holds none.
+    pooled = replace(RESEARCH, borrowing_limit=None, lending_limit=None, pool=(("a100-80gb", 3), ("a100-1g-10gb", 7)))
+    groups = kueue.make_cohort(department=pooled, flavors=(H100, MIG, A100))["spec"]["resourceGroups"]
+    assert [[(f["name"], f["resources"]) for f in group["flavors"]] for group in groups] == [
+        [("h100-80gb", [{"name": "nvidia.com/gpu", "nominalQuota": "0"}]),
+         ("a100-80gb", [{"name": "nvidia.com/gpu", "nominalQuota": "3"}])],
+        [("a100-1g-10gb", [{"name": "nvidia.com/mig-1g.10gb", "nominalQuota": "7"}])]]
 
 
 def test_departments_come_after_the_flavors_and_a_team_in_one_joins_its_cohort():

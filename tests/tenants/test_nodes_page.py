@@ -119,8 +119,8 @@ def test_a_catalog_above_what_the_nodes_offer_and_guarantees_resting_on_it_are_s
     simulated.expect_nodes([NodeSpec(name="h100-0", labels=dict(flavor.node_labels), allocatable={flavor.resource_name: 8})])
     nodes.check_flavors()
     page = login(admin_user).get(reverse("tenants:node-list")).content.decode()
-    assert ("The catalog says 16 units but the nodes offer 8: teams are guaranteed 12, more than is there, and some of "
-            "their work will wait.") in page
+    assert ("The catalog says 16 units but the nodes offer 8: teams and departments are guaranteed 12, more than is "
+            "there, and some of their work will wait.") in page
 
 
 def test_the_api_lists_every_kept_node_once_for_platform_admins(simulated, admin_user, flavor):

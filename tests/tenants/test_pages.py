@@ -268,7 +268,7 @@ def test_the_live_preview_tells_where_the_flavor_stands_for_the_team(team, other
     not_a_number = client.get(url, {"team": "vision", "flavor": "h100-80gb", "units": "four"}, **HTMX).content.decode()
     no_flavor = client.get(url, {"team": "vision", "flavor": "", "units": "4"}, **HTMX).content.decode()
 
-    assert "<strong>H100 80GB</strong>: 16 units in the cluster, 12 guaranteed to teams, 4 free." in fits
+    assert "<strong>H100 80GB</strong>: 16 units in the cluster, 12 guaranteed, 4 free." in fits
     assert "vision holds 4; after this request 8." in " ".join(fits.split())
     assert 'class="hint good"' in fits
     assert 'class="hint bad"' in too_many and "only 4 units free" in too_many
@@ -777,7 +777,7 @@ def test_the_capacity_bars_say_what_each_colour_means(team, admin_user, flavor, 
     page = as_user(admin_user).get(reverse("tenants:capacity")).content.decode()
     legend = page[page.index('data-testid="capacity-legend"'):].split("</p>")[0]
     assert re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", legend)).strip().endswith(
-        "In each bar: in use now guaranteed to teams not guaranteed")
+        "In each bar: in use now guaranteed not guaranteed")
     for part in ("used", "all", "free"):  # each colour of the bar has its swatch in the legend
         assert f'<span class="swatch {part}">' in legend
     bar = page[page.index('<svg class="bar"'):].split("</svg>")[0]
