@@ -2,12 +2,13 @@
 
 Five GPU flavors; each team holds a permanent grant of one flavor and two reservations of others
 in the coming twelve months (5 to 25 days each), one in ten with a temporary grant ending in the
-window: about 3,100 grants, written by bulk_create. The calendar page (each flavor's peak of
+window: about 3,100 grants, written by bulk_create; 50 departments of 20 teams each, each pooling
+a few units of two flavors (their pools count in every month). The calendar page (each flavor's peak of
 promises and what is reserved, per month for twelve months) is then fetched through Django's test
 Client as a platform admin and timed, its queries counted, as the billing pages are. Target: p95
 under 150 ms.
 
-    scripts/with-services.sh .venv/bin/python benchmarks/capacity_calendar.py [--teams 1000] [--requests 30]
+    scripts/with-services.sh .venv/bin/python benchmarks/capacity_calendar.py [--teams 1000] [--departments 50] [--requests 30]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ FLAVORS = [("H100 80GB", "h100", 1), ("A100 80GB", "a100", 1), ("A100 1g.10gb", 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--teams", type=int, default=1000)
+    parser.add_argument("--departments", type=int, default=50)
     parser.add_argument("--requests", type=int, default=30)
     args = parser.parse_args()
     if not os.environ.get("DATABASE_URL", "").startswith("postgres"):
@@ -53,17 +55,23 @@ def main() -> None:
     record("capacity_calendar", figures)
 
 
-def seed(teams: int) -> int:
+def seed(teams: int, departments: int) -> tuple[int, int]:
     from django.utils import timezone
 
-    from tenants.models import Flavor, QuotaGrant, Team
+    from tenants.models import Department, DepartmentPool, Flavor, QuotaGrant, Team
 
     chance = random.Random(27)
     flavors = [Flavor.objects.create(name=name, slug=slug, resource_name="nvidia.com/gpu" if denominator == 1 else
                                      f"nvidia.com/{slug}", sharing_mode="exclusive" if denominator == 1 else "mig",
                                      gpu_model=name, fraction_denominator=denominator, capacity_units=teams * 8)
                for name, slug, denominator in FLAVORS]
-    made = Team.objects.bulk_create([Team(slug=f"team-{i:04}", name=f"Team {i:04}") for i in range(teams)])
+    groups = Department.objects.bulk_create([Department(slug=f"dept-{i:02}", name=f"Department {i:02}")
+                                             for i in range(departments)])
+    pools = DepartmentPool.objects.bulk_create([DepartmentPool(department=group, flavor=flavor, units=chance.randint(1, 8))
+                                                for group in groups for flavor in chance.sample(flavors, 2)])
+    made = Team.objects.bulk_create([Team(slug=f"team-{i:04}", name=f"Team {i:04}",
+                                          department=groups[i % departments] if departments else None)
+                                     for i in range(teams)])
     now = timezone.now()
     grants = []
     for index, team in enumerate(made):
@@ -78,7 +86,7 @@ def seed(teams: int) -> int:
                                      valid_until=now + dt.timedelta(days=chance.randint(1, 200)),
                                      began_at=now - dt.timedelta(days=3)))
     QuotaGrant.objects.bulk_create(grants, batch_size=2000)
-    return len(grants)
+    return len(grants), len(pools)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,12 +98,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     setup_test_environment()
     settings.ALLOWED_HOSTS = ["*"]
-    grants = seed(args.teams)
+    grants, pools = seed(args.teams, args.departments)
     admin = User.objects.create(username="bench-admin", is_platform_admin=True)
     client = Client()
     client.force_login(admin)
     page = timed(client, "/capacity/calendar/", args.requests)
-    return {"teams": args.teams, "flavors": len(FLAVORS), "grants": grants, "months": 12, "target_p95_ms": TARGET_MS,
+    return {"teams": args.teams, "departments": args.departments, "department_pools": pools, "flavors": len(FLAVORS),
+            "grants": grants, "months": 12, "target_p95_ms": TARGET_MS,
             "calendar_page": page, "calendar_p95_under_target": page["under_target"]}
 
 
