@@ -31,6 +31,13 @@ Lent hours (the attribution rule)
     up exactly. Borrowing beyond every lender's idle guarantee came from capacity no team was
     guaranteed, and nobody lent it.
 
+    Departments' pools come first: a pool is guaranteed to a department's teams together and held
+    by none of them, so the borrowing it could cover was lent by no team. Of the hour's B, the
+    unit-seconds pooled of the flavor in that hour (every department's, `P`) are taken off before
+    the lenders are counted: they lent min(B - P, total idle). The pools are counted whole, whoever
+    borrowed: which department's teams borrowed is not kept per hour, and a pool usually lends
+    nothing outside its department, so borrowing outside it is then credited to no lender either.
+
     The rule is applied when metering refreshes an hour (`lent_rows`, into `LentHour` rows, which
     `billing.metering.recompute` checks against a computation from scratch), so `lent` reads one
     grouped query over those rows and never every team's usage of the period.
@@ -40,7 +47,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -103,10 +110,13 @@ def largest_remainder(exact: dict[int, Fraction], *, total: int) -> dict[int, in
 
 
 def lent_rows(*, usage: Iterable[tuple[dt.datetime, int, int, bool, int]],
-              guarantees: Iterable[tuple[dt.datetime, int, int, int, bool]]) -> dict[LentKey, int]:
+              guarantees: Iterable[tuple[dt.datetime, int, int, int, bool]],
+              pools: Mapping[tuple[dt.datetime, int], int] | None = None) -> dict[LentKey, int]:
     """The rule above, hour by hour: (hour, account id, flavor id) → unit-seconds lent, from whole
     hours' usage rows (hour, account id, flavor id, borrowed, unit-seconds; several rows per key
-    add up) and guarantee rows (hour, account id, flavor id, unit-seconds, lends idle)."""
+    add up), guarantee rows (hour, account id, flavor id, unit-seconds, lends idle) and the
+    unit-seconds the departments pooled ((hour, flavor id) → unit-seconds)."""
+    pools = pools or {}
     borrowed: dict[tuple[dt.datetime, int], int] = defaultdict(int)
     borrowers: set[LentKey] = set()
     own: dict[LentKey, int] = defaultdict(int)
@@ -124,7 +134,8 @@ def lent_rows(*, usage: Iterable[tuple[dt.datetime, int, int, bool, int]],
             idle[(hour, flavor_id)][account_id] = max(seconds - own.get(key, 0), 0)
     rows: dict[LentKey, int] = {}
     for (hour, flavor_id), value in borrowed.items():
-        for account_id, amount in split_lent(borrowed=value, idle_by_lender=idle.get((hour, flavor_id), {})).items():
+        beyond_pools = value - pools.get((hour, flavor_id), 0)
+        for account_id, amount in split_lent(borrowed=beyond_pools, idle_by_lender=idle.get((hour, flavor_id), {})).items():
             rows[(hour, account_id, flavor_id)] = amount
     return rows
 

@@ -24,7 +24,7 @@ from portal.models import AuditEvent, User
 from portal.roles import sees_all_teams
 from tenants import cluster_selectors, selectors, services
 from tenants.filters import AuditEventFilter, FlavorFilter, MembershipFilter, QuotaGrantFilter, QuotaRequestFilter
-from tenants.models import Department, DepartmentPool, Flavor, Membership, QuotaGrant, QuotaRequest, Team
+from tenants.models import Department, Flavor, Membership, QuotaGrant, QuotaRequest, Team, current_pool_prefetch
 from tenants.serializers import (
     AuditEventSerializer,
     ClusterPictureSerializer,
@@ -197,7 +197,7 @@ class DepartmentViewSet(mixins.CreateModelMixin, mixins.UpdateModelMixin, mixins
         return Department.objects.order_by("name").prefetch_related(
             Prefetch("teams", queryset=Team.objects.order_by("slug")),
             Prefetch("heads", queryset=User.objects.order_by("username")),
-            Prefetch("pool", queryset=DepartmentPool.objects.select_related("flavor")))
+            current_pool_prefetch())
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         data = parse(DepartmentWriteSerializer, request)

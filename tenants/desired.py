@@ -14,12 +14,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import Prefetch
 
 from portal.hooks import Hook
 from portal.metrics import simulated as simulated_metrics
 from tenants import catalog, manifests, selectors
-from tenants.models import Department, DepartmentPool, Flavor, Membership, QuotaGrant, Team
+from tenants.models import Department, Flavor, Membership, QuotaGrant, Team, current_pool_prefetch
 from tenants.nodes import GPU_COUNT_LABEL, REPLICAS_LABEL, SHARING_STRATEGY_LABEL, STRATEGY_OF_MODE
 from tenants.queueing import backend
 
@@ -174,9 +173,9 @@ def department_specs() -> tuple[manifests.DepartmentSpec, ...]:
     return tuple(manifests.DepartmentSpec(cohort=d.cohort, parent=settings.PORTAL_COHORT,
                                           borrowing_limit=d.borrowing_limit, lending_limit=d.lending_limit,
                                           weight=manifests.weight_quantity(d.fair_share_weight),
-                                          pool=tuple((row.flavor.slug, row.units) for row in d.pool.all()))
+                                          pool=tuple((row.flavor.slug, row.units) for row in d.pool_in_force()))
                  for d in Department.objects.order_by("slug").prefetch_related(
-                     Prefetch("pool", queryset=DepartmentPool.objects.select_related("flavor"))))
+                     current_pool_prefetch()))
 
 
 def platform_objects() -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.utils import timezone
 
 from portal.models import User
@@ -162,6 +162,11 @@ class Department(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def pool_in_force(self) -> list[DepartmentPool]:
+        """Its pool's rows in force: those a Prefetch(to_attr="current_pool") read, else read now."""
+        prefetched: list[DepartmentPool] | None = getattr(self, "current_pool", None)
+        return prefetched if prefetched is not None else list(self.pools.current().select_related("flavor"))
 
     @property
     def cohort(self) -> str:
@@ -584,22 +589,40 @@ class GpuNode(models.Model):
         return sum(max(capacity - allocatable, 0) for capacity, allocatable in self.gpus.values())
 
 
+class DepartmentPoolQuerySet(models.QuerySet["DepartmentPool"]):
+    def current(self) -> DepartmentPoolQuerySet:
+        return self.filter(ended_at__isnull=True)
+
+
 class DepartmentPool(models.Model):
     """A department's own guarantee of a GPU flavor, on top of its teams': their work runs on it
     beyond their own guarantees (borrowed, for the team), and no team outside the department may
-    use it but what the department lends. Promised like a grant: capacity counts it for good."""
+    use it but what the department lends. Promised like a grant: capacity counts it for good.
+    A change ends the row and starts another, so metering reads what was pooled in any hour
+    (`billing.ledger`: borrowing is covered by pools before any team is counted as its lender);
+    the rows outlive their department."""
 
-    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="pool")
+    department = models.ForeignKey(Department, on_delete=models.SET_NULL, null=True, blank=True, related_name="pools")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="department_pools")
     units = models.PositiveIntegerField()
+    valid_from = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DepartmentPoolQuerySet.as_manager()
 
     class Meta:
         ordering = ["flavor__name"]
-        constraints = [models.UniqueConstraint(fields=["department", "flavor"], name="one_pool_per_department_flavor"),
+        constraints = [models.UniqueConstraint(fields=["department", "flavor"], condition=Q(ended_at__isnull=True),
+                                               name="one_current_pool_per_department_flavor"),
                        models.CheckConstraint(condition=Q(units__gt=0), name="department_pool_units_positive")]
 
     def __str__(self) -> str:
         return f"{self.units} × {self.flavor} pooled by {self.department}"
+
+
+def current_pool_prefetch() -> Prefetch[Any]:
+    """Reads departments' pools in force with them, as `Department.pool_in_force` answers them."""
+    return Prefetch("pools", queryset=DepartmentPool.objects.current().select_related("flavor"), to_attr="current_pool")
 
 
 class QuotaRequestQuerySet(models.QuerySet["QuotaRequest"]):

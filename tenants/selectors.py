@@ -28,6 +28,7 @@ from tenants.models import (
     QuotaRequest,
     QuotaRequestLine,
     Team,
+    current_pool_prefetch,
     headed_team_ids,
     user_team_roles,
 )
@@ -58,7 +59,7 @@ def department_rows() -> list[DepartmentRow]:
     departments = list(Department.objects.order_by("name").prefetch_related(
         Prefetch("teams", queryset=Team.objects.order_by("name")),
         Prefetch("heads", queryset=User.objects.order_by("username")),
-        Prefetch("pool", queryset=DepartmentPool.objects.select_related("flavor"))))
+        current_pool_prefetch()))
     team_department = {team.pk: department.pk for department in departments for team in department.teams.all()}
     summed: dict[tuple[int, int], int] = defaultdict(int)
     for (team_id, flavor_id), units in guarantees_by_flavor(team_ids=list(team_department)).items():
@@ -67,7 +68,7 @@ def department_rows() -> list[DepartmentRow]:
     return [DepartmentRow(department=department, teams=list(department.teams.all()),
                           guaranteed=sorted(((flavors[f], units) for (d, f), units in summed.items()
                                              if d == department.pk and units), key=lambda pair: pair[0].name),
-                          pool=[(row.flavor, row.units) for row in department.pool.all()])
+                          pool=[(row.flavor, row.units) for row in department.pool_in_force()])
             for department in departments]
 
 
@@ -141,7 +142,7 @@ def committed_peak(*, flavor_id: int, start: dt.datetime, end: dt.datetime | Non
         if valid_until is not None and (end is None or valid_until < end):
             changes.append((valid_until, -units))
     (peak,) = _peaks(changes, [start, end or dt.datetime.max.replace(tzinfo=dt.UTC)])
-    pools = DepartmentPool.objects.filter(flavor_id=flavor_id)
+    pools = DepartmentPool.objects.current().filter(flavor_id=flavor_id)
     if pools_excluding is not None:
         pools = pools.exclude(department_id=pools_excluding)
     return max(peak, 0) + (pools.aggregate(units=Sum("units"))["units"] or 0)
@@ -237,7 +238,7 @@ def flavor_guaranteed_totals() -> dict[int, int]:
     """Guaranteed units per flavor id now: every team's active grants and every department's pool,
     which capacity must hold alike."""
     grants = QuotaGrant.objects.active().order_by().values("flavor_id").annotate(units=Sum("units"))
-    pools = DepartmentPool.objects.order_by().values("flavor_id").annotate(units=Sum("units"))
+    pools = DepartmentPool.objects.current().order_by().values("flavor_id").annotate(units=Sum("units"))
     totals: dict[int, int] = defaultdict(int)
     for flavor_id, units in grants.values_list("flavor_id", "units").union(pools.values_list("flavor_id", "units"), all=True):
         totals[flavor_id] += units or 0
@@ -246,7 +247,7 @@ def flavor_guaranteed_totals() -> dict[int, int]:
 
 def department_pool_totals() -> dict[int, int]:
     """Units per flavor id that departments pool for their teams, summed over every department."""
-    rows = DepartmentPool.objects.values("flavor_id").annotate(units=Sum("units"))
+    rows = DepartmentPool.objects.current().values("flavor_id").annotate(units=Sum("units"))
     return {row["flavor_id"]: row["units"] for row in rows}
 
 

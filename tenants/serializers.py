@@ -322,7 +322,7 @@ class DepartmentSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.DictField(child=serializers.IntegerField()))
     def get_pool(self, department: Department) -> dict[str, int]:
-        return {row.flavor.slug: row.units for row in department.pool.all()}
+        return {row.flavor.slug: row.units for row in department.pool_in_force()}
 
 
 class DepartmentWriteSerializer(StrictInputMixin, serializers.ModelSerializer):

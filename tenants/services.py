@@ -180,7 +180,7 @@ def department_save(*, actor: User, department: Department, heads: Iterable[User
     now_heads = [user.username for user in people] if people is not None else had
     if department.head_approves and not now_heads:
         raise DomainError("Two approval levels need a head to decide after the lead: name at least one.", field="heads")
-    pooled = {row.flavor: row.units for row in before.pool.select_related("flavor")} if before else {}
+    pooled = {row.flavor: row.units for row in before.pools.current().select_related("flavor")} if before else {}
     wanted = {flavor: units for flavor, units in pool.items() if units} if pool is not None else pooled
     changes = {name: (getattr(before, name) if before else None, getattr(department, name)) for name in DEPARTMENT_FIELDS
                if before is None or getattr(before, name) != getattr(department, name)}
@@ -195,9 +195,7 @@ def department_save(*, actor: User, department: Department, heads: Iterable[User
     if people is not None:
         department.heads.set(people)
     if wanted != pooled:
-        DepartmentPool.objects.filter(department=department).exclude(flavor__in=list(wanted)).delete()
-        for flavor, units in wanted.items():
-            DepartmentPool.objects.update_or_create(department=department, flavor=flavor, defaults={"units": units})
+        _pool_change(department, wanted, pooled)
     audit_record(actor=actor, action="department.created" if before is None else "department.updated", obj=department,
                  data={name: [str(old), str(new)] for name, (old, new) in changes.items()},
                  message=f"{actor.username} {'created' if before is None else 'changed'} department {department.slug}: "
@@ -240,6 +238,16 @@ def _check_pool(department: Department, wanted: Mapping[Flavor, int], pooled: Ma
                 f"{max(flavor.capacity_units - held, 0)}.", field="pool")
 
 
+def _pool_change(department: Department, wanted: Mapping[Flavor, int], pooled: Mapping[Flavor, int]) -> None:
+    """Ends the rows of the flavors whose pool changes and starts the new ones at the same moment:
+    metering reads what was pooled in every hour from them."""
+    now = timezone.now()
+    changed = [flavor for flavor in {*wanted, *pooled} if wanted.get(flavor, 0) != pooled.get(flavor, 0)]
+    DepartmentPool.objects.current().filter(department=department, flavor__in=changed).update(ended_at=now)
+    DepartmentPool.objects.bulk_create([DepartmentPool(department=department, flavor=flavor, units=wanted[flavor],
+                                                       valid_from=now) for flavor in changed if wanted.get(flavor, 0)])
+
+
 def _pool_words(pool: Mapping[Flavor, int]) -> str:
     return " · ".join(f"{units} × {flavor.name}" for flavor, units in sorted(pool.items(), key=lambda p: p[0].name)) or "none"
 
@@ -268,11 +276,15 @@ def _limit_words(value: Any) -> str:
 
 @transaction.atomic
 def department_delete(*, actor: User, department: Department) -> None:
-    """Removes an empty department; the periodic pass prunes its cohort."""
+    """Removes an empty department, ending its pool (whose rows metering keeps reading); the
+    periodic pass prunes its cohort."""
     _require(actor.has_perm("tenants.manage_teams"))
+    pooled = {row.flavor: row.units for row in department.pools.current().select_related("flavor")}
     audit_record(actor=actor, action="department.deleted", obj=department,
-                 message=f"{actor.username} deleted department {department.slug}")
+                 message=f"{actor.username} deleted department {department.slug}"
+                 + (f"; its pool of {_pool_words(pooled)} is free again" if pooled else ""))
     try:
+        _pool_change(department, {}, pooled)
         department.delete()  # PROTECT: refused while a team is in it, whenever it was put there
     except ProtectedError:  # the audit event goes with the transaction
         teams = list(department.teams.order_by("slug").values_list("slug", flat=True)[:6])

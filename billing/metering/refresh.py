@@ -85,7 +85,7 @@ def rollups_refresh(*, until: dt.datetime | None = None) -> int:
         store_capacity(recorded, capacity_rows(recorded, until=until))
         store_guarantees(recorded, guarantee_rows(recorded, until=until, accounts=accounts))
         for window, borrowing in lending:
-            store_lent(window, lent_of(window, borrowing))
+            store_lent(window, lent_of(window, borrowing, until=until))
         _mark_metered(pending, until)
         MeteringState.objects.filter(pk=state.pk).update(metered_until=until, months_through=hour_floor(until),
                                                          refreshed_at=now)

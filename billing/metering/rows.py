@@ -1,6 +1,7 @@
-"""From scratch: run intervals into UsageHour rows, the catalog into CapacityHour rows and quota
-grants into GuaranteeHour rows, for whole local hours (see billing.metering for how a second is
-counted). Pure given what it reads; nothing here writes."""
+"""From scratch: run intervals into UsageHour rows, the catalog into CapacityHour rows, quota
+grants into GuaranteeHour rows and departments' pools into unit-seconds pooled per hour, for whole
+local hours (see billing.metering for how a second is counted). Pure given what it reads; nothing
+here writes."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from billing.models import Account
 from billing.periods import hour_floor, hour_starts, next_hour
 from billing.rates.card import RateCard
 from jobs.models import RunInterval, RunIntervalSwitch
-from tenants.models import Flavor, QuotaGrant, Team
+from tenants.models import DepartmentPool, Flavor, QuotaGrant, Team
 
 UsageKey = tuple[dt.datetime, int, int, int | None, str, bool, int | None, int, int]
 GuaranteeKey = tuple[dt.datetime, int, int]  # hour, account id, flavor id
+PoolKey = tuple[dt.datetime, int]  # hour, flavor id
 LentUsage = tuple[dt.datetime, int, int, bool, int]  # hour, account id, flavor id, borrowed, unit-seconds
 
 
@@ -243,11 +245,33 @@ def guarantee_rows(window: Window, *, until: dt.datetime, accounts: Accounts | N
             continue
         account_id = accounts[team_uid]
         lends[account_id] = lends_idle
-        index = max(bisect_right(hours, lower) - 1, 0)
-        for hour in hours[index:]:
-            if hour >= upper:
-                break
-            seconds = int((min(next_hour(hour), upper) - max(hour, lower)).total_seconds())
-            if seconds > 0:
-                sums[(hour, account_id, flavor_id)] += units * seconds
+        for hour, seconds in _spread(hours, lower, upper):
+            sums[(hour, account_id, flavor_id)] += units * seconds
     return {key: (value, lends[key[1]]) for key, value in sums.items() if value > 0}
+
+
+def pool_rows(window: Window, *, until: dt.datetime) -> dict[PoolKey, int]:
+    """(hour, flavor id) → unit-seconds the departments pooled of the flavor, summed over them, from
+    their pool rows (each over [valid_from, ended_at)), up to `until`."""
+    end = min(window.end, until)
+    if end <= window.start:
+        return {}
+    pools = DepartmentPool.objects.filter(valid_from__lt=end).filter(Q(ended_at__isnull=True) | Q(ended_at__gt=window.start))
+    hours = Window(window.start, end).hours()
+    sums: dict[PoolKey, int] = defaultdict(int)
+    for flavor_id, units, valid_from, ended_at in pools.values_list("flavor_id", "units", "valid_from", "ended_at"):
+        lower = max(second(valid_from), window.start)
+        upper = min(second(ended_at), end) if ended_at is not None else end
+        for hour, seconds in _spread(hours, lower, upper):
+            sums[(hour, flavor_id)] += units * seconds
+    return {key: value for key, value in sums.items() if value > 0}
+
+
+def _spread(hours: list[dt.datetime], lower: dt.datetime, upper: dt.datetime) -> Iterator[tuple[dt.datetime, int]]:
+    """The whole seconds of [lower, upper) in each of the hours (sorted hour starts) it touches."""
+    for hour in hours[max(bisect_right(hours, lower) - 1, 0):]:
+        if hour >= upper:
+            break
+        seconds = int((min(next_hour(hour), upper) - max(hour, lower)).total_seconds())
+        if seconds > 0:
+            yield hour, seconds

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from django.db.models import Sum
 
 from billing.ledger import LentKey, lent_rows
-from billing.metering.rows import GuaranteeKey, LentUsage, UsageKey, Window, hourly
+from billing.metering.rows import GuaranteeKey, LentUsage, UsageKey, Window, hourly, pool_rows
 from billing.metering.sql import GUARANTEE_COLUMNS, LENT_COLUMNS, USAGE_COLUMNS, chunks, pg_insert, pg_update_by_id, upserts
 from billing.models import Account, CapacityHour, GuaranteeHour, LentHour, UsageHour
 
@@ -122,16 +122,16 @@ def _where_borrowed(sums: list[LentUsage]) -> list[LentUsage]:
     return [row for row in sums if (row[0], row[2]) in borrowed]
 
 
-def lent_of(window: Window, usage: list[LentUsage]) -> dict[LentKey, int]:
-    """The LentHour rows of the window's hours from their usage and the stored guarantees (a
-    deleted team's kept rows included: it lent while it existed)."""
+def lent_of(window: Window, usage: list[LentUsage], *, until: dt.datetime) -> dict[LentKey, int]:
+    """The LentHour rows of the window's hours from their usage, the stored guarantees (a deleted
+    team's kept rows included: it lent while it existed) and the departments' pools."""
     flavors = {flavor_id for _, _, flavor_id, borrowed, _ in usage if borrowed}
     if not flavors:
         return {}
     guarantees = hourly(GuaranteeHour.objects.filter(hour__gte=window.start, hour__lt=window.end, flavor_id__in=flavors,
                                                       lends_idle=True),
                          ("hour", "account_id", "flavor_id", "unit_seconds", "lends_idle"), window)
-    return lent_rows(usage=usage, guarantees=guarantees)
+    return lent_rows(usage=usage, guarantees=guarantees, pools=pool_rows(window, until=until))
 
 
 def store_lent(window: Window, rows: dict[LentKey, int]) -> None:

@@ -11,7 +11,7 @@ from django.db.models import Q
 from billing.ledger import lent_rows
 from billing.metering.months import MONTH_FIELDS, flavor_hour_sums, month_sums
 from billing.metering.refresh import watermark
-from billing.metering.rows import UsageKey, Window, guarantee_rows, overlaps, usage_rows
+from billing.metering.rows import UsageKey, Window, guarantee_rows, overlaps, pool_rows, usage_rows
 from billing.metering.store import USAGE_FIELDS
 from billing.models import Account, CapacityHour, FlavorHour, GuaranteeHour, LentHour, MeteringState, UsageHour, UsageMonth
 from billing.periods import hour_floor, local_date, month_bounds
@@ -35,8 +35,8 @@ def recompute(*, start: dt.datetime, end: dt.datetime) -> list[str]:
     """The differences, in words, between a from-scratch computation of the hours in [start, end)
     (up to the watermark) and the stored rollups; empty when they are equal to the unit-second.
     Usage is compared in full, guarantees for the teams that still exist (a deleted team's grants
-    are gone with it), lent hours with `billing.ledger.lent_rows` applied to the recomputed usage
-    and the stored guarantees, and each hour with usage must have its flavor's capacity row."""
+    are gone with it), lent hours with `billing.ledger.lent_rows` applied to the recomputed usage,
+    the stored guarantees and the departments' pools, and each hour with usage must have its flavor's capacity row."""
     until = watermark()
     window = Window(hour_floor(start), end)
     names = _Names(accounts=dict(Account.objects.values_list("id", "slug")),
@@ -49,7 +49,7 @@ def recompute(*, start: dt.datetime, end: dt.datetime) -> list[str]:
                    for key in sorted(set(computed) | set(stored), key=_sort_key) if computed.get(key, 0) != stored.get(key, 0)]
     if until is None:
         return differences
-    differences += _lent_differences(window, computed=computed, names=names)
+    differences += _lent_differences(window, until=until, computed=computed, names=names)
     capacity = set(CapacityHour.objects.filter(hour__gte=window.start, hour__lt=window.end).values_list("hour", "flavor_id"))
     differences += _guarantee_differences(window, until=until, recorded={hour for hour, _ in capacity}, names=names)
     differences += _complete_hours_differences(window, names=names.accounts, flavors=names.flavors)
@@ -70,12 +70,14 @@ class _Names:
         return f"{hour:%Y-%m-%d %H:%M} {self.accounts.get(account_id, account_id)} {self.flavors.get(flavor_id, flavor_id)}"
 
 
-def _lent_differences(window: Window, *, computed: dict[UsageKey, int], names: _Names) -> list[str]:
-    """LentHour of the window against `billing.ledger.lent_rows` of the recomputed usage and the stored guarantees."""
+def _lent_differences(window: Window, *, until: dt.datetime, computed: dict[UsageKey, int], names: _Names) -> list[str]:
+    """LentHour of the window against `billing.ledger.lent_rows` of the recomputed usage, the
+    stored guarantees and the pools."""
     ours = lent_rows(usage=((key[0], key[1], key[2], key[5], value) for key, value in computed.items()),
                      guarantees=GuaranteeHour.objects.filter(
                          hour__gte=window.start, hour__lt=window.end, lends_idle=True).values_list(
-                         "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle"))
+                         "hour", "account_id", "flavor_id", "unit_seconds", "lends_idle"),
+                     pools=pool_rows(window, until=until))
     theirs = {(hour, account_id, flavor_id): value for hour, account_id, flavor_id, value in LentHour.objects.filter(
         hour__gte=window.start, hour__lt=window.end).values_list("hour", "account_id", "flavor_id", "unit_seconds")}
     return [f"{names.of(*key)}: the lent rollup holds {theirs.get(key, 0)} unit-seconds, recomputed {ours.get(key, 0)}."

@@ -111,6 +111,46 @@ def test_an_interval_closed_late_in_an_old_hour_recomputes_that_hours_lent_rows(
     assert metering.recompute(start=HOUR[0], end=at("2026-10-06 14:00")) == []
 
 
+def test_a_departments_pool_covers_borrowing_before_any_team_is_counted_as_its_lender():
+    hour = HOUR[0]
+    # Audio (3) borrowed 3 all hour; Speech (2) is guaranteed 2 and idle; departments pool 2 all hour.
+    usage = [(hour, 3, 7, True, 3 * 3600)]
+    guarantees = [(hour, 2, 7, 2 * 3600, True)]
+    # 10,800 borrowed: the pools' 7,200 first, so Speech lent the other 3,600.
+    assert ledger.lent_rows(usage=usage, guarantees=guarantees, pools={(hour, 7): 2 * 3600}) == {(hour, 2, 7): 3_600}
+    # A pool as big as the borrowing leaves nothing lent by a team; a pool of another flavor or hour changes nothing.
+    assert ledger.lent_rows(usage=usage, guarantees=guarantees, pools={(hour, 7): 4 * 3600}) == {}
+    assert ledger.lent_rows(usage=usage, guarantees=guarantees, pools={(hour, 8): 4 * 3600, (HOUR[1], 7): 3600}) == {
+        (hour, 2, 7): 7_200}
+
+
+def test_metering_counts_what_was_pooled_in_each_hour_from_the_pools_history(db):
+    from tenants import services as tenant_services
+    from tenants.models import Department, DepartmentPool
+
+    h100 = FlavorFactory.create(name="H100", slug="h100", resource_name="nvidia.com/gpu", capacity_units=8)
+    speech, audio = (TeamFactory.create(slug=s, name=s.title()) for s in ("speech", "audio"))
+    QuotaGrantFactory.create(team=speech, flavor=h100, units=2, valid_from=at("2026-09-01 00:00"))
+    admin = UserFactory.create(username="root", is_platform_admin=True)
+    research = tenant_services.department_save(actor=admin, department=Department(name="Research", slug="research"),
+                                               pool={h100: 2})
+    # The pool held 2 from 10:30 to 11:30 (a row ended and none after: as the service records a change).
+    DepartmentPool.objects.filter(department=research).update(valid_from=HALF, ended_at=at("2026-10-06 11:30"))
+    alice = UserFactory.create(username="alice")
+    make_interval(make_workload(team=audio, owner=alice, flavor=h100, units=2, on_borrowed=True), HOUR[0],
+                  at("2026-10-06 12:00"))
+    metering.rollups_refresh(until=HOUR[0])
+    metering.rollups_refresh(until=at("2026-10-06 12:00"))
+    # 10:00: 7,200 borrowed, the pool held 2 × 1,800 = 3,600 of it, Speech lent 3,600. 11:00 the same (to 11:30).
+    assert list(LentHour.objects.order_by("hour").values_list("hour", "account_id", "unit_seconds")) == [
+        (HOUR[0], account(speech).pk, 3_600), (HOUR[1], account(speech).pk, 3_600)]
+    assert metering.recompute(start=HOUR[0], end=at("2026-10-06 12:00")) == []
+    # A stored row counting the pool as Speech's lending is caught.
+    LentHour.objects.filter(hour=HOUR[0]).update(unit_seconds=7_200)
+    assert metering.recompute(start=HOUR[0], end=HOUR[1]) == [
+        "2026-10-06 10:00 speech H100: the lent rollup holds 7200 unit-seconds, recomputed 3600."]
+
+
 BEFORE = [("billing", "0006_statements")]
 AFTER = [("billing", "0007_lent_hours")]
 

@@ -9,7 +9,7 @@ from django.core.management import call_command
 
 from jobs.models import WorkloadTemplate
 from portal.models import User
-from tenants.models import Flavor, QuotaRequest, Team
+from tenants.models import Department, Flavor, QuotaRequest, Team
 
 pytestmark = pytest.mark.django_db
 
@@ -26,6 +26,9 @@ def test_the_demo_has_teams_people_flavors_requests_in_every_state_and_templates
         "distributed", "inference", "notebook", "notebook", "training", "training", "workspace"]
     assert User.objects.get(username="admin").is_platform_admin and User.objects.get(username="finance").is_finance
     assert "password for all: gpu-portal-demo" in out.getvalue() and "lena     lead of vision" in out.getvalue()
+    research = Department.objects.get(slug="research")
+    assert sorted(research.teams.values_list("slug", flat=True)) == ["nlp", "vision"]
+    assert {row.flavor.slug: row.units for row in research.pool_in_force()} == {"t4-shared": 8}
 
     call_command("seed_demo", stdout=StringIO())
     assert Team.objects.count() == 3 and WorkloadTemplate.objects.count() == 7

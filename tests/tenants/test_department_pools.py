@@ -28,7 +28,7 @@ def research(admin_user) -> Department:
 
 
 def pooled(department: Department) -> dict[str, int]:
-    return dict(DepartmentPool.objects.filter(department=department).values_list("flavor__slug", "units"))
+    return dict(DepartmentPool.objects.current().filter(department=department).values_list("flavor__slug", "units"))
 
 
 def test_a_pool_is_the_cohorts_nominal_quota_and_is_promised_like_a_grant(research, team, flavor, mig_flavor,
@@ -55,6 +55,20 @@ def test_a_pool_is_the_cohorts_nominal_quota_and_is_promised_like_a_grant(resear
     assert pooled(research) == {} and selectors.flavor_guaranteed_totals()[flavor.pk] == 3
     (spec,) = desired.department_specs()
     assert spec.pool == ()
+    # What was pooled when stays, for metering: one row, ended.
+    (row,) = DepartmentPool.objects.filter(department=research)
+    assert row.units == 4 and row.ended_at is not None and row.ended_at > row.valid_from
+
+
+def test_deleting_a_department_frees_its_pool_and_keeps_its_history(research, flavor, admin_user):
+    services.department_save(actor=admin_user, department=research, pool={flavor: 4})
+    services.department_save(actor=admin_user, department=research, pool={flavor: 6})
+    services.department_delete(actor=admin_user, department=research)
+    assert AuditEvent.objects.filter(action="department.deleted").get().message == (
+        f"{admin_user.username} deleted department research; its pool of 6 × {flavor.name} is free again")
+    assert selectors.department_pool_totals() == {}
+    assert sorted(DepartmentPool.objects.filter(department=None).values_list("units", flat=True)) == [4, 6]
+    assert not DepartmentPool.objects.current().exists()
 
 
 def test_a_pool_beyond_what_capacity_holds_is_refused_and_saves_nothing(research, team, flavor, admin_user):
@@ -132,6 +146,9 @@ def test_the_page_sets_a_pool_per_flavor_lists_it_and_refuses_what_does_not_fit(
     ({"h100-80gb": -1}, "greater than or equal to 0"),
     ({"h100-80gb": "two"}, "whole number"),
     ({"h100-80gb": 99}, "so it can be at most 16."),
+    ({"h100-80gb": 10**17}, "so it can be at most 16."),
+    ({"h100-80gb": True}, "whole number"),
+    (["h100-80gb"], "Expected a dictionary"),
 ])
 def test_the_api_refuses_a_bad_pool_in_words_and_saves_nothing(research, flavor, admin_user, pool: Any, words):
     refused = login(admin_user).patch("/api/departments/research/", {"pool": pool}, content_type="application/json")
