@@ -35,6 +35,7 @@ bench:           ## the benchmarks, against a control plane they start themselve
 	scripts/with-services.sh .venv/bin/python benchmarks/capacity_calendar.py
 	PORTAL_FAULT_SCALE=full scripts/with-services.sh .venv/bin/pytest -q -s -p no:cacheprovider tests/portal/test_worker_killed.py tests/portal/test_redis_outage.py
 	scripts/with-services.sh .venv/bin/python benchmarks/load_pages.py
+	scripts/apt.sh haproxy && scripts/with-services.sh .venv/bin/python benchmarks/scale_out.py
 	.venv/bin/python benchmarks/telemetry.py
 
 soak:            ## the demo's processes under steady launches for 30 minutes (SQLite, file-system broker)

@@ -401,7 +401,8 @@ def locust_load(persons: list[Person], base: str, args: argparse.Namespace, repo
                                   "under_target": p95 < TARGET_MS and not failed}
     with open(reports / "locust_failures.csv", newline="", encoding="utf-8") as failed_file:
         for row in csv.DictReader(failed_file):
-            pages.setdefault(row["Name"], {}).setdefault("failure_kinds", []).append(f"{row['Error']} × {row['Occurrences']}")
+            kinds = pages.setdefault(row["Name"], {}).setdefault("failure_kinds", {})
+            kinds[row["Error"]] = kinds.get(row["Error"], 0) + int(row["Occurrences"])
     return {"people": users, "requests": total, "seconds": round(elapsed, 1),
             "requests_per_second": round(total / elapsed, 1) if elapsed else 0.0, "failures": failures,
             "reports": str(reports.relative_to(ROOT)), "pages": dict(sorted(pages.items()))}
