@@ -248,7 +248,7 @@ class DepartmentForm(forms.ModelForm):
             self.fields["slug"].disabled = True
             self.fields["slug"].help_text = "It names the department's cohort; it cannot change."
             self.initial["heads"] = ", ".join(self.instance.heads.order_by("username").values_list("username", flat=True))
-            pooled = dict(self.instance.pools.current().values_list("flavor_id", "units"))
+            pooled = {row.flavor_id: row.units for row in self.instance.pool_in_force()}
         # A field per GPU flavor it may pool, and per retired one it still pools (to lower or clear).
         self.pool_flavors = list(Flavor.objects.filter(Q(is_active=True) | Q(pk__in=list(pooled)))
                                  .exclude(sharing_mode=Flavor.SharingMode.CPU).order_by("name"))

@@ -238,17 +238,21 @@ def flavor_guaranteed_totals() -> dict[int, int]:
     """Guaranteed units per flavor id now: every team's active grants and every department's pool,
     which capacity must hold alike."""
     grants = QuotaGrant.objects.active().order_by().values("flavor_id").annotate(units=Sum("units"))
-    pools = DepartmentPool.objects.current().order_by().values("flavor_id").annotate(units=Sum("units"))
     totals: dict[int, int] = defaultdict(int)
-    for flavor_id, units in grants.values_list("flavor_id", "units").union(pools.values_list("flavor_id", "units"), all=True):
+    for flavor_id, units in grants.values_list("flavor_id", "units").union(_pooled_by_flavor(), all=True):
         totals[flavor_id] += units or 0
     return dict(totals)
 
 
 def department_pool_totals() -> dict[int, int]:
     """Units per flavor id that departments pool for their teams, summed over every department."""
-    rows = DepartmentPool.objects.current().values("flavor_id").annotate(units=Sum("units"))
-    return {row["flavor_id"]: row["units"] for row in rows}
+    return dict(_pooled_by_flavor())
+
+
+def _pooled_by_flavor() -> QuerySet[DepartmentPool, tuple[int, int]]:
+    """(flavor id, units) of the pools in force, summed per flavor."""
+    return DepartmentPool.objects.current().order_by().values("flavor_id").annotate(units=Sum("units")).values_list(
+        "flavor_id", "units")
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,7 @@ def department_save(*, actor: User, department: Department, heads: Iterable[User
     now_heads = [user.username for user in people] if people is not None else had
     if department.head_approves and not now_heads:
         raise DomainError("Two approval levels need a head to decide after the lead: name at least one.", field="heads")
-    pooled = {row.flavor: row.units for row in before.pools.current().select_related("flavor")} if before else {}
+    pooled = {row.flavor: row.units for row in before.pool_in_force()} if before else {}
     wanted = {flavor: units for flavor, units in pool.items() if units} if pool is not None else pooled
     changes = {name: (getattr(before, name) if before else None, getattr(department, name)) for name in DEPARTMENT_FIELDS
                if before is None or getattr(before, name) != getattr(department, name)}
@@ -229,8 +229,8 @@ def _check_pool(department: Department, wanted: Mapping[Flavor, int], pooled: Ma
     grown = {flavor.pk: units for flavor, units in wanted.items() if units > pooled.get(flavor, 0)}
     now = timezone.now()
     for flavor in Flavor.objects.select_for_update().filter(pk__in=list(grown)).order_by("pk"):
-        flavor_id, units = flavor.pk, grown[flavor.pk]
-        held = selectors.committed_peak(flavor_id=flavor_id, start=now, end=None, pools_excluding=department.pk)
+        units = grown[flavor.pk]
+        held = selectors.committed_peak(flavor_id=flavor.pk, start=now, end=None, pools_excluding=department.pk)
         if held + units > flavor.capacity_units:
             raise DomainError(
                 f"{flavor.name} has {flavor.capacity_units} units and teams and departments are promised up to {held} of "
@@ -279,7 +279,7 @@ def department_delete(*, actor: User, department: Department) -> None:
     """Removes an empty department, ending its pool (whose rows metering keeps reading); the
     periodic pass prunes its cohort."""
     _require(actor.has_perm("tenants.manage_teams"))
-    pooled = {row.flavor: row.units for row in department.pools.current().select_related("flavor")}
+    pooled = {row.flavor: row.units for row in department.pool_in_force()}
     audit_record(actor=actor, action="department.deleted", obj=department,
                  message=f"{actor.username} deleted department {department.slug}"
                  + (f"; its pool of {_pool_words(pooled)} is free again" if pooled else ""))
